@@ -1,0 +1,417 @@
+"""What a job is: typed, frozen, validated specs, and the catalog they name.
+
+Edges are pydantic v2 models (``extra="forbid"``); catalog numbers are converted to SI once,
+here, by the ``*_bytes_per_s`` / ``*_flops`` properties, so nothing downstream sees GB or µs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from commtax.errors import SpecError
+from commtax.units import GB, GBIT, GiB, TFLOPS, US
+
+CATALOG_DIR = Path(__file__).parent / "catalog"
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+CommDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+BYTES_PER = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ----------------------------------------------------------------------------- hardware
+class GPU(_Spec):
+    name: str = "custom-gpu"
+    peak_tflops: dict[Precision, float] = Field(description="dense tensor-core peak per precision, TFLOP/s")
+    mem_GiB: float = Field(gt=0, le=4096, description="device memory")
+    mem_bw_GBps: float = Field(gt=0, le=100_000, description="device memory bandwidth")
+    tdp_W: float = Field(default=700, gt=0, le=5000)
+    sms: int = Field(default=132, gt=0, le=4096, description="SMs / compute units (GEMM wave quantisation)")
+    p2p: bool = Field(default=True, description="GPU peer-to-peer over the scale-up link (false: host-bounced)")
+    matmul_efficiency: dict[str, float] = Field(default_factory=lambda: {"default": 0.75})
+    attention_efficiency: float = Field(default=0.5, gt=0, le=1)
+    source: str = "inline"
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _positive_peaks(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, x in v.items():
+            if not (0 < x < 1e6):
+                raise ValueError(f"peak_tflops.{k} must be in (0, 1e6) TFLOP/s, got {x}")
+        return v
+
+    @field_validator("matmul_efficiency")
+    @classmethod
+    def _efficiencies(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, x in v.items():
+            if not (0 < x <= 1):
+                raise ValueError(f"matmul_efficiency.{k} must be in (0, 1], got {x}")
+        return v
+
+    def peak_flops(self, precision: str) -> float:
+        if precision not in self.peak_tflops:
+            have = ", ".join(self.peak_tflops)
+            raise SpecError(f"training.precision: GPU {self.name} has no {precision} peak (has: {have})")
+        return self.peak_tflops[precision] * TFLOPS
+
+    def matmul_eff(self, precision: str) -> float:
+        return self.matmul_efficiency.get(precision, self.matmul_efficiency.get("default", 0.75))
+
+    @property
+    def mem_bytes(self) -> float:
+        return self.mem_GiB * GiB
+
+    @property
+    def mem_bw_bytes_per_s(self) -> float:
+        return self.mem_bw_GBps * GB
+
+
+class IntraLink(_Spec):
+    name: str = "custom-link"
+    kind: Literal["nvlink", "pcie", "xgmi", "loopback"] = "nvlink"
+    bw_GBps: float = Field(gt=0, le=100_000, description="per GPU, per direction")
+    latency_us: float = Field(default=10, ge=0, le=1e6)
+    efficiency: float = Field(default=0.8, gt=0, le=1)
+    nvls: bool = False
+    nvls_efficiency: float = Field(default=0.0, ge=0, le=1)
+    source: str = "inline"
+
+    @property
+    def bw_bytes_per_s(self) -> float:
+        return self.bw_GBps * GB * self.efficiency
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * US
+
+
+class Network(_Spec):
+    name: str = "custom-network"
+    bw_Gbps: float = Field(gt=0, le=100_000, description="per NIC, per direction, line rate")
+    latency_us: float = Field(default=20, ge=0, le=1e6)
+    efficiency: float = Field(default=0.9, gt=0, le=1)
+    source: str = "inline"
+
+    @property
+    def bw_bytes_per_s(self) -> float:
+        return self.bw_Gbps * GBIT * self.efficiency
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * US
+
+
+class LevelNumbers(_Spec):
+    bw_GBps: float = Field(gt=0)
+    latency_us: float = Field(ge=0)
+
+
+class Profile(_Spec):
+    """A measured hardware profile (``commtax calibrate``): replaces catalog link numbers."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    source: str
+    levels: dict[Literal["intra", "inter"], LevelNumbers]
+    ops: dict[str, dict[Literal["intra", "inter"], LevelNumbers]] = Field(default_factory=dict)
+    gemm_efficiency: dict[str, float] = Field(default_factory=dict)
+
+
+class Cluster(_Spec):
+    gpu: GPU
+    num_gpus: int = Field(gt=0, le=1_000_000)
+    gpus_per_node: int = Field(default=8, gt=0, le=1024, description="size of the scale-up (NVLink) domain")
+    intra_node: IntraLink
+    inter_node: Network
+    nics_per_node: int = Field(default=8, gt=0, le=1024)
+    gpus_per_pcie_switch: int = Field(default=1, gt=0, le=64, description="GPUs sharing one PCIe uplink (host-bounced traffic)")
+    profile: Profile | None = None
+    emulated: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Cluster":
+        if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
+            raise ValueError(
+                f"num_gpus ({self.num_gpus}) must be a multiple of gpus_per_node ({self.gpus_per_node}) "
+                "when the cluster spans nodes"
+            )
+        return self
+
+    @property
+    def nodes(self) -> int:
+        return max(1, math.ceil(self.num_gpus / self.gpus_per_node))
+
+
+# ----------------------------------------------------------------------------- model, plan, training
+class Model(_Spec):
+    name: str = "custom-model"
+    layers: int = Field(gt=0, le=10_000)
+    hidden: int = Field(gt=0, le=1_000_000)
+    heads: int = Field(gt=0, le=100_000)
+    kv_heads: int | None = Field(default=None, gt=0, le=100_000)
+    ffn_hidden: int | None = Field(default=None, gt=0, le=10_000_000)
+    vocab: int = Field(gt=0, le=10_000_000)
+    gated_mlp: bool = False
+    tied_embeddings: bool = False
+    source: str = "inline"
+
+    @model_validator(mode="after")
+    def _heads(self) -> "Model":
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if self.heads % self.kv_heads_:
+            raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads_})")
+        return self
+
+    @property
+    def kv_heads_(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def layer_params(self) -> float:
+        """QKV (with GQA) + output projection + MLP (gated: 3 matrices) + 2 norms."""
+        h, f = self.hidden, self.ffn
+        attn = h * (h + 2 * self.kv_heads_ * self.head_dim) + h * h
+        mlp = (3 if self.gated_mlp else 2) * h * f
+        return attn + mlp + 2 * h
+
+    def embedding_params(self) -> float:
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    def params(self) -> float:
+        return self.layers * self.layer_params() + self.embedding_params() + self.hidden
+
+
+class Overlap(_Spec):
+    """Which communication overlaps compute. Defaults follow Megatron-Core / NeMo / torchtitan (2024)."""
+
+    dp: bool = Field(default=True, description="DP gradient reduce / ZeRO gathers overlap backward (bucketed)")
+    tp: bool = Field(default=False, description="TP collectives overlap GEMMs (userbuffers comm-GEMM overlap)")
+    pp: bool = Field(default=True, description="pipeline sends overlap compute of other micro-batches")
+    cp: bool = Field(default=True, description="ring-attention K/V exchange overlaps attention compute")
+
+
+class Plan(_Spec):
+    tp: int = Field(default=1, gt=0, le=4096)
+    pp: int = Field(default=1, gt=0, le=4096)
+    dp: int | None = Field(default=None, gt=0)
+    cp: int = Field(default=1, gt=0, le=4096)
+    vp: int = Field(default=1, gt=0, le=1024, description="virtual stages per pipeline rank (interleaved 1F1B when > 1)")
+    sequence_parallel: bool = False
+    zero: Literal[0, 1, 2, 3] = 1
+    recompute: Literal["none", "selective", "full"] = "selective"
+    micro_batch: int = Field(default=1, gt=0, le=65_536)
+    schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    overlap: Overlap = Field(default_factory=Overlap)
+    grad_comm_dtype: CommDtype = "bf16"
+    flash_attention: bool = Field(default=True, description="fused attention: the s×s scores never reach memory")
+
+
+class Training(_Spec):
+    seq_len: int = Field(gt=0, le=10_000_000)
+    global_batch: int = Field(gt=0, le=100_000_000, description="sequences per optimizer step")
+    precision: Precision = "bf16"
+    tokens: float | None = Field(default=None, gt=0, description="training tokens, for days-to-train")
+
+
+class Job(_Spec):
+    model: Model
+    cluster: Cluster
+    plan: Plan
+    training: Training
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Job":
+        m, c, p, t = self.model, self.cluster, self.plan, self.training
+        mp = p.tp * p.pp * p.cp
+        if c.num_gpus % mp:
+            raise ValueError(
+                f"tp({p.tp}) * pp({p.pp}) * cp({p.cp}) = {mp} does not divide num_gpus({c.num_gpus})"
+            )
+        dp = c.num_gpus // mp
+        if p.dp is not None and p.dp * mp != c.num_gpus:
+            raise ValueError(
+                f"dp({p.dp}) * tp({p.tp}) * pp({p.pp}) * cp({p.cp}) = {p.dp * mp} != num_gpus({c.num_gpus})"
+            )
+        if m.heads % p.tp or m.kv_heads_ % p.tp:
+            raise ValueError(
+                f"tp({p.tp}) must divide heads({m.heads}) and kv_heads({m.kv_heads_}): choose tp in "
+                f"{[d for d in range(1, m.kv_heads_ + 1) if m.kv_heads_ % d == 0]}"
+            )
+        if m.layers % (p.pp * p.vp):
+            raise ValueError(f"pp({p.pp}) * vp({p.vp}) = {p.pp * p.vp} must divide layers({m.layers})")
+        if p.vp > 1 and p.pp == 1:
+            raise ValueError("vp > 1 (interleaved 1F1B) needs pp > 1")
+        if t.global_batch % (dp * p.micro_batch):
+            raise ValueError(
+                f"global_batch({t.global_batch}) must be divisible by dp({dp}) * micro_batch({p.micro_batch}) = "
+                f"{dp * p.micro_batch}"
+            )
+        if t.seq_len % p.cp:
+            raise ValueError(f"seq_len({t.seq_len}) must be divisible by cp({p.cp})")
+        if p.sequence_parallel and t.seq_len // p.cp % p.tp:
+            raise ValueError(f"sequence_parallel needs seq_len/cp ({t.seq_len // p.cp}) divisible by tp({p.tp})")
+        c.gpu.peak_flops(t.precision)  # raises SpecError naming the precision
+        return self
+
+    @property
+    def dp(self) -> int:
+        return self.cluster.num_gpus // (self.plan.tp * self.plan.pp * self.plan.cp)
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per pipeline per step (gradient accumulation steps)."""
+        return self.training.global_batch // (self.dp * self.plan.micro_batch)
+
+
+# ----------------------------------------------------------------------------- catalog
+CATALOG_FILES = {"gpu": "gpus.yaml", "intra_node": "links.yaml", "inter_node": "networks.yaml", "model": "models.yaml"}
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise SpecError(f"{path}: file not found") from None
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise SpecError(f"{path}:{where} malformed YAML ({getattr(e, 'problem', e)})") from None
+
+
+@lru_cache(maxsize=1)
+def _builtin_catalog() -> dict[str, dict[str, dict]]:
+    return {kind: _read_yaml(CATALOG_DIR / f) or {} for kind, f in CATALOG_FILES.items()}
+
+
+def load_catalog(extra: Path | str | None = None) -> dict[str, dict[str, dict]]:
+    """Built-in catalog, plus/overridden by a user file with sections gpu/intra_node/inter_node/model."""
+    cat = {k: dict(v) for k, v in _builtin_catalog().items()}
+    if extra is None:
+        return cat
+    data = _read_yaml(Path(extra))
+    if not isinstance(data, dict):
+        raise SpecError(f"{extra}: a catalog file is a mapping with sections {', '.join(CATALOG_FILES)}")
+    for section, entries in data.items():
+        if section not in cat:
+            raise SpecError(f"{extra}: unknown catalog section {section!r}; use one of {', '.join(CATALOG_FILES)}")
+        for name, entry in (entries or {}).items():
+            if not isinstance(entry, dict) or "source" not in entry:
+                raise SpecError(f"{extra}: {section}.{name} needs a mapping with a 'source:' for its numbers")
+            cat[section][name] = entry
+    return cat
+
+
+def resolve_entry(kind: str, value: Any, catalog: dict, field: str) -> dict:
+    """A catalog id -> its mapping (with name); a mapping passes through."""
+    if isinstance(value, dict):
+        return dict(value)
+    if not isinstance(value, str):
+        raise SpecError(f"{field}: expected a catalog id or a mapping, got {value!r}")
+    entries = catalog[kind]
+    if value not in entries:
+        close = difflib.get_close_matches(value, entries.keys(), n=1, cutoff=0.4)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise SpecError(f"{field}: unknown {kind} {value!r}{hint} (known: {', '.join(sorted(entries))})")
+    return {"name": value, **entries[value]}
+
+
+def _format_validation_error(e: ValidationError, prefix: str = "") -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    field = ".".join(p for p in (prefix, loc) if p)
+    msg = err["msg"].removeprefix("Value error, ")
+    extra = f" (got {err['input']!r})" if err["type"] not in ("value_error", "missing") and not isinstance(
+        err.get("input"), dict
+    ) else ""
+    return f"{field or 'job'}: {msg}{extra}"
+
+
+def build(model_cls: type[BaseModel], data: Any, field: str) -> Any:
+    """Construct a spec model, turning pydantic's report into one SpecError line naming the field."""
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(_format_validation_error(e, field)) from None
+
+
+def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field: str = "cluster") -> dict:
+    """Cluster section: a mapping or a path to a cluster YAML; ids resolved; profile file loaded."""
+    if isinstance(raw, str):
+        path = Path(raw)
+        if base_dir is not None and not path.is_absolute() and not path.exists():
+            path = base_dir / path
+        data = _read_yaml(path)
+        if isinstance(data, dict) and "cluster" in data:
+            data = data["cluster"]
+        base_dir = path.parent
+        raw = data
+    if not isinstance(raw, dict):
+        raise SpecError(f"{field}: expected a mapping or the path of a cluster YAML file")
+    out = dict(raw)
+    for key in ("gpu", "intra_node", "inter_node"):
+        if key not in out:
+            raise SpecError(f"{field}.{key}: missing (a catalog id or a mapping of numbers)")
+        out[key] = resolve_entry(key, out[key], catalog, f"{field}.{key}")
+    if isinstance(out.get("profile"), str):
+        p = Path(out["profile"])
+        if base_dir is not None and not p.is_absolute() and not p.exists():
+            p = base_dir / p
+        out["profile"] = _read_yaml(p)
+    return out
+
+
+def load_job(source: Path | str | dict, catalog_file: Path | str | None = None) -> Job:
+    """A job file (or mapping) -> a validated Job. Bad input raises one SpecError naming the field."""
+    catalog = load_catalog(catalog_file)
+    base_dir = None
+    if isinstance(source, (str, Path)):
+        base_dir = Path(source).parent
+        data = _read_yaml(Path(source))
+    else:
+        data = source
+    if not isinstance(data, dict):
+        raise SpecError("job: expected a mapping with model, cluster, plan, training")
+    unknown = set(data) - {"model", "cluster", "plan", "training"}
+    if unknown:
+        raise SpecError(f"job: unknown section(s) {', '.join(sorted(unknown))}; use model, cluster, plan, training")
+    for key in ("model", "cluster", "training"):
+        if key not in data:
+            raise SpecError(f"{key}: missing section")
+    resolved = {
+        "model": resolve_entry("model", data["model"], catalog, "model"),
+        "cluster": resolve_cluster(data["cluster"], catalog, base_dir),
+        "plan": data.get("plan") or {},
+        "training": data["training"],
+    }
+    for key in ("plan", "training"):
+        if not isinstance(resolved[key], dict):
+            raise SpecError(f"{key}: expected a mapping")
+    return build(Job, resolved, "")
+
+
+def job_with(job: Job, **plan_changes: Any) -> Job:
+    """The same job with some plan fields changed, validated again (used by search and advice)."""
+    plan = job.plan.model_dump()
+    plan.update(plan_changes)
+    data = {"model": job.model, "cluster": job.cluster, "plan": plan, "training": job.training}
+    return build(Job, data, "")

@@ -1,0 +1,90 @@
+"""Where each process group of a plan sits on the cluster, as a collectives ``Placement``.
+
+Ranks are laid out as Megatron-LM does (``--rank-order tp-cp-dp-pp``): TP fastest, then CP,
+then DP, then PP, so a group of stride ``s`` has ``min(n, G // s)`` members per node of G GPUs.
+A node's NICs are shared by all its GPUs (they all talk at once in DP/PP phases): each GPU's
+share is nics·B_nic / G, and no more than its PCIe path when the GPU has no peer-to-peer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commtax.collectives import Level, Placement
+from commtax.spec import Cluster, Job
+from commtax.units import GB, US
+
+GROUPS = ("tp", "cp", "dp", "pp")
+
+
+def members_per_node(n: int, stride: int, gpus_per_node: int) -> int:
+    """Members of a group (n ranks, ``stride`` apart) that share one node."""
+    if stride >= gpus_per_node:
+        return 1
+    return max(1, min(n, gpus_per_node // stride))
+
+
+def intra_level(cluster: Cluster, op: str | None = None) -> Level:
+    prof = cluster.profile
+    if prof is not None:
+        nums = (prof.ops.get(op or "", {}) or {}).get("intra") or prof.levels.get("intra")
+        if nums is not None:
+            return Level("intra", nums.bw_GBps * GB, nums.latency_us * US)
+    link = cluster.intra_node
+    bw = link.bw_bytes_per_s
+    if link.kind == "pcie" and not cluster.gpu.p2p:
+        # host-bounced: every GPU behind one PCIe switch shares its uplink to the CPU
+        bw /= cluster.gpus_per_pcie_switch
+    return Level("intra", bw, link.latency_s)
+
+
+def inter_level(cluster: Cluster, op: str | None = None) -> Level:
+    prof = cluster.profile
+    if prof is not None:
+        nums = (prof.ops.get(op or "", {}) or {}).get("inter") or prof.levels.get("inter")
+        if nums is not None:
+            return Level("inter", nums.bw_GBps * GB, nums.latency_us * US)
+    net = cluster.inter_node
+    share = cluster.nics_per_node * net.bw_bytes_per_s / cluster.gpus_per_node
+    if cluster.intra_node.kind == "pcie":
+        # NIC traffic crosses the same PCIe fabric: end-to-end = min(network, PCIe) (seed article §3.3)
+        share = min(share, intra_level(cluster).bw_bytes_per_s)
+    return Level("inter", share, net.latency_s)
+
+
+def placement(cluster: Cluster, n: int, stride: int, op: str | None = None) -> Placement:
+    """Placement of a group of n ranks spaced ``stride`` apart in the global rank order."""
+    per_node = members_per_node(n, stride, cluster.gpus_per_node)
+    spans = n > per_node
+    link = cluster.intra_node
+    nvls_bw = link.bw_GBps * GB * link.nvls_efficiency if link.nvls else 0.0
+    return Placement(
+        n=n,
+        per_node=per_node,
+        intra=intra_level(cluster, op),
+        inter=inter_level(cluster, op) if spans else None,
+        nvls=link.nvls and cluster.profile is None,
+        nvls_bw_bytes_per_s=nvls_bw,
+    )
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """Size and stride of each parallel group of a job."""
+
+    size: dict[str, int]
+    stride: dict[str, int]
+
+
+def layout(job: Job) -> GroupLayout:
+    p = job.plan
+    size = {"tp": p.tp, "cp": p.cp, "dp": job.dp, "pp": p.pp}
+    stride = {"tp": 1, "cp": p.tp, "dp": p.tp * p.cp, "pp": p.tp * p.cp * job.dp}
+    return GroupLayout(size, stride)
+
+
+def group_placement(job: Job, group: str, op: str | None = None) -> Placement:
+    lay = layout(job)
+    if group == "pp":  # neighbouring stages: a pair, one stride apart
+        return placement(job.cluster, 2, lay.stride["pp"], op) if job.plan.pp > 1 else placement(job.cluster, 1, 1, op)
+    return placement(job.cluster, lay.size[group], lay.stride[group], op)
