@@ -14,7 +14,7 @@ from commtax.collectives import Level, Placement
 from commtax.spec import Cluster, Job
 from commtax.units import GB, US
 
-GROUPS = ("tp", "cp", "dp", "pp")
+GROUPS = ("tp", "cp", "dp", "pp")  # "dp" is the gradient-reduction group: DP × CP ranks
 
 
 def members_per_node(n: int, stride: int, gpus_per_node: int) -> int:
@@ -78,8 +78,9 @@ class GroupLayout:
 
 def layout(job: Job) -> GroupLayout:
     p = job.plan
-    size = {"tp": p.tp, "cp": p.cp, "dp": job.dp, "pp": p.pp}
-    stride = {"tp": 1, "cp": p.tp, "dp": p.tp * p.cp, "pp": p.tp * p.cp * job.dp}
+    # gradients are reduced over DP × CP (Megatron-Core's data-parallel-with-context-parallel group)
+    size = {"tp": p.tp, "cp": p.cp, "dp": job.dp * p.cp, "pp": p.pp}
+    stride = {"tp": 1, "cp": p.tp, "dp": p.tp, "pp": p.tp * p.cp * job.dp}
     return GroupLayout(size, stride)
 
 

@@ -1,0 +1,311 @@
+"""Analytical schedule: workload ops + costs -> one ``Breakdown`` of a training step.
+
+step time = compute + recompute + exposed TP + exposed CP + pipeline bubble + exposed PP
+            + exposed DP + optimizer                                              (DESIGN.md)
+
+Pipeline (Narayanan et al. 2021, §2.2): with m micro-batches, p stages, v virtual stages,
+step ≈ m·T_max + (p−1)/v·T_avg, where T is one micro-batch's forward+backward on a stage;
+for uniform stages the bubble fraction is (p−1)/(v·m) of the ideal time (1F1B and GPipe alike).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from commtax.collectives import bus_factor, collective_cost
+from commtax.compute import ComputeModel, compute_model, op_time
+from commtax.memory import memory
+from commtax.spec import Job
+from commtax.topology import group_placement
+from commtax.units import GiB, SECONDS_PER_DAY, TFLOPS
+from commtax.workload import Block, Collective, Compute, Phase, Workload, build_workload
+
+COMM_GROUPS = ("tp", "cp", "pp", "dp")
+BREAKDOWN_KEYS = ("compute", "recompute", "tp_exposed", "cp_exposed", "pp_bubble", "pp_exposed", "dp_exposed", "optimizer")
+
+
+@dataclass
+class Breakdown:
+    """One step, predicted, simulated or measured: the same record, comparable field by field."""
+
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    comm_tax: float
+    comm_share: float
+    breakdown_s: dict[str, float]
+    comm_bytes_per_gpu: dict[str, float]
+    comm_time_s: dict[str, float]
+    memory_gib_per_gpu: dict[str, float]
+    fits: bool
+    days_to_train: float | None = None
+    source: str = "estimate"
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    """Time of one pass over one block: compute, and per-group communication (link time)."""
+
+    compute: float = 0.0
+    gemm: float = 0.0  # the part of compute that TP communication can hide under (comm-GEMM overlap)
+    attention: float = 0.0  # the part that ring-attention K/V exchange hides under
+    comm: dict[str, float] = field(default_factory=dict)
+    comm_bytes: dict[str, float] = field(default_factory=dict)
+
+    def __add__(self, o: "PhaseCost") -> "PhaseCost":
+        keys = set(self.comm) | set(o.comm)
+        return PhaseCost(
+            self.compute + o.compute,
+            self.gemm + o.gemm,
+            self.attention + o.attention,
+            {k: self.comm.get(k, 0.0) + o.comm.get(k, 0.0) for k in keys},
+            {k: self.comm_bytes.get(k, 0.0) + o.comm_bytes.get(k, 0.0) for k in keys},
+        )
+
+    def scaled(self, x: float) -> "PhaseCost":
+        return PhaseCost(
+            self.compute * x,
+            self.gemm * x,
+            self.attention * x,
+            {k: v * x for k, v in self.comm.items()},
+            {k: v * x for k, v in self.comm_bytes.items()},
+        )
+
+
+class Costs:
+    """Op costs of one job: compute by roofline, collectives by α-β on each group's placement."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.cm: ComputeModel = compute_model(job.cluster, job.training.precision)
+        self._placements: dict[tuple[str, str], Any] = {}
+
+    def collective(self, c: Collective) -> float:
+        key = (c.group, c.op)
+        if key not in self._placements:
+            self._placements[key] = group_placement(self.job, c.group, c.op)
+        return collective_cost(c.op, c.bytes, self._placements[key]).time_s
+
+    def sent_bytes(self, c: Collective) -> float:
+        """Bytes one GPU puts on the wire: message × bus factor (nccl-tests)."""
+        key = (c.group, c.op)
+        if key not in self._placements:
+            self._placements[key] = group_placement(self.job, c.group, c.op)
+        return c.bytes * bus_factor(c.op, self._placements[key].n)
+
+    def compute(self, op: Compute) -> float:
+        return op_time(self.cm, op)
+
+    def phase(self, ph: Phase) -> PhaseCost:
+        compute = gemm = attention = 0.0
+        comm: dict[str, float] = {}
+        nbytes: dict[str, float] = {}
+        for op in ph.ops:
+            if isinstance(op, Compute):
+                t = self.compute(op)
+                compute += t
+                if op.kind == "gemm":
+                    gemm += t
+                elif op.kind == "attention":
+                    attention += t
+            else:
+                comm[op.group] = comm.get(op.group, 0.0) + self.collective(op)
+                nbytes[op.group] = nbytes.get(op.group, 0.0) + self.sent_bytes(op)
+        return PhaseCost(compute, gemm, attention, comm, nbytes)
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One micro-batch (fwd + bwd + recompute) on one pipeline rank, split as the Breakdown splits it."""
+
+    compute: float
+    recompute: float
+    tp_exposed: float
+    cp_exposed: float
+    fwd: float  # forward wall time (for overlap windows)
+    bwd: float  # backward + recompute wall time
+    link: PhaseCost  # link time and bytes, all passes
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.recompute + self.tp_exposed + self.cp_exposed
+
+
+def _exposed(job: Job, pc: PhaseCost) -> tuple[float, float]:
+    """Exposed TP and CP time of a pass: all of it, or what the GEMMs / attention cannot hide."""
+    ov = job.plan.overlap
+    tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
+    tp_exp = max(0.0, tp - pc.gemm) if ov.tp else tp
+    cp_exp = max(0.0, cp - pc.attention) if ov.cp else cp
+    return tp_exp, cp_exp
+
+
+def stage_time(job: Job, costs: Costs, blocks: list[tuple[Block, float]]) -> StageTime:
+    """Sum the passes of the blocks (block, count) that one pipeline rank runs for one micro-batch."""
+    fwd = bwd = rc = PhaseCost()
+    for block, count in blocks:
+        fwd = fwd + costs.phase(block.fwd).scaled(count)
+        bwd = bwd + costs.phase(block.bwd).scaled(count)
+        rc = rc + costs.phase(block.recompute).scaled(count)
+    exp_f, exp_b, exp_r = _exposed(job, fwd), _exposed(job, bwd), _exposed(job, rc)
+    tp = exp_f[0] + exp_b[0] + exp_r[0]
+    cp = exp_f[1] + exp_b[1] + exp_r[1]
+    return StageTime(
+        compute=fwd.compute + bwd.compute,
+        recompute=rc.compute,
+        tp_exposed=tp,
+        cp_exposed=cp,
+        fwd=fwd.compute + sum(exp_f),
+        bwd=bwd.compute + rc.compute + sum(exp_b) + sum(exp_r),
+        link=fwd + bwd + rc,
+    )
+
+
+def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
+    """First, middle and last pipeline ranks (one rank when pp == 1); middle ranks are identical."""
+    L = wl.layers_per_stage
+    p = job.plan.pp
+    if p == 1:
+        return [stage_time(job, costs, [(wl.embed, 1), (wl.layer, L), (wl.head, 1)])]
+    first = stage_time(job, costs, [(wl.embed, 1), (wl.layer, L)])
+    last = stage_time(job, costs, [(wl.layer, L), (wl.head, 1)])
+    if p == 2:
+        return [first, last]
+    middle = stage_time(job, costs, [(wl.layer, L)])
+    return [first] + [middle] * (p - 2) + [last]
+
+
+def _dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
+    """(link time per step, exposed time per step, bytes per step) of data-parallel traffic.
+
+    Overlapped reduction hides under the last micro-batch's backward; the last bucket stays exposed
+    (PyTorch DDP / Megatron-Core overlap_grad_reduce). ZeRO-1/2 parameter all-gather hides under
+    the next step's first forward (overlap_param_gather). ZeRO-3 prefetches each layer's gather
+    under the previous layer's compute; the first layer's gather is exposed.
+    """
+    ov = job.plan.overlap.dp
+    m = wl.micro_batches
+    if wl.dp_microbatch:
+        gf, gb, rs = (costs.collective(c) for c in wl.dp_microbatch)
+        nbytes = sum(costs.sent_bytes(c) for c in wl.dp_microbatch) * m
+        link = (gf + gb + rs) * m
+        if not ov:
+            return link, link, nbytes
+        first_layer = gf / max(1, wl.layers_per_stage)
+        per_mb = max(0.0, gf - st.fwd) + max(0.0, gb + rs - st.bwd) + first_layer
+        return link, per_mb * m, nbytes
+    if not wl.dp_step:
+        return 0.0, 0.0, 0.0
+    nbytes = sum(costs.sent_bytes(c) for c in wl.dp_step)
+    times = [costs.collective(c) for c in wl.dp_step]
+    link = sum(times)
+    if not ov:
+        return link, link, nbytes
+    reduce_op = wl.dp_step[0]
+    tail = costs.collective(Collective("bucket", reduce_op.op, min(wl.bucket_bytes, reduce_op.bytes), "dp"))
+    exposed = max(tail, times[0] - st.bwd)
+    if len(times) > 1:
+        gather = wl.dp_step[1]
+        ratio = min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
+        exposed += max(times[1] * ratio, times[1] - st.fwd)
+    return link, exposed, nbytes
+
+
+def _pp_exposed(job: Job, wl: Workload, costs: Costs) -> tuple[float, float, float]:
+    """(link time, exposed time, bytes) of pipeline sends for one step on the busiest rank."""
+    p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
+    if p == 1:
+        return 0.0, 0.0, 0.0
+    t_send = costs.collective(wl.pp_send)
+    sends = 2 * v * m  # each micro-batch: forward activation and backward gradient, per model chunk
+    fill = 2 * (p - 1) * t_send  # the first forward and the last backward cross every boundary in turn
+    exposed = fill if job.plan.overlap.pp else fill + sends * t_send
+    return sends * t_send, exposed, sends * costs.sent_bytes(wl.pp_send)
+
+
+def model_flops_per_gpu_step(job: Job, wl: Workload) -> float:
+    return wl.model_flop_per_step / job.cluster.num_gpus
+
+
+def recompute_model_flops(job: Job, wl: Workload) -> float:
+    """Extra model FLOPs of recomputation, whole step (Narayanan 2021 eq. 3's fourth forward)."""
+    mode = job.plan.recompute
+    if mode == "none":
+        return 0.0
+    m, tr = job.model, job.training
+    tokens = tr.global_batch * tr.seq_len
+    if mode == "full":
+        head = 2 * m.hidden * m.vocab
+        return (wl.model_flop_per_step / 3) - head * tokens
+    return 4 * tr.seq_len * m.hidden * m.layers * tokens  # attention scores + context, forward once more
+
+
+def estimate(job: Job) -> Breakdown:
+    """Predict one training step of ``job`` (analytical schedule)."""
+    wl = build_workload(job)
+    costs = Costs(job)
+    stages = stage_times(job, wl, costs)
+    p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
+    slow = max(stages, key=lambda s: s.total)
+    t_avg = sum(s.total for s in stages) / len(stages)
+    bubble = (p - 1) / v * t_avg if p > 1 else 0.0
+    pp_link, pp_exp, pp_bytes = _pp_exposed(job, wl, costs)
+    dp_link, dp_exp, dp_bytes = _dp_exposed(job, wl, costs, slow)
+    optimizer = costs.compute(wl.optimizer)
+    parts = {
+        "compute": m * slow.compute,
+        "recompute": m * slow.recompute,
+        "tp_exposed": m * slow.tp_exposed,
+        "cp_exposed": m * slow.cp_exposed,
+        "pp_bubble": bubble,
+        "pp_exposed": pp_exp,
+        "dp_exposed": dp_exp,
+        "optimizer": optimizer,
+    }
+    step = sum(parts.values())
+    comm_time = {
+        "tp": m * slow.link.comm.get("tp", 0.0),
+        "cp": m * slow.link.comm.get("cp", 0.0),
+        "pp": pp_link,
+        "dp": dp_link,
+    }
+    comm_bytes = {
+        "tp": m * slow.link.comm_bytes.get("tp", 0.0),
+        "cp": m * slow.link.comm_bytes.get("cp", 0.0),
+        "pp": pp_bytes,
+        "dp": dp_bytes,
+    }
+    exposed = parts["tp_exposed"] + parts["cp_exposed"] + parts["pp_exposed"] + parts["dp_exposed"]
+    total_comm = sum(comm_time.values())
+    busy = parts["compute"] + parts["recompute"]
+    tr, c = job.training, job.cluster
+    tokens = tr.global_batch * tr.seq_len
+    peak = c.gpu.peak_flops(tr.precision)
+    model_flops = model_flops_per_gpu_step(job, wl) / step
+    hw_flops = model_flops + recompute_model_flops(job, wl) / c.num_gpus / step
+    mem = memory(job)
+    tokens_per_s = tokens / step
+    return Breakdown(
+        step_time_s=step,
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / c.num_gpus,
+        tflops_per_gpu=model_flops / TFLOPS,
+        mfu=model_flops / peak,
+        hfu=hw_flops / peak,
+        comm_tax=exposed / step,
+        comm_share=total_comm / (total_comm + busy) if total_comm + busy > 0 else 0.0,
+        breakdown_s=parts,
+        comm_bytes_per_gpu=comm_bytes,
+        comm_time_s=comm_time,
+        memory_gib_per_gpu=mem.gib(),
+        fits=mem.total <= c.gpu.mem_GiB * GiB,
+        days_to_train=(tr.tokens / tokens_per_s / SECONDS_PER_DAY) if tr.tokens else None,
+    )

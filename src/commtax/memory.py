@@ -1,0 +1,106 @@
+"""Per-GPU memory of the busiest pipeline stage (the first: it holds the most in-flight micro-batches).
+
+Model states follow ZeRO (Rajbhandari et al. 2020, §3.1): mixed-precision Adam keeps 2 B of
+bf16/fp16 weights, 2 B of gradients (4 B when reduced in fp32) and 12 B of fp32 master
+weights + Adam moments per parameter; ZeRO stage 1/2/3 shards optimizer / + gradients /
++ weights over the data-parallel (× context-parallel) group. Activations follow Korthikanti
+et al. 2022, eq. 1-2 and Table 2, generalised to GQA and gated MLPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commtax.spec import Job
+from commtax.units import GiB
+from commtax.workload import grad_bytes_per_param, params_per_gpu
+
+WEIGHT_BYTES = 2.0  # bf16/fp16 weights
+OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam m and v
+FRAMEWORK_RESERVE_GiB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation (typical 2-4 GiB on H100)
+
+
+@dataclass(frozen=True)
+class Memory:
+    weights: float  # bytes
+    grads: float
+    optimizer: float
+    activations: float
+    reserve: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations + self.reserve
+
+    def gib(self) -> dict[str, float]:
+        return {
+            "weights": self.weights / GiB,
+            "grads": self.grads / GiB,
+            "optimizer": self.optimizer / GiB,
+            "activations": self.activations / GiB,
+            "reserve": self.reserve / GiB,
+            "total": self.total / GiB,
+        }
+
+
+def layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
+    """Bytes one layer keeps for backward, one micro-batch, one GPU (Korthikanti 2022 §4, 16-bit activations).
+
+    Attention block 2sbh (QKV input) + 2sbh (Q) + 4sb·g·d (K, V) + 2sbh (proj input) + sbh (dropout mask);
+    MLP 2sbh (input) + 4sbf gated / 2sbf (activation input) + 2sbf (down input) + sbh (mask); norms 4sbh;
+    + 5·a·s²·b for unfused attention without selective recompute. TP shards all but 10sbh unless SP.
+    """
+    m, p, tr = job.model, job.plan, job.training
+    b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
+    h, f, gd = m.hidden, m.ffn, m.kv_heads_ * m.head_dim
+    recompute = recompute or p.recompute
+    if recompute == "full":
+        return 2.0 * s * b * h / (t if p.sequence_parallel else 1)  # only each layer's input is kept
+    replicated = 10.0 * s * b * h  # norm inputs 4, QKV input 2, MLP input 2, dropout masks 2
+    sharded = (2 + 2) * s * b * h + 4.0 * s * b * gd + (6 if m.gated_mlp else 4) * s * b * f
+    scores = 0.0
+    if not p.flash_attention and recompute == "none":
+        scores = 5.0 * m.heads * s * tr.seq_len * b
+    if p.sequence_parallel:
+        return (replicated + sharded + scores) / t
+    return replicated + (sharded + scores) / t
+
+
+def in_flight_micro_batches(job: Job) -> float:
+    """Micro-batches whose activations the first stage holds at peak.
+
+    1F1B: p (Narayanan 2021 §2.2.1); interleaved: p·(1 + (p-1)/(p·v)) (Korthikanti §4.2.3); GPipe: all m.
+    """
+    p, m = job.plan, job.micro_batches
+    if p.pp == 1:
+        return 1.0
+    if p.schedule == "gpipe":
+        return float(m)
+    return min(float(m), p.pp * (1 + (p.pp - 1) / (p.pp * p.vp)) if p.vp > 1 else float(p.pp))
+
+
+def activation_bytes(job: Job) -> float:
+    m, p, tr = job.model, job.plan, job.training
+    layers = m.layers // p.pp
+    acts = layers * layer_activation_bytes(job) * in_flight_micro_batches(job)
+    tokens = p.micro_batch * tr.seq_len // p.cp
+    if p.recompute == "full":
+        # the layer being recomputed materialises its full activations once
+        acts += layer_activation_bytes(job, recompute="none")
+    # embedding output of the first stage and fp32 logits of the last (pp == 1: both)
+    acts += 2.0 * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
+    if p.pp == 1:
+        acts += 4.0 * tokens * m.vocab / p.tp
+    return acts
+
+
+def memory(job: Job) -> Memory:
+    p = job.plan
+    params = params_per_gpu(job)
+    stage = params["layers"] + (max(params["embed"], params["head"]) if p.pp > 1 else params["embed"] + params["head"])
+    shard = job.dp * p.cp
+    g_bytes = max(2.0, grad_bytes_per_param(job))  # gradients are kept at ≥ 16 bits even if sent compressed
+    weights = WEIGHT_BYTES * stage / (shard if p.zero >= 3 else 1)
+    grads = g_bytes * stage / (shard if p.zero >= 2 else 1)
+    optimizer = OPTIMIZER_BYTES * stage / (shard if p.zero >= 1 else 1)
+    return Memory(weights, grads, optimizer, activation_bytes(job), FRAMEWORK_RESERVE_GiB * GiB)
