@@ -36,10 +36,20 @@ class Placement:
     inter: Level | None  # this GPU's share of its node's NICs; None when the group fits a node
     nvls: bool = False  # NVLink SHARP (in-switch reduction) available inside a node
     nvls_bw_bytes_per_s: float = 0.0  # effective per-GPU rate of an NVLS all-reduce
+    rails: int | None = None  # NIC rails a ring spreads its node crossings over (default: per_node)
 
     @property
     def nodes(self) -> int:
         return max(1, self.n // max(1, self.per_node))
+
+    @property
+    def rails_(self) -> int:
+        return self.per_node if self.rails is None else max(1, min(self.rails, self.per_node))
+
+    @property
+    def node_inter_bw(self) -> float:
+        """Rate at which the group's members on one node together cross the network: r · B_inter."""
+        return self.rails_ * self.inter.bw_bytes_per_s if self.inter is not None else float("inf")
 
     @property
     def spans_nodes(self) -> bool:
@@ -71,11 +81,11 @@ def _ring_bottleneck(p: Placement) -> tuple[float, float, str]:
 
     NCCL builds one ring per NIC rail; each ring leaves a node once, so the node's k ring
     members together push at k × (per-GPU NIC share) while NVLink carries the rest:
-    rate = min(B_intra, k · B_inter).
+    rate = min(B_intra, r · B_inter) with r = k rails (``Placement.rails`` may say fewer).
     """
     if not p.spans_nodes or p.inter is None:
         return p.intra.bw_bytes_per_s, p.intra.latency_s, "intra"
-    inter_rate = p.per_node * p.inter.bw_bytes_per_s
+    inter_rate = p.node_inter_bw
     latency = max(p.intra.latency_s, p.inter.latency_s)
     if inter_rate < p.intra.bw_bytes_per_s:
         return inter_rate, latency, "inter"
@@ -102,7 +112,7 @@ def tree_time(op: str, S: float, p: Placement) -> tuple[float, str]:
     depth = math.ceil(math.log2(p.n))
     if p.spans_nodes and p.inter is not None:
         # one tree edge per node crosses the network, carried by the node's k GPUs in parallel (one per rail)
-        B = min(p.intra.bw_bytes_per_s, p.per_node * p.inter.bw_bytes_per_s)
+        B = min(p.intra.bw_bytes_per_s, p.node_inter_bw)
         alpha = p.inter.latency_s
         level = "inter" if B < p.intra.bw_bytes_per_s else "intra"
     else:
@@ -118,10 +128,11 @@ def _halving_steps(S: float, p: Placement) -> tuple[float, str]:
     for i in range(1, steps + 1):
         distance = p.n >> i
         crosses = p.spans_nodes and distance >= p.per_node and p.inter is not None
-        lvl = p.inter if crosses else p.intra
-        total += lvl.latency_s + (S / 2**i) / lvl.bw_bytes_per_s
-        if crosses:
+        if crosses:  # all k members of a node exchange S/2^i at once over the node's rails
+            total += p.inter.latency_s + p.per_node * (S / 2**i) / p.node_inter_bw
             worst = "inter"
+        else:
+            total += p.intra.latency_s + (S / 2**i) / p.intra.bw_bytes_per_s
     return total, worst
 
 
@@ -140,19 +151,20 @@ def recursive_doubling_time(op: str, S: float, p: Placement) -> tuple[float, str
 def hierarchical_time(op: str, S: float, p: Placement) -> tuple[float, str]:
     """Intra-node reduce-scatter → inter-node all-reduce of S/k per rail → intra-node all-gather.
 
-    all_reduce: 2·[(k-1)α_i + (k-1)/k·S/B_i] + 2(N-1)α_o + 2(N-1)/N·(S/k)/B_o  (k GPUs per node, N nodes).
+    all_reduce: 2·[(k-1)α_i + (k-1)/k·S/B_i] + 2(N-1)α_o + 2(N-1)/N·S/(r·B_o)  (k GPUs per node, N nodes,
+    r rails: with r = k each GPU moves its S/k shard over its own NIC share B_o).
     """
     if not p.spans_nodes or p.inter is None:
         raise ValueError("hierarchical needs a group that spans nodes")
     k, N = p.per_node, p.nodes
     Bi, ai = p.intra.bw_bytes_per_s, p.intra.latency_s
-    Bo, ao = p.inter.bw_bytes_per_s, p.inter.latency_s
+    node_rate, ao = p.node_inter_bw, p.inter.latency_s  # the node's k shards of S/k share its rails
     intra_half = (k - 1) * ai + (k - 1) / k * S / Bi
     if op == "all_reduce":
-        inter = 2 * (N - 1) * ao + 2 * (N - 1) / N * (S / k) / Bo
+        inter = 2 * (N - 1) * ao + 2 * (N - 1) / N * S / node_rate
         return 2 * intra_half + inter, "inter" if inter > 2 * intra_half else "intra"
     if op in ("all_gather", "reduce_scatter"):
-        inter = (N - 1) * ao + (N - 1) / N * (S / k) / Bo
+        inter = (N - 1) * ao + (N - 1) / N * S / node_rate
         # all_gather: inter-node gather of each rail's shard, then intra-node gather of the rest
         return intra_half + inter, "inter" if inter > intra_half else "intra"
     raise ValueError(f"hierarchical has no {op}")
@@ -166,12 +178,12 @@ def nvls_time(op: str, S: float, p: Placement) -> tuple[float, str]:
 
 
 def all_to_all_time(S: float, p: Placement) -> tuple[float, str]:
-    """Pairwise exchange: each GPU keeps 1/n, sends (k-1)/n·S over NVLink and (n-k)/n·S over its NIC share."""
+    """Pairwise exchange: each GPU keeps 1/n, sends (k-1)/n·S over NVLink; the node's k GPUs send k(n-k)/n·S over its rails."""
     n, k = p.n, min(p.per_node, p.n)
     intra = (k - 1) / n * S / p.intra.bw_bytes_per_s
     if not p.spans_nodes or p.inter is None:
         return (n - 1) * p.intra.latency_s + intra, "intra"
-    inter = (n - k) / n * S / p.inter.bw_bytes_per_s
+    inter = k * (n - k) / n * S / p.node_inter_bw
     return (n - 1) * p.inter.latency_s + max(intra, inter), "inter" if inter >= intra else "intra"
 
 

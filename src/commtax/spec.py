@@ -206,7 +206,18 @@ class Overlap(_Spec):
     cp: bool = Field(default=True, description="ring-attention K/V exchange overlaps attention compute")
 
 
+Generation = Literal["legacy", "current"]
+
+
 class Plan(_Spec):
+    generation: Generation = Field(
+        default="current",
+        description=(
+            "software generation, the defaults of flash_attention and overlap.dp: 'current' = Megatron-Core, NeMo, "
+            "torchtitan, FSDP (2023-): fused flash attention, DP reduction overlapped with backward; 'legacy' = "
+            "Megatron-LM / DeepSpeed of 2020-22: attention scores materialised, DP reduction after backward"
+        ),
+    )
     tp: int = Field(default=1, gt=0, le=4096)
     pp: int = Field(default=1, gt=0, le=4096)
     dp: int | None = Field(default=None, gt=0)
@@ -220,6 +231,18 @@ class Plan(_Spec):
     overlap: Overlap = Field(default_factory=Overlap)
     grad_comm_dtype: CommDtype = "bf16"
     flash_attention: bool = Field(default=True, description="fused attention: the s×s scores never reach memory")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _generation_defaults(cls, data: Any) -> Any:
+        """Legacy software changes the defaults only; fields the user sets win."""
+        if isinstance(data, dict) and data.get("generation") == "legacy":
+            data = dict(data)
+            data.setdefault("flash_attention", False)
+            overlap = data.get("overlap") or {}
+            if isinstance(overlap, dict):
+                data["overlap"] = {"dp": False, **overlap}
+        return data
 
 
 class Training(_Spec):

@@ -8,6 +8,7 @@ predict busbw with the row's algorithm. One model for every row: no per-row cons
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,22 @@ def _cluster_raw(row: dict) -> dict:
     }
 
 
+LEGACY_BEFORE_YEAR = 2023  # Megatron-LM gained flash attention and overlapped DP reduction in 2023 (core_r0.x)
+
+
+def generation_of(row: dict) -> tuple[str, str]:
+    """Software generation of a published run: a ``generation`` column, else the year its source cites first."""
+    explicit = (row.get("generation") or "").strip()
+    if explicit:
+        return explicit, "generation column"
+    m = re.search(r"\b(19|20)\d\d\b", row.get("source") or "")
+    if m is None:
+        return "current", "no year in source"
+    year = int(m.group(0))
+    gen = "legacy" if year < LEGACY_BEFORE_YEAR else "current"
+    return gen, f"source year {year}"
+
+
 def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
     """A CSV row -> (resolved job mapping without plan, fixed plan fields, free plan fields)."""
     model = {
@@ -115,7 +132,7 @@ def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
         "precision": (row.get("precision") or "bf16").strip(),
     }
     raw = {"model": model, "cluster": resolve_cluster(_cluster_raw(row), catalog), "training": training}
-    fixed: dict[str, Any] = {}
+    fixed: dict[str, Any] = {"generation": generation_of(row)[0]}
     free: list[str] = []
     for col in PLAN_COLUMNS:
         if col not in row:
@@ -141,7 +158,13 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
         return RowResult(rid, measured, None, None, reason="no plan over the empty fields is valid and fits memory")
     pred = choice.breakdown.tokens_per_s_per_gpu
     b = choice.breakdown
-    extra = {"mfu": round(b.mfu, 4), "comm_tax": round(b.comm_tax, 4), "step_time_s": round(b.step_time_s, 4)}
+    gen, why = generation_of(row)
+    extra = {
+        "mfu": round(b.mfu, 4),
+        "comm_tax": round(b.comm_tax, 4),
+        "step_time_s": round(b.step_time_s, 4),
+        "generation": f"{gen} ({why})",
+    }
     err = error_pct(pred, measured) if measured else None
     return RowResult(rid, measured, pred, err, chosen=choice.chosen, extra=extra)
 
