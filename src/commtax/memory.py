@@ -44,11 +44,13 @@ class Memory:
 
 
 def layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
-    """Bytes one layer keeps for backward, one micro-batch, one GPU (Korthikanti 2022 §4, 16-bit activations).
+    """Bytes one layer keeps for backward, one micro-batch, one GPU (Korthikanti 2022 §4, generalised).
 
-    Attention block 2sbh (QKV input) + 2sbh (Q) + 4sb·g·d (K, V) + 2sbh (proj input) + sbh (dropout mask);
-    MLP 2sbh (input) + 4sbf gated / 2sbf (activation input) + 2sbf (down input) + sbh (mask); norms 4sbh;
-    + 5·a·s²·b for unfused attention without selective recompute. TP shards all but 10sbh unless SP.
+    Norm inputs 4sbh; GEMM inputs (QKV, projection, MLP up, MLP down) at 2 B, or 1 B under fp8 where
+    Transformer Engine saves the fp8 cast; Q 2sbh and K, V 4sb·g·d for attention; the activation input
+    2sb·f_up; dropout masks sbh ×2 when dropout is on; + 5·a·s²·b for unfused attention without selective
+    recompute. TP shards all but the norm inputs, QKV and MLP inputs and masks, unless SP shards those too.
+    MHA, f = 4h, bf16, dropout: 10sbh + 24sbh/t (+5as²b/t), Korthikanti eq. 2.
     """
     m, p, tr = job.model, job.plan, job.training
     b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
@@ -56,11 +58,14 @@ def layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
     recompute = recompute or p.recompute
     if recompute == "full":
         return 2.0 * s * b * h / (t if p.sequence_parallel else 1)  # only each layer's input is kept
-    replicated = 10.0 * s * b * h  # norm inputs 4, QKV input 2, MLP input 2, dropout masks 2
-    sharded = (2 + 2) * s * b * h + 4.0 * s * b * gd + (6 if m.gated_mlp else 4) * s * b * f
+    gemm_in = 1.0 if tr.precision == "fp8" else 2.0
+    masks = 2.0 if job.dropout else 0.0
+    replicated = (4 + 2 * gemm_in + masks) * s * b * h  # norm inputs, QKV and MLP inputs, dropout masks
+    f_up = (2 if m.gated_mlp else 1) * f
+    sharded = (2 + gemm_in) * s * b * h + 4.0 * s * b * gd + 2.0 * s * b * f_up + gemm_in * s * b * f
     scores = 0.0
     if not p.flash_attention and recompute == "none":
-        scores = 5.0 * m.heads * s * tr.seq_len * b
+        scores = (5.0 if job.dropout else 2.0) * m.heads * s * tr.seq_len * b
     if p.sequence_parallel:
         return (replicated + sharded + scores) / t
     return replicated + (sharded + scores) / t

@@ -250,6 +250,9 @@ class Training(_Spec):
     global_batch: int = Field(gt=0, le=100_000_000, description="sequences per optimizer step")
     precision: Precision = "bf16"
     tokens: float | None = Field(default=None, gt=0, description="training tokens, for days-to-train")
+    dropout: bool | None = Field(
+        default=None, description="hidden/attention dropout on (default: on for legacy software, off for current)"
+    )
 
 
 class Job(_Spec):
@@ -295,6 +298,12 @@ class Job(_Spec):
     @property
     def dp(self) -> int:
         return self.cluster.num_gpus // (self.plan.tp * self.plan.pp * self.plan.cp)
+
+    @property
+    def dropout(self) -> bool:
+        if self.training.dropout is not None:
+            return self.training.dropout
+        return self.plan.generation == "legacy"
 
     @property
     def micro_batches(self) -> int:

@@ -159,14 +159,18 @@ def _elementwise_bytes(job: Job, act_bytes: float) -> dict[str, float]:
     # norms, dropout and residual adds are replicated on each TP rank unless sequence-parallel
     bsh_rep = bsh / t if p.sequence_parallel else bsh
     bsf = b * s * m.ffn / t
+    # residual add: read 2, write 1; fused dropout adds a mask write (bias-dropout-add, Megatron)
+    residual = (3 * act_bytes + (1 if job.dropout else 0)) * bsh_rep
     out = {
         "norms": 2 * 2 * bsh_rep * act_bytes,  # 2 norms: read x, write y
-        "residual_dropout": 2 * 4 * bsh_rep * act_bytes,  # 2× (read 2 inputs + mask, write 1)
+        "residual": 2 * residual,
         "activation": (3 if m.gated_mlp else 2) * bsf * act_bytes,  # SwiGLU reads 2 writes 1; GeLU reads 1 writes 1
     }
     if not p.flash_attention:
-        # unfused attention writes the b·(a/t)·s² scores: GEMM out 2 B, softmax r/w 4 B, dropout r/w+mask 5 B, read by PV 2 B
-        out["attn_scores"] = 13.0 * b * (m.heads / t) * s * tr.seq_len
+        # unfused attention writes the b·(a/t)·s² scores: GEMM out 2 B, softmax r/w 4 B, read by PV 2 B;
+        # attention dropout adds r/w + mask 5 B (Megatron's fused scale-mask-softmax, then dropout)
+        per_elem = 8.0 + (5.0 if job.dropout else 0.0)
+        out["attn_scores"] = per_elem * b * (m.heads / t) * s * tr.seq_len
     return out
 
 

@@ -1,0 +1,179 @@
+"""A tiny deterministic discrete-event core: in-order streams, task dependencies, shared channels.
+
+A *task* runs for a fixed ``duration_s`` on one *stream*. A stream runs its tasks one at a
+time in the order they were added (as a CUDA stream does). A task starts when it is the head
+of its stream, the stream is idle, all its dependencies have finished and, if it names a
+*channel* (a shared wire, e.g. one GPU's NIC used by its DP and PP streams), the channel is
+free. Waiting tasks get a channel in (ready time, priority, sequence) order.
+
+Events are finish times kept in a heap of ``(time_s, priority, sequence, task)`` (SimPy's
+ordering), so a run is reproducible to the bit. Each task records its *cause*: the task whose
+finish let it start (its last dependency, its stream predecessor, or the channel holder), which
+makes the critical path a walk over ``cause`` links.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Iterable
+
+
+class SimError(ValueError):
+    """A malformed task graph: negative duration, a dangling dependency, or a deadlock."""
+
+
+@dataclass(slots=True)
+class Stream:
+    """One in-order queue of work on one device (``device`` is the trace process, ``name`` its thread)."""
+
+    id: int
+    device: int
+    name: str
+    tasks: list[int] = field(default_factory=list)
+    head: int = 0  # index in ``tasks`` of the next task to start
+    busy: bool = False
+
+
+@dataclass(slots=True)
+class Task:
+    id: int
+    name: str
+    stream: int
+    duration_s: float
+    deps: tuple[int, ...]
+    kind: str  # what the time is: compute | recompute | optimizer | tp | cp | pp | dp
+    priority: int = 0
+    channel: int | None = None
+    meta: tuple = ()  # free-form (stage, micro-batch, chunk, phase, bytes) for traces
+    succ: list[int] = field(default_factory=list)
+    waiting: int = 0  # unfinished dependencies
+    ready_s: float = -1.0  # when it first could start, but for its channel
+    start_s: float = -1.0
+    end_s: float = -1.0
+    cause: int | None = None
+
+
+class Sim:
+    """Build a task graph with ``stream`` and ``task``, then ``run`` it once."""
+
+    def __init__(self) -> None:
+        self.streams: list[Stream] = []
+        self.tasks: list[Task] = []
+        self.channel_names: list[str] = []
+        self.events = 0
+        self._ran = False
+
+    # ------------------------------------------------------------------ construction
+    def stream(self, device: int, name: str) -> int:
+        s = Stream(len(self.streams), device, name)
+        self.streams.append(s)
+        return s.id
+
+    def channel(self, name: str) -> int:
+        self.channel_names.append(name)
+        return len(self.channel_names) - 1
+
+    def task(
+        self,
+        name: str,
+        stream: int,
+        duration_s: float,
+        deps: Iterable[int | None] = (),
+        kind: str = "compute",
+        priority: int = 0,
+        channel: int | None = None,
+        meta: tuple = (),
+    ) -> int:
+        """Add a task after every task already on ``stream``; returns its id. ``None`` deps are skipped."""
+        if not duration_s >= 0.0:  # also rejects NaN
+            raise SimError(f"task {name!r}: duration must be ≥ 0 s, got {duration_s}")
+        tid = len(self.tasks)
+        d = tuple(x for x in deps if x is not None)
+        for x in d:
+            if not 0 <= x < tid:
+                raise SimError(f"task {name!r}: dependency {x} does not exist (tasks 0..{tid - 1})")
+        if not 0 <= stream < len(self.streams):
+            raise SimError(f"task {name!r}: stream {stream} does not exist")
+        if channel is not None and not 0 <= channel < len(self.channel_names):
+            raise SimError(f"task {name!r}: channel {channel} does not exist")
+        t = Task(tid, name, stream, float(duration_s), d, kind, priority, channel, meta)
+        t.waiting = len(set(d))
+        for x in set(d):
+            self.tasks[x].succ.append(tid)
+        self.tasks.append(t)
+        self.streams[stream].tasks.append(tid)
+        return tid
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> float:
+        """Run to completion; returns the makespan in seconds. Raises SimError on a deadlock."""
+        if self._ran:
+            raise SimError("a Sim runs once; build a new one")
+        self._ran = True
+        tasks, streams = self.tasks, self.streams
+        heap: list[tuple[float, int, int, int]] = []
+        chan_busy = [False] * len(self.channel_names)
+        chan_wait: list[list[tuple[float, int, int]]] = [[] for _ in self.channel_names]
+        seq = 0
+
+        def start(t: Task, now: float, cause: int | None) -> None:
+            nonlocal seq
+            t.start_s, t.cause = now, cause
+            seq += 1
+            heapq.heappush(heap, (now + t.duration_s, t.priority, seq, t.id))
+
+        def try_stream(s: Stream, now: float, cause: int | None) -> None:
+            if s.busy or s.head >= len(s.tasks):
+                return
+            t = tasks[s.tasks[s.head]]
+            if t.waiting:
+                return
+            s.busy = True
+            t.ready_s = now
+            if t.channel is not None:
+                if chan_busy[t.channel]:
+                    heapq.heappush(chan_wait[t.channel], (now, t.priority, t.id))
+                    return
+                chan_busy[t.channel] = True
+            start(t, now, cause)
+
+        for s in streams:
+            try_stream(s, 0.0, None)
+        now = 0.0
+        events = 0
+        while heap:
+            now, _, _, tid = heapq.heappop(heap)
+            events += 1
+            t = tasks[tid]
+            t.end_s = now
+            s = streams[t.stream]
+            s.busy = False
+            s.head += 1
+            if t.channel is not None:
+                waiters = chan_wait[t.channel]
+                if waiters:
+                    _, _, nxt = heapq.heappop(waiters)
+                    start(tasks[nxt], now, tid)
+                else:
+                    chan_busy[t.channel] = False
+            for x in t.succ:
+                u = tasks[x]
+                u.waiting -= 1
+                if not u.waiting:
+                    try_stream(streams[u.stream], now, tid)
+            try_stream(s, now, tid)
+        self.events = events
+        if events != len(tasks):
+            stuck = next(tasks[s.tasks[s.head]] for s in streams if s.head < len(s.tasks))
+            raise SimError(
+                f"deadlock: {len(tasks) - events} of {len(tasks)} tasks never ran; "
+                f"first stuck: {stuck.name!r} on stream {streams[stuck.stream].name!r} of device "
+                f"{streams[stuck.stream].device}"
+            )
+        return now
+
+    def trace(self) -> list[tuple[str, int, float]]:
+        """(name, device, start_s) of every task in start order: for exact-trace tests."""
+        order = sorted(self.tasks, key=lambda t: (t.start_s, t.id))
+        return [(t.name, self.streams[t.stream].device, t.start_s) for t in order]
