@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import os
 import signal
 from collections import Counter
@@ -234,14 +235,20 @@ class _MemoCosts(Costs):
     def __init__(self, job: Job):
         super().__init__(job)
         self._phase: dict[Any, Any] = {}
+        self._by_id: dict[int, tuple[Any, Any]] = {}
         self._coll: dict[Any, float] = {}
 
     def phase(self, ph):  # type: ignore[override]
+        # by identity first (the same Phase object recurs in every stage of a workload), then by content
+        hit = self._by_id.get(id(ph))
+        if hit is not None and hit[0] is ph:
+            return hit[1]
         try:
-            return self._phase[ph]
+            v = self._phase[ph]
         except KeyError:
             v = self._phase[ph] = super().phase(ph)
-            return v
+        self._by_id[id(ph)] = (ph, v)  # holding ph keeps its id from being reused
+        return v
 
     def collective(self, c):  # type: ignore[override]
         try:
@@ -257,12 +264,8 @@ def _copy(job: Job, **changes: Any) -> Job:
 
 
 def _reason(msg: str) -> str:
-    """Group validator messages: the text before the first parenthesised number."""
-    head = msg.split(":", 1)[-1].strip()
-    for cut in ("(", " = "):
-        if cut in head:
-            head = head.split(cut, 1)[0]
-    return head.strip() or msg
+    """Group validator messages by their text with the numbers taken out."""
+    return re.sub(r"\d+", "n", msg).strip()
 
 
 @dataclass
