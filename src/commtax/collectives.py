@@ -171,10 +171,14 @@ def hierarchical_time(op: str, S: float, p: Placement) -> tuple[float, str]:
 
 
 def nvls_time(op: str, S: float, p: Placement) -> tuple[float, str]:
-    """NVLink SHARP all_reduce: each GPU sends S into the switch and reads the reduced S back: 2α + S/B_nvls."""
+    """NVLink SHARP all_reduce: each GPU pushes S into the switch and reads the reduced S back: n·α + S/B_nvls.
+
+    Each of the n GPUs reduces (multimem.ld_reduce) and multicasts its 1/n slice in turn, so the pipeline
+    fills over n steps; fits the published 8×H200 sweep (~100 µs above the bandwidth term at 64 MiB-1 GiB).
+    """
     if op != "all_reduce" or not p.nvls or p.spans_nodes or p.nvls_bw_bytes_per_s <= 0:
         raise ValueError("nvls needs an all_reduce inside one NVLink-SHARP domain")
-    return 2 * p.intra.latency_s + S / p.nvls_bw_bytes_per_s, "intra"
+    return p.n * p.intra.latency_s + S / p.nvls_bw_bytes_per_s, "intra"
 
 
 def all_to_all_time(S: float, p: Placement) -> tuple[float, str]:
@@ -218,10 +222,36 @@ def applicable_algorithms(op: str, p: Placement) -> list[str]:
     return out
 
 
+# NCCL's low-latency (LL) protocol: 8-byte stores carrying 4 bytes of data and a 4-byte flag, so half the
+# bandwidth, but per-hop latency of the link itself (NCCL src/graph/tuning.cc: baseLat 6.6 µs for ring LL,
+# hwLat 0.6 µs per NVLink hop, 2.7 µs per network hop). Bulk transfers use the Simple protocol, whose
+# per-step α is the catalog's ``latency_us``.
+LL_BANDWIDTH_FRACTION = 0.5
+# + a launch floor: CUDA kernel launch and NCCL host-side enqueue; both published 8-GPU sweeps bottom out at
+# ~40 µs for a 32 KiB all_reduce (stas00/ml-engineering, nccl-tests on A100 and torch on H200)
+LL_BASE_S = 6.6e-6 + 25e-6
+LL_HOP_S = {"intra": 0.6e-6, "inter": 2.7e-6}
+
+
+def low_latency(p: Placement) -> Placement:
+    """The same placement as the LL protocol sees it: half the bandwidth, the link's own hop latency."""
+
+    def ll(level: Level | None) -> Level | None:
+        if level is None:
+            return None
+        return Level(level.name, level.bw_bytes_per_s * LL_BANDWIDTH_FRACTION, LL_HOP_S.get(level.name, 0.6e-6))
+
+    return Placement(p.n, p.per_node, ll(p.intra), ll(p.inter), False, 0.0, p.rails)
+
+
 def collective_cost(
     op: str, message_bytes: float, placement: Placement, algorithm: str | None = None
 ) -> CollectiveCost:
-    """Time of one collective; ``algorithm=None`` picks the fastest applicable one, as NCCL's tuner does."""
+    """Time of one collective; ``algorithm=None`` picks the fastest applicable one, as NCCL's tuner does.
+
+    Each algorithm is timed under the Simple and the LL protocol and the faster is taken (NCCL's tuner
+    makes the same choice per size).
+    """
     if op not in OPS:
         raise ValueError(f"unknown collective op {op!r}; choose one of {', '.join(OPS)}")
     if message_bytes < 0:
@@ -240,8 +270,11 @@ def collective_cost(
         if algorithm and algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
         best = None
+        ll = low_latency(p)
         for name in candidates:
             t_a, lvl = _ALGO_FUNCS[name](op, message_bytes, p)
+            if name != "nvls":
+                t_a = min(t_a, LL_BASE_S + _ALGO_FUNCS[name](op, message_bytes, ll)[0])
             if best is None or t_a < best[0]:
                 best = (t_a, lvl, name)
         t, level, algo = best
