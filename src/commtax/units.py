@@ -15,3 +15,30 @@ GBIT = 1e9 / 8  # one gigabit in bytes
 TFLOPS = 1e12
 
 SECONDS_PER_DAY = 86_400.0
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "kb": KB, "mb": MB, "gb": GB, "tb": TB,
+    "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB,
+    "k": KiB, "m": MiB, "g": GiB, "t": TiB,
+}
+
+
+def parse_bytes(text: str) -> float:
+    """'16MiB' -> 16·2^20, '1GB' -> 1e9, '4096' -> 4096 (decimal units are powers of 10, *iB of 2)."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", text or "")
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(f"cannot read size {text!r}: use e.g. 4096, 16MiB, 1GB, 2GiB")
+    value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    if value <= 0:
+        raise ValueError(f"size must be > 0, got {text!r}")
+    return value
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"

@@ -1,0 +1,1 @@
+"""Human-facing output: rich tables, plots (matplotlib, imported lazily) and HTML."""

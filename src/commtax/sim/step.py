@@ -1,0 +1,327 @@
+"""One training step as a task graph: the pipeline of one data-parallel replica, every stage.
+
+Each pipeline stage is one device (it stands for its TP × CP group, whose ranks run in lock
+step) with streams ``compute``, ``tp``, ``cp``, ``pp_fwd`` (sends to the next stage),
+``pp_bwd`` (gradient sends to the previous one), ``dp`` (gradient buckets, parameter
+gathers) and ``dp_rs`` (ZeRO-3 reduce-scatters). Durations come from the same workload ops
+and cost functions as ``estimate`` (``Costs.phase``, ``Costs.collective``, ``Costs.compute``);
+the simulator decides only *when* things run. Other data-parallel replicas run the same
+timeline (symmetry), so a 16K-GPU job costs what its pipeline costs.
+
+A pass (one micro-batch through one model chunk, forward or backward) is drawn as:
+  overlapped TP:   [gemm ‖ tp] → [attention ‖ cp] (if CP overlaps) → rest of compute
+  exposed TP:      compute → tp            (the compute stream waits for it)
+and backward passes start with their recompute. The last micro-batch's backward of each
+chunk is cut where a gradient bucket fills, and the bucket's reduction is launched there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from commtax.estimate import Costs, PhaseCost
+from commtax.sim.events import Sim, SimError
+from commtax.sim.schedules import Pass, by_stage, schedule
+from commtax.spec import Job
+from commtax.topology import group_placement
+from commtax.units import MiB
+from commtax.workload import Block, Collective, Compute, Workload, build_workload, grad_bytes_per_param
+
+# torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25): buckets of 25 MiB of gradients
+DDP_BUCKET_BYTES = 25 * MiB
+STREAMS = ("compute", "tp", "cp", "pp_fwd", "pp_bwd", "dp", "dp_rs")
+COMPUTE_KINDS = ("compute", "recompute", "optimizer")
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    bucket_bytes: float = DDP_BUCKET_BYTES  # gradient bucket size (bytes of gradients)
+    nic_contention: bool = True  # DP and PP traffic of a GPU share its NIC when both leave the node
+
+
+@dataclass
+class Device:
+    """One pipeline stage: its streams, and what the builder tracks while adding its passes."""
+
+    stage: int
+    streams: dict[str, int]
+    nic: int | None
+    prev: tuple[int, ...] = ()  # end of the last phase: the compute stream's next task waits for it
+    grads: list[int] = field(default_factory=list)  # gradient reductions the optimizer waits for
+    gathers: dict[int, list[int]] = field(default_factory=dict)  # ZeRO-1/2 parameter gather per chunk
+    piece_ends: list[tuple[int, ...]] = field(default_factory=list)  # ZeRO-3 prefetch looks 2 back
+    params: float = 0.0
+    bytes: dict[str, float] = field(default_factory=lambda: {"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0})
+    buckets: int = 0
+    last_bucket_bytes: float = 0.0
+    optimizer: int = -1
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One model chunk (virtual stage): its blocks in forward order and the cost of each pass."""
+
+    units: tuple[tuple[str, Block, float], ...]  # (name, block, params on this GPU), forward order
+    fwd: PhaseCost
+    bwd: PhaseCost
+    recompute: PhaseCost
+
+    @property
+    def params(self) -> float:
+        return sum(u[2] for u in self.units)
+
+
+def _sum(costs: list[PhaseCost]) -> PhaseCost:
+    out = PhaseCost()
+    for c in costs:
+        out = out + c
+    return out
+
+
+class StepBuilder:
+    """Turns a job into a ``Sim`` task graph of one step; ``build()`` then ``Sim.run()``."""
+
+    def __init__(self, job: Job, workload: Workload | None = None, options: SimOptions = SimOptions()):
+        if not options.bucket_bytes > 0:
+            raise SimError(f"bucket size must be > 0 bytes, got {options.bucket_bytes}")
+        self.job, self.options = job, options
+        self.wl = workload if workload is not None else build_workload(job)
+        self.costs = Costs(job)
+        plan = job.plan
+        self.p, self.v, self.m = plan.pp, plan.vp, self.wl.micro_batches
+        self.V = self.p * self.v
+        self.layers_per_chunk = self.wl.layers_per_stage // self.v
+        self._phase_cache: dict[tuple[int, str], PhaseCost] = {}
+        self.chunks = [self._chunk(k) for k in range(self.V)]
+        self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
+        self.send_bytes = self.costs.sent_bytes(self.wl.pp_send) if self.p > 1 else 0.0
+        self.sim = Sim()
+        self.devices: list[Device] = []
+        self._sent_fwd: dict[tuple[int, int], int] = {}
+        self._sent_bwd: dict[tuple[int, int], int] = {}
+        self._dp_cost: dict[tuple[str, float], tuple[float, float]] = {}
+        # per-parameter bytes of each DP op, from the workload's ops for its busiest stage
+        self.stage_params = [sum(self.chunks[c * self.p + s].params for c in range(self.v)) for s in range(self.p)]
+        self.max_stage_params = max(self.stage_params)
+        self.grad_bytes = grad_bytes_per_param(job)
+        self.ov = plan.overlap
+
+    # ------------------------------------------------------------------ costs
+    def _phase(self, block: Block, which: str) -> PhaseCost:
+        key = (id(block), which)
+        if key not in self._phase_cache:
+            self._phase_cache[key] = self.costs.phase(getattr(block, which))
+        return self._phase_cache[key]
+
+    def _chunk(self, k: int) -> Chunk:
+        wl, n = self.wl, self.layers_per_chunk
+        units: list[tuple[str, Block, float]] = []
+        if k == 0:
+            units.append(("embed", wl.embed, 0.0))
+        units += [("layer", wl.layer, 0.0)] * n
+        if k == self.V - 1:
+            units.append(("head", wl.head, 0.0))
+        params = wl.params_per_gpu
+        per = {"layer": params["layers"] / wl.layers_per_stage, "embed": params["embed"], "head": params["head"]}
+        units = [(name, b, per[name]) for name, b, _ in units]
+        counts: dict[str, tuple[Block, int]] = {}
+        for name, b, _ in units:
+            counts[name] = (b, counts.get(name, (b, 0))[1] + 1)
+
+        def total(which: str) -> PhaseCost:
+            return _sum([self._phase(b, which).scaled(c) for b, c in counts.values()])
+
+        return Chunk(tuple(units), total("fwd"), total("bwd"), total("recompute"))
+
+    def _dp(self, op: Collective, params: float) -> tuple[float, float]:
+        """(time, sent bytes) of a DP collective of the workload, cut to ``params`` parameters."""
+        c = Collective(op.name, op.op, op.bytes * params / self.max_stage_params, op.group)
+        key = (op.op, c.bytes)
+        if key not in self._dp_cost:
+            self._dp_cost[key] = (self.costs.collective(c), self.costs.sent_bytes(c))
+        return self._dp_cost[key]
+
+    # ------------------------------------------------------------------ graph
+    def build(self) -> Sim:
+        sim, job = self.sim, self.job
+        contention = self.options.nic_contention
+        pp_spans = self.p > 1 and group_placement(job, "pp", "send_recv").spans_nodes
+        dp_ops = self.wl.dp_step + self.wl.dp_microbatch
+        dp_spans = bool(dp_ops) and group_placement(job, "dp", dp_ops[0].op).spans_nodes
+        for s in range(self.p):
+            streams = {name: sim.stream(s, name) for name in STREAMS}
+            nic = sim.channel(f"nic{s}") if contention and pp_spans and dp_spans else None
+            self.devices.append(Device(s, streams, nic, params=self.stage_params[s]))
+        order = by_stage(schedule(job.plan.schedule, self.p, self.m, self.v), self.p)
+        self.last_bwd = {}
+        for s, passes in enumerate(order):
+            for x in passes:
+                if x.phase == "B":
+                    self.last_bwd[(s, x.chunk)] = x.mb
+        for dev in self.devices:
+            self._start_of_step(dev)
+        # add passes in an order where every dependency exists: round-robin over stages,
+        # each stage as far as its received activations / gradients allow
+        pos = [0] * self.p
+        remaining = sum(len(o) for o in order)
+        while remaining:
+            moved = 0
+            for s in range(self.p):
+                dev, passes = self.devices[s], order[s]
+                while pos[s] < len(passes) and self._add_pass(dev, passes[pos[s]]):
+                    pos[s] += 1
+                    moved += 1
+            if not moved:
+                stuck = [order[s][pos[s]] for s in range(self.p) if pos[s] < len(order[s])]
+                raise SimError(f"schedule deadlock: no stage can run its next pass ({stuck[:3]})")
+            remaining -= moved
+        for dev in self.devices:
+            self._end_of_step(dev)
+        return sim
+
+    def _start_of_step(self, dev: Device) -> None:
+        """ZeRO-1/2 with overlapped DP: this step's parameter all-gather runs under its first forwards."""
+        if len(self.wl.dp_step) < 2 or not self.ov.dp:
+            return
+        gather = self.wl.dp_step[1]
+        for c in range(self.v):
+            chunk = self.chunks[c * self.p + dev.stage]
+            dev.gathers[c] = [
+                self._dp_task(dev, "dp", "param gather", gather, n, (), (dev.stage, -1, c, "G"))
+                for n in self._buckets(chunk.params)
+            ]
+
+    def _end_of_step(self, dev: Device) -> None:
+        sim, wl = self.sim, self.wl
+        deps = list(dev.prev)
+        if wl.dp_step and not self.ov.dp:  # one reduction of all gradients after the last backward
+            deps.append(self._dp_task(dev, "dp", "grad reduce", wl.dp_step[0], dev.params, dev.prev, (dev.stage, -1, -1, "R")))
+        adam = wl.optimizer
+        op = Compute(adam.name, adam.flop, adam.bytes * dev.params / self.max_stage_params, adam.kind)
+        dev.optimizer = sim.task(
+            "optimizer", dev.streams["compute"], self.costs.compute(op), deps + dev.grads, "optimizer",
+            meta=(dev.stage, -1, -1, "O"),
+        )
+        dev.prev = (dev.optimizer,)
+        if len(wl.dp_step) > 1 and not self.ov.dp:
+            self._dp_task(dev, "dp", "param gather", wl.dp_step[1], dev.params, dev.prev, (dev.stage, -1, -1, "G"))
+
+    def _buckets(self, params: float) -> list[float]:
+        size = self.options.bucket_bytes / self.grad_bytes
+        n = max(1, math.ceil(params / size - 1e-9))
+        return [size] * (n - 1) + [params - size * (n - 1)]
+
+    def _dp_task(self, dev: Device, stream: str, name: str, op: Collective, params: float, deps, meta) -> int:
+        t, nbytes = self._dp(op, params)
+        dev.bytes["dp"] += nbytes
+        return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority=1, channel=dev.nic, meta=meta + (nbytes,))
+
+    def _phase_tasks(self, dev: Device, pc: PhaseCost, kind: str, deps: tuple[int, ...], meta: tuple) -> tuple[int, ...]:
+        """Tasks of one pass (or a piece of one); returns the tasks that end it."""
+        sim, st, ov = self.sim, dev.streams, self.ov
+        tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
+        dev.bytes["tp"] += pc.comm_bytes.get("tp", 0.0)
+        dev.bytes["cp"] += pc.comm_bytes.get("cp", 0.0)
+        rest = pc.compute
+        if tp and ov.tp:
+            g = sim.task("gemm", st["compute"], pc.gemm, deps, kind, meta=meta)
+            c = sim.task("tp", st["tp"], tp, deps, "tp", meta=meta)
+            deps, rest = (g, c), rest - pc.gemm
+        if cp and ov.cp:
+            a = sim.task("attention", st["compute"], pc.attention, deps, kind, meta=meta)
+            c = sim.task("cp", st["cp"], cp, deps, "cp", meta=meta)
+            deps, rest = (a, c), rest - pc.attention
+        if rest > 0:
+            deps = (sim.task(kind, st["compute"], max(0.0, rest), deps, kind, meta=meta),)
+        if tp and not ov.tp:
+            deps = (sim.task("tp", st["tp"], tp, deps, "tp", meta=meta),)
+        if cp and not ov.cp:
+            deps = (sim.task("cp", st["cp"], cp, deps, "cp", meta=meta),)
+        return deps
+
+    def _pieces(self, x: Pass, chunk: Chunk) -> list[tuple[float, float, list[float]]]:
+        """Cut a pass into (time fraction, params to gather before, gradient buckets to launch after)."""
+        wl, z3 = self.wl, bool(self.wl.dp_microbatch)
+        units = chunk.units if x.phase == "F" else chunk.units[::-1]
+        which = "fwd" if x.phase == "F" else "bwd"
+        weights = [self._phase(b, which).compute + (self._phase(b, "recompute").compute if which == "bwd" else 0.0)
+                   for _, b, _ in units]
+        total = sum(weights) or 1.0
+        if z3:  # FSDP unit = one block: gather its parameters before it, reduce-scatter its gradients after
+            return [(w / total, n, [n] if x.phase == "B" else []) for w, (_, _, n) in zip(weights, units)]
+        bucketed = (x.phase == "B" and wl.dp_step and self.ov.dp
+                    and self.last_bwd.get((x.stage, x.chunk)) == x.mb)
+        if not bucketed:
+            return [(1.0, 0.0, [])]
+        # buckets fill in backward order; a bucket is launched when the backward has produced its last gradient
+        buckets = self._buckets(chunk.params)
+        pieces: list[tuple[float, float, list[float]]] = []
+        t_done = 0.0
+        b, in_bucket, frac0 = 0, 0.0, 0.0
+        for w, (_, _, n) in zip(weights, units):
+            left = n
+            while b < len(buckets) and left >= buckets[b] - in_bucket - 1e-6 * buckets[b]:
+                take = buckets[b] - in_bucket
+                at = (t_done + w * ((n - left + take) / n if n else 1.0)) / total
+                pieces.append((at - frac0, 0.0, [buckets[b]]))
+                frac0, left, in_bucket, b = at, left - take, 0.0, b + 1
+            in_bucket += left
+            t_done += w
+        if b < len(buckets):
+            pieces.append((1.0 - frac0, 0.0, buckets[b:]))
+        elif frac0 < 1.0 - 1e-12:
+            pieces.append((1.0 - frac0, 0.0, []))
+        return pieces
+
+    def _add_pass(self, dev: Device, x: Pass) -> bool:
+        """Add one pass's tasks; False if what it receives has not been added yet."""
+        k = x.chunk * self.p + x.stage
+        sim, st, wl = self.sim, dev.streams, self.wl
+        if x.phase == "F":
+            recv = self._sent_fwd.pop((k - 1, x.mb), None) if k > 0 else -1
+        else:
+            recv = self._sent_bwd.pop((k + 1, x.mb), None) if k < self.V - 1 else -1
+        if recv is None:
+            return False
+        chunk = self.chunks[k]
+        meta = (x.stage, x.mb, x.chunk, x.phase)
+        deps: tuple[int, ...] = dev.prev + ((recv,) if recv >= 0 else ())
+        if x.phase == "F" and x.chunk in dev.gathers:
+            deps += tuple(dev.gathers.pop(x.chunk))
+        z3 = wl.dp_microbatch
+        for frac, gather_params, reduce_params in self._pieces(x, chunk):
+            if z3:
+                prefetch = dev.piece_ends[-2] if self.ov.dp and len(dev.piece_ends) >= 2 else (() if self.ov.dp else deps)
+                op = z3[0] if x.phase == "F" else z3[1]
+                deps += (self._dp_task(dev, "dp", "gather", op, gather_params, prefetch, meta),)
+            if x.phase == "B":
+                rc = chunk.recompute if frac == 1.0 else chunk.recompute.scaled(frac)
+                deps = self._phase_tasks(dev, rc, "recompute", deps, meta)
+            pc = (chunk.fwd if x.phase == "F" else chunk.bwd)
+            deps = self._phase_tasks(dev, pc if frac == 1.0 else pc.scaled(frac), "compute", deps, meta)
+            for n in reduce_params:
+                if z3:
+                    rs = self._dp_task(dev, "dp_rs", "reduce-scatter", z3[2], n, deps, meta)
+                    dev.grads.append(rs)
+                    if not self.ov.dp:
+                        deps += (rs,)
+                else:
+                    dev.grads.append(self._dp_task(dev, "dp", "grad bucket", wl.dp_step[0], n, deps, meta))
+                    dev.buckets += 1
+                    dev.last_bucket_bytes = n * self.grad_bytes
+            dev.piece_ends.append(deps)
+            if len(dev.piece_ends) > 2:
+                dev.piece_ends.pop(0)
+        dev.prev = deps
+        if x.phase == "F" and k < self.V - 1:
+            dev.bytes["pp"] += self.send_bytes
+            self._sent_fwd[(k, x.mb)] = sim.task(
+                "send", st["pp_fwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
+            )
+        elif x.phase == "B" and k > 0:
+            dev.bytes["pp"] += self.send_bytes
+            self._sent_bwd[(k, x.mb)] = sim.task(
+                "send", st["pp_bwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
+            )
+        return True
