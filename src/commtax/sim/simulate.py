@@ -55,24 +55,29 @@ class SimResult:
         return b["pp_bubble"] / ideal if ideal else 0.0
 
 
-def _attribute(sim: Sim, device: int, step_end: float, last_task: int) -> dict[str, float]:
+def _attribute(sim: Sim, device: int, step_end: float, last_task: int, serial: tuple[str, ...]) -> dict[str, float]:
+    """Split [0, step_end] of ``device``: its own work (compute stream, and TP/CP that the compute
+    stream waits for when they are not overlapped) by kind, its idle gaps by the chain that caused them."""
     parts = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     tasks, streams = sim.tasks, sim.streams
+    lanes = {s.id for s in streams if s.device == device and (s.name == "compute" or s.name in serial)}
+    own_key = {"compute": "compute", "recompute": "recompute", "optimizer": "optimizer",
+               "tp": "tp_exposed", "cp": "cp_exposed"}
 
     def charge_gap(g0: float, g1: float, tid: int | None) -> None:
         while tid is not None and g1 > g0:
             t = tasks[tid]
-            own = streams[t.stream].device == device
-            if own and t.kind in COMPUTE_KINDS:
+            if t.stream in lanes:
                 break
             lo = max(t.start_s, g0)
+            own = streams[t.stream].device == device
             if t.kind == "pp":
                 key = "pp_exposed"
             elif t.kind == "dp":
                 key = "dp_exposed"
-            elif own and t.kind in ("tp", "cp"):
+            elif own and t.kind in ("tp", "cp"):  # overlapped TP/CP that outlasted the compute hiding it
                 key = f"{t.kind}_exposed"
-            else:
+            else:  # another stage's work
                 key = "pp_bubble"
             parts[key] += g1 - lo
             g1 = lo
@@ -80,13 +85,13 @@ def _attribute(sim: Sim, device: int, step_end: float, last_task: int) -> dict[s
         if g1 > g0:  # a chain that began at time 0 on another stage
             parts["pp_bubble"] += g1 - g0
 
-    compute = [tasks[i] for s in streams if s.device == device and s.name == "compute" for i in s.tasks]
+    timeline = sorted((tasks[i] for sid in lanes for i in streams[sid].tasks), key=lambda t: (t.start_s, t.id))
     now = 0.0
-    for t in compute:
+    for t in timeline:
         if t.start_s > now:
             charge_gap(now, t.start_s, t.cause)
-        parts[t.kind] += t.end_s - t.start_s
-        now = t.end_s
+        parts[own_key[t.kind]] += t.end_s - t.start_s
+        now = max(now, t.end_s)
     if step_end > now:
         charge_gap(now, step_end, last_task)
     return parts
@@ -119,7 +124,9 @@ def simulate(
             if t.start_s > t.ready_s:
                 waited[t.kind] = waited.get(t.kind, 0.0) + t.start_s - t.ready_s
     crit = streams[tasks[last].stream].device
-    parts = _attribute(sim, crit, step, last)
+    ov = job.plan.overlap
+    serial = tuple(g for g, hidden in (("tp", ov.tp), ("cp", ov.cp)) if not hidden)
+    parts = _attribute(sim, crit, step, last, serial)
     dev = builder.devices[crit]
     est = estimate(job) if compare else None
     bd = _breakdown(job, builder.wl, step, parts, link[crit], dev.bytes, est)

@@ -240,39 +240,52 @@ class StepBuilder:
             deps = (sim.task("cp", st["cp"], cp, deps, "cp", meta=meta),)
         return deps
 
-    def _pieces(self, x: Pass, chunk: Chunk) -> list[tuple[float, float, list[float]]]:
-        """Cut a pass into (time fraction, params to gather before, gradient buckets to launch after)."""
-        wl, z3 = self.wl, bool(self.wl.dp_microbatch)
+    @staticmethod
+    def _cut(weights: list[float], params: list[float], buckets: list[float]) -> list[tuple[float, list[int]]]:
+        """Cut a pass where each bucket's last parameter is reached.
+
+        ``weights`` and ``params`` are the time and parameters of the pass's blocks in execution
+        order; time runs evenly over a block's parameters. Returns (width as a fraction of the
+        pass, indices of the buckets completed at the end of the piece).
+        """
+        total = sum(weights) or 1.0
+        pieces: list[tuple[float, list[int]]] = []
+        t_done, frac0, in_bucket, b = 0.0, 0.0, 0.0, 0
+        for w, n in zip(weights, params):
+            left = n
+            while b < len(buckets) and left >= buckets[b] - in_bucket - 1e-9 * buckets[b]:
+                take = buckets[b] - in_bucket
+                at = (t_done + w * ((n - left + take) / n if n else 1.0)) / total
+                if pieces and at - frac0 <= 1e-12:
+                    pieces[-1][1].append(b)
+                else:
+                    pieces.append((at - frac0, [b]))
+                frac0, left, in_bucket, b = at, left - take, 0.0, b + 1
+            in_bucket += left
+            t_done += w
+        if b < len(buckets) or frac0 < 1.0 - 1e-12:
+            pieces.append((1.0 - frac0, list(range(b, len(buckets)))))
+        return pieces
+
+    def _pieces(self, dev: Device, x: Pass, chunk: Chunk) -> list[tuple[float, tuple[int, ...], float, list[float]]]:
+        """Cut a pass into (time fraction, tasks to wait for, ZeRO-3 params to gather, gradient buckets to launch after)."""
+        wl = self.wl
         units = chunk.units if x.phase == "F" else chunk.units[::-1]
         which = "fwd" if x.phase == "F" else "bwd"
         weights = [self._phase(b, which).compute + (self._phase(b, "recompute").compute if which == "bwd" else 0.0)
                    for _, b, _ in units]
+        params = [n for _, _, n in units]
         total = sum(weights) or 1.0
-        if z3:  # FSDP unit = one block: gather its parameters before it, reduce-scatter its gradients after
-            return [(w / total, n, [n] if x.phase == "B" else []) for w, (_, _, n) in zip(weights, units)]
-        bucketed = (x.phase == "B" and wl.dp_step and self.ov.dp
-                    and self.last_bwd.get((x.stage, x.chunk)) == x.mb)
-        if not bucketed:
-            return [(1.0, 0.0, [])]
-        # buckets fill in backward order; a bucket is launched when the backward has produced its last gradient
-        buckets = self._buckets(chunk.params)
-        pieces: list[tuple[float, float, list[float]]] = []
-        t_done = 0.0
-        b, in_bucket, frac0 = 0, 0.0, 0.0
-        for w, (_, _, n) in zip(weights, units):
-            left = n
-            while b < len(buckets) and left >= buckets[b] - in_bucket - 1e-6 * buckets[b]:
-                take = buckets[b] - in_bucket
-                at = (t_done + w * ((n - left + take) / n if n else 1.0)) / total
-                pieces.append((at - frac0, 0.0, [buckets[b]]))
-                frac0, left, in_bucket, b = at, left - take, 0.0, b + 1
-            in_bucket += left
-            t_done += w
-        if b < len(buckets):
-            pieces.append((1.0 - frac0, 0.0, buckets[b:]))
-        elif frac0 < 1.0 - 1e-12:
-            pieces.append((1.0 - frac0, 0.0, []))
-        return pieces
+        if wl.dp_microbatch:  # FSDP unit = one block: gather its parameters before it, reduce-scatter its gradients after
+            return [(w / total, (), n, [n] if x.phase == "B" else []) for w, n in zip(weights, params)]
+        if x.phase == "F" and x.chunk in dev.gathers:  # first forward of the step: wait for each bucket's gather
+            gathers = dev.gathers.pop(x.chunk)
+            return [(w, tuple(gathers[i] for i in idx), 0.0, []) for w, idx in self._cut(weights, params, self._buckets(chunk.params))]
+        if x.phase == "B" and wl.dp_step and self.ov.dp and self.last_bwd.get((x.stage, x.chunk)) == x.mb:
+            # last micro-batch: a bucket's reduction is launched when backward has produced its last gradient
+            buckets = self._buckets(chunk.params)
+            return [(w, (), 0.0, [buckets[i] for i in idx]) for w, idx in self._cut(weights, params, buckets)]
+        return [(1.0, (), 0.0, [])]
 
     def _add_pass(self, dev: Device, x: Pass) -> bool:
         """Add one pass's tasks; False if what it receives has not been added yet."""
@@ -287,10 +300,9 @@ class StepBuilder:
         chunk = self.chunks[k]
         meta = (x.stage, x.mb, x.chunk, x.phase)
         deps: tuple[int, ...] = dev.prev + ((recv,) if recv >= 0 else ())
-        if x.phase == "F" and x.chunk in dev.gathers:
-            deps += tuple(dev.gathers.pop(x.chunk))
         z3 = wl.dp_microbatch
-        for frac, gather_params, reduce_params in self._pieces(x, chunk):
+        for frac, wait, gather_params, reduce_params in self._pieces(dev, x, chunk):
+            deps += wait
             if z3:
                 prefetch = dev.piece_ends[-2] if self.ov.dp and len(dev.piece_ends) >= 2 else (() if self.ov.dp else deps)
                 op = z3[0] if x.phase == "F" else z3[1]
