@@ -9,13 +9,15 @@ then stage 1's, and so on. ``chunk`` is the model chunk on the stage (virtual st
   then alternates one forward, one backward, then drains the remaining backwards.
 * Interleaved 1F1B (Narayanan et al. 2021 §2.2, Megatron-Core ``get_schedule_table``):
   micro-batches go in groups of p; within a group every chunk runs for each micro-batch
-  (chunk-major); warm-up is 2(p − s − 1) + (v − 1)·p forwards. A last group smaller than p
-  is allowed, as in Megatron-Core's ``microbatch_group_size_per_vp_stage``.
+  (chunk-major); warm-up is 2(p − s − 1) + (v − 1)·p forwards. When p does not divide m the
+  remainder joins the last group (a group smaller than p would wait on a micro-batch that has
+  not come round the ring yet: a deadlock); with m < p there is one group of m and every
+  forward runs before the first backward.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 
 class Pass(NamedTuple):
@@ -51,10 +53,11 @@ def one_f_one_b(p: int, m: int) -> Iterator[Pass]:
 
 def interleaved_order(p: int, v: int, m: int) -> list[tuple[int, int]]:
     """(micro-batch, chunk) in forward order on every stage: groups of p micro-batches, chunk-major."""
+    starts = list(range(0, m - m % p if m >= p else 1, p)) or [0]
+    bounds = starts[1:] + [m]
     order = []
-    for g in range(0, m, p):
-        group = range(g, min(g + p, m))
-        order += [(i, c) for c in range(v) for i in group]
+    for g0, g1 in zip(starts, bounds):
+        order += [(i, c) for c in range(v) for i in range(g0, g1)]
     return order
 
 
@@ -64,7 +67,7 @@ def interleaved_1f1b(p: int, v: int, m: int) -> Iterator[Pass]:
     bwd_order = [(i, v - 1 - c) for i, c in fwd_order]
     total = len(fwd_order)
     for s in range(p):
-        warmup = min(2 * (p - s - 1) + (v - 1) * p, total)
+        warmup = min(2 * (p - s - 1) + (v - 1) * p, total) if m >= p else total
         for i, c in fwd_order[:warmup]:
             yield Pass(s, i, c, "F")
         b = 0
@@ -85,8 +88,39 @@ def schedule(name: str, p: int, m: int, v: int = 1) -> Iterator[Pass]:
     raise ValueError(f"unknown pipeline schedule {name!r}; use gpipe or 1f1b")
 
 
-def by_stage(passes: Iterator[Pass], p: int) -> list[list[Pass]]:
+def by_stage(passes: Iterable[Pass], p: int) -> list[list[Pass]]:
     out: list[list[Pass]] = [[] for _ in range(p)]
     for x in passes:
         out[x.stage].append(x)
     return out
+
+
+class ScheduleDeadlock(ValueError):
+    """No stage can run its next pass: each waits for a pass that waits for it."""
+
+
+def dependency_order(stages: list[list[Pass]], p: int, v: int) -> Iterator[Pass]:
+    """All passes, each after the passes it receives from (the forward from the previous virtual
+    stage, the gradient from the next one) and after its stage's earlier passes: round-robin over
+    stages, each as far as it can go. Raises ScheduleDeadlock if the schedule cannot run."""
+    last = p * v - 1
+    done: set[tuple[int, int, str]] = set()
+    pos = [0] * p
+    left = sum(len(x) for x in stages)
+    while left:
+        moved = 0
+        for s, passes in enumerate(stages):
+            while pos[s] < len(passes):
+                x = passes[pos[s]]
+                k = x.chunk * p + s
+                need = (k - 1, x.mb, "F") if x.phase == "F" else (k + 1, x.mb, "B")
+                if (0 <= need[0] <= last) and need not in done:
+                    break
+                done.add((k, x.mb, x.phase))
+                pos[s] += 1
+                moved += 1
+                yield x
+        if not moved:
+            stuck = [stages[s][pos[s]] for s in range(p) if pos[s] < len(stages[s])]
+            raise ScheduleDeadlock(f"schedule deadlock: no stage can run its next pass (first: {stuck[:3]})")
+        left -= moved

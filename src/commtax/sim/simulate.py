@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commtax.estimate import BREAKDOWN_KEYS, Breakdown, estimate, model_flops_per_gpu_step, recompute_model_flops
+from commtax.estimate import BREAKDOWN_KEYS, Breakdown, Costs, estimate, model_flops_per_gpu_step, recompute_model_flops
 from commtax.sim.events import Sim
 from commtax.sim.step import COMPUTE_KINDS, SimOptions, StepBuilder
 from commtax.spec import Job
@@ -98,10 +98,18 @@ def _attribute(sim: Sim, device: int, step_end: float, last_task: int, serial: t
 
 
 def simulate(
-    job: Job, options: SimOptions = SimOptions(), workload: Workload | None = None, compare: bool = True
+    job: Job,
+    options: SimOptions = SimOptions(),
+    workload: Workload | None = None,
+    compare: bool = True,
+    costs: Costs | None = None,
 ) -> SimResult:
-    """Simulate one training step of ``job``; the Breakdown has the same fields as ``estimate``'s."""
-    builder = StepBuilder(job, workload, options)
+    """Simulate one training step of ``job``; the Breakdown has the same fields as ``estimate``'s.
+
+    ``workload`` and ``costs`` default to ``build_workload(job)`` and ``Costs(job)`` (tests pass
+    their own); ``compare`` also runs ``estimate(job)`` (for --explain, and for memory).
+    """
+    builder = StepBuilder(job, workload, options, costs)
     sim = builder.build()
     step = sim.run()
     tasks, streams = sim.tasks, sim.streams

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from commtax.estimate import Costs, PhaseCost
 from commtax.sim.events import Sim, SimError
-from commtax.sim.schedules import Pass, by_stage, schedule
+from commtax.sim.schedules import Pass, ScheduleDeadlock, by_stage, dependency_order, schedule
 from commtax.spec import Job
 from commtax.topology import group_placement
 from commtax.units import MiB
@@ -82,12 +82,14 @@ def _sum(costs: list[PhaseCost]) -> PhaseCost:
 class StepBuilder:
     """Turns a job into a ``Sim`` task graph of one step; ``build()`` then ``Sim.run()``."""
 
-    def __init__(self, job: Job, workload: Workload | None = None, options: SimOptions = SimOptions()):
+    def __init__(
+        self, job: Job, workload: Workload | None = None, options: SimOptions = SimOptions(), costs: Costs | None = None
+    ):
         if not options.bucket_bytes > 0:
             raise SimError(f"bucket size must be > 0 bytes, got {options.bucket_bytes}")
         self.job, self.options = job, options
         self.wl = workload if workload is not None else build_workload(job)
-        self.costs = Costs(job)
+        self.costs = costs if costs is not None else Costs(job)
         plan = job.plan
         self.p, self.v, self.m = plan.pp, plan.vp, self.wl.micro_batches
         self.V = self.p * self.v
@@ -161,21 +163,11 @@ class StepBuilder:
                     self.last_bwd[(s, x.chunk)] = x.mb
         for dev in self.devices:
             self._start_of_step(dev)
-        # add passes in an order where every dependency exists: round-robin over stages,
-        # each stage as far as its received activations / gradients allow
-        pos = [0] * self.p
-        remaining = sum(len(o) for o in order)
-        while remaining:
-            moved = 0
-            for s in range(self.p):
-                dev, passes = self.devices[s], order[s]
-                while pos[s] < len(passes) and self._add_pass(dev, passes[pos[s]]):
-                    pos[s] += 1
-                    moved += 1
-            if not moved:
-                stuck = [order[s][pos[s]] for s in range(self.p) if pos[s] < len(order[s])]
-                raise SimError(f"schedule deadlock: no stage can run its next pass ({stuck[:3]})")
-            remaining -= moved
+        try:
+            for x in dependency_order(order, self.p, self.v):
+                self._add_pass(self.devices[x.stage], x)
+        except ScheduleDeadlock as e:
+            raise SimError(str(e)) from None
         for dev in self.devices:
             self._end_of_step(dev)
         return sim
@@ -287,16 +279,14 @@ class StepBuilder:
             return [(w, (), 0.0, [buckets[i] for i in idx]) for w, idx in self._cut(weights, params, buckets)]
         return [(1.0, (), 0.0, [])]
 
-    def _add_pass(self, dev: Device, x: Pass) -> bool:
-        """Add one pass's tasks; False if what it receives has not been added yet."""
+    def _add_pass(self, dev: Device, x: Pass) -> None:
+        """Add one pass's tasks (what it receives was added before: ``dependency_order``)."""
         k = x.chunk * self.p + x.stage
         sim, st, wl = self.sim, dev.streams, self.wl
         if x.phase == "F":
-            recv = self._sent_fwd.pop((k - 1, x.mb), None) if k > 0 else -1
+            recv = self._sent_fwd.pop((k - 1, x.mb)) if k > 0 else -1
         else:
-            recv = self._sent_bwd.pop((k + 1, x.mb), None) if k < self.V - 1 else -1
-        if recv is None:
-            return False
+            recv = self._sent_bwd.pop((k + 1, x.mb)) if k < self.V - 1 else -1
         chunk = self.chunks[k]
         meta = (x.stage, x.mb, x.chunk, x.phase)
         deps: tuple[int, ...] = dev.prev + ((recv,) if recv >= 0 else ())
@@ -336,4 +326,3 @@ class StepBuilder:
             self._sent_bwd[(k, x.mb)] = sim.task(
                 "send", st["pp_bwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
             )
-        return True

@@ -1,0 +1,117 @@
+"""``commtax simulate``: a thin typer command over ``commtax.sim.simulate``.
+
+The main CLI calls ``register(app)``; ``python -m commtax.sim.cli JOB.yaml`` runs it alone.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from commtax.errors import SpecError
+from commtax.units import MiB
+
+
+def _render(breakdown, console) -> None:  # noqa: ANN001 - rich Console, Breakdown
+    try:
+        from commtax.report.table import render_breakdown  # the lead's renderer, when it exists
+    except ImportError:
+        render_breakdown = None
+    if render_breakdown is not None:
+        render_breakdown(breakdown, console)
+    else:
+        _minimal_table(breakdown, console)
+    for note in breakdown.notes:
+        console.print(note, highlight=False, soft_wrap=True)
+
+
+def _minimal_table(breakdown, console) -> None:  # noqa: ANN001
+    from rich.table import Table
+
+    b = breakdown
+    table = Table(title=f"one step ({b.source})", show_header=True)
+    table.add_column("part")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    for k, x in b.breakdown_s.items():
+        table.add_row(k, f"{x:.4f}", f"{x / b.step_time_s:.1%}")
+    table.add_row("step", f"{b.step_time_s:.4f}", "100.0%", style="bold")
+    console.print(table)
+    console.print(
+        f"tokens/s/GPU {b.tokens_per_s_per_gpu:,.0f}   TFLOP/s/GPU {b.tflops_per_gpu:.1f}   MFU {b.mfu:.1%}   "
+        f"comm tax {b.comm_tax:.1%}   comm share {b.comm_share:.1%}   "
+        f"memory {b.memory_gib_per_gpu.get('total', 0):.1f} GiB ({'fits' if b.fits else 'does not fit'})"
+    )
+
+
+def simulate_cmd(
+    job_file: Annotated[Path, typer.Argument(help="job YAML (model, cluster, plan, training)")],
+    json_out: Annotated[bool, typer.Option("--json", help="print the Breakdown as JSON (same fields as estimate)")] = False,
+    trace: Annotated[Optional[Path], typer.Option(help="write a Chrome trace (Perfetto, chrome://tracing)")] = None,
+    gantt: Annotated[Optional[Path], typer.Option(help="write a Gantt chart (PNG/SVG/PDF by suffix)")] = None,
+    explain_: Annotated[bool, typer.Option("--explain", help="say why the simulation differs from the estimate")] = False,
+    bucket_mb: Annotated[float, typer.Option(help="gradient bucket size in MiB (PyTorch DDP bucket_cap_mb)")] = 25.0,
+    catalog: Annotated[Optional[Path], typer.Option(help="extra catalog YAML (gpu/intra_node/inter_node/model)")] = None,
+) -> None:
+    """Simulate one training step event by event: the same Breakdown as estimate, plus a timeline."""
+    from rich.console import Console
+
+    from commtax.sim.events import SimError
+    from commtax.sim.simulate import simulate
+    from commtax.sim.step import SimOptions
+    from commtax.spec import load_job
+
+    try:
+        if not bucket_mb > 0:
+            raise SpecError(f"--bucket-mb must be > 0 MiB, got {bucket_mb}")
+        job = load_job(job_file, catalog)
+        result = simulate(job, SimOptions(bucket_bytes=bucket_mb * MiB))
+    except (SpecError, SimError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    bd = result.breakdown
+    if explain_:
+        from commtax.sim.explain import explain
+
+        bd.notes.extend(explain(result))
+    try:
+        if trace is not None:
+            from commtax.sim.trace import write_trace
+
+            n = write_trace(result.sim, trace, result.builder.v, {"job": str(job_file), "step_time_s": bd.step_time_s})
+            bd.notes.append(f"trace: {trace} ({n:,} events; open in https://ui.perfetto.dev or chrome://tracing)")
+        if gantt is not None:
+            from commtax.sim.gantt import write_gantt
+
+            write_gantt(result.sim, gantt, f"{job_file.name}: step {bd.step_time_s:.3f} s (simulated)")
+            bd.notes.append(f"gantt: {gantt}")
+    except OSError as e:
+        typer.echo(f"error: cannot write {e.filename}: {e.strerror}", err=True)
+        raise typer.Exit(2) from None
+    if json_out:
+        typer.echo(json.dumps(bd.to_dict(), indent=2))
+    else:
+        _render(bd, Console())
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate_cmd)
+
+
+def main() -> None:
+    app = typer.Typer(add_completion=False)
+    register(app)
+
+    @app.callback()
+    def _root() -> None:
+        """commtax (simulator only)."""
+
+    app(args=["simulate", *sys.argv[1:]], prog_name="commtax")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Timeline outputs: Chrome trace-event JSON (Perfetto, chrome://tracing) and atomic file writes.
+
+Trace format: the Trace Event Format's "X" (complete) events with ``ts``/``dur`` in
+microseconds, ``pid`` = pipeline stage (one process per stage), ``tid`` = stream (one thread per
+stream), named by "M" metadata events (process_name / thread_name / *_sort_index).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from commtax.sim.events import Sim, Task
+from commtax.sim.step import STREAMS
+
+US_PER_S = 1e6
+
+
+def write_atomic(path: Path | str, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it over ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def label(t: Task, v: int) -> str:
+    """'compute F12', 'tp B3.c1', 'send F0', 'grad bucket B127', 'optimizer'."""
+    if len(t.meta) < 4 or t.meta[1] < 0:
+        return t.name
+    _, mb, chunk, phase = t.meta[:4]
+    return f"{t.name} {phase}{mb}" + (f".c{chunk}" if v > 1 else "")
+
+
+def trace_events(sim: Sim, v: int = 1) -> list[dict[str, Any]]:
+    used = {t.stream for t in sim.tasks}
+    events: list[dict[str, Any]] = []
+    devices = sorted({s.device for s in sim.streams})
+    for d in devices:
+        events.append({"name": "process_name", "ph": "M", "pid": d, "tid": 0, "args": {"name": f"stage {d}"}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": d, "tid": 0, "args": {"sort_index": d}})
+    for s in sim.streams:
+        if s.id not in used:
+            continue
+        tid = STREAMS.index(s.name) if s.name in STREAMS else s.id
+        events.append({"name": "thread_name", "ph": "M", "pid": s.device, "tid": tid, "args": {"name": s.name}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": s.device, "tid": tid, "args": {"sort_index": tid}})
+    tids = {s.id: (STREAMS.index(s.name) if s.name in STREAMS else s.id) for s in sim.streams}
+    for t in sorted(sim.tasks, key=lambda t: (t.start_s, t.id)):
+        s = sim.streams[t.stream]
+        args: dict[str, Any] = {}
+        if len(t.meta) >= 4 and t.meta[1] >= 0:
+            args = {"micro_batch": t.meta[1], "chunk": t.meta[2], "phase": t.meta[3]}
+        if len(t.meta) >= 5:
+            args["bytes"] = t.meta[4]
+        if t.start_s > t.ready_s >= 0:
+            args["waited_for_nic_us"] = (t.start_s - t.ready_s) * US_PER_S
+        events.append({
+            "name": label(t, v), "cat": t.kind, "ph": "X", "pid": s.device, "tid": tids[t.stream],
+            "ts": t.start_s * US_PER_S, "dur": t.duration_s * US_PER_S, "args": args,
+        })
+    return events
+
+
+def write_trace(sim: Sim, path: Path | str, v: int = 1, metadata: dict[str, Any] | None = None) -> int:
+    """Write the timeline as Chrome trace JSON; returns the number of events written."""
+    events = trace_events(sim, v)
+    doc = {"traceEvents": events, "displayTimeUnit": "ms", "otherData": metadata or {}}
+    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(doc, separators=(",", ":"))))
+    return len(events)
