@@ -28,6 +28,14 @@ from commtax.search import SearchResult, Space, search
 from commtax.spec import Job, build, load_catalog, resolve_entry
 from commtax.units import SECONDS_PER_DAY
 
+# The seed article's 256-GPU LLaMA-2 70B comparison (§4.2 table and §5.2 table). Its 通信税 is the comm share
+# (T_comm / (T_comm + T_comp), nothing overlapped), not the comm tax; tokens/day from §4.2, days and $/B from §5.2.
+ARTICLE_256 = {
+    "h100-sxm5-80gb": {"comm_share": 0.67, "tokens_per_day": 42e9, "days": 14, "usd_per_B": 58, "price_usd": 35000},
+    "a100-sxm4-80gb": {"comm_share": 0.50, "tokens_per_day": 33e9, "days": 21, "usd_per_B": 42, "price_usd": 15000},
+    "rtx-4090-24gb": {"comm_share": 0.96, "tokens_per_day": 2.5e9, "days": 280, "usd_per_B": 105, "price_usd": 1600},
+}
+
 
 @dataclass
 class Row:

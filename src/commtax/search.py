@@ -177,6 +177,7 @@ class SearchResult:
     elapsed_s: float = 0.0
     top: list[tuple[dict[str, Any], Breakdown]] = field(default_factory=list)
     max_rel_diff: float = 0.0
+    invalid_examples: dict[str, str] = field(default_factory=dict)  # reason -> one full validator message
 
     @property
     def evaluated(self) -> int:
@@ -279,16 +280,21 @@ class _Base:
 AXES = ("vp", "micro_batch", "sequence_parallel", "zero", "recompute", "grad_comm_dtype")
 
 
-def _bases(job: Job, space: Space) -> tuple[list[_Base], Counter]:
+def _bases(job: Job, space: Space) -> tuple[list[_Base], Counter, dict[str, str]]:
+    """The (tp, pp, cp) combinations of the space whose product divides the GPU count, with their axes;
+    skipped ones counted by reason (with one full message per reason)."""
     raw = _raw(job)
     n = job.cluster.num_gpus
     out: list[_Base] = []
     skipped: Counter = Counter()
+    examples: dict[str, str] = {}
     for tp, pp, cp in itertools.product(
         space.values(job, "tp", {}, raw), space.values(job, "pp", {}, raw), space.values(job, "cp", {}, raw)
     ):
         if n % (tp * pp * cp):
-            skipped[f"tp*pp*cp does not divide num_gpus({n})"] += 1
+            msg = f"tp({tp}) * pp({pp}) * cp({cp}) = {tp * pp * cp} does not divide num_gpus({n})"
+            skipped[_reason(msg)] += 1
+            examples.setdefault(_reason(msg), msg)
             continue
         fixed = {"tp": tp, "pp": pp, "cp": cp}
         axes = {
@@ -302,7 +308,7 @@ def _bases(job: Job, space: Space) -> tuple[list[_Base], Counter]:
         if any(not v for v in axes.values()):
             continue
         out.append(_Base(tp, pp, cp, axes))
-    return out, skipped
+    return out, skipped, examples
 
 
 @dataclass
@@ -315,6 +321,7 @@ class _BaseResult:
     valid: np.ndarray
     invalid_reasons: Counter
     nofit_reasons: Counter
+    examples: dict[str, str] = field(default_factory=dict)
 
 
 def _eval_base(job: Job, base: _Base) -> _BaseResult:
@@ -324,6 +331,7 @@ def _eval_base(job: Job, base: _Base) -> _BaseResult:
     shape = tuple(len(A[k]) for k in AXES)
     invalid: Counter = Counter()
     nofit: Counter = Counter()
+    examples: dict[str, str] = {}
     valid = np.zeros(shape[:3], bool)
     # validity per (vp, mb, sp): the spec's own validator
     jobs_v: dict[tuple[int, int, int], Job] = {}
@@ -334,13 +342,15 @@ def _eval_base(job: Job, base: _Base) -> _BaseResult:
             )
             valid[i, j, k] = True
         except SpecError as e:
-            invalid[_reason(str(e))] += len(Z) * len(RC) * len(GD)
+            why = _reason(str(e))
+            invalid[why] += len(Z) * len(RC) * len(GD)
+            examples.setdefault(why, str(e))
     grid = np.stack(np.meshgrid(*(np.arange(s) for s in shape), indexing="ij"), -1).reshape(-1, len(AXES))
     if not jobs_v:
         plans = _codes(job, base, grid)
         z = np.full(len(grid), np.nan)
         return _BaseResult(plans, z, np.full((len(grid), len(PART_KEYS)), np.nan), z, z, np.zeros(len(grid), bool),
-                           invalid, nofit)
+                           invalid, nofit, examples)
     any_job = next(iter(jobs_v.values()))
     costs = _MemoCosts(any_job)
     m = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in MB], float)  # micro-batches per step
@@ -401,8 +411,11 @@ def _eval_base(job: Job, base: _Base) -> _BaseResult:
         act_full = np.broadcast_to(acts[:, :, :, None, :, None], shape)
         st_full = np.broadcast_to(states[None, None, None, :, None, :], shape)
         by_acts = over & (act_full >= st_full)
-        nofit["activations dominate"] += int(by_acts.sum())
-        nofit["weights+grads+optimizer dominate"] += int((over & ~by_acts).sum())
+        n_acts, n_states = int(by_acts.sum()), int((over & ~by_acts).sum())
+        if n_acts:
+            nofit["activations dominate"] += n_acts
+        if n_states:
+            nofit["weights+grads+optimizer dominate"] += n_states
     flat = len(grid)
     return _BaseResult(
         plans=_codes(job, base, grid),
@@ -413,6 +426,7 @@ def _eval_base(job: Job, base: _Base) -> _BaseResult:
         valid=valid_full.reshape(flat).copy(),
         invalid_reasons=invalid,
         nofit_reasons=nofit,
+        examples=examples,
     )
 
 
@@ -474,10 +488,10 @@ def evaluate_space(
     space: Space | None = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[_BaseResult], Counter, bool]:
-    """Evaluate every plan of the space; returns per-base results, skipped-base reasons, interrupted flag."""
+) -> tuple[list[_BaseResult], Counter, dict[str, str], bool]:
+    """Evaluate every plan of the space: per-base results, skipped-base reasons and examples, interrupted flag."""
     space = space or Space()
-    bases, skipped = _bases(job, space)
+    bases, skipped, skip_examples = _bases(job, space)
     results: list[_BaseResult] = []
     interrupted = False
     if workers is None:
@@ -512,7 +526,7 @@ def evaluate_space(
             ex.shutdown()
     except KeyboardInterrupt:
         interrupted = True
-    return results, skipped, interrupted
+    return results, skipped, skip_examples, interrupted
 
 
 def search(
@@ -536,23 +550,25 @@ def search(
         raise SpecError(f"--rank: {rank_by!r} is not one of {', '.join(RANK_BY)}")
     t0 = time.perf_counter()
     space = space or Space()
-    parts, skipped, interrupted = evaluate_space(job, space, workers, progress)
+    parts, skipped, skip_examples, interrupted = evaluate_space(job, space, workers, progress)
     res = _collect(job, parts, skipped, interrupted, rank_by)
     res.elapsed_s = time.perf_counter() - t0
     if res.evaluated == 0 or not res.valid.any():
         if interrupted:
             raise SpecError("search interrupted before any valid plan was found")
-        why = "; ".join(f"{k} ({v})" for k, v in (res.invalid_reasons + skipped).most_common(3)) or "no candidates"
+        examples = {**skip_examples, **res.invalid_examples}
+        why = "; ".join(f"{examples.get(k, k)}" for k, _ in (res.invalid_reasons + skipped).most_common(2))
         cons = ", ".join(f"{k}={c.describe()}" for k, c in space.constraints.items())
         raise SpecError(
             f"search space is empty: no valid plan{(' with ' + cons) if cons else ''} "
-            f"for {job.cluster.num_gpus} GPUs ({why})"
+            f"for {job.cluster.num_gpus} GPUs: {why or 'no candidates'}"
         )
     if not res.order.size:
         need = np.nanmin(res.mem_bytes) / GiB
         raise SpecError(
-            f"no plan fits memory: {int(res.valid.sum())} valid plans all need more than "
-            f"{job.cluster.gpu.mem_GiB:g} GiB per GPU (the smallest needs {need:.1f} GiB)"
+            f"no plan fits memory: each of the {int(res.valid.sum())} valid plans needs more than "
+            f"{job.cluster.gpu.mem_GiB:g} GiB per GPU (the smallest needs {need:.1f} GiB); allow more GPUs, "
+            "ZeRO-3, full recompute or larger tp/pp"
         )
     res.top, res.max_rel_diff = exact_top(job, res, top)
     return res
@@ -568,16 +584,19 @@ def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: 
     fits = valid & (mem <= job.cluster.gpu.mem_GiB * GiB)
     inv: Counter = Counter()
     nof: Counter = Counter()
+    examples: dict[str, str] = {}
     for p in parts:
         inv.update(p.invalid_reasons)
         nof.update(p.nofit_reasons)
+        for k, v in p.examples.items():
+            examples.setdefault(k, v)
     idx = np.flatnonzero(fits)
     # best first; ties (plans the model cannot tell apart) go to the smaller memory, then the table order
     order = idx[np.lexsort((idx, mem[idx], step[idx]))]
     return SearchResult(
         job=job, plans=plans, step_s=step, parts_s=cat("parts", len(PART_KEYS)), exposed_s=cat("exposed"),
         mem_bytes=mem, valid=valid, fits=fits, invalid_reasons=inv, nofit_reasons=nof, order=order,
-        rank_by=rank_by, interrupted=interrupted,
+        rank_by=rank_by, interrupted=interrupted, invalid_examples=examples,
     )
 
 
@@ -612,7 +631,7 @@ def agreement(job: Job, res: SearchResult, sample: int = 50, seed: int = 0) -> d
 def brute_force(job: Job, space: Space | None = None) -> list[tuple[dict[str, Any], Breakdown]]:
     """Every valid plan of the space through ``estimate`` one by one (slow; for tests)."""
     space = space or Space()
-    bases, _ = _bases(job, space)
+    bases, _, _ = _bases(job, space)
     out = []
     for b in bases:
         for vp, mb, sp, zero, rc, gd in itertools.product(*(b.axes[k] for k in AXES)):

@@ -1,0 +1,203 @@
+"""Plan search: the optimum of small spaces against brute force through ``estimate``, the memory filter
+against ``estimate``'s ``fits``, agreement of every number, constraints, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from commtax.errors import SpecError
+from commtax.estimate import estimate
+from commtax.search import Space, agreement, brute_force, job_for, parse_constraint, search
+from commtax.spec import load_job
+from commtax.units import GiB
+
+
+def small_job(num_gpus: int = 16, global_batch: int = 64, gpu: str = "h100-sxm5-80gb", **plan) -> dict:
+    return {
+        "model": "llama2-7b",
+        "cluster": {"gpu": gpu, "num_gpus": num_gpus, "gpus_per_node": 8, "intra_node": "nvlink4",
+                    "inter_node": "ib-ndr", "nics_per_node": 8},
+        "plan": {"tp": 2, "pp": 2, "micro_batch": 1, **plan},
+        "training": {"seq_len": 2048, "global_batch": global_batch, "precision": "bf16"},
+    }
+
+
+SMALL_SPACE = Space.parse({"cp": "1,2", "vp": "1..2", "micro_batch": "1..4"})
+
+
+@pytest.fixture(scope="module")
+def small():
+    job = load_job(small_job())
+    return job, search(job, SMALL_SPACE, top=3, workers=1), brute_force(job, SMALL_SPACE)
+
+
+def test_search_finds_the_brute_force_optimum(small):
+    job, res, brute = small
+    fitting = [(p, b) for p, b in brute if b.fits]
+    best_step = min(b.step_time_s for _, b in fitting)
+    plan, b = res.top[0]
+    assert b.step_time_s == pytest.approx(best_step, rel=1e-12)
+    assert b.fits
+    # the returned breakdown is estimate's own, for the returned plan
+    assert estimate(job_for(job, plan)).step_time_s == b.step_time_s
+
+
+def test_every_plan_agrees_with_estimate(small):
+    """Same set of valid plans as brute force; every step, memory and fits equal to estimate (1e-9)."""
+    job, res, brute = small
+    assert int(res.valid.sum()) == len(brute)
+    by_plan = {tuple(sorted(p.items())): b for p, b in brute}
+    for i in np.flatnonzero(res.valid):
+        b = by_plan[tuple(sorted(res.plan_dict(int(i)).items()))]
+        assert res.step_s[i] == pytest.approx(b.step_time_s, rel=1e-9)
+        assert res.mem_bytes[i] == pytest.approx(b.memory_gib_per_gpu["total"] * GiB, rel=1e-9)
+        assert bool(res.fits[i]) == b.fits
+        assert res.parts_s[i].sum() == pytest.approx(b.step_time_s, rel=1e-9)
+
+
+def test_memory_filter_counts_match_estimate(small):
+    _, res, brute = small
+    assert int(res.fits.sum()) == sum(b.fits for _, b in brute)
+    assert int((res.valid & ~res.fits).sum()) == sum(not b.fits for _, b in brute)
+    assert sum(res.nofit_reasons.values()) == int((res.valid & ~res.fits).sum())
+
+
+def test_ranking_is_by_step_then_memory(small):
+    _, res, _ = small
+    steps = res.step_s[res.order]
+    assert np.all(np.diff(steps) >= 0)
+    assert len(res.order) == int(res.fits.sum())
+
+
+def test_sampled_agreement_on_a_large_space():
+    """LLaMA-2 70B on 256 H100 (the seed article's job), tp fixed: a random sample checked against estimate."""
+    job = load_job(small_job() | {"model": "llama2-70b", "cluster": {**small_job()["cluster"], "num_gpus": 256},
+                                  "training": {"seq_len": 4096, "global_batch": 1024}})
+    res = search(job, Space.parse({"tp": "8", "cp": "1,2"}), top=3, workers=1)
+    a = agreement(job, res, sample=40, seed=1)
+    assert a["sample"] == 40
+    assert a["step_rel"] <= 1e-9 and a["mem_rel"] <= 1e-9 and a["fits_mismatch"] == 0
+    assert res.max_rel_diff <= 1e-9
+
+
+def test_two_workers_give_the_same_ranking():
+    job = load_job(small_job(num_gpus=32, global_batch=128))
+    space = Space.parse({"cp": "1", "micro_batch": "1..2", "vp": "1..2"})
+    one = search(job, space, top=3, workers=1)
+    two = search(job, space, top=3, workers=2)
+    assert [p for p, _ in one.top] == [p for p, _ in two.top]
+    assert one.evaluated == two.evaluated
+
+
+def test_fixed_fields_and_ranges_restrict_the_space():
+    job = load_job(small_job())
+    res = search(job, Space.parse({"tp": "2", "zero": "1..2", "micro_batch": "1"}, fix=["recompute"]), workers=1)
+    plans = [res.plan_dict(int(i)) for i in np.flatnonzero(res.valid)]
+    assert {p["tp"] for p in plans} == {2}
+    assert {p["zero"] for p in plans} == {1, 2}
+    assert {p["micro_batch"] for p in plans} == {1}
+    assert {p["recompute"] for p in plans} == {job.plan.recompute}  # --fix pins the job file's value
+
+
+def test_grad_dtype_is_the_jobs_unless_asked():
+    job = load_job(small_job(grad_comm_dtype="bf16"))
+    res = search(job, Space.parse({"tp": "2", "pp": "2", "cp": "1", "micro_batch": "1"}), workers=1)
+    assert {res.plan_dict(int(i))["grad_comm_dtype"] for i in range(res.evaluated)} == {"bf16"}
+    res = search(job, Space.parse({"tp": "2", "pp": "2", "cp": "1", "micro_batch": "1", "grad_comm_dtype": "bf16,fp8"}),
+                 workers=1)
+    assert {res.plan_dict(int(i))["grad_comm_dtype"] for i in range(res.evaluated)} == {"bf16", "fp8"}
+
+
+def test_constraint_parsing():
+    assert parse_constraint("tp", "1,2,4").values == (1, 2, 4)
+    c = parse_constraint("pp", "2..8")
+    assert (c.lo, c.hi) == (2, 8) and c.filter([1, 2, 4, 8, 16]) == [2, 4, 8]
+    assert parse_constraint("sequence_parallel", "true").values == (True,)
+    assert parse_constraint("zero", "0").values == (0,)
+    for field, bad in (("tp", "x"), ("tp", "0"), ("recompute", "some"), ("pp", "8..2"), ("grad_comm_dtype", "fp4")):
+        with pytest.raises(SpecError):
+            parse_constraint(field, bad)
+    with pytest.raises(SpecError, match="cannot constrain"):
+        parse_constraint("schedule", "1f1b")
+
+
+def test_fixed_dimension_that_empties_the_space_says_why():
+    job = load_job(small_job())
+    with pytest.raises(SpecError, match=r"search space is empty.*tp\(3\)"):
+        search(job, Space.parse({"tp": "3"}), workers=1)
+    with pytest.raises(SpecError, match=r"pp\(4\) \* vp\(3\) = 12 must divide layers\(32\)"):
+        search(job, Space.parse({"pp": "4", "vp": "3"}), workers=1)
+
+
+def test_nothing_fits_memory_says_how_much_is_needed():
+    job = load_job(small_job(num_gpus=8, global_batch=8) | {"model": "llama2-70b"})
+    with pytest.raises(SpecError, match=r"no plan fits memory: each of the 1 valid plans .*the smallest needs [\d.]+ GiB"):
+        search(job, Space.parse({"tp": "1", "pp": "1", "cp": "1", "zero": "0", "recompute": "none"}), workers=1)
+
+
+def test_interrupt_keeps_the_best_found_so_far():
+    job = load_job(small_job())
+    calls = []
+
+    def progress(done, total):
+        calls.append(done)
+        if done >= 3:
+            raise KeyboardInterrupt
+
+    res = search(job, Space.parse({"micro_batch": "1..2"}), workers=1, progress=progress)
+    full = search(job, Space.parse({"micro_batch": "1..2"}), workers=1)
+    assert res.interrupted and not full.interrupted
+    assert 0 < res.evaluated < full.evaluated
+    assert res.top and res.top[0][1].step_time_s >= full.top[0][1].step_time_s
+
+
+# ----------------------------------------------------------------------------- CLI
+def _app():
+    import typer
+
+    from commtax.planning_cli import register
+
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+def test_cli_search_json(tmp_path):
+    import yaml
+
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(small_job()))
+    out = tmp_path / "res.json"
+    r = CliRunner().invoke(_app(), ["search", str(f), "--cp", "1", "--micro-batch", "1..2", "--top", "2", "--json",
+                                    "--workers", "1", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data == json.loads(out.read_text())
+    assert len(data["top"]) == 2
+    best = data["top"][0]
+    assert best["breakdown"]["step_time_s"] <= data["top"][1]["breakdown"]["step_time_s"]
+    job = load_job(small_job())
+    assert estimate(job_for(job, best["plan"])).step_time_s == pytest.approx(best["breakdown"]["step_time_s"], rel=1e-12)
+    # $ per B tokens = owned $/s × 1e9 / tokens/s (cost.py); tokens per dollar is its inverse × 1e9
+    assert best["usd_per_B_tokens"] * best["tokens_per_dollar"] == pytest.approx(1e9, rel=1e-12)
+    assert data["evaluated"] == data["valid"] + data["invalid"]
+    assert math.isfinite(data["plans_per_s"])
+
+
+def test_cli_search_bad_input_is_one_line_exit_2(tmp_path):
+    import yaml
+
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(small_job()))
+    r = CliRunner().invoke(_app(), ["search", str(f), "--tp", "3"])
+    assert r.exit_code == 2
+    assert r.output.startswith("error: search space is empty") and "Traceback" not in r.output
+    r = CliRunner().invoke(_app(), ["search", str(f), "--zero", "five"])
+    assert r.exit_code == 2 and "--zero: expected an integer" in r.output
+    r = CliRunner().invoke(_app(), ["search", str(tmp_path / "missing.yaml")])
+    assert r.exit_code == 2 and "file not found" in r.output
