@@ -62,8 +62,16 @@ def quantisation_efficiency(m: int, n: int, sms: int) -> float:
     return tile_eff * wave_eff
 
 
+K_REF = 4096  # k at which a GEMM reaches the catalog efficiency (the sweeps the catalog cites use k ≥ 4096)
+
+
+def short_k_efficiency(k: int) -> float:
+    """Main-loop share of a tile's time, k/(k + K_HALF), normalised to 1 at k ≥ K_REF."""
+    return min(1.0, (k / (k + K_HALF)) / (K_REF / (K_REF + K_HALF)))
+
+
 def gemm_efficiency(cm: ComputeModel, m: int, n: int, k: int) -> float:
-    return cm.matmul_eff * quantisation_efficiency(m, n, cm.sms) * k / (k + K_HALF) * (1 + K_HALF / 4096)
+    return cm.matmul_eff * quantisation_efficiency(m, n, cm.sms) * short_k_efficiency(k)
 
 
 def op_time(cm: ComputeModel, op: Compute) -> float:

@@ -375,7 +375,7 @@ def _format_validation_error(e: ValidationError, prefix: str = "") -> str:
     extra = f" (got {err['input']!r})" if err["type"] not in ("value_error", "missing") and not isinstance(
         err.get("input"), dict
     ) else ""
-    return f"{field or 'job'}: {msg}{extra}"
+    return f"{field or 'plan'}: {msg}{extra}"  # cross-field checks of a Job are about the plan
 
 
 def build(model_cls: type[BaseModel], data: Any, field: str) -> Any:

@@ -1,0 +1,116 @@
+"""The analytical schedule: hand-worked pipeline cases and invariants (hypothesis)."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from commtax.estimate import BREAKDOWN_KEYS, estimate
+from commtax.spec import load_job
+
+from conftest import job_dict
+
+FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def uniform_job(pp=4, vp=1, global_batch=256, schedule="1f1b"):
+    """Uniform stages: no embedding/logits imbalance to speak of (tiny vocab), no DP, no TP."""
+    d = job_dict(tp=1, pp=pp, dp=1, vp=vp, sequence_parallel=False, zero=0, schedule=schedule)
+    d["model"] = {"layers": 48, "hidden": 4096, "heads": 32, "vocab": 8, "gated_mlp": False}
+    d["cluster"]["num_gpus"] = pp
+    d["training"]["global_batch"] = global_batch
+    return load_job(d)
+
+
+@pytest.mark.parametrize("pp,vp,m", [(4, 1, 64), (4, 2, 64), (8, 3, 32), (2, 1, 8)])
+def test_bubble_fraction_is_p_minus_1_over_v_m(pp, vp, m):
+    b = estimate(uniform_job(pp=pp, vp=vp, global_batch=m))
+    busy = sum(b.breakdown_s[k] for k in ("compute", "recompute", "tp_exposed", "cp_exposed"))
+    # Narayanan et al. 2021 §2.2: bubble / ideal = (p-1)/(v·m) for uniform stages
+    assert b.breakdown_s["pp_bubble"] / busy == pytest.approx((pp - 1) / (vp * m), rel=0.02)
+
+
+def test_breakdown_fields_and_definitions(seed_job):
+    b = estimate(seed_job)
+    assert set(b.breakdown_s) == set(BREAKDOWN_KEYS)
+    assert b.step_time_s == pytest.approx(sum(b.breakdown_s.values()))
+    exposed = sum(b.breakdown_s[k] for k in ("tp_exposed", "cp_exposed", "pp_exposed", "dp_exposed"))
+    assert b.comm_tax == pytest.approx(exposed / b.step_time_s)
+    comm = sum(b.comm_time_s.values())
+    busy = b.breakdown_s["compute"] + b.breakdown_s["recompute"]
+    assert b.comm_share == pytest.approx(comm / (comm + busy))
+    assert b.tokens_per_s == pytest.approx(1024 * 4096 / b.step_time_s)
+    assert b.mfu == pytest.approx(b.tflops_per_gpu * 1e12 / 989.4e12)
+    assert b.hfu >= b.mfu
+
+
+def test_tp_overlap_and_flash_attention_are_explicit_plan_fields():
+    base = estimate(load_job(job_dict()))
+    overlapped = estimate(load_job(job_dict(overlap={"tp": True})))
+    assert overlapped.breakdown_s["tp_exposed"] < base.breakdown_s["tp_exposed"]
+    legacy = estimate(load_job(job_dict(generation="legacy")))
+    assert legacy.step_time_s > base.step_time_s  # scores materialised, DP reduction after backward
+
+
+def test_days_to_train():
+    d = job_dict()
+    d["training"]["tokens"] = 2e12
+    b = estimate(load_job(d))
+    assert b.days_to_train == pytest.approx(2e12 / b.tokens_per_s / 86400)
+
+
+@FAST
+@given(
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 4]),
+    zero=st.sampled_from([0, 1, 2, 3]),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+    mb=st.sampled_from([1, 2, 4]),
+    sp=st.booleans(),
+)
+def test_step_time_is_the_sum_of_its_parts(tp, pp, zero, recompute, mb, sp):
+    job = load_job(job_dict(tp=tp, pp=pp, dp=None, zero=zero, recompute=recompute, micro_batch=mb,
+                            sequence_parallel=sp and tp > 1))
+    b = estimate(job)
+    assert b.step_time_s == pytest.approx(sum(b.breakdown_s.values()), rel=1e-12)
+    assert all(v >= 0 for v in b.breakdown_s.values())
+    assert 0 <= b.comm_tax <= 1 and 0 <= b.comm_share <= 1
+
+
+def _with_bandwidth(intra_factor, inter_factor, **plan):
+    d = job_dict(**plan)
+    d["cluster"]["intra_node"] = {"name": "nv", "bw_GBps": 450 * intra_factor, "latency_us": 14, "efficiency": 0.8}
+    d["cluster"]["inter_node"] = {"name": "ib", "bw_Gbps": 400 * inter_factor, "latency_us": 20, "efficiency": 0.9}
+    return load_job(d)
+
+
+@FAST
+@given(
+    intra=st.floats(0.05, 4), inter=st.floats(0.05, 4), more=st.floats(1.0, 8.0),
+    tp=st.sampled_from([2, 8]), zero=st.sampled_from([0, 1, 3]),
+)
+def test_more_link_bandwidth_is_never_slower(intra, inter, more, tp, zero):
+    base = estimate(_with_bandwidth(intra, inter, tp=tp, dp=None, zero=zero))
+    faster_intra = estimate(_with_bandwidth(intra * more, inter, tp=tp, dp=None, zero=zero))
+    faster_inter = estimate(_with_bandwidth(intra, inter * more, tp=tp, dp=None, zero=zero))
+    assert faster_intra.step_time_s <= base.step_time_s * (1 + 1e-12)
+    assert faster_inter.step_time_s <= base.step_time_s * (1 + 1e-12)
+
+
+@FAST
+@given(gb=st.sampled_from([64, 128, 256, 512]), pp=st.sampled_from([2, 4, 8]), vp=st.sampled_from([1, 2]))
+def test_doubling_global_batch_never_raises_the_bubble_fraction(gb, pp, vp):
+    def fraction(global_batch):
+        d = job_dict(tp=8, pp=pp, dp=None, vp=vp)
+        d["training"]["global_batch"] = global_batch
+        b = estimate(load_job(d))
+        return b.breakdown_s["pp_bubble"] / b.step_time_s
+
+    assert fraction(2 * gb) <= fraction(gb) + 1e-12
+
+
+@FAST
+@given(tp=st.sampled_from([1, 2, 8]), pp=st.sampled_from([1, 4]), recompute=st.sampled_from(["none", "full"]))
+def test_memory_decreases_with_zero_stage(tp, pp, recompute):
+    totals = [estimate(load_job(job_dict(tp=tp, pp=pp, dp=None, zero=z, recompute=recompute)))
+              .memory_gib_per_gpu["total"] for z in (0, 1, 2, 3)]
+    assert all(a >= b for a, b in zip(totals, totals[1:]))

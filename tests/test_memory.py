@@ -1,0 +1,64 @@
+"""Per-GPU memory against Korthikanti et al. 2022 (activations) and ZeRO (model states)."""
+
+import pytest
+
+from commtax.memory import in_flight_micro_batches, layer_activation_bytes, memory
+from commtax.spec import load_job
+from commtax.workload import params_per_gpu
+
+from conftest import job_dict
+
+
+def gpt(**plan):
+    d = job_dict(**plan)
+    d["model"] = {"layers": 24, "hidden": 2048, "heads": 16, "vocab": 51200}  # MHA, f = 4h
+    d["training"] = {"seq_len": 2048, "global_batch": 256, "precision": "bf16", "dropout": True}
+    d["plan"]["flash_attention"] = False
+    return load_job(d)
+
+
+def test_activations_per_layer_korthikanti_eq1_and_eq2():
+    s, b, h, a, t = 2048, 1, 2048, 16, 8
+    no_tp = gpt(tp=1, pp=1, dp=None, sequence_parallel=False, recompute="none")
+    assert layer_activation_bytes(no_tp) == pytest.approx(s * b * h * (34 + 5 * a * s / h))  # eq. 1
+    tp = gpt(tp=t, pp=4, dp=None, sequence_parallel=False, recompute="none")
+    assert layer_activation_bytes(tp) == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))  # eq. 2
+    tp_sp = gpt(tp=t, pp=4, dp=None, sequence_parallel=True, recompute="selective")
+    assert layer_activation_bytes(tp_sp) == pytest.approx(s * b * h * 34 / t)  # Table 2, SP + selective
+    full = gpt(tp=t, pp=4, dp=None, sequence_parallel=True, recompute="full")
+    assert layer_activation_bytes(full) == pytest.approx(2 * s * b * h / t)
+
+
+def test_fp8_keeps_gemm_inputs_in_one_byte():
+    d = job_dict(recompute="none")
+    bf16 = layer_activation_bytes(load_job(d))
+    d["training"]["precision"] = "fp8"
+    assert layer_activation_bytes(load_job(d)) < bf16
+
+
+def test_in_flight_micro_batches_by_schedule():
+    assert in_flight_micro_batches(load_job(job_dict(pp=4, dp=8))) == 4  # 1F1B: p
+    inter = load_job(job_dict(pp=4, dp=8, vp=2))
+    assert in_flight_micro_batches(inter) == pytest.approx(4 * (1 + 3 / 8))  # Korthikanti §4.2.3
+    assert in_flight_micro_batches(load_job(job_dict(pp=4, dp=8, schedule="gpipe"))) == 128  # all m
+
+
+def test_zero_model_states_follow_the_zero_paper():
+    # ZeRO §3.1 with Ψ params per GPU and N_d = 8: stage 0: 16Ψ; 1: 4Ψ + 12Ψ/N; 2: 2Ψ + 14Ψ/N; 3: 16Ψ/N
+    def states(zero):
+        job = load_job(job_dict(zero=zero))
+        m = memory(job)
+        p = params_per_gpu(job)
+        psi = p["layers"] + max(p["embed"], p["head"])
+        return (m.weights + m.grads + m.optimizer) / psi
+
+    n = 8
+    assert states(0) == pytest.approx(16)
+    assert states(1) == pytest.approx(4 + 12 / n)
+    assert states(2) == pytest.approx(2 + 14 / n)
+    assert states(3) == pytest.approx(16 / n)
+
+
+def test_memory_decreases_with_zero_stage():
+    totals = [memory(load_job(job_dict(zero=z))).total for z in (0, 1, 2, 3)]
+    assert totals == sorted(totals, reverse=True)
