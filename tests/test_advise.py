@@ -1,0 +1,109 @@
+"""advise: each change is the model's own re-estimate; the interleaving change halves the bubble;
+memory-driven changes; sensitivities as finite differences; CLI JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from commtax.advise import FD_REL, advise, sensitivities, with_intra, with_network
+from commtax.estimate import estimate
+from commtax.spec import job_with, load_job
+
+
+def seed_job(**plan) -> dict:
+    """The seed article's LLaMA-2 70B, 256 H100, DP=8 PP=4 TP=8 (examples/llama2-70b-h100.yaml)."""
+    return {
+        "model": "llama2-70b",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 256, "gpus_per_node": 8, "intra_node": "nvlink4",
+                    "inter_node": "ib-ndr", "nics_per_node": 8},
+        "plan": {"tp": 8, "pp": 4, "dp": 8, "sequence_parallel": True, "zero": 1, "recompute": "selective",
+                 "micro_batch": 1, **plan},
+        "training": {"seq_len": 4096, "global_batch": 1024, "precision": "bf16"},
+    }
+
+
+@pytest.fixture(scope="module")
+def advice():
+    return advise(load_job(seed_job()), search_best=False)
+
+
+def test_dominant_component_is_the_largest_part(advice):
+    parts = advice.breakdown.breakdown_s
+    assert advice.dominant == max(parts, key=parts.get)
+    assert advice.dominant_share == pytest.approx(parts[advice.dominant] / advice.breakdown.step_time_s)
+
+
+def test_changes_are_re_estimates(advice):
+    job = advice.job
+    by = {c.label: c for c in advice.changes}
+    assert by["2× inter-node bandwidth"].step_after_s == estimate(with_network(job, bw=2.0)).step_time_s
+    assert by["2× intra-node bandwidth"].step_after_s == estimate(with_intra(job, bw=2.0)).step_time_s
+    assert by["micro_batch 1→2"].step_after_s == estimate(job_with(job, micro_batch=2)).step_time_s
+    assert by["grad bf16→fp8"].step_after_s == estimate(job_with(job, grad_comm_dtype="fp8")).step_time_s
+    for c in advice.changes:
+        assert c.step_before_s == advice.breakdown.step_time_s
+        assert c.step_change == pytest.approx(c.step_after_s / c.step_before_s - 1)
+
+
+def test_interleaving_halves_the_bubble(advice):
+    """Bubble = (p − 1)/v × t_avg (Narayanan et al. 2021, §2.2.2): v 1→2 halves it, the stage time unchanged."""
+    c = {c.label: c for c in advice.changes}["vp 1→2"]
+    assert c.component == "pp_bubble"
+    assert c.component_after_s == pytest.approx(c.component_before_s / 2, rel=1e-12)
+    assert c.step_after_s < c.step_before_s
+    assert "pp bubble" in c.text() and "(-50%)" in c.text()
+
+
+def test_changes_sorted_fitting_first_then_fastest(advice):
+    keys = [(not c.fits_after, c.step_after_s) for c in advice.changes]
+    assert keys == sorted(keys)
+
+
+def test_zero3_is_offered_when_the_plan_does_not_fit():
+    job = load_job(seed_job(tp=2, pp=1, dp=128, zero=0, sequence_parallel=False, recompute="full"))
+    a = advise(job, search_best=False)
+    assert not a.breakdown.fits
+    z3 = {c.label: c for c in a.changes}["ZeRO-0→ZeRO-3"]
+    assert z3.fits_after and not z3.fits_before
+    assert z3.mem_after_GiB < z3.mem_before_GiB
+    assert "memory fits" in z3.text()
+    assert a.changes[0].fits_after  # a change that fits comes first
+
+
+def test_sensitivities_are_central_differences(advice):
+    job = advice.job
+    s = sensitivities(job, advice.breakdown)
+    bw = job.cluster.intra_node.bw_GBps
+    up = estimate(with_intra(job, bw=1 + FD_REL)).step_time_s
+    dn = estimate(with_intra(job, bw=1 - FD_REL)).step_time_s
+    assert s["intra"]["dstep_dbw_s_per_GBps"] == pytest.approx((up - dn) / (2 * FD_REL * bw))
+    assert s["intra"]["dstep_dbw_s_per_GBps"] < 0  # more TP bandwidth, shorter step (TP is exposed here)
+    assert s["intra"]["bw_elasticity"] == pytest.approx(
+        s["intra"]["dstep_dbw_s_per_GBps"] * bw / advice.breakdown.step_time_s)
+    assert s["inter"]["bw_GBps"] == job.cluster.inter_node.bw_Gbps / 8
+    assert s["intra"]["dstep_dlatency_s_per_us"] >= 0
+
+
+def test_cli_advise_json(tmp_path):
+    import typer
+
+    from commtax.planning_cli import register
+
+    app = typer.Typer()
+    register(app)
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(seed_job()))
+    r = CliRunner().invoke(app, ["advise", str(f), "--json", "--no-search"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    job = load_job(seed_job())
+    assert data["step_time_s"] == estimate(job).step_time_s
+    assert set(data["sensitivities"]) == {"intra", "inter"}
+    first = data["changes"][0]
+    assert first["step_change"] == pytest.approx(first["step_after_s"] / first["step_before_s"] - 1)
+    r = CliRunner().invoke(app, ["advise", str(tmp_path / "none.yaml")])
+    assert r.exit_code == 2 and r.output.startswith("error:")
