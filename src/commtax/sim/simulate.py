@@ -1,18 +1,18 @@
 """Run a step's task graph and read a ``Breakdown`` off its timeline.
 
 Step time is the makespan. It is split from the point of view of the GPU that finishes last
-(the *critical stage*): its compute stream is either busy (compute, recompute, optimizer) or
-idle. An idle gap is explained by walking back the chain of tasks that held it up (each task's
-``cause``, see ``events.py``) until the chain reaches this GPU's own compute: the time of each
-task on the chain, clipped to the gap, is charged to what that task is —
+(the *critical stage*): its own work (compute, recompute, optimizer, and TP/CP collectives its
+compute stream waits for) is counted as it ran; exposed communication is how much earlier it
+would finish if that communication took no time, taken away in turn —
 
-  this GPU's TP / CP collective      -> tp_exposed / cp_exposed
-  a pipeline send (any stage)        -> pp_exposed
-  a DP collective (any stage)        -> dp_exposed
-  another stage's compute or TP/CP   -> pp_bubble
+  pp_exposed = T − T(pipeline sends free, no NIC sharing)
+  dp_exposed = T(pp free) − T(pp and DP free)
+  tp/cp_exposed (overlapped) += T(pp, DP free) − T(pp, DP, TP/CP free)
 
-so the parts add up to the step time exactly, and for uniform stages the bubble is the
-textbook (p − 1)/(v·m) of the ideal time.
+and what remains is waiting for other stages: pp_bubble. The parts add up to the step time
+exactly, and for uniform stages the bubble is the textbook (p − 1)/(v·m) of the ideal time,
+sends or not. (With in-order streams the step is a max-plus system, so "free" is one pass of
+longest paths over the task graph.)
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from commtax.spec import Job
 from commtax.units import SECONDS_PER_DAY, TFLOPS
 from commtax.workload import Workload
 
-GROUP_OF_KIND = {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp"}
 
 
 @dataclass
@@ -55,45 +54,62 @@ class SimResult:
         return b["pp_bubble"] / ideal if ideal else 0.0
 
 
-def _attribute(sim: Sim, device: int, step_end: float, last_task: int, serial: tuple[str, ...]) -> dict[str, float]:
-    """Split [0, step_end] of ``device``: its own work (compute stream, and TP/CP that the compute
-    stream waits for when they are not overlapped) by kind, its idle gaps by the chain that caused them."""
-    parts = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+def _end_without(sim: Sim, device: int, free: list[set[str]]) -> list[float]:
+    """When ``device`` would finish if the task kinds of each ``free`` set took no time (cumulative
+    sets; no NIC sharing). Task ids are a topological order (dependencies and stream predecessors
+    come first), so one pass of longest paths per set does it."""
     tasks, streams = sim.tasks, sim.streams
-    lanes = {s.id for s in streams if s.device == device and (s.name == "compute" or s.name in serial)}
-    own_key = {"compute": "compute", "recompute": "recompute", "optimizer": "optimizer",
-               "tp": "tp_exposed", "cp": "cp_exposed"}
+    n = len(tasks)
+    ends = [[0.0] * n for _ in free]
+    last_on_stream = [-1] * len(streams)
+    out = [0.0] * len(free)
+    masks = [[0.0 if t.kind in f else t.duration_s for t in tasks] for f in free]
+    for t in tasks:
+        i = t.id
+        prev = last_on_stream[t.stream]
+        last_on_stream[t.stream] = i
+        preds = t.deps if prev < 0 else t.deps + (prev,)
+        mine = streams[t.stream].device == device
+        for e, dur, k in zip(ends, masks, range(len(free))):
+            start = 0.0
+            for j in preds:
+                if e[j] > start:
+                    start = e[j]
+            e[i] = start + dur[i]
+            if mine and e[i] > out[k]:
+                out[k] = e[i]
+    return out
 
-    def charge_gap(g0: float, g1: float, tid: int | None) -> None:
-        while tid is not None and g1 > g0:
-            t = tasks[tid]
-            if t.stream in lanes:
-                break
-            lo = max(t.start_s, g0)
-            own = streams[t.stream].device == device
-            if t.kind == "pp":
-                key = "pp_exposed"
-            elif t.kind == "dp":
-                key = "dp_exposed"
-            elif own and t.kind in ("tp", "cp"):  # overlapped TP/CP that outlasted the compute hiding it
-                key = f"{t.kind}_exposed"
-            else:  # another stage's work
-                key = "pp_bubble"
-            parts[key] += g1 - lo
-            g1 = lo
-            tid = t.cause
-        if g1 > g0:  # a chain that began at time 0 on another stage
-            parts["pp_bubble"] += g1 - g0
 
-    timeline = sorted((tasks[i] for sid in lanes for i in streams[sid].tasks), key=lambda t: (t.start_s, t.id))
-    now = 0.0
-    for t in timeline:
-        if t.start_s > now:
-            charge_gap(now, t.start_s, t.cause)
-        parts[own_key[t.kind]] += t.end_s - t.start_s
-        now = max(now, t.end_s)
-    if step_end > now:
-        charge_gap(now, step_end, last_task)
+def _attribute(sim: Sim, device: int, step: float, serial: tuple[str, ...]) -> dict[str, float]:
+    """Split the step from ``device``'s point of view.
+
+    Busy time is its own work: compute stream tasks, and TP/CP that the compute stream waits for
+    when they are not overlapped. Exposed communication is how much later the device finishes
+    because of it, removed in turn (PP sends and NIC sharing, then DP, then overlapped TP/CP):
+    pp_exposed = T − T(pp free), dp_exposed = T(pp free) − T(pp, dp free), ... What is left is
+    waiting for other stages' work: the bubble.
+    """
+    parts = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+    own = {"compute": "compute", "recompute": "recompute", "optimizer": "optimizer",
+           "tp": "tp_exposed", "cp": "cp_exposed"}
+    lanes = {s.id for s in sim.streams if s.device == device and (s.name == "compute" or s.name in serial)}
+    for sid in lanes:
+        for i in sim.streams[sid].tasks:
+            t = sim.tasks[i]
+            parts[own[t.kind]] += t.duration_s
+    hidden = tuple(g for g in ("tp", "cp") if g not in serial)
+    free = [{"pp"}, {"pp", "dp"}]
+    for g in hidden:  # overlapped TP/CP: only what outlasts the GEMMs / attention that hide it
+        free.append(free[-1] | {g})
+    ends = _end_without(sim, device, free)
+    keys = ["pp_exposed", "dp_exposed"] + [f"{g}_exposed" for g in hidden]
+    before = step
+    for key, t in zip(keys, ends):
+        parts[key] += before - t
+        before = t
+    busy = sum(parts[k] for k in ("compute", "recompute", "optimizer", "tp_exposed", "cp_exposed"))
+    parts["pp_bubble"] = before - busy
     return parts
 
 
@@ -134,7 +150,7 @@ def simulate(
     crit = streams[tasks[last].stream].device
     ov = job.plan.overlap
     serial = tuple(g for g, hidden in (("tp", ov.tp), ("cp", ov.cp)) if not hidden)
-    parts = _attribute(sim, crit, step, last, serial)
+    parts = _attribute(sim, crit, step, serial)
     dev = builder.devices[crit]
     est = estimate(job) if compare else None
     bd = _breakdown(job, builder.wl, step, parts, link[crit], dev.bytes, est)

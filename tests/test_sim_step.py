@@ -1,0 +1,157 @@
+"""The step builder on tiny pipelines with hand-set costs: exact event traces written out by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from commtax.estimate import PhaseCost
+from commtax.sim import SimOptions, simulate
+from commtax.spec import load_job
+from commtax.workload import Block, Phase, build_workload
+
+EMPTY = Block("empty", Phase(()), Phase(()), Phase(()))
+
+
+def tiny_job(pp=2, vp=1, schedule="1f1b", global_batch=2, dp=1, layers=None, zero=1, **plan):
+    layers = layers or pp * vp
+    return load_job({
+        "model": {"layers": layers, "hidden": 256, "heads": 4, "vocab": 512, "source": "test"},
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": pp * dp, "gpus_per_node": 1,
+                    "intra_node": "nvlink4", "inter_node": "ib-ndr", "nics_per_node": 1},
+        "plan": {"pp": pp, "vp": vp, "dp": dp, "schedule": schedule, "recompute": "none", "zero": zero, **plan},
+        "training": {"seq_len": 128, "global_batch": global_batch},
+    })
+
+
+class FakeCosts:
+    """Forward 1 s and backward 2 s per layer, sends 0.5 s, DP collectives 0.25 s, optimizer 0 s."""
+
+    def __init__(self, wl, fwd=1.0, bwd=2.0, send=0.5, dp=0.25, tp=0.0):
+        self.wl, self.fwd, self.bwd, self.send, self.dp, self.tp = wl, fwd, bwd, send, dp, tp
+
+    def phase(self, ph):
+        if ph is self.wl.layer.fwd:
+            return PhaseCost(self.fwd, self.fwd, 0.0, {"tp": self.tp} if self.tp else {})
+        if ph is self.wl.layer.bwd:
+            return PhaseCost(self.bwd, self.bwd, 0.0, {"tp": self.tp} if self.tp else {})
+        return PhaseCost()
+
+    def collective(self, c):
+        return self.send if c.group == "pp" else self.dp
+
+    def sent_bytes(self, c):
+        return c.bytes
+
+    def compute(self, op):
+        return 0.0
+
+
+def uniform(job):
+    """The job's workload with nothing on the embedding and the head: every stage the same."""
+    wl = build_workload(job)
+    params = {**wl.params_per_gpu, "embed": 0.0, "head": 0.0}
+    return dataclasses.replace(wl, embed=EMPTY, head=EMPTY, params_per_gpu=params)
+
+
+def run(job, **kw):
+    wl = uniform(job)
+    return simulate(job, workload=wl, costs=FakeCosts(wl, **kw), compare=False, options=SimOptions(nic_contention=False))
+
+
+def passes(r):
+    """(stream, pass, stage, start) of every task but zero-length ones, by start time then creation."""
+    sim = r.sim
+    return [(f"{sim.streams[t.stream].name} {t.meta[3]}{t.meta[1]}", sim.streams[t.stream].device, t.start_s)
+            for t in sorted(sim.tasks, key=lambda t: (t.start_s, t.id)) if t.duration_s > 0]
+
+
+def test_1f1b_two_stages_two_microbatches_exact_trace():
+    r = run(tiny_job(pp=2, schedule="1f1b"))
+    # stage 0: F0, F1 (warm-up 1 + steady), waits for B0's gradient, then B0, waits, B1.
+    # stage 1: F0 when F0's activation lands (1 + 0.5), B0, then F1 (arrived at 2.5, stream free at 4.5), B1.
+    assert passes(r) == [
+        ("compute F0", 0, 0.0),
+        ("pp_fwd F0", 0, 1.0),
+        ("compute F1", 0, 1.0),
+        ("compute F0", 1, 1.5),
+        ("pp_fwd F1", 0, 2.0),
+        ("compute B0", 1, 2.5),
+        ("pp_bwd B0", 1, 4.5),
+        ("compute F1", 1, 4.5),
+        ("compute B0", 0, 5.0),
+        ("compute B1", 1, 5.5),
+        ("pp_bwd B1", 1, 7.5),
+        ("compute B1", 0, 8.0),
+    ]
+    b = r.breakdown
+    assert b.step_time_s == 10.0  # m·(t_f + t_b) + (p−1)·(t_f + t_b) + 2(p−1)·t_send = 6 + 3 + 1
+    assert b.breakdown_s["compute"] == 6.0
+    assert b.breakdown_s["pp_bubble"] == 3.0  # (p−1)·(t_f + t_b)
+    assert b.breakdown_s["pp_exposed"] == 1.0  # the fill: one send down, one back
+    assert r.bubble_fraction == 0.5  # (p−1)/(v·m) = 1/2
+
+
+def test_gpipe_two_stages_two_microbatches_exact_trace():
+    r = run(tiny_job(pp=2, schedule="gpipe"))
+    # GPipe: all forwards, then backwards last micro-batch first
+    assert passes(r) == [
+        ("compute F0", 0, 0.0),
+        ("pp_fwd F0", 0, 1.0),
+        ("compute F1", 0, 1.0),
+        ("compute F0", 1, 1.5),
+        ("pp_fwd F1", 0, 2.0),
+        ("compute F1", 1, 2.5),
+        ("compute B1", 1, 3.5),
+        ("pp_bwd B1", 1, 5.5),
+        ("compute B0", 1, 5.5),
+        ("compute B1", 0, 6.0),
+        ("pp_bwd B0", 1, 7.5),
+        ("compute B0", 0, 8.0),
+    ]
+    assert r.breakdown.step_time_s == 10.0
+    assert r.bubble_fraction == 0.5
+
+
+def test_exposed_tp_sits_on_the_critical_path_and_overlapped_tp_hides():
+    job = tiny_job(pp=1, layers=1, global_batch=2, tp=1)
+    wl = uniform(job)
+    serial = simulate(job, workload=wl, costs=FakeCosts(wl, tp=0.5, send=0.0), compare=False)
+    # two micro-batches, each 1 s forward + 0.5 s TP + 2 s backward + 0.5 s TP
+    assert serial.breakdown.step_time_s == 2 * (1 + 0.5 + 2 + 0.5)
+    assert serial.breakdown.breakdown_s["tp_exposed"] == 2.0
+    job_ov = tiny_job(pp=1, layers=1, global_batch=2, overlap={"tp": True})
+    hidden = simulate(job_ov, workload=wl, costs=FakeCosts(wl, tp=0.5, send=0.0), compare=False)
+    assert hidden.breakdown.step_time_s == 2 * (1 + 2)  # 0.5 s of TP under 1 s and 2 s of GEMMs
+    assert hidden.breakdown.breakdown_s["tp_exposed"] == 0.0
+    long_tp = simulate(job_ov, workload=wl, costs=FakeCosts(wl, tp=1.5, send=0.0), compare=False)
+    assert long_tp.breakdown.breakdown_s["tp_exposed"] == pytest.approx(2 * 0.5)  # max(0, 1.5 − 1) per forward
+
+
+def test_gradient_buckets_overlap_backward_and_leave_a_tail():
+    job = tiny_job(pp=1, layers=1, global_batch=4, dp=2, zero=0)
+    wl = uniform(job)
+    grads = wl.params_per_gpu["layers"] * 2  # bf16 gradients
+    r = simulate(job, workload=wl, costs=FakeCosts(wl, send=0.0, dp=0.25), compare=False,
+                 options=SimOptions(bucket_bytes=grads / 4))
+    dp = [t for t in r.sim.tasks if t.kind == "dp"]
+    # 4 buckets launched at 1/4, 2/4, 3/4 and the end of the last backward (2 s, from t = 4)
+    assert [t.start_s for t in dp] == [4.5, 5.0, 5.5, 6.0]
+    b = r.breakdown
+    assert b.step_time_s == 2 * 3 + 0.25  # the last bucket is the exposed tail
+    assert b.breakdown_s["dp_exposed"] == 0.25
+
+
+def test_breakdown_parts_sum_to_step_time():
+    r = run(tiny_job(pp=4, vp=2, global_batch=8))
+    assert sum(r.breakdown.breakdown_s.values()) == pytest.approx(r.breakdown.step_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("pp,vp,m,schedule", [
+    (2, 1, 2, "1f1b"), (4, 1, 8, "1f1b"), (4, 1, 8, "gpipe"), (8, 1, 32, "1f1b"),
+    (4, 2, 8, "1f1b"), (4, 3, 12, "1f1b"), (2, 4, 6, "1f1b"), (3, 2, 7, "1f1b"),
+])
+def test_uniform_bubble_fraction_is_textbook(pp, vp, m, schedule):
+    r = run(tiny_job(pp=pp, vp=vp, schedule=schedule, global_batch=m))
+    assert r.bubble_fraction == pytest.approx((pp - 1) / (vp * m), rel=1e-9)  # Narayanan et al. 2021 §2.2
