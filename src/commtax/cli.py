@@ -330,8 +330,13 @@ def register_commands() -> None:
                 raise
 
 
+CORE_COMMANDS = {"estimate", "validate", "collective", "demo"}
+
+
 def main() -> None:
-    register_commands()
+    # the core commands skip importing the other stages, so `commtax estimate` starts instantly
+    if len(sys.argv) < 2 or sys.argv[1] not in CORE_COMMANDS:
+        register_commands()
     app()
 
 

@@ -87,12 +87,18 @@ class Costs:
         self.job = job
         self.cm: ComputeModel = compute_model(job.cluster, job.training.precision)
         self._placements: dict[tuple[str, str], Any] = {}
+        self._times: dict[tuple[str, str, float], float] = {}
+        self._phases: dict[int, tuple[Phase, PhaseCost]] = {}
 
     def collective(self, c: Collective) -> float:
-        key = (c.group, c.op)
-        if key not in self._placements:
-            self._placements[key] = group_placement(self.job, c.group, c.op)
-        return collective_cost(c.op, c.bytes, self._placements[key]).time_s
+        key = (c.group, c.op, c.bytes)
+        t = self._times.get(key)
+        if t is None:
+            pkey = (c.group, c.op)
+            if pkey not in self._placements:
+                self._placements[pkey] = group_placement(self.job, c.group, c.op)
+            t = self._times[key] = collective_cost(c.op, c.bytes, self._placements[pkey]).time_s
+        return t
 
     def sent_bytes(self, c: Collective) -> float:
         """Bytes one GPU puts on the wire: message × bus factor (nccl-tests)."""
@@ -105,6 +111,14 @@ class Costs:
         return op_time(self.cm, op)
 
     def phase(self, ph: Phase) -> PhaseCost:
+        hit = self._phases.get(id(ph))
+        if hit is not None and hit[0] is ph:  # the same layer block is shared by every stage
+            return hit[1]
+        cost = self._phase(ph)
+        self._phases[id(ph)] = (ph, cost)
+        return cost
+
+    def _phase(self, ph: Phase) -> PhaseCost:
         compute = gemm = attention = 0.0
         comm: dict[str, float] = {}
         nbytes: dict[str, float] = {}
@@ -148,39 +162,43 @@ def _exposed(job: Job, pc: PhaseCost) -> tuple[float, float]:
     return tp_exp, cp_exp
 
 
-def stage_time(job: Job, costs: Costs, blocks: list[tuple[Block, float]]) -> StageTime:
-    """Sum the passes of the blocks (block, count) that one pipeline rank runs for one micro-batch."""
+def _combine(job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]]) -> StageTime:
     fwd = bwd = rc = PhaseCost()
-    for block, count in blocks:
-        fwd = fwd + costs.phase(block.fwd).scaled(count)
-        bwd = bwd + costs.phase(block.bwd).scaled(count)
-        rc = rc + costs.phase(block.recompute).scaled(count)
+    for (f, b, r), count in parts:
+        fwd = fwd + (f.scaled(count) if count != 1 else f)
+        bwd = bwd + (b.scaled(count) if count != 1 else b)
+        rc = rc + (r.scaled(count) if count != 1 else r)
     exp_f, exp_b, exp_r = _exposed(job, fwd), _exposed(job, bwd), _exposed(job, rc)
-    tp = exp_f[0] + exp_b[0] + exp_r[0]
-    cp = exp_f[1] + exp_b[1] + exp_r[1]
     return StageTime(
         compute=fwd.compute + bwd.compute,
         recompute=rc.compute,
-        tp_exposed=tp,
-        cp_exposed=cp,
+        tp_exposed=exp_f[0] + exp_b[0] + exp_r[0],
+        cp_exposed=exp_f[1] + exp_b[1] + exp_r[1],
         fwd=fwd.compute + sum(exp_f),
         bwd=bwd.compute + rc.compute + sum(exp_b) + sum(exp_r),
         link=fwd + bwd + rc,
     )
 
 
+def stage_time(job: Job, costs: Costs, blocks: list[tuple[Block, float]]) -> StageTime:
+    """Sum the passes of the blocks (block, count) that one pipeline rank runs for one micro-batch."""
+    return _combine(job, [((costs.phase(b.fwd), costs.phase(b.bwd), costs.phase(b.recompute)), n) for b, n in blocks])
+
+
 def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
     """First, middle and last pipeline ranks (one rank when pp == 1); middle ranks are identical."""
+    cost = {name: (costs.phase(b.fwd), costs.phase(b.bwd), costs.phase(b.recompute))
+            for name, b in (("embed", wl.embed), ("layer", wl.layer), ("head", wl.head))}
     L = wl.layers_per_stage
+    layers = (tuple(c.scaled(L) for c in cost["layer"]), 1)
     p = job.plan.pp
     if p == 1:
-        return [stage_time(job, costs, [(wl.embed, 1), (wl.layer, L), (wl.head, 1)])]
-    first = stage_time(job, costs, [(wl.embed, 1), (wl.layer, L)])
-    last = stage_time(job, costs, [(wl.layer, L), (wl.head, 1)])
+        return [_combine(job, [(cost["embed"], 1), layers, (cost["head"], 1)])]
+    first = _combine(job, [(cost["embed"], 1), layers])
+    last = _combine(job, [layers, (cost["head"], 1)])
     if p == 2:
         return [first, last]
-    middle = stage_time(job, costs, [(wl.layer, L)])
-    return [first] + [middle] * (p - 2) + [last]
+    return [first] + [_combine(job, [layers])] * (p - 2) + [last]
 
 
 def _dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:

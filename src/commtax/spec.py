@@ -323,7 +323,7 @@ def _read_yaml(path: Path) -> Any:
     except OSError as e:
         raise SpecError(f"{path}: cannot read ({e.strerror})") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when present
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

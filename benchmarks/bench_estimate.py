@@ -1,0 +1,55 @@
+"""How fast is the estimator? Run by hand: `.venv/bin/python benchmarks/bench_estimate.py`.
+
+Prints estimates per second on one core (goal ≥ 2,000/s) and the wall time of the `commtax estimate`
+CLI (goal < 0.5 s), each next to a reference measured in the same run: the bare Python start-up
+(`python -c pass`), so the figures travel across machines as ratios.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from commtax.estimate import estimate
+from commtax.spec import job_with, load_job
+
+REPO = Path(__file__).resolve().parents[1]
+JOB = REPO / "examples" / "llama2-70b-h100.yaml"
+
+
+def estimates_per_second(seconds: float = 3.0) -> float:
+    job = load_job(JOB)
+    plans = [job_with(job, micro_batch=mb, recompute=rc) for mb in (1, 2, 4) for rc in ("none", "selective", "full")]
+    for p in plans:  # warm-up
+        estimate(p)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for p in plans:
+            estimate(p)
+        n += len(plans)
+    return n / (time.perf_counter() - start)
+
+
+def wall(cmd: list[str], repeats: int = 7) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    rate = estimates_per_second()
+    print(f"estimates per second (one core): {rate:,.0f}   goal ≥ 2,000   ratio to goal {rate / 2000:.2f}")
+    python_start = wall([sys.executable, "-c", "pass"])
+    cli = wall([str(Path(sys.executable).parent / "commtax"), "estimate", str(JOB), "--json"])
+    print(f"python start-up (reference): {python_start * 1e3:.0f} ms")
+    print(f"`commtax estimate` CLI wall: {cli * 1e3:.0f} ms = {cli / python_start:.1f}× python start-up   goal < 500 ms")
+
+
+if __name__ == "__main__":
+    main()
