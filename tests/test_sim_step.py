@@ -155,3 +155,12 @@ def test_breakdown_parts_sum_to_step_time():
 def test_uniform_bubble_fraction_is_textbook(pp, vp, m, schedule):
     r = run(tiny_job(pp=pp, vp=vp, schedule=schedule, global_batch=m))
     assert r.bubble_fraction == pytest.approx((pp - 1) / (vp * m), rel=1e-9)  # Narayanan et al. 2021 §2.2
+
+
+def test_1f1b_pays_two_sends_per_micro_batch_gpipe_only_the_fill():
+    # 4 stages, 8 micro-batches, t_f = 1, t_b = 2, t_send = 0.5 (fake costs)
+    one_f = run(tiny_job(pp=4, global_batch=8, schedule="1f1b")).breakdown
+    gpipe = run(tiny_job(pp=4, global_batch=8, schedule="gpipe")).breakdown
+    assert one_f.breakdown_s["pp_exposed"] == 2 * 8 * 0.5  # 2·m sends: the round trip of every micro-batch
+    assert gpipe.breakdown_s["pp_exposed"] == 2 * (4 - 1) * 0.5  # 2(p−1): the fill down and back
+    assert one_f.breakdown_s["pp_bubble"] == gpipe.breakdown_s["pp_bubble"] == (4 - 1) * 3.0

@@ -6,8 +6,9 @@ the closed form averages something the schedule makes concrete:
 * uneven stages — the estimate charges m × the slowest stage + (p − 1)/v × the average stage;
   the simulator runs the schedule, so the stage that finishes last pays its own work and
   waits for the slow one;
-* pipeline sends — the estimate exposes only the fill (2(p − 1) sends); in the schedule a
-  stage also stalls when a micro-batch's activation or gradient is still on the wire;
+* pipeline sends — the estimate exposes only the fill (2(p − 1) sends); in 1F1B each
+  micro-batch's forward→backward round trip puts 2 sends on the critical path (2·m in all),
+  and in other schedules a stage stalls when an activation or gradient is still on the wire;
 * the gradient bucket tail — buckets of ``--bucket-mb`` (PyTorch DDP: 25 MiB) each pay the
   collective's latency, and the last one's reduction is exposed after the last backward;
 * a shared NIC — DP buckets and PP sends of one GPU leave the node over the same NIC share
@@ -76,12 +77,17 @@ def explain(r: SimResult) -> list[str]:
                    f"((p−1)/(v·m) = {(p - 1) / (v * m):.2%} of the ideal time; simulated {r.bubble_fraction:.2%})")
     # ---- pipeline sends
     if p > 1 and abs(sb["pp_exposed"] - eb["pp_exposed"]) > small:
-        out.append(
-            f"pipeline sends: exposed {_ms(sb['pp_exposed'])} simulated vs {_ms(eb['pp_exposed'])} estimated. "
-            f"The estimate exposes only the fill, 2(p−1) = {2 * (p - 1)} sends of {_ms(bld.t_send)}; in the "
-            f"schedule stage {r.critical_stage} also stalls whenever the next micro-batch's activation or "
-            f"gradient is still on the wire"
+        line = (
+            f"pipeline sends: exposed {_ms(sb['pp_exposed'])} simulated vs {_ms(eb['pp_exposed'])} estimated "
+            f"(one send {_ms(bld.t_send)}). The estimate exposes only the fill, 2(p−1) = {2 * (p - 1)} sends"
         )
+        if v == 1 and bld.job.plan.schedule == "1f1b":
+            line += (f"; in 1F1B every micro-batch's forward→backward round trip puts 2 sends per micro-batch on "
+                     f"the critical path (2·m = {2 * m} sends = {_ms(2 * m * bld.t_send)})")
+        else:
+            line += (f"; in the schedule stage {r.critical_stage} also stalls whenever the next micro-batch's "
+                     f"activation or gradient is still on the wire")
+        out.append(line)
     # ---- DP buckets
     if bld.wl.dp_step and (abs(sb["dp_exposed"] - eb["dp_exposed"]) > small
                            or abs(b.comm_time_s["dp"] - e.comm_time_s["dp"]) > small):

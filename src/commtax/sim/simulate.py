@@ -98,6 +98,7 @@ def _attribute(sim: Sim, device: int, step: float, serial: tuple[str, ...]) -> d
         for i in sim.streams[sid].tasks:
             t = sim.tasks[i]
             parts[own[t.kind]] += t.duration_s
+    busy = sum(parts.values())
     hidden = tuple(g for g in ("tp", "cp") if g not in serial)
     free = [{"pp"}, {"pp", "dp"}]
     for g in hidden:  # overlapped TP/CP: only what outlasts the GEMMs / attention that hide it
@@ -108,7 +109,6 @@ def _attribute(sim: Sim, device: int, step: float, serial: tuple[str, ...]) -> d
     for key, t in zip(keys, ends):
         parts[key] += before - t
         before = t
-    busy = sum(parts[k] for k in ("compute", "recompute", "optimizer", "tp_exposed", "cp_exposed"))
     parts["pp_bubble"] = before - busy
     return parts
 
