@@ -26,6 +26,7 @@ against 1e-9 on random samples, so a change of the model's dependencies shows up
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -44,6 +45,7 @@ from commtax.estimate import Breakdown, Costs, estimate, stage_times
 from commtax.memory import FRAMEWORK_RESERVE_GiB, activation_bytes, memory
 from commtax.plans import candidates
 from commtax.spec import Job, job_with
+from commtax.topology import layout
 from commtax.units import GiB
 from commtax.workload import build_workload
 
@@ -231,32 +233,24 @@ def job_for(job: Job, plan: dict[str, Any]) -> Job:
 
 # ----------------------------------------------------------------------------- one base (tp, pp, cp)
 class _MemoCosts(Costs):
-    """The model's Costs with each phase and collective priced once (all jobs of one base share placements)."""
+    """The model's Costs, each phase priced once by content across all the jobs of one base (which share
+    placements); the model's own Costs already caches by identity within one workload."""
 
-    def __init__(self, job: Job):
+    def __init__(self, job: Job, shared: dict[Any, Any] | None = None):
         super().__init__(job)
-        self._phase: dict[Any, Any] = {}
-        self._by_id: dict[int, tuple[Any, Any]] = {}
-        self._coll: dict[Any, float] = {}
+        self._search_phases: dict[Any, Any] = {} if shared is None else shared
+        self._search_ids: dict[int, tuple[Any, Any]] = {}
 
     def phase(self, ph):  # type: ignore[override]
-        # by identity first (the same Phase object recurs in every stage of a workload), then by content
-        hit = self._by_id.get(id(ph))
+        hit = self._search_ids.get(id(ph))
         if hit is not None and hit[0] is ph:
             return hit[1]
         try:
-            v = self._phase[ph]
+            v = self._search_phases[ph]
         except KeyError:
-            v = self._phase[ph] = super().phase(ph)
-        self._by_id[id(ph)] = (ph, v)  # holding ph keeps its id from being reused
+            v = self._search_phases[ph] = super().phase(ph)
+        self._search_ids[id(ph)] = (ph, v)  # holding ph keeps its id from being reused
         return v
-
-    def collective(self, c):  # type: ignore[override]
-        try:
-            return self._coll[c]
-        except KeyError:
-            v = self._coll[c] = super().collective(c)
-            return v
 
 
 def _copy(job: Job, **changes: Any) -> Job:
@@ -324,7 +318,14 @@ class _BaseResult:
     examples: dict[str, str] = field(default_factory=dict)
 
 
-def _eval_base(job: Job, base: _Base) -> _BaseResult:
+def _phase_key(job: Job) -> tuple:
+    """Layer, embedding and head phases hold only TP and CP collectives: their prices depend on where those
+    two groups sit (size, stride), so bases that share them share phase prices."""
+    lay = layout(job)
+    return tuple((lay.size[g], lay.stride[g]) for g in ("tp", "cp"))
+
+
+def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, dict] | None = None) -> _BaseResult:
     """Evaluate every plan of one base on its grid (vp, mb, sp, zero, recompute, grad dtype)."""
     A = base.axes
     VP, MB, SP, Z, RC, GD = (A[k] for k in AXES)
@@ -352,7 +353,8 @@ def _eval_base(job: Job, base: _Base) -> _BaseResult:
         return _BaseResult(plans, z, np.full((len(grid), len(PART_KEYS)), np.nan), z, z, np.zeros(len(grid), bool),
                            invalid, nofit, examples)
     any_job = next(iter(jobs_v.values()))
-    costs = _MemoCosts(any_job)
+    shared = None if phase_cache is None else phase_cache.setdefault(_phase_key(any_job), {})
+    costs = _MemoCosts(any_job, shared)
     m = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in MB], float)  # micro-batches per step
     # per (mb, sp, rc): the model's stage times -> slow stage and average
     slow: dict[tuple[int, int, int], Any] = {}
@@ -360,30 +362,31 @@ def _eval_base(job: Job, base: _Base) -> _BaseResult:
     st_avg = st_tot.copy()
     st_parts = np.full((4, len(MB), len(SP), len(RC)), np.nan)  # compute, recompute, tp_exposed, cp_exposed
     rep_v = {(j, k): jv for (i, j, k), jv in sorted(jobs_v.items(), reverse=True)}  # any valid vp per (mb, sp)
+    wl_mb: dict[int, Any] = {}  # a workload per micro-batch size (pipeline sends, micro-batch count)
     for (j, k), jv in rep_v.items():
         for r, rc in enumerate(RC):
             jr = _copy(jv, recompute=rc)
-            stages = stage_times(jr, build_workload(jr), costs)
+            wl = wl_mb[j] = build_workload(jr)
+            stages = stage_times(jr, wl, costs)
             s = max(stages, key=lambda x: x.total)  # as estimate: the slowest rank sets the pace
             slow[j, k, r] = s
             st_avg[j, k, r] = sum(x.total for x in stages) / len(stages)
             st_parts[:, j, k, r] = (s.compute, s.recompute, s.tp_exposed, s.cp_exposed)
-    # per (mb, zero, gd): DP ops and optimizer from the model's workload; model-state memory
+    # per (zero, gd): DP ops and optimizer from the model's workload (they do not depend on the micro-batch
+    # size; only the micro-batch count does, set per mb below); model-state memory
     wl_w: dict[tuple[int, int, int], Any] = {}
     opt = np.full((len(MB), len(Z), len(GD)), np.nan)
     states = np.full((len(Z), len(GD)), np.nan)
-    for j in range(len(MB)):
-        jv = next((rep_v[j, k] for k in range(len(SP)) if (j, k) in rep_v), None)
-        if jv is None:
-            continue
-        for (z, zero), (g, gd) in itertools.product(enumerate(Z), enumerate(GD)):
-            jw = _copy(jv, zero=zero, grad_comm_dtype=gd)
-            wl = build_workload(jw)
-            wl_w[j, z, g] = (jw, wl)
-            opt[j, z, g] = costs.compute(wl.optimizer)
-            if np.isnan(states[z, g]):
-                mm = memory(jw)
-                states[z, g] = mm.weights + mm.grads + mm.optimizer
+    jv0 = next(iter(rep_v.values()))
+    for (z, zero), (g, gd) in itertools.product(enumerate(Z), enumerate(GD)):
+        jw = _copy(jv0, zero=zero, grad_comm_dtype=gd)
+        wl = build_workload(jw)
+        mm = memory(jw)
+        states[z, g] = mm.weights + mm.grads + mm.optimizer
+        t_opt = costs.compute(wl.optimizer)
+        for j in wl_mb:
+            wl_w[j, z, g] = (jw, dataclasses.replace(wl, micro_batches=wl_mb[j].micro_batches))
+            opt[j, z, g] = t_opt
     # DP traffic per (mb, sp, rc, zero, gd); pipeline sends per (vp, mb)
     dp_exp = np.full((len(MB), len(SP), len(RC), len(Z), len(GD)), np.nan)
     for (j, k, r), s in slow.items():
@@ -394,8 +397,7 @@ def _eval_base(job: Job, base: _Base) -> _BaseResult:
     acts = np.full((len(VP), len(MB), len(SP), len(RC)), np.nan)
     for (i, j, k), jv in jobs_v.items():
         if np.isnan(pp_exp[i, j]):
-            wl = wl_w[j, 0, 0][1]
-            pp_exp[i, j] = _est._pp_exposed(jv, wl, costs)[1]
+            pp_exp[i, j] = _est._pp_exposed(jv, wl_mb[j], costs)[1]
         for r, rc in enumerate(RC):
             acts[i, j, k, r] = activation_bytes(_copy(jv, recompute=rc))
     step, parts, exposed = _assemble(base.pp, VP, m, st_parts, st_avg, pp_exp, dp_exp, opt)
@@ -480,7 +482,8 @@ def _ignore_sigint() -> None:
 
 def _eval_chunk(args: tuple[Job, list[_Base]]) -> list[_BaseResult]:
     job, bases = args
-    return [_eval_base(job, b) for b in bases]
+    cache: dict[Any, dict] = {}
+    return [_eval_base(job, b, cache) for b in bases]
 
 
 def evaluate_space(
@@ -498,8 +501,9 @@ def evaluate_space(
         workers = min(2, os.cpu_count() or 1) if len(bases) >= 16 else 1
     try:
         if workers <= 1:
+            cache: dict[Any, dict] = {}
             for n, b in enumerate(bases):
-                results.append(_eval_base(job, b))
+                results.append(_eval_base(job, b, cache))
                 if progress:
                     progress(n + 1, len(bases))
         else:

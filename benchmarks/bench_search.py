@@ -1,0 +1,98 @@
+"""Search benchmark: GPT-3 175B on 4,096 H100 — whole plan space, plans/s, and agreement with ``estimate``.
+
+    .venv/bin/python benchmarks/bench_search.py [--job FILE] [--workers N] [--sample 200] [--json]
+
+Goals (issue 5): the whole space in < 10 s on 2 cores; ≥ 100,000 plans/s; the search's numbers equal
+``estimate``'s to 1e-9 relative on a random sample. Exit status 1 if the agreement check fails (the
+speed goals are reported, not enforced: they depend on the machine and its load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from commtax.estimate import estimate  # noqa: E402
+from commtax.search import Space, agreement, job_for, search  # noqa: E402
+from commtax.spec import load_job  # noqa: E402
+
+DEFAULT_JOB = REPO / "examples" / "compare" / "gpt3-175b-4096-h100.yaml"
+GOAL_S = 10.0
+GOAL_PLANS_PER_S = 100_000
+TOLERANCE = 1e-9
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--job", type=Path, default=DEFAULT_JOB)
+    ap.add_argument("--workers", type=int, default=None, help="processes (default: the search's own choice)")
+    ap.add_argument("--repeat", type=int, default=2, help="timed runs; the best is reported")
+    ap.add_argument("--sample", type=int, default=200, help="plans checked against estimate")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    job = load_job(args.job)
+    # warm-up: imports, catalog, a small search (not timed)
+    search(job, Space.parse({"tp": "8", "pp": "8", "cp": "1", "micro_batch": "1"}), workers=1)
+    times, res = [], None
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        res = search(job, workers=args.workers)
+        times.append(time.perf_counter() - t0)
+    best_s = min(times)
+    rate = res.evaluated / best_s
+    # the one-plan-at-a-time path, for scale
+    sample_plans = [res.plan_dict(int(i)) for i in res.order[:20]]
+    t0 = time.perf_counter()
+    for p in sample_plans:
+        estimate(job_for(job, p))
+    naive_rate = len(sample_plans) / (time.perf_counter() - t0)
+    agree = agreement(job, res, sample=args.sample, seed=0)
+    ok_agree = agree["step_rel"] <= TOLERANCE and agree["mem_rel"] <= TOLERANCE and agree["fits_mismatch"] == 0
+    best_plan, best = res.top[0]
+    report = {
+        "job": str(args.job),
+        "cpus": os.cpu_count(),
+        "workers": args.workers,
+        "plans_evaluated": res.evaluated,
+        "valid": int(res.valid.sum()),
+        "fit": int(res.fits.sum()),
+        "seconds": best_s,
+        "seconds_all_runs": times,
+        "plans_per_s": rate,
+        "estimate_one_by_one_plans_per_s": naive_rate,
+        "goal_seconds": GOAL_S,
+        "goal_plans_per_s": GOAL_PLANS_PER_S,
+        "meets_time_goal": best_s < GOAL_S,
+        "meets_rate_goal": rate >= GOAL_PLANS_PER_S,
+        "agreement": agree,
+        "agreement_ok": ok_agree,
+        "best_plan": best_plan,
+        "best_step_time_s": best.step_time_s,
+        "best_mfu": best.mfu,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"job: {args.job.name} ({job.model.name}, {job.cluster.num_gpus} x {job.cluster.gpu.name})")
+        print(f"plans evaluated: {res.evaluated:,} ({int(res.valid.sum()):,} valid, {int(res.fits.sum()):,} fit)")
+        print(f"search time: {best_s:.2f} s (runs: {', '.join(f'{t:.2f}' for t in times)}) -> "
+              f"{'meets' if best_s < GOAL_S else 'MISSES'} the < {GOAL_S:g} s goal")
+        print(f"plans/s: {rate:,.0f} -> {'meets' if rate >= GOAL_PLANS_PER_S else 'MISSES'} the "
+              f"{GOAL_PLANS_PER_S:,} plans/s goal  (estimate() one by one: {naive_rate:,.0f} plans/s)")
+        print(f"agreement with estimate on {int(agree['sample'])} random valid plans: step {agree['step_rel']:.2e}, "
+              f"memory {agree['mem_rel']:.2e}, fits mismatches {int(agree['fits_mismatch'])} -> "
+              f"{'OK' if ok_agree else 'FAIL'} (tolerance {TOLERANCE:g})")
+        print(f"best plan: {best_plan}  step {best.step_time_s:.3f} s, MFU {best.mfu:.1%}")
+    return 0 if ok_agree else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
