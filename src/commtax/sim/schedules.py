@@ -9,10 +9,11 @@ then stage 1's, and so on. ``chunk`` is the model chunk on the stage (virtual st
   then alternates one forward, one backward, then drains the remaining backwards.
 * Interleaved 1F1B (Narayanan et al. 2021 §2.2, Megatron-Core ``get_schedule_table``):
   micro-batches go in groups of p; within a group every chunk runs for each micro-batch
-  (chunk-major); warm-up is 2(p − s − 1) + (v − 1)·p forwards. When p does not divide m the
-  remainder joins the last group (a group smaller than p would wait on a micro-batch that has
-  not come round the ring yet: a deadlock); with m < p there is one group of m and every
-  forward runs before the first backward.
+  (chunk-major); warm-up is 2(p − s − 1) + (v − 1)·g forwards for a first group of g. When p
+  does not divide m the remainder joins the *first* group (g = p + m mod p): a group smaller
+  than p waits on micro-batches that have not come round the ring yet and deadlocks, and a
+  larger group later on would need a backward before its forward; with m < p there is one
+  group of m.
 """
 
 from __future__ import annotations
@@ -53,10 +54,10 @@ def one_f_one_b(p: int, m: int) -> Iterator[Pass]:
 
 def interleaved_order(p: int, v: int, m: int) -> list[tuple[int, int]]:
     """(micro-batch, chunk) in forward order on every stage: groups of p micro-batches, chunk-major."""
-    starts = list(range(0, m - m % p if m >= p else 1, p)) or [0]
-    bounds = starts[1:] + [m]
+    first = m % p + p if m >= p else m
+    bounds = [0] + list(range(first, m + 1, p))
     order = []
-    for g0, g1 in zip(starts, bounds):
+    for g0, g1 in zip(bounds, bounds[1:]):
         order += [(i, c) for c in range(v) for i in range(g0, g1)]
     return order
 
@@ -66,8 +67,9 @@ def interleaved_1f1b(p: int, v: int, m: int) -> Iterator[Pass]:
     # backward visits the same groups with chunks reversed
     bwd_order = [(i, v - 1 - c) for i, c in fwd_order]
     total = len(fwd_order)
+    first_group = m % p + p if m >= p else m
     for s in range(p):
-        warmup = min(2 * (p - s - 1) + (v - 1) * p, total) if m >= p else total
+        warmup = min(2 * (p - s - 1) + (v - 1) * first_group, total)
         for i, c in fwd_order[:warmup]:
             yield Pass(s, i, c, "F")
         b = 0
@@ -113,7 +115,10 @@ def dependency_order(stages: list[list[Pass]], p: int, v: int) -> Iterator[Pass]
             while pos[s] < len(passes):
                 x = passes[pos[s]]
                 k = x.chunk * p + s
-                need = (k - 1, x.mb, "F") if x.phase == "F" else (k + 1, x.mb, "B")
+                if x.phase == "F":
+                    need = (k - 1, x.mb, "F")
+                else:  # the gradient from the next virtual stage; on the last one, its own forward
+                    need = (k + 1, x.mb, "B") if k < last else (k, x.mb, "F")
                 if (0 <= need[0] <= last) and need not in done:
                     break
                 done.add((k, x.mb, x.phase))
