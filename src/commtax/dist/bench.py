@@ -1,0 +1,201 @@
+"""nccl-tests-style sweeps on torch.distributed: one code path for gloo (CPU) and NCCL (GPU).
+
+Run under torchrun (one node or many) or ``commtax cluster run``; every rank runs the same
+sweep, rank 0 reports. Per size: ``warmup`` untimed iterations, a barrier, ``iters`` timed
+ones; time is the slowest rank's mean (the collective is done when the last rank is).
+algbw = message_bytes / time_s and busbw = algbw × bus factor (nccl-tests doc/PERFORMANCE.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from commtax.collectives import bus_factor
+from commtax.dist import algorithms
+from commtax.dist.results import ResultFile
+from commtax.dist.watchdog import Watchdog
+from commtax.units import GB
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
+IMPLS = ("torch", "ring", "rhd", "tree", "hier")
+OUR_ALGORITHM = {"ring": "ring", "rhd": "recursive_doubling", "tree": "tree", "hier": "hierarchical"}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int64": torch.int64}
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    ops: tuple[str, ...]
+    min_bytes: int
+    max_bytes: int
+    factor: float
+    warmup: int
+    iters: int
+    impl: str
+    dtype: str
+    timeout_s: float
+    backend: str = "auto"
+
+
+def message_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+    """min, min·f, min·f², … ≤ max (nccl-tests -b/-e/-f)."""
+    assert factor > 1 and 0 < min_bytes <= max_bytes
+    sizes, s = [], float(min_bytes)
+    while s <= max_bytes * (1 + 1e-9):
+        sizes.append(int(s))
+        s *= factor
+    return sizes
+
+
+def supported(op: str, impl: str) -> bool:
+    """Our own algorithms implement all_reduce (all four) and ring all_gather / reduce_scatter."""
+    if impl == "torch":
+        return True
+    return op == "all_reduce" or (impl == "ring" and op in ("all_gather", "reduce_scatter"))
+
+
+def init_distributed(backend: str, timeout_s: float) -> tuple[str, torch.device]:
+    """Join the torchrun job: NCCL on GPUs, gloo on CPU, chosen by the backend alone."""
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    return backend, device
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def make_op(op: str, impl: str, numel: int, dtype: torch.dtype, device: torch.device) -> Callable[[], None]:
+    """A closure running one ``op`` on preallocated zero buffers (zeros: repeated sums never overflow)."""
+    n, r = dist.get_world_size(), dist.get_rank()
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    full = torch.zeros(numel, dtype=dtype, device=device)
+    part = torch.zeros(numel // n, dtype=dtype, device=device)
+    if impl != "torch":
+        alg = OUR_ALGORITHM[impl]
+        return {
+            "all_reduce": lambda: algorithms.all_reduce(full, alg, per_node),
+            "all_gather": lambda: algorithms.all_gather(full),
+            "reduce_scatter": lambda: algorithms.reduce_scatter(full),
+        }[op]
+    out = torch.zeros(numel, dtype=dtype, device=device)
+
+    def send_recv() -> None:  # nccl-tests sendrecv: everyone sends to r+1 and receives from r-1 at once
+        works = [dist.irecv(out, src=(r - 1) % n), dist.isend(full, dst=(r + 1) % n)]
+        for w in works:
+            w.wait()
+
+    return {
+        "all_reduce": lambda: dist.all_reduce(full),
+        "all_gather": lambda: dist.all_gather_into_tensor(full, part),
+        "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full),
+        "broadcast": lambda: dist.broadcast(full, src=0),
+        "all_to_all": lambda: dist.all_to_all_single(out, full),
+        "send_recv": send_recv,
+    }[op]
+
+
+def time_op(run: Callable[[], None], warmup: int, iters: int, device: torch.device) -> float:
+    """Mean seconds per iteration on the slowest rank."""
+    for _ in range(warmup):
+        run()
+    synchronize(device)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        run()
+    synchronize(device)
+    dt = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+    dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+    return float(dt.item())
+
+
+def record(op: str, impl: str, backend: str, message_bytes: int, time_s: float, dtype: str, iters: int) -> dict:
+    n = dist.get_world_size()
+    algbw = message_bytes / time_s
+    return {
+        "op": op, "impl": impl, "backend": backend, "world_size": n, "message_bytes": message_bytes,
+        "time_s": time_s, "algbw_GBps": algbw / GB, "busbw_GBps": algbw * bus_factor(op, n) / GB,
+        "nodes": n // int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        "ranks_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        "dtype": dtype, "iters": iters, "unix_time": time.time(),
+    }
+
+
+def _where() -> str:
+    return f"node {os.environ.get('GROUP_RANK', '?')}, local rank {os.environ.get('LOCAL_RANK', '?')}, {socket.gethostname()} pid {os.getpid()}"
+
+
+def _numel(op: str, nbytes: int, elem_bytes: int, n: int) -> int:
+    """Elements for a buffer of about ``nbytes``; a multiple of n where the op splits it (as nccl-tests)."""
+    numel = max(1, nbytes // elem_bytes)
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        numel = max(n, numel // n * n)
+    return numel
+
+
+def _progress(enabled: bool):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), disable=not enabled)
+
+
+def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] | None = None) -> list[dict]:
+    """Run the sweep; rank 0 appends each finished record to ``out``. A dead or hung peer exits the process non-zero."""
+    backend, device = init_distributed(cfg.backend, cfg.timeout_s)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    dog = Watchdog(dist.distributed_c10d._get_default_store(), rank, n, cfg.timeout_s, _where())
+    dtype = DTYPES[cfg.dtype]
+    elem = torch.tensor([], dtype=dtype).element_size()
+    plan = [(op, s) for op in cfg.ops if supported(op, cfg.impl) for s in message_sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor)]
+    done = []
+    with _progress(rank == 0) as bar:
+        task = bar.add_task(f"{cfg.impl} {backend} n={n}", total=len(plan))
+        for i, (op, nbytes) in enumerate(plan):
+            if fault is not None and i == fault[0]:  # test hook: this rank is killed / hangs mid-sweep
+                os.kill(os.getpid(), signal.SIGKILL if fault[1] == "kill" else signal.SIGSTOP)
+            numel = _numel(op, nbytes, elem, n)
+            dog.step(i, f"{op} {numel * elem} B")
+            try:
+                t = time_op(make_op(op, cfg.impl, numel, dtype, device), cfg.warmup, cfg.iters, device)
+            except RuntimeError as e:
+                dog.fail(f"{op} {numel * elem} B failed ({str(e).splitlines()[0][:120]})")
+            rec = record(op, cfg.impl, backend, numel * elem, t, cfg.dtype, cfg.iters)
+            done.append(rec)
+            if rank == 0:
+                out.append(rec)
+                bar.console.print(f"{op:>14} {numel * elem:>12d} B {t * 1e3:10.3f} ms "
+                                  f"algbw {rec['algbw_GBps']:8.4f} busbw {rec['busbw_GBps']:8.4f} GB/s")
+            bar.advance(task)
+    dog.disarm()
+    dist.barrier()
+    dog.stop()
+    dist.destroy_process_group()
+    return done
+
+
+def in_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
+    """This same command, relaunched as ``nproc`` local ranks under torchrun."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "--max-restarts=0", "-m", "--", "commtax.dist.cli", *module_argv]  # "--": torchrun would read --max as its own --max-restarts

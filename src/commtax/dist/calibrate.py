@@ -1,0 +1,182 @@
+"""Model vs measurement, and α/β fits that make them agree: ``commtax calibrate``.
+
+Predictions come from the project's cost model (``commtax.collectives``) on the placement the
+cluster file describes (``commtax.topology``), with the algorithm that actually ran: gloo's
+built-in all_reduce/all_gather/reduce_scatter are rings, ``--impl`` names ours.
+
+The fit: for one level, every algorithm's time is linear in α and β = 1/B
+(t = c_α·α + c_β·β, Thakur et al. 2005), so α and β come from least squares on relative
+error over all records of an op (and jointly over all ops for the level defaults).
+The profile's ``inter`` bandwidth is per GPU, as the model reads it: a node's k ranks share
+its NIC, so B_share = B_node / k (``Placement.node_inter_bw`` multiplies it back).
+No torch import: calibrating is arithmetic on a JSON file.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from commtax import collectives as C
+from commtax.units import GB, US
+
+# what ran, per bench impl (gloo's own collectives are rings; broadcast is a pipelined chain/ring)
+IMPL_ALGORITHM = {"torch": "ring", "ring": "ring", "rhd": "recursive_doubling", "tree": "tree", "hier": "hierarchical"}
+FIT_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
+FAST = 1e30  # a level so fast it costs nothing
+MIN_FIT_BYTES = 2**16  # smaller messages are latency noise on an emulated cluster
+
+
+@dataclass(frozen=True)
+class LevelFit:
+    bw_bytes_per_s: float
+    latency_s: float
+    rms_rel: float
+    max_rel: float
+    count: int
+
+
+def _placement(n: int, per_node: int, intra: C.Level, inter: C.Level | None) -> C.Placement:
+    return C.Placement(n=n, per_node=min(per_node, n), intra=intra, inter=inter if n > per_node else None)
+
+
+def model_time_s(op: str, impl: str, message_bytes: float, n: int, per_node: int, intra: C.Level, inter: C.Level) -> float:
+    """Simple-protocol α-β time of ``op`` with the algorithm ``impl`` ran (no NCCL LL: gloo has none)."""
+    p = _placement(n, per_node, intra, inter)
+    if op == "all_to_all":
+        return C.all_to_all_time(message_bytes, p)[0]
+    if op == "send_recv":
+        return C.send_recv_time(message_bytes, p)[0]
+    alg = IMPL_ALGORITHM[impl]
+    funcs = {"ring": C.ring_time, "tree": C.tree_time, "recursive_doubling": C.recursive_doubling_time,
+             "hierarchical": C.hierarchical_time}
+    return funcs[alg](op, message_bytes, p)[0]
+
+
+def levels_from_cluster(spec: dict) -> tuple[C.Level, C.Level]:
+    """Intra and inter Level of a cluster YAML (as ``commtax.topology`` reads it: the inter share is per GPU)."""
+    ln, net = spec["intra_node"], spec["inter_node"]
+    intra = C.Level("intra", ln["bw_GBps"] * GB * ln.get("efficiency", 1.0), ln.get("latency_us", 0.0) * US)
+    share = spec.get("nics_per_node", 1) * net["bw_Gbps"] * 1e9 / 8 * net.get("efficiency", 1.0) / spec["gpus_per_node"]
+    return intra, C.Level("inter", share, net.get("latency_us", 0.0) * US)
+
+
+def levels_from_profile(profile: dict, op: str | None = None) -> tuple[C.Level, C.Level]:
+    def level(name: str) -> C.Level:
+        nums = (profile.get("ops", {}).get(op or "", {}) or {}).get(name) or profile["levels"][name]
+        return C.Level(name, nums["bw_GBps"] * GB, nums["latency_us"] * US)
+
+    return level("intra"), level("inter")
+
+
+def level_of(rec: dict) -> str:
+    return "inter" if rec.get("nodes", 1) > 1 else "intra"
+
+
+def predicted_s(rec: dict, intra: C.Level, inter: C.Level) -> float:
+    return model_time_s(rec["op"], rec["impl"], rec["message_bytes"], rec["world_size"],
+                        rec.get("ranks_per_node", rec["world_size"]), intra, inter)
+
+
+def _coefficients(rec: dict, level: str, intra: C.Level, inter: C.Level) -> tuple[float, float, float]:
+    """t ≈ t0 + c_α·α + c_β·β for the fitted level, the other level held at its given values."""
+
+    def t(alpha: float, bw: float) -> float:
+        lv = C.Level(level, bw, alpha)
+        return predicted_s(rec, lv if level == "intra" else intra, lv if level == "inter" else inter)
+
+    t0 = t(0.0, FAST)
+    return t0, t(1.0, FAST) - t0, t(0.0, 1.0) - t0
+
+
+def fit_level(records: list[dict], level: str, intra: C.Level, inter: C.Level, per_node: int) -> LevelFit | None:
+    """Least squares of relative error for α and β over ``records`` on ``level``; None if too few."""
+    rows = [(r, *_coefficients(r, level, intra, inter)) for r in records]
+    rows = [x for x in rows if x[3] > 0]
+    if len(rows) < 2:
+        return None
+    A = np.array([[ca / r["time_s"], cb / r["time_s"]] for r, t0, ca, cb in rows])
+    y = np.array([(r["time_s"] - t0) / r["time_s"] for r, t0, ca, cb in rows])
+    (alpha, beta), *_ = np.linalg.lstsq(A, y, rcond=None)
+    alpha, beta = max(alpha, 0.0), max(beta, 1e-30)
+    if A[:, 0].std() < 1e-12 * max(1.0, abs(A[:, 0]).max()):  # sizes cannot separate α: latency unknown
+        alpha = 0.0
+    rel = A @ np.array([alpha, beta]) - y
+    return LevelFit(1.0 / beta, alpha, float(np.sqrt(np.mean(rel**2))), float(np.abs(rel).max()), len(rows))
+
+
+def _numbers(fit: LevelFit) -> dict:
+    return {"bw_GBps": round(fit.bw_bytes_per_s / GB, 6), "latency_us": round(fit.latency_s / US, 3)}
+
+
+def calibrate(records: list[dict], cluster: dict, gemm: list[dict] | None = None, source: str = "") -> dict:
+    """A hardware profile (the schema ``spec.Profile`` reads) from bench records on ``cluster``."""
+    intra0, inter0 = levels_from_cluster(cluster)
+    per_node = cluster["gpus_per_node"]
+    usable = [r for r in records if r.get("op") in FIT_OPS and r["message_bytes"] >= MIN_FIT_BYTES
+              and r["world_size"] > 1 and r["impl"] in IMPL_ALGORITHM]
+    levels, ops, residuals = {}, {}, {}
+    intra_fit = fit_level([r for r in usable if level_of(r) == "intra"], "intra", intra0, inter0, per_node)
+    intra = C.Level("intra", intra_fit.bw_bytes_per_s, intra_fit.latency_s) if intra_fit else intra0
+    levels["intra"] = _numbers(intra_fit) if intra_fit else {"bw_GBps": intra0.bw_bytes_per_s / GB,
+                                                             "latency_us": intra0.latency_s / US}
+    inter_recs = [r for r in usable if level_of(r) == "inter"]
+    inter_fit = fit_level(inter_recs, "inter", intra, inter0, per_node)
+    levels["inter"] = _numbers(inter_fit) if inter_fit else {"bw_GBps": inter0.bw_bytes_per_s / GB,
+                                                             "latency_us": inter0.latency_s / US}
+    for op in sorted({r["op"] for r in inter_recs}):
+        f = fit_level([r for r in inter_recs if r["op"] == op], "inter", intra, inter0, per_node)
+        if f:
+            ops[op] = {"inter": _numbers(f)}
+            residuals[op] = {"rms_rel": round(f.rms_rel, 4), "max_rel": round(f.max_rel, 4), "records": f.count}
+    profile = {
+        "source": source or f"commtax calibrate, {_dt.date.today().isoformat()}",
+        "levels": levels,
+        "ops": ops,
+        "residuals": {"per_op_inter": residuals,
+                      "levels": {k: {"rms_rel": round(f.rms_rel, 4), "max_rel": round(f.max_rel, 4), "records": f.count}
+                                 for k, f in (("intra", intra_fit), ("inter", inter_fit)) if f}},
+    }
+    if gemm:
+        profile["gemm_efficiency"] = gemm_efficiency(gemm, cluster.get("gpu", {}).get("peak_tflops", {}))
+    return profile
+
+
+def gemm_efficiency(gemm: list[dict], peak_tflops: dict) -> dict:
+    """Median achieved TFLOP/s per dtype over the catalog peak of that dtype."""
+    out = {}
+    for dtype in sorted({g["dtype"] for g in gemm}):
+        if dtype in peak_tflops:
+            achieved = float(np.median([g["tflops"] for g in gemm if g["dtype"] == dtype]))
+            out[dtype] = round(achieved / peak_tflops[dtype], 4)
+    return out
+
+
+def compare(records: list[dict], cluster: dict, profile: dict | None = None) -> list[dict]:
+    """Per record: measured, predicted (cluster numbers, or the profile's), relative error."""
+    rows = []
+    for r in records:
+        if r.get("op") not in FIT_OPS or r["world_size"] < 2 or r["impl"] not in IMPL_ALGORITHM:
+            continue
+        intra, inter = levels_from_profile(profile, r["op"]) if profile else levels_from_cluster(cluster)
+        t = predicted_s(r, intra, inter)
+        rows.append({"op": r["op"], "impl": r["impl"], "message_bytes": r["message_bytes"], "measured_s": r["time_s"],
+                     "predicted_s": t, "error": t / r["time_s"] - 1})
+    return rows
+
+
+def worst_error(rows: list[dict], min_bytes: float = 2**20) -> float:
+    errs = [abs(x["error"]) for x in rows if x["message_bytes"] >= min_bytes]
+    return max(errs) if errs else math.nan
+
+
+def write_profile(profile: dict, path: Path | str) -> None:
+    import yaml
+
+    from commtax.dist.results import write_atomic
+
+    write_atomic(Path(path), yaml.safe_dump(profile, sort_keys=False))

@@ -1,0 +1,280 @@
+"""``commtax cluster``, ``commtax bench`` and ``commtax calibrate``: thin typer commands over commtax.dist.
+
+Importing this module does not import torch (the estimate path stays instant); each command
+imports what it needs. Bad input prints one line naming the option and the fix, exit 2.
+Also runnable as ``python -m commtax.dist.cli …`` (that is how torchrun relaunches a sweep).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+cluster_app = typer.Typer(no_args_is_help=True, help="Emulated multi-node cluster: network namespaces + tc")
+bench_app = typer.Typer(no_args_is_help=True, help="Measure collectives, p2p copies and GEMMs (torch.distributed)")
+
+DEFAULT_CLUSTER_FILE = Path("emulated_cluster.yaml")
+ClusterFile = Annotated[Path, typer.Option("--cluster", help="cluster YAML written by `commtax cluster up`")]
+
+
+def fail(message: str) -> None:
+    """Bad input or an unusable host: one line on stderr, exit 2, no traceback."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _bytes(option: str, text: str) -> int:
+    from commtax.units import parse_bytes
+
+    try:
+        return int(parse_bytes(text))
+    except ValueError as e:
+        fail(f"{option}: {e}")
+
+
+def _read_cluster(path: Path) -> dict:
+    from commtax.dist.cluster import load_cluster_file
+
+    if not path.exists():
+        fail(f"--cluster: {path} does not exist; create it with `commtax cluster up --out {path}`")
+    try:
+        return load_cluster_file(path)
+    except Exception as e:  # unreadable YAML
+        fail(f"--cluster: cannot read {path}: {e}")
+
+
+# ---------------------------------------------------------------------------- cluster
+@cluster_app.command("up")
+def cluster_up(
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=200, help="network namespaces, one per node")] = 2,
+    ranks_per_node: Annotated[int, typer.Option("--ranks-per-node", min=1, max=64, help="torchrun processes per node")] = 1,
+    link: Annotated[str, typer.Option("--link", help="each node's link rate per direction, tc units: 300mbit, 1gbit")] = "1gbit",
+    uplink: Annotated[Optional[str], typer.Option("--uplink", help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit")] = None,
+    mtu: Annotated[int, typer.Option("--mtu", min=576, max=65000, help="MTU of every veth")] = 9000,
+    out: Annotated[Path, typer.Option("--out", help="cluster YAML to write")] = DEFAULT_CLUSTER_FILE,
+) -> None:
+    """Build the cluster, measure it, write the cluster YAML that `estimate`, `collective` and `bench` share."""
+    from commtax.dist.cluster import ClusterError, EmulatedCluster, check_host, parse_rate_bit_s
+    from commtax.dist.results import write_atomic
+
+    try:
+        link_bit_s = parse_rate_bit_s(link)
+        uplink_bit_s = parse_rate_bit_s(uplink) if uplink else None
+    except ValueError as e:
+        fail(f"--link/--uplink: {e}")
+    try:
+        check_host()
+        cluster = EmulatedCluster(nodes, ranks_per_node, link_bit_s, uplink_bit_s, mtu).up()
+    except ClusterError as e:
+        fail(f"commtax cluster: {e}")
+    import yaml
+
+    write_atomic(out, yaml.safe_dump(cluster.spec(), sort_keys=False))
+    m = cluster.measured
+    typer.echo(f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links {link_bit_s / 1e6:g} Mbit/s"
+               f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
+               f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {out}")
+
+
+@cluster_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def cluster_run(
+    ctx: typer.Context,
+    cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
+    grace: Annotated[float, typer.Option("--grace", min=0, help="seconds the other nodes get to exit after one fails")] = 60.0,
+) -> None:
+    """Run `-- CMD ARGS` under torchrun on every node (gloo over the shaped links, loopback inside a node)."""
+    from commtax.dist.cluster import ClusterError, EmulatedCluster, check_host, existing_namespaces
+
+    cmd = list(ctx.args)
+    if not cmd:
+        fail("cluster run: give the command after --, e.g. `commtax cluster run -- python train.py`")
+    spec = _read_cluster(cluster_file)
+    try:
+        check_host()
+        cluster = EmulatedCluster.from_spec(spec)
+    except (ClusterError, ValueError) as e:
+        fail(f"commtax cluster: {e}")
+    missing = set(cluster.namespaces) - set(existing_namespaces())
+    if missing:
+        fail(f"--cluster: namespaces {', '.join(sorted(missing))} are gone; run `commtax cluster up` again")
+    raise typer.Exit(cluster.run(cmd, grace_s=grace, log=lambda s: typer.echo(s, err=True)))
+
+
+@cluster_app.command("down")
+def cluster_down(
+    cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
+    all_: Annotated[bool, typer.Option("--all", help="remove every commtax cluster on this host (ctxXXXXXX-* namespaces)")] = False,
+) -> None:
+    """Kill what runs in the cluster and delete its namespaces, bridge, veths and qdiscs."""
+    from commtax.dist.cluster import ClusterError, EmulatedCluster, check_host, down_namespaces, existing_namespaces
+
+    try:
+        check_host()
+    except ClusterError as e:
+        fail(f"commtax cluster: {e}")
+    if all_:
+        names = existing_namespaces()
+    else:
+        try:
+            names = EmulatedCluster.from_spec(_read_cluster(cluster_file)).namespaces
+        except ValueError as e:
+            fail(f"--cluster: {e}")
+    removed = down_namespaces(names)
+    typer.echo(f"removed {len(removed)} namespaces" + (f": {', '.join(removed)}" if removed else ""))
+
+
+# ---------------------------------------------------------------------------- bench
+@bench_app.command("collective")
+def bench_collective(
+    ctx: typer.Context,
+    ops: Annotated[str, typer.Option("--ops", help="comma list: all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,send_recv")] = "all_reduce",
+    min_size: Annotated[str, typer.Option("--min", help="smallest message (nccl-tests -b)")] = "1KiB",
+    max_size: Annotated[str, typer.Option("--max", help="largest message (nccl-tests -e)")] = "16MiB",
+    factor: Annotated[float, typer.Option("--factor", help="size multiplier per row (nccl-tests -f)")] = 2.0,
+    warmup: Annotated[int, typer.Option("--warmup", min=0)] = 2,
+    iters: Annotated[int, typer.Option("--iters", min=1)] = 5,
+    impl: Annotated[str, typer.Option("--impl", help="torch (the library's), or ours: ring, rhd, tree, hier")] = "torch",
+    dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16, fp16, int64")] = "fp32",
+    backend: Annotated[str, typer.Option("--backend", help="auto (nccl with GPUs, else gloo), gloo, nccl")] = "auto",
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds one measurement may take before a peer is declared dead/hung")] = 60.0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records (a .csv is written beside it)")] = None,
+    append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
+    nproc: Annotated[int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")] = 2,
+    fault: Annotated[str, typer.Option("--fault", hidden=True, help="test hook: RANK:INDEX:kill|stop")] = "",
+) -> None:
+    """nccl-tests-style sweep: time, algbw, busbw per size, from rank 0."""
+    op_list = tuple(o.strip() for o in ops.split(",") if o.strip())
+    from commtax.collectives import OPS
+
+    bad = [o for o in op_list if o not in OPS]
+    if bad or not op_list:
+        fail(f"--ops: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(OPS)}")
+    if impl not in ("torch", "ring", "rhd", "tree", "hier"):
+        fail(f"--impl: unknown {impl!r}; choose torch, ring, rhd, tree or hier")
+    if dtype not in ("fp32", "bf16", "fp16", "int64"):
+        fail(f"--dtype: unknown {dtype!r}; choose fp32, bf16, fp16 or int64")
+    if backend not in ("auto", "gloo", "nccl"):
+        fail(f"--backend: unknown {backend!r}; choose auto, gloo or nccl")
+    lo, hi = _bytes("--min", min_size), _bytes("--max", max_size)
+    if lo > hi or factor <= 1:
+        fail(f"--min/--max/--factor: need min ≤ max and factor > 1 (got {lo} B, {hi} B, {factor:g})")
+    if "RANK" not in os.environ:  # not under torchrun: become it, locally
+        from commtax.dist.bench import torchrun_argv
+
+        raise typer.Exit(subprocess.call(torchrun_argv(nproc, ["bench", "collective", *_argv_tail()])))
+    from commtax.dist.bench import SweepConfig, collective_sweep, supported
+    from commtax.dist.results import ResultFile
+
+    if not any(supported(o, impl) for o in op_list):
+        fail(f"--impl {impl}: implements all_reduce (and ring: all_gather, reduce_scatter), not {ops}")
+    cfg = SweepConfig(op_list, lo, hi, factor, warmup, iters, impl, dtype, timeout, backend)
+    crash = _fault(fault)
+    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
+    collective_sweep(cfg, sink, crash)
+
+
+def _fault(spec: str):
+    """Test hook ``RANK:INDEX:kill|stop``: that rank kills (or SIGSTOPs) itself at measurement INDEX."""
+    if not spec:
+        return None
+    rank, index, how = spec.split(":")
+    if int(os.environ.get("RANK", "-1")) != int(rank):
+        return None
+    return (int(index), how)
+
+
+@bench_app.command("p2p")
+def bench_p2p(
+    size: Annotated[str, typer.Option("--bytes", help="bytes per copy")] = "64MiB",
+    warmup: Annotated[int, typer.Option("--warmup", min=0)] = 3,
+    iters: Annotated[int, typer.Option("--iters", min=1)] = 10,
+    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records")] = None,
+) -> None:
+    """GPU-to-GPU copy bandwidth matrix (uni- and bidirectional); host memcpy without GPUs."""
+    nbytes = _bytes("--bytes", size)
+    from commtax.dist.p2p import p2p_matrix
+    from commtax.dist.results import ResultFile
+
+    records, note = p2p_matrix(nbytes, warmup, iters)
+    typer.echo(note)
+    sink = ResultFile(out)
+    for r in records:
+        sink.append(r)
+        typer.echo(f"{r['impl']:>15} {r['src']:>3} -> {r['dst']:<3} {r['algbw_GBps']:8.2f} GB/s")
+
+
+@bench_app.command("gemm")
+def bench_gemm(
+    hidden: Annotated[str, typer.Option("--hidden", help="comma list of hidden sizes")] = "512,1024",
+    tokens: Annotated[int, typer.Option("--tokens", min=1, help="tokens per micro-batch (GEMM m)")] = 512,
+    dtypes: Annotated[str, typer.Option("--dtypes", help="comma list: fp32, bf16, fp16")] = "fp32,bf16",
+    warmup: Annotated[int, typer.Option("--warmup", min=0)] = 1,
+    iters: Annotated[int, typer.Option("--iters", min=1)] = 3,
+    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records")] = None,
+) -> None:
+    """Achieved TFLOP/s of a transformer layer's four GEMMs per dtype."""
+    try:
+        hiddens = [int(h) for h in hidden.split(",")]
+    except ValueError:
+        fail(f"--hidden: expected comma-separated integers, got {hidden!r}")
+    dts = [d.strip() for d in dtypes.split(",")]
+    if any(d not in ("fp32", "bf16", "fp16") for d in dts):
+        fail(f"--dtypes: choose from fp32, bf16, fp16; got {dtypes!r}")
+    from commtax.dist.gemm import gemm_sweep
+    from commtax.dist.results import ResultFile
+
+    sink = ResultFile(out)
+    for r in gemm_sweep(hiddens, tokens, dts, warmup, iters):
+        sink.append(r)
+        typer.echo(f"{r['dtype']:>5} {r['name']:>9} {r['m']}×{r['k']}·{r['k']}×{r['n']}: {r['tflops']:.3f} TFLOP/s")
+
+
+# ---------------------------------------------------------------------------- calibrate
+def calibrate_command(
+    bench_json: Annotated[Path, typer.Argument(help="records from `commtax bench collective --out`")],
+    cluster_file: Annotated[Path, typer.Option("--cluster", help="the cluster YAML the bench ran on")] = DEFAULT_CLUSTER_FILE,
+    gemm_json: Annotated[Optional[Path], typer.Option("--gemm", help="records from `commtax bench gemm --out`")] = None,
+    out: Annotated[Path, typer.Option("--out", help="hardware profile YAML to write")] = Path("profile.yaml"),
+) -> None:
+    """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
+    from commtax.dist.calibrate import calibrate, compare, write_profile
+    from commtax.dist.results import load_records
+
+    try:
+        records = load_records(bench_json)
+        gemm = json.loads(gemm_json.read_text()) if gemm_json else None
+    except (OSError, ValueError) as e:
+        fail(f"calibrate: {e}")
+    cluster = _read_cluster(cluster_file)
+    profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
+    if not profile["ops"] and "inter" not in profile["residuals"]["levels"] and "intra" not in profile["residuals"]["levels"]:
+        fail(f"calibrate: {bench_json} has no multi-rank collective records ≥ 64 KiB to fit")
+    write_profile(profile, out)
+    before, after = compare(records, cluster), compare(records, cluster, profile)
+    typer.echo(f"{'op':>14} {'impl':>5} {'bytes':>10} {'measured ms':>12} {'model ms':>9} {'err':>7} {'calibrated':>10} {'err':>7}")
+    for b, a in zip(before, after):
+        typer.echo(f"{b['op']:>14} {b['impl']:>5} {b['message_bytes']:>10} {b['measured_s'] * 1e3:12.3f} "
+                   f"{b['predicted_s'] * 1e3:9.3f} {b['error']:+7.1%} {a['predicted_s'] * 1e3:10.3f} {a['error']:+7.1%}")
+    typer.echo(f"wrote {out}; use it as `cluster: {{profile: {out}}}` in a job file")
+
+
+def _argv_tail() -> list[str]:
+    """The arguments after `bench collective` in this process's command line."""
+    argv = sys.argv[1:]
+    for i in range(len(argv) - 1):
+        if argv[i] == "bench" and argv[i + 1] == "collective":
+            return argv[i + 2:]
+    return argv
+
+if __name__ == "__main__":
+    app = typer.Typer(no_args_is_help=True)
+    app.add_typer(cluster_app, name="cluster")
+    app.add_typer(bench_app, name="bench")
+    app.command("calibrate")(calibrate_command)
+    app()

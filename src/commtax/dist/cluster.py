@@ -1,0 +1,300 @@
+"""An emulated multi-node cluster on one Linux host: network namespaces, a bridge, tc-shaped links.
+
+Layout (``ctxXXXXXX`` is a random per-cluster id; nothing is created in the host namespace):
+
+    ctxXXXXXX-sw   the "switch": bridge br0 (and br1 + a shaped uplink u0<->u1 when oversubscribed)
+    ctxXXXXXX-n<i> node i: lo + eth0 = 10.213.0.<i+1>/24, veth to port p<i> of the switch
+
+Each node's link is shaped in both directions with tc tbf at the link rate (eth0 egress =
+node → switch, p<i> egress = switch → node); ranks inside one node talk over loopback (the
+kernel routes a node's own address through lo), so intra-node traffic is unshaped.
+``run`` starts torchrun in every node namespace with gloo bound to eth0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SUBNET = "10.213.0"  # private, and only ever configured inside our own namespaces
+MASTER_PORT = 29400
+NAME_RE = re.compile(r"^ctx[0-9a-f]{6}-(sw|n\d+)$")
+TBF_QUEUE_MS = 100  # tbf queue limit expressed as latency: deep enough that TCP does not see drops
+DEFAULT_MTU = 9000  # jumbo frames: headers are 0.7% of a frame instead of 4.4% at 1500
+
+
+class ClusterError(RuntimeError):
+    """The host cannot build the cluster (no root, no netns, no tc); the CLI exits 2 with the message."""
+
+
+def parse_rate_bit_s(text: str) -> float:
+    """'300mbit', '1gbit', '2.5Gbit', '500kbit' → bits per second (tc's units, decimal)."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmgt]?)(bit|bps)?\s*", text.lower())
+    if not m:
+        raise ValueError(f"link rate {text!r}: write a number with kbit, mbit or gbit, e.g. 300mbit")
+    scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
+    bits = float(m.group(1)) * scale * (8 if m.group(3) == "bps" else 1)
+    if not 1e5 <= bits <= 1e11:
+        raise ValueError(f"link rate {text!r}: must be between 100kbit and 100gbit")
+    return bits
+
+
+def check_host() -> None:
+    """Raise ClusterError with the reason when this process cannot create namespaces and qdiscs."""
+    if sys.platform != "linux":
+        raise ClusterError(f"needs Linux network namespaces; this is {sys.platform}")
+    if os.geteuid() != 0:
+        raise ClusterError("needs root (CAP_NET_ADMIN) to create network namespaces; run as root")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise ClusterError(f"needs the `{tool}` command (iproute2), not found on PATH")
+    probe = f"ctx{secrets.token_hex(3)}-n0"
+    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ClusterError(f"`ip netns add` failed: {r.stderr.strip()}")
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+
+
+def _sh(*args: str) -> str:
+    r = subprocess.run(list(args), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ClusterError(f"`{' '.join(args)}` failed: {r.stderr.strip()}")
+    return r.stdout
+
+
+def _tbf(ns: str, dev: str, rate_bit_s: float, mtu: int) -> None:
+    """Token bucket at rate_bit_s: bucket of max(4 frames, 1 ms of traffic), queue up to TBF_QUEUE_MS."""
+    burst_bytes = int(max(4 * (mtu + 14), rate_bit_s / 8 * 1e-3))
+    _sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+        "rate", f"{int(rate_bit_s)}bit", "burst", str(burst_bytes), "latency", f"{TBF_QUEUE_MS}ms")
+
+
+@dataclass
+class EmulatedCluster:
+    nodes: int
+    ranks_per_node: int
+    link_bit_s: float
+    uplink_bit_s: float | None = None
+    mtu: int = DEFAULT_MTU
+    name: str = field(default_factory=lambda: f"ctx{secrets.token_hex(3)}")
+    measured: dict = field(default_factory=dict)
+
+    @property
+    def switch_ns(self) -> str:
+        return f"{self.name}-sw"
+
+    def node_ns(self, i: int) -> str:
+        return f"{self.name}-n{i}"
+
+    def address(self, i: int) -> str:
+        return f"{SUBNET}.{i + 1}"
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.switch_ns] + [self.node_ns(i) for i in range(self.nodes)]
+
+    # ------------------------------------------------------------------ build / tear down
+    def up(self) -> "EmulatedCluster":
+        """Create namespaces, bridge, shaped veths; measure; on any failure (or Ctrl-C) remove it all."""
+        assert 1 <= self.nodes <= 200 and self.ranks_per_node >= 1
+        try:
+            self._build()
+            self.measured = self._measure()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _build(self) -> None:
+        sw = self.switch_ns
+        _sh("ip", "netns", "add", sw)
+        _sh("ip", "-n", sw, "link", "set", "lo", "up")
+        leaves = ["br0", "br1"] if self.uplink_bit_s and self.nodes > 1 else ["br0"]
+        for br in leaves:
+            _sh("ip", "-n", sw, "link", "add", br, "type", "bridge")
+            _sh("ip", "-n", sw, "link", "set", br, "up")
+        if len(leaves) == 2:
+            _sh("ip", "-n", sw, "link", "add", "u0", "mtu", str(self.mtu), "type", "veth", "peer", "name", "u1", "mtu", str(self.mtu))
+            for dev, br in (("u0", "br0"), ("u1", "br1")):
+                _sh("ip", "-n", sw, "link", "set", dev, "master", br, "up")
+                _tbf(sw, dev, self.uplink_bit_s, self.mtu)
+        for i in range(self.nodes):
+            ns, port = self.node_ns(i), f"p{i}"
+            _sh("ip", "netns", "add", ns)
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+            _sh("ip", "link", "add", "eth0", "netns", ns, "mtu", str(self.mtu), "type", "veth",
+                "peer", "name", port, "netns", sw, "mtu", str(self.mtu))
+            _sh("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
+            _sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            _sh("ip", "-n", sw, "link", "set", port, "master", leaves[self.leaf(i)], "up")
+            _tbf(ns, "eth0", self.link_bit_s, self.mtu)
+            _tbf(sw, port, self.link_bit_s, self.mtu)
+            # idle gaps between measurements must not send TCP back to slow start
+            _sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0")
+
+    def leaf(self, i: int) -> int:
+        """Which leaf bridge node i hangs off: first half br0, second half br1 (only with an uplink)."""
+        return 0 if not self.uplink_bit_s else int(i >= (self.nodes + 1) // 2)
+
+    def down(self) -> None:
+        """Kill every process left in our namespaces, then delete them (their veths and bridges go too)."""
+        down_namespaces(self.namespaces)
+
+    # ------------------------------------------------------------------ measure
+    def _probe(self, ns: str, *args: str, timeout_s: float = 60) -> dict:
+        out = _sh("ip", "netns", "exec", ns, "timeout", str(int(timeout_s)), sys.executable, "-m", "commtax.dist.netprobe", *args)
+        return json.loads(out.strip().splitlines()[-1])
+
+    def _measure(self) -> dict:
+        """Loopback bandwidth and latency inside node 0; small-message latency node 0 → node 1."""
+        loop = self._probe(self.node_ns(0), "loop")
+        out = {"loopback_bw_GBps": loop["bw_GBps"], "loopback_latency_us": loop["latency_us"]}
+        if self.nodes > 1:
+            server = subprocess.Popen(["ip", "netns", "exec", self.node_ns(1), sys.executable, "-m",
+                                       "commtax.dist.netprobe", "serve", "29399"], stdout=subprocess.PIPE, text=True)
+            try:
+                server.stdout.readline()
+                bulk = int(self.link_bit_s / 8 * 0.2)  # 0.2 s of traffic at the link rate
+                link = self._probe(self.node_ns(0), "client", self.address(1), "29399", str(max(bulk, 2**20)))
+                out.update(link_latency_us=link["latency_us"], link_bw_GBps=link["bw_GBps"])
+            finally:
+                server.wait(timeout=30)
+        return out
+
+    # ------------------------------------------------------------------ describe
+    def spec(self) -> dict:
+        """The cluster YAML: what estimate and collective need, plus what was built under ``emulated``."""
+        m = self.measured
+        link_Gbps = self.link_bit_s / 1e9
+        return {
+            "gpu": {"name": "cpu-gloo", "peak_tflops": {"fp32": 0.1, "bf16": 0.1}, "mem_GiB": 8, "mem_bw_GBps": 10,
+                    "tdp_W": 100, "source": "emulated: CPU rank"},
+            "num_gpus": self.nodes * self.ranks_per_node,
+            "gpus_per_node": self.ranks_per_node,
+            "intra_node": {"name": "loopback", "bw_GBps": round(m.get("loopback_bw_GBps", 1.0), 4),
+                           "latency_us": round(m.get("loopback_latency_us", 20.0), 2), "efficiency": 1.0,
+                           "kind": "loopback", "source": "measured by commtax cluster up"},
+            "inter_node": {"name": f"veth-tbf-{self.link_bit_s / 1e6:g}mbit", "bw_Gbps": link_Gbps,
+                           "latency_us": round(m.get("link_latency_us", 50.0), 2), "efficiency": 1.0,
+                           "source": "tc tbf rate set by commtax cluster up; latency measured (TCP ping-pong / 2)"},
+            "nics_per_node": 1,
+            "emulated": {
+                "name": self.name, "nodes": self.nodes, "ranks_per_node": self.ranks_per_node,
+                "switch_namespace": self.switch_ns, "namespaces": [self.node_ns(i) for i in range(self.nodes)],
+                "bridge": "br0" if not self.uplink_bit_s else "br0+br1", "mtu": self.mtu,
+                "addresses": {self.node_ns(i): self.address(i) for i in range(self.nodes)},
+                "link_Gbps": link_Gbps, "uplink_Gbps": self.uplink_bit_s / 1e9 if self.uplink_bit_s else None,
+                "leaves": [self.leaf(i) for i in range(self.nodes)], "measured": m, "python": sys.executable,
+            },
+        }
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "EmulatedCluster":
+        e = spec.get("emulated") or {}
+        if "name" not in e:
+            raise ValueError("cluster file has no `emulated:` section written by `commtax cluster up`")
+        up = e.get("uplink_Gbps")
+        return cls(nodes=e["nodes"], ranks_per_node=e["ranks_per_node"], link_bit_s=e["link_Gbps"] * 1e9,
+                   uplink_bit_s=up * 1e9 if up else None, mtu=e.get("mtu", DEFAULT_MTU), name=e["name"],
+                   measured=e.get("measured", {}))
+
+    # ------------------------------------------------------------------ run
+    def torchrun_argv(self, node: int, cmd: list[str], port: int = MASTER_PORT) -> list[str]:
+        """torchrun for one node: static rendezvous at node 0's address, gloo bound to eth0."""
+        env = ["env", "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", f"COMMTAX_CLUSTER={self.name}"]
+        return ["ip", "netns", "exec", self.node_ns(node), *env, sys.executable, "-m", "torch.distributed.run",
+                f"--nnodes={self.nodes}", f"--node-rank={node}", f"--nproc-per-node={self.ranks_per_node}",
+                f"--master-addr={self.address(0)}", f"--master-port={port}", "--max-restarts=0", "--no-python", "--", *cmd]
+
+    def run(self, cmd: list[str], grace_s: float = 60.0, log=print) -> int:
+        """Run ``cmd`` on every rank; returns 0 or the first failing node's exit code.
+
+        A node that fails gives the others ``grace_s`` to notice and exit on their own (their
+        watchdogs name the dead rank); then everything still running is killed. Ctrl-C and
+        SIGTERM kill every launched process tree before returning.
+        """
+        procs = [subprocess.Popen(self.torchrun_argv(i, cmd), start_new_session=True) for i in range(self.nodes)]
+        first_fail: tuple[int, int] | None = None
+        fail_time = 0.0
+        old = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            while any(p.poll() is None for p in procs):
+                for i, p in enumerate(procs):
+                    if p.returncode not in (None, 0) and first_fail is None:
+                        first_fail, fail_time = (i, p.returncode), time.monotonic()
+                        log(f"commtax cluster: node {i} ({self.node_ns(i)}) exited with code {p.returncode}; "
+                            f"waiting up to {grace_s:g} s for the other nodes")
+                if first_fail and time.monotonic() - fail_time > grace_s:
+                    log(f"commtax cluster: killing the nodes still running after {grace_s:g} s")
+                    break
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            log("commtax cluster: interrupted; stopping every rank")
+            first_fail = first_fail or (-1, 130)
+        finally:
+            _kill_all(procs)
+            signal.signal(signal.SIGTERM, old)
+        if first_fail is None:
+            bad = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode]
+            first_fail = bad[0] if bad else None
+        return 0 if first_fail is None else (first_fail[1] if first_fail[1] > 0 else 1)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _kill_all(procs: list[subprocess.Popen]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in procs if p.poll() is None]
+        for p in alive:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5
+        while any(p.poll() is None for p in alive) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def existing_namespaces() -> list[str]:
+    """Namespaces on this host that look like ours (``ctxXXXXXX-sw`` / ``-n<i>``)."""
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    names = [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+    return [n for n in names if NAME_RE.match(n)]
+
+
+def down_namespaces(names: list[str]) -> list[str]:
+    """Kill processes inside, then delete each namespace that exists; returns those removed."""
+    present = set(existing_namespaces())
+    removed = []
+    for ns in names:
+        if ns not in present:
+            continue
+        for sig in ("TERM", "KILL"):
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                subprocess.run(["kill", f"-{sig}", pid], capture_output=True)
+            if pids and sig == "TERM":
+                time.sleep(0.5)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        removed.append(ns)
+    return removed
+
+
+def load_cluster_file(path: Path | str) -> dict:
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text())
+    if isinstance(data, dict) and "cluster" in data and "emulated" not in data:
+        data = data["cluster"]
+    return data

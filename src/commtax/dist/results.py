@@ -1,0 +1,73 @@
+"""Benchmark records on disk: every finished measurement survives a crash.
+
+Each ``append`` rewrites the JSON list and the CSV beside it atomically (temp file + fsync +
+``os.replace``), so a reader — or a rank dying in the next measurement — never sees a
+half-written file. Records follow nccl-tests (doc/PERFORMANCE.md): ``message_bytes`` is the
+whole buffer, algbw = bytes / time, busbw = algbw × bus factor, both in GB/s (10^9).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+REQUIRED_FIELDS = ("op", "impl", "backend", "world_size", "message_bytes", "time_s", "algbw_GBps", "busbw_GBps")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new file, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def to_csv(records: list[dict]) -> str:
+    fields = list(REQUIRED_FIELDS) + sorted({k for r in records for k in r} - set(REQUIRED_FIELDS))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    w.writerows(records)
+    return buf.getvalue()
+
+
+class ResultFile:
+    """A JSON list of records (and the same as CSV) that grows one record at a time."""
+
+    def __init__(self, json_path: Path | str | None, append: bool = False):
+        self.json_path = Path(json_path) if json_path else None
+        self.csv_path = self.json_path.with_suffix(".csv") if self.json_path else None
+        self.records: list[dict] = []
+        if self.json_path and append and self.json_path.exists():
+            self.records = load_records(self.json_path)
+
+    def append(self, record: dict) -> None:
+        self.records.append(record)
+        if self.json_path is None:
+            return
+        write_atomic(self.json_path, json.dumps(self.records, indent=1) + "\n")
+        write_atomic(self.csv_path, to_csv(self.records))
+
+
+def load_records(path: Path | str) -> list[dict]:
+    """Records from a bench JSON file; a missing required field names the record and the field."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of bench records")
+    for i, r in enumerate(data):
+        missing = [k for k in REQUIRED_FIELDS if k not in r and r.get("op") != "gemm"]
+        if missing:
+            raise ValueError(f"{path}: record {i} lacks {', '.join(missing)}")
+    return data
