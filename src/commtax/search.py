@@ -253,9 +253,45 @@ class _MemoCosts(Costs):
         return v
 
 
+def _model_copy(job: Job, **changes: Any) -> Job:
+    return job.model_copy(update={"plan": job.plan.model_copy(update=changes)})
+
+
+def _fast_copy(job: Job, **changes: Any) -> Job:
+    """``_model_copy`` without pydantic's generic copy machinery (2x faster; checked against it at import)."""
+    plan = object.__new__(type(job.plan))
+    for name, value in (("__dict__", {**job.plan.__dict__, **changes}),
+                        ("__pydantic_fields_set__", job.plan.__pydantic_fields_set__ | set(changes)),
+                        ("__pydantic_extra__", None), ("__pydantic_private__", None)):
+        object.__setattr__(plan, name, value)
+    new = object.__new__(type(job))
+    for name, value in (("__dict__", {**job.__dict__, "plan": plan}),
+                        ("__pydantic_fields_set__", job.__pydantic_fields_set__),
+                        ("__pydantic_extra__", None), ("__pydantic_private__", None)):
+        object.__setattr__(new, name, value)
+    return new
+
+
 def _copy(job: Job, **changes: Any) -> Job:
     """A plan variant of a job already validated for the fields that the validator reads (no re-validation)."""
-    return job.model_copy(update={"plan": job.plan.model_copy(update=changes)})
+    return (_fast_copy if _FAST_COPY_OK else _model_copy)(job, **changes)
+
+
+def _fast_copy_works() -> bool:
+    try:
+        from commtax.spec import Cluster, Model, Plan, Training
+
+        probe = Job.model_construct(
+            model=Model.model_construct(), cluster=Cluster.model_construct(),
+            plan=Plan(), training=Training.model_construct(),
+        )
+        a, b = _fast_copy(probe, zero=3, recompute="full"), _model_copy(probe, zero=3, recompute="full")
+        return a.plan == b.plan and a.plan.model_fields_set == b.plan.model_fields_set and a.plan.zero == 3
+    except Exception:  # pragma: no cover - a pydantic without these internals
+        return False
+
+
+_FAST_COPY_OK = _fast_copy_works()
 
 
 def _reason(msg: str) -> str:
@@ -476,14 +512,17 @@ def _codes(job: Job, base: _Base, grid: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- the search
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+_WORKER_CACHE: dict[Any, dict] = {}  # phase prices in a worker process, shared by all its chunks
+
+
+def _init_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    _WORKER_CACHE.clear()
 
 
 def _eval_chunk(args: tuple[Job, list[_Base]]) -> list[_BaseResult]:
     job, bases = args
-    cache: dict[Any, dict] = {}
-    return [_eval_base(job, b, cache) for b in bases]
+    return [_eval_base(job, b, _WORKER_CACHE) for b in bases]
 
 
 def evaluate_space(
@@ -514,7 +553,7 @@ def evaluate_space(
             chunks = [bases[i::workers * 4] for i in range(workers * 4)]
             chunks = [c for c in chunks if c]
             ctx = mp.get_context("fork")
-            ex = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_ignore_sigint)
+            ex = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker)
             try:
                 futs = [ex.submit(_eval_chunk, (job, c)) for c in chunks]
                 done = 0
