@@ -10,7 +10,7 @@ for uniform stages the bubble fraction is (p−1)/(v·m) of the ideal time (1F1B
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from commtax.collectives import bus_factor, collective_cost
@@ -154,11 +154,17 @@ class StageTime:
 
 
 def _exposed(job: Job, pc: PhaseCost) -> tuple[float, float]:
-    """Exposed TP and CP time of a pass: all of it, or what the GEMMs / attention cannot hide."""
-    ov = job.plan.overlap
+    """Exposed TP and CP time of a pass: all of it, or what the GEMMs / attention cannot hide.
+
+    Comm-GEMM overlap (Transformer Engine userbuffers, Wang et al. 2022 "Overlap communication with
+    dependent computation via decomposition") splits each GEMM into tp chunks: the first chunk's
+    transfer cannot hide, so at least 1/tp of the TP traffic stays exposed. Ring attention likewise
+    exposes its first K/V step (1/cp).
+    """
+    ov, p = job.plan.overlap, job.plan
     tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
-    tp_exp = max(0.0, tp - pc.gemm) if ov.tp else tp
-    cp_exp = max(0.0, cp - pc.attention) if ov.cp else cp
+    tp_exp = max(tp - pc.gemm, tp / p.tp) if ov.tp else tp
+    cp_exp = max(cp - pc.attention, cp / p.cp) if ov.cp else cp
     return tp_exp, cp_exp
 
 
@@ -212,12 +218,14 @@ def _dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[fl
     ov = job.plan.overlap.dp
     m = wl.micro_batches
     if wl.dp_microbatch:
-        gf, gb, rs = (costs.collective(c) for c in wl.dp_microbatch)
+        # FSDP / ZeRO-3 gather and reduce-scatter one layer (unit) at a time: L collectives, each paying α
+        units = max(1, wl.layers_per_stage)
+        gf, gb, rs = (units * costs.collective(replace(c, bytes=c.bytes / units)) for c in wl.dp_microbatch)
         nbytes = sum(costs.sent_bytes(c) for c in wl.dp_microbatch) * m
         link = (gf + gb + rs) * m
         if not ov:
             return link, link, nbytes
-        first_layer = gf / max(1, wl.layers_per_stage)
+        first_layer = gf / units
         per_mb = max(0.0, gf - st.fwd) + max(0.0, gb + rs - st.bwd) + first_layer
         return link, per_mb * m, nbytes
     if not wl.dp_step:
