@@ -35,23 +35,27 @@ class Stream:
     busy: bool = False
 
 
-@dataclass(slots=True)
 class Task:
-    id: int
-    name: str
-    stream: int
-    duration_s: float
-    deps: tuple[int, ...]
-    kind: str  # what the time is: compute | recompute | optimizer | tp | cp | pp | dp
-    priority: int = 0
-    channel: int | None = None
-    meta: tuple = ()  # free-form (stage, micro-batch, chunk, phase, bytes) for traces
-    succ: list[int] = field(default_factory=list)
-    waiting: int = 0  # unfinished dependencies
-    ready_s: float = -1.0  # when it first could start, but for its channel
-    start_s: float = -1.0
-    end_s: float = -1.0
-    cause: int | None = None
+    """One piece of work on one stream; times are filled in by ``Sim.run``."""
+
+    __slots__ = ("id", "name", "stream", "duration_s", "deps", "kind", "priority", "channel", "meta",
+                 "succ", "waiting", "ready_s", "start_s", "end_s", "cause")
+
+    def __init__(self, id: int, name: str, stream: int, duration_s: float, deps: tuple[int, ...], kind: str,
+                 priority: int = 0, channel: int | None = None, meta: tuple = ()):
+        self.id, self.name, self.stream, self.duration_s, self.deps = id, name, stream, duration_s, deps
+        self.kind = kind  # what the time is: compute | recompute | optimizer | tp | cp | pp | dp
+        self.priority, self.channel = priority, channel
+        self.meta = meta  # free-form (stage, micro-batch, chunk, phase[, bytes]) for traces
+        self.succ: list[int] = []
+        self.waiting = 0  # unfinished dependencies
+        self.ready_s = -1.0  # when it could first start (it may then wait for its channel)
+        self.start_s = -1.0
+        self.end_s = -1.0
+        self.cause: int | None = None  # the task whose finish let it start
+
+    def __repr__(self) -> str:
+        return f"Task({self.id}, {self.name!r}, stream={self.stream}, {self.start_s}..{self.end_s})"
 
 
 class Sim:
@@ -88,20 +92,22 @@ class Sim:
         """Add a task after every task already on ``stream``; returns its id. ``None`` deps are skipped."""
         if not duration_s >= 0.0:  # also rejects NaN
             raise SimError(f"task {name!r}: duration must be ≥ 0 s, got {duration_s}")
-        tid = len(self.tasks)
-        d = tuple(x for x in deps if x is not None)
-        for x in d:
-            if not 0 <= x < tid:
-                raise SimError(f"task {name!r}: dependency {x} does not exist (tasks 0..{tid - 1})")
+        tasks = self.tasks
+        tid = len(tasks)
+        d = deps if type(deps) is tuple and None not in deps else tuple(x for x in deps if x is not None)
+        if d and (min(d) < 0 or max(d) >= tid):
+            bad = next(x for x in d if not 0 <= x < tid)
+            raise SimError(f"task {name!r}: dependency {bad} does not exist (tasks 0..{tid - 1})")
         if not 0 <= stream < len(self.streams):
             raise SimError(f"task {name!r}: stream {stream} does not exist")
         if channel is not None and not 0 <= channel < len(self.channel_names):
             raise SimError(f"task {name!r}: channel {channel} does not exist")
-        t = Task(tid, name, stream, float(duration_s), d, kind, priority, channel, meta)
-        t.waiting = len(set(d))
-        for x in set(d):
-            self.tasks[x].succ.append(tid)
-        self.tasks.append(t)
+        t = Task(tid, name, stream, duration_s, d, kind, priority, channel, meta)
+        unique = d if len(d) < 2 or (len(d) == 2 and d[0] != d[1]) else set(d)
+        t.waiting = len(unique)
+        for x in unique:
+            tasks[x].succ.append(tid)
+        tasks.append(t)
         self.streams[stream].tasks.append(tid)
         return tid
 

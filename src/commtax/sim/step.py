@@ -32,6 +32,9 @@ from commtax.workload import Block, Collective, Compute, Workload, build_workloa
 DDP_BUCKET_BYTES = 25 * MiB
 STREAMS = ("compute", "tp", "cp", "pp_fwd", "pp_bwd", "dp", "dp_rs")
 COMPUTE_KINDS = ("compute", "recompute", "optimizer")
+ONE_PIECE = [(1.0, (), 0.0, [])]
+# a pass as steps of (name, stream, duration, kind) tasks, and the TP / CP bytes it sends
+Template = tuple[tuple[tuple[tuple[str, str, float, str], ...], ...], float, float]
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class StepBuilder:
         self.V = self.p * self.v
         self.layers_per_chunk = self.wl.layers_per_stage // self.v
         self._phase_cache: dict[tuple[int, str], PhaseCost] = {}
+        self._templates: dict[tuple[int, str], Template] = {}
         self.chunks = [self._chunk(k) for k in range(self.V)]
         self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
         self.send_bytes = self.costs.sent_bytes(self.wl.pp_send) if self.p > 1 else 0.0
@@ -209,28 +213,50 @@ class StepBuilder:
         dev.bytes["dp"] += nbytes
         return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority=1, channel=dev.nic, meta=meta + (nbytes,))
 
-    def _phase_tasks(self, dev: Device, pc: PhaseCost, kind: str, deps: tuple[int, ...], meta: tuple) -> tuple[int, ...]:
-        """Tasks of one pass (or a piece of one); returns the tasks that end it."""
-        sim, st, ov = self.sim, dev.streams, self.ov
+    def _template(self, pc: PhaseCost, kind: str) -> Template:
+        """The tasks of one pass (or a piece of one) as steps; each step's tasks wait for the previous step's."""
+        ov = self.ov
         tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
-        dev.bytes["tp"] += pc.comm_bytes.get("tp", 0.0)
-        dev.bytes["cp"] += pc.comm_bytes.get("cp", 0.0)
+        steps: list[tuple[tuple[str, str, float, str], ...]] = []
         rest = pc.compute
-        if tp and ov.tp:
-            g = sim.task("gemm", st["compute"], pc.gemm, deps, kind, meta=meta)
-            c = sim.task("tp", st["tp"], tp, deps, "tp", meta=meta)
-            deps, rest = (g, c), rest - pc.gemm
-        if cp and ov.cp:
-            a = sim.task("attention", st["compute"], pc.attention, deps, kind, meta=meta)
-            c = sim.task("cp", st["cp"], cp, deps, "cp", meta=meta)
-            deps, rest = (a, c), rest - pc.attention
+        if tp and ov.tp:  # TP under the GEMMs (comm-GEMM overlap)
+            steps.append((("gemm", "compute", pc.gemm, kind), ("tp", "tp", tp, "tp")))
+            rest -= pc.gemm
+        if cp and ov.cp:  # ring-attention K/V exchange under attention
+            steps.append((("attention", "compute", pc.attention, kind), ("cp", "cp", cp, "cp")))
+            rest -= pc.attention
         if rest > 0:
-            deps = (sim.task(kind, st["compute"], max(0.0, rest), deps, kind, meta=meta),)
-        if tp and not ov.tp:
-            deps = (sim.task("tp", st["tp"], tp, deps, "tp", meta=meta),)
+            steps.append(((kind, "compute", rest, kind),))
+        if tp and not ov.tp:  # on the critical path: the compute stream waits
+            steps.append((("tp", "tp", tp, "tp"),))
         if cp and not ov.cp:
-            deps = (sim.task("cp", st["cp"], cp, deps, "cp", meta=meta),)
+            steps.append((("cp", "cp", cp, "cp"),))
+        return tuple(steps), pc.comm_bytes.get("tp", 0.0), pc.comm_bytes.get("cp", 0.0)
+
+    def _emit(self, dev: Device, tmpl: Template, deps: tuple[int, ...], meta: tuple) -> tuple[int, ...]:
+        """Add a template's tasks after ``deps``; returns the tasks that end it."""
+        steps, tp_bytes, cp_bytes = tmpl
+        dev.bytes["tp"] += tp_bytes
+        dev.bytes["cp"] += cp_bytes
+        task, st = self.sim.task, dev.streams
+        for step in steps:
+            if len(step) == 1:
+                name, s, dur, kind = step[0]
+                deps = (task(name, st[s], dur, deps, kind, 0, None, meta),)
+            else:
+                deps = tuple([task(name, st[s], dur, deps, kind, 0, None, meta) for name, s, dur, kind in step])
         return deps
+
+    def _pass_template(self, k: int, which: str, frac: float) -> Template:
+        chunk = self.chunks[k]
+        pc = getattr(chunk, which)
+        kind = "recompute" if which == "recompute" else "compute"
+        if frac != 1.0:
+            return self._template(pc.scaled(frac), kind)
+        key = (k, which)
+        if key not in self._templates:
+            self._templates[key] = self._template(pc, kind)
+        return self._templates[key]
 
     @staticmethod
     def _cut(weights: list[float], params: list[float], buckets: list[float]) -> list[tuple[float, list[int]]]:
@@ -262,6 +288,10 @@ class StepBuilder:
     def _pieces(self, dev: Device, x: Pass, chunk: Chunk) -> list[tuple[float, tuple[int, ...], float, list[float]]]:
         """Cut a pass into (time fraction, tasks to wait for, ZeRO-3 params to gather, gradient buckets to launch after)."""
         wl = self.wl
+        first_fwd = x.phase == "F" and x.chunk in dev.gathers
+        last_bwd = (x.phase == "B" and wl.dp_step and self.ov.dp and self.last_bwd.get((x.stage, x.chunk)) == x.mb)
+        if not (wl.dp_microbatch or first_fwd or last_bwd):
+            return ONE_PIECE
         units = chunk.units if x.phase == "F" else chunk.units[::-1]
         which = "fwd" if x.phase == "F" else "bwd"
         weights = [self._phase(b, which).compute + (self._phase(b, "recompute").compute if which == "bwd" else 0.0)
@@ -270,14 +300,13 @@ class StepBuilder:
         total = sum(weights) or 1.0
         if wl.dp_microbatch:  # FSDP unit = one block: gather its parameters before it, reduce-scatter its gradients after
             return [(w / total, (), n, [n] if x.phase == "B" else []) for w, n in zip(weights, params)]
-        if x.phase == "F" and x.chunk in dev.gathers:  # first forward of the step: wait for each bucket's gather
+        if first_fwd:  # first forward of the step: wait for each bucket's gather
             gathers = dev.gathers.pop(x.chunk)
             return [(w, tuple(gathers[i] for i in idx), 0.0, []) for w, idx in self._cut(weights, params, self._buckets(chunk.params))]
-        if x.phase == "B" and wl.dp_step and self.ov.dp and self.last_bwd.get((x.stage, x.chunk)) == x.mb:
-            # last micro-batch: a bucket's reduction is launched when backward has produced its last gradient
+        if last_bwd:  # last micro-batch: a bucket's reduction is launched when backward has produced its last gradient
             buckets = self._buckets(chunk.params)
             return [(w, (), 0.0, [buckets[i] for i in idx]) for w, idx in self._cut(weights, params, buckets)]
-        return [(1.0, (), 0.0, [])]
+        return ONE_PIECE
 
     def _add_pass(self, dev: Device, x: Pass) -> None:
         """Add one pass's tasks (what it receives was added before: ``dependency_order``)."""
@@ -298,10 +327,8 @@ class StepBuilder:
                 op = z3[0] if x.phase == "F" else z3[1]
                 deps += (self._dp_task(dev, "dp", "gather", op, gather_params, prefetch, meta),)
             if x.phase == "B":
-                rc = chunk.recompute if frac == 1.0 else chunk.recompute.scaled(frac)
-                deps = self._phase_tasks(dev, rc, "recompute", deps, meta)
-            pc = (chunk.fwd if x.phase == "F" else chunk.bwd)
-            deps = self._phase_tasks(dev, pc if frac == 1.0 else pc.scaled(frac), "compute", deps, meta)
+                deps = self._emit(dev, self._pass_template(k, "recompute", frac), deps, meta)
+            deps = self._emit(dev, self._pass_template(k, "fwd" if x.phase == "F" else "bwd", frac), deps, meta)
             for n in reduce_params:
                 if z3:
                     rs = self._dp_task(dev, "dp_rs", "reduce-scatter", z3[2], n, deps, meta)
