@@ -242,16 +242,34 @@ def compare_command(
     pareto: Annotated[Optional[Path], typer.Option("--pareto", help="write the Pareto plot (PNG) here")] = None,
     scaling_png: Annotated[Optional[Path], typer.Option("--scaling", help="write comm tax and MFU vs GPUs (PNG) here")] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU counts for --scaling, e.g. 64,128,256,512")] = None,
+    tp: Annotated[Optional[str], _field_opt("tp", "8 or 1,2,4")] = None,
+    pp: Annotated[Optional[str], _field_opt("pp", "4 or 1,2,4,8")] = None,
+    cp: Annotated[Optional[str], _field_opt("cp", "1")] = None,
+    vp: Annotated[Optional[str], _field_opt("vp", "1,2")] = None,
+    micro_batch: Annotated[Optional[str], _field_opt("micro-batch", "1,2,4")] = None,
+    zero: Annotated[Optional[str], _field_opt("zero", "1 or 0..2")] = None,
+    recompute: Annotated[Optional[str], _field_opt("recompute", "none,selective")] = None,
+    sequence_parallel: Annotated[Optional[str], _field_opt("sequence-parallel", "true")] = None,
+    grad_comm_dtype: Annotated[Optional[str], _field_opt("grad-comm-dtype", "bf16,fp8")] = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
     workers: WorkersOpt = None,
     catalog: CatalogOpt = None,
     prices: PricesOpt = None,
 ) -> None:
-    """Side-by-side clusters: step time, MFU, comm tax, days, $/B tokens, energy, each with its best plan."""
+    """Side-by-side clusters: step time, MFU, comm tax, days, $/B tokens, energy, each with its best plan.
+
+    Plan options (--tp, --pp, ...) restrict every cluster's search, e.g. to one fixed plan.
+    """
     from commtax.compare import compare, jobs_for_gpus, pareto_points, scaling
     from commtax.cost import load_prices
+    from commtax.search import Space
     from commtax.spec import load_catalog, load_job
+
+    space = Space.parse(
+        {"tp": tp, "pp": pp, "cp": cp, "vp": vp, "micro_batch": micro_batch, "zero": zero, "recompute": recompute,
+         "sequence_parallel": sequence_parallel, "grad_comm_dtype": grad_comm_dtype}
+    )
 
     if power not in ("typical", "tdp"):
         raise SpecError(f"--power: {power!r} is not one of typical, tdp")
@@ -272,7 +290,7 @@ def compare_command(
             raise SpecError("compare --gpu: give exactly one job file (its cluster gets each GPU in turn)")
         jobs = jobs_for_gpus(jobs[0], gpu_names, price_book, catalog)
     mode = "rented" if rent else "owned"
-    rows = compare(jobs, prices=price_book, tokens=tokens, mode=mode, power=power, workers=workers)
+    rows = compare(jobs, prices=price_book, space=space, tokens=tokens, mode=mode, power=power, workers=workers)
     data: dict[str, Any] = {"mode": mode, "tokens": tokens or jobs[0].training.tokens,
                             "rows": [r.to_dict(mode) for r in rows]}
     if pareto is not None:
@@ -288,7 +306,7 @@ def compare_command(
         if not counts:
             n = jobs[0].cluster.num_gpus
             counts = [n // 4, n // 2, n, n * 2, n * 4]
-        pts = scaling(jobs[0], [c for c in counts if c > 0], workers=workers)
+        pts = scaling(jobs[0], [c for c in counts if c > 0], space=space, workers=workers)
         scaling_plot(pts, scaling_png)
         data["scaling"] = [{"num_gpus": p.num_gpus, "plan": p.plan, "reason": p.reason,
                             **({"comm_tax": p.breakdown.comm_tax, "comm_share": p.breakdown.comm_share,
