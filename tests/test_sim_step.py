@@ -14,13 +14,13 @@ from commtax.workload import Block, Phase, build_workload
 EMPTY = Block("empty", Phase(()), Phase(()), Phase(()))
 
 
-def tiny_job(pp=2, vp=1, schedule="1f1b", global_batch=2, dp=1, layers=None, zero=1, **plan):
+def tiny_job(pp=2, vp=1, schedule="1f1b", global_batch=2, dp=1, layers=None, zero=1, tp=1, **plan):
     layers = layers or pp * vp
     return load_job({
         "model": {"layers": layers, "hidden": 256, "heads": 4, "vocab": 512, "source": "test"},
-        "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": pp * dp, "gpus_per_node": 1,
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": pp * dp * tp, "gpus_per_node": 1,
                     "intra_node": "nvlink4", "inter_node": "ib-ndr", "nics_per_node": 1},
-        "plan": {"pp": pp, "vp": vp, "dp": dp, "schedule": schedule, "recompute": "none", "zero": zero, **plan},
+        "plan": {"pp": pp, "vp": vp, "dp": dp, "tp": tp, "schedule": schedule, "recompute": "none", "zero": zero, **plan},
         "training": {"seq_len": 128, "global_batch": global_batch},
     })
 
@@ -115,18 +115,20 @@ def test_gpipe_two_stages_two_microbatches_exact_trace():
 
 
 def test_exposed_tp_sits_on_the_critical_path_and_overlapped_tp_hides():
-    job = tiny_job(pp=1, layers=1, global_batch=2, tp=1)
+    job = tiny_job(pp=1, layers=1, global_batch=2, tp=2)
     wl = uniform(job)
     serial = simulate(job, workload=wl, costs=FakeCosts(wl, tp=0.5, send=0.0), compare=False)
     # two micro-batches, each 1 s forward + 0.5 s TP + 2 s backward + 0.5 s TP
     assert serial.breakdown.step_time_s == 2 * (1 + 0.5 + 2 + 0.5)
     assert serial.breakdown.breakdown_s["tp_exposed"] == 2.0
-    job_ov = tiny_job(pp=1, layers=1, global_batch=2, overlap={"tp": True})
+    # comm-GEMM overlap cuts a pass into t = 2 chunks: the first chunk's 0.25 s has nothing to hide under
+    job_ov = tiny_job(pp=1, layers=1, global_batch=2, tp=2, overlap={"tp": True})
     hidden = simulate(job_ov, workload=wl, costs=FakeCosts(wl, tp=0.5, send=0.0), compare=False)
-    assert hidden.breakdown.step_time_s == 2 * (1 + 2)  # 0.5 s of TP under 1 s and 2 s of GEMMs
-    assert hidden.breakdown.breakdown_s["tp_exposed"] == 0.0
+    assert hidden.breakdown.step_time_s == 2 * (0.25 + 1 + 0.25 + 2)
+    assert hidden.breakdown.breakdown_s["tp_exposed"] == 4 * 0.25
     long_tp = simulate(job_ov, workload=wl, costs=FakeCosts(wl, tp=1.5, send=0.0), compare=False)
-    assert long_tp.breakdown.breakdown_s["tp_exposed"] == pytest.approx(2 * 0.5)  # max(0, 1.5 − 1) per forward
+    # forward: 0.75 s first chunk + max(0, 0.75 − 1) ; backward: 0.75 + max(0, 0.75 − 2)
+    assert long_tp.breakdown.breakdown_s["tp_exposed"] == pytest.approx(2 * (0.75 + 0.75))
 
 
 def test_gradient_buckets_overlap_backward_and_leave_a_tail():

@@ -2,12 +2,12 @@
 
 Step time is the makespan. It is split from the point of view of the GPU that finishes last
 (the *critical stage*): its own work (compute, recompute, optimizer, and TP/CP collectives its
-compute stream waits for) is counted as it ran; exposed communication is how much earlier it
-would finish if that communication took no time, taken away in turn —
+compute stream waits for) is counted as it ran, and so is the time its compute stream waits
+for its own overlapped TP/CP; pipeline and DP communication are exposed by how much earlier it
+would finish if they took no time, taken away in turn —
 
   pp_exposed = T − T(pipeline sends free, no NIC sharing)
   dp_exposed = T(pp free) − T(pp and DP free)
-  tp/cp_exposed (overlapped) += T(pp, DP free) − T(pp, DP, TP/CP free)
 
 and what remains is waiting for other stages: pp_bubble. The parts add up to the step time
 exactly, and for uniform stages the bubble is the textbook (p − 1)/(v·m) of the ideal time,
@@ -85,31 +85,34 @@ def _attribute(sim: Sim, device: int, step: float, serial: tuple[str, ...]) -> d
     """Split the step from ``device``'s point of view.
 
     Busy time is its own work: compute stream tasks, and TP/CP that the compute stream waits for
-    when they are not overlapped. Exposed communication is how much later the device finishes
-    because of it, removed in turn (PP sends and NIC sharing, then DP, then overlapped TP/CP):
-    pp_exposed = T − T(pp free), dp_exposed = T(pp free) − T(pp, dp free), ... What is left is
-    waiting for other stages' work: the bubble.
+    when they are not overlapped. Overlapped TP/CP is exposed where the compute stream waits for
+    it (the first chunk, and what outlasts the GEMMs / attention). PP and DP are exposed by how
+    much later the device finishes because of them, removed in turn: pp_exposed = T − T(pp free),
+    dp_exposed = T(pp free) − T(pp and DP free). What is left is waiting for other stages: the bubble.
     """
     parts = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+    tasks, streams = sim.tasks, sim.streams
     own = {"compute": "compute", "recompute": "recompute", "optimizer": "optimizer",
            "tp": "tp_exposed", "cp": "cp_exposed"}
-    lanes = {s.id for s in sim.streams if s.device == device and (s.name == "compute" or s.name in serial)}
-    for sid in lanes:
-        for i in sim.streams[sid].tasks:
-            t = sim.tasks[i]
-            parts[own[t.kind]] += t.duration_s
-    busy = sum(parts.values())
     hidden = tuple(g for g in ("tp", "cp") if g not in serial)
-    free = [{"pp"}, {"pp", "dp"}]
-    for g in hidden:  # overlapped TP/CP: only what outlasts the GEMMs / attention that hide it
-        free.append(free[-1] | {g})
-    ends = _end_without(sim, device, free)
-    keys = ["pp_exposed", "dp_exposed"] + [f"{g}_exposed" for g in hidden]
-    before = step
-    for key, t in zip(keys, ends):
-        parts[key] += before - t
-        before = t
-    parts["pp_bubble"] = before - busy
+    for s in streams:
+        if s.device != device or not (s.name == "compute" or s.name in serial):
+            continue
+        prev_end = 0.0
+        for i in s.tasks:
+            t = tasks[i]
+            parts[own[t.kind]] += t.duration_s
+            c = t.cause
+            if s.name == "compute" and c is not None and tasks[c].kind in hidden \
+                    and streams[tasks[c].stream].device == device:
+                # it could have started when its other inputs, its stream and the collective's own inputs allowed
+                other = max([tasks[j].end_s for j in t.deps if j != c] + [prev_end, tasks[c].start_s])
+                parts[own[tasks[c].kind]] += max(0.0, t.start_s - other)
+            prev_end = t.end_s
+    t_pp, t_dp = _end_without(sim, device, [{"pp"}, {"pp", "dp"}])
+    parts["pp_exposed"] = step - t_pp
+    parts["dp_exposed"] = t_pp - t_dp
+    parts["pp_bubble"] = t_dp - sum(parts.values()) + parts["pp_exposed"] + parts["dp_exposed"]
     return parts
 
 

@@ -9,7 +9,7 @@ the simulator decides only *when* things run. Other data-parallel replicas run t
 timeline (symmetry), so a 16K-GPU job costs what its pipeline costs.
 
 A pass (one micro-batch through one model chunk, forward or backward) is drawn as:
-  overlapped TP:   [gemm ‖ tp] → [attention ‖ cp] (if CP overlaps) → rest of compute
+  overlapped TP:   tp/t → [gemm ‖ rest of tp] → (CP alike) → rest of compute
   exposed TP:      compute → tp            (the compute stream waits for it)
 and backward passes start with their recompute. The last micro-batch's backward of each
 chunk is cut where a gradient bucket fills, and the bucket's reduction is launched there.
@@ -219,11 +219,18 @@ class StepBuilder:
         tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
         steps: list[tuple[tuple[str, str, float, str], ...]] = []
         rest = pc.compute
-        if tp and ov.tp:  # TP under the GEMMs (comm-GEMM overlap)
-            steps.append((("gemm", "compute", pc.gemm, kind), ("tp", "tp", tp, "tp")))
+        # Overlap decomposes the work into chunks, one per rank of the group (comm-GEMM overlap:
+        # Wang et al. 2022, Transformer Engine userbuffers; ring attention: one K/V step per CP rank):
+        # the first chunk's transfer has nothing to hide under, the rest runs under the GEMMs / attention.
+        if tp and ov.tp:
+            first = tp / self.job.plan.tp
+            steps.append((("tp", "tp", first, "tp"),))
+            steps.append((("gemm", "compute", pc.gemm, kind), ("tp", "tp", tp - first, "tp")))
             rest -= pc.gemm
-        if cp and ov.cp:  # ring-attention K/V exchange under attention
-            steps.append((("attention", "compute", pc.attention, kind), ("cp", "cp", cp, "cp")))
+        if cp and ov.cp:
+            first = cp / self.job.plan.cp
+            steps.append((("cp", "cp", first, "cp"),))
+            steps.append((("attention", "compute", pc.attention, kind), ("cp", "cp", cp - first, "cp")))
             rest -= pc.attention
         if rest > 0:
             steps.append(((kind, "compute", rest, kind),))
