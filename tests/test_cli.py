@@ -142,3 +142,30 @@ def test_demo_prints_the_article_comparison():
     assert wall[2]["comm_tax"] > wall[0]["comm_tax"]
     r = run("demo")
     assert "article" in r.stdout and "Why the numbers differ" in r.stdout
+
+
+def test_user_catalog_adds_and_overrides_entries(tmp_path):
+    cat = tmp_path / "cat.yaml"
+    cat.write_text(yaml.safe_dump({
+        "gpu": {"h100-slow": {"peak_tflops": {"bf16": 494.7}, "mem_GiB": 79.6, "mem_bw_GBps": 3350,
+                              "source": "test: half an H100"}},
+        "inter_node": {"ib-ndr": {"bw_Gbps": 100, "latency_us": 20, "efficiency": 0.9, "source": "test: slow NDR"}},
+    }))
+    base = json.loads(run("estimate", write_job(tmp_path, job_dict()), "--json").stdout)
+    slow = job_dict()
+    slow["cluster"]["gpu"] = "h100-slow"
+    r = run("estimate", write_job(tmp_path, slow, "slow.yaml"), "--json", "--catalog", cat)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["step_time_s"] > base["step_time_s"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"gpu": {"x": {"peak_tflops": {"bf16": 1}}}}))
+    r = run("estimate", write_job(tmp_path, job_dict()), "--catalog", bad)
+    assert r.exit_code == 2 and "needs a mapping with a 'source:'" in r.stderr
+
+
+def test_cluster_section_may_be_a_file(tmp_path):
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(job_dict()["cluster"]))
+    d = job_dict()
+    d["cluster"] = "cluster.yaml"  # relative to the job file
+    r = run("estimate", write_job(tmp_path, d), "--json")
+    assert r.exit_code == 0, r.output
