@@ -23,7 +23,7 @@ from commtax.units import MiB
 
 
 def _ms(x: float) -> str:
-    return f"{x * 1e3:,.1f} ms" if abs(x) < 10 else f"{x:,.2f} s"
+    return f"{x * 1e3:,.1f} ms" if abs(x) < 1 else f"{x:,.2f} s"
 
 
 def _pct(a: float, b: float) -> str:
@@ -61,9 +61,9 @@ def explain(r: SimResult) -> list[str]:
     hi, lo = max(range(p), key=busy.__getitem__), min(range(p), key=busy.__getitem__)
     if p > 1 and busy[hi] - busy[lo] > small:
         ends = []
-        if work[0] - ref > 1e-12:
+        if work[0] > 1.005 * ref:
             ends.append(f"the first chunk (with the embedding) takes {work[0] / ref:.2f}× a plain chunk")
-        if work[-1] - ref > 1e-12:
+        if work[-1] > 1.005 * ref:
             ends.append(f"the last chunk (with the logits and loss) {work[-1] / ref:.2f}×")
         out.append(
             f"uneven stages: stage {hi} computes {_ms(busy[hi])} per step, stage {lo} {_ms(busy[lo])} "
@@ -97,7 +97,7 @@ def explain(r: SimResult) -> list[str]:
         line = (
             f"gradient buckets: stage {r.critical_stage} reduces its gradients in {dev.buckets} buckets of "
             f"{size / MiB:g} MiB (--bucket-mb; PyTorch DDP's default is 25 MiB), the estimate in one collective "
-            f"with a last-bucket tail of {est_bucket / MiB:g} MiB. DP link time {_ms(b.comm_time_s['dp'])} vs "
+            f"with a last-bucket tail of {est_bucket / MiB:.0f} MiB. DP link time {_ms(b.comm_time_s['dp'])} vs "
             f"{_ms(e.comm_time_s['dp'])} (each bucket pays the collective's latency); exposed "
             f"{_ms(sb['dp_exposed'])} vs {_ms(eb['dp_exposed'])}"
         )
