@@ -274,6 +274,24 @@ def recompute_model_flops(job: Job, wl: Workload) -> float:
     return 4 * tr.seq_len * m.hidden * m.layers * tokens  # attention scores + context, forward once more
 
 
+def plan_notes(job: Job, wl: Workload) -> list[str]:
+    """Things about the plan a user should know when reading the numbers."""
+    p, c = job.plan, job.cluster
+    notes = []
+    if p.tp > c.gpus_per_node:
+        notes.append(f"TP group ({p.tp}) is larger than the NVLink domain ({c.gpus_per_node}): TP traffic crosses the network")
+    if p.tp * p.cp > c.gpus_per_node and p.cp > 1:
+        notes.append("CP ring spans nodes: K/V exchange crosses the network")
+    if p.pp > 1 and p.tp * p.cp * job.dp >= c.gpus_per_node:
+        notes.append("pipeline sends cross nodes and share the NICs with DP traffic")
+    if p.generation == "legacy":
+        notes.append("legacy software: attention scores materialised unless flash_attention is set; "
+                     "DP reduction after backward unless overlap.dp is set")
+    if p.pp > 1 and wl.micro_batches < p.pp:
+        notes.append(f"fewer micro-batches ({wl.micro_batches}) than pipeline stages ({p.pp}): the bubble dominates")
+    return notes
+
+
 def estimate(job: Job) -> Breakdown:
     """Predict one training step of ``job`` (analytical schedule)."""
     wl = build_workload(job)
@@ -334,4 +352,5 @@ def estimate(job: Job) -> Breakdown:
         memory_gib_per_gpu=mem.gib(),
         fits=mem.total <= c.gpu.mem_GiB * GiB,
         days_to_train=(tr.tokens / tokens_per_s / SECONDS_PER_DAY) if tr.tokens else None,
+        notes=plan_notes(job, wl),
     )

@@ -72,6 +72,8 @@ def render_breakdown(b: Breakdown, console: Console, capacity_gib: float | None 
     console.print(summary_table(b))
     console.print(comm_table(b))
     console.print(memory_table(b, capacity_gib))
+    for note in b.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
 
 
 def capacity_gib(mem_bytes: float) -> float:
