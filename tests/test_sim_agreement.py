@@ -57,7 +57,7 @@ def test_step_time_within_2_percent_of_estimate_on_uniform_stages(plan):
     assert abs(r.breakdown.step_time_s - est) / est < 0.02
     assert r.breakdown.breakdown_s["pp_bubble"] == pytest.approx(r.estimate.breakdown_s["pp_bubble"], rel=0.05)
     # what does not depend on the schedule is the estimate's, to the bit
-    assert r.breakdown.breakdown_s["compute"] == pytest.approx(r.estimate.breakdown_s["compute"], rel=0.01)
+    assert r.breakdown.breakdown_s["compute"] == pytest.approx(r.estimate.breakdown_s["compute"], rel=1e-3)
     assert r.breakdown.breakdown_s["tp_exposed"] == pytest.approx(r.estimate.breakdown_s["tp_exposed"], rel=0.01)
 
 
@@ -101,7 +101,9 @@ def test_logits_stage_shows_up_as_unbalanced():
     r = simulate(big_vocab)
     busy = r.stage_busy_s
     assert busy[-1] > 1.05 * busy[1]  # the last stage computes the logits and the loss
-    assert r.bubble_fraction > (4 - 1) / r.builder.m * 1.2  # the others wait for it: more than the textbook bubble
+    assert r.busiest_stage == 3  # and sets the pace: the breakdown is its view
+    textbook = (4 - 1) / r.builder.m
+    assert (r.breakdown.step_time_s - busy[1]) / busy[1] > 1.2 * textbook  # a middle stage idles beyond the bubble
     from commtax.sim.explain import explain
 
     assert any(line.startswith("uneven stages") and "logits" in line for line in explain(r))

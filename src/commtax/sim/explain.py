@@ -4,8 +4,8 @@ The two agree where both apply (uniform stages, no contention). They legitimatel
 the closed form averages something the schedule makes concrete:
 
 * uneven stages — the estimate charges m × the slowest stage + (p − 1)/v × the average stage;
-  the simulator runs the schedule, so the stage that finishes last pays its own work and
-  waits for the slow one;
+  the simulator runs the schedule: the busiest stage sets the pace, the others idle more than
+  the textbook bubble, and where the heavy chunk sits in the schedule moves the bubble;
 * pipeline sends — the estimate exposes only the fill (2(p − 1) sends); in 1F1B each
   micro-batch's forward→backward round trip puts 2 sends on the critical path (2·m in all),
   and in other schedules a stage stalls when an activation or gradient is still on the wire;
@@ -31,9 +31,9 @@ def _pct(a: float, b: float) -> str:
 
 
 def _tail_s(r: SimResult) -> float:
-    """Time the critical stage's optimizer waited after its last backward (gradient reduction tail)."""
+    """Time the busiest stage's optimizer waited after its last backward (gradient reduction tail)."""
     sim = r.sim
-    dev = r.builder.devices[r.critical_stage]
+    dev = r.builder.devices[r.busiest_stage]
     stream = sim.streams[dev.streams["compute"]].tasks
     opt = sim.tasks[dev.optimizer]
     before = [sim.tasks[i] for i in stream if sim.tasks[i].id != opt.id and sim.tasks[i].kind in COMPUTE_KINDS]
@@ -51,7 +51,7 @@ def explain(r: SimResult) -> list[str]:
     p, v, m = bld.p, bld.v, bld.m
     out = [
         f"step: simulated {_ms(step)} vs estimated {_ms(e.step_time_s)} ({_pct(step, e.step_time_s)}); "
-        f"critical stage {r.critical_stage} of {p}, {r.events:,} events"
+        f"breakdown of the busiest stage, {r.busiest_stage} of {p}; {r.events:,} events"
     ]
     # ---- uneven stages
     work = [c.fwd.compute + c.bwd.compute + c.recompute.compute for c in bld.chunks]
@@ -65,12 +65,15 @@ def explain(r: SimResult) -> list[str]:
             ends.append(f"the first chunk (with the embedding) takes {work[0] / ref:.2f}× a plain chunk")
         if work[-1] > 1.005 * ref:
             ends.append(f"the last chunk (with the logits and loss) {work[-1] / ref:.2f}×")
+        idle = step - busy[lo]
         out.append(
-            f"uneven stages: stage {hi} computes {_ms(busy[hi])} per step, stage {lo} {_ms(busy[lo])} "
+            f"uneven stages: stage {hi} works {_ms(busy[hi])} per step, stage {lo} {_ms(busy[lo])} "
             f"({_pct(busy[hi], busy[lo])})" + (f"; {' and '.join(ends)}" if ends else "") + ". "
-            f"The estimate charges m × the slowest stage + (p−1)/v × the average; the schedule makes "
-            f"stage {r.critical_stage} wait for the slow one: compute {_ms(sb['compute'])} vs {_ms(eb['compute'])}, "
-            f"bubble {_ms(sb['pp_bubble'])} vs {_ms(eb['pp_bubble'])}"
+            f"Stage {hi} sets the pace: the breakdown is its view (compute {_ms(sb['compute'])} vs "
+            f"{_ms(eb['compute'])} estimated as m × the slowest stage; bubble {_ms(sb['pp_bubble'])} vs "
+            f"{_ms(eb['pp_bubble'])} estimated as (p−1)/v × the average stage), while stage {lo} idles "
+            f"{_ms(idle)} ({idle / busy[lo]:.1%} of its work, against (p−1)/(v·m) = {(p - 1) / (v * m):.1%} "
+            f"for even stages)"
         )
     elif p > 1 and abs(sb["pp_bubble"] - eb["pp_bubble"]) > small:
         out.append(f"bubble: simulated {_ms(sb['pp_bubble'])} vs estimated {_ms(eb['pp_bubble'])} "
@@ -85,17 +88,17 @@ def explain(r: SimResult) -> list[str]:
             line += (f"; in 1F1B every micro-batch's forward→backward round trip puts 2 sends per micro-batch on "
                      f"the critical path (2·m = {2 * m} sends = {_ms(2 * m * bld.t_send)})")
         else:
-            line += (f"; in the schedule stage {r.critical_stage} also stalls whenever the next micro-batch's "
+            line += (f"; in the schedule stage {r.busiest_stage} also stalls whenever the next micro-batch's "
                      f"activation or gradient is still on the wire")
         out.append(line)
     # ---- DP buckets
     if bld.wl.dp_step and (abs(sb["dp_exposed"] - eb["dp_exposed"]) > small
                            or abs(b.comm_time_s["dp"] - e.comm_time_s["dp"]) > small):
-        dev = bld.devices[r.critical_stage]
+        dev = bld.devices[r.busiest_stage]
         size = bld.options.bucket_bytes
         est_bucket = bld.wl.bucket_bytes
         line = (
-            f"gradient buckets: stage {r.critical_stage} reduces its gradients in {dev.buckets} buckets of "
+            f"gradient buckets: stage {r.busiest_stage} reduces its gradients in {dev.buckets} buckets of "
             f"{size / MiB:g} MiB (--bucket-mb; PyTorch DDP's default is 25 MiB), the estimate in one collective "
             f"with a last-bucket tail of {est_bucket / MiB:.0f} MiB. DP link time {_ms(b.comm_time_s['dp'])} vs "
             f"{_ms(e.comm_time_s['dp'])} (each bucket pays the collective's latency); exposed "

@@ -1,15 +1,16 @@
 """Run a step's task graph and read a ``Breakdown`` off its timeline.
 
-Step time is the makespan. It is split from the point of view of the GPU that finishes last
-(the *critical stage*): its own work (compute, recompute, optimizer, and TP/CP collectives its
-compute stream waits for) is counted as it ran, and so is the time its compute stream waits
-for its own overlapped TP/CP; pipeline and DP communication are exposed by how much earlier it
-would finish if they took no time, taken away in turn —
+Step time T is the makespan. It is split from the point of view of the *busiest stage* (the
+most work; it sets the pipeline's pace, as the estimate's slowest stage does): its own work
+(compute, recompute, optimizer, and TP/CP collectives its compute stream waits for) is counted
+as it ran, and so is the time its compute stream waits for its own overlapped TP/CP. Pipeline
+and DP communication are exposed by how much shorter the step would be if they took no time,
+taken away in turn —
 
   pp_exposed = T − T(pipeline sends free, no NIC sharing)
   dp_exposed = T(pp free) − T(pp and DP free)
 
-and what remains is waiting for other stages: pp_bubble. The parts add up to the step time
+and what remains is the busiest stage waiting for the others: pp_bubble. The parts add up to the step time
 exactly, and for uniform stages the bubble is the textbook (p − 1)/(v·m) of the ideal time,
 sends or not. (With in-order streams the step is a max-plus system, so "free" is one pass of
 longest paths over the task graph.)
@@ -32,9 +33,9 @@ from commtax.workload import Workload
 class SimResult:
     breakdown: Breakdown
     builder: StepBuilder
-    critical_stage: int
+    busiest_stage: int  # the stage the breakdown is read from: the most work (the pipeline's pace)
     stage_end_s: list[float]  # when each stage's last task ends
-    stage_busy_s: list[float]  # compute-stream busy time per stage
+    stage_busy_s: list[float]  # each stage's own work: compute, recompute, optimizer, non-overlapped TP/CP
     contention_wait_s: dict[str, float]  # time tasks of each kind waited for a NIC held by another stream
     estimate: Breakdown | None = None
 
@@ -48,48 +49,39 @@ class SimResult:
 
     @property
     def bubble_fraction(self) -> float:
-        """pp_bubble / ideal time (compute + recompute + exposed TP/CP of the critical stage)."""
+        """pp_bubble / ideal time (compute + recompute + exposed TP/CP of the busiest stage)."""
         b = self.breakdown.breakdown_s
         ideal = b["compute"] + b["recompute"] + b["tp_exposed"] + b["cp_exposed"]
         return b["pp_bubble"] / ideal if ideal else 0.0
 
 
-def _end_without(sim: Sim, device: int, free: list[set[str]]) -> list[float]:
-    """When ``device`` would finish if the task kinds of each ``free`` set took no time (cumulative
-    sets; no NIC sharing). Task ids are a topological order (dependencies and stream predecessors
-    come first), so one pass of longest paths per set does it."""
-    tasks, streams = sim.tasks, sim.streams
+def _makespan_without(sim: Sim, free: list[set[str]]) -> list[float]:
+    """The step time if the task kinds of each ``free`` set took no time (and no NIC were shared).
+
+    With in-order streams the step is a max-plus system: task ids are a topological order
+    (dependencies and stream predecessors come first), so one pass of longest paths per set does it.
+    """
+    tasks = sim.tasks
     n = len(tasks)
     ends = [[0.0] * n for _ in free]
-    last_on_stream = [-1] * len(streams)
-    out = [0.0] * len(free)
-    masks = [[0.0 if t.kind in f else t.duration_s for t in tasks] for f in free]
+    durations = [[0.0 if t.kind in f else t.duration_s for t in tasks] for f in free]
+    last_on_stream = [-1] * len(sim.streams)
     for t in tasks:
         i = t.id
         prev = last_on_stream[t.stream]
         last_on_stream[t.stream] = i
         preds = t.deps if prev < 0 else t.deps + (prev,)
-        mine = streams[t.stream].device == device
-        for e, dur, k in zip(ends, masks, range(len(free))):
+        for e, dur in zip(ends, durations):
             start = 0.0
             for j in preds:
                 if e[j] > start:
                     start = e[j]
             e[i] = start + dur[i]
-            if mine and e[i] > out[k]:
-                out[k] = e[i]
-    return out
+    return [max(e, default=0.0) for e in ends]
 
 
 def _attribute(sim: Sim, device: int, step: float, serial: tuple[str, ...]) -> dict[str, float]:
-    """Split the step from ``device``'s point of view.
-
-    Busy time is its own work: compute stream tasks, and TP/CP that the compute stream waits for
-    when they are not overlapped. Overlapped TP/CP is exposed where the compute stream waits for
-    it (the first chunk, and what outlasts the GEMMs / attention). PP and DP are exposed by how
-    much later the device finishes because of them, removed in turn: pp_exposed = T − T(pp free),
-    dp_exposed = T(pp free) − T(pp and DP free). What is left is waiting for other stages: the bubble.
-    """
+    """Split the step from ``device``'s point of view (see the module docstring)."""
     parts = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     tasks, streams = sim.tasks, sim.streams
     own = {"compute": "compute", "recompute": "recompute", "optimizer": "optimizer",
@@ -109,10 +101,11 @@ def _attribute(sim: Sim, device: int, step: float, serial: tuple[str, ...]) -> d
                 other = max([tasks[j].end_s for j in t.deps if j != c] + [prev_end, tasks[c].start_s])
                 parts[own[tasks[c].kind]] += max(0.0, t.start_s - other)
             prev_end = t.end_s
-    t_pp, t_dp = _end_without(sim, device, [{"pp"}, {"pp", "dp"}])
+    own_time = sum(parts.values())
+    t_pp, t_dp = _makespan_without(sim, [{"pp"}, {"pp", "dp"}])
     parts["pp_exposed"] = step - t_pp
     parts["dp_exposed"] = t_pp - t_dp
-    parts["pp_bubble"] = t_dp - sum(parts.values()) + parts["pp_exposed"] + parts["dp_exposed"]
+    parts["pp_bubble"] = t_dp - own_time
     return parts
 
 
@@ -133,35 +126,33 @@ def simulate(
     step = sim.run()
     tasks, streams = sim.tasks, sim.streams
     p = builder.p
+    ov = job.plan.overlap
+    serial = tuple(g for g, hidden in (("tp", ov.tp), ("cp", ov.cp)) if not hidden)
+    work_kinds = set(COMPUTE_KINDS) | set(serial)
     stage_end = [0.0] * p
-    busy = [0.0] * p
+    work = [0.0] * p
     link = [{"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0} for _ in range(p)]
     waited: dict[str, float] = {}
-    last = 0
     for t in tasks:
         d = streams[t.stream].device
         if t.end_s > stage_end[d]:
             stage_end[d] = t.end_s
-        if t.end_s >= tasks[last].end_s:
-            last = t.id
-        if t.kind in COMPUTE_KINDS:
-            busy[d] += t.duration_s
-        else:
+        if t.kind in work_kinds:
+            work[d] += t.duration_s
+        if t.kind not in COMPUTE_KINDS:
             link[d][t.kind] += t.duration_s
             if t.start_s > t.ready_s:
                 waited[t.kind] = waited.get(t.kind, 0.0) + t.start_s - t.ready_s
-    crit = streams[tasks[last].stream].device
-    ov = job.plan.overlap
-    serial = tuple(g for g, hidden in (("tp", ov.tp), ("cp", ov.cp)) if not hidden)
-    parts = _attribute(sim, crit, step, serial)
-    dev = builder.devices[crit]
+    # the busiest stage sets the pace; among equals, the one that finishes last
+    busiest = max(range(p), key=lambda d: (round(work[d] / step, 12) if step else 0.0, stage_end[d]))
+    parts = _attribute(sim, busiest, step, serial)
     est = estimate(job) if compare else None
-    bd = _breakdown(job, builder.wl, step, parts, link[crit], dev.bytes, est)
+    bd = _breakdown(job, builder.wl, step, parts, link[busiest], builder.devices[busiest].bytes, est)
     bd.notes.append(
-        f"simulated {sim.events} events on {p} stage(s) of one data-parallel replica; "
-        f"critical stage {crit}"
+        f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
+        f"breakdown of the busiest stage, {busiest}"
     )
-    return SimResult(bd, builder, crit, stage_end, busy, waited, est)
+    return SimResult(bd, builder, busiest, stage_end, work, waited, est)
 
 
 def _breakdown(job: Job, wl: Workload, step: float, parts: dict[str, float], comm_time: dict[str, float],
