@@ -65,6 +65,8 @@ def test_trace_opens_as_chrome_trace_with_a_process_per_stage(app, tmp_path):
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
     step_us = json.loads(invoke(app, JOB, "--json").output)["step_time_s"] * 1e6
     assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(step_us, rel=1e-9)
+    flows = [e for e in events if e["ph"] in ("s", "f")]
+    assert flows and len(flows) % 2 == 0  # send -> receiving pass arrows, in pairs
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
 
 

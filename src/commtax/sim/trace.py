@@ -2,7 +2,8 @@
 
 Trace format: the Trace Event Format's "X" (complete) events with ``ts``/``dur`` in
 microseconds, ``pid`` = pipeline stage (one process per stage), ``tid`` = stream (one thread per
-stream), named by "M" metadata events (process_name / thread_name / *_sort_index).
+stream), named by "M" metadata events (process_name / thread_name / *_sort_index); "s"/"f" flow
+events draw an arrow from each pipeline send to the pass that receives it.
 """
 
 from __future__ import annotations
@@ -67,6 +68,15 @@ def trace_events(sim: Sim, v: int = 1) -> list[dict[str, Any]]:
             "name": label(t, v), "cat": t.kind, "ph": "X", "pid": s.device, "tid": tids[t.stream],
             "ts": t.start_s * US_PER_S, "dur": t.duration_s * US_PER_S, "args": args,
         })
+        if t.kind == "pp":  # an arrow from each send to the pass that receives it
+            for u in (sim.tasks[i] for i in t.succ):
+                to = sim.streams[u.stream]
+                if to.device == s.device:
+                    continue
+                flow = {"name": "send", "cat": "pp", "id": t.id}
+                events.append({**flow, "ph": "s", "pid": s.device, "tid": tids[t.stream], "ts": t.start_s * US_PER_S})
+                events.append({**flow, "ph": "f", "bp": "e", "pid": to.device, "tid": tids[u.stream],
+                               "ts": u.start_s * US_PER_S})
     return events
 
 
