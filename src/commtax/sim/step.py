@@ -57,7 +57,6 @@ class Device:
     params: float = 0.0
     bytes: dict[str, float] = field(default_factory=lambda: {"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0})
     buckets: int = 0
-    last_bucket_bytes: float = 0.0
     optimizer: int = -1
 
 
@@ -107,8 +106,10 @@ class StepBuilder:
         self._sent_fwd: dict[tuple[int, int], int] = {}
         self._sent_bwd: dict[tuple[int, int], int] = {}
         self._dp_cost: dict[tuple[str, float], tuple[float, float]] = {}
-        # per-parameter bytes of each DP op, from the workload's ops for its busiest stage
+        self.last_bwd: dict[tuple[int, int], int] = {}  # (stage, chunk) -> micro-batch of its last backward
         self.stage_params = [sum(self.chunks[c * self.p + s].params for c in range(self.v)) for s in range(self.p)]
+        # the workload sizes its DP ops (and the optimizer) for the stage with the most parameters;
+        # a bucket or a lighter stage takes its share of them
         self.max_stage_params = max(self.stage_params)
         self.grad_bytes = grad_bytes_per_param(job)
         self.ov = plan.overlap
@@ -160,7 +161,6 @@ class StepBuilder:
             nic = sim.channel(f"nic{s}") if contention and pp_spans and dp_spans else None
             self.devices.append(Device(s, streams, nic, params=self.stage_params[s]))
         order = by_stage(schedule(job.plan.schedule, self.p, self.m, self.v), self.p)
-        self.last_bwd = {}
         for s, passes in enumerate(order):
             for x in passes:
                 if x.phase == "B":
@@ -345,7 +345,6 @@ class StepBuilder:
                 else:
                     dev.grads.append(self._dp_task(dev, "dp", "grad bucket", wl.dp_step[0], n, deps, meta))
                     dev.buckets += 1
-                    dev.last_bucket_bytes = n * self.grad_bytes
             dev.piece_ends.append(deps)
             if len(dev.piece_ends) > 2:
                 dev.piece_ends.pop(0)
