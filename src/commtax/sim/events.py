@@ -49,10 +49,10 @@ class Task:
         self.meta = meta  # free-form (stage, micro-batch, chunk, phase[, bytes]) for traces
         self.succ: list[int] = []
         self.waiting = 0  # unfinished dependencies
-        self.ready_s = -1.0  # when it could first start (it may then wait for its channel)
-        self.start_s = -1.0
-        self.end_s = -1.0
-        self.cause: int | None = None  # the task whose finish let it start
+        # set by Sim.run: ready_s (when it could first start; it may then wait for its channel),
+        # start_s, end_s, and cause (the task whose finish let it start)
+        self.ready_s = self.start_s = self.end_s = -1.0
+        self.cause: int | None = None
 
     def __repr__(self) -> str:
         return f"Task({self.id}, {self.name!r}, stream={self.stream}, {self.start_s}..{self.end_s})"

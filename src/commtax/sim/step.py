@@ -324,7 +324,7 @@ class StepBuilder:
         else:
             recv = self._sent_bwd.pop((k + 1, x.mb)) if k < self.V - 1 else -1
         chunk = self.chunks[k]
-        meta = (x.stage, x.mb, x.chunk, x.phase)
+        meta = x  # (stage, mb, chunk, phase)
         deps: tuple[int, ...] = dev.prev + ((recv,) if recv >= 0 else ())
         z3 = wl.dp_microbatch
         for frac, wait, gather_params, reduce_params in self._pieces(dev, x, chunk):
@@ -345,9 +345,10 @@ class StepBuilder:
                 else:
                     dev.grads.append(self._dp_task(dev, "dp", "grad bucket", wl.dp_step[0], n, deps, meta))
                     dev.buckets += 1
-            dev.piece_ends.append(deps)
-            if len(dev.piece_ends) > 2:
-                dev.piece_ends.pop(0)
+            if z3:
+                dev.piece_ends.append(deps)
+                if len(dev.piece_ends) > 2:
+                    dev.piece_ends.pop(0)
         dev.prev = deps
         if x.phase == "F" and k < self.V - 1:
             dev.bytes["pp"] += self.send_bytes
