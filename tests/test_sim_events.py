@@ -111,3 +111,15 @@ def test_every_schedule_runs_each_pass_once_and_never_deadlocks(p, v, m, name):
             assert x.phase == "F" or (x.mb, x.chunk) in seen
             seen.add((x.mb, x.chunk))
     assert len(list(dependency_order(stages, p, v))) == len(passes)
+
+
+def test_a_tail_is_part_of_the_task_and_must_fit_in_it():
+    sim = Sim()
+    s = sim.stream(0, "compute")
+    sim.stream(0, "tp")
+    t = sim.task("F", s, 3.0, tail=(("tp", "tp", 1.0),))  # 2 s of compute, then 1 s of TP the stream waits for
+    sim.task("B", s, 1.0)
+    assert sim.run() == 4.0
+    assert sim.tasks[t].tail == (("tp", "tp", 1.0),)
+    with pytest.raises(SimError, match="tail"):
+        sim.task("x", s, 1.0, tail=(("tp", "tp", 2.0),))

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 
+Tail = tuple[tuple[str, str, float], ...]  # (stream name, kind, seconds) at the end of a task
+
+
 class SimError(ValueError):
     """A malformed task graph: negative duration, a dangling dependency, or a deadlock."""
 
@@ -38,15 +41,16 @@ class Stream:
 class Task:
     """One piece of work on one stream; times are filled in by ``Sim.run``."""
 
-    __slots__ = ("id", "name", "stream", "duration_s", "deps", "kind", "priority", "channel", "meta",
+    __slots__ = ("id", "name", "stream", "duration_s", "deps", "kind", "priority", "channel", "meta", "tail",
                  "succ", "waiting", "ready_s", "start_s", "end_s", "cause")
 
     def __init__(self, id: int, name: str, stream: int, duration_s: float, deps: tuple[int, ...], kind: str,
-                 priority: int = 0, channel: int | None = None, meta: tuple = ()):
+                 priority: int = 0, channel: int | None = None, meta: tuple = (), tail: Tail = ()):
         self.id, self.name, self.stream, self.duration_s, self.deps = id, name, stream, duration_s, deps
         self.kind = kind  # what the time is: compute | recompute | optimizer | tp | cp | pp | dp
         self.priority, self.channel = priority, channel
         self.meta = meta  # free-form (stage, micro-batch, chunk, phase[, bytes]) for traces
+        self.tail = tail  # the last seconds of the task, spent on other streams of the device (see Sim.task)
         self.succ: list[int] = []
         self.waiting = 0  # unfinished dependencies
         # set by Sim.run: ready_s (when it could first start; it may then wait for its channel),
@@ -88,10 +92,19 @@ class Sim:
         priority: int = 0,
         channel: int | None = None,
         meta: tuple = (),
+        tail: Tail = (),
     ) -> int:
-        """Add a task after every task already on ``stream``; returns its id. ``None`` deps are skipped."""
+        """Add a task after every task already on ``stream``; returns its id. ``None`` deps are skipped.
+
+        ``tail`` — ((stream name, kind, seconds), ...) — says that the last seconds of
+        ``duration_s`` are work on other streams of the same device while this stream waits for
+        it (a collective on the critical path): one task for the engine, separate spans on the
+        timeline and in the breakdown.
+        """
         if not duration_s >= 0.0:  # also rejects NaN
             raise SimError(f"task {name!r}: duration must be ≥ 0 s, got {duration_s}")
+        if tail and not (all(x[2] >= 0 for x in tail) and sum(x[2] for x in tail) <= duration_s * (1 + 1e-12)):
+            raise SimError(f"task {name!r}: its tail {tail} must be ≥ 0 s and fit in its {duration_s} s")
         tasks = self.tasks
         tid = len(tasks)
         d = deps if type(deps) is tuple and None not in deps else tuple(x for x in deps if x is not None)
@@ -102,7 +115,7 @@ class Sim:
             raise SimError(f"task {name!r}: stream {stream} does not exist")
         if channel is not None and not 0 <= channel < len(self.channel_names):
             raise SimError(f"task {name!r}: channel {channel} does not exist")
-        t = Task(tid, name, stream, duration_s, d, kind, priority, channel, meta)
+        t = Task(tid, name, stream, duration_s, d, kind, priority, channel, meta, tail)
         unique = d if len(d) < 2 or (len(d) == 2 and d[0] != d[1]) else set(d)
         t.waiting = len(unique)
         for x in unique:

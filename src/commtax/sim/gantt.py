@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from commtax.sim.events import Sim
-from commtax.sim.trace import write_atomic
+from commtax.sim.trace import spans, write_atomic
 
 COLORS = {
     "compute": "#4477aa",
@@ -27,9 +27,9 @@ def write_gantt(sim: Sim, path: Path | str, title: str = "") -> None:
     from matplotlib.patches import Patch
 
     rows: dict[int, dict[str, list[tuple[float, float]]]] = {}
-    for t in sim.tasks:
-        if t.duration_s > 0:
-            rows.setdefault(t.stream, {}).setdefault(t.kind, []).append((t.start_s, t.duration_s))
+    for _, sid, start, dur, kind in spans(sim):
+        if dur > 0:
+            rows.setdefault(sid, {}).setdefault(kind, []).append((start, dur))
     order = sorted(rows, key=lambda sid: (sim.streams[sid].device, sid))
     fig, ax = plt.subplots(figsize=(14, 1.0 + 0.28 * max(1, len(order))))
     for y, sid in enumerate(order):

@@ -80,27 +80,26 @@ def _makespan_without(sim: Sim, free: list[set[str]]) -> list[float]:
     return [max(e, default=0.0) for e in ends]
 
 
-def _attribute(sim: Sim, device: int, step: float, serial: tuple[str, ...]) -> dict[str, float]:
+def _attribute(sim: Sim, device: int, step: float, hidden: tuple[str, ...]) -> dict[str, float]:
     """Split the step from ``device``'s point of view (see the module docstring)."""
     parts = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     tasks, streams = sim.tasks, sim.streams
-    own = {"compute": "compute", "recompute": "recompute", "optimizer": "optimizer",
-           "tp": "tp_exposed", "cp": "cp_exposed"}
-    hidden = tuple(g for g in ("tp", "cp") if g not in serial)
-    for s in streams:
-        if s.device != device or not (s.name == "compute" or s.name in serial):
-            continue
-        prev_end = 0.0
-        for i in s.tasks:
-            t = tasks[i]
-            parts[own[t.kind]] += t.duration_s
-            c = t.cause
-            if s.name == "compute" and c is not None and tasks[c].kind in hidden \
-                    and streams[tasks[c].stream].device == device:
-                # it could have started when its other inputs, its stream and the collective's own inputs allowed
-                other = max([tasks[j].end_s for j in t.deps if j != c] + [prev_end, tasks[c].start_s])
-                parts[own[tasks[c].kind]] += max(0.0, t.start_s - other)
-            prev_end = t.end_s
+    compute = next(s for s in streams if s.device == device and s.name == "compute")
+    prev_end = 0.0
+    for i in compute.tasks:
+        t = tasks[i]
+        waited = 0.0
+        for _, kind, secs in t.tail:  # TP/CP the compute stream waits for (not overlapped)
+            parts[f"{kind}_exposed"] += secs
+            waited += secs
+        parts[t.kind] += t.duration_s - waited
+        c = t.cause
+        if c is not None and tasks[c].kind in hidden and streams[tasks[c].stream].device == device:
+            # overlapped TP/CP it waited for: it could have started when its other inputs, its
+            # stream and the collective's own inputs allowed
+            other = max([tasks[j].end_s for j in t.deps if j != c] + [prev_end, tasks[c].start_s])
+            parts[f"{tasks[c].kind}_exposed"] += max(0.0, t.start_s - other)
+        prev_end = t.end_s
     own_time = sum(parts.values())
     t_pp, t_dp = _makespan_without(sim, [{"pp"}, {"pp", "dp"}])
     parts["pp_exposed"] = step - t_pp
@@ -127,8 +126,7 @@ def simulate(
     tasks, streams = sim.tasks, sim.streams
     p = builder.p
     ov = job.plan.overlap
-    serial = tuple(g for g, hidden in (("tp", ov.tp), ("cp", ov.cp)) if not hidden)
-    work_kinds = set(COMPUTE_KINDS) | set(serial)
+    hidden = tuple(g for g, overlapped in (("tp", ov.tp), ("cp", ov.cp)) if overlapped)
     stage_end = [0.0] * p
     work = [0.0] * p
     link = [{"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0} for _ in range(p)]
@@ -137,15 +135,17 @@ def simulate(
         d = streams[t.stream].device
         if t.end_s > stage_end[d]:
             stage_end[d] = t.end_s
-        if t.kind in work_kinds:
-            work[d] += t.duration_s
-        if t.kind not in COMPUTE_KINDS:
+        if t.kind in COMPUTE_KINDS:
+            work[d] += t.duration_s  # with the TP/CP it waits for
+            for _, kind, secs in t.tail:
+                link[d][kind] += secs
+        else:
             link[d][t.kind] += t.duration_s
             if t.start_s > t.ready_s:
                 waited[t.kind] = waited.get(t.kind, 0.0) + t.start_s - t.ready_s
     # the busiest stage sets the pace; among equals, the one that finishes last
     busiest = max(range(p), key=lambda d: (round(work[d] / step, 12) if step else 0.0, stage_end[d]))
-    parts = _attribute(sim, busiest, step, serial)
+    parts = _attribute(sim, busiest, step, hidden)
     est = estimate(job) if compare else None
     bd = _breakdown(job, builder.wl, step, parts, link[busiest], builder.devices[busiest].bytes, est)
     bd.notes.append(

@@ -10,7 +10,8 @@ timeline (symmetry), so a 16K-GPU job costs what its pipeline costs.
 
 A pass (one micro-batch through one model chunk, forward or backward) is drawn as:
   overlapped TP:   tp/t → [gemm ‖ rest of tp] → (CP alike) → rest of compute
-  exposed TP:      compute → tp            (the compute stream waits for it)
+  exposed TP:      compute → tp            (the compute stream waits for it: one task with a
+                                            tail on the TP stream, see ``Sim.task``)
 and backward passes start with their recompute. The last micro-batch's backward of each
 chunk is cut where a gradient bucket fills, and the bucket's reduction is launched there.
 """
@@ -21,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 
 from commtax.estimate import Costs, PhaseCost
-from commtax.sim.events import Sim, SimError
+from commtax.sim.events import Sim, SimError, Tail
 from commtax.sim.schedules import Pass, ScheduleDeadlock, by_stage, dependency_order, schedule
 from commtax.spec import Job
 from commtax.topology import group_placement
@@ -33,8 +34,9 @@ DDP_BUCKET_BYTES = 25 * MiB
 STREAMS = ("compute", "tp", "cp", "pp_fwd", "pp_bwd", "dp", "dp_rs")
 COMPUTE_KINDS = ("compute", "recompute", "optimizer")
 ONE_PIECE = [(1.0, (), 0.0, [])]
-# a pass as steps of (name, stream, duration, kind) tasks, and the TP / CP bytes it sends
-Template = tuple[tuple[tuple[tuple[str, str, float, str], ...], ...], float, float]
+# a pass as steps of (name, stream, duration, kind, tail) tasks, and the TP / CP bytes it sends
+Step = tuple[str, str, float, str, Tail]
+Template = tuple[tuple[tuple[Step, ...], ...], float, float]
 
 
 @dataclass(frozen=True)
@@ -217,27 +219,26 @@ class StepBuilder:
         """The tasks of one pass (or a piece of one) as steps; each step's tasks wait for the previous step's."""
         ov = self.ov
         tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
-        steps: list[tuple[tuple[str, str, float, str], ...]] = []
+        steps: list[tuple[Step, ...]] = []
         rest = pc.compute
         # Overlap decomposes the work into chunks, one per rank of the group (comm-GEMM overlap:
         # Wang et al. 2022, Transformer Engine userbuffers; ring attention: one K/V step per CP rank):
         # the first chunk's transfer has nothing to hide under, the rest runs under the GEMMs / attention.
         if tp and ov.tp:
             first = tp / self.job.plan.tp
-            steps.append((("tp", "tp", first, "tp"),))
-            steps.append((("gemm", "compute", pc.gemm, kind), ("tp", "tp", tp - first, "tp")))
+            steps.append((("tp", "tp", first, "tp", ()),))
+            steps.append((("gemm", "compute", pc.gemm, kind, ()), ("tp", "tp", tp - first, "tp", ())))
             rest -= pc.gemm
         if cp and ov.cp:
             first = cp / self.job.plan.cp
-            steps.append((("cp", "cp", first, "cp"),))
-            steps.append((("attention", "compute", pc.attention, kind), ("cp", "cp", cp - first, "cp")))
+            steps.append((("cp", "cp", first, "cp", ()),))
+            steps.append((("attention", "compute", pc.attention, kind, ()), ("cp", "cp", cp - first, "cp", ())))
             rest -= pc.attention
-        if rest > 0:
-            steps.append(((kind, "compute", rest, kind),))
-        if tp and not ov.tp:  # on the critical path: the compute stream waits
-            steps.append((("tp", "tp", tp, "tp"),))
-        if cp and not ov.cp:
-            steps.append((("cp", "cp", cp, "cp"),))
+        # not overlapped: the compute stream waits for it — one task whose tail is drawn on the TP/CP stream
+        tail = tuple((g, g, t) for g, t, hidden in (("tp", tp, ov.tp), ("cp", cp, ov.cp)) if t and not hidden)
+        if rest > 0 or tail:
+            busy = max(0.0, rest) + sum(t for _, _, t in tail)
+            steps.append(((kind, "compute", busy, kind, tail),))
         return tuple(steps), pc.comm_bytes.get("tp", 0.0), pc.comm_bytes.get("cp", 0.0)
 
     def _emit(self, dev: Device, tmpl: Template, deps: tuple[int, ...], meta: tuple) -> tuple[int, ...]:
@@ -248,10 +249,10 @@ class StepBuilder:
         task, st = self.sim.task, dev.streams
         for step in steps:
             if len(step) == 1:
-                name, s, dur, kind = step[0]
-                deps = (task(name, st[s], dur, deps, kind, 0, None, meta),)
+                name, s, dur, kind, tail = step[0]
+                deps = (task(name, st[s], dur, deps, kind, 0, None, meta, tail),)
             else:
-                deps = tuple([task(name, st[s], dur, deps, kind, 0, None, meta) for name, s, dur, kind in step])
+                deps = tuple([task(name, st[s], dur, deps, kind, 0, None, meta, tail) for name, s, dur, kind, tail in step])
         return deps
 
     def _pass_template(self, k: int, which: str, frac: float) -> Template:
