@@ -166,3 +166,31 @@ def test_1f1b_pays_two_sends_per_micro_batch_gpipe_only_the_fill():
     assert one_f.breakdown_s["pp_exposed"] == 2 * 8 * 0.5  # 2·m sends: the round trip of every micro-batch
     assert gpipe.breakdown_s["pp_exposed"] == 2 * (4 - 1) * 0.5  # 2(p−1): the fill down and back
     assert one_f.breakdown_s["pp_bubble"] == gpipe.breakdown_s["pp_bubble"] == (4 - 1) * 3.0
+
+
+def test_interleaved_two_stages_two_chunks_two_microbatches_exact_trace():
+    r = run(tiny_job(pp=2, vp=2, schedule="1f1b"))  # 4 layers: virtual stages (s0,c0) (s1,c0) (s0,c1) (s1,c1)
+    sim = r.sim
+
+    def compute(stage):
+        s = next(s for s in sim.streams if s.device == stage and s.name == "compute")
+        return [(f"{t.meta[3]}{t.meta[1]}c{t.meta[2]}", t.start_s) for t in (sim.tasks[i] for i in s.tasks)
+                if t.duration_s > 0]
+
+    # stage 0 warms up with all 4 forwards (2(p−1) + (v−1)·p = 4); stage 1 with 2, then 1F1B
+    assert compute(0) == [("F0c0", 0.0), ("F1c0", 1.0), ("F0c1", 3.0), ("F1c1", 4.0),
+                          ("B0c1", 8.0), ("B1c1", 11.0), ("B0c0", 13.0), ("B1c0", 16.0)]
+    assert compute(1) == [("F0c0", 1.5), ("F1c0", 2.5), ("F0c1", 4.5), ("B0c1", 5.5),
+                          ("F1c1", 7.5), ("B1c1", 8.5), ("B0c0", 10.5), ("B1c0", 13.5)]
+    b = r.breakdown
+    assert b.step_time_s == 18.0
+    assert b.breakdown_s["compute"] == 12.0  # 2 micro-batches × 2 chunks × (1 + 2)
+    assert b.breakdown_s["pp_bubble"] == 3.0  # (p−1)/v × 6 s of work per micro-batch: (p−1)/(v·m) = 1/4
+    assert b.breakdown_s["pp_exposed"] == 3.0  # what the 0.5 s sends add to the step
+
+
+def test_a_replica_is_simulated_once_whatever_the_data_parallel_size():
+    small = simulate(tiny_job(pp=2, dp=2, global_batch=8), compare=False)
+    large = simulate(tiny_job(pp=2, dp=1024, global_batch=4096), compare=False)
+    assert small.builder.m == large.builder.m == 4
+    assert small.events == large.events  # DP only changes collective costs, not the graph
