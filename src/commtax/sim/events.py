@@ -42,7 +42,7 @@ class Task:
     """One piece of work on one stream; times are filled in by ``Sim.run``."""
 
     __slots__ = ("id", "name", "stream", "duration_s", "deps", "kind", "priority", "channel", "meta", "tail",
-                 "succ", "waiting", "ready_s", "start_s", "end_s", "cause")
+                 "succ", "waiting", "ready_s", "start_s", "end_s", "cause", "channel_prev")
 
     def __init__(self, id: int, name: str, stream: int, duration_s: float, deps: tuple[int, ...], kind: str,
                  priority: int = 0, channel: int | None = None, meta: tuple = (), tail: Tail = ()):
@@ -54,9 +54,11 @@ class Task:
         self.succ: list[int] = []
         self.waiting = 0  # unfinished dependencies
         # set by Sim.run: ready_s (when it could first start; it may then wait for its channel),
-        # start_s, end_s, and cause (the task whose finish let it start)
+        # start_s, end_s, cause (the task whose finish let it start) and channel_prev (the task that
+        # held its channel before it)
         self.ready_s = self.start_s = self.end_s = -1.0
         self.cause: int | None = None
+        self.channel_prev: int | None = None
 
     def __repr__(self) -> str:
         return f"Task({self.id}, {self.name!r}, stream={self.stream}, {self.start_s}..{self.end_s})"
@@ -70,6 +72,7 @@ class Sim:
         self.tasks: list[Task] = []
         self.channel_names: list[str] = []
         self.events = 0
+        self.start_order: list[int] = []  # task ids as they started: a topological order of every constraint
         self._ran = False
 
     # ------------------------------------------------------------------ construction
@@ -134,11 +137,16 @@ class Sim:
         heap: list[tuple[float, int, int, int]] = []
         chan_busy = [False] * len(self.channel_names)
         chan_wait: list[list[tuple[float, int, int]]] = [[] for _ in self.channel_names]
+        chan_last: list[int | None] = [None] * len(self.channel_names)
+        started = self.start_order
         seq = 0
 
         def start(t: Task, now: float, cause: int | None) -> None:
             nonlocal seq
             t.start_s, t.cause = now, cause
+            if t.channel is not None:
+                t.channel_prev, chan_last[t.channel] = chan_last[t.channel], t.id
+            started.append(t.id)
             seq += 1
             heapq.heappush(heap, (now + t.duration_s, t.priority, seq, t.id))
 

@@ -7,13 +7,13 @@ as it ran, and so is the time its compute stream waits for its own overlapped TP
 and DP communication are exposed by how much shorter the step would be if they took no time,
 taken away in turn —
 
-  pp_exposed = T − T(pipeline sends free, no NIC sharing)
+  pp_exposed = T − T(pipeline sends free, and no NIC shared with them)
   dp_exposed = T(pp free) − T(pp and DP free)
 
 and what remains is the busiest stage waiting for the others: pp_bubble. The parts add up to the step time
 exactly, and for uniform stages the bubble is the textbook (p − 1)/(v·m) of the ideal time,
-sends or not. (With in-order streams the step is a max-plus system, so "free" is one pass of
-longest paths over the task graph.)
+sends or not. (With in-order streams, and channels held in the order the run found, the step is
+a max-plus system, so "free" is one pass of longest paths over the task graph.)
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class SimResult:
     busiest_stage: int  # the stage the breakdown is read from: the most work (the pipeline's pace)
     stage_end_s: list[float]  # when each stage's last task ends
     stage_busy_s: list[float]  # each stage's own work: compute, recompute, optimizer, non-overlapped TP/CP
-    contention_wait_s: dict[str, float]  # time tasks of each kind waited for a NIC held by another stream
+    contention_wait_s: dict[str, float]  # time DP / PP tasks waited for a NIC held by the other
     estimate: Breakdown | None = None
 
     @property
@@ -56,26 +56,30 @@ class SimResult:
 
 
 def _makespan_without(sim: Sim, free: list[set[str]]) -> list[float]:
-    """The step time if the task kinds of each ``free`` set took no time (and no NIC were shared).
+    """The step time if the task kinds of each ``free`` set took no time, and they shared no wire.
 
-    With in-order streams the step is a max-plus system: task ids are a topological order
-    (dependencies and stream predecessors come first), so one pass of longest paths per set does it.
+    Every constraint of the run — dependencies, stream order, and the order in which tasks held a
+    channel — is kept as it was, except a channel shared with a freed task, so the step is a
+    max-plus system: one pass of longest paths, in the order tasks started, per set.
     """
     tasks = sim.tasks
     n = len(tasks)
     ends = [[0.0] * n for _ in free]
     durations = [[0.0 if t.kind in f else t.duration_s for t in tasks] for f in free]
     last_on_stream = [-1] * len(sim.streams)
-    for t in tasks:
-        i = t.id
+    for i in sim.start_order:
+        t = tasks[i]
         prev = last_on_stream[t.stream]
         last_on_stream[t.stream] = i
         preds = t.deps if prev < 0 else t.deps + (prev,)
-        for e, dur in zip(ends, durations):
+        c = t.channel_prev
+        for e, dur, f in zip(ends, durations, free):
             start = 0.0
             for j in preds:
                 if e[j] > start:
                     start = e[j]
+            if c is not None and t.kind not in f and tasks[c].kind not in f and e[c] > start:
+                start = e[c]
             e[i] = start + dur[i]
     return [max(e, default=0.0) for e in ends]
 
@@ -141,7 +145,8 @@ def simulate(
                 link[d][kind] += secs
         else:
             link[d][t.kind] += t.duration_s
-            if t.start_s > t.ready_s:
+            if t.start_s > t.ready_s and t.cause is not None and tasks[t.cause].kind != t.kind:
+                # it waited for the NIC, and the one that let it go was the other kind of traffic
                 waited[t.kind] = waited.get(t.kind, 0.0) + t.start_s - t.ready_s
     # the busiest stage sets the pace; among equals, the one that finishes last
     busiest = max(range(p), key=lambda d: (round(work[d] / step, 12) if step else 0.0, stage_end[d]))

@@ -51,7 +51,8 @@ class Device:
 
     stage: int
     streams: dict[str, int]
-    nic: int | None
+    nic: int | None  # the NIC shared by PP sends and DP collectives (when both leave the node)
+    dp_link: int | None  # what DP collectives hold: the NIC, or the DP link of ZeRO-3's two streams
     prev: tuple[int, ...] = ()  # end of the last phase: the compute stream's next task waits for it
     grads: list[int] = field(default_factory=list)  # gradient reductions the optimizer waits for
     gathers: dict[int, list[int]] = field(default_factory=dict)  # ZeRO-1/2 parameter gather per chunk
@@ -161,7 +162,9 @@ class StepBuilder:
         for s in range(self.p):
             streams = {name: sim.stream(s, name) for name in STREAMS}
             nic = sim.channel(f"nic{s}") if contention and pp_spans and dp_spans else None
-            self.devices.append(Device(s, streams, nic, params=self.stage_params[s]))
+            # ZeRO-3 gathers and reduce-scatters run on two streams (as FSDP's) but share one DP link
+            dp_link = nic if nic is not None else (sim.channel(f"dp link {s}") if self.wl.dp_microbatch else None)
+            self.devices.append(Device(s, streams, nic, dp_link, params=self.stage_params[s]))
         order = by_stage(schedule(job.plan.schedule, self.p, self.m, self.v), self.p)
         for s, passes in enumerate(order):
             for x in passes:
@@ -210,10 +213,11 @@ class StepBuilder:
         n = max(1, math.ceil(params / size - 1e-9))
         return [size] * (n - 1) + [params - size * (n - 1)]
 
-    def _dp_task(self, dev: Device, stream: str, name: str, op: Collective, params: float, deps, meta) -> int:
+    def _dp_task(self, dev: Device, stream: str, name: str, op: Collective, params: float, deps, meta,
+                 priority: int = 1) -> int:
         t, nbytes = self._dp(op, params)
         dev.bytes["dp"] += nbytes
-        return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority=1, channel=dev.nic, meta=meta + (nbytes,))
+        return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority, dev.dp_link, meta + (nbytes,))
 
     def _template(self, pc: PhaseCost, kind: str) -> Template:
         """The tasks of one pass (or a piece of one) as steps; each step's tasks wait for the previous step's."""
@@ -333,7 +337,8 @@ class StepBuilder:
             if z3:
                 prefetch = dev.piece_ends[-2] if self.ov.dp and len(dev.piece_ends) >= 2 else (() if self.ov.dp else deps)
                 op = z3[0] if x.phase == "F" else z3[1]
-                deps += (self._dp_task(dev, "dp", "gather", op, gather_params, prefetch, meta),)
+                # a gather the compute waits for goes before a reduce-scatter ready at the same time
+                deps += (self._dp_task(dev, "dp", "gather", op, gather_params, prefetch, meta, priority=0),)
             if x.phase == "B":
                 deps = self._emit(dev, self._pass_template(k, "recompute", frac), deps, meta)
             deps = self._emit(dev, self._pass_template(k, "fwd" if x.phase == "F" else "bwd", frac), deps, meta)
