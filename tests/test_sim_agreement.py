@@ -41,6 +41,10 @@ AGREE = {
     "pp1 dp": {"pp": 1, "tp": 8},
     "zero0 pp2": {"pp": 2, "zero": 0},
     "full recompute": {"recompute": "full"},
+    "zero3 pp2": {"zero": 3, "pp": 2},
+    "zero3 fsdp": {"zero": 3, "pp": 1, "tp": 8},
+    "cp2 overlapped": {"cp": 2, "pp": 2},
+    "cp4 exposed": {"cp": 4, "pp": 1, "overlap": {"cp": False}},
 }
 
 
