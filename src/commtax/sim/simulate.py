@@ -108,7 +108,8 @@ def _attribute(sim: Sim, device: int, step: float, hidden: tuple[str, ...]) -> d
     t_pp, t_dp = _makespan_without(sim, [{"pp"}, {"pp", "dp"}])
     parts["pp_exposed"] = step - t_pp
     parts["dp_exposed"] = t_pp - t_dp
-    parts["pp_bubble"] = t_dp - own_time
+    bubble = t_dp - own_time
+    parts["pp_bubble"] = 0.0 if abs(bubble) < 1e-12 * step else bubble  # no bubble: float noise only
     return parts
 
 
