@@ -169,3 +169,18 @@ def test_cluster_section_may_be_a_file(tmp_path):
     d["cluster"] = "cluster.yaml"  # relative to the job file
     r = run("estimate", write_job(tmp_path, d), "--json")
     assert r.exit_code == 0, r.output
+
+
+def test_estimate_path_imports_neither_torch_nor_matplotlib():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from commtax.cli import main; sys.argv=['commtax','estimate',"
+        f"{str(REPO / 'examples' / 'llama2-70b-h100.yaml')!r},'--json'];\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "bad = [m for m in ('torch', 'matplotlib') if m in sys.modules]\n"
+        "sys.stderr.write(repr(bad))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stderr.strip().endswith("[]"), r.stderr
