@@ -64,7 +64,7 @@ def explain(r: SimResult) -> list[str]:
         if work[0] > 1.005 * ref:
             ends.append(f"the first chunk (with the embedding) takes {work[0] / ref:.2f}× a plain chunk")
         if work[-1] > 1.005 * ref:
-            ends.append(f"the last chunk (with the logits and loss) {work[-1] / ref:.2f}×")
+            ends.append(f"the last chunk (with the logits and loss) takes {work[-1] / ref:.2f}× a plain chunk")
         idle = step - busy[lo]
         out.append(
             f"uneven stages: stage {hi} works {_ms(busy[hi])} per step, stage {lo} {_ms(busy[lo])} "
