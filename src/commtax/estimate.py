@@ -18,7 +18,7 @@ from commtax.compute import ComputeModel, compute_model, op_time
 from commtax.memory import memory
 from commtax.spec import Job
 from commtax.topology import group_placement
-from commtax.units import GiB, SECONDS_PER_DAY, TFLOPS
+from commtax.units import SECONDS_PER_DAY, TFLOPS
 from commtax.workload import Block, Collective, Compute, Phase, Workload, build_workload
 
 COMM_GROUPS = ("tp", "cp", "pp", "dp")
@@ -239,7 +239,6 @@ def _dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[fl
     tail = costs.collective(Collective("bucket", reduce_op.op, min(wl.bucket_bytes, reduce_op.bytes), "dp"))
     exposed = max(tail, times[0] - st.bwd)
     if len(times) > 1:
-        gather = wl.dp_step[1]
         ratio = min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
         exposed += max(times[1] * ratio, times[1] - st.fwd)
     return link, exposed, nbytes
@@ -314,7 +313,6 @@ def estimate(job: Job) -> Breakdown:
         "dp_exposed": dp_exp,
         "optimizer": optimizer,
     }
-    step = sum(parts.values())
     comm_time = {
         "tp": m * slow.link.comm.get("tp", 0.0),
         "cp": m * slow.link.comm.get("cp", 0.0),
@@ -327,16 +325,28 @@ def estimate(job: Job) -> Breakdown:
         "pp": pp_bytes,
         "dp": dp_bytes,
     }
+    mem = memory(job)
+    return make_breakdown(job, wl, parts, comm_time, comm_bytes, mem.gib(), mem.total <= job.cluster.gpu.mem_bytes,
+                          notes=plan_notes(job, wl))
+
+
+def make_breakdown(job: Job, wl: Workload, parts: dict[str, float], comm_time: dict[str, float],
+                   comm_bytes: dict[str, float], memory_gib: dict[str, float], fits: bool,
+                   source: str = "estimate", notes: list[str] | None = None) -> Breakdown:
+    """The Breakdown record from the step's parts: the derived rates, shares and MFU are defined once, here.
+
+    Used by the analytical schedule and by the event simulator (``commtax.sim``), so the two agree
+    on every definition (DESIGN.md): comm tax = exposed / step, comm share = comm / (comm + compute).
+    """
+    step = sum(parts.values())
     exposed = parts["tp_exposed"] + parts["cp_exposed"] + parts["pp_exposed"] + parts["dp_exposed"]
     total_comm = sum(comm_time.values())
     busy = parts["compute"] + parts["recompute"]
     tr, c = job.training, job.cluster
-    tokens = tr.global_batch * tr.seq_len
     peak = c.gpu.peak_flops(tr.precision)
     model_flops = model_flops_per_gpu_step(job, wl) / step
     hw_flops = model_flops + recompute_model_flops(job, wl) / c.num_gpus / step
-    mem = memory(job)
-    tokens_per_s = tokens / step
+    tokens_per_s = tr.global_batch * tr.seq_len / step
     return Breakdown(
         step_time_s=step,
         tokens_per_s=tokens_per_s,
@@ -346,11 +356,12 @@ def estimate(job: Job) -> Breakdown:
         hfu=hw_flops / peak,
         comm_tax=exposed / step,
         comm_share=total_comm / (total_comm + busy) if total_comm + busy > 0 else 0.0,
-        breakdown_s=parts,
-        comm_bytes_per_gpu=comm_bytes,
-        comm_time_s=comm_time,
-        memory_gib_per_gpu=mem.gib(),
-        fits=mem.total <= c.gpu.mem_GiB * GiB,
+        breakdown_s=dict(parts),
+        comm_bytes_per_gpu=dict(comm_bytes),
+        comm_time_s=dict(comm_time),
+        memory_gib_per_gpu=dict(memory_gib),
+        fits=fits,
         days_to_train=(tr.tokens / tokens_per_s / SECONDS_PER_DAY) if tr.tokens else None,
-        notes=plan_notes(job, wl),
+        source=source,
+        notes=list(notes or []),
     )
