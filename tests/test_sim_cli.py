@@ -112,3 +112,11 @@ def test_importing_the_simulator_loads_neither_matplotlib_nor_torch():
             "print('matplotlib' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_the_commtax_command_runs_simulate():
+    code = "import sys; from commtax.cli import main; sys.argv = ['commtax', *sys.argv[1:]]; main()"
+    out = subprocess.run([sys.executable, "-c", code, "simulate", str(JOB), "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["source"] == "simulate"
