@@ -110,16 +110,17 @@ class Sim:
             raise SimError(f"task {name!r}: its tail {tail} must be ≥ 0 s and fit in its {duration_s} s")
         tasks = self.tasks
         tid = len(tasks)
-        d = deps if type(deps) is tuple and None not in deps else tuple(x for x in deps if x is not None)
-        if d and (min(d) < 0 or max(d) >= tid):
-            bad = next(x for x in d if not 0 <= x < tid)
+        if type(deps) is not tuple or None in deps:
+            deps = tuple(x for x in deps if x is not None)
+        if deps and (min(deps) < 0 or max(deps) >= tid):
+            bad = next(x for x in deps if not 0 <= x < tid)
             raise SimError(f"task {name!r}: dependency {bad} does not exist (tasks 0..{tid - 1})")
         if not 0 <= stream < len(self.streams):
             raise SimError(f"task {name!r}: stream {stream} does not exist")
         if channel is not None and not 0 <= channel < len(self.channel_names):
             raise SimError(f"task {name!r}: channel {channel} does not exist")
-        t = Task(tid, name, stream, duration_s, d, kind, priority, channel, meta, tail)
-        unique = d if len(d) < 2 or (len(d) == 2 and d[0] != d[1]) else set(d)
+        t = Task(tid, name, stream, duration_s, deps, kind, priority, channel, meta, tail)
+        unique = set(deps) if len(deps) > 2 or (len(deps) == 2 and deps[0] == deps[1]) else deps
         t.waiting = len(unique)
         for x in unique:
             tasks[x].succ.append(tid)

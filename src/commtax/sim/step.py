@@ -260,15 +260,15 @@ class StepBuilder:
         return deps
 
     def _pass_template(self, k: int, which: str, frac: float) -> Template:
-        chunk = self.chunks[k]
-        pc = getattr(chunk, which)
-        kind = "recompute" if which == "recompute" else "compute"
-        if frac != 1.0:
-            return self._template(pc.scaled(frac), kind)
-        key = (k, which)
-        if key not in self._templates:
-            self._templates[key] = self._template(pc, kind)
-        return self._templates[key]
+        if frac == 1.0:
+            tmpl = self._templates.get((k, which))
+            if tmpl is not None:
+                return tmpl
+        pc = getattr(self.chunks[k], which)
+        tmpl = self._template(pc if frac == 1.0 else pc.scaled(frac), "recompute" if which == "recompute" else "compute")
+        if frac == 1.0:
+            self._templates[(k, which)] = tmpl
+        return tmpl
 
     @staticmethod
     def _cut(weights: list[float], params: list[float], buckets: list[float]) -> list[tuple[float, list[int]]]:
@@ -341,7 +341,9 @@ class StepBuilder:
                 deps += (self._dp_task(dev, "dp", "gather", op, gather_params, prefetch, meta, priority=0),)
             if x.phase == "B":
                 deps = self._emit(dev, self._pass_template(k, "recompute", frac), deps, meta)
-            deps = self._emit(dev, self._pass_template(k, "fwd" if x.phase == "F" else "bwd", frac), deps, meta)
+                deps = self._emit(dev, self._pass_template(k, "bwd", frac), deps, meta)
+            else:
+                deps = self._emit(dev, self._pass_template(k, "fwd", frac), deps, meta)
             for n in reduce_params:
                 if z3:
                     rs = self._dp_task(dev, "dp_rs", "reduce-scatter", z3[2], n, deps, meta)
