@@ -120,3 +120,9 @@ def test_the_commtax_command_runs_simulate():
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["source"] == "simulate"
+
+
+def test_an_output_in_a_missing_directory_fails_before_simulating(app, tmp_path):
+    r = invoke(app, JOB, "--trace", tmp_path / "no" / "such" / "dir.json")
+    assert r.exit_code == 2
+    assert r.output.startswith("error: ") and "does not exist" in r.output

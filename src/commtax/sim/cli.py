@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, NoReturn, Optional, TypeVar
 
 import typer
 
 from commtax.errors import SpecError
 from commtax.units import MiB
+
+T = TypeVar("T")
 
 
 def _render(breakdown, console) -> None:  # noqa: ANN001 - rich Console, Breakdown
@@ -68,34 +70,45 @@ def simulate_cmd(
     try:
         if not bucket_mb > 0:
             raise SpecError(f"--bucket-mb must be > 0 MiB, got {bucket_mb}")
+        for out in (trace, gantt):
+            if out is not None and not out.resolve().parent.is_dir():
+                raise SpecError(f"{out}: directory {out.resolve().parent} does not exist")
         job = load_job(job_file, catalog)
         result = simulate(job, SimOptions(bucket_bytes=bucket_mb * MiB))
     except (SpecError, SimError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+        _fail(str(e))
     bd = result.breakdown
     if explain_:
         from commtax.sim.explain import explain
 
         bd.notes.extend(explain(result))
-    try:
-        if trace is not None:
-            from commtax.sim.trace import write_trace
+    if trace is not None:
+        from commtax.sim.trace import write_trace
 
-            n = write_trace(result.sim, trace, result.builder.v, {"job": str(job_file), "step_time_s": bd.step_time_s})
-            bd.notes.append(f"trace: {trace} ({n:,} events; open in https://ui.perfetto.dev or chrome://tracing)")
-        if gantt is not None:
-            from commtax.sim.gantt import write_gantt
+        meta = {"job": str(job_file), "step_time_s": bd.step_time_s}
+        n = _write(trace, lambda: write_trace(result.sim, trace, result.builder.v, meta))
+        bd.notes.append(f"trace: {trace} ({n:,} events; open in https://ui.perfetto.dev or chrome://tracing)")
+    if gantt is not None:
+        from commtax.sim.gantt import write_gantt
 
-            write_gantt(result.sim, gantt, f"{job_file.name}: step {bd.step_time_s:.3f} s (simulated)")
-            bd.notes.append(f"gantt: {gantt}")
-    except OSError as e:
-        typer.echo(f"error: cannot write {e.filename}: {e.strerror}", err=True)
-        raise typer.Exit(2) from None
+        _write(gantt, lambda: write_gantt(result.sim, gantt, f"{job_file.name}: step {bd.step_time_s:.3f} s (simulated)"))
+        bd.notes.append(f"gantt: {gantt}")
     if json_out:
         typer.echo(json.dumps(bd.to_dict(), indent=2))
     else:
         _render(bd, Console())
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _write(path: Path, write: Callable[[], T]) -> T:
+    try:
+        return write()
+    except OSError as e:
+        _fail(f"cannot write {path}: {e.strerror}")
 
 
 def register(app: typer.Typer) -> None:
