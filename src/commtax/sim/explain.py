@@ -59,7 +59,7 @@ def explain(r: SimResult) -> list[str]:
     ref = sorted(plain)[len(plain) // 2]
     busy = r.stage_busy_s
     hi, lo = max(range(p), key=busy.__getitem__), min(range(p), key=busy.__getitem__)
-    if p > 1 and busy[hi] - busy[lo] > small:
+    if p > 1 and busy[hi] - busy[lo] > 0.01 * busy[hi]:
         ends = []
         if work[0] > 1.005 * ref:
             ends.append(f"the first chunk (with the embedding) takes {work[0] / ref:.2f}× a plain chunk")
