@@ -2,7 +2,8 @@
 
 Run under torchrun (one node or many) or ``commtax cluster run``; every rank runs the same
 sweep, rank 0 reports. Per size: ``warmup`` untimed iterations, a barrier, ``iters`` timed
-ones; time is the slowest rank's mean (the collective is done when the last rank is).
+ones; time is the median over iterations of the slowest rank's time (the collective is done
+when the last rank is); the mean is kept as ``time_mean_s``.
 algbw = message_bytes / time_s and busbw = algbw × bus factor (nccl-tests doc/PERFORMANCE.md).
 """
 
@@ -23,12 +24,13 @@ import torch.distributed as dist
 from commtax.collectives import bus_factor
 from commtax.dist import algorithms
 from commtax.dist.results import ResultFile
+from commtax.dist.schedules import IMPL_ALGORITHM, impl_supports
 from commtax.dist.watchdog import Watchdog
 from commtax.units import GB
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
 IMPLS = ("torch", "ring", "rhd", "tree", "hier")
-OUR_ALGORITHM = {"ring": "ring", "rhd": "recursive_doubling", "tree": "tree", "hier": "hierarchical"}
+OUR_ALGORITHM = IMPL_ALGORITHM
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int64": torch.int64}
 
 
@@ -40,7 +42,7 @@ class SweepConfig:
     factor: float
     warmup: int
     iters: int
-    impl: str
+    impls: tuple[str, ...]  # measured interleaved per size, so they share the same conditions
     dtype: str
     timeout_s: float
     backend: str = "auto"
@@ -58,9 +60,7 @@ def message_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
 
 def supported(op: str, impl: str) -> bool:
     """Our own algorithms implement all_reduce (all four) and ring all_gather / reduce_scatter."""
-    if impl == "torch":
-        return True
-    return op == "all_reduce" or (impl == "ring" and op in ("all_gather", "reduce_scatter"))
+    return impl_supports(impl, op)
 
 
 def init_distributed(backend: str, timeout_s: float) -> tuple[str, torch.device]:
@@ -78,6 +78,11 @@ def init_distributed(backend: str, timeout_s: float) -> tuple[str, torch.device]
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+# torch ≥ 2.13 names the flat-tensor collectives *_single; older releases *_into_tensor / *_tensor
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def make_op(op: str, impl: str, numel: int, dtype: torch.dtype, device: torch.device) -> Callable[[], None]:
@@ -102,30 +107,37 @@ def make_op(op: str, impl: str, numel: int, dtype: torch.dtype, device: torch.de
 
     return {
         "all_reduce": lambda: dist.all_reduce(full),
-        "all_gather": lambda: dist.all_gather_into_tensor(full, part),
-        "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full),
+        "all_gather": lambda: _all_gather_single(full, part),
+        "reduce_scatter": lambda: _reduce_scatter_single(part, full),
         "broadcast": lambda: dist.broadcast(full, src=0),
         "all_to_all": lambda: dist.all_to_all_single(out, full),
         "send_recv": send_recv,
     }[op]
 
 
-def time_op(run: Callable[[], None], warmup: int, iters: int, device: torch.device) -> float:
-    """Mean seconds per iteration on the slowest rank."""
+def time_op(run: Callable[[], None], warmup: int, iters: int, device: torch.device) -> tuple[float, float]:
+    """(median, mean) over timed iterations of the slowest rank's seconds.
+
+    Each iteration starts after a barrier and is timed on every rank; the per-iteration
+    maximum over ranks is when the collective was complete everywhere. The median keeps one
+    preempted iteration (a shared CPU) from moving the result.
+    """
     for _ in range(warmup):
         run()
     synchronize(device)
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
+    dts = torch.zeros(iters, dtype=torch.float64)
+    for i in range(iters):
+        dist.barrier()
+        t0 = time.perf_counter()
         run()
-    synchronize(device)
-    dt = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
-    dist.all_reduce(dt, op=dist.ReduceOp.MAX)
-    return float(dt.item())
+        synchronize(device)
+        dts[i] = time.perf_counter() - t0
+    dist.all_reduce(dts, op=dist.ReduceOp.MAX)
+    return float(dts.median().item()), float(dts.mean().item())
 
 
-def record(op: str, impl: str, backend: str, message_bytes: int, time_s: float, dtype: str, iters: int) -> dict:
+def record(op: str, impl: str, backend: str, message_bytes: int, time_s: float, dtype: str, iters: int,
+           time_mean_s: float) -> dict:
     n = dist.get_world_size()
     algbw = message_bytes / time_s
     return {
@@ -133,7 +145,7 @@ def record(op: str, impl: str, backend: str, message_bytes: int, time_s: float, 
         "time_s": time_s, "algbw_GBps": algbw / GB, "busbw_GBps": algbw * bus_factor(op, n) / GB,
         "nodes": n // int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
         "ranks_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-        "dtype": dtype, "iters": iters, "unix_time": time.time(),
+        "dtype": dtype, "iters": iters, "time_mean_s": time_mean_s, "unix_time": time.time(),
     }
 
 
@@ -164,24 +176,25 @@ def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] |
     dog = Watchdog(dist.distributed_c10d._get_default_store(), rank, n, cfg.timeout_s, _where())
     dtype = DTYPES[cfg.dtype]
     elem = torch.tensor([], dtype=dtype).element_size()
-    plan = [(op, s) for op in cfg.ops if supported(op, cfg.impl) for s in message_sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor)]
+    sizes = message_sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor)
+    plan = [(op, s, impl) for op in cfg.ops for s in sizes for impl in cfg.impls if supported(op, impl)]
     done = []
     with _progress(rank == 0) as bar:
-        task = bar.add_task(f"{cfg.impl} {backend} n={n}", total=len(plan))
-        for i, (op, nbytes) in enumerate(plan):
+        task = bar.add_task(f"{','.join(cfg.impls)} {backend} n={n}", total=len(plan))
+        for i, (op, nbytes, impl) in enumerate(plan):
             if fault is not None and i == fault[0]:  # test hook: this rank is killed / hangs mid-sweep
                 os.kill(os.getpid(), signal.SIGKILL if fault[1] == "kill" else signal.SIGSTOP)
             numel = _numel(op, nbytes, elem, n)
-            dog.step(i, f"{op} {numel * elem} B")
+            dog.step(i, f"{op} {numel * elem} B ({impl})")
             try:
-                t = time_op(make_op(op, cfg.impl, numel, dtype, device), cfg.warmup, cfg.iters, device)
+                t, t_mean = time_op(make_op(op, impl, numel, dtype, device), cfg.warmup, cfg.iters, device)
             except RuntimeError as e:
                 dog.fail(f"{op} {numel * elem} B failed ({str(e).splitlines()[0][:120]})")
-            rec = record(op, cfg.impl, backend, numel * elem, t, cfg.dtype, cfg.iters)
+            rec = record(op, impl, backend, numel * elem, t, cfg.dtype, cfg.iters, t_mean)
             done.append(rec)
             if rank == 0:
                 out.append(rec)
-                bar.console.print(f"{op:>14} {numel * elem:>12d} B {t * 1e3:10.3f} ms "
+                bar.console.print(f"{op:>14} {impl:>5} {numel * elem:>12d} B {t * 1e3:10.3f} ms "
                                   f"algbw {rec['algbw_GBps']:8.4f} busbw {rec['busbw_GBps']:8.4f} GB/s")
             bar.advance(task)
     dog.disarm()

@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from commtax import collectives as C
+from commtax.dist import schedules as S
 from commtax.units import GB, US
 
 # what ran, per bench impl (gloo's own collectives are rings; broadcast is a pipelined chain/ring)
-IMPL_ALGORITHM = {"torch": "ring", "ring": "ring", "rhd": "recursive_doubling", "tree": "tree", "hier": "hierarchical"}
+IMPL_ALGORITHM = {"torch": "ring", **S.IMPL_ALGORITHM}
 FIT_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
-FAST = 1e30  # a level so fast it costs nothing
 MIN_FIT_BYTES = 2**16  # smaller messages are latency noise on an emulated cluster
 
 
@@ -44,13 +44,16 @@ def _placement(n: int, per_node: int, intra: C.Level, inter: C.Level | None) -> 
     return C.Placement(n=n, per_node=min(per_node, n), intra=intra, inter=inter if n > per_node else None)
 
 
-def model_time_s(op: str, impl: str, message_bytes: float, n: int, per_node: int, intra: C.Level, inter: C.Level) -> float:
+def model_time_s(op: str, impl: str, message_bytes: float, n: int, per_node: int, intra: C.Level, inter: C.Level,
+                 backend: str = "gloo") -> float:
     """Simple-protocol α-β time of ``op`` with the algorithm ``impl`` ran (no NCCL LL: gloo has none)."""
     p = _placement(n, per_node, intra, inter)
     if op == "all_to_all":
         return C.all_to_all_time(message_bytes, p)[0]
     if op == "send_recv":
         return C.send_recv_time(message_bytes, p)[0]
+    if impl == "torch" and backend == "gloo" and op == "reduce_scatter":
+        op = "all_reduce"  # gloo's reduce_scatter all-reduces the whole buffer, then keeps a slice (measured: same time)
     alg = IMPL_ALGORITHM[impl]
     funcs = {"ring": C.ring_time, "tree": C.tree_time, "recursive_doubling": C.recursive_doubling_time,
              "hierarchical": C.hierarchical_time}
@@ -79,34 +82,45 @@ def level_of(rec: dict) -> str:
 
 def predicted_s(rec: dict, intra: C.Level, inter: C.Level) -> float:
     return model_time_s(rec["op"], rec["impl"], rec["message_bytes"], rec["world_size"],
-                        rec.get("ranks_per_node", rec["world_size"]), intra, inter)
+                        rec.get("ranks_per_node", rec["world_size"]), intra, inter, rec.get("backend", "gloo"))
 
 
-def _coefficients(rec: dict, level: str, intra: C.Level, inter: C.Level) -> tuple[float, float, float]:
-    """t ≈ t0 + c_α·α + c_β·β for the fitted level, the other level held at its given values."""
+def _linearize(rec: dict, level: str, intra: C.Level, inter: C.Level, alpha: float, beta: float):
+    """t ≈ t0 + c_α·α + c_β·β around (α, β) for the fitted level, the other level held fixed.
 
-    def t(alpha: float, bw: float) -> float:
-        lv = C.Level(level, bw, alpha)
+    Exact where the fitted level is the bottleneck (the model is piecewise linear in α, β: max/min
+    between levels, sums within one), so a few Gauss-Newton rounds converge.
+    """
+
+    def t(a: float, b: float) -> float:
+        lv = C.Level(level, 1.0 / b, a)
         return predicted_s(rec, lv if level == "intra" else intra, lv if level == "inter" else inter)
 
-    t0 = t(0.0, FAST)
-    return t0, t(1.0, FAST) - t0, t(0.0, 1.0) - t0
+    d_alpha, d_beta = max(alpha * 1e-3, 1e-9), beta * 1e-3
+    t_here = t(alpha, beta)
+    c_alpha = (t(alpha + d_alpha, beta) - t_here) / d_alpha
+    c_beta = (t(alpha, beta + d_beta) - t_here) / d_beta
+    return t_here - c_alpha * alpha - c_beta * beta, c_alpha, c_beta
 
 
-def fit_level(records: list[dict], level: str, intra: C.Level, inter: C.Level, per_node: int) -> LevelFit | None:
-    """Least squares of relative error for α and β over ``records`` on ``level``; None if too few."""
-    rows = [(r, *_coefficients(r, level, intra, inter)) for r in records]
-    rows = [x for x in rows if x[3] > 0]
-    if len(rows) < 2:
+def fit_level(records: list[dict], level: str, intra: C.Level, inter: C.Level, rounds: int = 6) -> LevelFit | None:
+    """Least squares of relative error for α and β = 1/B over ``records`` on ``level``; None if too few."""
+    if len(records) < 2:
         return None
-    A = np.array([[ca / r["time_s"], cb / r["time_s"]] for r, t0, ca, cb in rows])
-    y = np.array([(r["time_s"] - t0) / r["time_s"] for r, t0, ca, cb in rows])
-    (alpha, beta), *_ = np.linalg.lstsq(A, y, rcond=None)
-    alpha, beta = max(alpha, 0.0), max(beta, 1e-30)
-    if A[:, 0].std() < 1e-12 * max(1.0, abs(A[:, 0]).max()):  # sizes cannot separate α: latency unknown
-        alpha = 0.0
-    rel = A @ np.array([alpha, beta]) - y
-    return LevelFit(1.0 / beta, alpha, float(np.sqrt(np.mean(rel**2))), float(np.abs(rel).max()), len(rows))
+    start = intra if level == "intra" else inter
+    # start above the other level's α: the ring's step latency is the max of the two (zero slope below it)
+    alpha, beta = 2 * max(intra.latency_s, inter.latency_s) + 1e-6, 1.0 / start.bw_bytes_per_s
+    times = np.array([r["time_s"] for r in records])
+    for _ in range(rounds):
+        lin = np.array([_linearize(r, level, intra, inter, alpha, beta) for r in records])
+        A = lin[:, 1:] / times[:, None]
+        y = (times - lin[:, 0]) / times
+        (alpha, beta), *_ = np.linalg.lstsq(A, y, rcond=None)
+        alpha, beta = max(float(alpha), 0.0), max(float(beta), 1e-15)
+    lv = C.Level(level, 1.0 / beta, alpha)
+    pred = np.array([predicted_s(r, lv if level == "intra" else intra, lv if level == "inter" else inter) for r in records])
+    rel = pred / times - 1
+    return LevelFit(1.0 / beta, alpha, float(np.sqrt(np.mean(rel**2))), float(np.abs(rel).max()), len(records))
 
 
 def _numbers(fit: LevelFit) -> dict:
@@ -116,20 +130,19 @@ def _numbers(fit: LevelFit) -> dict:
 def calibrate(records: list[dict], cluster: dict, gemm: list[dict] | None = None, source: str = "") -> dict:
     """A hardware profile (the schema ``spec.Profile`` reads) from bench records on ``cluster``."""
     intra0, inter0 = levels_from_cluster(cluster)
-    per_node = cluster["gpus_per_node"]
     usable = [r for r in records if r.get("op") in FIT_OPS and r["message_bytes"] >= MIN_FIT_BYTES
               and r["world_size"] > 1 and r["impl"] in IMPL_ALGORITHM]
     levels, ops, residuals = {}, {}, {}
-    intra_fit = fit_level([r for r in usable if level_of(r) == "intra"], "intra", intra0, inter0, per_node)
+    intra_fit = fit_level([r for r in usable if level_of(r) == "intra"], "intra", intra0, inter0)
     intra = C.Level("intra", intra_fit.bw_bytes_per_s, intra_fit.latency_s) if intra_fit else intra0
-    levels["intra"] = _numbers(intra_fit) if intra_fit else {"bw_GBps": intra0.bw_bytes_per_s / GB,
-                                                             "latency_us": intra0.latency_s / US}
+    levels["intra"] = _numbers(intra_fit) if intra_fit else {"bw_GBps": float(intra0.bw_bytes_per_s / GB),
+                                                             "latency_us": float(intra0.latency_s / US)}
     inter_recs = [r for r in usable if level_of(r) == "inter"]
-    inter_fit = fit_level(inter_recs, "inter", intra, inter0, per_node)
-    levels["inter"] = _numbers(inter_fit) if inter_fit else {"bw_GBps": inter0.bw_bytes_per_s / GB,
-                                                             "latency_us": inter0.latency_s / US}
+    inter_fit = fit_level(inter_recs, "inter", intra, inter0)
+    levels["inter"] = _numbers(inter_fit) if inter_fit else {"bw_GBps": float(inter0.bw_bytes_per_s / GB),
+                                                             "latency_us": float(inter0.latency_s / US)}
     for op in sorted({r["op"] for r in inter_recs}):
-        f = fit_level([r for r in inter_recs if r["op"] == op], "inter", intra, inter0, per_node)
+        f = fit_level([r for r in inter_recs if r["op"] == op], "inter", intra, inter0)
         if f:
             ops[op] = {"inter": _numbers(f)}
             residuals[op] = {"rms_rel": round(f.rms_rel, 4), "max_rel": round(f.max_rel, 4), "records": f.count}

@@ -86,7 +86,7 @@ def cluster_up(
 def cluster_run(
     ctx: typer.Context,
     cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
-    grace: Annotated[float, typer.Option("--grace", min=0, help="seconds the other nodes get to exit after one fails")] = 60.0,
+    grace: Annotated[float, typer.Option("--grace", min=0, help="seconds the other nodes get to exit after one fails")] = 30.0,
 ) -> None:
     """Run `-- CMD ARGS` under torchrun on every node (gloo over the shaped links, loopback inside a node)."""
     from commtax.dist.cluster import ClusterError, EmulatedCluster, check_host, existing_namespaces
@@ -139,7 +139,7 @@ def bench_collective(
     factor: Annotated[float, typer.Option("--factor", help="size multiplier per row (nccl-tests -f)")] = 2.0,
     warmup: Annotated[int, typer.Option("--warmup", min=0)] = 2,
     iters: Annotated[int, typer.Option("--iters", min=1)] = 5,
-    impl: Annotated[str, typer.Option("--impl", help="torch (the library's), or ours: ring, rhd, tree, hier")] = "torch",
+    impl: Annotated[str, typer.Option("--impl", help="comma list: torch (the library's), ours: ring, rhd, tree, hier")] = "torch",
     dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16, fp16, int64")] = "fp32",
     backend: Annotated[str, typer.Option("--backend", help="auto (nccl with GPUs, else gloo), gloo, nccl")] = "auto",
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds one measurement may take before a peer is declared dead/hung")] = 60.0,
@@ -155,8 +155,10 @@ def bench_collective(
     bad = [o for o in op_list if o not in OPS]
     if bad or not op_list:
         fail(f"--ops: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(OPS)}")
-    if impl not in ("torch", "ring", "rhd", "tree", "hier"):
-        fail(f"--impl: unknown {impl!r}; choose torch, ring, rhd, tree or hier")
+    impls = tuple(i.strip() for i in impl.split(",") if i.strip())
+    bad = [i for i in impls if i not in ("torch", "ring", "rhd", "tree", "hier")]
+    if bad or not impls:
+        fail(f"--impl: unknown {', '.join(bad) or '(none)'}; choose torch, ring, rhd, tree or hier")
     if dtype not in ("fp32", "bf16", "fp16", "int64"):
         fail(f"--dtype: unknown {dtype!r}; choose fp32, bf16, fp16 or int64")
     if backend not in ("auto", "gloo", "nccl"):
@@ -164,16 +166,18 @@ def bench_collective(
     lo, hi = _bytes("--min", min_size), _bytes("--max", max_size)
     if lo > hi or factor <= 1:
         fail(f"--min/--max/--factor: need min ≤ max and factor > 1 (got {lo} B, {hi} B, {factor:g})")
+    from commtax.dist.schedules import impl_supports
+
+    if not any(impl_supports(i, o) for o in op_list for i in impls):
+        fail(f"--impl {impl}: implements all_reduce (and ring: all_gather, reduce_scatter), not {ops}")
     if "RANK" not in os.environ:  # not under torchrun: become it, locally
         from commtax.dist.bench import torchrun_argv
 
         raise typer.Exit(subprocess.call(torchrun_argv(nproc, ["bench", "collective", *_argv_tail()])))
-    from commtax.dist.bench import SweepConfig, collective_sweep, supported
+    from commtax.dist.bench import SweepConfig, collective_sweep
     from commtax.dist.results import ResultFile
 
-    if not any(supported(o, impl) for o in op_list):
-        fail(f"--impl {impl}: implements all_reduce (and ring: all_gather, reduce_scatter), not {ops}")
-    cfg = SweepConfig(op_list, lo, hi, factor, warmup, iters, impl, dtype, timeout, backend)
+    cfg = SweepConfig(op_list, lo, hi, factor, warmup, iters, impls, dtype, timeout, backend)
     crash = _fault(fault)
     sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
     collective_sweep(cfg, sink, crash)
@@ -241,6 +245,7 @@ def calibrate_command(
     cluster_file: Annotated[Path, typer.Option("--cluster", help="the cluster YAML the bench ran on")] = DEFAULT_CLUSTER_FILE,
     gemm_json: Annotated[Optional[Path], typer.Option("--gemm", help="records from `commtax bench gemm --out`")] = None,
     out: Annotated[Path, typer.Option("--out", help="hardware profile YAML to write")] = Path("profile.yaml"),
+    impl: Annotated[str, typer.Option("--impl", help="fit the records of this implementation (torch: the library's)")] = "torch",
 ) -> None:
     """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
     from commtax.dist.calibrate import calibrate, compare, write_profile
@@ -252,6 +257,7 @@ def calibrate_command(
     except (OSError, ValueError) as e:
         fail(f"calibrate: {e}")
     cluster = _read_cluster(cluster_file)
+    records = [r for r in records if r.get("impl") == impl]
     profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
     if not profile["ops"] and "inter" not in profile["residuals"]["levels"] and "intra" not in profile["residuals"]["levels"]:
         fail(f"calibrate: {bench_json} has no multi-rank collective records ≥ 64 KiB to fit")

@@ -242,6 +242,7 @@ class EmulatedCluster:
             first_fail = first_fail or (-1, 130)
         finally:
             _kill_all(procs)
+            kill_namespace_processes([self.node_ns(i) for i in range(self.nodes)])  # workers torchrun left behind (e.g. stopped)
             signal.signal(signal.SIGTERM, old)
         if first_fail is None:
             bad = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode]
@@ -273,22 +274,28 @@ def existing_namespaces() -> list[str]:
     return [n for n in names if NAME_RE.match(n)]
 
 
+def kill_namespace_processes(names: list[str]) -> None:
+    """SIGTERM, then SIGKILL, every process still inside these namespaces (SIGKILL also ends stopped ones)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = [int(p) for ns in names
+                for p in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()]
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if pids and sig == signal.SIGTERM:
+            time.sleep(0.5)
+
+
 def down_namespaces(names: list[str]) -> list[str]:
     """Kill processes inside, then delete each namespace that exists; returns those removed."""
     present = set(existing_namespaces())
-    removed = []
-    for ns in names:
-        if ns not in present:
-            continue
-        for sig in ("TERM", "KILL"):
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-            for pid in pids:
-                subprocess.run(["kill", f"-{sig}", pid], capture_output=True)
-            if pids and sig == "TERM":
-                time.sleep(0.5)
+    ours = [ns for ns in names if ns in present]
+    kill_namespace_processes(ours)
+    for ns in ours:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        removed.append(ns)
-    return removed
+    return ours
 
 
 def load_cluster_file(path: Path | str) -> dict:

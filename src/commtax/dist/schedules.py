@@ -19,6 +19,14 @@ from itertools import zip_longest
 from typing import Sequence
 
 ALGORITHMS = ("ring", "recursive_doubling", "tree", "hierarchical")
+# bench --impl name → algorithm, and the ops each of ours implements ("torch" = the library's own, all ops)
+IMPL_ALGORITHM = {"ring": "ring", "rhd": "recursive_doubling", "tree": "tree", "hier": "hierarchical"}
+IMPL_OPS = {"ring": ("all_reduce", "all_gather", "reduce_scatter"), "rhd": ("all_reduce",), "tree": ("all_reduce",),
+            "hier": ("all_reduce",)}
+
+
+def impl_supports(impl: str, op: str) -> bool:
+    return impl == "torch" or op in IMPL_OPS.get(impl, ())
 TREE_CHUNK_BYTES = 512 * 1024  # pipelining granularity of the binary tree
 
 

@@ -1,0 +1,93 @@
+"""calibrate: recovers known α/β, writes the profile the spec reads, and reports residuals (no torch)."""
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from commtax import collectives as C
+from commtax.dist.calibrate import calibrate, compare, levels_from_cluster, model_time_s
+from commtax.dist.cli import calibrate_command
+from commtax.units import GB, MiB, US
+
+CLUSTER = {
+    "gpu": {"name": "cpu-gloo", "peak_tflops": {"fp32": 0.1, "bf16": 0.1}, "mem_GiB": 8, "mem_bw_GBps": 10,
+            "tdp_W": 100, "source": "emulated: CPU rank"},
+    "num_gpus": 4, "gpus_per_node": 1,
+    "intra_node": {"name": "loopback", "bw_GBps": 5.0, "latency_us": 10.0, "efficiency": 1.0, "kind": "loopback"},
+    "inter_node": {"name": "veth-tbf-300mbit", "bw_Gbps": 0.3, "latency_us": 5.0, "efficiency": 1.0},
+    "nics_per_node": 1,
+}
+
+
+def synthetic(alpha_s, bw_bytes_per_s, ops=("all_reduce", "all_gather", "reduce_scatter")):
+    intra, _ = levels_from_cluster(CLUSTER)
+    inter = C.Level("inter", bw_bytes_per_s, alpha_s)
+    recs = []
+    for op in ops:
+        for size in (256 * 1024, MiB, 4 * MiB):
+            t = model_time_s(op, "ring", size, 4, 1, intra, inter)
+            recs.append({"op": op, "impl": "ring", "backend": "gloo", "world_size": 4, "message_bytes": size,
+                         "time_s": t, "algbw_GBps": size / t / GB, "busbw_GBps": 0.0, "nodes": 4, "ranks_per_node": 1})
+    return recs
+
+
+def test_fit_recovers_alpha_and_beta_exactly():
+    recs = synthetic(200 * US, 35e6)
+    prof = calibrate(recs, CLUSTER)
+    assert prof["levels"]["inter"]["bw_GBps"] == pytest.approx(0.035, rel=1e-4)
+    assert prof["levels"]["inter"]["latency_us"] == pytest.approx(200.0, rel=1e-3)
+    assert prof["residuals"]["levels"]["inter"]["max_rel"] < 1e-6
+    assert all(abs(r["error"]) < 1e-4 for r in compare(recs, CLUSTER, prof))
+
+
+def test_before_calibration_error_is_the_bandwidth_gap():
+    recs = synthetic(5 * US, 35e6)  # the links deliver 35 MB/s of the 37.5 MB/s tc rate
+    errs = [r["error"] for r in compare(recs, CLUSTER) if r["message_bytes"] >= MiB]
+    assert max(abs(e) for e in errs) == pytest.approx(1 - 35e6 / 37.5e6, rel=0.02)
+
+
+def test_profile_is_what_the_spec_and_topology_read(tmp_path):
+    from commtax.spec import Cluster, build, load_catalog, resolve_cluster
+    from commtax.topology import inter_level
+
+    prof = calibrate(synthetic(150 * US, 30e6), CLUSTER, source="test")
+    (tmp_path / "profile.yaml").write_text(yaml.safe_dump(prof))
+    raw = resolve_cluster({**CLUSTER, "profile": str(tmp_path / "profile.yaml")}, load_catalog())
+    cluster = build(Cluster, raw, "cluster")
+    lvl = inter_level(cluster, "all_reduce")
+    assert lvl.bw_bytes_per_s == pytest.approx(30e6, rel=1e-4)
+    assert lvl.latency_s == pytest.approx(150 * US, rel=1e-3)
+
+
+def test_gemm_efficiency_is_median_over_peak():
+    gemm = [{"op": "gemm", "dtype": "fp32", "tflops": x} for x in (0.02, 0.05, 0.04)]
+    prof = calibrate(synthetic(100 * US, 30e6), CLUSTER, gemm)
+    assert prof["gemm_efficiency"] == {"fp32": pytest.approx(0.04 / 0.1)}
+
+
+def test_calibrate_cli_prints_residuals_and_writes_profile(tmp_path):
+    (tmp_path / "bench.json").write_text(json.dumps(synthetic(100 * US, 30e6)))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(CLUSTER))
+    import typer
+
+    app = typer.Typer()
+    app.command()(calibrate_command)
+    r = CliRunner().invoke(app, [str(tmp_path / "bench.json"), "--cluster", str(tmp_path / "c.yaml"),
+                                 "--out", str(tmp_path / "p.yaml"), "--impl", "ring"])
+    assert r.exit_code == 0, r.output
+    assert "+0.0%" in r.output and yaml.safe_load((tmp_path / "p.yaml").read_text())["levels"]["inter"]
+
+
+def test_calibrate_cli_bad_input_exits_2(tmp_path):
+    import typer
+
+    app = typer.Typer()
+    app.command()(calibrate_command)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(CLUSTER))
+    (tmp_path / "empty.json").write_text("[]")
+    r = CliRunner().invoke(app, [str(tmp_path / "empty.json"), "--cluster", str(tmp_path / "c.yaml")])
+    assert r.exit_code == 2 and "no multi-rank collective records" in r.output
+    r = CliRunner().invoke(app, [str(tmp_path / "missing.json"), "--cluster", str(tmp_path / "c.yaml")])
+    assert r.exit_code == 2 and "calibrate:" in r.output
