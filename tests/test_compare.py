@@ -154,3 +154,27 @@ def test_cli_compare_bad_input(tmp_path):
     r = CliRunner().invoke(_app(), ["compare", str(f), "--prices", str(bad)])
     assert r.exit_code == 2
     assert r.output.startswith("error: prices.gpus.x-gpu.rent_usd_per_gpu_hour: Field required")
+
+
+def test_cheapest_cluster_within_a_deadline(rows):
+    from commtax.compare import cheapest_within
+
+    h, a = rows
+    assert h.cost.days < a.cost.days
+    # only the faster cluster meets a deadline between the two
+    assert cheapest_within(rows, (h.cost.days + a.cost.days) / 2) is h
+    # both meet a loose deadline: the lower $/B wins
+    both = cheapest_within(rows, a.cost.days + 1, mode="rented")
+    assert both is min(rows, key=lambda r: r.cost.rented_usd_per_B_tokens)
+    assert cheapest_within(rows, h.cost.days / 2) is None
+
+
+def test_gpu_counts_multiply_the_clusters():
+    from commtax.compare import with_gpu_counts
+    from commtax.errors import SpecError
+
+    job = load_job(small_job())
+    jobs = with_gpu_counts([job], [8, 16, 32])
+    assert [j.cluster.num_gpus for j in jobs] == [8, 16, 32]
+    with pytest.raises(SpecError, match="no valid cluster size"):
+        with_gpu_counts([job], [12])  # 12 GPUs in 8-GPU nodes

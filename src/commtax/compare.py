@@ -150,6 +150,31 @@ def compare(
     return rows
 
 
+def with_gpu_counts(jobs: list[Job], counts: list[int]) -> list[Job]:
+    """Each job at each GPU count (same model, batch and cluster kind); counts that make no valid job are skipped
+    with their reason."""
+    out = []
+    errors = []
+    for job in jobs:
+        for n in counts:
+            try:
+                out.append(_with_cluster(job, {**job.cluster.model_dump(), "num_gpus": n}))
+            except SpecError as e:
+                errors.append(f"{n} x {job.cluster.gpu.name}: {e}")
+    if not out:
+        raise SpecError("no valid cluster size: " + "; ".join(errors[:3]))
+    return out
+
+
+def cheapest_within(rows: list[Row], deadline_days: float, mode: str = "owned") -> Row | None:
+    """The cluster with the lowest $/B tokens among those that finish within ``deadline_days``.
+
+    Within one cluster the best plan is also the cheapest (cost per token = $/s × s per token), so the
+    cheapest way to meet a deadline is always some cluster's best plan."""
+    ok = [r for r in rows if r.cost is not None and r.cost.days <= deadline_days]
+    return min(ok, key=lambda r: r.cost.usd_per_B_tokens(mode)) if ok else None
+
+
 @dataclass
 class Point:
     """One plan of one cluster on the (days, $/B tokens) plane."""

@@ -196,6 +196,8 @@ def search_command(
             console.print(f"  {title}: {count:,} × {why}", highlight=False, markup=False)
     if res.interrupted:
         console.print("[yellow]interrupted: the best of the plans evaluated so far[/yellow]")
+    for w in res.warnings:
+        err_console.print(f"warning: {w}", highlight=False, markup=False)
     if price_error:
         console.print(f"(no $ column: {price_error})", highlight=False, markup=False)
     console.print(_search_table(res, mode, usd_per_s, top))
@@ -242,6 +244,10 @@ def compare_command(
     pareto: Annotated[Optional[Path], typer.Option("--pareto", help="write the Pareto plot (PNG) here")] = None,
     scaling_png: Annotated[Optional[Path], typer.Option("--scaling", help="write comm tax and MFU vs GPUs (PNG) here")] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU counts for --scaling, e.g. 64,128,256,512")] = None,
+    num_gpus: Annotated[Optional[str], typer.Option(
+        "--num-gpus", help="compare each cluster at these GPU counts too, e.g. 128,256,512")] = None,
+    deadline: Annotated[Optional[float], typer.Option(
+        "--deadline", min=0, help="days: name the cheapest cluster that trains the tokens within it")] = None,
     tp: Annotated[Optional[str], _field_opt("tp", "8 or 1,2,4")] = None,
     pp: Annotated[Optional[str], _field_opt("pp", "4 or 1,2,4,8")] = None,
     cp: Annotated[Optional[str], _field_opt("cp", "1")] = None,
@@ -261,7 +267,7 @@ def compare_command(
 
     Plan options (--tp, --pp, ...) restrict every cluster's search, e.g. to one fixed plan.
     """
-    from commtax.compare import compare, jobs_for_gpus, pareto_points, scaling
+    from commtax.compare import cheapest_within, compare, jobs_for_gpus, pareto_points, scaling, with_gpu_counts
     from commtax.cost import load_prices
     from commtax.search import Space
     from commtax.spec import load_catalog, load_job
@@ -289,10 +295,18 @@ def compare_command(
         if len(jobs) != 1:
             raise SpecError("compare --gpu: give exactly one job file (its cluster gets each GPU in turn)")
         jobs = jobs_for_gpus(jobs[0], gpu_names, price_book, catalog)
+    if num_gpus:
+        counts = [_count(x) for x in num_gpus.split(",") if x.strip()]
+        jobs = with_gpu_counts(jobs, counts)
     mode = "rented" if rent else "owned"
     rows = compare(jobs, prices=price_book, space=space, tokens=tokens, mode=mode, power=power, workers=workers)
     data: dict[str, Any] = {"mode": mode, "tokens": tokens or jobs[0].training.tokens,
                             "rows": [r.to_dict(mode) for r in rows]}
+    choice = None
+    if deadline is not None:
+        choice = cheapest_within(rows, deadline, mode)
+        data["deadline_days"] = deadline
+        data["deadline_choice"] = choice.name if choice else None
     if pareto is not None:
         from commtax.report.plots import pareto_plot
 
@@ -317,10 +331,26 @@ def compare_command(
     if json_out:
         return
     console.print(_compare_table(rows, mode, article))
+    if deadline is not None:
+        if choice is None:
+            console.print(f"no cluster trains {data['tokens']:.3g} tokens within {deadline:g} days", highlight=False)
+        else:
+            console.print(f"cheapest within {deadline:g} days: {choice.name}: {choice.cost.days:.1f} days, "
+                          f"${choice.cost.usd_per_B_tokens(mode):,.0f} per B tokens ({mode})", highlight=False)
     if pareto is not None:
         console.print(f"wrote {pareto}", highlight=False)
     if scaling_png is not None:
         console.print(f"wrote {scaling_png}", highlight=False)
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise SpecError(f"--num-gpus: expected integers, got {text!r}") from None
+    if n <= 0:
+        raise SpecError(f"--num-gpus: expected positive integers, got {n}")
+    return n
 
 
 # ----------------------------------------------------------------------------- advise
