@@ -18,7 +18,10 @@ a max-plus system, so "free" is one pass of longest paths over the task graph.)
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 from commtax.estimate import BREAKDOWN_KEYS, Breakdown, Costs, estimate, model_flops_per_gpu_step, recompute_model_flops
 from commtax.sim.events import Sim
@@ -53,6 +56,17 @@ class SimResult:
         b = self.breakdown.breakdown_s
         ideal = b["compute"] + b["recompute"] + b["tp_exposed"] + b["cp_exposed"]
         return b["pp_bubble"] / ideal if ideal else 0.0
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _makespan_without(sim: Sim, free: list[set[str]]) -> list[float]:
@@ -125,9 +139,14 @@ def simulate(
     ``workload`` and ``costs`` default to ``build_workload(job)`` and ``Costs(job)`` (tests pass
     their own); ``compare`` also runs ``estimate(job)`` (for --explain, and for memory).
     """
-    builder = StepBuilder(job, workload, options, costs)
-    sim = builder.build()
-    step = sim.run()
+    with _no_gc():  # ~10^5 acyclic task objects: the cyclic collector would rescan them again and again
+        builder = StepBuilder(job, workload, options, costs)
+        sim = builder.build()
+        step = sim.run()
+        return _result(job, builder, sim, step, compare)
+
+
+def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool) -> SimResult:
     tasks, streams = sim.tasks, sim.streams
     p = builder.p
     ov = job.plan.overlap
