@@ -201,3 +201,20 @@ def test_cli_search_bad_input_is_one_line_exit_2(tmp_path):
     assert r.exit_code == 2 and "--zero: expected an integer" in r.output
     r = CliRunner().invoke(_app(), ["search", str(tmp_path / "missing.yaml")])
     assert r.exit_code == 2 and "file not found" in r.output
+
+
+def test_a_model_change_the_search_does_not_track_is_reported(monkeypatch):
+    """If a part of the model starts to depend on a field the search groups over, the re-estimated top
+    plans disagree with the assembled numbers: the search says so and ranks the top plans by estimate."""
+    import commtax.search as s
+
+    real = s._est._pp_exposed
+    # pipeline sends that (wrongly) depend on the ZeRO stage: the search prices them once per (vp, mb)
+    monkeypatch.setattr(s._est, "_pp_exposed",
+                        lambda job, wl, costs: tuple(x * (1 + job.plan.zero) for x in real(job, wl, costs)))
+    job = load_job(small_job(zero=1))
+    res = search(job, Space.parse({"pp": "2", "cp": "1", "micro_batch": "1", "zero": "2,3"}), top=3, workers=1)
+    assert res.max_rel_diff > 1e-9
+    assert res.warnings and "differs from estimate" in res.warnings[0]
+    steps = [b.step_time_s for _, b in res.top]
+    assert steps == sorted(steps)
