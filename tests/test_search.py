@@ -119,7 +119,8 @@ def test_constraint_parsing():
     assert (c.lo, c.hi) == (2, 8) and c.filter([1, 2, 4, 8, 16]) == [2, 4, 8]
     assert parse_constraint("sequence_parallel", "true").values == (True,)
     assert parse_constraint("zero", "0").values == (0,)
-    for field, bad in (("tp", "x"), ("tp", "0"), ("recompute", "some"), ("pp", "8..2"), ("grad_comm_dtype", "fp4")):
+    for field, bad in (("tp", "x"), ("tp", "0"), ("recompute", "some"), ("pp", "8..2"), ("grad_comm_dtype", "fp4"),
+                       ("recompute", "none..full")):
         with pytest.raises(SpecError):
             parse_constraint(field, bad)
     with pytest.raises(SpecError, match="cannot constrain"):

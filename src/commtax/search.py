@@ -13,7 +13,7 @@ validity                      ``Job`` validator (``spec``)           vp, micro_b
 stage times (slow, average)   ``stage_times``                        micro_batch, sp, recompute
 pipeline sends                ``estimate._pp_exposed``               micro_batch, vp
 DP traffic                    ``estimate._dp_exposed``               micro_batch, sp, recompute, zero, grad dtype
-optimizer step                ``Costs.compute(wl.optimizer)``        micro_batch, zero, grad dtype
+optimizer step                ``Costs.compute(wl.optimizer)``        zero, grad dtype
 model-state memory            ``memory.memory``                      zero, grad dtype
 activation memory             ``memory.activation_bytes``            vp, micro_batch, sp, recompute
 ============================  =====================================  ==========================
@@ -29,8 +29,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import re
 import os
+import re
 import signal
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -111,6 +111,8 @@ def parse_constraint(fieldname: str, text: str) -> Constraint:
         raise SpecError(f"cannot constrain {fieldname!r}; searchable fields: {', '.join(SEARCH_FIELDS)}")
     text = text.strip()
     if ".." in text:
+        if fieldname in ("recompute", "sequence_parallel", "grad_comm_dtype"):
+            raise SpecError(f"--{fieldname.replace('_', '-')}: give values (a,b), not a range")
         lo_s, hi_s = text.split("..", 1)
         lo = _convert(fieldname, lo_s) if lo_s.strip() else None
         hi = _convert(fieldname, hi_s) if hi_s.strip() else None
@@ -144,9 +146,8 @@ class Space:
         if fieldname in self.fix:
             return [getattr(job.plan, fieldname)]
         if fieldname == "grad_comm_dtype":
-            default = [job.plan.grad_comm_dtype]
             c = self.constraints.get(fieldname)
-            return c.filter(GRAD_DTYPES) if c and c.values is None else (list(c.values) if c else default)
+            return list(c.values) if c and c.values is not None else [job.plan.grad_comm_dtype]
         c = self.constraints.get(fieldname, Constraint())
         return c.filter(candidates(fieldname, fixed, raw))
 
