@@ -10,6 +10,7 @@ for uniform stages the bubble fraction is (p−1)/(v·m) of the ideal time (1F1B
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -163,9 +164,19 @@ def _exposed(job: Job, pc: PhaseCost) -> tuple[float, float]:
     """
     ov, p = job.plan.overlap, job.plan
     tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
-    tp_exp = max(tp - pc.gemm, tp / p.tp) if ov.tp else tp
-    cp_exp = max(cp - pc.attention, cp / p.cp) if ov.cp else cp
+    tp_exp = max(tp - pc.gemm, first_chunk(tp, p.tp)) if ov.tp else tp
+    cp_exp = max(cp - pc.attention, first_chunk(cp, p.cp)) if ov.cp else cp
     return tp_exp, cp_exp
+
+
+def first_chunk(comm_s: float, ranks: int) -> float:
+    """The part of an overlapped collective that nothing hides: one of its ``ranks`` chunks.
+
+    Overlap decomposes the work into one chunk per rank of the group (comm-GEMM overlap: Wang et al.
+    2022, Transformer Engine userbuffers; ring attention: one K/V step per CP rank); the first
+    chunk's transfer has no computation to run under.
+    """
+    return comm_s / max(1, ranks)
 
 
 def _combine(job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]]) -> StageTime:
@@ -231,7 +242,7 @@ def _dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[fl
     if not wl.dp_step:
         return 0.0, 0.0, 0.0
     nbytes = sum(costs.sent_bytes(c) for c in wl.dp_step)
-    times = [costs.collective(c) for c in wl.dp_step]
+    times = [bucketed_time(costs, c, wl.bucket_bytes) for c in wl.dp_step]
     link = sum(times)
     if not ov:
         return link, link, nbytes
@@ -244,6 +255,12 @@ def _dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[fl
     return link, exposed, nbytes
 
 
+def bucketed_time(costs: Costs, c: Collective, bucket_bytes: float) -> float:
+    """DP traffic goes in buckets (PyTorch DDP, Megatron-Core): ⌈S/bucket⌉ collectives, each paying its α."""
+    n = max(1, math.ceil(c.bytes / bucket_bytes))
+    return n * costs.collective(replace(c, bytes=c.bytes / n))
+
+
 def _pp_exposed(job: Job, wl: Workload, costs: Costs) -> tuple[float, float, float]:
     """(link time, exposed time, bytes) of pipeline sends for one step on the busiest rank."""
     p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
@@ -252,7 +269,10 @@ def _pp_exposed(job: Job, wl: Workload, costs: Costs) -> tuple[float, float, flo
     t_send = costs.collective(wl.pp_send)
     sends = 2 * v * m  # each micro-batch: forward activation and backward gradient, per model chunk
     fill = 2 * (p - 1) * t_send  # the first forward and the last backward cross every boundary in turn
-    exposed = fill if job.plan.overlap.pp else fill + sends * t_send
+    # Megatron overlaps p2p with compute only in the interleaved schedule (overlap_p2p_comm); plain 1F1B
+    # exchanges send-forward/recv-backward pairs between passes, two sends per micro-batch on the path
+    overlapped = job.plan.overlap.pp and v > 1
+    exposed = fill if overlapped else fill + 2 * m * t_send
     return sends * t_send, exposed, sends * costs.sent_bytes(wl.pp_send)
 
 
@@ -291,10 +311,14 @@ def plan_notes(job: Job, wl: Workload) -> list[str]:
     return notes
 
 
-def estimate(job: Job) -> Breakdown:
-    """Predict one training step of ``job`` (analytical schedule)."""
-    wl = build_workload(job)
-    costs = Costs(job)
+def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = None) -> Breakdown:
+    """Predict one training step of ``job`` (analytical schedule).
+
+    ``workload`` and ``costs`` default to the job's own; passing them lets a caller (the simulator's
+    agreement tests, search) evaluate the same ops and prices both ways.
+    """
+    wl = workload or build_workload(job)
+    costs = costs or Costs(job)
     stages = stage_times(job, wl, costs)
     p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
     slow = max(stages, key=lambda s: s.total)

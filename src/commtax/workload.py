@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from commtax.spec import BYTES_PER, Job
 
-# Megatron-LM's default DDP bucket: 40M parameters (megatron/core/distributed, bucket_size = max(40M, 1M * dp)).
-DDP_BUCKET_PARAMS = 40_000_000
+# torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25): gradients are reduced in 25 MiB buckets
+DDP_BUCKET_BYTES = 25 * 2**20
 # Bytes/elem of the Adam update in mixed precision: read fp32 param, grad, m, v; write param, m, v, bf16 copy.
 ADAM_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2
 
@@ -327,5 +327,5 @@ def build_workload(job: Job) -> Workload:
         micro_batches=job.micro_batches,
         model_flop_per_step=model_flop_per_token(job) * tokens_per_step,
         params_per_gpu=params,
-        bucket_bytes=DDP_BUCKET_PARAMS * grad_bytes_per_param(job),
+        bucket_bytes=DDP_BUCKET_BYTES,
     )

@@ -23,11 +23,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from commtax.estimate import BREAKDOWN_KEYS, Breakdown, Costs, estimate, model_flops_per_gpu_step, recompute_model_flops
+from commtax.estimate import BREAKDOWN_KEYS, Breakdown, Costs, estimate, make_breakdown
+from commtax.memory import memory
 from commtax.sim.events import Sim
 from commtax.sim.step import COMPUTE_KINDS, SimOptions, StepBuilder
 from commtax.spec import Job
-from commtax.units import SECONDS_PER_DAY, TFLOPS
 from commtax.workload import Workload
 
 
@@ -182,30 +182,9 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
 
 def _breakdown(job: Job, wl: Workload, step: float, parts: dict[str, float], comm_time: dict[str, float],
                comm_bytes: dict[str, float], est: Breakdown | None) -> Breakdown:
-    tr, c = job.training, job.cluster
-    exposed = parts["tp_exposed"] + parts["cp_exposed"] + parts["pp_exposed"] + parts["dp_exposed"]
-    total_comm = sum(comm_time.values())
-    busy = parts["compute"] + parts["recompute"]
-    tokens_per_s = tr.global_batch * tr.seq_len / step
-    peak = c.gpu.peak_flops(tr.precision)
-    model_flops = model_flops_per_gpu_step(job, wl) / step
-    hw_flops = model_flops + recompute_model_flops(job, wl) / c.num_gpus / step
-    if est is None:
-        est = estimate(job)
-    return Breakdown(
-        step_time_s=step,
-        tokens_per_s=tokens_per_s,
-        tokens_per_s_per_gpu=tokens_per_s / c.num_gpus,
-        tflops_per_gpu=model_flops / TFLOPS,
-        mfu=model_flops / peak,
-        hfu=hw_flops / peak,
-        comm_tax=exposed / step,
-        comm_share=total_comm / (total_comm + busy) if total_comm + busy > 0 else 0.0,
-        breakdown_s=parts,
-        comm_bytes_per_gpu=dict(comm_bytes),
-        comm_time_s=dict(comm_time),
-        memory_gib_per_gpu=dict(est.memory_gib_per_gpu),  # schedule-independent: the estimate's memory model
-        fits=est.fits,
-        days_to_train=(tr.tokens / tokens_per_s / SECONDS_PER_DAY) if tr.tokens else None,
-        source="simulate",
-    )
+    """The simulated parts as a Breakdown: every derived field is defined once, in ``make_breakdown``."""
+    mem = memory(job)  # schedule-independent: the estimate's memory model
+    b = make_breakdown(job, wl, parts, comm_time, comm_bytes, mem.gib(), mem.total <= job.cluster.gpu.mem_bytes,
+                       source="simulate")
+    assert abs(b.step_time_s - step) <= 1e-9 * max(1.0, step), (b.step_time_s, step)
+    return b

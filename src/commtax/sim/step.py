@@ -21,16 +21,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from commtax.estimate import Costs, PhaseCost
+from commtax.estimate import Costs, PhaseCost, first_chunk
 from commtax.sim.events import Sim, SimError, Tail
 from commtax.sim.schedules import Pass, ScheduleDeadlock, by_stage, dependency_order, schedule
 from commtax.spec import Job
 from commtax.topology import group_placement
-from commtax.units import MiB
-from commtax.workload import Block, Collective, Compute, Workload, build_workload, grad_bytes_per_param
+from commtax.workload import DDP_BUCKET_BYTES, Block, Collective, Compute, Workload, build_workload, grad_bytes_per_param
 
-# torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25): buckets of 25 MiB of gradients
-DDP_BUCKET_BYTES = 25 * MiB
 STREAMS = ("compute", "tp", "cp", "pp_fwd", "pp_bwd", "dp", "dp_rs")
 COMPUTE_KINDS = ("compute", "recompute", "optimizer")
 ONE_PIECE = [(1.0, (), 0.0, [])]
@@ -229,12 +226,12 @@ class StepBuilder:
         # Wang et al. 2022, Transformer Engine userbuffers; ring attention: one K/V step per CP rank):
         # the first chunk's transfer has nothing to hide under, the rest runs under the GEMMs / attention.
         if tp and ov.tp:
-            first = tp / self.job.plan.tp
+            first = first_chunk(tp, self.job.plan.tp)
             steps.append((("tp", "tp", first, "tp", ()),))
             steps.append((("gemm", "compute", pc.gemm, kind, ()), ("tp", "tp", tp - first, "tp", ())))
             rest -= pc.gemm
         if cp and ov.cp:
-            first = cp / self.job.plan.cp
+            first = first_chunk(cp, self.job.plan.cp)
             steps.append((("cp", "cp", first, "cp", ()),))
             steps.append((("attention", "compute", pc.attention, kind, ()), ("cp", "cp", cp - first, "cp", ())))
             rest -= pc.attention
