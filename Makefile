@@ -24,6 +24,8 @@ validate: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_estimate.py
+	$(BIN)/python benchmarks/bench_simulate.py
+	$(BIN)/python benchmarks/bench_search.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
