@@ -237,24 +237,33 @@ def job_for(job: Job, plan: dict[str, Any]) -> Job:
 
 # ----------------------------------------------------------------------------- one base (tp, pp, cp)
 class _MemoCosts(Costs):
-    """The model's Costs, each phase priced once by content across all the jobs of one base (which share
-    placements); the model's own Costs already caches by identity within one workload."""
+    """The model's Costs with each phase priced once across all the bases that place TP and CP alike:
+    by identity (the layer blocks are shared between bases, see ``_eval_base``), then by content."""
 
-    def __init__(self, job: Job, shared: dict[Any, Any] | None = None):
+    def __init__(self, job: Job, shared: "_Shared | None" = None):
         super().__init__(job)
-        self._search_phases: dict[Any, Any] = {} if shared is None else shared
-        self._search_ids: dict[int, tuple[Any, Any]] = {}
+        self._shared = shared or _Shared()
 
     def phase(self, ph):  # type: ignore[override]
-        hit = self._search_ids.get(id(ph))
+        ids = self._shared.phase_ids
+        hit = ids.get(id(ph))
         if hit is not None and hit[0] is ph:
             return hit[1]
         try:
-            v = self._search_phases[ph]
+            v = self._shared.phases[ph]
         except KeyError:
-            v = self._search_phases[ph] = super().phase(ph)
-        self._search_ids[id(ph)] = (ph, v)  # holding ph keeps its id from being reused
+            v = self._shared.phases[ph] = super().phase(ph)
+        ids[id(ph)] = (ph, v)  # holding ph keeps its id from being reused
         return v
+
+
+@dataclass
+class _Shared:
+    """What bases with the same TP and CP placement share: phase prices and per-micro-batch workloads."""
+
+    phases: dict[Any, Any] = field(default_factory=dict)
+    phase_ids: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    workloads: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute) -> Workload
 
 
 def _model_copy(job: Job, **changes: Any) -> Job:
@@ -365,7 +374,7 @@ def _phase_key(job: Job) -> tuple:
     return tuple((lay.size[g], lay.stride[g]) for g in ("tp", "cp"))
 
 
-def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, dict] | None = None) -> _BaseResult:
+def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
     """Evaluate every plan of one base on its grid (vp, mb, sp, zero, recompute, grad dtype)."""
     A = base.axes
     VP, MB, SP, Z, RC, GD = (A[k] for k in AXES)
@@ -393,27 +402,14 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, dict] | None = None
         return _BaseResult(plans, z, np.full((len(grid), len(PART_KEYS)), np.nan), z, z, np.zeros(len(grid), bool),
                            invalid, nofit, examples)
     any_job = next(iter(jobs_v.values()))
-    shared = None if phase_cache is None else phase_cache.setdefault(_phase_key(any_job), {})
+    shared = _Shared() if phase_cache is None else phase_cache.setdefault(_phase_key(any_job), _Shared())
     costs = _MemoCosts(any_job, shared)
     m = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in MB], float)  # micro-batches per step
-    # per (mb, sp, rc): the model's stage times -> slow stage and average
-    slow: dict[tuple[int, int, int], Any] = {}
-    st_tot = np.full((len(MB), len(SP), len(RC)), np.nan)
-    st_avg = st_tot.copy()
-    st_parts = np.full((4, len(MB), len(SP), len(RC)), np.nan)  # compute, recompute, tp_exposed, cp_exposed
     rep_v = {(j, k): jv for (i, j, k), jv in sorted(jobs_v.items(), reverse=True)}  # any valid vp per (mb, sp)
-    wl_mb: dict[int, Any] = {}  # a workload per micro-batch size (pipeline sends, micro-batch count)
-    for (j, k), jv in rep_v.items():
-        for r, rc in enumerate(RC):
-            jr = _copy(jv, recompute=rc)
-            wl = wl_mb[j] = build_workload(jr)
-            stages = stage_times(jr, wl, costs)
-            s = max(stages, key=lambda x: x.total)  # as estimate: the slowest rank sets the pace
-            slow[j, k, r] = s
-            st_avg[j, k, r] = sum(x.total for x in stages) / len(stages)
-            st_parts[:, j, k, r] = (s.compute, s.recompute, s.tp_exposed, s.cp_exposed)
+    mbs = sorted({j for j, _ in rep_v})
+    n_mb = {j: next(jv for (jj, _), jv in rep_v.items() if jj == j).micro_batches for j in mbs}
     # per (zero, gd): DP ops and optimizer from the model's workload (they do not depend on the micro-batch
-    # size; only the micro-batch count does, set per mb below); model-state memory
+    # size; only the micro-batch count does, set per mb); model-state memory
     wl_w: dict[tuple[int, int, int], Any] = {}
     opt = np.full((len(MB), len(Z), len(GD)), np.nan)
     states = np.full((len(Z), len(GD)), np.nan)
@@ -424,9 +420,31 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, dict] | None = None
         mm = memory(jw)
         states[z, g] = mm.weights + mm.grads + mm.optimizer
         t_opt = costs.compute(wl.optimizer)
-        for j in wl_mb:
-            wl_w[j, z, g] = (jw, dataclasses.replace(wl, micro_batches=wl_mb[j].micro_batches))
+        for j in mbs:
+            wl_w[j, z, g] = (jw, dataclasses.replace(wl, micro_batches=n_mb[j]))
             opt[j, z, g] = t_opt
+    layers_per_stage = wl.layers_per_stage
+    # per (mb, sp, rc): the model's stage times -> slow stage and average. The layer, embedding and head
+    # blocks do not depend on pp or dp: one workload per (mb, sp, rc) serves every base of this TP/CP
+    # placement, with this base's layers per stage and micro-batch count.
+    slow: dict[tuple[int, int, int], Any] = {}
+    st_avg = np.full((len(MB), len(SP), len(RC)), np.nan)
+    st_parts = np.full((4, len(MB), len(SP), len(RC)), np.nan)  # compute, recompute, tp_exposed, cp_exposed
+    wl_mb: dict[int, Any] = {}  # a workload per micro-batch size (pipeline sends, micro-batch count)
+    for (j, k), jv in rep_v.items():
+        for r, rc in enumerate(RC):
+            jr = _copy(jv, recompute=rc)
+            key = (MB[j], SP[k], rc)
+            template = shared.workloads.get(key)
+            if template is None:
+                template = shared.workloads[key] = build_workload(jr)
+            wl = wl_mb[j] = dataclasses.replace(template, layers_per_stage=layers_per_stage,
+                                                micro_batches=n_mb[j])
+            stages = stage_times(jr, wl, costs)
+            s = max(stages, key=lambda x: x.total)  # as estimate: the slowest rank sets the pace
+            slow[j, k, r] = s
+            st_avg[j, k, r] = sum(x.total for x in stages) / len(stages)
+            st_parts[:, j, k, r] = (s.compute, s.recompute, s.tp_exposed, s.cp_exposed)
     # DP traffic per (mb, sp, rc, zero, gd); pipeline sends per (vp, mb)
     dp_exp = np.full((len(MB), len(SP), len(RC), len(Z), len(GD)), np.nan)
     for (j, k, r), s in slow.items():
@@ -516,7 +534,7 @@ def _codes(job: Job, base: _Base, grid: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- the search
-_WORKER_CACHE: dict[Any, dict] = {}  # phase prices in a worker process, shared by all its chunks
+_WORKER_CACHE: dict[Any, _Shared] = {}  # phase prices in a worker process, shared by all its chunks
 
 
 def _init_worker() -> None:
@@ -544,7 +562,7 @@ def evaluate_space(
         workers = min(2, os.cpu_count() or 1) if len(bases) >= 16 else 1
     try:
         if workers <= 1:
-            cache: dict[Any, dict] = {}
+            cache: dict[Any, _Shared] = {}
             for n, b in enumerate(bases):
                 results.append(_eval_base(job, b, cache))
                 if progress:
