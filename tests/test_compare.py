@@ -178,3 +178,17 @@ def test_gpu_counts_multiply_the_clusters():
     assert [j.cluster.num_gpus for j in jobs] == [8, 16, 32]
     with pytest.raises(SpecError, match="no valid cluster size"):
         with_gpu_counts([job], [12])  # 12 GPUs in 8-GPU nodes
+
+
+def test_cli_compare_sizes_and_deadline(tmp_path):
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(small_job()))
+    r = CliRunner().invoke(_app(), ["compare", str(f), "--num-gpus", "8,16", "--deadline", "1e6", "--json",
+                                    "--cp", "1", "--micro-batch", "1", "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert [row["num_gpus"] for row in data["rows"]] == [8, 16]
+    cheapest = min(data["rows"], key=lambda row: row["usd_per_B_tokens"])
+    assert data["deadline_choice"] == cheapest["name"]
+    r = CliRunner().invoke(_app(), ["compare", str(f), "--num-gpus", "8,x"])
+    assert r.exit_code == 2 and "--num-gpus: expected integers" in r.output

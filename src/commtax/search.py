@@ -10,7 +10,7 @@ evaluates each part once per distinct sub-configuration, with the model's own fu
 part                          model function                         depends on (within a base)
 ============================  =====================================  ==========================
 validity                      ``Job`` validator (``spec``)           vp, micro_batch, sp
-stage times (slow, average)   ``stage_times``                        micro_batch, sp, recompute
+stage times (slow, average)   ``stage_times`` (*)                    micro_batch, sp, recompute
 pipeline sends                ``estimate._pp_exposed``               micro_batch, vp
 DP traffic                    ``estimate._dp_exposed``               micro_batch, sp, recompute, zero, grad dtype
 optimizer step                ``Costs.compute(wl.optimizer)``        zero, grad dtype
@@ -18,10 +18,13 @@ model-state memory            ``memory.memory``                      zero, grad 
 activation memory             ``memory.activation_bytes``            vp, micro_batch, sp, recompute
 ============================  =====================================  ==========================
 
-and assembles the step on the plan grid with NumPy broadcasting (``_assemble``: the same sum, in
-the same order, as ``estimate``).  Every search re-estimates its top plans with ``estimate`` and
-reports the largest relative difference (``max_rel_diff``); the tests and the benchmark check it
-against 1e-9 on random samples, so a change of the model's dependencies shows up at once.
+(*) the layer, embedding and head blocks of ``build_workload`` do not depend on pp or dp, so one workload
+per (micro_batch, sp, recompute) serves every base with the same TP and CP placement, and their phases are
+priced once (``_Shared``). The search then assembles the step on the plan grid with NumPy broadcasting
+(``_assemble``: the same sum, in the same order, as ``estimate``). Every search re-estimates its top plans
+with ``estimate`` and reports the largest relative difference (``max_rel_diff``, a warning above 1e-9);
+the tests and the benchmark check it on random samples, so a change of the model's dependencies shows
+up at once.
 """
 
 from __future__ import annotations
