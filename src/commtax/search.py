@@ -537,6 +537,12 @@ def _codes(job: Job, base: _Base, grid: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- the search
+def _mp_methods() -> list[str]:
+    import multiprocessing as mp
+
+    return mp.get_all_start_methods()
+
+
 _WORKER_CACHE: dict[Any, _Shared] = {}  # phase prices in a worker process, shared by all its chunks
 
 
@@ -563,6 +569,8 @@ def evaluate_space(
     interrupted = False
     if workers is None:
         workers = min(2, os.cpu_count() or 1) if len(bases) >= 16 else 1
+    if workers > 1 and "fork" not in _mp_methods():
+        workers = 1  # workers inherit the job by fork; elsewhere (Windows) search in one process
     try:
         if workers <= 1:
             cache: dict[Any, _Shared] = {}
