@@ -2,8 +2,8 @@
 
 Run under torchrun (one node or many) or ``commtax cluster run``; every rank runs the same
 sweep, rank 0 reports. Per size: ``warmup`` untimed iterations, a barrier, ``iters`` timed
-ones; time is the median over iterations of the slowest rank's time (the collective is done
-when the last rank is); the mean is kept as ``time_mean_s``.
+ones back to back; time is the median over iterations of the slowest rank's time (the
+collective is done when the last rank is); the mean is kept as ``time_mean_s``.
 algbw = message_bytes / time_s and busbw = algbw × bus factor (nccl-tests doc/PERFORMANCE.md).
 """
 
@@ -116,22 +116,23 @@ def make_op(op: str, impl: str, numel: int, dtype: torch.dtype, device: torch.de
 
 
 def time_op(run: Callable[[], None], warmup: int, iters: int, device: torch.device) -> tuple[float, float]:
-    """(median, mean) over timed iterations of the slowest rank's seconds.
+    """(median, mean) seconds per iteration, iterations back to back after one barrier (as nccl-tests).
 
-    Each iteration starts after a barrier and is timed on every rank; the per-iteration
-    maximum over ranks is when the collective was complete everywhere. The median keeps one
-    preempted iteration (a shared CPU) from moving the result.
+    Every rank stamps the end of each iteration; the per-iteration maximum over ranks is the
+    time the collective took everywhere. The median drops the first iteration's barrier skew
+    and any iteration a busy CPU preempted.
     """
     for _ in range(warmup):
         run()
     synchronize(device)
-    dts = torch.zeros(iters, dtype=torch.float64)
+    dist.barrier()
+    stamps = torch.zeros(iters + 1, dtype=torch.float64)
+    stamps[0] = time.perf_counter()
     for i in range(iters):
-        dist.barrier()
-        t0 = time.perf_counter()
         run()
         synchronize(device)
-        dts[i] = time.perf_counter() - t0
+        stamps[i + 1] = time.perf_counter()
+    dts = stamps[1:] - stamps[:-1]
     dist.all_reduce(dts, op=dist.ReduceOp.MAX)
     return float(dts.median().item()), float(dts.mean().item())
 

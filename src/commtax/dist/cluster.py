@@ -163,8 +163,8 @@ class EmulatedCluster:
                                        "commtax.dist.netprobe", "serve", "29399"], stdout=subprocess.PIPE, text=True)
             try:
                 server.stdout.readline()
-                bulk = int(self.link_bit_s / 8 * 0.2)  # 0.2 s of traffic at the link rate
-                link = self._probe(self.node_ns(0), "client", self.address(1), "29399", str(max(bulk, 2**20)))
+                bulk = int(self.link_bit_s / 8 * 0.4)  # 0.4 s of traffic at the link rate: the tbf bucket is noise
+                link = self._probe(self.node_ns(0), "client", self.address(1), "29399", str(max(bulk, 4 * 2**20)))
                 out.update(link_latency_us=link["latency_us"], link_bw_GBps=link["bw_GBps"])
             finally:
                 server.wait(timeout=30)

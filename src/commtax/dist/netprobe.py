@@ -39,8 +39,10 @@ def _client(host: str, port: int, bulk_bytes: int) -> dict:
             s.recv(1)
         rtt_s = (time.perf_counter() - t0) / PINGS
         block = b"\0" * BLOCK_BYTES
+        blocks = max(1, bulk_bytes // BLOCK_BYTES)
+        bulk_bytes = blocks * BLOCK_BYTES  # what is actually sent
         t0 = time.perf_counter()
-        for _ in range(bulk_bytes // BLOCK_BYTES):
+        for _ in range(blocks):
             s.sendall(block)
         s.shutdown(socket.SHUT_WR)
         s.recv(1)

@@ -1,0 +1,29 @@
+"""Shared by the dist/cluster/bench tests: run the dist CLI in a subprocess, skip without netns."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def cli(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    """``python -m commtax.dist.cli ARGS`` (what the lead's ``commtax`` registers), output captured."""
+    return subprocess.run([sys.executable, "-m", "commtax.dist.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def require_netns() -> None:
+    from commtax.dist.cluster import ClusterError, check_host
+
+    try:
+        check_host()
+    except ClusterError as e:
+        pytest.skip(f"needs root and Linux network namespaces: {e}")
+
+
+def records(path: Path) -> list[dict]:
+    return json.loads(Path(path).read_text()) if Path(path).exists() else []

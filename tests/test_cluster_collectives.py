@@ -1,0 +1,118 @@
+"""Real gloo collectives over tc-shaped links vs the cost model (needs root, netns and torch).
+
+Small on purpose (a few MiB over 300 Mbit/s links): each sweep is seconds. Timing on a
+shared CPU is noisy, so every timing assertion uses medians and is re-measured once.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+
+from dist_helpers import cli, records, require_netns
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.netns, pytest.mark.torch]
+
+MiB = 2**20
+PY_BENCH = ("bench", "collective")
+
+
+@pytest.fixture(scope="module")
+def four_nodes(tmp_path_factory):
+    require_netns()
+    path = tmp_path_factory.mktemp("c4") / "cluster.yaml"
+    r = cli("cluster", "up", "--nodes", "4", "--ranks-per-node", "1", "--link", "300mbit", "--out", str(path))
+    assert r.returncode == 0, r.stderr
+    yield path, yaml.safe_load(path.read_text())
+    cli("cluster", "down", "--cluster", str(path))
+
+
+def sweep(cluster, out, *args, timeout=240):
+    import sys
+
+    out.unlink(missing_ok=True)
+    r = cli("cluster", "run", "--cluster", str(cluster), "--grace", "15", "--", sys.executable, "-m",
+            "commtax.dist.cli", *PY_BENCH, "--out", str(out), *args, timeout=timeout)
+    return r, records(out)
+
+
+def checked(recs):
+    """gloo's all_reduce (a ring), our ring all_gather and reduce_scatter: the algorithms collectives.py prices.
+
+    gloo's own reduce_scatter all-reduces the whole buffer (2× the ring's time), and its
+    all_gather runs 8–15% below the ring model on these links: see docs/dist.md.
+    """
+    keep = {("all_reduce", "torch"), ("all_gather", "ring"), ("reduce_scatter", "ring")}
+    return [r for r in recs if (r["op"], r["impl"]) in keep and r["message_bytes"] >= MiB]
+
+
+def worst(rows):
+    return max(abs(r["error"]) for r in rows)
+
+
+def test_model_within_10pct_before_and_5pct_after_calibration(four_nodes, tmp_path):
+    from commtax.dist.calibrate import calibrate, compare
+
+    cluster, spec = four_nodes
+    args = ("--ops", "all_reduce,all_gather,reduce_scatter", "--min", "1MiB", "--max", "4MiB", "--iters", "5",
+            "--impl", "torch,ring")
+    for attempt in range(2):  # one re-measurement: a neighbour's CPU burst is not the model's fault
+        _, a = sweep(cluster, tmp_path / "a.json", *args)
+        before = compare(checked(a), spec)
+        profile = calibrate(checked(a), spec)
+        _, b = sweep(cluster, tmp_path / "b.json", *args)
+        after = compare(checked(b), spec, profile)
+        if worst(before) <= 0.10 and worst(after) <= 0.05:
+            break
+    assert len(before) == 9 and len(after) == 9  # 3 ops × 1, 2, 4 MiB
+    assert worst(before) <= 0.10, [(r["op"], r["message_bytes"], round(r["error"], 3)) for r in before]
+    assert worst(after) <= 0.05, [(r["op"], r["message_bytes"], round(r["error"], 3)) for r in after]
+
+
+def test_our_ring_reaches_90pct_of_gloo_busbw_at_16MiB(four_nodes, tmp_path):
+    cluster, _ = four_nodes
+    for attempt in range(2):
+        _, recs = sweep(cluster, tmp_path / "r.json", "--ops", "all_reduce", "--min", "16MiB", "--max", "16MiB",
+                        "--warmup", "1", "--iters", "3", "--impl", "torch,ring")
+        busbw = {r["impl"]: r["busbw_GBps"] for r in recs}
+        if busbw["ring"] >= 0.9 * busbw["torch"]:
+            break
+    assert busbw["ring"] / busbw["torch"] >= 0.9, busbw
+    assert busbw["torch"] == pytest.approx(0.3 / 8, rel=0.1)  # busbw of a ring all-reduce ≈ the link rate
+
+
+def test_killed_rank_fails_the_others_fast_and_keeps_results(four_nodes, tmp_path):
+    cluster, _ = four_nodes
+    t0 = time.monotonic()
+    r, recs = sweep(cluster, tmp_path / "k.json", "--ops", "all_reduce", "--min", "64KiB", "--max", "4MiB",
+                    "--timeout", "10", "--fault", "2:3:kill")
+    elapsed = time.monotonic() - t0
+    assert r.returncode != 0
+    assert "rank 2 (node 2" in r.stderr and "died or stopped" in r.stderr  # the survivors name it
+    assert [x["message_bytes"] for x in recs] == [65536, 131072, 262144]  # finished ones, intact on disk
+    assert elapsed < 10 + 15 + 30  # timeout + grace + start-up: never a hang
+
+
+def test_hierarchical_beats_flat_ring_as_predicted(tmp_path):
+    require_netns()
+    from commtax.dist.calibrate import compare
+
+    path = tmp_path / "c24.yaml"
+    r = cli("cluster", "up", "--nodes", "2", "--ranks-per-node", "4", "--link", "300mbit", "--out", str(path))
+    assert r.returncode == 0, r.stderr
+    try:
+        spec = yaml.safe_load(path.read_text())
+        assert spec["intra_node"]["bw_GBps"] > 10 * 0.3 / 8  # loopback inside a node ≫ 10× the link
+        _, recs = sweep(path, tmp_path / "h.json", "--ops", "all_reduce", "--min", "4MiB", "--max", "4MiB",
+                        "--iters", "3", "--impl", "ring,hier")
+    finally:
+        cli("cluster", "down", "--cluster", str(path))
+    rows = {x["impl"]: x for x in compare(recs, spec)}
+    measured = rows["ring"]["measured_s"] / rows["hier"]["measured_s"]
+    predicted = rows["ring"]["predicted_s"] / rows["hier"]["predicted_s"]
+    # node NIC carries 2·7/8·S for the flat ring, 2·1/2·S for hierarchical: ×1.75 predicted
+    assert predicted == pytest.approx(1.75, rel=0.05)
+    assert measured > 1.3 and measured == pytest.approx(predicted, rel=0.2)
