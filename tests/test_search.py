@@ -174,8 +174,9 @@ def test_cli_search_json(tmp_path):
     f = tmp_path / "job.yaml"
     f.write_text(yaml.safe_dump(small_job()))
     out = tmp_path / "res.json"
+    csv = tmp_path / "plans.csv"
     r = CliRunner().invoke(_app(), ["search", str(f), "--cp", "1", "--micro-batch", "1..2", "--top", "2", "--json",
-                                    "--workers", "1", "--out", str(out)])
+                                    "--workers", "1", "--out", str(out), "--csv", str(csv)])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data == json.loads(out.read_text())
@@ -187,6 +188,13 @@ def test_cli_search_json(tmp_path):
     # $ per B tokens = owned $/s × 1e9 / tokens/s (cost.py); tokens per dollar is its inverse × 1e9
     assert best["usd_per_B_tokens"] * best["tokens_per_dollar"] == pytest.approx(1e9, rel=1e-12)
     assert data["evaluated"] == data["valid"] + data["invalid"]
+    import csv as csvlib
+
+    rows = list(csvlib.DictReader(csv.open()))
+    assert len(rows) == data["valid"]
+    assert sum(r["fits"] == "True" for r in rows) == data["fit"]
+    fastest = min(float(r["step_time_s"]) for r in rows if r["fits"] == "True")
+    assert fastest == pytest.approx(best["breakdown"]["step_time_s"], rel=1e-9)
     assert math.isfinite(data["plans_per_s"])
 
 

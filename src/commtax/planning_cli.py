@@ -149,6 +149,7 @@ def search_command(
     rent: RentOpt = False,
     json_out: JsonOpt = False,
     out: OutOpt = None,
+    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="write every valid plan (CSV) here")] = None,
     workers: WorkersOpt = None,
     catalog: CatalogOpt = None,
     prices: PricesOpt = None,
@@ -182,6 +183,8 @@ def search_command(
             entry["usd_per_B_tokens"] = usd_per_s * 1e9 / b.tokens_per_s
             entry["tokens_per_dollar"] = b.tokens_per_s / usd_per_s
         data["price_mode"] = mode
+    if csv_out is not None:
+        write_atomic(csv_out, res.to_csv())
     _emit(data, json_out, out)
     if json_out:
         return

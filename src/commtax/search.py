@@ -218,6 +218,18 @@ class SearchResult:
             "warnings": self.warnings,
         }
 
+    def to_csv(self) -> str:
+        """Every valid plan, one row each: plan fields, step and its parts (s), memory (GiB), fits."""
+        head = list(COLUMNS) + ["step_time_s"] + [f"{k}_s" for k in PART_KEYS] + ["memory_GiB", "fits"]
+        lines = [",".join(head)]
+        for i in np.flatnonzero(self.valid):
+            p = self.plan_dict(int(i))
+            vals = [str(p[c]) for c in COLUMNS] + [repr(float(self.step_s[i]))]
+            vals += [repr(float(x)) for x in self.parts_s[i]]
+            vals += [repr(float(self.mem_bytes[i] / GiB)), str(bool(self.fits[i]))]
+            lines.append(",".join(vals))
+        return "\n".join(lines) + "\n"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.summary(),
