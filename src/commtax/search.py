@@ -480,7 +480,7 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     valid_full = np.broadcast_to(valid[:, :, :, None, None, None], shape)
     step = np.where(valid_full, step, np.nan)
     mem = np.where(valid_full, mem, np.nan)
-    cap = job.cluster.gpu.mem_GiB * GiB
+    cap = job.cluster.gpu.mem_bytes  # as estimate: fits = total <= gpu.mem_bytes
     over = valid_full & ~(mem <= cap)
     if over.any():
         act_full = np.broadcast_to(acts[:, :, :, None, :, None], shape)
@@ -676,7 +676,7 @@ def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: 
     step = cat("step")
     mem = cat("mem")
     valid = cat("valid").astype(bool) if parts else np.zeros(0, bool)
-    fits = valid & (mem <= job.cluster.gpu.mem_GiB * GiB)
+    fits = valid & (mem <= job.cluster.gpu.mem_bytes)
     inv: Counter = Counter()
     nof: Counter = Counter()
     examples: dict[str, str] = {}
