@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dist_helpers import cli, require_netns
+from commtax.dist.testing import cli, require_netns
 
 netns = pytest.mark.netns
 

@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 
-from dist_helpers import cli, records, require_netns
+from commtax.dist.testing import cli, records, require_netns
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.netns, pytest.mark.torch]

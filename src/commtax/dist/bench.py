@@ -212,4 +212,4 @@ def in_torchrun() -> bool:
 def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
     """This same command, relaunched as ``nproc`` local ranks under torchrun."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "--max-restarts=0", "-m", "--", "commtax.dist.cli", *module_argv]  # "--": torchrun would read --max as its own --max-restarts
+            "--max-restarts=0", "--shutdown-timeout=5", "-m", "--", "commtax.dist.cli", *module_argv]  # "--": torchrun would read --max as its own --max-restarts

@@ -1,4 +1,4 @@
-"""Shared by the dist/cluster/bench tests: run the dist CLI in a subprocess, skip without netns."""
+"""Helpers for the dist/cluster/bench tests: run the dist CLI in a subprocess, skip without netns."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 
 def cli(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
@@ -17,6 +15,8 @@ def cli(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
 
 
 def require_netns() -> None:
+    import pytest
+
     from commtax.dist.cluster import ClusterError, check_host
 
     try:
