@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from commtax.errors import SpecError
-from commtax.spec import CATALOG_DIR, Job, _read_yaml, build
+from commtax.spec import CATALOG_DIR, Job, read_yaml, build
 from commtax.units import SECONDS_PER_DAY
 
 HOUR_S = 3600.0
@@ -93,10 +93,10 @@ _MODELS = {"gpus": GpuPrice, "nodes": NodePrice, "site": Site}
 
 def load_prices(override: Path | str | None = None, **site_changes: Any) -> Prices:
     """Built-in prices, merged with an override file (same sections); ``site_changes`` override site fields."""
-    raw = _read_yaml(PRICE_FILE)
+    raw = read_yaml(PRICE_FILE)
     data = {s: {k: dict(v) for k, v in (raw.get(s) or {}).items()} for s in _MODELS}
     if override is not None:
-        extra = _read_yaml(Path(override))
+        extra = read_yaml(Path(override))
         if not isinstance(extra, dict):
             raise SpecError(f"{override}: a price file is a mapping with sections {', '.join(_MODELS)}")
         for section, entries in extra.items():

@@ -218,7 +218,7 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
     return [first] + [_combine(job, [layers])] * (p - 2) + [last]
 
 
-def _dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
+def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
     """(link time per step, exposed time per step, bytes per step) of data-parallel traffic.
 
     Overlapped reduction hides under the last micro-batch's backward; the last bucket stays exposed
@@ -261,7 +261,7 @@ def bucketed_time(costs: Costs, c: Collective, bucket_bytes: float) -> float:
     return n * costs.collective(replace(c, bytes=c.bytes / n))
 
 
-def _pp_exposed(job: Job, wl: Workload, costs: Costs) -> tuple[float, float, float]:
+def pp_exposed(job: Job, wl: Workload, costs: Costs) -> tuple[float, float, float]:
     """(link time, exposed time, bytes) of pipeline sends for one step on the busiest rank."""
     p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
     if p == 1:
@@ -274,6 +274,25 @@ def _pp_exposed(job: Job, wl: Workload, costs: Costs) -> tuple[float, float, flo
     overlapped = job.plan.overlap.pp and v > 1
     exposed = fill if overlapped else fill + 2 * m * t_send
     return sends * t_send, exposed, sends * costs.sent_bytes(wl.pp_send)
+
+
+def step_parts(m, compute, recompute, tp_exposed, cp_exposed, t_avg, pp, vp, pp_exposed, dp_exposed, optimizer):
+    """The step's parts (BREAKDOWN_KEYS order) from one micro-batch on the slowest stage.
+
+    step = m·(compute + recompute + exposed TP + exposed CP) of the slowest stage + (p−1)/v·T_avg
+    + exposed PP + exposed DP + optimizer (Narayanan et al. 2021 §2.2 for the bubble). Plain
+    arithmetic, so it works elementwise on NumPy arrays too (``commtax.search`` evaluates whole grids).
+    """
+    return {
+        "compute": m * compute,
+        "recompute": m * recompute,
+        "tp_exposed": m * tp_exposed,
+        "cp_exposed": m * cp_exposed,
+        "pp_bubble": (pp - 1) / vp * t_avg,
+        "pp_exposed": pp_exposed,
+        "dp_exposed": dp_exposed,
+        "optimizer": optimizer,
+    }
 
 
 def model_flops_per_gpu_step(job: Job, wl: Workload) -> float:
@@ -323,20 +342,11 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
     p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
     slow = max(stages, key=lambda s: s.total)
     t_avg = sum(s.total for s in stages) / len(stages)
-    bubble = (p - 1) / v * t_avg if p > 1 else 0.0
-    pp_link, pp_exp, pp_bytes = _pp_exposed(job, wl, costs)
-    dp_link, dp_exp, dp_bytes = _dp_exposed(job, wl, costs, slow)
+    pp_link, pp_exp, pp_bytes = pp_exposed(job, wl, costs)
+    dp_link, dp_exp, dp_bytes = dp_exposed(job, wl, costs, slow)
     optimizer = costs.compute(wl.optimizer)
-    parts = {
-        "compute": m * slow.compute,
-        "recompute": m * slow.recompute,
-        "tp_exposed": m * slow.tp_exposed,
-        "cp_exposed": m * slow.cp_exposed,
-        "pp_bubble": bubble,
-        "pp_exposed": pp_exp,
-        "dp_exposed": dp_exp,
-        "optimizer": optimizer,
-    }
+    parts = step_parts(m, slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed, t_avg, p, v,
+                       pp_exp, dp_exp, optimizer)
     comm_time = {
         "tp": m * slow.link.comm.get("tp", 0.0),
         "cp": m * slow.link.comm.get("cp", 0.0),

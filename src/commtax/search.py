@@ -11,8 +11,8 @@ part                          model function                         depends on 
 ============================  =====================================  ==========================
 validity                      ``Job`` validator (``spec``)           vp, micro_batch, sp
 stage times (slow, average)   ``stage_times`` (*)                    micro_batch, sp, recompute
-pipeline sends                ``estimate._pp_exposed``               micro_batch, vp
-DP traffic                    ``estimate._dp_exposed``               micro_batch, sp, recompute, zero, grad dtype
+pipeline sends                ``estimate.pp_exposed``                micro_batch, vp
+DP traffic                    ``estimate.dp_exposed``                micro_batch, sp, recompute, zero, grad dtype
 optimizer step                ``Costs.compute(wl.optimizer)``        zero, grad dtype
 model-state memory            ``memory.memory``                      zero, grad dtype
 activation memory             ``memory.activation_bytes``            vp, micro_batch, sp, recompute
@@ -44,7 +44,7 @@ import numpy as np
 
 from commtax import estimate as _est
 from commtax.errors import SpecError
-from commtax.estimate import Breakdown, Costs, estimate, stage_times
+from commtax.estimate import BREAKDOWN_KEYS, Breakdown, Costs, estimate, stage_times, step_parts
 from commtax.memory import FRAMEWORK_RESERVE_GiB, activation_bytes, memory
 from commtax.plans import candidates
 from commtax.spec import Job, job_with
@@ -465,12 +465,12 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     for (j, k, r), s in slow.items():
         for (z, _), (g, _) in itertools.product(enumerate(Z), enumerate(GD)):
             jw, wl = wl_w[j, z, g]
-            dp_exp[j, k, r, z, g] = _est._dp_exposed(jw, wl, costs, s)[1]
+            dp_exp[j, k, r, z, g] = _est.dp_exposed(jw, wl, costs, s)[1]
     pp_exp = np.full((len(VP), len(MB)), np.nan)
     acts = np.full((len(VP), len(MB), len(SP), len(RC)), np.nan)
     for (i, j, k), jv in jobs_v.items():
         if np.isnan(pp_exp[i, j]):
-            pp_exp[i, j] = _est._pp_exposed(jv, wl_mb[j], costs)[1]
+            pp_exp[i, j] = _est.pp_exposed(jv, wl_mb[j], costs)[1]
         for r, rc in enumerate(RC):
             acts[i, j, k, r] = activation_bytes(_copy(jv, recompute=rc))
     step, parts, exposed = _assemble(base.pp, VP, m, st_parts, st_avg, pp_exp, dp_exp, opt)
@@ -506,7 +506,7 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
 
 
 def _assemble(pp, VP, m, st_parts, st_avg, pp_exp, dp_exp, opt):
-    """Step time on the (vp, mb, sp, zero, rc, gd) grid: ``estimate``'s sum of parts, in its order.
+    """Step time on the (vp, mb, sp, zero, rc, gd) grid: ``estimate.step_parts`` on arrays, summed in its order.
 
     Axes of the inputs: st_parts (4, mb, sp, rc); st_avg (mb, sp, rc); pp_exp (vp, mb);
     dp_exp (mb, sp, rc, zero, gd); opt (mb, zero, gd); m (mb,).
@@ -514,13 +514,10 @@ def _assemble(pp, VP, m, st_parts, st_avg, pp_exp, dp_exp, opt):
     v = np.asarray(VP, float)[:, None, None, None, None, None]
     mm = m[None, :, None, None, None, None]
     stage = st_parts[:, None, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, rc, gd)
-    compute, recompute, tp_e, cp_e = (mm * stage[q] for q in range(4))
-    avg = st_avg[None, :, :, None, :, None]
-    bubble = (pp - 1) / v * avg if pp > 1 else np.zeros_like(avg)
-    pp_e = pp_exp[:, :, None, None, None, None]
-    dp_e = np.moveaxis(dp_exp, 2, 3)[None]  # (1, mb, sp, zero, rc, gd)
-    op = opt[None, :, None, :, None, :]
-    parts = [compute, recompute, tp_e, cp_e, bubble, pp_e, dp_e, op]
+    named = step_parts(mm, stage[0], stage[1], stage[2], stage[3], st_avg[None, :, :, None, :, None], pp, v,
+                       pp_exp[:, :, None, None, None, None], np.moveaxis(dp_exp, 2, 3)[None],
+                       opt[None, :, None, :, None, :])
+    parts = [np.asarray(named[k], float) for k in BREAKDOWN_KEYS]
     shape = np.broadcast_shapes(*(p.shape for p in parts))
     parts = [np.broadcast_to(p, shape) for p in parts]
     step = parts[0]

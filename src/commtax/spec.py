@@ -315,7 +315,7 @@ class Job(_Spec):
 CATALOG_FILES = {"gpu": "gpus.yaml", "intra_node": "links.yaml", "inter_node": "networks.yaml", "model": "models.yaml"}
 
 
-def _read_yaml(path: Path) -> Any:
+def read_yaml(path: Path) -> Any:
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
@@ -332,7 +332,7 @@ def _read_yaml(path: Path) -> Any:
 
 @lru_cache(maxsize=1)
 def _builtin_catalog() -> dict[str, dict[str, dict]]:
-    return {kind: _read_yaml(CATALOG_DIR / f) or {} for kind, f in CATALOG_FILES.items()}
+    return {kind: read_yaml(CATALOG_DIR / f) or {} for kind, f in CATALOG_FILES.items()}
 
 
 def load_catalog(extra: Path | str | None = None) -> dict[str, dict[str, dict]]:
@@ -340,7 +340,7 @@ def load_catalog(extra: Path | str | None = None) -> dict[str, dict[str, dict]]:
     cat = {k: dict(v) for k, v in _builtin_catalog().items()}
     if extra is None:
         return cat
-    data = _read_yaml(Path(extra))
+    data = read_yaml(Path(extra))
     if not isinstance(data, dict):
         raise SpecError(f"{extra}: a catalog file is a mapping with sections {', '.join(CATALOG_FILES)}")
     for section, entries in data.items():
@@ -392,7 +392,7 @@ def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field
         path = Path(raw)
         if base_dir is not None and not path.is_absolute() and not path.exists():
             path = base_dir / path
-        data = _read_yaml(path)
+        data = read_yaml(path)
         if isinstance(data, dict) and "cluster" in data:
             data = data["cluster"]
         base_dir = path.parent
@@ -408,7 +408,7 @@ def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field
         p = Path(out["profile"])
         if base_dir is not None and not p.is_absolute() and not p.exists():
             p = base_dir / p
-        out["profile"] = _read_yaml(p)
+        out["profile"] = read_yaml(p)
     return out
 
 
@@ -418,7 +418,7 @@ def load_job(source: Path | str | dict, catalog_file: Path | str | None = None) 
     base_dir = None
     if isinstance(source, (str, Path)):
         base_dir = Path(source).parent
-        data = _read_yaml(Path(source))
+        data = read_yaml(Path(source))
     else:
         data = source
     if not isinstance(data, dict):
