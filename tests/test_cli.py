@@ -184,3 +184,13 @@ def test_estimate_path_imports_neither_torch_nor_matplotlib():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stderr.strip().endswith("[]"), r.stderr
+
+
+def test_plots_are_written_as_png(tmp_path, validation_dir):
+    for args, name in ((["estimate", REPO / "examples" / "llama2-70b-h100.yaml"], "e.png"),
+                       (["demo"], "d.png"),
+                       (["validate", validation_dir / "public_collectives.csv"], "v.png")):
+        out = tmp_path / name
+        r = run(*args, "--plot", out)
+        assert r.exit_code == 0, r.output
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

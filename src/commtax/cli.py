@@ -35,6 +35,7 @@ EXIT_INFEASIBLE = 1
 
 CatalogOpt = Annotated[Optional[Path], typer.Option("--catalog", help="YAML file adding or overriding catalog entries")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of tables")]
+PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="also draw a PNG chart to this file")]
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
@@ -85,6 +86,7 @@ def estimate(
     job_file: Annotated[Path, typer.Argument(help="job YAML: model, cluster, plan, training")],
     json_out: JsonOpt = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="also write the JSON breakdown to this file")] = None,
+    plot: PlotOpt = None,
     catalog: CatalogOpt = None,
 ) -> None:
     """Predict one training step: step time, MFU, comm tax, breakdown, memory."""
@@ -96,6 +98,10 @@ def estimate(
     b = run_estimate(job)
     if out is not None:
         emit_json(b.to_dict(), out)
+    if plot is not None:
+        from commtax.report.plots import breakdown_plot
+
+        breakdown_plot([(job_file.stem, b)], plot)
     if json_out:
         emit_json(b.to_dict())
     else:
@@ -122,6 +128,7 @@ def validate(
     max_mape: Annotated[
         Optional[float], typer.Option("--max-mape", help="exit 1 when the MAPE (%) is above this")
     ] = None,
+    plot: PlotOpt = None,
 ) -> None:
     """Predict published measurements and report the error per row and the MAPE."""
     from rich.progress import Progress
@@ -132,6 +139,10 @@ def validate(
     with Progress(console=err_console, transient=True, disable=json_out or not err_console.is_terminal) as prog:
         task = prog.add_task("predicting", total=n)
         report = run_validate(csv_file, catalog, progress=lambda: prog.advance(task))
+    if plot is not None:
+        from commtax.report.plots import parity_plot
+
+        parity_plot(report, plot)
     if json_out:
         emit_json(report.to_dict())
     else:
@@ -245,12 +256,16 @@ def collective(
 # ----------------------------------------------------------------------------- demo
 @app.command()
 @user_errors
-def demo(json_out: JsonOpt = False) -> None:
+def demo(json_out: JsonOpt = False, plot: PlotOpt = None) -> None:
     """The seed article's LLaMA-2 70B / 256-GPU scenario, recomputed next to the article's numbers."""
     from commtax.demo import ARTICLE, REASONS, communication_wall, seed_rows
 
     rows = seed_rows()
     wall = communication_wall(rows[0].job)
+    if plot is not None:
+        from commtax.report.plots import breakdown_plot
+
+        breakdown_plot([(r.name, r.breakdown) for r in rows], plot, "Seed scenario: where the step goes")
     if json_out:
         emit_json({
             "scenario": "llama2-70b, 1024×4096 tokens per step, TP=8 PP=4 DP=8, 256 GPUs",

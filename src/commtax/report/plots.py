@@ -1,4 +1,4 @@
-"""Planning plots (PNG): Pareto front of days-to-train vs $ per B tokens; comm tax and MFU vs GPU count.
+"""Plots (PNG): step breakdowns, validation parity, Pareto front of days vs $ per B tokens, scaling.
 
 matplotlib is imported inside the functions (never at module import); files are written atomically.
 """
@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from commtax.compare import Point, ScalePoint
+    from commtax.estimate import Breakdown
+    from commtax.validate import Report
 
 
 def _save(fig, path: Path | str) -> Path:
@@ -78,6 +80,68 @@ def scaling_plot(points: list["ScalePoint"], path: Path | str, title: str = "") 
         ax.set_ylim(0, 100)
         ax.grid(True, alpha=0.3)
         ax.set_title(title or "Best plan at each scale")
+        ax.legend(fontsize=8)
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+BREAKDOWN_COLORS = {
+    "compute": "#4c72b0", "recompute": "#8fa9d6", "tp_exposed": "#dd8452", "cp_exposed": "#e8b07f",
+    "pp_bubble": "#bbbbbb", "pp_exposed": "#c44e52", "dp_exposed": "#8172b3", "optimizer": "#55a868",
+}
+
+
+def breakdown_plot(rows: list[tuple[str, "Breakdown"]], path: Path | str, title: str = "") -> Path:
+    """One horizontal bar per job: the step split into its parts, communication in warm colours."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.6 * len(rows)))
+    try:
+        for i, (label, b) in enumerate(rows):
+            left = 0.0
+            for key, color in BREAKDOWN_COLORS.items():
+                share = b.breakdown_s[key] / b.step_time_s
+                ax.barh(i, share * 100, left=left, color=color, label=key if i == 0 else None)
+                left += share * 100
+            ax.text(101, i, f"{b.step_time_s:.3g} s, tax {100 * b.comm_tax:.0f}%", va="center", fontsize=8)
+        ax.set_yticks(range(len(rows)), [label for label, _ in rows])
+        ax.invert_yaxis()
+        ax.set_xlim(0, 125)
+        ax.set_xlabel("% of step time")
+        ax.set_title(title or "Where the step goes")
+        ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.45, -0.25 if len(rows) > 1 else -0.6))
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def parity_plot(report: "Report", path: Path | str, title: str = "") -> Path:
+    """Predicted vs measured for every predicted validation row, log-log, with the ±10% band."""
+    import numpy as np
+
+    plt = _pyplot()
+    rows = [r for r in report.rows if r.predicted is not None and r.measured]
+    fig, ax = plt.subplots(figsize=(6, 6))
+    try:
+        groups: dict[str, list] = {}
+        for r in rows:
+            groups.setdefault(r.id.split("_")[0], []).append(r)
+        for name, rs in groups.items():
+            ax.scatter([r.measured for r in rs], [r.predicted for r in rs], s=18, label=name)
+        if rows:
+            lo = min(min(r.measured, r.predicted) for r in rows) * 0.8
+            hi = max(max(r.measured, r.predicted) for r in rows) * 1.25
+            x = np.geomspace(lo, hi, 50)
+            ax.plot(x, x, "k-", lw=1)
+            ax.fill_between(x, 0.9 * x, 1.1 * x, color="k", alpha=0.08, label="±10%")
+        unit = "tokens/s per GPU" if report.kind == "runs" else "busbw GB/s"
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"measured {unit}")
+        ax.set_ylabel(f"predicted {unit}")
+        mape = f"MAPE {report.mape_pct:.1f}%" if report.mape_pct is not None else ""
+        ax.set_title(title or f"commtax validate: {report.kind}, {mape}")
+        ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         return _save(fig, path)
     finally:
