@@ -89,19 +89,21 @@ def figures(res: dict, d: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for key, marker in (("before", "o"), ("after", "s")):
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for key, impl, style in (("before", "torch", "o-"), ("before", "ring", "^:"), ("after", "torch", "s--")):
         for op in ("all_reduce", "all_gather", "reduce_scatter"):
-            pts = [r for r in res["ab"][key] if r["op"] == op and r["impl"] == "torch"]
-            ax.plot([p["message_bytes"] / MiB for p in pts], [100 * p["error"] for p in pts], marker=marker,
-                    label=f"{op} ({key} calibration)")
+            pts = [r for r in res["ab"][key] if r["op"] == op and r["impl"] == impl]
+            name = "gloo" if impl == "torch" else "our ring"
+            note = " (gloo: all-reduce + slice)" if op == "reduce_scatter" and impl == "torch" else ""
+            ax.plot([p["message_bytes"] / MiB for p in pts], [100 * p["error"] for p in pts], style,
+                    label=f"{op}, {name}{note}, {key} calibration")
     ax.axhspan(-10, 10, color="0.9")
     ax.axhspan(-5, 5, color="0.8")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message (MiB, nccl-tests size)")
     ax.set_ylabel("model − measured (%)")
     ax.set_title("4 nodes × 1 rank, 300 Mbit/s tbf links, gloo")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(d / "model_error_4x1.png", dpi=120)
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -112,20 +114,29 @@ def figures(res: dict, d: Path) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("all_reduce message (MiB)")
     ax.set_ylabel("ring time / hierarchical time")
+    ax.set_ylim(1.0, 2.0)
     ax.set_title("2 nodes × 4 ranks: loopback inside, 300 Mbit/s between")
     ax.legend()
     fig.tight_layout()
     fig.savefig(d / "hier_vs_ring_2x4.png", dpi=120)
 
 
+def load(d: Path) -> dict:
+    return json.loads((d / "summary.json").read_text())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out-dir", type=Path, default=Path("examples/emulated/results"))
+    ap.add_argument("--figures-only", action="store_true", help="redraw from an existing summary.json")
     args = ap.parse_args()
     d = args.out_dir
     d.mkdir(parents=True, exist_ok=True)
-    res = {"ab": part_a_b(d), "c": part_c(d)}
-    (d / "summary.json").write_text(json.dumps(res, indent=1))
+    if args.figures_only:
+        res = load(d)
+    else:
+        res = {"ab": part_a_b(d), "c": part_c(d)}
+        (d / "summary.json").write_text(json.dumps(res, indent=1))
     figures(res, d)
     for key in ("before", "after"):
         worst = {}

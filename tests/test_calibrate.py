@@ -75,9 +75,17 @@ def test_calibrate_cli_prints_residuals_and_writes_profile(tmp_path):
     app = typer.Typer()
     app.command()(calibrate_command)
     r = CliRunner().invoke(app, [str(tmp_path / "bench.json"), "--cluster", str(tmp_path / "c.yaml"),
-                                 "--out", str(tmp_path / "p.yaml"), "--impl", "ring"])
+                                 "--out", str(tmp_path / "p.yaml"), "--impl", "ring", "--cluster-out", str(tmp_path / "cp.yaml")])
     assert r.exit_code == 0, r.output
     assert "+0.0%" in r.output and yaml.safe_load((tmp_path / "p.yaml").read_text())["levels"]["inter"]
+    # the calibrated cluster file drives the predictor: collective_cost now sees the fitted 30 MB/s, 100 µs
+    from commtax.collectives import collective_cost
+    from commtax.spec import Cluster, build, load_catalog, resolve_cluster
+    from commtax.topology import placement
+
+    cluster = build(Cluster, resolve_cluster(str(tmp_path / "cp.yaml"), load_catalog()), "cluster")
+    t = collective_cost("all_reduce", 4 * MiB, placement(cluster, 4, 1, "all_reduce"), "ring").time_s
+    assert t == pytest.approx(2 * 3 * 100 * US + 2 * 3 / 4 * 4 * MiB / 30e6, rel=1e-3)  # ring, Thakur et al. 2005
 
 
 def test_calibrate_cli_bad_input_exits_2(tmp_path):

@@ -167,7 +167,7 @@ def _progress(enabled: bool):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True), disable=not enabled)
+                    console=Console(stderr=True, width=120), disable=not enabled)
 
 
 def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] | None = None) -> list[dict]:

@@ -246,6 +246,7 @@ def calibrate_command(
     gemm_json: Annotated[Optional[Path], typer.Option("--gemm", help="records from `commtax bench gemm --out`")] = None,
     out: Annotated[Path, typer.Option("--out", help="hardware profile YAML to write")] = Path("profile.yaml"),
     impl: Annotated[str, typer.Option("--impl", help="fit the records of this implementation (torch: the library's)")] = "torch",
+    cluster_out: Annotated[Optional[Path], typer.Option("--cluster-out", help="also write the cluster YAML with `profile:` pointing at --out")] = None,
 ) -> None:
     """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
     from commtax.dist.calibrate import calibrate, compare, write_profile
@@ -262,12 +263,19 @@ def calibrate_command(
     if not profile["ops"] and "inter" not in profile["residuals"]["levels"] and "intra" not in profile["residuals"]["levels"]:
         fail(f"calibrate: {bench_json} has no multi-rank collective records ≥ 64 KiB to fit")
     write_profile(profile, out)
+    if cluster_out is not None:
+        import yaml
+
+        from commtax.dist.results import write_atomic
+
+        write_atomic(cluster_out, yaml.safe_dump({**cluster, "profile": str(out.resolve())}, sort_keys=False))
     before, after = compare(records, cluster), compare(records, cluster, profile)
     typer.echo(f"{'op':>14} {'impl':>5} {'bytes':>10} {'measured ms':>12} {'model ms':>9} {'err':>7} {'calibrated':>10} {'err':>7}")
     for b, a in zip(before, after):
         typer.echo(f"{b['op']:>14} {b['impl']:>5} {b['message_bytes']:>10} {b['measured_s'] * 1e3:12.3f} "
                    f"{b['predicted_s'] * 1e3:9.3f} {b['error']:+7.1%} {a['predicted_s'] * 1e3:10.3f} {a['error']:+7.1%}")
-    typer.echo(f"wrote {out}; use it as `cluster: {{profile: {out}}}` in a job file")
+    typer.echo(f"wrote {out}" + (f" and {cluster_out}" if cluster_out else "")
+               + f"; in a job file: `cluster: {{..., profile: {out}}}` replaces the catalog link numbers")
 
 
 def _argv_tail() -> list[str]:

@@ -210,7 +210,8 @@ class EmulatedCluster:
     # ------------------------------------------------------------------ run
     def torchrun_argv(self, node: int, cmd: list[str], port: int = MASTER_PORT) -> list[str]:
         """torchrun for one node: static rendezvous at node 0's address, gloo bound to eth0."""
-        env = ["env", "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", f"COMMTAX_CLUSTER={self.name}"]
+        env = ["env", "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", f"COMMTAX_CLUSTER={self.name}",
+               "TORCH_CPP_LOG_LEVEL=ERROR"]  # no reverse-DNS warnings for our private addresses
         return ["ip", "netns", "exec", self.node_ns(node), *env, sys.executable, "-m", "torch.distributed.run",
                 f"--nnodes={self.nodes}", f"--node-rank={node}", f"--nproc-per-node={self.ranks_per_node}",
                 f"--master-addr={self.address(0)}", f"--master-port={port}", "--max-restarts=0", "--no-python", "--", *cmd]
