@@ -10,5 +10,5 @@ $CT cluster run --cluster "$work/cluster.yaml" -- "$PY" -m commtax.dist.cli benc
     --ops all_reduce,all_gather,reduce_scatter --min 1MiB --max 8MiB --impl torch,ring --out "$work/bench.json"
 $CT calibrate "$work/bench.json" --cluster "$work/cluster.yaml" --out "$work/profile.yaml" \
     --cluster-out "$work/calibrated.yaml"
-"$PY" -m commtax.cli collective all_reduce --bytes 4MiB --cluster "$work/calibrated.yaml" --algorithm ring
+"$(dirname "$PY")/commtax" collective all_reduce --bytes 4MiB --cluster "$work/calibrated.yaml" --algorithm ring
 echo "results in $work"
