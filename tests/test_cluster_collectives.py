@@ -43,7 +43,7 @@ def checked(recs):
     """gloo's all_reduce (a ring), our ring all_gather and reduce_scatter: the algorithms collectives.py prices.
 
     gloo's own reduce_scatter all-reduces the whole buffer (2× the ring's time), and its
-    all_gather runs 8–15% below the ring model on these links: see docs/dist.md.
+    all_gather runs ~10–13% below the ring model at 1 MiB on these links: see docs/dist.md.
     """
     keep = {("all_reduce", "torch"), ("all_gather", "ring"), ("reduce_scatter", "ring")}
     return [r for r in recs if (r["op"], r["impl"]) in keep and r["message_bytes"] >= MiB]
@@ -53,14 +53,8 @@ def worst(rows):
     return max(abs(r["error"]) for r in rows)
 
 
-# all_gather (gloo's and ours alike) measures 5–15% slower than the ring model at 1–4 MiB on
-# these links while all_reduce, which contains the same all-gather phase, is within 2–5%: an
-# open disagreement reported in docs/dist.md, not hidden. The spec's 10% holds for the others.
-BEFORE_TOLERANCE = {"all_reduce": 0.10, "reduce_scatter": 0.10, "all_gather": 0.15}
-
-
-def over_tolerance(rows):
-    return [(r["op"], r["message_bytes"], round(r["error"], 3)) for r in rows if abs(r["error"]) > BEFORE_TOLERANCE[r["op"]]]
+def over_tolerance(rows, tolerance=0.10):
+    return [(r["op"], r["message_bytes"], round(r["error"], 3)) for r in rows if abs(r["error"]) > tolerance]
 
 
 def test_model_within_10pct_before_and_5pct_after_calibration(four_nodes, tmp_path):

@@ -2,8 +2,8 @@
 
 Run under torchrun (one node or many) or ``commtax cluster run``; every rank runs the same
 sweep, rank 0 reports. Per size: ``warmup`` untimed iterations, a barrier, ``iters`` timed
-ones back to back; time is the median over iterations of the slowest rank's time (the
-collective is done when the last rank is); the mean is kept as ``time_mean_s``.
+ones back to back; time is the slowest rank's median iteration (the collective is done when
+the last rank is); the slowest rank's mean is kept as ``time_mean_s``.
 algbw = message_bytes / time_s and busbw = algbw × bus factor (nccl-tests doc/PERFORMANCE.md).
 """
 
@@ -118,9 +118,9 @@ def make_op(op: str, impl: str, numel: int, dtype: torch.dtype, device: torch.de
 def time_op(run: Callable[[], None], warmup: int, iters: int, device: torch.device) -> tuple[float, float]:
     """(median, mean) seconds per iteration, iterations back to back after one barrier (as nccl-tests).
 
-    Every rank stamps the end of each iteration; the per-iteration maximum over ranks is the
-    time the collective took everywhere. The median drops the first iteration's barrier skew
-    and any iteration a busy CPU preempted.
+    Every rank stamps the end of each iteration; each rank's median iteration (robust to the
+    first iteration's barrier skew and to an iteration a busy CPU preempted) and mean are
+    reduced with MAX over ranks: the slowest rank sets the pace of the collective.
     """
     for _ in range(warmup):
         run()
@@ -133,8 +133,9 @@ def time_op(run: Callable[[], None], warmup: int, iters: int, device: torch.devi
         synchronize(device)
         stamps[i + 1] = time.perf_counter()
     dts = stamps[1:] - stamps[:-1]
-    dist.all_reduce(dts, op=dist.ReduceOp.MAX)
-    return float(dts.median().item()), float(dts.mean().item())
+    stats = torch.stack([dts.median(), dts.mean()])
+    dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+    return float(stats[0].item()), float(stats[1].item())
 
 
 def record(op: str, impl: str, backend: str, message_bytes: int, time_s: float, dtype: str, iters: int,
