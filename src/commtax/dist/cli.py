@@ -132,7 +132,6 @@ def cluster_down(
 # ---------------------------------------------------------------------------- bench
 @bench_app.command("collective")
 def bench_collective(
-    ctx: typer.Context,
     ops: Annotated[str, typer.Option("--ops", help="comma list: all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,send_recv")] = "all_reduce",
     min_size: Annotated[str, typer.Option("--min", help="smallest message (nccl-tests -b)")] = "1KiB",
     max_size: Annotated[str, typer.Option("--max", help="largest message (nccl-tests -e)")] = "16MiB",
