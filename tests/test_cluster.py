@@ -54,6 +54,10 @@ def test_up_writes_the_cluster_it_built_and_down_removes_it(cluster_file):
                            capture_output=True, text=True).stdout
     assert "tbf" in qdisc and "200Mbit" in qdisc
     assert "10.213." not in subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
+    # oversubscribed uplink: two leaf bridges joined by a veth shaped at 100 Mbit/s
+    uplink = subprocess.run(["ip", "netns", "exec", emu["switch_namespace"], "tc", "qdisc", "show", "dev", "u0"],
+                            capture_output=True, text=True).stdout
+    assert "tbf" in uplink and "100Mbit" in uplink and emu["leaves"] == [0, 1]
     # the job-file side reads it: 0.2 Gbit/s over 2 ranks is 12.5 MB/s per GPU
     from commtax.spec import Cluster, build, load_catalog, resolve_cluster
     from commtax.topology import inter_level
