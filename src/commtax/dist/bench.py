@@ -133,8 +133,9 @@ def time_op(run: Callable[[], None], warmup: int, iters: int, device: torch.devi
         synchronize(device)
         stamps[i + 1] = time.perf_counter()
     dts = stamps[1:] - stamps[:-1]
-    stats = torch.stack([dts.median(), dts.mean()])
+    stats = torch.stack([dts.median(), dts.mean()]).to(device)  # NCCL reduces device tensors only
     dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+    stats = stats.cpu()
     return float(stats[0].item()), float(stats[1].item())
 
 
