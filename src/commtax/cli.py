@@ -338,11 +338,7 @@ def register_commands() -> None:
     Their modules import nothing heavy at import time (torch and matplotlib load inside the commands).
     """
     for register in (_register_sim, _register_planning, _register_dist):
-        try:
-            register()
-        except ImportError:
-            if os.environ.get("COMMTAX_STRICT_IMPORTS"):
-                raise
+        register()
 
 
 CORE_COMMANDS = {"estimate", "validate", "collective", "demo"}
