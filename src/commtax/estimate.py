@@ -10,6 +10,7 @@ for uniform stages the bubble fraction is (p−1)/(v·m) of the ideal time (1F1B
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -62,6 +63,8 @@ class PhaseCost:
     comm_bytes: dict[str, float] = field(default_factory=dict)
 
     def __add__(self, o: "PhaseCost") -> "PhaseCost":
+        if not (o.compute or o.comm):
+            return self
         keys = set(self.comm) | set(o.comm)
         return PhaseCost(
             self.compute + o.compute,
@@ -81,6 +84,11 @@ class PhaseCost:
         )
 
 
+# Both are pure functions of frozen (hashable) values: searches and sweeps re-ask the same questions.
+_cached_collective_cost = functools.lru_cache(maxsize=1 << 16)(collective_cost)
+_cached_op_time = functools.lru_cache(maxsize=1 << 16)(op_time)
+
+
 class Costs:
     """Op costs of one job: compute by roofline, collectives by α-β on each group's placement."""
 
@@ -98,7 +106,7 @@ class Costs:
             pkey = (c.group, c.op)
             if pkey not in self._placements:
                 self._placements[pkey] = group_placement(self.job, c.group, c.op)
-            t = self._times[key] = collective_cost(c.op, c.bytes, self._placements[pkey]).time_s
+            t = self._times[key] = _cached_collective_cost(c.op, c.bytes, self._placements[pkey]).time_s
         return t
 
     def sent_bytes(self, c: Collective) -> float:
@@ -109,7 +117,7 @@ class Costs:
         return c.bytes * bus_factor(c.op, self._placements[key].n)
 
     def compute(self, op: Compute) -> float:
-        return op_time(self.cm, op)
+        return _cached_op_time(self.cm, op)
 
     def phase(self, ph: Phase) -> PhaseCost:
         hit = self._phases.get(id(ph))
