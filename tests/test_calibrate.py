@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from commtax import collectives as C
 from commtax.dist.calibrate import calibrate, compare, levels_from_cluster, model_time_s
 from commtax.dist.cli import calibrate_command
-from commtax.units import GB, MiB, US
+from commtax.units import GB, US, MiB
 
 CLUSTER = {
     "gpu": {"name": "cpu-gloo", "peak_tflops": {"fp32": 0.1, "bf16": 0.1}, "mem_GiB": 8, "mem_bw_GBps": 10,

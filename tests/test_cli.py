@@ -4,11 +4,10 @@ import json
 
 import pytest
 import yaml
+from conftest import REPO, job_dict
 from typer.testing import CliRunner
 
 from commtax.cli import app, register_commands
-
-from conftest import REPO, job_dict
 
 register_commands()
 runner = CliRunner()

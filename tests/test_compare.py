@@ -9,7 +9,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from commtax.compare import ARTICLE_256, compare, jobs_for_gpus, pareto_mask, pareto_points, scaling
+from commtax.compare import (
+    ARTICLE_256,
+    compare,
+    jobs_for_gpus,
+    pareto_mask,
+    pareto_points,
+    scaling,
+)
 from commtax.cost import load_prices
 from commtax.estimate import estimate
 from commtax.search import Space, job_for, search

@@ -1,13 +1,12 @@
 """The analytical schedule: hand-worked pipeline cases and invariants (hypothesis)."""
 
 import pytest
+from conftest import job_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commtax.estimate import BREAKDOWN_KEYS, estimate
 from commtax.spec import load_job
-
-from conftest import job_dict
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

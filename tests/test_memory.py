@@ -1,12 +1,11 @@
 """Per-GPU memory against Korthikanti et al. 2022 (activations) and ZeRO (model states)."""
 
 import pytest
+from conftest import job_dict
 
 from commtax.memory import in_flight_micro_batches, layer_activation_bytes, memory
 from commtax.spec import load_job
 from commtax.workload import params_per_gpu
-
-from conftest import job_dict
 
 
 def gpt(**plan):

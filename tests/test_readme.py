@@ -2,9 +2,9 @@
 
 import re
 
-from commtax.spec import _builtin_catalog
-
 from conftest import REPO
+
+from commtax.spec import _builtin_catalog
 
 README = (REPO / "README.md").read_text()
 

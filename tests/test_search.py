@@ -12,7 +12,14 @@ from typer.testing import CliRunner
 
 from commtax.errors import SpecError
 from commtax.estimate import estimate
-from commtax.search import Space, agreement, brute_force, job_for, parse_constraint, search
+from commtax.search import (
+    Space,
+    agreement,
+    brute_force,
+    job_for,
+    parse_constraint,
+    search,
+)
 from commtax.spec import load_job
 from commtax.units import GiB
 

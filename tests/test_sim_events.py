@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commtax.sim.events import Sim, SimError
-from commtax.sim.schedules import Pass, by_stage, dependency_order, gpipe, interleaved_1f1b, one_f_one_b, schedule
+from commtax.sim.schedules import (
+    Pass,
+    by_stage,
+    dependency_order,
+    gpipe,
+    interleaved_1f1b,
+    one_f_one_b,
+    schedule,
+)
 
 
 # ----------------------------------------------------------------------------- event core

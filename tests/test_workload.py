@@ -1,11 +1,16 @@
 """Workload arithmetic against hand-worked cases from the papers it cites."""
 
 import pytest
+from conftest import job_dict
 
 from commtax.spec import load_job
-from commtax.workload import Collective, Compute, attention_flop, build_workload, model_flop_per_token
-
-from conftest import job_dict
+from commtax.workload import (
+    Collective,
+    Compute,
+    attention_flop,
+    build_workload,
+    model_flop_per_token,
+)
 
 
 def gpt_job(**plan):

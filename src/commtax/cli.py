@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
@@ -18,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from commtax.atomic import write_atomic
 from commtax.errors import SpecError
 
 app = typer.Typer(
@@ -56,19 +55,6 @@ def user_errors(fn: Callable) -> Callable:
             fail(f"{e.filename}: {e.strerror}")
 
     return wrapper
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write a whole file or nothing: a temp file in the same folder, then rename over the target."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def emit_json(data: Any, out: Path | None = None) -> None:
@@ -133,7 +119,8 @@ def validate(
     """Predict published measurements and report the error per row and the MAPE."""
     from rich.progress import Progress
 
-    from commtax.validate import read_rows, validate as run_validate
+    from commtax.validate import read_rows
+    from commtax.validate import validate as run_validate
 
     n = len(read_rows(csv_file))
     with Progress(console=err_console, transient=True, disable=json_out or not err_console.is_terminal) as prog:

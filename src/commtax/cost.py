@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from commtax.errors import SpecError
-from commtax.spec import CATALOG_DIR, Job, read_yaml, build
+from commtax.spec import CATALOG_DIR, Job, build, read_yaml
 from commtax.units import SECONDS_PER_DAY
 
 HOUR_S = 3600.0

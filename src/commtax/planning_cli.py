@@ -3,18 +3,17 @@ compare and advise. Bad input prints ``error: <message>`` on stderr and exits 2 
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from commtax.atomic import write_atomic
+from commtax.cli import user_errors
 from commtax.errors import SpecError
 
 EXIT_BAD_INPUT = 2
@@ -31,37 +30,6 @@ WorkersOpt = Annotated[Optional[int], typer.Option("--workers", min=1, help="pro
 
 def _field_opt(name: str, example: str) -> Any:
     return typer.Option(f"--{name}", help=f"values ({example}) or a range (a..b) for {name.replace('-', '_')}")
-
-
-def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    err_console.print(f"error: {message}", highlight=False, soft_wrap=True, markup=False)
-    raise typer.Exit(code)
-
-
-def _user_errors(fn: Callable) -> Callable:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except SpecError as e:
-            _fail(str(e))
-        except (IsADirectoryError, PermissionError) as e:
-            _fail(f"{e.filename}: {e.strerror}")
-
-    return wrapper
-
-
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """The whole file or nothing: a temp file beside the target, then os.replace."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _emit(data: Any, json_out: bool, out: Path | None) -> None:
@@ -92,7 +60,13 @@ def _render_breakdown(b: Any, mem_gib: float) -> None:
 
 def _progress(enabled: bool):
     """A rich progress bar over the search's bases, on stderr; a no-op when not a terminal."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     prog = Progress(TextColumn("searching plans"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=err_console, transient=True, disable=not (enabled and err_console.is_terminal))
@@ -270,7 +244,14 @@ def compare_command(
 
     Plan options (--tp, --pp, ...) restrict every cluster's search, e.g. to one fixed plan.
     """
-    from commtax.compare import cheapest_within, compare, jobs_for_gpus, pareto_points, scaling, with_gpu_counts
+    from commtax.compare import (
+        cheapest_within,
+        compare,
+        jobs_for_gpus,
+        pareto_points,
+        scaling,
+        with_gpu_counts,
+    )
     from commtax.cost import load_prices
     from commtax.search import Space
     from commtax.spec import load_catalog, load_job
@@ -402,6 +383,6 @@ def advise_command(
 
 def register(app: typer.Typer) -> None:
     """Add search, compare and advise to the commtax app."""
-    app.command("search")(_user_errors(search_command))
-    app.command("compare")(_user_errors(compare_command))
-    app.command("advise")(_user_errors(advise_command))
+    app.command("search")(user_errors(search_command))
+    app.command("compare")(user_errors(compare_command))
+    app.command("advise")(user_errors(advise_command))

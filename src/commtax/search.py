@@ -44,7 +44,14 @@ import numpy as np
 
 from commtax import estimate as _est
 from commtax.errors import SpecError
-from commtax.estimate import BREAKDOWN_KEYS, Breakdown, Costs, estimate, stage_times, step_parts
+from commtax.estimate import (
+    BREAKDOWN_KEYS,
+    Breakdown,
+    Costs,
+    estimate,
+    stage_times,
+    step_parts,
+)
 from commtax.memory import FRAMEWORK_RESERVE_GiB, activation_bytes, memory
 from commtax.plans import candidates
 from commtax.spec import Job, job_with

@@ -13,10 +13,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from commtax.errors import SpecError
-from commtax.units import GB, GBIT, GiB, TFLOPS, US
+from commtax.units import GB, GBIT, TFLOPS, US, GiB
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]

@@ -15,23 +15,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from commtax.atomic import write_atomic
+
 REQUIRED_FIELDS = ("op", "impl", "backend", "world_size", "message_bytes", "time_s", "algbw_GBps", "busbw_GBps")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new file, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def to_csv(records: list[dict]) -> str:

@@ -5,10 +5,10 @@ matplotlib is imported inside the functions (never at module import); files are 
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from commtax.atomic import write_atomic_with
 
 if TYPE_CHECKING:  # pragma: no cover
     from commtax.compare import Point, ScalePoint
@@ -17,16 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _save(fig, path: Path | str) -> Path:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent if str(path.parent) else ".")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic_with(path, lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png"))
 
 
 def _pyplot():

@@ -20,7 +20,9 @@ T = TypeVar("T")
 
 def _render(breakdown, console) -> None:  # noqa: ANN001 - rich Console, Breakdown
     try:
-        from commtax.report.table import render_breakdown  # the lead's renderer, when it exists
+        from commtax.report.table import (
+            render_breakdown,  # the lead's renderer, when it exists
+        )
     except ImportError:
         render_breakdown = None
     if render_breakdown is not None:

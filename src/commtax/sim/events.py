@@ -18,7 +18,6 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Iterable
 
-
 Tail = tuple[tuple[str, str, float], ...]  # (stream name, kind, seconds) at the end of a task
 
 

@@ -31,7 +31,6 @@ from commtax.spec import Job
 from commtax.workload import Workload
 
 
-
 @dataclass
 class SimResult:
     breakdown: Breakdown

@@ -23,10 +23,24 @@ from dataclasses import dataclass, field
 
 from commtax.estimate import Costs, PhaseCost, first_chunk
 from commtax.sim.events import Sim, SimError, Tail
-from commtax.sim.schedules import Pass, ScheduleDeadlock, by_stage, dependency_order, schedule
+from commtax.sim.schedules import (
+    Pass,
+    ScheduleDeadlock,
+    by_stage,
+    dependency_order,
+    schedule,
+)
 from commtax.spec import Job
 from commtax.topology import group_placement
-from commtax.workload import DDP_BUCKET_BYTES, Block, Collective, Compute, Workload, build_workload, grad_bytes_per_param
+from commtax.workload import (
+    DDP_BUCKET_BYTES,
+    Block,
+    Collective,
+    Compute,
+    Workload,
+    build_workload,
+    grad_bytes_per_param,
+)
 
 STREAMS = ("compute", "tp", "cp", "pp_fwd", "pp_bwd", "dp", "dp_rs")
 COMPUTE_KINDS = ("compute", "recompute", "optimizer")

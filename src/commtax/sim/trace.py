@@ -9,28 +9,14 @@ events draw an arrow from each pipeline send to the pass that receives it.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
+from commtax.atomic import write_atomic_with as write_atomic
 from commtax.sim.events import Sim, Task
 from commtax.sim.step import STREAMS
 
 US_PER_S = 1e6
-
-
-def write_atomic(path: Path | str, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it over ``path``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def label(t: Task, v: int) -> str:
