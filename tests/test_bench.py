@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -40,6 +41,18 @@ def test_local_sweep_writes_nccl_tests_records(tmp_path):
 
 
 @pytest.mark.torch
+def _kill_matching(needle: str) -> None:
+    """SIGKILL every process whose command line contains ``needle`` (a test's unique output path)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if needle in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
+
+
 def test_hung_rank_is_named_and_the_others_exit_within_the_timeout(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "h.json"
@@ -59,6 +72,7 @@ def test_hung_rank_is_named_and_the_others_exit_within_the_timeout(tmp_path):
     finally:  # torchrun itself waits 30 s before SIGKILLing a stopped worker: don't wait for it here
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+        _kill_matching(str(out))  # the stopped rank runs in its own session: leave nothing behind
     assert all("rank 1 (node 0, local rank 1" in v and "died or stopped" in v for _, v in verdicts)
     assert {v.split(":")[0] for _, v in verdicts} == {"commtax bench"} and len(verdicts) == 2
     assert max(t for t, _ in verdicts) - (t_stop or verdicts[0][0]) < 5 + 2.5 + 5  # timeout + heartbeat check + slack
