@@ -29,3 +29,18 @@ def test_required_catalog_ids_exist():
             "llama3-405b"} <= set(c["model"])
     for section in c.values():
         assert all(entry.get("source") for entry in section.values())
+
+
+def test_readme_accuracy_table_is_what_validate_prints(validation_dir):
+    from commtax.validate import validate
+
+    report = validate(validation_dir / "public_runs.csv")
+    quoted = re.search(r"\| \*\*all\*\* \| (\d+) \| \*\*([0-9.]+)%\*\* \|", README)
+    assert quoted, "README accuracy table not found"
+    assert int(quoted.group(1)) == len(report.rows)
+    assert float(quoted.group(2)) == round(report.mape_pct, 1)
+    for prefix, label in (("meg21", "Narayanan"), ("mpt", "MosaicML"), ("nemo2407", "NeMo")):
+        row = re.search(rf"\| [^|]*{label}[^|]*\| \d+ \| ([0-9.]+)% \|", README)
+        assert row and float(row.group(1)) == round(report.subsets[prefix], 1), label
+    collectives = validate(validation_dir / "public_collectives.csv")
+    assert f"MAPE\n{round(collectives.subsets['messages_ge_64MiB'], 1)}% for messages ≥ 64 MiB" in README
