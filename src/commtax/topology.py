@@ -30,12 +30,19 @@ def members_per_node(n: int, stride: int, gpus_per_node: int) -> int:
     return max(1, min(n, gpus_per_node // stride))
 
 
-def intra_level(cluster: Cluster, op: str | None = None) -> Level:
+def profiled_level(cluster: Cluster, name: str, op: str | None) -> Level | None:
+    """A calibrated profile's numbers for this level (an op's own override first), when there is a profile."""
     prof = cluster.profile
-    if prof is not None:
-        nums = (prof.ops.get(op or "", {}) or {}).get("intra") or prof.levels.get("intra")
-        if nums is not None:
-            return Level("intra", nums.bw_GBps * GB, nums.latency_us * US)
+    if prof is None:
+        return None
+    nums = (prof.ops.get(op or "", {}) or {}).get(name) or prof.levels.get(name)
+    return Level(name, nums.bw_GBps * GB, nums.latency_us * US) if nums is not None else None
+
+
+def intra_level(cluster: Cluster, op: str | None = None) -> Level:
+    measured = profiled_level(cluster, "intra", op)
+    if measured is not None:
+        return measured
     link = cluster.intra_node
     bw = link.bw_bytes_per_s
     if link.kind == "pcie" and not cluster.gpu.p2p:
@@ -45,11 +52,9 @@ def intra_level(cluster: Cluster, op: str | None = None) -> Level:
 
 
 def inter_level(cluster: Cluster, op: str | None = None) -> Level:
-    prof = cluster.profile
-    if prof is not None:
-        nums = (prof.ops.get(op or "", {}) or {}).get("inter") or prof.levels.get("inter")
-        if nums is not None:
-            return Level("inter", nums.bw_GBps * GB, nums.latency_us * US)
+    measured = profiled_level(cluster, "inter", op)
+    if measured is not None:
+        return measured
     net = cluster.inter_node
     share = cluster.nics_per_node * net.bw_bytes_per_s / cluster.gpus_per_node
     if cluster.intra_node.kind == "pcie":
