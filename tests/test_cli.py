@@ -159,7 +159,7 @@ def test_user_catalog_adds_and_overrides_entries(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"gpu": {"x": {"peak_tflops": {"bf16": 1}}}}))
     r = run("estimate", write_job(tmp_path, job_dict()), "--catalog", bad)
-    assert r.exit_code == 2 and "needs a mapping with a 'source:'" in r.stderr
+    assert r.exit_code == 2 and "gpu.x: missing field 'source'" in r.stderr
 
 
 def test_cluster_section_may_be_a_file(tmp_path):

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from commtax.errors import SpecError
-from commtax.spec import CATALOG_DIR, Job, build, read_yaml
+from commtax.spec import CATALOG_DIR, Job, build, read_overrides, read_yaml
 from commtax.units import SECONDS_PER_DAY
 
 HOUR_S = 3600.0
@@ -96,20 +96,8 @@ def load_prices(override: Path | str | None = None, **site_changes: Any) -> Pric
     raw = read_yaml(PRICE_FILE)
     data = {s: {k: dict(v) for k, v in (raw.get(s) or {}).items()} for s in _MODELS}
     if override is not None:
-        extra = read_yaml(Path(override))
-        if not isinstance(extra, dict):
-            raise SpecError(f"{override}: a price file is a mapping with sections {', '.join(_MODELS)}")
-        for section, entries in extra.items():
-            if section not in _MODELS:
-                raise SpecError(f"{override}: unknown section {section!r}; use {', '.join(_MODELS)}")
-            if not isinstance(entries, dict):
-                raise SpecError(f"{override}: {section}: expected a mapping of entries")
+        for section, entries in read_overrides(override, _MODELS, ("source", "date"), "price").items():
             for name, entry in entries.items():
-                if not isinstance(entry, dict):
-                    raise SpecError(f"{override}: {section}.{name}: expected a mapping of fields")
-                for need in ("source", "date"):
-                    if need not in entry:
-                        raise SpecError(f"{override}: {section}.{name}: missing field '{need}' (every price needs one)")
                 data[section][name] = {**data[section].get(name, {}), **entry}
     gpus = {k: build(GpuPrice, v, f"prices.gpus.{k}") for k, v in data["gpus"].items()}
     nodes = {k: build(NodePrice, v, f"prices.nodes.{k}") for k, v in data["nodes"].items()}

@@ -10,7 +10,7 @@ import difflib
 import math
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 import yaml
 from pydantic import (
@@ -342,21 +342,36 @@ def _builtin_catalog() -> dict[str, dict[str, dict]]:
     return {kind: read_yaml(CATALOG_DIR / f) or {} for kind, f in CATALOG_FILES.items()}
 
 
+def read_overrides(path: Path | str, sections: Iterable[str], required: tuple[str, ...] = ("source",),
+                   kind: str = "catalog") -> dict[str, dict[str, dict]]:
+    """A user file adding or overriding entries: {section: {name: {field: value}}}, each entry sourced."""
+    sections = tuple(sections)
+    data = read_yaml(Path(path))
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a {kind} file is a mapping with sections {', '.join(sections)}")
+    out: dict[str, dict[str, dict]] = {}
+    for section, entries in data.items():
+        if section not in sections:
+            raise SpecError(f"{path}: unknown {kind} section {section!r}; use one of {', '.join(sections)}")
+        if not isinstance(entries, dict):
+            raise SpecError(f"{path}: {section}: expected a mapping of entries")
+        for name, entry in entries.items():
+            if not isinstance(entry, dict):
+                raise SpecError(f"{path}: {section}.{name}: expected a mapping of fields")
+            missing = [f for f in required if f not in entry]
+            if missing:
+                raise SpecError(f"{path}: {section}.{name}: missing field {missing[0]!r} "
+                                f"(every {kind} entry needs {' and '.join(required)})")
+            out.setdefault(section, {})[name] = dict(entry)
+    return out
+
+
 def load_catalog(extra: Path | str | None = None) -> dict[str, dict[str, dict]]:
     """Built-in catalog, plus/overridden by a user file with sections gpu/intra_node/inter_node/model."""
     cat = {k: dict(v) for k, v in _builtin_catalog().items()}
-    if extra is None:
-        return cat
-    data = read_yaml(Path(extra))
-    if not isinstance(data, dict):
-        raise SpecError(f"{extra}: a catalog file is a mapping with sections {', '.join(CATALOG_FILES)}")
-    for section, entries in data.items():
-        if section not in cat:
-            raise SpecError(f"{extra}: unknown catalog section {section!r}; use one of {', '.join(CATALOG_FILES)}")
-        for name, entry in (entries or {}).items():
-            if not isinstance(entry, dict) or "source" not in entry:
-                raise SpecError(f"{extra}: {section}.{name} needs a mapping with a 'source:' for its numbers")
-            cat[section][name] = entry
+    if extra is not None:
+        for section, entries in read_overrides(extra, CATALOG_FILES).items():
+            cat[section].update(entries)
     return cat
 
 
