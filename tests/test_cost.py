@@ -121,7 +121,7 @@ def test_price_file_missing_a_field_is_named(tmp_path):
         _prices(tmp_path, new)
     with pytest.raises(SpecError, match=r"gpus\.h100-sxm5-80gb: missing field 'date'"):
         _prices(tmp_path, {"gpus": {"h100-sxm5-80gb": {"purchase_usd": 1, "source": "x"}}})
-    with pytest.raises(SpecError, match=r"unknown section 'gpu'"):
+    with pytest.raises(SpecError, match=r"unknown price section 'gpu'"):
         _prices(tmp_path, {"gpu": {}})
     with pytest.raises(SpecError, match=r"pue: Input should be greater than or equal to 1"):
         _prices(tmp_path, {"site": {"default": {"pue": 0.5, "source": "x", "date": "2025"}}})
