@@ -128,3 +128,17 @@ def test_bad_arguments_are_value_errors():
         collective_cost("all_reduce", -1, one_node())
     zero = collective_cost("all_reduce", 1e6, one_node(1))
     assert zero.time_s == 0 and math.isinf(zero.busbw_bytes_per_s)
+
+
+def test_gloo_runs_rings_without_ll_and_reduce_scatters_by_all_reduce():
+    # measured on the emulated cluster (docs/dist.md): gloo's reduce_scatter takes an all-reduce's time
+    p = Placement(n=4, per_node=1, intra=NVL, inter=NET, library="gloo")
+    S = 4 * 2**20
+    ar = collective_cost("all_reduce", S, p)
+    assert ar.algorithm == "ring"
+    assert ar.time_s == pytest.approx(ring_time("all_reduce", S, p)[0])  # no LL, no recursive doubling
+    rs = collective_cost("reduce_scatter", S, p)
+    assert rs.time_s == pytest.approx(ar.time_s)
+    assert rs.busbw_bytes_per_s == pytest.approx(S / rs.time_s * 3 / 4)
+    nccl = Placement(n=4, per_node=1, intra=NVL, inter=NET)
+    assert collective_cost("reduce_scatter", S, nccl).time_s < rs.time_s

@@ -37,6 +37,7 @@ class Placement:
     nvls: bool = False  # NVLink SHARP (in-switch reduction) available inside a node
     nvls_bw_bytes_per_s: float = 0.0  # effective per-GPU rate of an NVLS all-reduce
     rails: int | None = None  # NIC rails a ring spreads its node crossings over (default: per_node)
+    library: str = "nccl"  # "gloo": rings only, no LL protocol, reduce_scatter done as an all-reduce
 
     @property
     def nodes(self) -> int:
@@ -241,7 +242,22 @@ def low_latency(p: Placement) -> Placement:
             return None
         return Level(level.name, level.bw_bytes_per_s * LL_BANDWIDTH_FRACTION, LL_HOP_S.get(level.name, 0.6e-6))
 
-    return Placement(p.n, p.per_node, ll(p.intra), ll(p.inter), False, 0.0, p.rails)
+    return Placement(p.n, p.per_node, ll(p.intra), ll(p.inter), False, 0.0, p.rails, p.library)
+
+
+def _gloo_cost(op: str, S: float, p: Placement, algorithm: str | None) -> CollectiveCost:
+    """gloo (torch.distributed on CPU) runs rings with no low-latency protocol; its reduce_scatter reduces
+    the whole buffer (an all-reduce, then a slice), measured on the emulated cluster (docs/dist.md)."""
+    if op in ("all_to_all", "send_recv"):
+        t, level = all_to_all_time(S, p) if op == "all_to_all" else send_recv_time(S, p)
+        algo = "pairwise" if op == "all_to_all" else "p2p"
+    else:
+        algo = algorithm or "ring"
+        if algo not in _ALGO_FUNCS:
+            raise ValueError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGORITHMS)}")
+        t, level = _ALGO_FUNCS[algo]("all_reduce" if op == "reduce_scatter" and algo == "ring" else op, S, p)
+    algbw = S / t
+    return CollectiveCost(t, algo, level, algbw, algbw * bus_factor(op, p.n))
 
 
 def collective_cost(
@@ -259,6 +275,8 @@ def collective_cost(
     p = placement
     if p.n <= 1 or message_bytes == 0:
         return CollectiveCost(0.0, algorithm or "none", "none", math.inf, math.inf)
+    if p.library == "gloo":
+        return _gloo_cost(op, message_bytes, p, algorithm)
     if op == "all_to_all":
         t, level = all_to_all_time(message_bytes, p)
         algo = "pairwise"

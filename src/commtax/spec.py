@@ -140,6 +140,11 @@ class Cluster(_Spec):
     inter_node: Network
     nics_per_node: int = Field(default=8, gt=0, le=1024)
     gpus_per_pcie_switch: int = Field(default=1, gt=0, le=64, description="GPUs sharing one PCIe uplink (host-bounced traffic)")
+    collective_library: Literal["nccl", "gloo"] = Field(
+        default="nccl",
+        description="nccl: the tuner picks ring/tree/NVLS and the LL protocol; gloo (CPU): rings only, and its "
+        "reduce_scatter is an all-reduce",
+    )
     profile: Profile | None = None
     emulated: dict[str, Any] | None = None
 

@@ -77,6 +77,7 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
         nvls=link.nvls and cluster.profile is None,
         nvls_bw_bytes_per_s=nvls_bw,
         rails=rails,
+        library=cluster.collective_library,
     )
 
 

@@ -14,6 +14,7 @@ No torch import: calibrating is arithmetic on a JSON file.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import math
 from dataclasses import dataclass
@@ -52,8 +53,8 @@ def model_time_s(op: str, impl: str, message_bytes: float, n: int, per_node: int
         return C.all_to_all_time(message_bytes, p)[0]
     if op == "send_recv":
         return C.send_recv_time(message_bytes, p)[0]
-    if impl == "torch" and backend == "gloo" and op == "reduce_scatter":
-        op = "all_reduce"  # gloo's reduce_scatter all-reduces the whole buffer, then keeps a slice (measured: same time)
+    if impl == "torch" and backend == "gloo":  # the library's own collectives: the predictor's gloo mode
+        return C.collective_cost(op, message_bytes, dataclasses.replace(p, library="gloo")).time_s
     alg = IMPL_ALGORITHM[impl]
     funcs = {"ring": C.ring_time, "tree": C.tree_time, "recursive_doubling": C.recursive_doubling_time,
              "hierarchical": C.hierarchical_time}

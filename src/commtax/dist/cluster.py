@@ -187,6 +187,7 @@ class EmulatedCluster:
                            "latency_us": round(m.get("link_latency_us", 50.0), 2), "efficiency": 1.0,
                            "source": "tc tbf rate set by commtax cluster up; latency measured (TCP ping-pong / 2)"},
             "nics_per_node": 1,
+            "collective_library": "gloo",
             "emulated": {
                 "name": self.name, "nodes": self.nodes, "ranks_per_node": self.ranks_per_node,
                 "switch_namespace": self.switch_ns, "namespaces": [self.node_ns(i) for i in range(self.nodes)],
