@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from commtax.collectives import bus_factor, collective_cost
@@ -65,14 +65,12 @@ class PhaseCost:
     def __add__(self, o: "PhaseCost") -> "PhaseCost":
         if not (o.compute or o.comm):
             return self
-        keys = set(self.comm) | set(o.comm)
-        return PhaseCost(
-            self.compute + o.compute,
-            self.gemm + o.gemm,
-            self.attention + o.attention,
-            {k: self.comm.get(k, 0.0) + o.comm.get(k, 0.0) for k in keys},
-            {k: self.comm_bytes.get(k, 0.0) + o.comm_bytes.get(k, 0.0) for k in keys},
-        )
+        comm, nbytes = dict(self.comm), dict(self.comm_bytes)
+        for k, v in o.comm.items():
+            comm[k] = comm.get(k, 0.0) + v
+        for k, v in o.comm_bytes.items():
+            nbytes[k] = nbytes.get(k, 0.0) + v
+        return PhaseCost(self.compute + o.compute, self.gemm + o.gemm, self.attention + o.attention, comm, nbytes)
 
     def scaled(self, x: float) -> "PhaseCost":
         return PhaseCost(
@@ -100,13 +98,16 @@ class Costs:
         self._phases: dict[int, tuple[Phase, PhaseCost]] = {}
 
     def collective(self, c: Collective) -> float:
-        key = (c.group, c.op, c.bytes)
+        return self.collective_time(c.group, c.op, c.bytes)
+
+    def collective_time(self, group: str, op: str, nbytes: float) -> float:
+        key = (group, op, nbytes)
         t = self._times.get(key)
         if t is None:
-            pkey = (c.group, c.op)
+            pkey = (group, op)
             if pkey not in self._placements:
-                self._placements[pkey] = group_placement(self.job, c.group, c.op)
-            t = self._times[key] = _cached_collective_cost(c.op, c.bytes, self._placements[pkey]).time_s
+                self._placements[pkey] = group_placement(self.job, group, op)
+            t = self._times[key] = _cached_collective_cost(op, nbytes, self._placements[pkey]).time_s
         return t
 
     def sent_bytes(self, c: Collective) -> float:
@@ -239,7 +240,7 @@ def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[flo
     if wl.dp_microbatch:
         # FSDP / ZeRO-3 gather and reduce-scatter one layer (unit) at a time: L collectives, each paying α
         units = max(1, wl.layers_per_stage)
-        gf, gb, rs = (units * costs.collective(replace(c, bytes=c.bytes / units)) for c in wl.dp_microbatch)
+        gf, gb, rs = (units * costs.collective_time(c.group, c.op, c.bytes / units) for c in wl.dp_microbatch)
         nbytes = sum(costs.sent_bytes(c) for c in wl.dp_microbatch) * m
         link = (gf + gb + rs) * m
         if not ov:
@@ -266,7 +267,7 @@ def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[flo
 def bucketed_time(costs: Costs, c: Collective, bucket_bytes: float) -> float:
     """DP traffic goes in buckets (PyTorch DDP, Megatron-Core): ⌈S/bucket⌉ collectives, each paying its α."""
     n = max(1, math.ceil(c.bytes / bucket_bytes))
-    return n * costs.collective(replace(c, bytes=c.bytes / n))
+    return n * costs.collective_time(c.group, c.op, c.bytes / n)
 
 
 def pp_exposed(job: Job, wl: Workload, costs: Costs) -> tuple[float, float, float]:
