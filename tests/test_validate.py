@@ -63,3 +63,12 @@ def test_not_a_validation_csv(tmp_path):
     p.write_text("a,b\n1,2\n")
     r = runner.invoke(app, ["validate", str(p)])
     assert r.exit_code == 2 and "not a runs CSV" in r.stderr
+
+
+def test_optional_software_columns_override_the_generation_rule(tmp_path, validation_dir):
+    lines = (validation_dir / "public_runs.csv").read_text().splitlines()
+    header, row = lines[0], next(line for line in lines if line.startswith("meg21_t1_1,"))
+    csv = tmp_path / "runs.csv"
+    csv.write_text("\n".join([header + ",flash_attention,overlap_tp", row + ",true,", row.replace("meg21_t1_1", "x2") + ",,"]))
+    stated, rule = validate(csv).rows
+    assert stated.predicted > 1.3 * rule.predicted  # unfused 2021 attention costs ~60% at h=2304

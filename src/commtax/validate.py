@@ -24,6 +24,9 @@ RUN_COLUMNS = ("id", "model_name", "layers", "hidden", "heads", "gpu", "num_gpus
                "measured_tokens_per_s_per_gpu")
 COLLECTIVE_COLUMNS = ("id", "op", "gpu", "num_gpus", "message_bytes", "measured_busbw_GBps")
 PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "vp", "sequence_parallel", "zero", "recompute", "micro_batch")
+# optional columns a measurement file may carry to state the software instead of leaving it to `generation`
+SOFTWARE_COLUMNS = {"flash_attention": "flash_attention", "overlap_dp": "overlap.dp", "overlap_tp": "overlap.tp",
+                    "overlap_pp": "overlap.pp"}
 LARGE_MESSAGE_BYTES = 64 * MiB  # the collectives target applies to messages ≥ 64 MiB (bandwidth-bound)
 
 
@@ -143,6 +146,15 @@ def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
             free.append(col)
         else:
             fixed[col] = v
+    # optional software columns: stated, they replace what the generation rule would assume
+    for col, field in SOFTWARE_COLUMNS.items():
+        v = _cell(row, col, _bool) if col in row else None
+        if v is None:
+            continue
+        if field.startswith("overlap."):
+            fixed.setdefault("overlap", {})[field.split(".", 1)[1]] = v
+        else:
+            fixed[field] = v
     return raw, fixed, free
 
 
