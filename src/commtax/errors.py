@@ -1,9 +1,5 @@
-"""Errors by kind (STYLE.md §4): bad user input vs plans that do not fit."""
+"""Errors by kind (STYLE.md §4). A plan that does not fit memory is a result (Breakdown.fits), not an error."""
 
 
 class SpecError(ValueError):
     """Bad user input: shown as one line naming the field and the fix; the CLI exits 2."""
-
-
-class InfeasiblePlan(Exception):
-    """A valid plan that cannot run on the cluster (e.g. it does not fit GPU memory)."""

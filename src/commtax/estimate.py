@@ -21,9 +21,8 @@ from commtax.memory import memory
 from commtax.spec import Job
 from commtax.topology import group_placement
 from commtax.units import SECONDS_PER_DAY, TFLOPS
-from commtax.workload import Block, Collective, Compute, Phase, Workload, build_workload
+from commtax.workload import Collective, Compute, Phase, Workload, build_workload
 
-COMM_GROUPS = ("tp", "cp", "pp", "dp")
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_exposed", "cp_exposed", "pp_bubble", "pp_exposed", "dp_exposed", "optimizer")
 
 
@@ -204,11 +203,6 @@ def _combine(job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost],
         bwd=bwd.compute + rc.compute + sum(exp_b) + sum(exp_r),
         link=fwd + bwd + rc,
     )
-
-
-def stage_time(job: Job, costs: Costs, blocks: list[tuple[Block, float]]) -> StageTime:
-    """Sum the passes of the blocks (block, count) that one pipeline rank runs for one micro-batch."""
-    return _combine(job, [((costs.phase(b.fwd), costs.phase(b.bwd), costs.phase(b.recompute)), n) for b, n in blocks])
 
 
 def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:

@@ -7,7 +7,6 @@ tuned them", and by ``search``.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +15,6 @@ from commtax.errors import SpecError
 from commtax.estimate import Breakdown, estimate
 from commtax.spec import Job, build
 
-PLAN_FIELDS = ("tp", "pp", "dp", "cp", "vp", "sequence_parallel", "zero", "recompute", "micro_batch", "schedule")
 MAX_MICRO_BATCH = 32
 
 
@@ -101,10 +99,3 @@ def best_plan(raw: dict, fixed: dict[str, Any], free: Iterable[str]) -> Choice |
             plan = job.plan
             best = Choice(job, b, {f: getattr(plan, f) if f != "dp" else job.dp for f in free})
     return best
-
-
-def product(**lists: list[Any]) -> Iterator[dict[str, Any]]:
-    """Cartesian product of named candidate lists, as dicts."""
-    keys = list(lists)
-    for values in itertools.product(*(lists[k] for k in keys)):
-        yield dict(zip(keys, values))

@@ -147,14 +147,14 @@ def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
         else:
             fixed[col] = v
     # optional software columns: stated, they replace what the generation rule would assume
-    for col, field in SOFTWARE_COLUMNS.items():
+    for col, plan_field in SOFTWARE_COLUMNS.items():
         v = _cell(row, col, _bool) if col in row else None
         if v is None:
             continue
-        if field.startswith("overlap."):
-            fixed.setdefault("overlap", {})[field.split(".", 1)[1]] = v
+        if plan_field.startswith("overlap."):
+            fixed.setdefault("overlap", {})[plan_field.split(".", 1)[1]] = v
         else:
-            fixed[field] = v
+            fixed[plan_field] = v
     return raw, fixed, free
 
 

@@ -207,10 +207,6 @@ def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] |
     return done
 
 
-def in_torchrun() -> bool:
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
-
-
 def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
     """This same command, relaunched as ``nproc`` local ranks under torchrun."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",

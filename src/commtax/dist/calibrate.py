@@ -183,11 +183,6 @@ def compare(records: list[dict], cluster: dict, profile: dict | None = None) -> 
     return rows
 
 
-def worst_error(rows: list[dict], min_bytes: float = 2**20) -> float:
-    errs = [abs(x["error"]) for x in rows if x["message_bytes"] >= min_bytes]
-    return max(errs) if errs else math.nan
-
-
 def write_profile(profile: dict, path: Path | str) -> None:
     import yaml
 

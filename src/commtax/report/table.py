@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from commtax.estimate import BREAKDOWN_KEYS, Breakdown
-from commtax.units import GB, GiB
+from commtax.units import GB
 
 
 def _pct(x: float) -> str:
@@ -74,7 +74,3 @@ def render_breakdown(b: Breakdown, console: Console, capacity_gib: float | None 
     console.print(memory_table(b, capacity_gib))
     for note in b.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
-
-
-def capacity_gib(mem_bytes: float) -> float:
-    return mem_bytes / GiB
