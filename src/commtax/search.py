@@ -628,7 +628,6 @@ def search(
     top: int = 5,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
-    price: Any = None,
 ) -> SearchResult:
     """Every plan of ``space`` for the job's model and cluster, ranked; the top ``top`` re-estimated exactly.
 
