@@ -32,6 +32,24 @@ def _field_opt(name: str, example: str) -> Any:
     return typer.Option(f"--{name}", help=f"values ({example}) or a range (a..b) for {name.replace('-', '_')}")
 
 
+# the plan fields search and compare constrain: one declaration each, shared by both commands
+TpOpt = Annotated[Optional[str], _field_opt("tp", "8 or 1,2,4")]
+PpOpt = Annotated[Optional[str], _field_opt("pp", "4 or 1,2,4,8")]
+CpOpt = Annotated[Optional[str], _field_opt("cp", "1")]
+VpOpt = Annotated[Optional[str], _field_opt("vp", "1,2")]
+MicroBatchOpt = Annotated[Optional[str], _field_opt("micro-batch", "1,2,4")]
+ZeroOpt = Annotated[Optional[str], _field_opt("zero", "1 or 0..2")]
+RecomputeOpt = Annotated[Optional[str], _field_opt("recompute", "none,selective")]
+SequenceParallelOpt = Annotated[Optional[str], _field_opt("sequence-parallel", "true")]
+GradCommDtypeOpt = Annotated[Optional[str], _field_opt("grad-comm-dtype", "bf16,fp8")]
+PLAN_FIELDS = ("tp", "pp", "cp", "vp", "micro_batch", "zero", "recompute", "sequence_parallel", "grad_comm_dtype")
+
+
+def _constraints(values: dict[str, Any]) -> dict[str, Optional[str]]:
+    """The plan-field options of a command's arguments, by field name (for ``Space.parse``)."""
+    return {f: values[f] for f in PLAN_FIELDS}
+
+
 def _emit(data: Any, json_out: bool, out: Path | None) -> None:
     text = json.dumps(data, indent=2, default=float) + "\n"
     if out is not None:
@@ -108,15 +126,15 @@ def _search_table(res: Any, mode: str, usd_per_s: float | None, n: int) -> Table
 
 def search_command(
     job_file: Annotated[Path, typer.Argument(help="job YAML: model, cluster, plan, training")],
-    tp: Annotated[Optional[str], _field_opt("tp", "8 or 1,2,4")] = None,
-    pp: Annotated[Optional[str], _field_opt("pp", "4 or 1,2,4,8")] = None,
-    cp: Annotated[Optional[str], _field_opt("cp", "1")] = None,
-    vp: Annotated[Optional[str], _field_opt("vp", "1,2")] = None,
-    micro_batch: Annotated[Optional[str], _field_opt("micro-batch", "1,2,4")] = None,
-    zero: Annotated[Optional[str], _field_opt("zero", "1 or 0..2")] = None,
-    recompute: Annotated[Optional[str], _field_opt("recompute", "none,selective")] = None,
-    sequence_parallel: Annotated[Optional[str], _field_opt("sequence-parallel", "true")] = None,
-    grad_comm_dtype: Annotated[Optional[str], _field_opt("grad-comm-dtype", "bf16,fp8")] = None,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    cp: CpOpt = None,
+    vp: VpOpt = None,
+    micro_batch: MicroBatchOpt = None,
+    zero: ZeroOpt = None,
+    recompute: RecomputeOpt = None,
+    sequence_parallel: SequenceParallelOpt = None,
+    grad_comm_dtype: GradCommDtypeOpt = None,
     fix: Annotated[Optional[str], typer.Option("--fix", help="comma list of fields pinned to the job file's plan")] = None,
     rank: Annotated[str, typer.Option("--rank", help="step | cost | tokens_per_dollar")] = "step",
     top: Annotated[int, typer.Option("--top", min=1, help="plans to show")] = 5,
@@ -135,8 +153,7 @@ def search_command(
 
     job = load_job(job_file, catalog)
     space = Space.parse(
-        {"tp": tp, "pp": pp, "cp": cp, "vp": vp, "micro_batch": micro_batch, "zero": zero, "recompute": recompute,
-         "sequence_parallel": sequence_parallel, "grad_comm_dtype": grad_comm_dtype},
+        _constraints(locals()),
         [f.strip() for f in fix.split(",") if f.strip()] if fix else [],
     )
     mode = "rented" if rent else "owned"
@@ -225,15 +242,15 @@ def compare_command(
         "--num-gpus", help="compare each cluster at these GPU counts too, e.g. 128,256,512")] = None,
     deadline: Annotated[Optional[float], typer.Option(
         "--deadline", min=0, help="days: name the cheapest cluster that trains the tokens within it")] = None,
-    tp: Annotated[Optional[str], _field_opt("tp", "8 or 1,2,4")] = None,
-    pp: Annotated[Optional[str], _field_opt("pp", "4 or 1,2,4,8")] = None,
-    cp: Annotated[Optional[str], _field_opt("cp", "1")] = None,
-    vp: Annotated[Optional[str], _field_opt("vp", "1,2")] = None,
-    micro_batch: Annotated[Optional[str], _field_opt("micro-batch", "1,2,4")] = None,
-    zero: Annotated[Optional[str], _field_opt("zero", "1 or 0..2")] = None,
-    recompute: Annotated[Optional[str], _field_opt("recompute", "none,selective")] = None,
-    sequence_parallel: Annotated[Optional[str], _field_opt("sequence-parallel", "true")] = None,
-    grad_comm_dtype: Annotated[Optional[str], _field_opt("grad-comm-dtype", "bf16,fp8")] = None,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    cp: CpOpt = None,
+    vp: VpOpt = None,
+    micro_batch: MicroBatchOpt = None,
+    zero: ZeroOpt = None,
+    recompute: RecomputeOpt = None,
+    sequence_parallel: SequenceParallelOpt = None,
+    grad_comm_dtype: GradCommDtypeOpt = None,
     json_out: JsonOpt = False,
     out: OutOpt = None,
     workers: WorkersOpt = None,
@@ -256,10 +273,7 @@ def compare_command(
     from commtax.search import Space
     from commtax.spec import load_catalog, load_job
 
-    space = Space.parse(
-        {"tp": tp, "pp": pp, "cp": cp, "vp": vp, "micro_batch": micro_batch, "zero": zero, "recompute": recompute,
-         "sequence_parallel": sequence_parallel, "grad_comm_dtype": grad_comm_dtype}
-    )
+    space = Space.parse(_constraints(locals()))
 
     if power not in ("typical", "tdp"):
         raise SpecError(f"--power: {power!r} is not one of typical, tdp")
