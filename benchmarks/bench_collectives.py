@@ -21,19 +21,19 @@ from pathlib import Path
 
 import yaml
 
-from commtax.dist.calibrate import calibrate, compare, write_profile
+from commtax.measure.calibrate import calibrate, compare, write_profile
 
 PY = sys.executable
 MiB = 2**20
 
 
 def cli(*args: str) -> None:
-    subprocess.run([PY, "-m", "commtax.dist.cli", *args], check=True)
+    subprocess.run([PY, "-m", "commtax.measure.cli", *args], check=True)
 
 
 def sweep(cluster: Path, out: Path, *bench_args: str) -> list[dict]:
     out.unlink(missing_ok=True)
-    cli("cluster", "run", "--cluster", str(cluster), "--", PY, "-m", "commtax.dist.cli", "bench", "collective",
+    cli("cluster", "run", "--cluster", str(cluster), "--", PY, "-m", "commtax.measure.cli", "bench", "collective",
         "--out", str(out), *bench_args)
     return json.loads(out.read_text())
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from commtax.dist.cli import bench_app
-from commtax.dist.results import ResultFile, load_records
-from commtax.dist.testing import cli
+from commtax.measure.cli import bench_app
+from commtax.measure.results import ResultFile, load_records
+from commtax.measure.testing import cli
 
 KiB = 1024
 
@@ -56,7 +56,7 @@ def _kill_matching(needle: str) -> None:
 def test_hung_rank_is_named_and_the_others_exit_within_the_timeout(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "h.json"
-    p = subprocess.Popen([sys.executable, "-m", "commtax.dist.cli", "bench", "collective", "--nproc", "3",
+    p = subprocess.Popen([sys.executable, "-m", "commtax.measure.cli", "bench", "collective", "--nproc", "3",
                           "--ops", "all_reduce", "--min", "1KiB", "--max", "64KiB", "--factor", "4", "--iters", "2",
                           "--timeout", "5", "--fault", "1:2:stop", "--out", str(out)],
                          stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True)
@@ -125,5 +125,5 @@ def test_p2p_without_gpus_says_so_and_measures_memcpy(tmp_path):
 
 
 def test_dist_cli_does_not_import_torch():
-    code = "import sys, commtax.dist.cli, commtax.dist.calibrate, commtax.dist.schedules; print('torch' in sys.modules)"
+    code = "import sys, commtax.measure.cli, commtax.measure.calibrate, commtax.measure.schedules; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

@@ -7,8 +7,8 @@ import yaml
 from typer.testing import CliRunner
 
 from commtax import collectives as C
-from commtax.dist.calibrate import calibrate, compare, levels_from_cluster, model_time_s
-from commtax.dist.cli import calibrate_command
+from commtax.measure.calibrate import calibrate, compare, levels_from_cluster, model_time_s
+from commtax.measure.cli import calibrate_command
 from commtax.units import GB, US, MiB
 
 CLUSTER = {

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from commtax.dist.testing import cli, require_netns
+from commtax.measure.testing import cli, require_netns
 
 netns = pytest.mark.netns
 
@@ -76,7 +76,7 @@ def test_measured_link_bandwidth_is_the_tc_rate(cluster_file):
 
 
 def test_without_root_says_so_and_exits_2(monkeypatch):
-    from commtax.dist.cli import cluster_app
+    from commtax.measure.cli import cluster_app
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     r = CliRunner().invoke(cluster_app, ["up", "--nodes", "2"])
@@ -84,7 +84,7 @@ def test_without_root_says_so_and_exits_2(monkeypatch):
 
 
 def test_bad_link_rate_exits_2():
-    from commtax.dist.cli import cluster_app
+    from commtax.measure.cli import cluster_app
 
     r = CliRunner().invoke(cluster_app, ["up", "--link", "fast"])
     assert r.exit_code == 2 and "--link" in r.output and "300mbit" in r.output
@@ -93,7 +93,7 @@ def test_bad_link_rate_exits_2():
 @netns
 def test_interrupted_up_removes_what_it_made(monkeypatch):
     require_netns()
-    from commtax.dist import cluster as C
+    from commtax.measure import cluster as C
 
     def boom(self):
         raise KeyboardInterrupt
@@ -109,7 +109,7 @@ def test_interrupted_up_removes_what_it_made(monkeypatch):
 def test_ctrl_c_on_run_kills_every_rank(cluster_file):
     require_netns()
     path, spec = cluster_file("--nodes", "2", "--link", "100mbit")
-    p = subprocess.Popen([sys.executable, "-m", "commtax.dist.cli", "cluster", "run", "--cluster", str(path), "--",
+    p = subprocess.Popen([sys.executable, "-m", "commtax.measure.cli", "cluster", "run", "--cluster", str(path), "--",
                           "sleep", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(8)  # torchrun up, sleep running in both nodes
     p.send_signal(signal.SIGINT)

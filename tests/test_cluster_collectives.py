@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 
-from commtax.dist.testing import cli, records, require_netns
+from commtax.measure.testing import cli, records, require_netns
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.netns, pytest.mark.torch]
@@ -35,7 +35,7 @@ def sweep(cluster, out, *args, timeout=240):
 
     out.unlink(missing_ok=True)
     r = cli("cluster", "run", "--cluster", str(cluster), "--grace", "15", "--", sys.executable, "-m",
-            "commtax.dist.cli", *PY_BENCH, "--out", str(out), *args, timeout=timeout)
+            "commtax.measure.cli", *PY_BENCH, "--out", str(out), *args, timeout=timeout)
     return r, records(out)
 
 
@@ -43,7 +43,7 @@ def checked(recs):
     """gloo's all_reduce (a ring), our ring all_gather and reduce_scatter: the algorithms collectives.py prices.
 
     gloo's own reduce_scatter all-reduces the whole buffer (2× the ring's time), and its
-    all_gather runs ~10–13% below the ring model at 1 MiB on these links: see docs/dist.md.
+    all_gather runs ~10–13% below the ring model at 1 MiB on these links: see docs/measure.md.
     """
     keep = {("all_reduce", "torch"), ("all_gather", "ring"), ("reduce_scatter", "ring")}
     return [r for r in recs if (r["op"], r["impl"]) in keep and r["message_bytes"] >= MiB]
@@ -58,7 +58,7 @@ def over_tolerance(rows, tolerance=0.10):
 
 
 def test_model_within_10pct_before_and_5pct_after_calibration(four_nodes, tmp_path):
-    from commtax.dist.calibrate import calibrate, compare
+    from commtax.measure.calibrate import calibrate, compare
 
     cluster, spec = four_nodes
     args = ("--ops", "all_reduce,all_gather,reduce_scatter", "--min", "1MiB", "--max", "4MiB", "--iters", "5",
@@ -102,7 +102,7 @@ def test_killed_rank_fails_the_others_fast_and_keeps_results(four_nodes, tmp_pat
 
 def test_hierarchical_beats_flat_ring_as_predicted(tmp_path):
     require_netns()
-    from commtax.dist.calibrate import compare
+    from commtax.measure.calibrate import compare
 
     path = tmp_path / "c24.yaml"
     r = cli("cluster", "up", "--nodes", "2", "--ranks-per-node", "4", "--link", "300mbit", "--out", str(path))

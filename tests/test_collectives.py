@@ -131,7 +131,7 @@ def test_bad_arguments_are_value_errors():
 
 
 def test_gloo_runs_rings_without_ll_and_reduce_scatters_by_all_reduce():
-    # measured on the emulated cluster (docs/dist.md): gloo's reduce_scatter takes an all-reduce's time
+    # measured on the emulated cluster (docs/measure.md): gloo's reduce_scatter takes an all-reduce's time
     p = Placement(n=4, per_node=1, intra=NVL, inter=NET, library="gloo")
     S = 4 * 2**20
     ar = collective_cost("all_reduce", S, p)

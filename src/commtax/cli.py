@@ -300,7 +300,7 @@ def demo(json_out: JsonOpt = False, plot: PlotOpt = None) -> None:
 
 
 def _register_dist() -> None:
-    from commtax.dist.cli import bench_app, calibrate_command, cluster_app
+    from commtax.measure.cli import bench_app, calibrate_command, cluster_app
 
     app.add_typer(cluster_app, name="cluster", help="Emulated multi-node cluster: network namespaces + tc")
     app.add_typer(bench_app, name="bench", help="Measure collectives, p2p copies and GEMMs (torch.distributed)")

@@ -1,7 +1,7 @@
 """α-β cost of one collective on a two-level topology.
 
 One description of each algorithm, used both by the predictor and (as the reference the
-measured times are checked against) by ``commtax.dist``.  Costs follow Thakur, Rabenseifner
+measured times are checked against) by ``commtax.measure``.  Costs follow Thakur, Rabenseifner
 & Gropp, "Optimization of Collective Communication Operations in MPICH" (IJHPCA 2005):
 a message of m bytes over a link costs α + m/B.  Sizes follow nccl-tests
 (doc/PERFORMANCE.md): ``message_bytes`` is the whole buffer (all_gather: the output,
@@ -247,7 +247,7 @@ def low_latency(p: Placement) -> Placement:
 
 def _gloo_cost(op: str, S: float, p: Placement, algorithm: str | None) -> CollectiveCost:
     """gloo (torch.distributed on CPU) runs rings with no low-latency protocol; its reduce_scatter reduces
-    the whole buffer (an all-reduce, then a slice), measured on the emulated cluster (docs/dist.md)."""
+    the whole buffer (an all-reduce, then a slice), measured on the emulated cluster (docs/measure.md)."""
     if op in ("all_to_all", "send_recv"):
         t, level = all_to_all_time(S, p) if op == "all_to_all" else send_recv_time(S, p)
         algo = "pairwise" if op == "all_to_all" else "p2p"

@@ -1,6 +1,6 @@
 """Collective algorithms executed on torch.distributed point-to-point (isend/irecv).
 
-Each algorithm is the schedule from ``commtax.dist.schedules`` (the same one the cost model
+Each algorithm is the schedule from ``commtax.measure.schedules`` (the same one the cost model
 prices); ``run_schedule`` moves the bytes. Works with any backend that supports p2p
 (gloo on CPU, NCCL on GPU) on the default process group; subgroups are rank lists in the
 schedule, so no extra communicator is needed.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from commtax.dist import schedules
-from commtax.dist.schedules import Schedule, chunk_bounds
+from commtax.measure import schedules
+from commtax.measure.schedules import Schedule, chunk_bounds
 
 
 def run_schedule(flat: torch.Tensor, schedule: Schedule, rank: int | None = None) -> torch.Tensor:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from commtax import collectives as C
-from commtax.dist import schedules as S
+from commtax.measure import schedules as S
 
 
 def simulate(schedule, buffers):

@@ -9,15 +9,15 @@ from pathlib import Path
 
 
 def cli(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
-    """``python -m commtax.dist.cli ARGS`` (what the lead's ``commtax`` registers), output captured."""
-    return subprocess.run([sys.executable, "-m", "commtax.dist.cli", *args], capture_output=True, text=True,
+    """``python -m commtax.measure.cli ARGS`` (what the lead's ``commtax`` registers), output captured."""
+    return subprocess.run([sys.executable, "-m", "commtax.measure.cli", *args], capture_output=True, text=True,
                           timeout=timeout, **kw)
 
 
 def require_netns() -> None:
     import pytest
 
-    from commtax.dist.cluster import ClusterError, check_host
+    from commtax.measure.cluster import ClusterError, check_host
 
     try:
         check_host()

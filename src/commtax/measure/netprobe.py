@@ -1,6 +1,6 @@
 """Tiny TCP probe for ``commtax cluster up``: one-way latency (ping-pong / 2) and bulk bandwidth.
 
-``python -m commtax.dist.netprobe loop`` measures loopback inside one namespace;
+``python -m commtax.measure.netprobe loop`` measures loopback inside one namespace;
 ``serve PORT`` + ``client HOST PORT`` measure between two. Prints one JSON line:
 {"latency_us": …, "bw_GBps": …}. Standard library only: it runs in each namespace in well
 under a second.

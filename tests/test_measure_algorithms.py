@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from commtax.dist.conformance import spawn_check  # noqa: E402
+from commtax.measure.conformance import spawn_check  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -1,8 +1,8 @@
-"""``commtax cluster``, ``commtax bench`` and ``commtax calibrate``: thin typer commands over commtax.dist.
+"""``commtax cluster``, ``commtax bench`` and ``commtax calibrate``: thin typer commands over commtax.measure.
 
 Importing this module does not import torch (the estimate path stays instant); each command
 imports what it needs. Bad input prints one line naming the option and the fix, exit 2.
-Also runnable as ``python -m commtax.dist.cli …`` (that is how torchrun relaunches a sweep).
+Also runnable as ``python -m commtax.measure.cli …`` (that is how torchrun relaunches a sweep).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _bytes(option: str, text: str) -> int:
 
 
 def _read_cluster(path: Path) -> dict:
-    from commtax.dist.cluster import load_cluster_file
+    from commtax.measure.cluster import load_cluster_file
 
     if not path.exists():
         fail(f"--cluster: {path} does not exist; create it with `commtax cluster up --out {path}`")
@@ -60,8 +60,8 @@ def cluster_up(
     out: Annotated[Path, typer.Option("--out", help="cluster YAML to write")] = DEFAULT_CLUSTER_FILE,
 ) -> None:
     """Build the cluster, measure it, write the cluster YAML that `estimate`, `collective` and `bench` share."""
-    from commtax.dist.cluster import ClusterError, EmulatedCluster, check_host, parse_rate_bit_s
-    from commtax.dist.results import write_atomic
+    from commtax.measure.cluster import ClusterError, EmulatedCluster, check_host, parse_rate_bit_s
+    from commtax.measure.results import write_atomic
 
     try:
         link_bit_s = parse_rate_bit_s(link)
@@ -89,7 +89,7 @@ def cluster_run(
     grace: Annotated[float, typer.Option("--grace", min=0, help="seconds the other nodes get to exit after one fails")] = 30.0,
 ) -> None:
     """Run `-- CMD ARGS` under torchrun on every node (gloo over the shaped links, loopback inside a node)."""
-    from commtax.dist.cluster import ClusterError, EmulatedCluster, check_host, existing_namespaces
+    from commtax.measure.cluster import ClusterError, EmulatedCluster, check_host, existing_namespaces
 
     cmd = list(ctx.args)
     if not cmd:
@@ -112,7 +112,7 @@ def cluster_down(
     all_: Annotated[bool, typer.Option("--all", help="remove every commtax cluster on this host (ctxXXXXXX-* namespaces)")] = False,
 ) -> None:
     """Kill what runs in the cluster and delete its namespaces, bridge, veths and qdiscs."""
-    from commtax.dist.cluster import ClusterError, EmulatedCluster, check_host, down_namespaces, existing_namespaces
+    from commtax.measure.cluster import ClusterError, EmulatedCluster, check_host, down_namespaces, existing_namespaces
 
     try:
         check_host()
@@ -165,16 +165,16 @@ def bench_collective(
     lo, hi = _bytes("--min", min_size), _bytes("--max", max_size)
     if lo > hi or factor <= 1:
         fail(f"--min/--max/--factor: need min ≤ max and factor > 1 (got {lo} B, {hi} B, {factor:g})")
-    from commtax.dist.schedules import impl_supports
+    from commtax.measure.schedules import impl_supports
 
     if not any(impl_supports(i, o) for o in op_list for i in impls):
         fail(f"--impl {impl}: implements all_reduce (and ring: all_gather, reduce_scatter), not {ops}")
     if "RANK" not in os.environ:  # not under torchrun: become it, locally
-        from commtax.dist.bench import torchrun_argv
+        from commtax.measure.bench import torchrun_argv
 
         raise typer.Exit(subprocess.call(torchrun_argv(nproc, ["bench", "collective", *_argv_tail()])))
-    from commtax.dist.bench import SweepConfig, collective_sweep
-    from commtax.dist.results import ResultFile
+    from commtax.measure.bench import SweepConfig, collective_sweep
+    from commtax.measure.results import ResultFile
 
     cfg = SweepConfig(op_list, lo, hi, factor, warmup, iters, impls, dtype, timeout, backend)
     crash = _fault(fault)
@@ -201,8 +201,8 @@ def bench_p2p(
 ) -> None:
     """GPU-to-GPU copy bandwidth matrix (uni- and bidirectional); host memcpy without GPUs."""
     nbytes = _bytes("--bytes", size)
-    from commtax.dist.p2p import p2p_matrix
-    from commtax.dist.results import ResultFile
+    from commtax.measure.p2p import p2p_matrix
+    from commtax.measure.results import ResultFile
 
     records, note = p2p_matrix(nbytes, warmup, iters)
     typer.echo(note)
@@ -229,8 +229,8 @@ def bench_gemm(
     dts = [d.strip() for d in dtypes.split(",")]
     if any(d not in ("fp32", "bf16", "fp16") for d in dts):
         fail(f"--dtypes: choose from fp32, bf16, fp16; got {dtypes!r}")
-    from commtax.dist.gemm import gemm_sweep
-    from commtax.dist.results import ResultFile
+    from commtax.measure.gemm import gemm_sweep
+    from commtax.measure.results import ResultFile
 
     sink = ResultFile(out)
     for r in gemm_sweep(hiddens, tokens, dts, warmup, iters):
@@ -248,8 +248,8 @@ def calibrate_command(
     cluster_out: Annotated[Optional[Path], typer.Option("--cluster-out", help="also write the cluster YAML with `profile:` pointing at --out")] = None,
 ) -> None:
     """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
-    from commtax.dist.calibrate import calibrate, compare, write_profile
-    from commtax.dist.results import load_records
+    from commtax.measure.calibrate import calibrate, compare, write_profile
+    from commtax.measure.results import load_records
 
     try:
         records = load_records(bench_json)
@@ -265,7 +265,7 @@ def calibrate_command(
     if cluster_out is not None:
         import yaml
 
-        from commtax.dist.results import write_atomic
+        from commtax.measure.results import write_atomic
 
         write_atomic(cluster_out, yaml.safe_dump({**cluster, "profile": str(out.resolve())}, sort_keys=False))
     before, after = compare(records, cluster), compare(records, cluster, profile)

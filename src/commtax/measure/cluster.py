@@ -151,7 +151,7 @@ class EmulatedCluster:
 
     # ------------------------------------------------------------------ measure
     def _probe(self, ns: str, *args: str, timeout_s: float = 60) -> dict:
-        out = _sh("ip", "netns", "exec", ns, "timeout", str(int(timeout_s)), sys.executable, "-m", "commtax.dist.netprobe", *args)
+        out = _sh("ip", "netns", "exec", ns, "timeout", str(int(timeout_s)), sys.executable, "-m", "commtax.measure.netprobe", *args)
         return json.loads(out.strip().splitlines()[-1])
 
     def _measure(self) -> dict:
@@ -160,7 +160,7 @@ class EmulatedCluster:
         out = {"loopback_bw_GBps": loop["bw_GBps"], "loopback_latency_us": loop["latency_us"]}
         if self.nodes > 1:
             server = subprocess.Popen(["ip", "netns", "exec", self.node_ns(1), sys.executable, "-m",
-                                       "commtax.dist.netprobe", "serve", "29399"], stdout=subprocess.PIPE, text=True)
+                                       "commtax.measure.netprobe", "serve", "29399"], stdout=subprocess.PIPE, text=True)
             try:
                 server.stdout.readline()
                 bulk = int(self.link_bit_s / 8 * 0.4)  # 0.4 s of traffic at the link rate: the tbf bucket is noise

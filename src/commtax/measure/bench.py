@@ -22,10 +22,10 @@ import torch
 import torch.distributed as dist
 
 from commtax.collectives import bus_factor
-from commtax.dist import algorithms
-from commtax.dist.results import ResultFile
-from commtax.dist.schedules import IMPL_ALGORITHM, impl_supports
-from commtax.dist.watchdog import Watchdog
+from commtax.measure import algorithms
+from commtax.measure.results import ResultFile
+from commtax.measure.schedules import IMPL_ALGORITHM, impl_supports
+from commtax.measure.watchdog import Watchdog
 from commtax.units import GB
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
@@ -210,4 +210,4 @@ def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] |
 def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
     """This same command, relaunched as ``nproc`` local ranks under torchrun."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "--max-restarts=0", "--shutdown-timeout=5", "-m", "--", "commtax.dist.cli", *module_argv]  # "--": torchrun would read --max as its own --max-restarts
+            "--max-restarts=0", "--shutdown-timeout=5", "-m", "--", "commtax.measure.cli", *module_argv]  # "--": torchrun would read --max as its own --max-restarts

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from commtax import collectives as C
-from commtax.dist import schedules as S
+from commtax.measure import schedules as S
 from commtax.units import GB, US
 
 # what ran, per bench impl (gloo's own collectives are rings; broadcast is a pipelined chain/ring)
@@ -186,6 +186,6 @@ def compare(records: list[dict], cluster: dict, profile: dict | None = None) -> 
 def write_profile(profile: dict, path: Path | str) -> None:
     import yaml
 
-    from commtax.dist.results import write_atomic
+    from commtax.measure.results import write_atomic
 
     write_atomic(Path(path), yaml.safe_dump(profile, sort_keys=False))

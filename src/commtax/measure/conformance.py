@@ -1,7 +1,7 @@
 """Check our collective algorithms against torch.distributed's own, on every rank.
 
 Runs inside an initialised process group (torchrun, ``commtax cluster run`` or
-``spawn_check``): ``python -m commtax.dist.conformance`` under torchrun prints failures and
+``spawn_check``): ``python -m commtax.measure.conformance`` under torchrun prints failures and
 exits 1 if any. Sums must match ``dist.all_reduce``: exactly for integers, allclose for floats.
 """
 
@@ -14,8 +14,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-from commtax.dist import algorithms
-from commtax.dist.schedules import ALGORITHMS, chunk_bounds
+from commtax.measure import algorithms
+from commtax.measure.schedules import ALGORITHMS, chunk_bounds
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int64)
 TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2)}  # (rtol, atol) for float sums

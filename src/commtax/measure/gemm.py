@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from commtax.dist.bench import DTYPES
+from commtax.measure.bench import DTYPES
 
 LAYER_GEMMS = {"qkv": (1, 3), "attn_out": (1, 1), "mlp_up": (1, 4), "mlp_down": (4, 1)}  # (k/h, n/h)
 
