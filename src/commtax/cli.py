@@ -326,6 +326,7 @@ def register_commands() -> None:
     """
     for register in (_register_sim, _register_planning, _register_dist):
         register()
+    __import__("commtax.report.cli", fromlist=["register"]).register(app)  # commtax report
 
 
 CORE_COMMANDS = {"estimate", "validate", "collective", "demo"}
