@@ -490,6 +490,8 @@ def test_timeline_zoom_and_pan(pages, browser):
 def test_narrow_window_and_print(pages, browser):
     tab = Tab(browser, width=380)
     tab.open(pages["seed"].resolve().as_uri())
+    shot = tab.send("Page.captureScreenshot", {"format": "png"})  # the first screen, as a phone shows it
+    (ARTEFACTS / "report-screenshot-narrow.png").write_bytes(base64.b64decode(shot["data"]))
     assert tab.eval("document.documentElement.scrollWidth") <= 381  # no sideways scrolling of the page
     assert tab.eval("Math.max(...Array.from(document.querySelectorAll('svg.chart')).map(s => "
                     "s.getBoundingClientRect().right))") <= 381

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from html import escape
 from typing import Any, Sequence
 
@@ -38,11 +39,12 @@ GROUP_LABELS = {"tp": "tensor parallel (TP)", "cp": "context parallel (CP)", "pp
 EXPOSED_KEY = {"tp": "tp_exposed", "cp": "cp_exposed", "pp": "pp_exposed", "dp": "dp_exposed"}
 TRACE_FIELDS = ("window_s", "compute_s", "comm_s", "overlapped_comm_s", "exposed_comm_s", "idle_s", "comm_tax",
                 "comm_share")
+DEFINITION_NAMES = {"comm_tax": "comm tax", "comm_share": "comm share", "mfu": "MFU, HFU", "step": "step time"}
 DEFINITIONS = {
     "comm_tax": "comm tax = exposed communication time / step time: the share of the step the GPUs wait for data. "
                 "This is what the job pays.",
     "comm_share": "comm share = total communication time / (total communication time + compute time), as if nothing "
-                  "overlapped: the seed articles' “communication tax” (通信税). It is an upper bound on what "
+                  "overlapped: what the seed articles call the “communication tax”. It is an upper bound on what "
                   "communication could cost, not what the job pays.",
     "mfu": "MFU = model FLOPs per second per GPU / dense peak FLOP/s of the training precision; model FLOPs exclude "
            "recompute. HFU counts the recompute pass too.",
@@ -249,7 +251,27 @@ def gantt_chart(sim_result: Any) -> svg.Gantt:
     idle = tuple(row_of[s] for s in used if sim.streams[s].name == "compute")
     p = sim_result.builder.p
     return svg.Gantt(f"Simulated step of one pipeline replica ({p} stage{'s' if p > 1 else ''})", rows,
-                     tuple(merged), GANTT_KINDS, total, idle)
+                     tuple(merged), GANTT_KINDS, total, idle,
+                     row_groups=tuple(sim.streams[s].device for s in used))
+
+
+def gantt_windows(g: svg.Gantt, stages: int) -> list[tuple[str, svg.Gantt, str]]:
+    """Close-ups of the start (pipeline fill) and the end (drain, gradient reduction, optimizer) of the step,
+    so the bubble reads on paper too: four times as long as the last stage waits for its first input."""
+    last_compute = max(g.idle_rows, default=0)
+    first = min((s.start_s for s in g.spans if s.row == last_compute), default=0.0)
+    width = min(0.5 * g.total_s, max(0.02 * g.total_s, 4 * first))
+    out = []
+    if stages > 1:
+        out.append(("timeline-start", replace(g, title=f"Start of the step: pipeline fill (first {width:.3g} s)",
+                                               window=(0.0, width), zoomable=False),
+                    "Close-up: later stages wait (hatched) for the first micro-batch to reach them."))
+    out.append(("timeline-end", replace(g, title=f"End of the step: drain, DP gradient reduction, optimizer "
+                                              f"(last {width:.3g} s)", window=(g.total_s - width, g.total_s),
+                                         zoomable=False),
+                "Close-up: earlier stages finish first and wait; the last gradient buckets and the optimizer close "
+                "the step."))
+    return out
 
 
 def scaling_chart(data: ReportData) -> svg.Lines | None:
@@ -269,7 +291,7 @@ def scaling_chart(data: ReportData) -> svg.Lines | None:
     if not series:
         return None
     return svg.Lines("Comm tax and MFU against the number of GPUs", tuple(series), "GPUs", "% of step / of peak",
-                     x_log=2, y_min=0.0, y_max=1.0, y_percent=True)
+                     x_log=2, y_min=0.0, y_percent=True)
 
 
 def wall_chart(data: ReportData) -> svg.StackedBars:
@@ -368,10 +390,12 @@ def figures(data: ReportData) -> list[Fig]:
             Fig("memory", memory_chart(b, job.cluster.gpu.mem_GiB),
                 f"Dashed line: {job.cluster.gpu.name} memory as the driver reports it.")]
     if data.sim is not None:
-        figs.append(Fig("timeline", gantt_chart(data.sim),
+        gantt = gantt_chart(data.sim)
+        figs.append(Fig("timeline", gantt,
                         "One data-parallel replica as the event simulator runs it (other replicas are identical). "
                         "Hatched: the compute stream is idle — the pipeline bubble at the ends, waits for "
                         "communication in between."))
+        figs += [Fig(fid, chart, caption) for fid, chart, caption in gantt_windows(gantt, data.sim.builder.p)]
         figs.append(Fig("sim-vs-estimate", step_chart([("estimate", b), ("simulate", data.sim.breakdown)],
                                                       "Analytical estimate vs event simulation"),
                         "The same Breakdown fields from both schedules."))
@@ -409,6 +433,13 @@ def num(key: str, value: float | bool | None, shown: str) -> str:
     return f'<span class="num" data-key="{escape(key)}" data-value="{escape(v, quote=True)}">{escape(shown)}</span>'
 
 
+def tokens_text(n: float) -> str:
+    for unit, size in (("trillion", 1e12), ("billion", 1e9), ("million", 1e6)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:,.0f}"
+
+
 def pct(x: float, digits: int = 1) -> str:
     return f"{100 * x:.{digits}f}%"
 
@@ -417,22 +448,27 @@ def secs(x: float) -> str:
     return f"{x:.4f} s" if x < 10 else f"{x:.3f} s"
 
 
+NUMERIC = re.compile(r"^\s*(?:[-+−×$#~]|—\s*$)?\s*[\d.,]*\d?")
+
+
 def table(head: Sequence[str], rows: Sequence[Sequence[str]], caption: str = "", raw: bool = False,
           cls: str = "") -> str:
     """A table; ``raw`` cells are HTML already (e.g. ``num`` spans), others are escaped."""
     cell = (lambda s: s) if raw else escape
     h = "".join(f'<th scope="col">{escape(x)}</th>' for x in head)
-    body = "".join("<tr>" + "".join((f'<th scope="row">{cell(r[0])}</th>' if i == 0 else f"<td>{cell(c)}</td>")
+    body = "".join("<tr>" + "".join((f'<th scope="row">{cell(r[0])}</th>' if i == 0 else
+                                     f"<td>{cell(c)}</td>" if raw or NUMERIC.match(c) else f'<td class="t">{cell(c)}</td>')
                                     for i, c in enumerate(r)) + "</tr>" for r in rows)
     cap = f"<caption>{escape(caption)}</caption>" if caption else ""
     c = f' class="{cls}"' if cls else ""
     return f'<div class="tablewrap"><table{c}>{cap}<thead><tr>{h}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
-def figure(fig: Fig, extra: str = "") -> str:
+def figure(fig: Fig, extra: str = "", table_html: str | None = None) -> str:
+    """The chart, its caption and its table view (``table_html`` replaces the chart's own table)."""
     head, rows = fig.chart.table()
     controls = ""
-    if isinstance(fig.chart, svg.Gantt):
+    if isinstance(fig.chart, svg.Gantt) and fig.chart.zoomable:
         controls = (f'<div class="controls" data-for="chart-{fig.id}" role="group" aria-label="timeline zoom">'
                     '<button type="button" data-zoom="in">zoom in</button>'
                     '<button type="button" data-zoom="out">zoom out</button>'
@@ -442,7 +478,7 @@ def figure(fig: Fig, extra: str = "") -> str:
     return (f'<figure id="fig-{fig.id}">{controls}<div class="chartwrap">{svg.render(fig.chart, f"chart-{fig.id}")}</div>'
             f'<figcaption>{escape(fig.caption)}</figcaption>{extra}'
             f'<details class="tableview" open><summary>Table: {escape(fig.chart.title)}</summary>'
-            f'{table(head, rows)}</details></figure>')
+            f'{table_html if table_html is not None else table(head, rows)}</details></figure>')
 
 
 def section(sid: str, title: str, body: str) -> str:
@@ -461,12 +497,12 @@ def summary_section(data: ReportData) -> str:
     b, job = data.breakdown, data.job
     cap = job.cluster.gpu.mem_GiB
     mem = b.memory_gib_per_gpu["total"]
-    fit = (f'<p class="fit ok">✓ Fits: {num("memory_gib_per_gpu.total", mem, f"{mem:.1f} GiB")} of {cap:.1f} GiB '
-           f'per GPU ({num("fits", b.fits, "fits")}).</p>' if b.fits else
-           f'<p class="fit bad" role="alert">✗ Does NOT fit: {num("memory_gib_per_gpu.total", mem, f"{mem:.1f} GiB")} '
-           f'needed per GPU, {cap:.1f} GiB on {escape(job.cluster.gpu.name)} ({num("fits", b.fits, "does not fit")}). '
-           "Try a higher plan.zero, recompute: full, a smaller micro-batch or larger tp/pp — the plans below fit."
-           "</p>")
+    fit = (f'<p class="fit ok">✓ {num("fits", b.fits, "Fits in memory")}: '
+           f'{num("memory_gib_per_gpu.total", mem, f"{mem:.1f} GiB")} of {cap:.1f} GiB per GPU.</p>' if b.fits else
+           f'<p class="fit bad" role="alert">✗ {num("fits", b.fits, "Does NOT fit in memory")}: '
+           f'{num("memory_gib_per_gpu.total", mem, f"{mem:.1f} GiB")} needed per GPU, {cap:.1f} GiB on '
+           f'{escape(job.cluster.gpu.name)}. Try a higher plan.zero, recompute: full, a smaller micro-batch or larger '
+           "tp/pp — the plans below fit.</p>")
     cards = [
         ("step time", num("step_time_s", b.step_time_s, secs(b.step_time_s)), "one optimizer step"),
         ("tokens/s", num("tokens_per_s", b.tokens_per_s, f"{b.tokens_per_s:,.0f}"),
@@ -476,13 +512,13 @@ def summary_section(data: ReportData) -> str:
          num("tflops_per_gpu", b.tflops_per_gpu, f"{b.tflops_per_gpu:.1f}") + " model TFLOP/s per GPU"),
         ("comm tax", num("comm_tax", b.comm_tax, pct(b.comm_tax)), "exposed communication / step — what the job pays"),
         ("comm share", num("comm_share", b.comm_share, pct(b.comm_share)),
-         "communication / (communication + compute), no overlap — the seed articles' 通信税"),
+         "communication / (communication + compute), no overlap — the seed articles' “tax”"),
         ("memory per GPU", num("memory_gib_per_gpu.total", mem, f"{mem:.1f} GiB"),
          f"of {cap:.1f} GiB — " + ("fits" if b.fits else "<strong>does not fit</strong>")),
     ]
     if b.days_to_train is not None:
         cards.append(("days to train", num("days_to_train", b.days_to_train, f"{b.days_to_train:,.1f}"),
-                      f"{job.training.tokens:.3g} tokens at this rate"))
+                      f"{tokens_text(job.training.tokens)} tokens at this rate"))
     if data.cost is not None:
         c = data.cost
         cards.append(("$ per billion tokens", f'<span class="num-cost">${c.owned_usd_per_B_tokens:,.2f}</span>',
@@ -494,7 +530,8 @@ def summary_section(data: ReportData) -> str:
     html.append("</div>")
     html.append(fit)
     html.append('<dl class="defs">' + "".join(
-        f"<dt>{escape(k.replace('_', ' '))}</dt><dd>{escape(v)}</dd>" for k, v in DEFINITIONS.items()) + "</dl>")
+        f"<dt>{escape(DEFINITION_NAMES[k])}</dt><dd>{escape(v)}</dd>" for k, v in DEFINITIONS.items()) + "</dl>")
+    html.append('<div class="tables">')
     rows = [[PART_LABELS[k], num(f"breakdown_s.{k}", b.breakdown_s[k], f"{b.breakdown_s[k]:.4f}"),
              pct(b.breakdown_s[k] / b.step_time_s if b.step_time_s else 0.0)] for k in BREAKDOWN_KEYS]
     rows.append(["step time", num("step_time_s", b.step_time_s, f"{b.step_time_s:.4f}"), "100.0%"])
@@ -508,9 +545,10 @@ def summary_section(data: ReportData) -> str:
     mem_rows = [[k, num(f"memory_gib_per_gpu.{k}", v, f"{v:.2f}")] for k, v in b.memory_gib_per_gpu.items()]
     mem_rows.append(["GPU memory", f"{cap:.2f}"])
     html.append(table(["part", "GiB"], mem_rows, "Memory per GPU", raw=True))
+    html.append("</div>")
     if data.cost is not None:
         c = data.cost
-        crows = [["tokens", f"{c.tokens:.3g}"], ["days", f"{c.days:,.1f}"], ["GPU-hours", f"{c.gpu_hours:,.0f}"],
+        crows = [["tokens", tokens_text(c.tokens)], ["days", f"{c.days:,.1f}"], ["GPU-hours", f"{c.gpu_hours:,.0f}"],
                  ["energy (MWh, facility)", f"{c.energy_MWh:,.1f}"], ["$ owned", f"{c.owned_usd:,.0f}"],
                  ["$ rented", f"{c.rented_usd:,.0f}"], ["$ per B tokens, owned", f"{c.owned_usd_per_B_tokens:,.2f}"],
                  ["$ per B tokens, rented", f"{c.rented_usd_per_B_tokens:,.2f}"],
@@ -549,7 +587,8 @@ def plans_table(data: ReportData) -> str:
 def advice_table(data: ReportData) -> str:
     a = data.advice
     rows = [[c.label, c.kind, f"{c.step_after_s:.3f}", f"{c.step_change:+.1%}",
-             f"{pct(c.comm_tax_before)} → {pct(c.comm_tax_after)}", "yes" if c.fits_after else "no", c.text()]
+             f"{pct(c.comm_tax_before)} → {pct(c.comm_tax_after)}", "yes" if c.fits_after else "no",
+             c.text().split("; ", 1)[1] if "; " in c.text() else "—"]
             for c in a.changes]
     intro = (f"<p>Largest part of the step: <strong>{escape(PART_LABELS.get(a.dominant, a.dominant))}</strong> "
              f"({pct(a.dominant_share)}). "
@@ -656,6 +695,8 @@ nav a{color:var(--accent)}
 dl.defs{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;font-size:.9rem}
 dl.defs dt{font-weight:600}dl.defs dd{margin:0}
 .tablewrap{overflow-x:auto;margin:.5rem 0 1rem;max-width:100%}
+.tables{display:flex;flex-wrap:wrap;gap:0 2rem;align-items:flex-start}
+td.t{text-align:left}
 table{border-collapse:collapse;font-size:.85rem;font-variant-numeric:tabular-nums}
 caption{text-align:left;font-weight:600;padding:.25rem 0}
 th,td{border:1px solid var(--line);padding:.2rem .5rem;text-align:right;vertical-align:top}
@@ -721,7 +762,8 @@ def render_page(data: ReportData, figs: list[Fig] | None = None) -> str:
     step_body = figure(by_id["step"]) + figure(by_id["comm-time"]) + figure(by_id["comm-bytes"]) + figure(by_id["memory"])
     sections.append(section("step", "The step: compute, communication, bubble, memory", step_body))
     if "timeline" in by_id:
-        tl = figure(by_id["timeline"]) + figure(by_id["sim-vs-estimate"])
+        tl = "".join(figure(by_id[k]) for k in ("timeline", "timeline-start", "timeline-end", "sim-vs-estimate")
+                     if k in by_id)
         sim = data.sim
         tl += (f"<p>Simulated step {sim.breakdown.step_time_s:.4f} s vs estimate {b.step_time_s:.4f} s "
                f"({sim.breakdown.step_time_s / b.step_time_s - 1:+.2%}); {sim.events:,} events; pipeline bubble "
@@ -729,7 +771,7 @@ def render_page(data: ReportData, figs: list[Fig] | None = None) -> str:
     else:
         tl = f'<p class="note">{escape(data.sim_note or "not simulated")}</p>'
     sections.append(section("timeline", "Timeline of one pipeline replica (simulated)", tl))
-    sc = figure(by_id["scaling"]) + scaling_table(data) if "scaling" in by_id else '<p class="note">No size could be evaluated.</p>'
+    sc = figure(by_id["scaling"], table_html=scaling_table(data)) if "scaling" in by_id else '<p class="note">No size could be evaluated.</p>'
     sc += figure(by_id["wall"], wall_table(data))
     sections.append(section("scaling", "Scaling and the communication wall", sc))
     plans = []

@@ -182,20 +182,37 @@ class Gantt:
     kinds: tuple[Segment, ...]
     total_s: float
     idle_rows: tuple[int, ...] = ()
+    window: tuple[float, float] | None = None  # draw only [t0, t1] s of the step (a static close-up)
+    zoomable: bool = True  # the page's script may rescale it
+    row_groups: tuple[int, ...] = ()  # a group per row (e.g. its pipeline stage): odd groups get a shaded band
+
+    @property
+    def shown(self) -> tuple[float, float]:
+        return self.window or (0.0, self.total_s)
 
     def busy(self) -> list[dict[str, float]]:
+        """Seconds of each kind per row inside the shown window."""
+        t0, t1 = self.shown
         out: list[dict[str, float]] = [{} for _ in self.rows]
         for s in self.spans:
-            out[s.row][s.kind] = out[s.row].get(s.kind, 0.0) + s.dur_s
+            d = min(t1, s.start_s + s.dur_s) - max(t0, s.start_s)
+            if d > 0 or (s.dur_s == 0 and t0 <= s.start_s <= t1):
+                out[s.row][s.kind] = out[s.row].get(s.kind, 0.0) + max(d, 0.0)
         return out
 
     def table(self) -> tuple[list[str], list[list[str]]]:
-        head = ["row"] + [k.label + " (s)" for k in self.kinds] + ["idle (s)", "idle share"]
+        kinds = [k for k in self.kinds if any(s.kind == k.key for s in self.spans)]
+        head = ["row"] + [k.label + " (s)" for k in kinds] + ["idle (s)", "idle share"]
         rows = []
         for r, busy in enumerate(self.busy()):
-            idle = max(0.0, self.total_s - sum(busy.values()))
-            cells = [fmt(busy.get(k.key, 0.0), 4) if k.key in busy else "—" for k in self.kinds]
-            rows.append([self.rows[r]] + cells + [fmt(idle, 4), f"{100 * idle / self.total_s:.1f}%"])
+            cells = [fmt(busy[k.key], 4) if k.key in busy else "—" for k in kinds]
+            if r in self.idle_rows:
+                length = self.shown[1] - self.shown[0]
+                idle = max(0.0, length - sum(busy.values()))
+                cells += [fmt(idle, 4), f"{100 * idle / length:.1f}%" if length > 0 else "—"]
+            else:
+                cells += ["—", "—"]
+            rows.append([self.rows[r]] + cells)
         return head, rows
 
 
@@ -392,8 +409,17 @@ def _dash(st: Style) -> str:
     return f' stroke-dasharray="{st.dash}"' if st.dash else ""
 
 
+LABEL_MAX_W = 230.0
+
+
 def _label_width(labels: Sequence[str], size: int = 12) -> float:
-    return min(220.0, 10 + 0.58 * size * max((len(s) for s in labels), default=4))
+    return min(LABEL_MAX_W, 10 + 0.58 * size * max((len(s) for s in labels), default=4))
+
+
+def clip_label(s: str, size: int = 12) -> str:
+    """A row label that fits the label column (the full text stays in the tooltip and the table)."""
+    n = int((LABEL_MAX_W - 10) / (0.58 * size))
+    return s if len(s) <= n else s[: n - 1].rstrip() + "…"
 
 
 # ----------------------------------------------------------------------------- renderers
@@ -440,7 +466,7 @@ def render_stacked(c: StackedBars, fig_id: str) -> str:
            _x_axis(ax, plot_bottom, c.unit, lambda t: fmt(t, 3), top - 6)]
     for r, row in enumerate(c.rows):
         y = top + r * (bar_h + gap)
-        out.append(text(left - 8, y + bar_h / 2 + 4, row, "end"))
+        out.append(text(left - 8, y + bar_h / 2 + 4, clip_label(row), "end"))
         x = ax.a
         for s, v in zip(c.segments, c.values[r]):
             w = ax(v) - ax(0)
@@ -494,7 +520,7 @@ def render_bars(c: Bars, fig_id: str) -> str:
     out.append(f'<line x1="{_n(x0)}" y1="{_n(top - 6)}" x2="{_n(x0)}" y2="{_n(plot_bottom)}" stroke="{INK}"/>')
     for r, row in enumerate(c.rows):
         y = top + r * group_h
-        out.append(text(left - 8, y + ns * bar_h / 2 + 4, row, "end"))
+        out.append(text(left - 8, y + ns * bar_h / 2 + 4, clip_label(row), "end"))
         for i, v in enumerate(c.values[r]):
             st = c.style(i)
             xa, xb = sorted((x0, ax(v)))
@@ -584,13 +610,15 @@ def render_gantt(c: Gantt, fig_id: str) -> str:
     legend, lh = _legend(fig_id, legend_items, left, bottom + 44, plot_w)
     height = bottom + 44 + lh + 6
     total = c.total_s or 1.0
+    t0, t1 = c.window or (0.0, total)
     k = GANTT_UNITS / total
-    ax = Axis(0.0, total, left, left + plot_w)
+    ax = Axis(t0, t1, left, left + plot_w)
+    spans = [s for s in c.spans if s.start_s <= t1 and s.start_s + s.dur_s >= t0]
     busy = c.busy()
-    desc = f"{len(c.spans)} spans over {fmt(total, 4)} s; " + "; ".join(
+    desc = f"{len(c.spans)} spans over {fmt(total, 4)} s, {fmt(t0, 4)} to {fmt(t1, 4)} s shown; " + "; ".join(
         f"{row}: " + ", ".join(f"{kind} {fmt(v, 3)} s" for kind, v in busy[r].items()) for r, row in enumerate(c.rows))
     extra = (f' data-gantt="1" data-left="{_n(left)}" data-plotw="{_n(plot_w)}" data-total="{total!r}" '
-             f'data-units="{GANTT_UNITS:g}" data-top="{_n(top)}" data-bottom="{_n(bottom)}"')
+             f'data-units="{GANTT_UNITS:g}" data-top="{_n(top)}" data-bottom="{_n(bottom)}"') if c.zoomable else ""
     out = [_open(fig_id, c.title, desc, WIDTH, height, "gantt", extra),
            patterns(fig_id, [(kk.key, kk.style) for kk in c.kinds] + [("idle", Style("#ffffff", "back"))]),
            f'<clipPath id="{fig_id}-clip"><rect x="{_n(left)}" y="{_n(top - 2)}" width="{_n(plot_w)}" '
@@ -598,16 +626,18 @@ def render_gantt(c: Gantt, fig_id: str) -> str:
            text(left, 20, c.title, size=14, weight="bold")]
     for r, row in enumerate(c.rows):
         y = top + r * row_h
+        if r < len(c.row_groups) and c.row_groups[r] % 2:
+            out.append(f'<rect x="0" y="{_n(y)}" width="{_n(WIDTH)}" height="{_n(row_h)}" fill="#eef1f5"/>')
         if r in c.idle_rows:
             out.append(f'<rect x="{_n(left)}" y="{_n(y + 1)}" width="{_n(plot_w)}" height="{_n(row_h - 2)}" '
                        f'fill="url(#{pattern_id(fig_id, "idle")})" fill-opacity="0.7"/>')
         else:
             out.append(f'<line x1="{_n(left)}" y1="{_n(y + row_h / 2)}" x2="{_n(left + plot_w)}" y2="{_n(y + row_h / 2)}" '
                        f'stroke="{GRID}" stroke-width="0.6"/>')
-        out.append(text(left - 6, y + row_h / 2 + 4, row, "end", 11))
+        out.append(text(left - 6, y + row_h / 2 + 4, clip_label(row, 11), "end", 11))
     # bars: one path per (row, kind), in data units; the group's transform maps them onto the plot
     paths: dict[tuple[int, str], list[str]] = {}
-    for s in c.spans:
+    for s in spans:
         if s.dur_s <= 0:
             continue
         y = top + s.row * row_h
@@ -616,7 +646,8 @@ def render_gantt(c: Gantt, fig_id: str) -> str:
         paths.setdefault((s.row, s.kind), []).append(f"M{x0:.1f} {_n(y + 1)}h{w:.1f}v{_n(h)}h-{w:.1f}z")
     styles = {kk.key: kk.style for kk in c.kinds}
     out.append(f'<g clip-path="url(#{fig_id}-clip)"><g class="gantt-bars" '
-               f'transform="translate({_n(left)},0) scale({plot_w / GANTT_UNITS:.8g},1)">')
+               f'transform="translate({_n(left)},0) scale({plot_w / ((t1 - t0) * k):.8g},1) '
+               f'translate({-t0 * k:.8g},0)">')
     for (_, kind), ds in sorted(paths.items()):
         st = styles.get(kind, Style("#000000"))
         out.append(f'<path data-kind="{escape(kind)}" d="{"".join(ds)}" fill="{st.color}"/>')
