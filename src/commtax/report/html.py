@@ -116,11 +116,11 @@ def default_scale(job: Job) -> list[int]:
     return [c for c in counts if c % g == 0 or c < g] or [n]
 
 
-def _cost(job: Job, b: Breakdown, prices: Any | None) -> tuple[Any | None, str]:
+def _cost(job: Job, b: Breakdown, prices: Any | None, tokens: float | None = None) -> tuple[Any | None, str]:
     from commtax.cost import job_training_cost, load_prices
 
     try:
-        return job_training_cost(job, b.tokens_per_s, prices or load_prices()), ""
+        return job_training_cost(job, b.tokens_per_s, prices or load_prices(), tokens), ""
     except SpecError as e:
         return None, str(e)
 
@@ -194,7 +194,7 @@ def collect(
             data.advice_note = str(e)
     for label, other in others:
         ob = estimate(other)
-        oc, note = _cost(other, ob, prices)
+        oc, note = _cost(other, ob, prices, tokens=data.cost.tokens if data.cost else job.training.tokens)
         data.others.append(OtherJob(label, other, ob, oc, note))
     return data
 
@@ -604,6 +604,10 @@ def advice_table(data: ReportData) -> str:
 def scaling_table(data: ReportData) -> str:
     rows = []
     best = {p.num_gpus: p for p in data.scaling}
+    if not best:  # no search: the job's own plan only
+        rows = [[str(n), pct(b.comm_tax) if b else f"— ({why})", pct(b.comm_share) if b else "—",
+                 pct(b.mfu) if b else "—", f"{b.step_time_s:.3f}" if b else "—"] for n, b, why in data.own_scaling]
+        return table(["GPUs", "comm tax", "comm share", "MFU", "step (s)"], rows, "Scaling of this plan")
     for n, b, why in data.own_scaling:
         p = best.get(n)
         bb = p.breakdown if p is not None else None
@@ -665,12 +669,14 @@ def compare_section(data: ReportData, fig: Fig | None) -> str:
         ("comm share", lambda j, b, c: pct(b.comm_share)),
         ("memory GiB / GPU", lambda j, b, c: f"{b.memory_gib_per_gpu['total']:.1f} of {j.cluster.gpu.mem_GiB:.1f}"
                                              + ("" if b.fits else " (does not fit)")),
+        ("tokens trained", lambda j, b, c: tokens_text(c.tokens) if c else "—"),
         ("days", lambda j, b, c: f"{c.days:,.1f}" if c else "—"),
         ("$ / B tokens owned", lambda j, b, c: f"{c.owned_usd_per_B_tokens:,.2f}" if c else "—"),
         ("$ / B tokens rented", lambda j, b, c: f"{c.rented_usd_per_B_tokens:,.2f}" if c else "—"),
     ]
     rows = [[label] + [f(j, b, c) for _, j, b, c in jobs] for label, f in metrics]
-    body = table(["metric"] + [n for n, *_ in jobs], rows, "Side by side (each job with its own plan)")
+    body = table(["metric"] + [n for n, *_ in jobs], rows,
+                 "Side by side (each job with its own plan; days and $ for this job's token count)")
     return section("compare", "Other clusters side by side", (figure(fig) if fig else "") + body)
 
 
@@ -713,6 +719,7 @@ details.tableview summary{cursor:pointer;font-size:.85rem;color:var(--accent)}
 code{font-size:.9em}
 footer{margin-top:3rem;font-size:.8rem;color:var(--muted)}
 @media (max-width:640px){body{padding:.5rem .6rem 2rem;font-size:14px}.card .value{font-size:1.3rem}
+.chartwrap{overflow-x:auto}svg.chart{min-width:540px}
 dl.defs{grid-template-columns:1fr}th,td{padding:.15rem .3rem}}
 @media print{@page{margin:1.4cm}body{max-width:none;padding:0;font-size:10pt}nav,.controls{display:none}
 a{color:inherit;text-decoration:none}h2{break-after:avoid}figure,table,.card{break-inside:avoid}
@@ -780,7 +787,7 @@ def render_page(data: ReportData, figs: list[Fig] | None = None) -> str:
     elif data.search_note:
         plans.append(f'<p class="note">Search: {escape(data.search_note)}</p>')
     if "advice" in by_id:
-        plans.append(figure(by_id["advice"]) + advice_table(data))
+        plans.append(figure(by_id["advice"], table_html=advice_table(data)))
     elif data.advice_note:
         plans.append(f'<p class="note">Advice: {escape(data.advice_note)}</p>')
     if plans:

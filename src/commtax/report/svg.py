@@ -413,12 +413,12 @@ LABEL_MAX_W = 230.0
 
 
 def _label_width(labels: Sequence[str], size: int = 12) -> float:
-    return min(LABEL_MAX_W, 10 + 0.58 * size * max((len(s) for s in labels), default=4))
+    return min(LABEL_MAX_W, 16 + 0.62 * size * max((len(s) for s in labels), default=4))
 
 
 def clip_label(s: str, size: int = 12) -> str:
     """A row label that fits the label column (the full text stays in the tooltip and the table)."""
-    n = int((LABEL_MAX_W - 10) / (0.58 * size))
+    n = int((LABEL_MAX_W - 16) / (0.62 * size))
     return s if len(s) <= n else s[: n - 1].rstrip() + "…"
 
 
