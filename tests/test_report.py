@@ -15,13 +15,11 @@ Without Debian's ``chromium`` the browser tests skip and say why; CI installs it
 from __future__ import annotations
 
 import base64
-import fcntl
 import json
 import os
 import queue
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from html.parser import HTMLParser
@@ -300,17 +298,14 @@ class Chromium:
     def __init__(self, profile_dir: Path):
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
-
-        def child_fds():  # the browser's fd 3 and 4, whatever numbers the pipes got here
-            a = fcntl.fcntl(to_browser_r, fcntl.F_DUPFD, 10)
-            b = fcntl.fcntl(from_browser_w, fcntl.F_DUPFD, 10)
-            os.dup2(a, 3)
-            os.dup2(b, 4)
-
-        self.log = open(profile_dir / "chromium.log", "wb")
-        self.proc = subprocess.Popen([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile_dir / 'profile'}",
-                                      "about:blank"], stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
-                                     close_fds=False, preexec_fn=child_fds)
+        r, w = to_browser_r, from_browser_w
+        # the browser wants the pipes as its fd 3 and 4: the shell moves them there and execs it (no preexec_fn,
+        # which is unsafe while the reader threads of other browsers run)
+        move = f'exec "$0" "$@" 3<&{r} 4>&{w} {r}<&- {w}>&-'
+        self.log = open(profile_dir / "chromium.log", "wb")  # noqa: SIM115 (closed in close())
+        self.proc = subprocess.Popen(["/bin/sh", "-c", move, CHROMIUM, *CHROMIUM_FLAGS,
+                                      f"--user-data-dir={profile_dir / 'profile'}", "about:blank"],
+                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, pass_fds=(r, w))
         os.close(to_browser_r)
         os.close(from_browser_w)
         self.events: list[dict] = []

@@ -153,7 +153,7 @@ def test_gantt_draws_every_span_and_tables_idle_time():
     assert paths["compute"].count("M") == 3 and paths["tp"].count("M") == 1
     # data units: the whole step is GANTT_UNITS wide; the span at 3 s starts at 3/4 of it
     assert f"M{0.75 * svg.GANTT_UNITS:.1f} " in paths["compute"]
-    head, rows = g.table()
+    _, rows = g.table()
     assert rows[0] == ["s0 compute", "3.000", "—", "1.000", "25.0%"]  # 3 s busy of 4: 1 s idle
     assert rows[1] == ["s0 tp", "—", "1.000", "—", "—"]
     assert root.get("data-gantt") == "1"
@@ -163,7 +163,7 @@ def test_gantt_window_shows_and_tables_only_that_part():
     g = gantt(window=(2.0, 4.0), zoomable=False)
     root = parse(svg.render(g, "w"))
     assert root.get("data-gantt") is None  # a static close-up: the page's zoom leaves it alone
-    head, rows = g.table()
+    _, rows = g.table()
     assert rows[0][-2:] == ["1.000", "50.0%"]  # of the 2 s shown, 1 s computing
     bars = root.find(".//s:g[@class='gantt-bars']", NS).get("transform")
     scale, shift = re.search(r"scale\(([-\d.e]+),1\) translate\(([-\d.e]+),0\)", bars).groups()

@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from html import escape
-from typing import Any, Sequence
+from typing import Any
 
 from commtax import __version__
 from commtax.errors import SpecError
@@ -170,7 +171,7 @@ def collect(
         from commtax.sim import simulate
 
         data.sim = simulate(job, compare=False)
-    except Exception as e:  # the simulator refuses some plans (e.g. a schedule it does not model): say so
+    except (SpecError, ValueError) as e:  # SimError: a plan the simulator cannot run; the page says so
         data.sim_note = f"not simulated: {e}"
     data.wall = communication_wall(job)
     for row in data.wall:
@@ -269,8 +270,8 @@ def gantt_windows(g: svg.Gantt, stages: int) -> list[tuple[str, svg.Gantt, str]]
     out.append(("timeline-end", replace(g, title=f"End of the step: drain, DP gradient reduction, optimizer "
                                               f"(last {width:.3g} s)", window=(g.total_s - width, g.total_s),
                                          zoomable=False),
-                "Close-up: earlier stages finish first and wait; the last gradient buckets and the optimizer close "
-                "the step."))
+                ("Close-up: earlier stages finish first and wait; the last gradient buckets and the optimizer "
+                 "close the step.")))
     return out
 
 
@@ -342,7 +343,7 @@ def bench_chart(bs: BenchSet, key: tuple, records: list[dict]) -> tuple[svg.Line
     from commtax.collectives import bus_factor
     from commtax.measure.calibrate import IMPL_ALGORITHM, levels_from_cluster, predicted_s
 
-    op, n, nodes, per_node = key
+    op, n, nodes, _ = key
     intra, inter = levels_from_cluster(bs.cluster)
     series: list[Series] = []
     errors = []

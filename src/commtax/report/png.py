@@ -5,8 +5,9 @@ matplotlib is imported inside ``write_png`` only; files are written atomically.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from commtax.atomic import write_atomic, write_atomic_with
 from commtax.report import svg
@@ -107,7 +108,7 @@ def write_png(chart: svg.Chart, path: Path | str) -> Path:
         plt.close(fig)
 
 
-def write_figures(figs: Sequence["Fig"], folder: Path | str) -> list[Path]:
+def write_figures(figs: Sequence[Fig], folder: Path | str) -> list[Path]:
     """``folder/<id>.svg`` (the page's own SVG) and ``folder/<id>.png`` for every figure."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,9 @@ graph labels", Graphics Gems, 1990).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Sequence
 
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 INK = "#222222"
@@ -621,8 +621,8 @@ def render_gantt(c: Gantt, fig_id: str) -> str:
              f'data-units="{GANTT_UNITS:g}" data-top="{_n(top)}" data-bottom="{_n(bottom)}"') if c.zoomable else ""
     out = [_open(fig_id, c.title, desc, WIDTH, height, "gantt", extra),
            patterns(fig_id, [(kk.key, kk.style) for kk in c.kinds] + [("idle", Style("#ffffff", "back"))]),
-           f'<clipPath id="{fig_id}-clip"><rect x="{_n(left)}" y="{_n(top - 2)}" width="{_n(plot_w)}" '
-           f'height="{_n(bottom - top + 4)}"/></clipPath>',
+           (f'<clipPath id="{fig_id}-clip"><rect x="{_n(left)}" y="{_n(top - 2)}" width="{_n(plot_w)}" '
+            f'height="{_n(bottom - top + 4)}"/></clipPath>'),
            text(left, 20, c.title, size=14, weight="bold")]
     for r, row in enumerate(c.rows):
         y = top + r * row_h
@@ -669,6 +669,3 @@ def standalone(svg: str) -> str:
     """The chart as an .svg file."""
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + svg + "\n"
 
-
-__all__ = ["BREAKDOWN_STYLES", "Bars", "Chart", "Gantt", "Lines", "Segment", "Series", "Span", "StackedBars", "Style",
-           "fmt", "fmt_bytes", "merge_spans", "nice_ticks", "log_ticks", "render", "standalone", "series_style"]
