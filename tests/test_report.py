@@ -15,6 +15,7 @@ Without Debian's ``chromium`` the browser tests skip and say why; CI installs it
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import queue
@@ -42,6 +43,7 @@ RESULTS = REPO / "examples" / "emulated" / "results"
 ARTEFACTS = REPO / "out"
 SCREENSHOT = ARTEFACTS / "report-screenshot.png"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+BASH = shutil.which("bash") or "/bin/bash"  # moves the DevTools pipes onto fd 3 and 4 (dash takes one-digit fds only)
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage", "--remote-debugging-pipe")
@@ -298,16 +300,19 @@ class Chromium:
     def __init__(self, profile_dir: Path):
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
-        r, w = to_browser_r, from_browser_w
-        # the browser wants the pipes as its fd 3 and 4: the shell moves them there and execs it (no preexec_fn,
+        # the browser's ends numbered above 4, so moving them onto 3 and 4 cannot clobber one another
+        r, w = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_browser_r, from_browser_w))
+        os.close(to_browser_r)
+        os.close(from_browser_w)
+        # the browser wants the pipes as its fd 3 and 4: bash moves them there and execs it (no preexec_fn,
         # which is unsafe while the reader threads of other browsers run)
         move = f'exec "$0" "$@" 3<&{r} 4>&{w} {r}<&- {w}>&-'
         self.log = open(profile_dir / "chromium.log", "wb")  # noqa: SIM115 (closed in close())
-        self.proc = subprocess.Popen(["/bin/sh", "-c", move, CHROMIUM, *CHROMIUM_FLAGS,
+        self.proc = subprocess.Popen([BASH, "-c", move, CHROMIUM, *CHROMIUM_FLAGS,
                                       f"--user-data-dir={profile_dir / 'profile'}", "about:blank"],
                                      stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, pass_fds=(r, w))
-        os.close(to_browser_r)
-        os.close(from_browser_w)
+        os.close(r)
+        os.close(w)
         self.events: list[dict] = []
         self._replies: queue.Queue = queue.Queue()
         self._next = 0
