@@ -21,6 +21,7 @@ import os
 import queue
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from html.parser import HTMLParser
@@ -251,6 +252,14 @@ def test_plots_folder_has_svg_and_png_of_every_figure(tmp_path):
         assert ET.parse(p).getroot().tag == "{http://www.w3.org/2000/svg}svg"
     for p in pngs:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+
+
+def test_the_page_path_imports_neither_matplotlib_nor_torch():
+    code = ("import sys; from commtax.spec import load_job; from commtax.report.html import collect, render_page; "
+            f"render_page(collect(load_job({str(SEED)!r}), 'seed', scale=[256], plan_search=False)); "
+            "bad = [m for m in ('matplotlib', 'torch') if m in sys.modules]; assert not bad, bad")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
 
 
 def test_trace_without_the_trace_module_says_so_in_one_line(tmp_path):

@@ -94,6 +94,7 @@ def report(
                    plan_search=not no_search)
     figs = figures(data)
     write_atomic(out, render_page(data, figs))
+    _shareable(out)
     console.print(f"wrote {out} ({len(figs)} figures)", highlight=False)
     if plots is not None:
         from commtax.report.png import write_figures
@@ -103,6 +104,15 @@ def report(
     if not data.breakdown.fits:
         console.print(f"note: the plan does not fit GPU memory ({data.breakdown.memory_gib_per_gpu['total']:.1f} GiB "
                       f"needed, {job.cluster.gpu.mem_GiB:.1f} GiB per GPU); the page says so", highlight=False)
+
+
+def _shareable(path: Path) -> None:
+    """The page is for sharing: the usual file mode (0666 less the umask), not the temporary file's 0600."""
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
 
 
 def register(app: typer.Typer) -> None:

@@ -851,4 +851,8 @@ def load_trace(paths: Sequence[str]) -> dict[str, dict[str, float]]:
         from commtax import trace as trace_mod  # type: ignore[attr-defined]
     except ImportError:
         raise TraceUnavailable("--trace: trace support (commtax.trace) is not installed in this build yet") from None
-    return trace_figures(trace_mod.analyze([str(p) for p in paths]))
+    try:
+        result = trace_mod.analyze([str(p) for p in paths])
+    except (ValueError, OSError) as e:  # an unreadable or foreign trace file: one line, exit 2
+        raise SpecError(f"--trace: {e}") from None
+    return trace_figures(result)
