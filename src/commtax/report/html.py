@@ -519,11 +519,12 @@ def summary_section(data: ReportData) -> str:
     ]
     if b.days_to_train is not None:
         cards.append(("days to train", num("days_to_train", b.days_to_train, f"{b.days_to_train:,.1f}"),
-                      f"{tokens_text(job.training.tokens)} tokens at this rate"))
+                      f"{tokens_text(job.training.tokens)} tokens at this rate" + ("" if b.fits else ", if it fit")))
     if data.cost is not None:
         c = data.cost
         cards.append(("$ per billion tokens", f'<span class="num-cost">${c.owned_usd_per_B_tokens:,.2f}</span>',
-                      f"owned (depreciation + power); ${c.rented_usd_per_B_tokens:,.2f} rented"))
+                      f"owned (depreciation + power); ${c.rented_usd_per_B_tokens:,.2f} rented"
+                      + ("" if b.fits else "; if it fit")))
     html = ['<div class="cards">']
     for title, value, sub in cards:
         html.append(f'<div class="card"><div class="label">{escape(title)}</div><div class="value">{value}</div>'
