@@ -74,6 +74,10 @@ def _lines(ax, c: svg.Lines) -> None:
 
 def _gantt(ax, c: svg.Gantt) -> None:
     styles = {k.key: k.style for k in c.kinds}
+    t0, t1 = c.shown
+    for row in c.idle_rows:  # hatched where the compute stream has nothing to do (bubble, waits)
+        ax.barh(row, t1 - t0, left=t0, height=0.8, color="white", hatch="\\\\", edgecolor="#999999", linewidth=0,
+                zorder=0)
     bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for s in c.spans:
         bars.setdefault((s.row, s.kind), []).append((s.start_s, s.dur_s))
@@ -82,12 +86,13 @@ def _gantt(ax, c: svg.Gantt) -> None:
         ax.broken_barh(xs, (row - 0.4, h), facecolors=styles.get(kind, svg.Style("#000000")).color, linewidth=0)
     ax.set_yticks(range(len(c.rows)), list(c.rows), fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlim(0, c.total_s)
+    ax.set_xlim(t0, t1)
     ax.set_xlabel("time in the step (s)")
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=k.style.color, label=k.label) for k in c.kinds], fontsize=7, ncol=4,
-              loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    handles = [Patch(color=k.style.color, label=k.label) for k in c.kinds]
+    handles.append(Patch(facecolor="white", hatch="\\\\", edgecolor="#999999", label="idle (bubble, waits)"))
+    ax.legend(handles=handles, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.08))
 
 
 def write_png(chart: svg.Chart, path: Path | str) -> Path:
