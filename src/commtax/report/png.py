@@ -60,7 +60,13 @@ def _lines(ax, c: svg.Lines) -> None:
         ls = "none" if s.points_only else ((0, tuple(float(x) for x in st.dash.split())) if st.dash else "-")
         ax.plot(s.xs, ys, marker=MARKER[st.marker] or None, ls=ls, color=st.color, label=s.label)
     if c.x_log:
+        from matplotlib.ticker import FixedLocator, FuncFormatter
+
         ax.set_xscale("log", base=c.x_log)
+        xs = [x for s in c.series for x in s.xs]
+        if xs:
+            ax.xaxis.set_major_locator(FixedLocator(svg.log_ticks(min(xs), max(xs), c.x_log)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: c.xtext(v) if c.x_fmt == "bytes" else f"{v:g}"))
     if c.y_log:
         ax.set_yscale("log", base=c.y_log)
     if c.y_min is not None or c.y_max is not None:
