@@ -35,12 +35,15 @@ def test_readme_accuracy_table_is_what_validate_prints(validation_dir):
     from commtax.validate import validate
 
     report = validate(validation_dir / "public_runs.csv")
-    quoted = re.search(r"\| \*\*all\*\* \| (\d+) \| \*\*([0-9.]+)%\*\* \|", README)
+    quoted = re.search(r"\| \*\*all\*\* \| \| (\d+) \| \*\*([0-9.]+)%\*\* \|", README)
     assert quoted, "README accuracy table not found"
     assert int(quoted.group(1)) == len(report.rows)
     assert float(quoted.group(2)) == round(report.mape_pct, 1)
     for prefix, label in (("meg21", "Narayanan"), ("mpt", "MosaicML"), ("nemo2407", "NeMo")):
-        row = re.search(rf"\| [^|]*{label}[^|]*\| \d+ \| ([0-9.]+)% \|", README)
+        row = re.search(rf"\| [^|]*{label}[^|]*\|[^|]*\| \d+ \| ([0-9.]+)% \|", README)
         assert row and float(row.group(1)) == round(report.subsets[prefix], 1), label
+    by_source = re.search(r"\| \*\*averaged by source\*\*[^|]*\| \| (\d+) \| \*\*([0-9.]+)%\*\* \|", README)
+    assert by_source and int(by_source.group(1)) == len(report.by_source)
+    assert float(by_source.group(2)) == round(report.source_avg_mape_pct, 1)
     collectives = validate(validation_dir / "public_collectives.csv")
     assert f"MAPE\n{round(collectives.subsets['messages_ge_64MiB'], 1)}% for messages ≥ 64 MiB" in README

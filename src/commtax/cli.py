@@ -115,6 +115,7 @@ def validate(
         Optional[float], typer.Option("--max-mape", help="exit 1 when the MAPE (%) is above this")
     ] = None,
     plot: PlotOpt = None,
+    loso: Annotated[bool, typer.Option("--loso", help="leave-one-source-out MAPE of fitted assumptions")] = False,
 ) -> None:
     """Predict published measurements and report the error per row and the MAPE."""
     from rich.progress import Progress
@@ -125,7 +126,7 @@ def validate(
     n = len(read_rows(csv_file))
     with Progress(console=err_console, transient=True, disable=json_out or not err_console.is_terminal) as prog:
         task = prog.add_task("predicting", total=n)
-        report = run_validate(csv_file, catalog, progress=lambda: prog.advance(task))
+        report = run_validate(csv_file, catalog, progress=lambda: prog.advance(task), loso=loso)
     if plot is not None:
         from commtax.report.plots import parity_plot
 
@@ -136,6 +137,16 @@ def validate(
         console.print(_validation_table(report))
         for name, value in report.subsets.items():
             console.print(f"MAPE {name}: {value:.1f}%")
+        for name, value in report.by_source.items():
+            console.print(f"MAPE by source: {name[:60]} ({report.rows_by_source[name]} rows): {value:.1f}%")
+        if report.source_avg_mape_pct is not None:
+            console.print(f"MAPE averaged by source ({len(report.by_source)} sources): {report.source_avg_mape_pct:.1f}%"
+                          f"; rows no constant was fitted on: {report.unfitted_mape_pct:.1f}%")
+        if report.kind == "runs":
+            console.print(f"rows refused: {len(report.refused)}" + (f" ({', '.join(report.refused)})" if report.refused else ""))
+        if loso and report.kind == "runs":
+            console.print(f"leave-one-source-out MAPE: {report.loso_mape_pct:.1f}% ({report.loso_note})"
+                          if report.loso_mape_pct is not None else f"leave-one-source-out: {report.loso_note}")
         console.print(f"[bold]MAPE ({report.kind}, {sum(r.error_pct is not None for r in report.rows)} rows): "
                       f"{report.mape_pct:.1f}%[/bold]" if report.mape_pct is not None else "no row could be predicted")
     if max_mape is not None and (report.mape_pct is None or report.mape_pct > max_mape):
@@ -156,7 +167,9 @@ def _validation_table(report) -> Table:
             continue
         note = ", ".join(f"{k}={v}" for k, v in r.chosen.items())
         if runs:
-            note = "; ".join(x for x in (note, r.extra.get("generation", "")) if x)
+            defaults = ", ".join(f"{k}={v}" for k, v in r.extra.get("defaults", {}).items())
+            note = "; ".join(x for x in (note, f"defaults {defaults}" if defaults else "", r.extra.get("framework", ""))
+                             if x)
         else:
             note = r.extra.get("algorithm", "")
         t.add_row(r.id, f"{r.measured:,.2f}", f"{r.predicted:,.2f}", f"{r.error_pct:+.1f}%", note)

@@ -115,7 +115,8 @@ def _with_cluster(job: Job, cluster: dict[str, Any]) -> Job:
         return build(Job, {**base, "plan": {**job.plan.model_dump(), "dp": None}}, "")
     except SpecError:
         pass
-    keep = {k: v for k, v in job.plan.model_dump().items() if k in ("generation", "overlap", "flash_attention",
+    keep = {k: v for k, v in job.plan.model_dump().items() if k in ("framework", "overlap", "attention", "elementwise",
+                                                                     "selective_policy", "fp8_recipe",
                                                                      "grad_comm_dtype", "schedule")}
     try:
         return build(Job, {**base, "plan": keep}, "")

@@ -1,8 +1,12 @@
 """Predictions against published measurements (the CSV formats of shared/validation/README.md).
 
-Training runs: predict tokens/s per GPU; empty plan cells are filled by the tool's own search
-over that field (as the authors tuned them) and reported as ``chosen``. Collective sweeps:
-predict busbw with the row's algorithm. One model for every row: no per-row constants.
+Training runs: predict tokens/s per GPU. The training framework comes from a ``framework`` column, else
+the deprecated ``generation`` column, else a sourced mapping from the row's source
+(catalog/validation_sources.yaml), else - labelled as a fallback - the year its source cites. Empty plan
+cells take the framework's usual default where it has one (reported as ``defaults``), else the tool's own
+search over that field (as the authors tuned them, reported as ``chosen``). Collective sweeps: predict busbw
+with the row's algorithm. One model for every row: no per-row constants; MAPE is reported per row, per
+source and averaged over sources (each source weighs the same), and on the rows no constant was fitted on.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from commtax.assumptions import default_assumptions
 from commtax.collectives import collective_cost
 from commtax.errors import SpecError
 from commtax.plans import best_plan
-from commtax.spec import Cluster, build, load_catalog, resolve_cluster
+from commtax.spec import CATALOG_DIR, GENERATION_ALIAS, Cluster, build, frameworks, load_catalog, read_yaml, resolve_cluster
 from commtax.topology import placement
 from commtax.units import GB, MiB
 
@@ -47,6 +52,14 @@ class Report:
     rows: list[RowResult]
     mape_pct: float | None
     subsets: dict[str, float] = field(default_factory=dict)  # MAPE of named subsets
+    by_source: dict[str, float] = field(default_factory=dict)  # MAPE per source (runs)
+    rows_by_source: dict[str, int] = field(default_factory=dict)
+    source_avg_mape_pct: float | None = None  # mean of the per-source MAPEs: each source weighs the same
+    unfitted_mape_pct: float | None = None  # rows no assumption was fitted on
+    fitted: dict[str, list[str]] = field(default_factory=dict)  # assumption -> rows it was fitted on
+    refused: list[str] = field(default_factory=list)  # rows without a prediction
+    loso_mape_pct: float | None = None  # leave-one-source-out MAPE averaged by source (with --loso)
+    loso_note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         key_m = "measured_tokens_per_s_per_gpu" if self.kind == "runs" else "measured_busbw_GBps"
@@ -58,7 +71,14 @@ class Report:
                 d["reason"] = r.reason
             d.update(r.extra)
             rows.append(d)
-        return {"kind": self.kind, "mape_pct": self.mape_pct, "subsets": self.subsets, "rows": rows}
+        out = {"kind": self.kind, "mape_pct": self.mape_pct, "subsets": self.subsets, "rows": rows}
+        if self.kind == "runs":
+            out.update({"by_source": self.by_source, "rows_by_source": self.rows_by_source,
+                        "source_avg_mape_pct": self.source_avg_mape_pct, "unfitted_mape_pct": self.unfitted_mape_pct,
+                        "fitted": self.fitted, "refused": self.refused})
+            if self.loso_mape_pct is not None or self.loso_note:
+                out.update({"loso_mape_pct": self.loso_mape_pct, "loso_note": self.loso_note})
+        return out
 
 
 def _bool(x: str) -> bool:
@@ -100,11 +120,9 @@ def _cluster_raw(row: dict) -> dict:
     }
 
 
-LEGACY_BEFORE_YEAR = 2023  # Megatron-LM gained flash attention and overlapped DP reduction in 2023 (core_r0.x)
-
-
 def generation_of(row: dict) -> tuple[str, str]:
-    """Software generation of a published run: a ``generation`` column, else the year its source cites first."""
+    """Fallback only: a software generation from a ``generation`` column, else the year the source cites first
+    (before ``legacy_before_year`` in catalog/assumptions.yaml: legacy)."""
     explicit = (row.get("generation") or "").strip()
     if explicit:
         return explicit, "generation column"
@@ -112,8 +130,40 @@ def generation_of(row: dict) -> tuple[str, str]:
     if m is None:
         return "current", "no year in source"
     year = int(m.group(0))
-    gen = "legacy" if year < LEGACY_BEFORE_YEAR else "current"
+    gen = "legacy" if year < default_assumptions().v("legacy_before_year") else "current"
     return gen, f"source year {year}"
+
+
+def source_rules() -> list[dict]:
+    return read_yaml(CATALOG_DIR / "validation_sources.yaml") or []
+
+
+def framework_of_row(row: dict) -> tuple[str, str]:
+    """(framework, how it was found) of a published run: column, deprecated generation column, the sourced
+    mapping from its source, or the labelled year-rule fallback."""
+    explicit = (row.get("framework") or "").strip()
+    if explicit:
+        if explicit not in frameworks():
+            raise SpecError(f"column framework: unknown {explicit!r}; use one of {', '.join(frameworks())}")
+        return explicit, "framework column"
+    gen = (row.get("generation") or "").strip()
+    if gen:
+        if gen not in GENERATION_ALIAS:
+            raise SpecError(f"column generation: expected {' or '.join(GENERATION_ALIAS)}, got {gen!r}")
+        return GENERATION_ALIAS[gen], f"generation column ({gen}, deprecated)"
+    src = row.get("source") or ""
+    for rule in source_rules():
+        when = rule.get("when") or {}
+        if rule["match"] in src and all((row.get(k) or "").strip() == str(v) for k, v in when.items()):
+            return rule["framework"], f"source mapping ({rule['match']})"
+    gen, why = generation_of(row)
+    return GENERATION_ALIAS[gen], f"fallback year rule: {why} -> {gen}"
+
+
+def source_key(row_or_source: dict | str) -> str:
+    """The publication a row comes from: its source text up to the first ';' (tables of one paper together)."""
+    src = row_or_source if isinstance(row_or_source, str) else (row_or_source.get("source") or "")
+    return src.split(";")[0].strip() or "(no source)"
 
 
 def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
@@ -135,7 +185,8 @@ def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
         "precision": (row.get("precision") or "bf16").strip(),
     }
     raw = {"model": model, "cluster": resolve_cluster(_cluster_raw(row), catalog), "training": training}
-    fixed: dict[str, Any] = {"generation": generation_of(row)[0]}
+    fw = framework_of_row(row)[0]
+    fixed: dict[str, Any] = {"framework": fw}
     free: list[str] = []
     for col in PLAN_COLUMNS:
         if col not in row:
@@ -158,24 +209,37 @@ def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
     return raw, fixed, free
 
 
+def framework_defaults(fixed: dict, free: list[str]) -> tuple[dict, list[str], dict]:
+    """Empty plan cells the framework has a usual default for: (fixed + those, still free, the defaults used)."""
+    preset = frameworks()[fixed["framework"]].plan_defaults
+    used = {f: preset[f] for f in free if f in preset}
+    if used.get("sequence_parallel") and fixed.get("tp", 1) == 1 and "tp" not in free:
+        used["sequence_parallel"] = False  # sequence parallelism is a TP feature
+    return {**fixed, **used}, [f for f in free if f not in used], used
+
+
 def predict_run(row: dict, catalog: dict) -> RowResult:
     rid = row.get("id", "?")
     measured = _cell(row, "measured_tokens_per_s_per_gpu", float)
     try:
         raw, fixed, free = run_job_raw(row, catalog)
+        fixed, free, defaults = framework_defaults(fixed, free)
         choice = best_plan(raw, fixed, [f for f in free if f != "dp"])
+        fw, why = framework_of_row(row)
     except SpecError as e:
-        return RowResult(rid, measured, None, None, reason=str(e))
+        return RowResult(rid, measured, None, None, reason=str(e), extra={"source_key": source_key(row)})
     if choice is None:
-        return RowResult(rid, measured, None, None, reason="no plan over the empty fields is valid and fits memory")
+        return RowResult(rid, measured, None, None, reason="no plan over the empty fields is valid and fits memory",
+                         extra={"source_key": source_key(row)})
     pred = choice.breakdown.tokens_per_s_per_gpu
     b = choice.breakdown
-    gen, why = generation_of(row)
     extra = {
         "mfu": round(b.mfu, 4),
         "comm_tax": round(b.comm_tax, 4),
         "step_time_s": round(b.step_time_s, 4),
-        "generation": f"{gen} ({why})",
+        "framework": f"{fw} ({why})",
+        "defaults": defaults,
+        "source_key": source_key(row),
     }
     err = error_pct(pred, measured) if measured else None
     return RowResult(rid, measured, pred, err, chosen=choice.chosen, extra=extra)
@@ -220,7 +284,35 @@ def kind_of(rows: list[dict], path: Path | str) -> str:
     )
 
 
-def validate(path: Path | str, catalog_file: Path | str | None = None, progress=None) -> Report:
+def by_source(rows: list[RowResult]) -> tuple[dict[str, float], dict[str, int]]:
+    groups: dict[str, list[RowResult]] = {}
+    for r in rows:
+        groups.setdefault(r.extra.get("source_key", "(no source)"), []).append(r)
+    mapes = {k: mape(v) for k, v in groups.items()}
+    return {k: v for k, v in mapes.items() if v is not None}, {k: len(v) for k, v in groups.items()}
+
+
+def source_average(per_source: dict[str, float]) -> float | None:
+    return sum(per_source.values()) / len(per_source) if per_source else None
+
+
+def leave_one_source_out(report: Report) -> tuple[float | None, str]:
+    """Leave-one-source-out MAPE, averaged by source: each source predicted by constants fitted without it.
+
+    A constant fitted on rows of source S would have to be refitted without S before S is scored. With no
+    fitted constant (``fitted_on`` empty for every assumption) nothing changes when a source is left out, and
+    the figure equals the by-source average.
+    """
+    if not report.fitted:
+        return report.source_avg_mape_pct, "no assumption is fitted: leaving a source out changes nothing"
+    fitted_sources = {r.extra.get("source_key") for r in report.rows if any(r.id in ids for ids in report.fitted.values())}
+    held = {k: v for k, v in report.by_source.items() if k not in fitted_sources}
+    note = (f"sources that fitted constants ({', '.join(sorted(k for k in fitted_sources if k))}) are left out: no "
+            "refit procedure exists for them")
+    return source_average(held), note
+
+
+def validate(path: Path | str, catalog_file: Path | str | None = None, progress=None, loso: bool = False) -> Report:
     rows = read_rows(path)
     kind = kind_of(rows, path)
     catalog = load_catalog(catalog_file)
@@ -240,4 +332,14 @@ def validate(path: Path | str, catalog_file: Path | str | None = None, progress=
             sub = mape([r for r in results if r.id.split("_")[0] == prefix])
             if sub is not None:
                 subsets[prefix] = sub
-    return Report(kind, results, mape(results), subsets)
+    report = Report(kind, results, mape(results), subsets)
+    if kind == "runs":
+        report.by_source, report.rows_by_source = by_source(results)
+        report.source_avg_mape_pct = source_average(report.by_source)
+        report.fitted = {k: list(v) for k, v in default_assumptions().fitted().items()}
+        fitted_rows = {i for ids in report.fitted.values() for i in ids}
+        report.unfitted_mape_pct = mape([r for r in results if r.id not in fitted_rows])
+        report.refused = [r.id for r in results if r.predicted is None]
+        if loso:
+            report.loso_mape_pct, report.loso_note = leave_one_source_out(report)
+    return report
