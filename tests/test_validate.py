@@ -105,3 +105,24 @@ def test_optional_software_columns_override_the_generation_rule(tmp_path, valida
     csv.write_text("\n".join([header + ",flash_attention,overlap_tp", row + ",true,", row.replace("meg21_t1_1", "x2") + ",,"]))
     stated, rule = validate(csv).rows
     assert stated.predicted > 1.1 * rule.predicted  # 2021 Megatron materialised the scores (attention: eager)
+
+
+def test_a_run_the_memory_model_cannot_fit_is_still_predicted(tmp_path, validation_dir):
+    # MPT-70B on 8 × A100-40GB cannot hold its model states (70e9 × 16 B / 8 = 140 GB per GPU): the run is
+    # hypothetical, but a published row must never be refused for memory - it did run
+    lines = (validation_dir / "public_runs.csv").read_text().splitlines()
+    row = next(line for line in lines if line.startswith("mpt_a100_40gb_bf16_70b_2048_64,"))
+    row = row.replace(",64,8,", ",8,8,", 1).replace(",1,1,64,1,", ",1,1,8,1,", 1).replace(",128,2048,bf16,", ",16,2048,bf16,", 1)
+    csv = tmp_path / "runs.csv"
+    csv.write_text("\n".join([lines[0], row]) + "\n")
+    r = validate(csv).rows[0]
+    assert r.predicted is not None and r.extra["fits"] is False and "predicted anyway" in r.extra["note"]
+
+
+def test_software_text_columns_state_the_kernel(tmp_path, validation_dir):
+    lines = (validation_dir / "public_runs.csv").read_text().splitlines()
+    row = next(line for line in lines if line.startswith("meg21_t1_1,"))
+    csv = tmp_path / "runs.csv"
+    csv.write_text("\n".join([lines[0] + ",attention", row + ",fa2", row.replace("meg21_t1_1", "x2") + ","]) + "\n")
+    fused, eager = validate(csv).rows
+    assert fused.predicted > eager.predicted

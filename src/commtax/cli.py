@@ -168,8 +168,8 @@ def _validation_table(report) -> Table:
         note = ", ".join(f"{k}={v}" for k, v in r.chosen.items())
         if runs:
             defaults = ", ".join(f"{k}={v}" for k, v in r.extra.get("defaults", {}).items())
-            note = "; ".join(x for x in (note, f"defaults {defaults}" if defaults else "", r.extra.get("framework", ""))
-                             if x)
+            note = "; ".join(x for x in (note, f"defaults {defaults}" if defaults else "", r.extra.get("framework", ""),
+                                         r.extra.get("note", "")) if x)
         else:
             note = r.extra.get("algorithm", "")
         t.add_row(r.id, f"{r.measured:,.2f}", f"{r.predicted:,.2f}", f"{r.error_pct:+.1f}%", note)

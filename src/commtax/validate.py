@@ -32,6 +32,8 @@ PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "vp", "sequence_parallel", "zero", "reco
 # optional columns a measurement file may carry to state the software instead of leaving it to `generation`
 SOFTWARE_COLUMNS = {"flash_attention": "flash_attention", "overlap_dp": "overlap.dp", "overlap_tp": "overlap.tp",
                     "overlap_pp": "overlap.pp"}
+# optional columns naming software choices (values as in the job file's plan section)
+SOFTWARE_TEXT_COLUMNS = ("attention", "elementwise", "selective_policy", "fp8_recipe")
 LARGE_MESSAGE_BYTES = 64 * MiB  # the collectives target applies to messages ≥ 64 MiB (bandwidth-bound)
 
 
@@ -197,7 +199,11 @@ def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
             free.append(col)
         else:
             fixed[col] = v
-    # optional software columns: stated, they replace what the generation rule would assume
+    for col in SOFTWARE_TEXT_COLUMNS:
+        v = (row.get(col) or "").strip()
+        if v:
+            fixed[col] = v
+    # optional software columns: stated, they replace what the framework would assume
     for col, plan_field in SOFTWARE_COLUMNS.items():
         v = _cell(row, col, _bool) if col in row else None
         if v is None:
@@ -223,13 +229,21 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
     measured = _cell(row, "measured_tokens_per_s_per_gpu", float)
     try:
         raw, fixed, free = run_job_raw(row, catalog)
-        fixed, free, defaults = framework_defaults(fixed, free)
-        choice = best_plan(raw, fixed, [f for f in free if f != "dp"])
+        with_defaults, still_free, defaults = framework_defaults(fixed, free)
+        searchable = [f for f in free if f != "dp"]
+        choice = best_plan(raw, with_defaults, [f for f in still_free if f != "dp"])
+        notes = []
+        if choice is None and defaults:  # the framework's usual setting does not fit here: the authors changed it
+            choice, defaults = best_plan(raw, fixed, searchable), {}
+            notes.append("framework defaults do not fit memory: searched")
+        if choice is None:  # the run did happen: predict its speed even if the memory model says it cannot fit
+            choice = best_plan(raw, fixed, searchable, require_fit=False)
+            notes.append("memory model says no plan fits; predicted anyway")
         fw, why = framework_of_row(row)
     except SpecError as e:
         return RowResult(rid, measured, None, None, reason=str(e), extra={"source_key": source_key(row)})
     if choice is None:
-        return RowResult(rid, measured, None, None, reason="no plan over the empty fields is valid and fits memory",
+        return RowResult(rid, measured, None, None, reason="no plan over the empty fields is valid",
                          extra={"source_key": source_key(row)})
     pred = choice.breakdown.tokens_per_s_per_gpu
     b = choice.breakdown
@@ -240,7 +254,10 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
         "framework": f"{fw} ({why})",
         "defaults": defaults,
         "source_key": source_key(row),
+        "fits": choice.breakdown.fits,
     }
+    if notes:
+        extra["note"] = "; ".join(notes)
     err = error_pct(pred, measured) if measured else None
     return RowResult(rid, measured, pred, err, chosen=choice.chosen, extra=extra)
 

@@ -118,11 +118,15 @@ def _mem(name: str, nbytes: float, kernels: int = 1) -> Compute:
 
 
 def _fp8_casts(job: Job, name: str, elems: float) -> Compute:
-    """Preparing fp8 GEMM operands: bytes per element by scaling recipe (catalog/assumptions.yaml)."""
+    """Preparing fp8 GEMM operands: bytes per element by scaling recipe (catalog/assumptions.yaml).
+
+    Eager dynamic scaling runs an amax pass and two casts; under torch.compile the amax reduction fuses into
+    the producing kernel and one cast kernel writes both layouts, as Transformer Engine's cast-transpose does.
+    """
     a = default_assumptions()
-    recipe = job.plan.fp8_recipe
-    per_elem = a.v("fp8_cast_bytes_dynamic") if recipe == "dynamic" else a.v("fp8_cast_bytes_delayed")
-    return _mem(name, per_elem * elems, kernels=3 if recipe == "dynamic" else 1)
+    eager_dynamic = job.plan.fp8_recipe == "dynamic" and job.plan.elementwise == "eager"
+    per_elem = a.v("fp8_cast_bytes_dynamic") if eager_dynamic else a.v("fp8_cast_bytes_delayed")
+    return _mem(name, per_elem * elems, kernels=3 if eager_dynamic else 1)
 
 
 # HBM traffic of non-GEMM ops relative to a hand-fused kernel, and kernels launched, by elementwise style.
