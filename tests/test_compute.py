@@ -73,6 +73,9 @@ def test_attention_tables_hand_worked():
     # head dim 64 with FA2: x 0.876; a Blackwell GPU uses the Hopper fractions
     assert attention_efficiency("fa2", "hopper", 16384, 64, True) == pytest.approx(322 / 989.4 * 0.876)
     assert attention_efficiency("fa2", "blackwell", 8192, 128, False) == pytest.approx(333 / 989.4)
+    # head dim 80 runs the 96 kernel: factor at 96 = 0.876 + 0.5·(1 − 0.876), and only 80/96 of it is useful
+    assert attention_efficiency("fa2", "hopper", 16384, 80, True) == pytest.approx(
+        322 / 989.4 * (0.876 + 0.5 * 0.124) * 80 / 96)
 
 
 def test_fused_attention_beats_eager_at_long_sequence():

@@ -33,6 +33,9 @@ from commtax.workload import Compute
 
 ATTENTION_FILE = CATALOG_DIR / "attention.yaml"
 HOPPER = "hopper"
+# fused attention kernels are compiled for head dims 32, 64, 96, ..., 256 and pad the others up to the next one
+# (Dao-AILab/flash-attention csrc/flash_attn/src: flash_fwd_hdim{32,64,96,128,160,192,224,256} instantiations)
+HEAD_DIM_STEP = 32
 
 
 @dataclass(frozen=True)
@@ -147,11 +150,12 @@ def attention_efficiency(kernel: str, arch: str, seq: int, head_dim: int, backwa
 
     The kernel's table for this architecture, else its fallback kernel's (FA3 is Hopper-only: FA2 elsewhere),
     else the Hopper table, as a fraction of the table's reference peak; sequence by log-linear interpolation,
-    head dim by the kernel's head-dim factor.
+    head dim by the kernel's head-dim factor at the padded head dim, times the useful share d / padded d.
     """
     name, entry = _attention_table(kernel, arch)
     rate = _interp_log(entry["seq"], entry["bwd" if backward else "fwd"], seq)
-    return rate / entry["ref_peak_tflops"] * _head_dim_factor(name, head_dim)
+    padded = HEAD_DIM_STEP * math.ceil(head_dim / HEAD_DIM_STEP)
+    return rate / entry["ref_peak_tflops"] * _head_dim_factor(name, padded) * head_dim / padded
 
 
 def _eager_attention_time(cm: ComputeModel, op: Compute) -> float:
