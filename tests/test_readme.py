@@ -45,5 +45,10 @@ def test_readme_accuracy_table_is_what_validate_prints(validation_dir):
     by_source = re.search(r"\| \*\*averaged by source\*\*[^|]*\| \| (\d+) \| \*\*([0-9.]+)%\*\* \|", README)
     assert by_source and int(by_source.group(1)) == len(report.by_source)
     assert float(by_source.group(2)) == round(report.source_avg_mape_pct, 1)
+    loso = validate(validation_dir / "public_runs.csv", loso=True)
+    quoted_loso = re.search(r"\| \*\*leave-one-source-out\*\*[^|]*\| \| \d+ \| \*\*([0-9.]+)%\*\* \|", README)
+    assert quoted_loso and float(quoted_loso.group(1)) == round(loso.loso_mape_pct, 1)
+    unfitted = re.search(r"\| rows no constant was fitted on \| \| (\d+) \| ([0-9.]+)% \|", README)
+    assert unfitted and float(unfitted.group(2)) == round(report.unfitted_mape_pct, 1)
     collectives = validate(validation_dir / "public_collectives.csv")
     assert f"MAPE\n{round(collectives.subsets['messages_ge_64MiB'], 1)}% for messages ≥ 64 MiB" in README

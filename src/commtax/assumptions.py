@@ -7,6 +7,8 @@ any value (``assumptions:`` section of a ``commtax calibrate`` profile); ``fitte
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ class Assumption(BaseModel):
     value: float
     source: str = Field(min_length=1)
     fitted_on: tuple[str, ...] = ()
+    prior: float | None = None  # the value before fitting: what a fit without its rows falls back to
 
 
 class Assumptions(BaseModel):
@@ -44,6 +47,7 @@ class Assumptions(BaseModel):
     legacy_before_year: Assumption  # fallback year rule when a run's framework is unknown
     fp8_cast_bytes_delayed: Assumption  # HBM bytes per element to prepare an fp8 operand (TE delayed scaling)
     fp8_cast_bytes_dynamic: Assumption  # same, dynamic tensorwise scaling (torchao float8)
+    hopper_clock_fraction: Assumption  # sustained / datasheet-peak SM clock of Hopper GPUs under dense load
 
     def v(self, name: str) -> float:
         """The value of one field."""
@@ -74,9 +78,47 @@ def load_assumptions(path: Path | str = ASSUMPTIONS_FILE) -> Assumptions:
         raise SpecError(f"{path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
 
 
+_OVERRIDE: list[Assumptions] = []
+
+
 @lru_cache(maxsize=1)
-def default_assumptions() -> Assumptions:
+def _catalog_assumptions() -> Assumptions:
     return load_assumptions()
+
+
+def default_assumptions() -> Assumptions:
+    """The catalog's assumptions (or, inside ``using_assumptions``, the ones given there)."""
+    return _OVERRIDE[-1] if _OVERRIDE else _catalog_assumptions()
+
+
+@contextmanager
+def using_assumptions(a: Assumptions) -> Iterator[None]:
+    """Predict with other assumptions for a while (leave-one-source-out refits in ``validate --loso``)."""
+    _OVERRIDE.append(a)
+    try:
+        yield
+    finally:
+        _OVERRIDE.pop()
+
+
+def without_rows(a: Assumptions, rows: set[str]) -> tuple[Assumptions, list[str], list[str]]:
+    """The assumptions as fitted without ``rows``: (assumptions, refitted fields, fields with no refit).
+
+    A field fitted only on those rows has no data left: it falls back to its ``prior``. A field fitted partly on
+    other rows would need its fitting procedure re-run; none is recorded, so it is kept and named.
+    """
+    changes: dict[str, Assumption] = {}
+    refit, kept = [], []
+    for name, field in a:
+        hit = set(field.fitted_on) & rows
+        if not hit:
+            continue
+        if set(field.fitted_on) <= rows and field.prior is not None:
+            changes[name] = field.model_copy(update={"value": field.prior, "fitted_on": ()})
+            refit.append(name)
+        else:
+            kept.append(name)
+    return a.model_copy(update=changes), refit, kept
 
 
 def assumptions_for(profile: Any) -> Assumptions:

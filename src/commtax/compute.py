@@ -66,7 +66,7 @@ def compute_model(cluster: Cluster, precision: str, assumptions: Assumptions | N
         eff = prof.gemm_efficiency.get(precision, prof.gemm_efficiency.get("default", eff))
     k_half = a.v("gemm_k_half") * (a.v("fp8_k_half_factor") if precision in ("fp8", "int8") else 1.0)
     return ComputeModel(
-        peak_flops=gpu.peak_flops(precision) * gpu.clock_fraction,
+        peak_flops=gpu.peak_flops(precision) * clock_fraction(gpu, a),
         attention_peak_flops=gpu.peak_flops(attn_precision),
         matmul_eff=eff,
         mem_bw_bytes_per_s=gpu.mem_bw_bytes_per_s * a.v("memory_efficiency"),
@@ -79,6 +79,13 @@ def compute_model(cluster: Cluster, precision: str, assumptions: Assumptions | N
         cpu_op_s=a.v("cpu_op_s"),
         bf16_matmul_eff=gpu.matmul_eff(attn_precision),
     )
+
+
+def clock_fraction(gpu: GPU, a: Assumptions) -> float:
+    """Sustained / datasheet-peak SM clock: the GPU entry's, else the Hopper assumption, else 1."""
+    if gpu.clock_fraction is not None:
+        return gpu.clock_fraction
+    return a.v("hopper_clock_fraction") if gpu.arch == HOPPER else 1.0
 
 
 def quantisation_efficiency(m: int, n: int, sms: int, tile: int = 128) -> float:

@@ -48,10 +48,11 @@ class GPU(_Spec):
     attention_efficiency: float = Field(default=0.5, gt=0, le=1, description="unused since attention kernel tables")
     arch: Literal["ampere", "hopper", "ada", "blackwell", "cdna3", "other"] = Field(
         default="other", description="architecture: picks the attention kernel table (catalog/attention.yaml)")
-    clock_fraction: float = Field(
-        default=1.0, gt=0, le=1.5,
+    clock_fraction: float | None = Field(
+        default=None, gt=0, le=1.5,
         description="sustained SM clock / the clock the datasheet peak assumes (< 1 for a power-capped GPU): "
-        "scales every tensor-core rate, not HBM bandwidth; MFU stays against the datasheet peak")
+        "scales GEMM rates, not HBM bandwidth; MFU stays against the datasheet peak. Unset: 1, or for Hopper "
+        "the assumption hopper_clock_fraction")
     source: str = "inline"
 
     @field_validator("peak_tflops")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commtax.assumptions import default_assumptions
+from commtax.assumptions import default_assumptions, using_assumptions, without_rows
 from commtax.collectives import collective_cost
 from commtax.errors import SpecError
 from commtax.plans import best_plan
@@ -313,20 +313,35 @@ def source_average(per_source: dict[str, float]) -> float | None:
     return sum(per_source.values()) / len(per_source) if per_source else None
 
 
-def leave_one_source_out(report: Report) -> tuple[float | None, str]:
-    """Leave-one-source-out MAPE, averaged by source: each source predicted by constants fitted without it.
-
-    A constant fitted on rows of source S would have to be refitted without S before S is scored. With no
-    fitted constant (``fitted_on`` empty for every assumption) nothing changes when a source is left out, and
-    the figure equals the by-source average.
+def leave_one_source_out(report: Report, rows: list[dict], catalog: dict) -> tuple[float | None, str]:
+    """Leave-one-source-out MAPE, averaged by source: each source predicted with the assumptions as they would
+    be fitted without its rows (``assumptions.without_rows``: a constant fitted only on them falls back to its
+    prior). Sources no constant was fitted on keep their own error.
     """
-    if not report.fitted:
-        return report.source_avg_mape_pct, "no assumption is fitted: leaving a source out changes nothing"
-    fitted_sources = {r.extra.get("source_key") for r in report.rows if any(r.id in ids for ids in report.fitted.values())}
-    held = {k: v for k, v in report.by_source.items() if k not in fitted_sources}
-    note = (f"sources that fitted constants ({', '.join(sorted(k for k in fitted_sources if k))}) are left out: no "
-            "refit procedure exists for them")
-    return source_average(held), note
+    base = default_assumptions()
+    per_source: dict[str, float] = {}
+    notes: list[str] = []
+    by_key: dict[str, list[dict]] = {}
+    for row in rows:
+        by_key.setdefault(source_key(row), []).append(row)
+    for key, group in by_key.items():
+        ids = {row.get("id", "?") for row in group}
+        refit_a, refit, kept = without_rows(base, ids)
+        if kept:
+            notes.append(f"{key}: {', '.join(kept)} fitted partly elsewhere, not refitted")
+        if not refit:
+            if key in report.by_source:
+                per_source[key] = report.by_source[key]
+            continue
+        with using_assumptions(refit_a):
+            results = [predict_run(row, catalog) for row in group]
+        sub = mape(results)
+        if sub is not None:
+            per_source[key] = sub
+            notes.append(f"{key} without its fit ({', '.join(refit)} at prior): {sub:.1f}%")
+    if not notes:
+        notes.append("no assumption is fitted: leaving a source out changes nothing")
+    return source_average(per_source), "; ".join(notes)
 
 
 def validate(path: Path | str, catalog_file: Path | str | None = None, progress=None, loso: bool = False) -> Report:
@@ -358,5 +373,5 @@ def validate(path: Path | str, catalog_file: Path | str | None = None, progress=
         report.unfitted_mape_pct = mape([r for r in results if r.id not in fitted_rows])
         report.refused = [r.id for r in results if r.predicted is None]
         if loso:
-            report.loso_mape_pct, report.loso_note = leave_one_source_out(report)
+            report.loso_mape_pct, report.loso_note = leave_one_source_out(report, rows, catalog)
     return report
