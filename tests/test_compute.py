@@ -70,12 +70,14 @@ def test_attention_tables_hand_worked():
         (484 + 0.5849625 * (518 - 484)) / 989.4, rel=1e-6)
     # FA3 is Hopper-only: on Ampere it falls back to the FA2 A100 table (157.8 TFLOP/s at 4k of 312)
     assert attention_efficiency("fa3", "ampere", 4096, 128, False) == pytest.approx(157.8 / 312)
-    # head dim 64 with FA2: x 0.876; a Blackwell GPU uses the Hopper fractions
-    assert attention_efficiency("fa2", "hopper", 16384, 64, True) == pytest.approx(322 / 989.4 * 0.876)
+    # head dim 64 with FA2: x 0.876; causal backward = non-causal 322 x (335/370), the forward's causal share
+    assert attention_efficiency("fa2", "hopper", 16384, 64, True) == pytest.approx(291 / 989.4 * 0.876)
+    assert 291 == pytest.approx(322 * 335 / 370, abs=1)
+    # a Blackwell GPU uses the Hopper fractions
     assert attention_efficiency("fa2", "blackwell", 8192, 128, False) == pytest.approx(333 / 989.4)
     # head dim 80 runs the 96 kernel: factor at 96 = 0.876 + 0.5·(1 − 0.876), and only 80/96 of it is useful
     assert attention_efficiency("fa2", "hopper", 16384, 80, True) == pytest.approx(
-        322 / 989.4 * (0.876 + 0.5 * 0.124) * 80 / 96)
+        291 / 989.4 * (0.876 + 0.5 * 0.124) * 80 / 96)
 
 
 def test_fused_attention_beats_eager_at_long_sequence():
