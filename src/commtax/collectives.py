@@ -44,6 +44,7 @@ class Placement:
     library: str = "nccl"  # "gloo": rings only, no LL protocol, reduce_scatter done as an all-reduce
     arch: str = "hopper"  # NCCL's GPU-architecture column: volta | ampere | hopper | blackwell
     intra_hw: str = "nvlink"  # NCCL's intra-node hardware class: "nvlink" (NVLink, xGMI) | "pci"
+    measured: bool = False  # levels from a calibrated profile: Simple ring/tree priced as calibrate fits them
 
     @property
     def nodes(self) -> int:
@@ -287,8 +288,8 @@ def log2i(x: float) -> int:
 
 
 def _hop_s(p: Placement, hw: str, algo: str, proto: str) -> float:
-    """Latency of one step over ``hw``: NCCL's hwLatencies, except that a Simple step costs the catalog α
-    of the level it crosses (catalog/nccl.yaml simple_hop_latency)."""
+    """Latency of one step over ``hw``: NCCL's hwLatencies; a Simple step costs the level's own α when
+    catalog/nccl.yaml simple_hop_latency says "catalog"."""
     if proto == "Simple" and algo != "nvls" and nccl_tuning().simple_hop_from == "catalog":
         level = p.inter if hw == "net" and p.inter is not None else p.intra
         return level.latency_s
@@ -313,6 +314,8 @@ def nccl_ring_time(op: str, S: float, p: Placement, proto: str) -> float:
     busbw: Simple = the ring's bottleneck rate; LL = min(llMaxBw, 0.5·that); LL128 = 0.92·that
     (tuning.cc ncclTopoTuneModel). nsteps: all_reduce 2(n−1), all_gather/reduce_scatter n−1, broadcast n.
     """
+    if p.measured and proto == "Simple":  # calibrate fits α, β to Thakur's ring: price it the same way
+        return ring_time(op, S, p)[0]
     T, f = nccl_tuning(), nccl_tuning().factors
     n, N = p.n, p.nodes
     nsteps = {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1, "broadcast": n}[op]
@@ -341,6 +344,8 @@ def nccl_tree_time(S: float, p: Placement, proto: str) -> float:
     """NCCL tree all_reduce: latency base + 2·((ppn−1)·intraLat + log2i(nNodes)·interLat);
     busbw 0.92·B (LL: /3.8 capped at llMaxBw; LL128: ×7/9 on one node, ×120/128 across), algbw = busbw/2,
     × treeCorrectionFactor[proto][log2(S/64)] (tuning.cc)."""
+    if p.measured and proto == "Simple":  # as calibrate fits it
+        return tree_time("all_reduce", S, p)[0]
     T, f = nccl_tuning(), nccl_tuning().factors
     multi = _multi(p)
     B = min(p.intra.bw_bytes_per_s, p.node_inter_bw) if multi else p.intra.bw_bytes_per_s

@@ -80,6 +80,7 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
         library=cluster.collective_library,
         arch=gpu_arch(cluster.gpu.name),
         intra_hw="nvlink" if link.kind in ("nvlink", "xgmi") else "pci",
+        measured=cluster.profile is not None,
     )
 
 
