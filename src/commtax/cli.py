@@ -158,7 +158,7 @@ def _validation_table(report) -> Table:
         if runs:
             note = "; ".join(x for x in (note, r.extra.get("generation", "")) if x)
         else:
-            note = r.extra.get("algorithm", "")
+            note = "/".join(x for x in (r.extra.get("algorithm", ""), r.extra.get("protocol", "")) if x)
         t.add_row(r.id, f"{r.measured:,.2f}", f"{r.predicted:,.2f}", f"{r.error_pct:+.1f}%", note)
     return t
 
