@@ -232,7 +232,7 @@ def collective(
         emit_json(rows if sweep else rows[0])
         return
     t = Table(title=f"{op} over {n} GPUs ({place.per_node} per node) — predicted", header_style="bold")
-    for col in ("size (B)", "time", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "bound by"):
+    for col in ("size (B)", "time", "algbw GB/s", "busbw GB/s", "algorithm", "bound"):
         t.add_column(col, justify="right")
     for r in rows:
         algo = f"{r['algorithm']}/{r['protocol']}" if r["protocol"] else r["algorithm"]

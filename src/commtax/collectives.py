@@ -71,7 +71,7 @@ class CollectiveCost:
     bottleneck: str  # the level whose bandwidth bounds the time
     algbw_bytes_per_s: float
     busbw_bytes_per_s: float
-    protocol: str = "Simple"  # NCCL protocol (LL, LL128, Simple); "" where the library has none (gloo)
+    protocol: str = "Simple"  # NCCL protocol (LL, LL128, Simple); "" for gloo and MPI-style algorithms
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -456,9 +456,9 @@ def collective_cost(
             t, algo, proto = min((nccl_time(op, message_bytes, p, a, pr), a, pr) for a, pr in options)
             level = "intra" if algo == "nvls" else _ring_bottleneck(p)[2]
         elif algorithm in _ALGO_FUNCS and protocol in (None, "Simple"):
-            # MPI-style algorithms (and tree broadcast): Thakur's α-β formulas, Simple protocol
+            # MPI-style algorithms (and tree broadcast): Thakur's α-β formulas, no NCCL protocol
             t, level = _ALGO_FUNCS[algorithm](op, message_bytes, p)
-            algo, proto = algorithm, "Simple"
+            algo, proto = algorithm, ""
         else:
             what = f"{algorithm or 'any algorithm'}" + (f" with protocol {protocol}" if protocol else "")
             raise ValueError(f"{what} cannot run {op} on this placement")
