@@ -1,11 +1,13 @@
-"""α-β cost of one collective on a two-level topology.
+"""Cost of one collective on a two-level topology.
 
-One description of each algorithm, used both by the predictor and (as the reference the
-measured times are checked against) by ``commtax.measure``.  Costs follow Thakur, Rabenseifner
-& Gropp, "Optimization of Collective Communication Operations in MPICH" (IJHPCA 2005):
-a message of m bytes over a link costs α + m/B.  Sizes follow nccl-tests
-(doc/PERFORMANCE.md): ``message_bytes`` is the whole buffer (all_gather: the output,
-reduce_scatter: the input), and busbw = algbw × bus factor.
+Under NCCL the algorithm and protocol are chosen, and timed, by NCCL's own tuning model
+(NVIDIA/nccl src/graph/tuning.cc, NCCL 2.30.7; constants in catalog/nccl.yaml): see
+``nccl_options`` / ``nccl_time`` and docs/collectives.md. The α-β formulas of Thakur, Rabenseifner
+& Gropp, "Optimization of Collective Communication Operations in MPICH" (IJHPCA 2005) — a message
+of m bytes over a link costs α + m/B — price gloo's rings, the MPI-style algorithms asked for by
+name (recursive halving-doubling, hierarchical), point-to-point sends, and the schedules
+``commtax.measure`` runs. Sizes follow nccl-tests (doc/PERFORMANCE.md): ``message_bytes`` is the
+whole buffer (all_gather: the output, reduce_scatter: the input), and busbw = algbw × bus factor.
 """
 
 from __future__ import annotations
@@ -179,17 +181,6 @@ def hierarchical_time(op: str, S: float, p: Placement) -> tuple[float, str]:
     raise ValueError(f"hierarchical has no {op}")
 
 
-def nvls_time(op: str, S: float, p: Placement) -> tuple[float, str]:
-    """NVLink SHARP all_reduce: each GPU pushes S into the switch and reads the reduced S back: n·α + S/B_nvls.
-
-    Each of the n GPUs reduces (multimem.ld_reduce) and multicasts its 1/n slice in turn, so the pipeline
-    fills over n steps; fits the published 8×H200 sweep (~100 µs above the bandwidth term at 64 MiB-1 GiB).
-    """
-    if op != "all_reduce" or not p.nvls or p.spans_nodes or p.nvls_bw_bytes_per_s <= 0:
-        raise ValueError("nvls needs an all_reduce inside one NVLink-SHARP domain")
-    return p.n * p.intra.latency_s + S / p.nvls_bw_bytes_per_s, "intra"
-
-
 def all_to_all_time(S: float, p: Placement) -> tuple[float, str]:
     """Pairwise exchange: each GPU keeps 1/n, sends (k-1)/n·S over NVLink; the node's k GPUs send k(n-k)/n·S over its rails."""
     n, k = p.n, min(p.per_node, p.n)
@@ -211,7 +202,6 @@ _ALGO_FUNCS = {
     "tree": tree_time,
     "recursive_doubling": recursive_doubling_time,
     "hierarchical": hierarchical_time,
-    "nvls": nvls_time,
 }
 
 
@@ -419,7 +409,7 @@ def _gloo_cost(op: str, S: float, p: Placement, algorithm: str | None) -> Collec
     else:
         algo = algorithm or "ring"
         if algo not in _ALGO_FUNCS:
-            raise ValueError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGORITHMS)}")
+            raise ValueError(f"gloo has no {algo!r}; choose one of {', '.join(_ALGO_FUNCS)}")
         t, level = _ALGO_FUNCS[algo]("all_reduce" if op == "reduce_scatter" and algo == "ring" else op, S, p)
     algbw = S / t
     return CollectiveCost(t, algo, level, algbw, algbw * bus_factor(op, p.n), "")
