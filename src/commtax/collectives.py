@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
-# NCCL picks among ring, tree, nvls and pat (its tuning model, below); recursive_doubling (Rabenseifner, as
+# NCCL picks among ring, tree, nvls, nvls_tree and pat (its tuning model, below); recursive_doubling (Rabenseifner, as
 # MPI and gloo-style libraries run it) and hierarchical are there to be asked for by name.
-ALGORITHMS = ("ring", "tree", "nvls", "pat", "recursive_doubling", "hierarchical")
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat", "recursive_doubling", "hierarchical")
 
 
 @dataclass(frozen=True)
@@ -360,6 +360,17 @@ def nccl_nvls_time(S: float, p: Placement) -> float:
     return nccl_tuning().hop_us["nvlink"]["nvls"]["Simple"] * 1e-6 + S / p.nvls_bw_bytes_per_s
 
 
+def nccl_nvls_tree_time(S: float, p: Placement) -> float:
+    """NVLS Tree all_reduce (NVLS inside each node, a tree between nodes; tuning.cc): latency
+    intraLat + 2·log2i(nNodes)·interLat; busbw = min(the node's NVLS all-reduce busbw, its NIC rate, ×2 with
+    two nodes: "Handle 2 node case of NVLSTree"), algbw = busbw·n/(2(n−1)) as for ring and NVLS."""
+    T, k, N = nccl_tuning(), p.per_node, p.nodes
+    nvls_bus = p.nvls_bw_bytes_per_s * 2 * (k - 1) / k  # the catalog's NVLS algbw as NCCL's busbw (nsteps/ppn)
+    bus = min(nvls_bus, p.node_inter_bw * (2 if N <= 2 else 1))
+    lat = T.hop_us["nvlink"]["nvls_tree"]["Simple"] + 2 * log2i(N) * T.hop_us["net"]["nvls_tree"]["Simple"]
+    return lat * 1e-6 + S / (bus * p.n / (2 * (p.n - 1)))
+
+
 def nccl_pat_time(S: float, p: Placement) -> float:
     """PAT all_gather/reduce_scatter (one GPU per node): latency base + log2i(nNodes)·netLat/3.5 + 2.8 µs·n;
     bandwidth 0.75·busbw, not converted to algbw (tuning.cc)."""
@@ -376,13 +387,15 @@ def nccl_protocols(p: Placement) -> tuple[str, ...]:
 
 def nccl_options(op: str, p: Placement) -> list[tuple[str, str]]:
     """The (algorithm, protocol) pairs NCCL's tuner weighs for ``op`` here (CollNet needs SHARP switches and
-    NCCL_COLLNET_ENABLE, NVLS across nodes needs CollNet: neither is modelled)."""
+    NCCL_COLLNET_ENABLE, plain NVLS across nodes needs CollNet: neither is modelled; NVLS Tree is)."""
     out = [("ring", pr) for pr in nccl_protocols(p)] if op in ("all_reduce", "all_gather", "reduce_scatter",
                                                                 "broadcast") else []
     if op == "all_reduce":
         out += [("tree", pr) for pr in nccl_protocols(p)]
         if p.nvls and not p.spans_nodes and p.nvls_bw_bytes_per_s > 0:
             out.append(("nvls", "Simple"))
+        if p.nvls and _multi(p) and p.per_node > 1 and p.nvls_bw_bytes_per_s > 0:
+            out.append(("nvls_tree", "Simple"))  # NVLS Tree needs no CollNet, only NVLS inside the nodes
     if op in ("all_gather", "reduce_scatter") and p.per_node == 1 and _multi(p) and p.arch != "volta":
         out.append(("pat", "Simple"))
     return out
@@ -395,6 +408,8 @@ def nccl_time(op: str, S: float, p: Placement, algo: str, proto: str) -> float:
         return nccl_tree_time(S, p, proto)
     if algo == "nvls":
         return nccl_nvls_time(S, p)
+    if algo == "nvls_tree":
+        return nccl_nvls_tree_time(S, p)
     if algo == "pat":
         return nccl_pat_time(S, p)
     raise ValueError(f"NCCL has no {algo}")
@@ -445,6 +460,9 @@ def collective_cost(
         if options:
             t, algo, proto = min((nccl_time(op, message_bytes, p, a, pr), a, pr) for a, pr in options)
             level = "intra" if algo == "nvls" else _ring_bottleneck(p)[2]
+            if algo == "nvls_tree":
+                level = "inter" if p.node_inter_bw * (2 if p.nodes <= 2 else 1) < p.nvls_bw_bytes_per_s * 2 * (
+                    p.per_node - 1) / p.per_node else "intra"
         elif algorithm in _ALGO_FUNCS and protocol in (None, "Simple"):
             # MPI-style algorithms (and tree broadcast): Thakur's α-β formulas, no NCCL protocol
             t, level = _ALGO_FUNCS[algorithm](op, message_bytes, p)
