@@ -11,7 +11,8 @@ each gather costs n small kernel launches on top of NCCL's own ring latency over
 forward (full activation checkpointing) and again for the backward. Gradients are reduce-scattered in
 ``reduce_bucket_size`` (5e8 elements) buckets, also with list inputs (n copies each).
 
-Exposed DP time per step = Σ_gathers [NCCL all_gather(tensor) + n · t_copy] + Σ_buckets [reduce_scatter + n · t_copy]
+Exposed DP time per step
+    = Σ_gathers [NCCL all_gather(tensor) + n · t_copy] + Σ_buckets [reduce_scatter + n · t_copy]
 with NCCL's times from commtax.collectives (DP group = all GPUs, all NICs of a node) and t_copy the host
 cost of one small eager ``copy_`` launch (5-10 µs; not fitted here: both ends are printed). This is not
 wired into the estimate: it belongs to a DeepSpeed-2021 framework preset (gather granularity = parameter,
@@ -35,7 +36,8 @@ GATHERS_PER_PARAM = 3  # forward, recomputed forward, backward
 
 def main(path: str = "../shared/validation/public_runs.csv") -> None:
     cat = load_catalog()
-    rows = [r for r in csv.DictReader(open(path)) if r["id"].startswith("meg21_t2") and r["zero"] == "3"]
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["id"].startswith("meg21_t2") and r["zero"] == "3"]
     print(f"{'row':12} {'GPUs':>5} {'measured':>9} {'compute':>8} {'gathers':>8} {'rs':>6} "
           f"{'copies 5us':>10} {'copies 10us':>11} {'error 5us':>9} {'error 10us':>10}")
     for r in rows:

@@ -4,7 +4,6 @@ NCCL's tuning model: NVIDIA/nccl src/graph/tuning.cc, NCCL 2.30.7, whose constan
 import math
 
 import pytest
-
 import yaml
 
 from commtax.collectives import (

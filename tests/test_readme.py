@@ -14,7 +14,7 @@ def test_readme_names_the_two_setup_commands():
 
 
 def test_readme_catalog_table_lists_every_entry():
-    listed = set(re.findall(r"^\| `([a-z0-9.-]+)` \|", README, flags=re.M))
+    listed = set(re.findall(r"^\| `([a-z0-9.-]+)` \|", README, flags=re.MULTILINE))
     for section in _builtin_catalog().values():
         assert set(section) <= listed, set(section) - listed
 

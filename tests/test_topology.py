@@ -6,11 +6,18 @@ network at k shares, as NCCL's one-ring-per-rail layout does (nccl-tests multi-n
 """
 
 import pytest
+from conftest import job_dict
 
 from commtax.collectives import collective_cost
 from commtax.spec import Cluster, build, load_catalog, load_job
-from commtax.topology import group_placement, inter_level, intra_level, layout, members_per_node, placement
-from tests.conftest import job_dict
+from commtax.topology import (
+    group_placement,
+    inter_level,
+    intra_level,
+    layout,
+    members_per_node,
+    placement,
+)
 
 GB = 1e9
 

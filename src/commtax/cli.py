@@ -179,7 +179,9 @@ def collective(
     inter: Annotated[str, typer.Option("--inter", help="network id (without --cluster)")] = "ib-ndr",
     nics_per_node: Annotated[int, typer.Option("--nics-per-node")] = 8,
     algorithm: Annotated[
-        Optional[str], typer.Option("--algorithm", help="force ring, tree, nvls, nvls_tree, pat (NCCL) or recursive_doubling, hierarchical (MPI-style)")
+        Optional[str],
+        typer.Option("--algorithm", help="force ring, tree, nvls, nvls_tree, pat (NCCL) or recursive_doubling, "
+                     "hierarchical (MPI-style)"),
     ] = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="nccl-tests-style table from 8 B to --bytes, ×2 per row")] = False,
     json_out: JsonOpt = False,

@@ -325,7 +325,8 @@ def nccl_ring_time(op: str, S: float, p: Placement, proto: str) -> float:
         inter = _hop_s(p, "net", "tree" if p.per_node == 1 else "ring", proto)
     lat = base + (nsteps - n_inter) * intra + n_inter * inter
     pl = T.plateau
-    if proto == "Simple" and _multi(p) and op == "all_reduce" and S / (pl["channels"] * n) >= pl["min_bytes_per_channel_rank"]:
+    big = S / (pl["channels"] * n) >= pl["min_bytes_per_channel_rank"]
+    if proto == "Simple" and _multi(p) and op == "all_reduce" and big:
         lat *= pl["factor_pre_ampere"] if p.arch == "volta" else pl["factor"]  # "plateau effect of ring"
     return lat + S / algbw
 
