@@ -8,8 +8,9 @@ same time, one per slice of the node, so a node's NICs are shared among its GPUs
 is nics·B_nic / G (no more than its PCIe path when the NIC traffic crosses PCIe). A group with k
 members on a node crosses the network at k shares (NCCL opens one ring per NIC rail, every member's
 ring leaves the node through its own rail): with TP=8 each of the node's 8 DP groups gets one
-NIC; with TP=1 the single DP group spanning the node gets all of them (nccl-tests reach that node
-rate: ~360 GB/s busbw for 4 nodes × 8 B200 on 8 × 400 Gb/s).
+NIC; with TP=1 the single DP group spanning the node gets all of them (a 4-node × 8 B200 all-reduce
+on 8 × 400 Gb/s is priced at ~368 GB/s busbw, the node's NIC rate). Groups of different kinds that
+overlap in time (PP sends or CP exchanges during an overlapped DP reduction) are not split further.
 """
 
 from __future__ import annotations
