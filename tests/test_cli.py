@@ -120,6 +120,10 @@ def test_collective_table_reads_in_adaptive_units_with_the_protocol():
     r = run("collective", "all_reduce", "--bytes", "8", "--gpus", "8")
     assert "15.0 µs" in r.stdout and "ring/LL" in r.stdout  # NCCL LL: 6.6 + 14 × 0.6 µs (tuning.cc)
     assert "0.000533" in r.stdout  # algbw 8 B / 15.0 µs, not rounded to 0.00
+    r = run("collective", "all_reduce", "--bytes", "8", "--gpus", "8", "--protocol", "Simple", "--json")
+    assert json.loads(r.stdout)["protocol"] == "Simple"  # as NCCL_PROTO=Simple
+    r = run("collective", "all_reduce", "--protocol", "LL256")
+    assert r.exit_code == 2 and "--protocol: unknown protocol 'LL256'" in r.stderr
 
 
 def test_collective_bad_input():

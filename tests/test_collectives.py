@@ -122,6 +122,23 @@ def test_8_byte_all_reduce_on_8_h100_is_nccl_ring_ll():
     assert c.time_s == pytest.approx(15.0 * US, rel=1e-3)
 
 
+def test_ll_bandwidth_cap_follows_the_gpu_architecture():
+    # llMaxBws single node: Ampere 87.7 GB/s, Hopper 141; ring LL busbw = min(cap, 0.5 × B) (tuning.cc)
+    a100 = Placement(n=8, per_node=8, intra=Level("intra", 234 * GB, 14e-6), inter=None, arch="ampere")
+    S = 2**20
+    t = collective_cost("all_reduce", S, a100, "ring", "LL").time_s
+    assert t == pytest.approx((6.6 + 14 * 0.6) * US + S * 14 / 8 / (87.7 * GB))
+    h100 = Placement(n=8, per_node=8, intra=Level("intra", 234 * GB, 14e-6), inter=None, arch="hopper")
+    t_h = collective_cost("all_reduce", S, h100, "ring", "LL").time_s
+    assert t_h == pytest.approx((6.6 + 14 * 0.6) * US + S * 14 / 8 / (117 * GB))  # 0.5 × 234 < 141
+
+
+def test_ring_broadcast_is_a_pipelined_chain():
+    # NCCL ring broadcast: nsteps = n, algbw = busbw (tuning.cc); Simple over NVLink: 8.4 + 8 × 3.4 µs
+    c = collective_cost("broadcast", 2**30, one_node(), "ring", "Simple")
+    assert c.time_s == pytest.approx((8.4 + 8 * 3.4) * US + 2**30 / (300 * GB))
+
+
 def test_multi_node_ring_latency_counts_network_steps_and_the_plateau():
     # 4 nodes × 8 GPUs, all_reduce, Simple: nsteps 62 of which 2(N-1) = 6 cross the network.
     # intra step max(hwLat NVLink ring Simple 3.4, 3 × netOverhead 1.0) = 3.4; network step 14.0 µs;

@@ -183,6 +183,9 @@ def collective(
         typer.Option("--algorithm", help="force ring, tree, nvls, nvls_tree, pat (NCCL) or recursive_doubling, "
                      "hierarchical (MPI-style)"),
     ] = None,
+    protocol: Annotated[
+        Optional[str], typer.Option("--protocol", help="force an NCCL protocol: LL, LL128 or Simple (as NCCL_PROTO)")
+    ] = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="nccl-tests-style table from 8 B to --bytes, ×2 per row")] = False,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
@@ -224,9 +227,9 @@ def collective(
     rows = []
     for s in sizes:
         try:
-            c = collective_cost(op, s, place, algorithm)
+            c = collective_cost(op, s, place, algorithm, protocol)
         except ValueError as e:
-            raise SpecError(f"--algorithm: {e}") from None
+            raise SpecError(f"{'--protocol' if 'protocol' in str(e) else '--algorithm'}: {e}") from None
         rows.append({"op": op, "message_bytes": s, "gpus": n, "time_s": c.time_s, "algorithm": c.algorithm,
                      "protocol": c.protocol, "bottleneck": c.bottleneck, "algbw_GBps": c.algbw_bytes_per_s / GB,
                      "busbw_GBps": c.busbw_bytes_per_s / GB})
