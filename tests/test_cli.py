@@ -111,6 +111,21 @@ def test_collective_prediction_and_sweep():
     assert [x["time_s"] for x in rows] == sorted(x["time_s"] for x in rows)
 
 
+def test_collective_table_reads_in_adaptive_units_with_the_protocol():
+    # issue 11: "170,186.8 µs" -> "170 ms"; small bandwidths keep 3 significant digits; algorithm/protocol shown
+    r = run("collective", "all_reduce", "--bytes", "16GiB", "--gpu", "a100-sxm4-80gb", "--intra", "nvlink3",
+            "--inter", "ib-hdr")
+    assert r.exit_code == 0, r.output
+    assert " ms " in r.stdout and "ring/Simple" in r.stdout and "µs" not in r.stdout
+    r = run("collective", "all_reduce", "--bytes", "8", "--gpus", "8")
+    assert "15.0 µs" in r.stdout and "ring/LL" in r.stdout  # NCCL LL: 6.6 + 14 × 0.6 µs (tuning.cc)
+    assert "0.000533" in r.stdout  # algbw 8 B / 15.0 µs, not rounded to 0.00
+    r = run("collective", "all_reduce", "--bytes", "8", "--gpus", "8", "--protocol", "Simple", "--json")
+    assert json.loads(r.stdout)["protocol"] == "Simple"  # as NCCL_PROTO=Simple
+    r = run("collective", "all_reduce", "--protocol", "LL256")
+    assert r.exit_code == 2 and "--protocol: unknown protocol 'LL256'" in r.stderr
+
+
 def test_collective_bad_input():
     assert "cannot read size" in run("collective", "all_reduce", "--bytes", "12 parsecs").stderr
     r = run("collective", "allreduce")

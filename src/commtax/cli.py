@@ -171,7 +171,7 @@ def _validation_table(report) -> Table:
             note = "; ".join(x for x in (note, f"defaults {defaults}" if defaults else "", r.extra.get("framework", ""),
                                          r.extra.get("note", "")) if x)
         else:
-            note = r.extra.get("algorithm", "")
+            note = "/".join(x for x in (r.extra.get("algorithm", ""), r.extra.get("protocol", "")) if x)
         t.add_row(r.id, f"{r.measured:,.2f}", f"{r.predicted:,.2f}", f"{r.error_pct:+.1f}%", note)
     return t
 
@@ -192,7 +192,12 @@ def collective(
     inter: Annotated[str, typer.Option("--inter", help="network id (without --cluster)")] = "ib-ndr",
     nics_per_node: Annotated[int, typer.Option("--nics-per-node")] = 8,
     algorithm: Annotated[
-        Optional[str], typer.Option("--algorithm", help="force ring, tree, recursive_doubling, hierarchical or nvls")
+        Optional[str],
+        typer.Option("--algorithm", help="force ring, tree, nvls, nvls_tree, pat (NCCL) or recursive_doubling, "
+                     "hierarchical (MPI-style)"),
+    ] = None,
+    protocol: Annotated[
+        Optional[str], typer.Option("--protocol", help="force an NCCL protocol: LL, LL128 or Simple (as NCCL_PROTO)")
     ] = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="nccl-tests-style table from 8 B to --bytes, ×2 per row")] = False,
     json_out: JsonOpt = False,
@@ -202,7 +207,7 @@ def collective(
     from commtax.collectives import ALGORITHMS, OPS, collective_cost
     from commtax.spec import Cluster, build, load_catalog, resolve_cluster
     from commtax.topology import placement
-    from commtax.units import GB, parse_bytes
+    from commtax.units import GB, format_duration, format_sig, parse_bytes
 
     if op not in OPS:
         raise SpecError(f"op: unknown collective {op!r}; choose one of {', '.join(OPS)}")
@@ -235,21 +240,22 @@ def collective(
     rows = []
     for s in sizes:
         try:
-            c = collective_cost(op, s, place, algorithm)
+            c = collective_cost(op, s, place, algorithm, protocol)
         except ValueError as e:
-            raise SpecError(f"--algorithm: {e}") from None
+            raise SpecError(f"{'--protocol' if 'protocol' in str(e) else '--algorithm'}: {e}") from None
         rows.append({"op": op, "message_bytes": s, "gpus": n, "time_s": c.time_s, "algorithm": c.algorithm,
-                     "bottleneck": c.bottleneck, "algbw_GBps": c.algbw_bytes_per_s / GB,
+                     "protocol": c.protocol, "bottleneck": c.bottleneck, "algbw_GBps": c.algbw_bytes_per_s / GB,
                      "busbw_GBps": c.busbw_bytes_per_s / GB})
     if json_out:
         emit_json(rows if sweep else rows[0])
         return
     t = Table(title=f"{op} over {n} GPUs ({place.per_node} per node) — predicted", header_style="bold")
-    for col in ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "bound by"):
+    for col in ("size (B)", "time", "algbw GB/s", "busbw GB/s", "algorithm", "bound"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(f"{r['message_bytes']:.0f}", f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.2f}",
-                  f"{r['busbw_GBps']:.2f}", r["algorithm"], r["bottleneck"])
+        algo = f"{r['algorithm']}/{r['protocol']}" if r["protocol"] else r["algorithm"]
+        t.add_row(f"{r['message_bytes']:.0f}", format_duration(r["time_s"]), format_sig(r["algbw_GBps"]),
+                  format_sig(r["busbw_GBps"]), algo, r["bottleneck"])
     console.print(t)
 
 

@@ -35,6 +35,9 @@ SOFTWARE_COLUMNS = {"flash_attention": "flash_attention", "overlap_dp": "overlap
 # optional columns naming software choices (values as in the job file's plan section)
 SOFTWARE_TEXT_COLUMNS = ("attention", "elementwise", "selective_policy", "fp8_recipe")
 LARGE_MESSAGE_BYTES = 64 * MiB  # the collectives target applies to messages ≥ 64 MiB (bandwidth-bound)
+# collectives MAPE is reported per message-size band: latency-bound, in between, bandwidth-bound
+SIZE_BANDS = (("messages_lt_1MiB", 0, MiB), ("messages_1MiB_to_64MiB", MiB, LARGE_MESSAGE_BYTES),
+              ("messages_ge_64MiB", LARGE_MESSAGE_BYTES, float("inf")))
 
 
 @dataclass
@@ -274,7 +277,8 @@ def predict_collective(row: dict, catalog: dict) -> RowResult:
     except (SpecError, ValueError) as e:
         return RowResult(rid, measured, None, None, reason=str(e))
     pred = cost.busbw_bytes_per_s / GB
-    extra = {"message_bytes": size, "algorithm": cost.algorithm, "predicted_time_us": cost.time_s * 1e6}
+    extra = {"message_bytes": size, "algorithm": cost.algorithm, "protocol": cost.protocol,
+             "predicted_time_us": cost.time_s * 1e6}
     return RowResult(rid, measured, pred, error_pct(pred, measured) if measured else None, extra=extra)
 
 
@@ -356,9 +360,10 @@ def validate(path: Path | str, catalog_file: Path | str | None = None, progress=
             progress()
     subsets: dict[str, float] = {}
     if kind == "collectives":
-        large = [r for r in results if r.extra.get("message_bytes", 0) >= LARGE_MESSAGE_BYTES]
-        if large:
-            subsets["messages_ge_64MiB"] = mape(large)
+        for name, lo, hi in SIZE_BANDS:
+            band = mape([r for r in results if lo <= r.extra.get("message_bytes", -1) < hi])
+            if band is not None:
+                subsets[name] = band
     else:
         for prefix in sorted({r.id.split("_")[0] for r in results}):
             sub = mape([r for r in results if r.id.split("_")[0] == prefix])
