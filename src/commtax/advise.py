@@ -10,7 +10,7 @@ differences of the step time with respect to each level's bandwidth and latency.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from commtax.errors import SpecError
 from commtax.estimate import BREAKDOWN_KEYS, Breakdown, estimate
@@ -216,8 +216,11 @@ def sensitivities(job: Job, base: Breakdown | None = None) -> dict[str, dict[str
     return out
 
 
-def advise(job: Job, search_best: bool = True, workers: int | None = None) -> Advice:
-    """Dominant component, changes ranked by what they buy, and bandwidth/latency sensitivities."""
+def advise(job: Job, search_best: bool = True, workers: int | None = None,
+           progress: Callable[[int, int], None] | None = None) -> Advice:
+    """Dominant component, changes ranked by what they buy, and bandwidth/latency sensitivities.
+
+    ``progress(done, total)`` follows the search for the best plan (most of the time)."""
     base = estimate(job)
     parts = base.breakdown_s
     dominant = max(parts, key=parts.get)
@@ -242,7 +245,7 @@ def advise(job: Job, search_best: bool = True, workers: int | None = None) -> Ad
         from commtax.search import search
 
         try:
-            res = search(job, top=1, workers=workers)
+            res = search(job, top=1, workers=workers, progress=progress)
             plan, b = res.top[0]
             diff = {k: v for k, v in plan.items() if getattr(job.plan, k, None) != v and k != "dp"}
             if diff:

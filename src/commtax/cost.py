@@ -177,6 +177,10 @@ class TrainingCost:
     def usd_per_B_tokens(self, mode: str) -> float:
         return self.owned_usd_per_B_tokens if mode == "owned" else self.rented_usd_per_B_tokens
 
+    def usd(self, mode: str) -> float:
+        """Dollars for the whole run, owned (depreciation + electricity) or rented."""
+        return self.owned_usd if mode == "owned" else self.rented_usd
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -12,21 +12,22 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
-cluster_app = typer.Typer(no_args_is_help=True, help="Emulated multi-node cluster: network namespaces + tc")
-bench_app = typer.Typer(no_args_is_help=True, help="Measure collectives, p2p copies and GEMMs (torch.distributed)")
+from commtax.cli_io import choice_list, fail
+from commtax.collectives import OPS
+
+cluster_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                          help="Emulated multi-node cluster: network namespaces + tc")
+bench_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        help="Measure collectives, p2p copies and GEMMs (torch.distributed)")
+IMPLS = ("torch", "ring", "rhd", "tree", "hier")  # torch: the library's own; the rest: commtax.measure.algorithms
+GEMM_DTYPES = ("fp32", "bf16", "fp16")
 
 DEFAULT_CLUSTER_FILE = Path("emulated_cluster.yaml")
 ClusterFile = Annotated[Path, typer.Option("--cluster", help="cluster YAML written by `commtax cluster up`")]
-
-
-def fail(message: str) -> None:
-    """Bad input or an unusable host: one line on stderr, exit 2, no traceback."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
 
 
 def _bytes(option: str, text: str) -> int:
@@ -109,7 +110,7 @@ def cluster_run(
 @cluster_app.command("down")
 def cluster_down(
     cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
-    all_: Annotated[bool, typer.Option("--all", help="remove every commtax cluster on this host (ctxXXXXXX-* namespaces)")] = False,
+    all_: Annotated[bool, typer.Option("--all", metavar="", help="remove every commtax cluster on this host (ctxXXXXXX-* namespaces)")] = False,
 ) -> None:
     """Kill what runs in the cluster and delete its namespaces, bridge, veths and qdiscs."""
     from commtax.measure.cluster import ClusterError, EmulatedCluster, check_host, down_namespaces, existing_namespaces
@@ -132,43 +133,31 @@ def cluster_down(
 # ---------------------------------------------------------------------------- bench
 @bench_app.command("collective")
 def bench_collective(
-    ops: Annotated[str, typer.Option("--ops", help="comma list: all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,send_recv")] = "all_reduce",
+    ops: Annotated[tuple, typer.Option("--ops", parser=choice_list(OPS), metavar="OP,...",
+                                       help=f"comma list of: {','.join(OPS)}")] = ("all_reduce",),
     min_size: Annotated[str, typer.Option("--min", help="smallest message (nccl-tests -b)")] = "1KiB",
     max_size: Annotated[str, typer.Option("--max", help="largest message (nccl-tests -e)")] = "16MiB",
     factor: Annotated[float, typer.Option("--factor", help="size multiplier per row (nccl-tests -f)")] = 2.0,
     warmup: Annotated[int, typer.Option("--warmup", min=0)] = 2,
     iters: Annotated[int, typer.Option("--iters", min=1)] = 5,
-    impl: Annotated[str, typer.Option("--impl", help="comma list: torch (the library's), ours: ring, rhd, tree, hier")] = "torch",
-    dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16, fp16, int64")] = "fp32",
-    backend: Annotated[str, typer.Option("--backend", help="auto (nccl with GPUs, else gloo), gloo, nccl")] = "auto",
+    impl: Annotated[tuple, typer.Option("--impl", parser=choice_list(IMPLS), metavar="IMPL,...",
+                                        help="comma list: torch (the library's), ours: ring, rhd, tree, hier")] = ("torch",),
+    dtype: Annotated[Literal["fp32", "bf16", "fp16", "int64"], typer.Option("--dtype")] = "fp32",
+    backend: Annotated[Literal["auto", "gloo", "nccl"], typer.Option("--backend", help="auto: nccl with GPUs, else gloo")] = "auto",
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds one measurement may take before a peer is declared dead/hung")] = 60.0,
-    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records (a .csv is written beside it)")] = None,
-    append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="FILE", help="JSON list of records (a .csv is written beside it)")] = None,
+    append: Annotated[bool, typer.Option("--append", metavar="", help="add to the records already in --out")] = False,
     nproc: Annotated[int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")] = 2,
     fault: Annotated[str, typer.Option("--fault", hidden=True, help="test hook: RANK:INDEX:kill|stop")] = "",
 ) -> None:
     """nccl-tests-style sweep: time, algbw, busbw per size, from rank 0."""
-    op_list = tuple(o.strip() for o in ops.split(",") if o.strip())
-    from commtax.collectives import OPS
-
-    bad = [o for o in op_list if o not in OPS]
-    if bad or not op_list:
-        fail(f"--ops: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(OPS)}")
-    impls = tuple(i.strip() for i in impl.split(",") if i.strip())
-    bad = [i for i in impls if i not in ("torch", "ring", "rhd", "tree", "hier")]
-    if bad or not impls:
-        fail(f"--impl: unknown {', '.join(bad) or '(none)'}; choose torch, ring, rhd, tree or hier")
-    if dtype not in ("fp32", "bf16", "fp16", "int64"):
-        fail(f"--dtype: unknown {dtype!r}; choose fp32, bf16, fp16 or int64")
-    if backend not in ("auto", "gloo", "nccl"):
-        fail(f"--backend: unknown {backend!r}; choose auto, gloo or nccl")
     lo, hi = _bytes("--min", min_size), _bytes("--max", max_size)
     if lo > hi or factor <= 1:
         fail(f"--min/--max/--factor: need min ≤ max and factor > 1 (got {lo} B, {hi} B, {factor:g})")
     from commtax.measure.schedules import impl_supports
 
-    if not any(impl_supports(i, o) for o in op_list for i in impls):
-        fail(f"--impl {impl}: implements all_reduce (and ring: all_gather, reduce_scatter), not {ops}")
+    if not any(impl_supports(i, o) for o in ops for i in impl):
+        fail(f"--impl {','.join(impl)}: implements all_reduce (and ring: all_gather, reduce_scatter), not {','.join(ops)}")
     if "RANK" not in os.environ:  # not under torchrun: become it, locally
         from commtax.measure.bench import torchrun_argv
 
@@ -176,7 +165,7 @@ def bench_collective(
     from commtax.measure.bench import SweepConfig, collective_sweep
     from commtax.measure.results import ResultFile
 
-    cfg = SweepConfig(op_list, lo, hi, factor, warmup, iters, impls, dtype, timeout, backend)
+    cfg = SweepConfig(ops, lo, hi, factor, warmup, iters, impl, dtype, timeout, backend)
     crash = _fault(fault)
     sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
     collective_sweep(cfg, sink, crash)
@@ -209,14 +198,16 @@ def bench_p2p(
     sink = ResultFile(out)
     for r in records:
         sink.append(r)
-        typer.echo(f"{r['impl']:>15} {r['src']:>3} -> {r['dst']:<3} {r['algbw_GBps']:8.2f} GB/s")
+        pair = "host memory" if r["src"] < 0 else f"cuda:{r['src']} -> cuda:{r['dst']}"
+        typer.echo(f"{r['impl']:>15} {pair:<18} {r['algbw_GBps']:8.2f} GB/s")
 
 
 @bench_app.command("gemm")
 def bench_gemm(
     hidden: Annotated[str, typer.Option("--hidden", help="comma list of hidden sizes")] = "512,1024",
     tokens: Annotated[int, typer.Option("--tokens", min=1, help="tokens per micro-batch (GEMM m)")] = 512,
-    dtypes: Annotated[str, typer.Option("--dtypes", help="comma list: fp32, bf16, fp16")] = "fp32,bf16",
+    dtypes: Annotated[tuple, typer.Option("--dtypes", parser=choice_list(GEMM_DTYPES), metavar="DTYPE,...",
+                                          help="comma list of: fp32, bf16, fp16")] = ("fp32", "bf16"),
     warmup: Annotated[int, typer.Option("--warmup", min=0)] = 1,
     iters: Annotated[int, typer.Option("--iters", min=1)] = 3,
     out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records")] = None,
@@ -226,9 +217,7 @@ def bench_gemm(
         hiddens = [int(h) for h in hidden.split(",")]
     except ValueError:
         fail(f"--hidden: expected comma-separated integers, got {hidden!r}")
-    dts = [d.strip() for d in dtypes.split(",")]
-    if any(d not in ("fp32", "bf16", "fp16") for d in dts):
-        fail(f"--dtypes: choose from fp32, bf16, fp16; got {dtypes!r}")
+    dts = list(dtypes)
     from commtax.measure.gemm import gemm_sweep
     from commtax.measure.results import ResultFile
 
@@ -286,7 +275,7 @@ def _argv_tail() -> list[str]:
     return argv
 
 if __name__ == "__main__":
-    app = typer.Typer(no_args_is_help=True)
+    app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
     app.add_typer(cluster_app, name="cluster")
     app.add_typer(bench_app, name="bench")
     app.command("calibrate")(calibrate_command)
