@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import typer
-from rich.table import Table
 
 from commtax import __version__
 from commtax.cli_io import (
@@ -24,10 +23,12 @@ from commtax.cli_io import (
     JsonOpt,
     OutOpt,
     PlotOpt,
+    WideOpt,
     console,
     emit,
     fail,
     flag,
+    print_table,
     progress,
     user_errors,
 )
@@ -93,6 +94,7 @@ def validate(
         Optional[float], typer.Option("--max-mape", metavar="PCT", help="exit 1 when the MAPE (%) is above this")
     ] = None,
     plot: PlotOpt = None,
+    wide: WideOpt = False,
 ) -> None:
     """Predict published measurements and report the error per row and the MAPE."""
     from commtax.report.table import validation_table
@@ -110,7 +112,7 @@ def validate(
     if json_out:
         emit(report.to_dict(), True)
     else:
-        console.print(validation_table(report))
+        print_table(validation_table(report, wide), wide)
         for name, value in report.subsets.items():
             console.print(f"MAPE {name}: {value:.1f}%")
         n_ok = sum(r.error_pct is not None for r in report.rows)
@@ -182,7 +184,9 @@ def collective(
     if json_out:
         emit(rows if sweep else rows[0], True)
         return
-    t = Table(title=f"{op} over {n} GPUs ({place.per_node} per node) — predicted", header_style="bold")
+    from commtax.report.table import new_table
+
+    t = new_table(f"{op} over {n} GPUs ({place.per_node} per node) — predicted")
     for col in ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "bound by"):
         t.add_column(col, justify="right")
     for r in rows:

@@ -74,6 +74,17 @@ WorkersOpt = Annotated[
 JobArg = Annotated[Path, typer.Argument(metavar="JOB.yaml", help="job YAML: model, cluster, plan, training")]
 
 
+def print_table(table: Any, wide: bool = False) -> None:
+    """Print a table at the terminal's width, or (``--wide``) at its natural width even past the terminal's edge."""
+    if wide and console.width < WIDE_COLUMNS:
+        Console(width=WIDE_COLUMNS, highlight=False, no_color=console.no_color).print(table)
+    else:
+        console.print(table)
+
+
+WIDE_COLUMNS = 200
+
+
 # ----------------------------------------------------------------------------- errors
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print ``error: message`` on stderr (one logical line) and exit with ``code``."""

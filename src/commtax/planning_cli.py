@@ -25,6 +25,7 @@ from commtax.cli_io import (
     emit,
     err_console,
     flag,
+    print_table,
     progress,
 )
 from commtax.cost import PowerBasis
@@ -128,8 +129,8 @@ def search_command(
         return
     s = res.summary()
     console.print(
-        f"{s['evaluated']:,} plans evaluated in {s['elapsed_s']:.2f} s ({s['plans_per_s']:,.0f} plans/s): "
-        f"{s['valid']:,} valid, {s['fit']:,} fit memory, {s['do_not_fit']:,} do not fit, {s['invalid']:,} invalid",
+        f"{s['evaluated']:,} plans in {s['elapsed_s']:.2f} s ({s['plans_per_s']:,.0f}/s): {s['valid']:,} valid, "
+        f"{s['fit']:,} fit memory, {s['do_not_fit']:,} do not fit, {s['invalid']:,} invalid",
     )
     for title, reasons in (("invalid", s["invalid_reasons"]), ("do not fit", s["do_not_fit_reasons"])):
         for why, count in list(reasons.items())[:4]:
@@ -140,10 +141,10 @@ def search_command(
         err_console.print(f"warning: {w}", markup=False)
     if price_error:
         console.print(f"(no $ column: {price_error})", markup=False)
-    console.print(search_table(res, mode, usd_per_s, top, wide))
+    print_table(search_table(res, mode, usd_per_s, top, wide), wide)
     console.print(PLAN_LABEL_KEY, style="dim")
     best_plan, best = res.top[0]
-    console.print(f"Best plan: {', '.join(f'{k}={v}' for k, v in best_plan.items())}")
+    console.print(f"\n[bold]Best plan[/bold] {plan_label(best_plan)}:")
     render_breakdown(best, console, job.cluster.gpu.mem_GiB)
 
 
@@ -246,7 +247,7 @@ def compare_command(
     emit(data, json_out, out)
     if json_out:
         return
-    console.print(compare_table(rows, mode, article, wide))
+    print_table(compare_table(rows, mode, article, wide), wide)
     if not wide:
         for r in rows:
             if r.plan is not None:
@@ -341,5 +342,5 @@ def cost_command(
     emit({"mode": mode, "power": power, **c.to_dict(), "usd": c.usd(mode), "usd_per_B_tokens": c.usd_per_B_tokens(mode)},
          json_out, out)
     if not json_out:
-        console.print(cost_table(c, mode, f"{job_file.name}: {c.tokens:.3g} tokens on {job.cluster.num_gpus} × "
+        console.print(cost_table(c, mode, f"{job_file.name}: {c.tokens / 1e9:,.0f} B tokens on {job.cluster.num_gpus} × "
                                           f"{job.cluster.gpu.name}"))

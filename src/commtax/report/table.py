@@ -24,7 +24,7 @@ def pct(x: float) -> str:
 def new_table(title: str | None = None, show_header: bool = True) -> Table:
     """The house style: a rule under the header, no vertical borders (two characters between columns)."""
     return Table(title=title, box=box.SIMPLE_HEAD, show_header=show_header, header_style="bold", title_style="bold",
-                 title_justify="left", show_edge=False,
+                 title_justify="left", show_edge=False, collapse_padding=True,
                  min_width=len(title) if title else None)
 
 
@@ -46,7 +46,7 @@ def plan_label(p: dict[str, Any]) -> str:
     return "·".join(x for x in parts if x)
 
 
-PLAN_LABEL_KEY = "plan: tp·pp·(cp)·dp·mb, then vp, z = ZeRO stage, sel/full = recompute, sp, g: = grad dtype"
+PLAN_LABEL_KEY = "plan: tp·pp·(cp)·dp·mb, then vp, z=ZeRO stage, sel/full=recompute, sp, g:=grad dtype"
 
 
 # ----------------------------------------------------------------------------- a Breakdown
@@ -115,25 +115,39 @@ def render_breakdown(b: Breakdown, console: Console, capacity_gib: float | None 
 
 
 # ----------------------------------------------------------------------------- validate
-def validation_table(report: Any) -> Table:
-    """One row per published measurement; the note (chosen plan cells, algorithm) on its own line when long."""
+_SHORT = {"micro_batch": "mb", "sequence_parallel": "sp", "recompute": "rc", "grad_comm_dtype": "g"}
+
+
+def _cell(name: str, value: Any) -> str:
+    """``vp1``, ``mb2``, ``sp:on``, ``rc:selective``: one chosen plan cell, short."""
+    short = _SHORT.get(name, name)
+    if isinstance(value, bool):
+        return f"{short}:{'on' if value else 'off'}"
+    return f"{short}{value}" if isinstance(value, int) else f"{short}:{value}"
+
+
+def validation_table(report: Any, wide: bool = False) -> Table:
+    """One row per published measurement. The note is short at 80 columns (the plan cells the search chose,
+    ``vp2 mb1``, and the software generation); ``wide`` gives the generation's reason too."""
     runs = report.kind == "runs"
     t = new_table(f"Validation: {report.kind} (measured {'tokens/s per GPU' if runs else 'busbw GB/s'})")
-    t.add_column("id", no_wrap=True)
-    t.add_column("measured", justify="right")
-    t.add_column("predicted", justify="right")
-    t.add_column("error", justify="right")
-    t.add_column("chosen / note")
+    t.add_column("id", no_wrap=True, min_width=max((len(r.id) for r in report.rows), default=2))
+    for col, width in (("measured", 8), ("predicted", 9), ("error", 6)):
+        t.add_column(col, justify="right", no_wrap=True, min_width=width)
+    t.add_column("chosen, gen" if runs else "algorithm", no_wrap=not wide, overflow="ellipsis",
+                 max_width=None if wide else 18)
     for r in report.rows:
         if r.predicted is None:
             t.add_row(r.id, f"{r.measured}", "—", "—", f"[yellow]{escape(str(r.reason))}[/yellow]")
             continue
         if runs:
-            note = ", ".join(f"{k}={v}" for k, v in r.chosen.items())
-            note = "; ".join(x for x in (note, r.extra.get("generation", "")) if x)
+            gen = r.extra.get("generation", "")
+            chosen = " ".join(_cell(k, v) for k, v in r.chosen.items())
+            note = " ".join(x for x in (chosen, gen if wide else gen.split(" (")[0]) if x)
         else:
             note = r.extra.get("algorithm", "")
-        t.add_row(r.id, f"{r.measured:,.2f}", f"{r.predicted:,.2f}", f"{r.error_pct:+.1f}%", escape(note))
+        fmt = ",.0f" if runs else ",.2f"  # tokens/s per GPU: whole tokens; busbw: GB/s to 10 MB/s
+        t.add_row(r.id, f"{r.measured:{fmt}}", f"{r.predicted:{fmt}}", f"{r.error_pct:+.1f}%", escape(note))
     return t
 
 
@@ -163,12 +177,13 @@ def search_table(res: Any, mode: str, usd_per_s: float | None, n: int, wide: boo
     """The best ``n`` plans of a search; ``wide`` adds the exposed DP/TP shares and memory."""
     from commtax.cost import usd_per_B_tokens
 
-    t = new_table(f"Top {min(n, len(res.top))} of {int(res.fits.sum()):,} plans that fit (by {res.rank_by})")
+    price = f"; $/B tok {mode}" if usd_per_s is not None else ""
+    t = new_table(f"Top {min(n, len(res.top))} of {int(res.fits.sum()):,} plans that fit (by {res.rank_by}{price})")
     cols = ["#", "plan", "step s", "MFU", "tax", "bubble"] + (["dp exp", "tp exp", "GiB"] if wide else [])
     for col in cols:
         t.add_column(col, justify="left" if col == "plan" else "right", no_wrap=col == "plan")
     if usd_per_s is not None:
-        t.add_column(f"$/B {mode}", justify="right")
+        t.add_column("$/B tok", justify="right")
     for k, (p, b) in enumerate(res.top[:n], 1):
         parts = b.breakdown_s
         row = [str(k), plan_label(p), f"{b.step_time_s:.3f}", pct(b.mfu), pct(b.comm_tax),
@@ -194,9 +209,11 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
         cols[5:5] = ["share"]
         cols += ["MWh", "capex M$"]
     for c in cols:
-        t.add_column(c, justify="left" if c in ("cluster", "best plan") else "right", no_wrap=c == "best plan")
+        left = c in ("cluster", "best plan")
+        t.add_column(c if wide else c.replace(" ", "\n"), justify="left" if left else "right",
+                     no_wrap=c != "cluster", overflow="fold")
     if article:
-        t.add_column("article share·B/day·days·$/B" if wide else "article", justify="right")
+        t.add_column("article share·B/day·days·$/B" if wide else "article\ndays, $/B", justify="right", no_wrap=True)
     for r in rows:
         if r.breakdown is None:
             cells = [r.name, f"— ({r.reason})"] + [""] * (len(cols) - 2)
@@ -215,6 +232,6 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
             elif wide:
                 cells.append(f"{a['comm_share']:.0%}·{a['tokens_per_day'] / 1e9:g}·{a['days']:g}·{a['usd_per_B']:g}")
             else:
-                cells.append(f"{a['days']:g} d, ${a['usd_per_B']:g}/B")
+                cells.append(f"{a['days']:g}, ${a['usd_per_B']:g}")
         t.add_row(*cells)
     return t
