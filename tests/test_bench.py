@@ -129,5 +129,6 @@ def test_p2p_without_gpus_says_so_and_measures_memcpy(tmp_path):
 
 
 def test_dist_cli_does_not_import_torch():
-    code = "import sys, commtax.measure.cli, commtax.measure.calibrate, commtax.measure.schedules; print('torch' in sys.modules)"
+    code = ("import sys, commtax.measure.cli, commtax.measure.calibrate, commtax.measure.schedules; "
+            "print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

@@ -108,7 +108,8 @@ def test_units_used_by_the_arithmetic():
 
 
 def test_override_merges_fields_of_an_existing_entry(tmp_path):
-    p = _prices(tmp_path, {"gpus": {"h100-sxm5-80gb": {"purchase_usd": 25000, "source": "my quote", "date": "2026-01"}}})
+    mine = {"purchase_usd": 25000, "source": "my quote", "date": "2026-01"}
+    p = _prices(tmp_path, {"gpus": {"h100-sxm5-80gb": mine}})
     g = p.gpu("h100-sxm5-80gb")
     assert g.purchase_usd == 25000 and g.source == "my quote"
     assert g.rent_usd_per_gpu_hour == load_prices().gpu("h100-sxm5-80gb").rent_usd_per_gpu_hour

@@ -9,8 +9,9 @@ differences of the step time with respect to each level's bandwidth and latency.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from commtax.errors import SpecError
 from commtax.estimate import BREAKDOWN_KEYS, Breakdown, estimate

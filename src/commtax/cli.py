@@ -18,13 +18,13 @@ from commtax import __version__
 from commtax.cli_io import (
     EXIT_INFEASIBLE,
     CatalogOpt,
-    does_not_fit,
     JobArg,
     JsonOpt,
     OutOpt,
     PlotOpt,
     WideOpt,
     console,
+    does_not_fit,
     emit,
     fail,
     flag,
@@ -127,11 +127,15 @@ def validate(
 # ----------------------------------------------------------------------------- collective
 def collective(
     op: Annotated[Literal[OPS], typer.Argument(metavar="OP", help=f"the collective: {', '.join(OPS)}")],
-    size: Annotated[str, typer.Option("--bytes", help="message size (nccl-tests convention): 4096, 16MiB, 1GB")] = "256MiB",
+    size: Annotated[
+        str, typer.Option("--bytes", help="message size (nccl-tests convention): 4096, 16MiB, 1GB")
+    ] = "256MiB",
     cluster_file: Annotated[
         Optional[Path], typer.Option("--cluster", metavar="FILE", help="cluster YAML, or a job file (its cluster:)")
     ] = None,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", help="GPUs in the group (default: the whole cluster)")] = None,
+    gpus: Annotated[
+        Optional[int], typer.Option("--gpus", help="GPUs in the group (default: all of the cluster)")
+    ] = None,
     gpu: Annotated[str, typer.Option("--gpu", help="GPU catalog id (without --cluster)")] = "h100-sxm5-80gb",
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="NVLink domain size (without --cluster)")] = 8,
     intra: Annotated[str, typer.Option("--intra", help="intra-node link id (without --cluster)")] = "nvlink4",

@@ -7,8 +7,9 @@ makes them from one job by swapping the GPU and the node it is sold in (links, N
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

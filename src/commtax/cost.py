@@ -84,8 +84,9 @@ class Prices:
         if name not in self.nodes:
             raise SpecError(
                 f"prices: no node entry for GPU {name!r} (have: {', '.join(sorted(self.nodes))}); give one in a "
-                f"--prices file: nodes: {{{name}: {{purchase_usd: ..., power_W: ..., rack_units: ..., gpus_per_node: ..., "
-                "intra_node: ..., inter_node: ..., nics_per_node: ..., source: ..., date: ...}} (see catalog/prices.yaml)"
+                f"--prices file: nodes: {{{name}: {{purchase_usd: ..., power_W: ..., rack_units: ..., "
+                "gpus_per_node: ..., intra_node: ..., inter_node: ..., nics_per_node: ..., source: ..., date: ...}} "
+                "(see catalog/prices.yaml)"
             )
         return self.nodes[name]
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import typer
 
@@ -41,6 +42,9 @@ from commtax.report.table import (
     search_table,
 )
 from commtax.search import GRAD_DTYPES, RANK_BY, RECOMPUTE
+
+TokensOpt = Annotated[Optional[float], typer.Option("--tokens", min=1, help="training tokens (default: the job's)")]
+PowerOpt = Annotated[PowerBasis, typer.Option("--power", help="GPU power used for energy")]
 
 # ----------------------------------------------------------------------------- the plan fields, declared once
 # Each is a string typer passes through and ``Space.parse`` reads: values (``8``, ``1,2,4``) for every field, ranges
@@ -93,7 +97,9 @@ def search_command(
     wide: WideOpt = False,
     json_out: JsonOpt = False,
     out: OutOpt = None,
-    csv_out: Annotated[Optional[Path], typer.Option("--csv", metavar="FILE", help="write every valid plan here")] = None,
+    csv_out: Annotated[
+        Optional[Path], typer.Option("--csv", metavar="FILE", help="write every valid plan here")
+    ] = None,
     workers: WorkersOpt = None,
     catalog: CatalogOpt = None,
     prices: PricesOpt = None,
@@ -157,11 +163,13 @@ def compare_command(
     gpu: Annotated[
         Optional[list[str]], typer.Option("--gpu", help="GPU catalog ids to put on the first job's cluster")
     ] = None,
-    tokens: Annotated[Optional[float], typer.Option("--tokens", min=1, help="training tokens (default: the job's)")] = None,
+    tokens: TokensOpt = None,
     rent: RentOpt = False,
-    power: Annotated[PowerBasis, typer.Option("--power", help="GPU power used for energy")] = "typical",
+    power: PowerOpt = "typical",
     article: Annotated[bool, flag("--article", "show the seed article's 256-GPU numbers alongside")] = False,
-    pareto: Annotated[Optional[Path], typer.Option("--pareto", metavar="PNG", help="write the Pareto plot here")] = None,
+    pareto: Annotated[
+        Optional[Path], typer.Option("--pareto", metavar="PNG", help="write the Pareto plot here")
+    ] = None,
     scaling_png: Annotated[
         Optional[Path], typer.Option("--scaling", metavar="PNG", help="write comm tax and MFU vs GPUs here")
     ] = None,
@@ -321,8 +329,8 @@ def advise_command(
 def cost_command(
     job_file: JobArg,
     rent: RentOpt = False,
-    tokens: Annotated[Optional[float], typer.Option("--tokens", min=1, help="training tokens (default: the job's)")] = None,
-    power: Annotated[PowerBasis, typer.Option("--power", help="GPU power used for energy")] = "typical",
+    tokens: TokensOpt = None,
+    power: PowerOpt = "typical",
     json_out: JsonOpt = False,
     out: OutOpt = None,
     catalog: CatalogOpt = None,
@@ -339,8 +347,9 @@ def cost_command(
         does_not_fit(b, job)
     mode = "rented" if rent else "owned"
     c = job_training_cost(job, b.tokens_per_s, load_prices(prices), tokens, power)
-    emit({"mode": mode, "power": power, **c.to_dict(), "usd": c.usd(mode), "usd_per_B_tokens": c.usd_per_B_tokens(mode)},
-         json_out, out)
+    data = {"mode": mode, "power": power, **c.to_dict(), "usd": c.usd(mode),
+            "usd_per_B_tokens": c.usd_per_B_tokens(mode)}
+    emit(data, json_out, out)
     if not json_out:
-        console.print(cost_table(c, mode, f"{job_file.name}: {c.tokens / 1e9:,.0f} B tokens on {job.cluster.num_gpus} × "
-                                          f"{job.cluster.gpu.name}"))
+        title = f"{job_file.name}: {c.tokens / 1e9:,.0f} B tokens on {job.cluster.num_gpus} × {job.cluster.gpu.name}"
+        console.print(cost_table(c, mode, title))

@@ -54,9 +54,16 @@ def _read_cluster(path: Path) -> dict:
 @cluster_app.command("up")
 def cluster_up(
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=200, help="network namespaces, one per node")] = 2,
-    ranks_per_node: Annotated[int, typer.Option("--ranks-per-node", min=1, max=64, help="torchrun processes per node")] = 1,
-    link: Annotated[str, typer.Option("--link", help="each node's link rate per direction, tc units: 300mbit, 1gbit")] = "1gbit",
-    uplink: Annotated[Optional[str], typer.Option("--uplink", help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit")] = None,
+    ranks_per_node: Annotated[
+        int, typer.Option("--ranks-per-node", min=1, max=64, help="torchrun processes per node")
+    ] = 1,
+    link: Annotated[
+        str, typer.Option("--link", help="each node's link rate per direction, tc units: 300mbit, 1gbit")
+    ] = "1gbit",
+    uplink: Annotated[
+        Optional[str], typer.Option("--uplink",
+            help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit"),
+    ] = None,
     mtu: Annotated[int, typer.Option("--mtu", min=576, max=65000, help="MTU of every veth")] = 9000,
     out: Annotated[Path, typer.Option("--out", help="cluster YAML to write")] = DEFAULT_CLUSTER_FILE,
 ) -> None:
@@ -87,7 +94,9 @@ def cluster_up(
 def cluster_run(
     ctx: typer.Context,
     cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
-    grace: Annotated[float, typer.Option("--grace", min=0, help="seconds the other nodes get to exit after one fails")] = 30.0,
+    grace: Annotated[
+        float, typer.Option("--grace", min=0, help="seconds the other nodes get to exit after one fails")
+    ] = 30.0,
 ) -> None:
     """Run `-- CMD ARGS` under torchrun on every node (gloo over the shaped links, loopback inside a node)."""
     from commtax.measure.cluster import ClusterError, EmulatedCluster, check_host, existing_namespaces
@@ -110,7 +119,10 @@ def cluster_run(
 @cluster_app.command("down")
 def cluster_down(
     cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
-    all_: Annotated[bool, typer.Option("--all", metavar="", help="remove every commtax cluster on this host (ctxXXXXXX-* namespaces)")] = False,
+    all_: Annotated[
+        bool, typer.Option("--all", metavar="",
+            help="remove every commtax cluster on this host (ctxXXXXXX-* namespaces)"),
+    ] = False,
 ) -> None:
     """Kill what runs in the cluster and delete its namespaces, bridge, veths and qdiscs."""
     from commtax.measure.cluster import ClusterError, EmulatedCluster, check_host, down_namespaces, existing_namespaces
@@ -141,13 +153,23 @@ def bench_collective(
     warmup: Annotated[int, typer.Option("--warmup", min=0)] = 2,
     iters: Annotated[int, typer.Option("--iters", min=1)] = 5,
     impl: Annotated[tuple, typer.Option("--impl", parser=choice_list(IMPLS), metavar="IMPL,...",
-                                        help="comma list: torch (the library's), ours: ring, rhd, tree, hier")] = ("torch",),
+                                        help="comma list: torch (the library's); ours: ring, rhd, tree, hier")
+                    ] = ("torch",),
     dtype: Annotated[Literal["fp32", "bf16", "fp16", "int64"], typer.Option("--dtype")] = "fp32",
-    backend: Annotated[Literal["auto", "gloo", "nccl"], typer.Option("--backend", help="auto: nccl with GPUs, else gloo")] = "auto",
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds one measurement may take before a peer is declared dead/hung")] = 60.0,
-    out: Annotated[Optional[Path], typer.Option("--out", metavar="FILE", help="JSON list of records (a .csv is written beside it)")] = None,
+    backend: Annotated[
+        Literal["auto", "gloo", "nccl"], typer.Option("--backend", help="auto: nccl with GPUs, else gloo")
+    ] = "auto",
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1,
+            help="seconds one measurement may take before a peer is declared dead/hung"),
+    ] = 60.0,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", metavar="FILE", help="JSON list of records (a .csv is written beside it)")
+    ] = None,
     append: Annotated[bool, typer.Option("--append", metavar="", help="add to the records already in --out")] = False,
-    nproc: Annotated[int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")] = 2,
+    nproc: Annotated[
+        int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")
+    ] = 2,
     fault: Annotated[str, typer.Option("--fault", hidden=True, help="test hook: RANK:INDEX:kill|stop")] = "",
 ) -> None:
     """nccl-tests-style sweep: time, algbw, busbw per size, from rank 0."""
@@ -157,7 +179,8 @@ def bench_collective(
     from commtax.measure.schedules import impl_supports
 
     if not any(impl_supports(i, o) for o in ops for i in impl):
-        fail(f"--impl {','.join(impl)}: implements all_reduce (and ring: all_gather, reduce_scatter), not {','.join(ops)}")
+        fail(f"--impl {','.join(impl)}: implements all_reduce (and ring: all_gather, reduce_scatter), "
+             f"not {','.join(ops)}")
     if "RANK" not in os.environ:  # not under torchrun: become it, locally
         from commtax.measure.bench import torchrun_argv
 
@@ -230,11 +253,18 @@ def bench_gemm(
 # ---------------------------------------------------------------------------- calibrate
 def calibrate_command(
     bench_json: Annotated[Path, typer.Argument(help="records from `commtax bench collective --out`")],
-    cluster_file: Annotated[Path, typer.Option("--cluster", help="the cluster YAML the bench ran on")] = DEFAULT_CLUSTER_FILE,
+    cluster_file: Annotated[
+        Path, typer.Option("--cluster", help="the cluster YAML the bench ran on")
+    ] = DEFAULT_CLUSTER_FILE,
     gemm_json: Annotated[Optional[Path], typer.Option("--gemm", help="records from `commtax bench gemm --out`")] = None,
     out: Annotated[Path, typer.Option("--out", help="hardware profile YAML to write")] = Path("profile.yaml"),
-    impl: Annotated[str, typer.Option("--impl", help="fit the records of this implementation (torch: the library's)")] = "torch",
-    cluster_out: Annotated[Optional[Path], typer.Option("--cluster-out", help="also write the cluster YAML with `profile:` pointing at --out")] = None,
+    impl: Annotated[
+        str, typer.Option("--impl", help="fit the records of this implementation (torch: the library's)")
+    ] = "torch",
+    cluster_out: Annotated[
+        Optional[Path], typer.Option("--cluster-out",
+            help="also write the cluster YAML with `profile:` pointing at --out"),
+    ] = None,
 ) -> None:
     """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
     from commtax.measure.calibrate import calibrate, compare, write_profile
@@ -248,7 +278,8 @@ def calibrate_command(
     cluster = _read_cluster(cluster_file)
     records = [r for r in records if r.get("impl") == impl]
     profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
-    if not profile["ops"] and "inter" not in profile["residuals"]["levels"] and "intra" not in profile["residuals"]["levels"]:
+    levels = profile["residuals"]["levels"]
+    if not profile["ops"] and "inter" not in levels and "intra" not in levels:
         fail(f"calibrate: {bench_json} has no multi-rank collective records ≥ 64 KiB to fit")
     write_profile(profile, out)
     if cluster_out is not None:
@@ -258,10 +289,13 @@ def calibrate_command(
 
         write_atomic(cluster_out, yaml.safe_dump({**cluster, "profile": str(out.resolve())}, sort_keys=False))
     before, after = compare(records, cluster), compare(records, cluster, profile)
-    typer.echo(f"{'op':>14} {'impl':>5} {'bytes':>10} {'measured ms':>12} {'model ms':>9} {'err':>7} {'calibrated':>10} {'err':>7}")
+    # 77 columns: reads at 80
+    typer.echo(f"{'op':>14} {'impl':>5} {'bytes':>9} {'measured ms':>11} {'model ms':>8} {'err':>6} "
+               f"{'calibrated':>10} {'err':>6}")
     for b, a in zip(before, after):
-        typer.echo(f"{b['op']:>14} {b['impl']:>5} {b['message_bytes']:>10} {b['measured_s'] * 1e3:12.3f} "
-                   f"{b['predicted_s'] * 1e3:9.3f} {b['error']:+7.1%} {a['predicted_s'] * 1e3:10.3f} {a['error']:+7.1%}")
+        typer.echo(f"{b['op']:>14} {b['impl']:>5} {b['message_bytes']:>9} {b['measured_s'] * 1e3:11.3f} "
+                   f"{b['predicted_s'] * 1e3:8.3f} {b['error']:+6.1%} {a['predicted_s'] * 1e3:10.3f} "
+                   f"{a['error']:+6.1%}")
     typer.echo(f"wrote {out}" + (f" and {cluster_out}" if cluster_out else "")
                + f"; in a job file: `cluster: {{..., profile: {out}}}` replaces the catalog link numbers")
 

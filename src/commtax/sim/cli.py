@@ -7,8 +7,9 @@ Errors, JSON and output files: :mod:`commtax.cli_io`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Callable, Optional, TypeVar
+from typing import Annotated, Optional, TypeVar
 
 import typer
 
@@ -66,7 +67,8 @@ def simulate_cmd(
     if gantt is not None:
         from commtax.sim.gantt import write_gantt
 
-        _write(gantt, lambda: write_gantt(result.sim, gantt, f"{job_file.name}: step {bd.step_time_s:.3f} s (simulated)"))
+        title = f"{job_file.name}: step {bd.step_time_s:.3f} s (simulated)"
+        _write(gantt, lambda: write_gantt(result.sim, gantt, title))
         bd.notes.append(f"gantt: {gantt}")
     emit(bd.to_dict(), json_out, out)
     if not json_out:
