@@ -302,7 +302,7 @@ def test_version():
     (["collective", "all_reduce", "--algorithm", "bruck"], "'--algorithm': Value error, 'bruck' is not one of 'ring'"),
     (["search", "JOB", "--recompute", "some"], "--recompute: 'some' is not one of none, selective, full"),
     (["search", "JOB", "--sequence-parallel", "0..1"], "--sequence-parallel: give values (a,b), not a range"),
-    (["compare", "JOB", "--num-gpus", "8,x"], "--num-gpus/--gpus: expected integers, got 'x'"),
+    (["compare", "JOB", "--num-gpus", "8,x"], "--num-gpus: expected integers, got 'x'"),
     (["cost", "JOB", "--prices", "PRICES"], "gpus.h100-sxm5-80gb: missing field 'source'"),
 ])
 def test_bad_options_get_one_clear_line_and_exit_2(tmp_path, args, message):

@@ -126,12 +126,9 @@ def test_article_numbers_are_recorded():
 
 
 def _app():
-    import typer
+    from commtax.cli import app, register_commands
 
-    from commtax.planning_cli import register
-
-    app = typer.Typer()
-    register(app)
+    register_commands()
     return app
 
 

@@ -219,7 +219,7 @@ def compare_command(
             raise SpecError("compare --gpu: give exactly one job file (its cluster gets each GPU in turn)")
         jobs = jobs_for_gpus(jobs[0], gpu_names, price_book, catalog)
     if num_gpus:
-        counts = [_count(x) for x in num_gpus.split(",") if x.strip()]
+        counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()]
         jobs = with_gpu_counts(jobs, counts)
     mode = "rented" if rent else "owned"
     with progress(f"searching {len(jobs)} clusters", enabled=not json_out) as update:
@@ -241,7 +241,7 @@ def compare_command(
     if scaling_png is not None:
         from commtax.report.plots import scaling_plot
 
-        counts = [_count(x) for x in (gpus or "").split(",") if x.strip()]
+        counts = [_count(x, "--gpus") for x in (gpus or "").split(",") if x.strip()]
         if not counts:
             n = jobs[0].cluster.num_gpus
             counts = [n // 4, n // 2, n, n * 2, n * 4]
@@ -272,13 +272,13 @@ def compare_command(
         console.print(f"wrote {scaling_png}")
 
 
-def _count(text: str) -> int:
+def _count(text: str, option: str) -> int:
     try:
         n = int(text)
     except ValueError:
-        raise SpecError(f"--num-gpus/--gpus: expected integers, got {text!r}") from None
+        raise SpecError(f"{option}: expected integers, got {text!r}") from None
     if n <= 0:
-        raise SpecError(f"--num-gpus/--gpus: expected positive integers, got {n}")
+        raise SpecError(f"{option}: expected positive integers, got {n}")
     return n
 
 
