@@ -2,6 +2,7 @@
 
 import re
 
+import pytest
 from conftest import REPO
 
 from commtax.spec import _builtin_catalog
@@ -46,11 +47,12 @@ def test_readme_accuracy_table_is_what_validate_prints(validation_dir):
     assert f"MAPE\n{round(collectives.subsets['messages_ge_64MiB'], 1)}% for messages ≥ 64 MiB" in README
 
 
-def test_readme_catalog_tables_are_generated_from_the_catalog():
-    from commtax.report.readme import catalog_tables, section
+@pytest.mark.parametrize("block", ["catalog tables", "worked example"])
+def test_readme_generated_blocks_are_what_the_code_prints(block):
+    from commtax.report.readme import BLOCKS, section
 
-    assert section(README), "README catalog markers not found"
-    assert section(README) == catalog_tables(), "README catalog tables drifted: run python -m commtax.report.readme"
+    assert section(README, block), f"README markers for {block!r} not found"
+    assert section(README, block) == BLOCKS[block](), f"README {block} drifted: run `make readme`"
 
 
 def test_readme_catalog_rows_carry_the_catalog_numbers():
