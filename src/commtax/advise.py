@@ -243,6 +243,7 @@ def advise(job: Job, search_best: bool = True, workers: int | None = None,
             continue  # not a valid plan for this model and cluster
         changes.append(_change(label, "plan", base, estimate(j), {k: v for k, v in upd.items() if v is not None}))
     if search_best:
+        from commtax.report.table import plan_label
         from commtax.search import search
 
         try:
@@ -250,8 +251,7 @@ def advise(job: Job, search_best: bool = True, workers: int | None = None,
             plan, b = res.top[0]
             diff = {k: v for k, v in plan.items() if getattr(job.plan, k, None) != v and k != "dp"}
             if diff:
-                txt = ", ".join(f"{k}={v}" for k, v in diff.items())
-                changes.append(_change(f"best plan from search ({txt})", "search", base, b, plan))
+                changes.append(_change(f"best plan: {plan_label(plan)}", "search", base, b, plan))
         except SpecError:
             pass
     changes.sort(key=lambda c: (not c.fits_after, c.step_after_s))

@@ -70,7 +70,8 @@ PlotOpt = Annotated[Optional[Path], typer.Option("--plot", metavar="PNG", help="
 RentOpt = Annotated[bool, flag("--rent", "price by rental $/GPU-hour instead of owning (depreciation + power)")]
 WideOpt = Annotated[bool, flag("--wide", "all columns (needs ~120 columns); the default fits 80")]
 WorkersOpt = Annotated[
-    Optional[int], typer.Option("--workers", min=1, help="processes for the search (default: 2 on large spaces)")
+    Optional[int],
+    typer.Option("--workers", min=1, metavar="N", help="processes for the search (default: 2 on large spaces)"),
 ]
 JobArg = Annotated[Path, typer.Argument(metavar="JOB.yaml", help="job YAML: model, cluster, plan, training")]
 

@@ -76,7 +76,9 @@ def plan_options(command: Callable) -> Callable:
         plan = {field: kwargs.pop(field, None) for field in PLAN_OPTIONS}
         return command(*args, plan=plan, **kwargs)
 
-    params = own + added
+    # the job argument first, then the plan fields (the options every search shares), then the command's own
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    params = params[:1] + added + params[1:]
     wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     del wrapper.__wrapped__  # typer must read the new signature, not the command's own
@@ -92,7 +94,7 @@ def search_command(
         Optional[str], typer.Option("--fix", metavar="FIELDS", help="comma list of fields pinned to the job's plan")
     ] = None,
     rank: Annotated[Literal[RANK_BY], typer.Option("--rank", help="what ranks the plans")] = "step",
-    top: Annotated[int, typer.Option("--top", min=1, help="plans to show")] = 5,
+    top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="plans to show")] = 5,
     rent: RentOpt = False,
     wide: WideOpt = False,
     json_out: JsonOpt = False,
@@ -157,7 +159,7 @@ def search_command(
 # ----------------------------------------------------------------------------- compare
 @plan_options
 def compare_command(
-    inputs: Annotated[list[str], typer.Argument(metavar="JOB.yaml [GPU...]",
+    inputs: Annotated[list[str], typer.Argument(metavar="JOB.yaml",
                                                 help="job YAML files (with --gpu: one job, then more GPU ids)")],
     plan: dict[str, Optional[str]],
     gpu: Annotated[
@@ -285,7 +287,7 @@ def _count(text: str, option: str) -> int:
 # ----------------------------------------------------------------------------- advise
 def advise_command(
     job_file: JobArg,
-    top: Annotated[int, typer.Option("--top", min=1, help="changes to show")] = 8,
+    top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="changes to show")] = 8,
     no_search: Annotated[bool, flag("--no-search", "skip the search for the best plan")] = False,
     json_out: JsonOpt = False,
     out: OutOpt = None,
