@@ -315,18 +315,6 @@ def test_bad_options_get_one_clear_line_and_exit_2(tmp_path, args, message):
     assert "Traceback" not in r.output
 
 
-def test_a_gpu_without_a_price_says_how_to_give_one(tmp_path):
-    from commtax.cost import load_prices
-    from commtax.errors import SpecError
-    from commtax.spec import _builtin_catalog
-
-    prices = load_prices()
-    for gpu in _builtin_catalog()["gpu"]:  # every catalog GPU is priced, with a source and a date
-        assert prices.gpu(gpu).source and prices.node(gpu).source
-    with pytest.raises(SpecError, match=r"give one in a --prices file: gpus: \{my-gpu: \{purchase_usd"):
-        prices.gpu("my-gpu")
-
-
 def test_max_mape_is_printed_to_one_decimal(validation_dir):
     r = run("validate", validation_dir / "public_collectives.csv", "--max-mape", "0.5")
     assert r.exit_code == 1
