@@ -225,6 +225,8 @@ def assert_reads_at_80_columns(text):
 
 @pytest.mark.parametrize("args", [
     ("estimate", REPO / "examples" / "llama2-70b-h100.yaml"),
+    ("simulate", REPO / "examples" / "llama2-70b-h100.yaml"),
+    ("advise", REPO / "examples" / "llama2-70b-h100.yaml", "--no-search"),
     ("cost", REPO / "examples" / "llama2-70b-h100.yaml"),
     ("demo",),
     ("collective", "all_reduce", "--sweep", "--bytes", "1MiB"),
