@@ -68,7 +68,7 @@ PricesOpt = Annotated[
 ]
 PlotOpt = Annotated[Optional[Path], typer.Option("--plot", metavar="PNG", help="also draw a chart to this file")]
 RentOpt = Annotated[bool, flag("--rent", "price by rental $/GPU-hour instead of owning (depreciation + power)")]
-WideOpt = Annotated[bool, flag("--wide", "all columns (needs ~120 columns); the default fits 80")]
+WideOpt = Annotated[bool, flag("--wide", "all columns, past 80 (the default fits 80 columns)")]
 WorkersOpt = Annotated[
     Optional[int],
     typer.Option("--workers", min=1, metavar="N", help="processes for the search (default: 2 on large spaces)"),

@@ -146,9 +146,9 @@ def cluster_down(
 @bench_app.command("collective")
 def bench_collective(
     ops: Annotated[tuple, typer.Option("--ops", parser=choice_list(OPS), metavar="OP,...",
-                                       help=f"comma list of: {','.join(OPS)}")] = ("all_reduce",),
-    min_size: Annotated[str, typer.Option("--min", help="smallest message (nccl-tests -b)")] = "1KiB",
-    max_size: Annotated[str, typer.Option("--max", help="largest message (nccl-tests -e)")] = "16MiB",
+                                       help=f"comma list of: {', '.join(OPS)}")] = ("all_reduce",),
+    min_size: Annotated[str, typer.Option("--min", metavar="SIZE", help="smallest message (nccl-tests -b)")] = "1KiB",
+    max_size: Annotated[str, typer.Option("--max", metavar="SIZE", help="largest message (nccl-tests -e)")] = "16MiB",
     factor: Annotated[float, typer.Option("--factor", help="size multiplier per row (nccl-tests -f)")] = 2.0,
     warmup: Annotated[int, typer.Option("--warmup", min=0)] = 2,
     iters: Annotated[int, typer.Option("--iters", min=1)] = 5,
