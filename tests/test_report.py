@@ -475,22 +475,26 @@ def test_seed_page_in_chromium(pages, browser):
     assert SCREENSHOT.stat().st_size > 50_000
 
 
+TICKS = "Array.from(document.querySelectorAll('#chart-timeline .gantt-axis text')).map(t => +t.textContent)"
+ZOOM_LEVEL = "document.querySelector('[data-for=chart-timeline] .zoomlevel').textContent"
+
+
 @needs_chromium
 def test_timeline_zoom_and_pan(pages, browser):
     tab = Tab(browser)
     tab.open(pages["seed"].resolve().as_uri())
     before = tab.eval("document.querySelector('#chart-timeline .gantt-bars').getAttribute('transform')")
-    ticks0 = tab.eval("Array.from(document.querySelectorAll('#chart-timeline .gantt-axis text')).map(t => t.textContent)")
+    ticks0 = tab.eval(TICKS)
     tab.eval("document.querySelector('[data-for=chart-timeline] [data-zoom=in]').click(); "
              "document.querySelector('[data-for=chart-timeline] [data-zoom=in]').click()")
     after = tab.eval("document.querySelector('#chart-timeline .gantt-bars').getAttribute('transform')")
-    ticks = tab.eval("Array.from(document.querySelectorAll('#chart-timeline .gantt-axis text')).map(t => +t.textContent)")
-    assert after != before and tab.eval("document.querySelector('[data-for=chart-timeline] .zoomlevel').textContent") == "×4"
+    ticks = tab.eval(TICKS)
+    assert after != before and tab.eval(ZOOM_LEVEL) == "×4"
     total = float(tab.eval("document.getElementById('chart-timeline').dataset.total"))
     assert max(ticks) - min(ticks) <= total / 4 + 1e-9 and len(ticks) >= 3  # ticks of the visible quarter
     tab.eval("const p = document.querySelector('[data-for=chart-timeline] [data-pan]'); p.value = 1000; "
              "p.dispatchEvent(new Event('input'))")
-    ticks_end = tab.eval("Array.from(document.querySelectorAll('#chart-timeline .gantt-axis text')).map(t => +t.textContent)")
+    ticks_end = tab.eval(TICKS)
     assert max(ticks_end) > 0.7 * total  # panned to the end of the step
     assert len(ticks0) >= 3 and tab.problems() == []
 

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from commtax.cli_io import CatalogOpt, JobArg, flag
 from commtax.errors import SpecError
 
 
@@ -52,28 +53,31 @@ def _bench_sets(paths: list[Path], cluster_file: Path | None, job):
 
 
 def report(
-    job_file: Annotated[Path, typer.Argument(help="job YAML: model, cluster, plan, training")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="HTML file to write (atomically)")] = Path("report.html"),
+    job_file: JobArg,
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="HTML", help="page to write (atomically)")] = Path(
+        "report.html"),
     bench: Annotated[Optional[list[Path]], typer.Option(
-        "--bench", help="bench JSON from `commtax bench collective --out` (repeat for several)")] = None,
+        "--bench", metavar="FILE", help="bench JSON from `commtax bench collective --out` (repeat for several)"),
+    ] = None,
     bench_cluster: Annotated[Optional[Path], typer.Option(
-        "--bench-cluster", help="cluster YAML the bench ran on, for the model curve (default: the job's cluster)")] = None,
+        "--bench-cluster", metavar="FILE",
+        help="cluster YAML the bench ran on, for the model curve (default: the job's cluster)")] = None,
     trace: Annotated[Optional[list[Path]], typer.Option(
-        "--trace", help="profiler trace of one rank (repeat for each rank); needs commtax.trace")] = None,
+        "--trace", metavar="FILE", help="profiler trace of one rank (repeat for each rank); needs commtax.trace"),
+    ] = None,
     compare: Annotated[Optional[list[Path]], typer.Option(
-        "--compare", help="another job YAML to show side by side (repeat for several)")] = None,
+        "--compare", metavar="JOB.yaml", help="another job to show side by side (repeat for several)")] = None,
     plots: Annotated[Optional[Path], typer.Option(
-        "--plots", help="also write every figure as SVG and PNG (matplotlib) into this folder")] = None,
-    top: Annotated[int, typer.Option("--top", min=1, max=50, help="plans from search to show")] = 5,
+        "--plots", metavar="DIR", help="also write every figure as SVG and PNG (matplotlib) into this folder")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, max=50, metavar="N", help="plans from search to show")] = 5,
     scale: Annotated[Optional[str], typer.Option(
-        "--scale", help="GPU counts for the scaling chart, e.g. 64,128,256 (default: ¼× to 4× the job's)")] = None,
-    no_search: Annotated[bool, typer.Option(
-        "--no-search", help="skip search, advise and the best-plan scaling (the quick page)")] = False,
-    catalog: Annotated[Optional[Path], typer.Option("--catalog", help="YAML file adding or overriding catalog entries")] = None,
+        "--scale", metavar="N,N,...", help="GPU counts for the scaling chart (default: ¼× to 4× the job's)")] = None,
+    no_search: Annotated[bool, flag("--no-search", "skip search, advise and best-plan scaling (a quick page)")] = False,
+    catalog: CatalogOpt = None,
 ) -> None:
     """One self-contained HTML page for a job: summary, step, timeline, scaling, plans (works offline)."""
     from commtax.atomic import write_atomic
-    from commtax.cli import EXIT_BAD_INPUT, console, fail
+    from commtax.cli_io import EXIT_BAD_INPUT, console, fail
     from commtax.report.html import TraceUnavailable, collect, figures, load_trace, render_page
     from commtax.spec import load_job
 
@@ -95,15 +99,15 @@ def report(
     figs = figures(data)
     write_atomic(out, render_page(data, figs))
     _shareable(out)
-    console.print(f"wrote {out} ({len(figs)} figures)", highlight=False)
+    console.print(f"wrote {out} ({len(figs)} figures)")
     if plots is not None:
         from commtax.report.png import write_figures
 
         written = write_figures(figs, plots)
-        console.print(f"wrote {len(written)} files to {plots}/ (SVG and PNG)", highlight=False)
+        console.print(f"wrote {len(written)} files to {plots}/ (SVG and PNG)")
     if not data.breakdown.fits:
         console.print(f"note: the plan does not fit GPU memory ({data.breakdown.memory_gib_per_gpu['total']:.1f} GiB "
-                      f"needed, {job.cluster.gpu.mem_GiB:.1f} GiB per GPU); the page says so", highlight=False)
+                      f"needed, {job.cluster.gpu.mem_GiB:.1f} GiB per GPU); the page says so")
 
 
 def _shareable(path: Path) -> None:
@@ -114,8 +118,3 @@ def _shareable(path: Path) -> None:
     os.umask(mask)
     os.chmod(path, 0o666 & ~mask)
 
-
-def register(app: typer.Typer) -> None:
-    from commtax.cli import user_errors
-
-    app.command("report")(user_errors(report))

@@ -458,7 +458,8 @@ def table(head: Sequence[str], rows: Sequence[Sequence[str]], caption: str = "",
     cell = (lambda s: s) if raw else escape
     h = "".join(f'<th scope="col">{escape(x)}</th>' for x in head)
     body = "".join("<tr>" + "".join((f'<th scope="row">{cell(r[0])}</th>' if i == 0 else
-                                     f"<td>{cell(c)}</td>" if raw or NUMERIC.match(c) else f'<td class="t">{cell(c)}</td>')
+                                     f"<td>{cell(c)}</td>" if raw or NUMERIC.match(c) else
+                                     f'<td class="t">{cell(c)}</td>')
                                     for i, c in enumerate(r)) + "</tr>" for r in rows)
     cap = f"<caption>{escape(caption)}</caption>" if caption else ""
     c = f' class="{cls}"' if cls else ""
@@ -476,7 +477,8 @@ def figure(fig: Fig, extra: str = "", table_html: str | None = None) -> str:
                     '<button type="button" data-zoom="reset">whole step</button>'
                     '<label>pan <input type="range" min="0" max="1000" value="0" data-pan="1"></label>'
                     '<span class="zoomlevel" aria-live="polite">×1</span></div>')
-    return (f'<figure id="fig-{fig.id}">{controls}<div class="chartwrap">{svg.render(fig.chart, f"chart-{fig.id}")}</div>'
+    drawing = svg.render(fig.chart, f"chart-{fig.id}")
+    return (f'<figure id="fig-{fig.id}">{controls}<div class="chartwrap">{drawing}</div>'
             f'<figcaption>{escape(fig.caption)}</figcaption>{extra}'
             f'<details class="tableview" open><summary>Table: {escape(fig.chart.title)}</summary>'
             f'{table_html if table_html is not None else table(head, rows)}</details></figure>')
@@ -488,8 +490,9 @@ def section(sid: str, title: str, body: str) -> str:
 
 def job_description(job: Job) -> str:
     m, c, p, t = job.model, job.cluster, job.plan, job.training
-    return (f"{m.name} ({m.layers} layers, hidden {m.hidden}) · {c.num_gpus}× {c.gpu.name}, {c.gpus_per_node} per node, "
-            f"{c.intra_node.name} + {c.nics_per_node}× {c.inter_node.name} · TP={p.tp} PP={p.pp} DP={job.dp} CP={p.cp} "
+    return (f"{m.name} ({m.layers} layers, hidden {m.hidden}) · {c.num_gpus}× {c.gpu.name}, "
+            f"{c.gpus_per_node} per node, {c.intra_node.name} + {c.nics_per_node}× {c.inter_node.name} · "
+            f"TP={p.tp} PP={p.pp} DP={job.dp} CP={p.cp} "
             f"VP={p.vp}, ZeRO-{p.zero}, recompute {p.recompute}, micro-batch {p.micro_batch}, {p.schedule} · "
             f"{t.global_batch} × {t.seq_len} tokens per step, {t.precision}")
 
@@ -596,7 +599,8 @@ def advice_table(data: ReportData) -> str:
              f"({pct(a.dominant_share)}). "
              + (f"Largest communication part: <strong>{escape(PART_LABELS.get(a.dominant_comm, a.dominant_comm))}"
                 "</strong>." if a.dominant_comm else "") + "</p>")
-    sens = [[lvl, f"{d['bw_elasticity']:+.3f}", f"{d['latency_elasticity']:+.4f}"] for lvl, d in a.sensitivities.items()]
+    sens = [[lvl, f"{d['bw_elasticity']:+.3f}", f"{d['latency_elasticity']:+.4f}"]
+            for lvl, d in a.sensitivities.items()]
     return (intro + table(["change", "kind", "step after (s)", "step change", "comm tax", "fits", "what moves"], rows,
                           "Every change tried, best first (re-estimated, not a rule of thumb)")
             + table(["level", "bandwidth elasticity", "latency elasticity"], sens,
@@ -662,7 +666,8 @@ def compare_section(data: ReportData, fig: Fig | None) -> str:
                                                                  for o in data.others]
     metrics = [
         ("cluster", lambda j, b, c: f"{j.cluster.num_gpus}× {j.cluster.gpu.name}"),
-        ("network", lambda j, b, c: f"{j.cluster.intra_node.name} + {j.cluster.nics_per_node}× {j.cluster.inter_node.name}"),
+        ("network",
+         lambda j, b, c: f"{j.cluster.intra_node.name} + {j.cluster.nics_per_node}× {j.cluster.inter_node.name}"),
         ("plan", lambda j, b, c: f"TP={j.plan.tp} PP={j.plan.pp} DP={j.dp} CP={j.plan.cp} VP={j.plan.vp}"),
         ("step (s)", lambda j, b, c: f"{b.step_time_s:.3f}"),
         ("tokens/s per GPU", lambda j, b, c: f"{b.tokens_per_s_per_gpu:,.1f}"),
@@ -715,7 +720,8 @@ svg.chart{display:block;width:100%;height:auto;max-width:100%}
 figcaption{font-size:.9rem;color:var(--muted);margin:.3rem 0}
 details.tableview summary{cursor:pointer;font-size:.85rem;color:var(--accent)}
 .controls{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin:.25rem 0;font-size:.85rem}
-.controls button{font:inherit;padding:.15rem .6rem;border:1px solid var(--ink);background:#fff;border-radius:4px;cursor:pointer}
+.controls button{font:inherit;padding:.15rem .6rem;border:1px solid var(--ink);background:#fff;border-radius:4px;
+cursor:pointer}
 .controls input{vertical-align:middle;width:10rem}
 .note{color:var(--muted);font-style:italic}
 code{font-size:.9em}
@@ -768,7 +774,7 @@ def render_page(data: ReportData, figs: list[Fig] | None = None) -> str:
     by_id = {f.id: f for f in figs}
     b = data.breakdown
     sections = [summary_section(data)]
-    step_body = figure(by_id["step"]) + figure(by_id["comm-time"]) + figure(by_id["comm-bytes"]) + figure(by_id["memory"])
+    step_body = "".join(figure(by_id[k]) for k in ("step", "comm-time", "comm-bytes", "memory"))
     sections.append(section("step", "The step: compute, communication, bubble, memory", step_body))
     if "timeline" in by_id:
         tl = "".join(figure(by_id[k]) for k in ("timeline", "timeline-start", "timeline-end", "sim-vs-estimate")
@@ -780,7 +786,8 @@ def render_page(data: ReportData, figs: list[Fig] | None = None) -> str:
     else:
         tl = f'<p class="note">{escape(data.sim_note or "not simulated")}</p>'
     sections.append(section("timeline", "Timeline of one pipeline replica (simulated)", tl))
-    sc = figure(by_id["scaling"], table_html=scaling_table(data)) if "scaling" in by_id else '<p class="note">No size could be evaluated.</p>'
+    sc = (figure(by_id["scaling"], table_html=scaling_table(data)) if "scaling" in by_id
+          else '<p class="note">No size could be evaluated.</p>')
     sc += figure(by_id["wall"], wall_table(data))
     sections.append(section("scaling", "Scaling and the communication wall", sc))
     plans = []

@@ -298,7 +298,8 @@ class Axis:
         return log_ticks(self.lo, self.hi, self.log) if self.log else nice_ticks(self.lo, self.hi)
 
 
-def axis_range(values: Sequence[float], log: int, lo: float | None = None, hi: float | None = None) -> tuple[float, float]:
+def axis_range(values: Sequence[float], log: int, lo: float | None = None,
+               hi: float | None = None) -> tuple[float, float]:
     vals = [v for v in values if math.isfinite(v) and (v > 0 or not log)]
     if not vals:
         return (1.0, 10.0) if log else (0.0, 1.0)
@@ -474,7 +475,8 @@ def render_stacked(c: StackedBars, fig_id: str) -> str:
                 continue
             out.append(f'<rect class="seg" data-key="{escape(s.key)}" x="{_n(x)}" y="{_n(y)}" width="{_n(w)}" '
                        f'height="{_n(bar_h)}" fill="{fill_of(fig_id, s.key, s.style)}" stroke="#ffffff" '
-                       f'stroke-width="0.8"><title>{escape(f"{row}: {s.label} {fmt(v, c.digits)} {c.unit}")}</title></rect>')
+                       f'stroke-width="0.8"><title>{escape(f"{row}: {s.label} {fmt(v, c.digits)} {c.unit}")}'
+                       "</title></rect>")
             if w > 34 and totals[r] and v / totals[r] >= 0.04:
                 out.append(f'<rect x="{_n(x + w / 2 - 18)}" y="{_n(y + bar_h / 2 - 8)}" width="36" height="15" rx="3" '
                            f'fill="#ffffff" fill-opacity="0.85"/>')
@@ -563,7 +565,8 @@ def render_lines(c: Lines, fig_id: str) -> str:
     out.append(f'<line x1="{_n(left)}" y1="{_n(top)}" x2="{_n(left)}" y2="{_n(bottom)}" stroke="{INK}"/>')
     for t in ay.ticks():
         y = ay(t)
-        out.append(f'<line x1="{_n(left)}" y1="{_n(y)}" x2="{_n(ax.b)}" y2="{_n(y)}" stroke="{GRID}" stroke-width="0.8"/>')
+        out.append(f'<line x1="{_n(left)}" y1="{_n(y)}" x2="{_n(ax.b)}" y2="{_n(y)}" stroke="{GRID}" '
+                   'stroke-width="0.8"/>')
         out.append(text(left - 6, y + 4, ytick(t), "end", 11))
     out.append(f'<text x="14" y="{_n((top + bottom) / 2)}" transform="rotate(-90 14 {_n((top + bottom) / 2)})" '
                f'text-anchor="middle" font-size="12" fill="{INK}">{escape(c.y_label)}</text>')
@@ -606,7 +609,8 @@ def render_gantt(c: Gantt, fig_id: str) -> str:
     right, top, row_h = 16.0, 34.0, 15.0
     plot_w = WIDTH - left - right
     bottom = top + len(c.rows) * row_h
-    legend_items = [(k.key, k.label, k.style) for k in c.kinds] + [("idle", "idle (bubble, waits)", Style("#ffffff", "back"))]
+    idle_style = Style("#ffffff", "back")
+    legend_items = [(k.key, k.label, k.style) for k in c.kinds] + [("idle", "idle (bubble, waits)", idle_style)]
     legend, lh = _legend(fig_id, legend_items, left, bottom + 44, plot_w)
     height = bottom + 44 + lh + 6
     total = c.total_s or 1.0
@@ -632,7 +636,8 @@ def render_gantt(c: Gantt, fig_id: str) -> str:
             out.append(f'<rect x="{_n(left)}" y="{_n(y + 1)}" width="{_n(plot_w)}" height="{_n(row_h - 2)}" '
                        f'fill="url(#{pattern_id(fig_id, "idle")})" fill-opacity="0.7"/>')
         else:
-            out.append(f'<line x1="{_n(left)}" y1="{_n(y + row_h / 2)}" x2="{_n(left + plot_w)}" y2="{_n(y + row_h / 2)}" '
+            out.append(f'<line x1="{_n(left)}" y1="{_n(y + row_h / 2)}" x2="{_n(left + plot_w)}" '
+                       f'y2="{_n(y + row_h / 2)}" '
                        f'stroke="{GRID}" stroke-width="0.6"/>')
         out.append(text(left - 6, y + row_h / 2 + 4, clip_label(row, 11), "end", 11))
     # bars: one path per (row, kind), in data units; the group's transform maps them onto the plot
