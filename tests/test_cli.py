@@ -51,7 +51,7 @@ BAD = [
     ({"plan.tp": 3, "plan.dp": None}, "plan: tp(3) * pp(4) * cp(1) = 12 does not divide num_gpus(256)"),
     ({"plan.dp": 4}, "dp(4) * tp(8) * pp(4) * cp(1) = 128 != num_gpus(256)"),
     ({"training.global_batch": 1001}, "global_batch(1001) must be divisible by dp(8) * micro_batch(1)"),
-    ({"plan.vp": 3}, "pp(4) * vp(3) = 12 must divide layers(80)"),
+    ({"plan.stage_layers": [40, 40]}, "stage_layers has 2 entries; give one per pipeline stage, pp(4)"),
     ({"cluster.num_gpus": -8}, "cluster.num_gpus: Input should be greater than 0"),
     ({"plan.zero": 5}, "plan.zero"),
     ({"plan.recompute": "partial"}, "plan.recompute"),

@@ -138,8 +138,9 @@ def test_fixed_dimension_that_empties_the_space_says_why():
     job = load_job(small_job())
     with pytest.raises(SpecError, match=r"search space is empty.*tp\(3\)"):
         search(job, Space.parse({"tp": "3"}), workers=1)
-    with pytest.raises(SpecError, match=r"pp\(4\) \* vp\(3\) = 12 must divide layers\(32\)"):
-        search(job, Space.parse({"pp": "4", "vp": "3"}), workers=1)
+    # interleaving with 64 / (dp 2 × 16) = 2 micro-batches on 4 stages: Megatron's interleaved schedule refuses it
+    with pytest.raises(SpecError, match=r"search space is empty.*= 2, to be a multiple of pp\(4\)"):
+        search(job, Space.parse({"tp": "2", "pp": "4", "cp": "1", "vp": "2", "micro_batch": "16"}), workers=1)
 
 
 def test_nothing_fits_memory_says_how_much_is_needed():
@@ -214,7 +215,9 @@ def test_cli_search_bad_input_is_one_line_exit_2(tmp_path):
     assert r.exit_code == 2
     assert r.output.startswith("error: search space is empty") and "Traceback" not in r.output
     r = CliRunner().invoke(_app(), ["search", str(f), "--zero", "five"])
-    assert r.exit_code == 2 and "--zero: expected an integer" in r.output
+    assert r.exit_code == 2 and "--zero: expected one of 0, 1, 2, 3, got 'five'" in r.output
+    r = CliRunner().invoke(_app(), ["search", str(f), "--vp", "0"])
+    assert r.exit_code == 2 and "--vp: input should be greater than 0, got '0'" in r.output
     r = CliRunner().invoke(_app(), ["search", str(tmp_path / "missing.yaml")])
     assert r.exit_code == 2 and "file not found" in r.output
 

@@ -3,9 +3,12 @@
 step time = compute + recompute + exposed TP + exposed CP + pipeline bubble + exposed PP
             + exposed DP + optimizer                                              (DESIGN.md)
 
-Pipeline (Narayanan et al. 2021, §2.2): with m micro-batches, p stages, v virtual stages,
-step ≈ m·T_max + (p−1)/v·T_avg, where T is one micro-batch's forward+backward on a stage;
-for uniform stages the bubble fraction is (p−1)/(v·m) of the ideal time (1F1B and GPipe alike).
+Pipeline (Narayanan et al. 2021, §2.2): with m micro-batches, p stages, v virtual stages and T_s one
+micro-batch's forward+backward on stage s, step ≈ m·T_max + (Σ_s T_s − T_max)/v: the slowest stage runs
+its m micro-batches back to back, and the fill and drain cross the other stages once (a flow shop of m
+identical jobs: Σ T_s + (m − 1)·T_max for GPipe and 1F1B, for every m ≥ 1). For uniform stages the bubble
+is (p−1)/(v·m) of the ideal time. Interleaving (v > 1) needs m to be a multiple of p (Megatron's
+interleaved schedule refuses other m; the spec does too), so the 1/v holds wherever it is used.
 """
 
 from __future__ import annotations
@@ -205,20 +208,32 @@ def _combine(job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost],
     )
 
 
+def stage_layer_counts(job: Job, wl: Workload) -> tuple[int, ...]:
+    """Layers of each pipeline rank: the workload's virtual stages k = chunk·pp + stage, summed per rank."""
+    p, v = job.plan.pp, job.plan.vp
+    chunks = wl.chunk_layers or (wl.layers_per_stage // v,) * (p * v)
+    return tuple(sum(chunks[c * p + s] for c in range(v)) for s in range(p))
+
+
 def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
-    """First, middle and last pipeline ranks (one rank when pp == 1); middle ranks are identical."""
+    """Every pipeline rank, first to last: its layers, the embedding on the first, the head on the last.
+    Ranks alike (same layers, neither end) share one StageTime."""
     cost = {name: (costs.phase(b.fwd), costs.phase(b.bwd), costs.phase(b.recompute))
             for name, b in (("embed", wl.embed), ("layer", wl.layer), ("head", wl.head))}
-    L = wl.layers_per_stage
-    layers = (tuple(c.scaled(L) for c in cost["layer"]), 1)
     p = job.plan.pp
-    if p == 1:
-        return [_combine(job, [(cost["embed"], 1), layers, (cost["head"], 1)])]
-    first = _combine(job, [(cost["embed"], 1), layers])
-    last = _combine(job, [layers, (cost["head"], 1)])
-    if p == 2:
-        return [first, last]
-    return [first] + [_combine(job, [layers])] * (p - 2) + [last]
+    out: list[StageTime] = []
+    seen: dict[tuple[int, bool, bool], StageTime] = {}
+    for s, n in enumerate(stage_layer_counts(job, wl)):
+        key = (n, s == 0, s == p - 1)
+        if key not in seen:
+            parts = [(tuple(c.scaled(n) for c in cost["layer"]), 1)] if n else []
+            if s == 0:
+                parts.insert(0, (cost["embed"], 1))
+            if s == p - 1:
+                parts.append((cost["head"], 1))
+            seen[key] = _combine(job, parts)
+        out.append(seen[key])
+    return out
 
 
 def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
@@ -279,23 +294,33 @@ def pp_exposed(job: Job, wl: Workload, costs: Costs) -> tuple[float, float, floa
     return sends * t_send, exposed, sends * costs.sent_bytes(wl.pp_send)
 
 
-def step_parts(m, compute, recompute, tp_exposed, cp_exposed, t_avg, pp, vp, pp_exposed, dp_exposed, optimizer):
+def step_parts(*, micro_batches, compute, recompute, tp_exposed, cp_exposed, other_stages_s, vp, pp_exposed,
+               dp_exposed, optimizer):
     """The step's parts (BREAKDOWN_KEYS order) from one micro-batch on the slowest stage.
 
-    step = m·(compute + recompute + exposed TP + exposed CP) of the slowest stage + (p−1)/v·T_avg
-    + exposed PP + exposed DP + optimizer (Narayanan et al. 2021 §2.2 for the bubble). Plain
-    arithmetic, so it works elementwise on NumPy arrays too (``commtax.search`` evaluates whole grids).
+    step = m·(compute + recompute + exposed TP + exposed CP) of the slowest stage
+           + (Σ_s T_s − T_max)/v (the fill and drain through the other stages: ``other_stages_s``)
+           + exposed PP + exposed DP + optimizer.
+    Uniform stages: the bubble is (p−1)/v·T (Narayanan et al. 2021 §2.2). Plain arithmetic, so it works
+    elementwise on NumPy arrays too (``commtax.search`` evaluates whole grids).
     """
+    m = micro_batches
     return {
         "compute": m * compute,
         "recompute": m * recompute,
         "tp_exposed": m * tp_exposed,
         "cp_exposed": m * cp_exposed,
-        "pp_bubble": (pp - 1) / vp * t_avg,
+        "pp_bubble": other_stages_s / vp,
         "pp_exposed": pp_exposed,
         "dp_exposed": dp_exposed,
         "optimizer": optimizer,
     }
+
+
+def slowest_and_rest(stages: list[StageTime]) -> tuple[StageTime, float]:
+    """The slowest stage (it sets the pace) and Σ T_s − T_max, the time of the other stages per micro-batch."""
+    slow = max(stages, key=lambda s: s.total)
+    return slow, max(0.0, sum(s.total for s in stages) - slow.total)
 
 
 def model_flops_per_gpu_step(job: Job, wl: Workload) -> float:
@@ -342,14 +367,14 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
     wl = workload or build_workload(job)
     costs = costs or Costs(job)
     stages = stage_times(job, wl, costs)
-    p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
-    slow = max(stages, key=lambda s: s.total)
-    t_avg = sum(s.total for s in stages) / len(stages)
+    m = wl.micro_batches
+    slow, others = slowest_and_rest(stages)
     pp_link, pp_exp, pp_bytes = pp_exposed(job, wl, costs)
     dp_link, dp_exp, dp_bytes = dp_exposed(job, wl, costs, slow)
     optimizer = costs.compute(wl.optimizer)
-    parts = step_parts(m, slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed, t_avg, p, v,
-                       pp_exp, dp_exp, optimizer)
+    parts = step_parts(micro_batches=m, compute=slow.compute, recompute=slow.recompute, tp_exposed=slow.tp_exposed,
+                       cp_exposed=slow.cp_exposed, other_stages_s=others, vp=job.plan.vp, pp_exposed=pp_exp,
+                       dp_exposed=dp_exp, optimizer=optimizer)
     comm_time = {
         "tp": m * slow.link.comm.get("tp", 0.0),
         "cp": m * slow.link.comm.get("cp", 0.0),

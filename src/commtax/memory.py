@@ -1,4 +1,5 @@
-"""Per-GPU memory of the busiest pipeline stage (the first: it holds the most in-flight micro-batches).
+"""Per-GPU memory of the fullest pipeline stage: each stage's own layers, embedding (first) or head (last),
+and in-flight micro-batches (the first holds the most), the largest total reported.
 
 Model states follow ZeRO (Rajbhandari et al. 2020, §3.1): mixed-precision Adam keeps 2 B of
 bf16/fp16 weights, 2 B of gradients (4 B when reduced in fp32) and 12 B of fp32 master
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 from commtax.spec import Job
 from commtax.units import GiB
-from commtax.workload import grad_bytes_per_param, params_per_gpu
+from commtax.workload import grad_bytes_per_param, stage_params
 
 WEIGHT_BYTES = 2.0  # bf16/fp16 weights
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam m and v
@@ -71,41 +72,68 @@ def layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
     return replicated + (sharded + scores) / t
 
 
-def in_flight_micro_batches(job: Job) -> float:
-    """Micro-batches whose activations the first stage holds at peak.
+def in_flight_micro_batches(job: Job, stage: int = 0) -> float:
+    """Micro-batches whose activations pipeline rank ``stage`` holds at peak (the first holds the most).
 
-    1F1B: p (Narayanan 2021 §2.2.1); interleaved: p·(1 + (p-1)/(p·v)) (Korthikanti §4.2.3); GPipe: all m.
+    1F1B: p − s (Narayanan 2021 §2.2.1: stage s runs p − s − 1 warm-up forwards, then one more before its first
+    backward); interleaved: its warm-up chunk forwards, 2(p − s − 1) + (v − 1)·p, plus one, each 1/v of the
+    stage's layers (Megatron-Core get_pipeline_parallel_order / schedules.py): p·(1 + (p−1)/(p·v)) on the first
+    (Korthikanti §4.2.3); GPipe: all m; never more than m.
     """
     p, m = job.plan, job.micro_batches
     if p.pp == 1:
         return 1.0
     if p.schedule == "gpipe":
         return float(m)
-    return min(float(m), p.pp * (1 + (p.pp - 1) / (p.pp * p.vp)) if p.vp > 1 else float(p.pp))
+    if p.vp > 1:
+        return min(float(m), (2 * (p.pp - stage - 1) + (p.vp - 1) * p.pp + 1) / p.vp)
+    return min(float(m), float(p.pp - stage))
+
+
+def stage_activation_bytes(job: Job) -> list[float]:
+    """Activation bytes of each pipeline rank: its layers × in-flight micro-batches, the embedding output on the
+    first and the fp32 logits on the last (pp == 1: both)."""
+    m, p, tr = job.model, job.plan, job.training
+    per_layer = layer_activation_bytes(job)
+    full_layer = layer_activation_bytes(job, recompute="none") if p.recompute == "full" else 0.0
+    tokens = p.micro_batch * tr.seq_len // p.cp
+    embedding = 2.0 * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
+    logits = 4.0 * tokens * m.vocab / p.tp
+    out = []
+    for s, layers in enumerate(job.stage_layers):
+        in_flight = in_flight_micro_batches(job, s)
+        acts = layers * per_layer * in_flight
+        if layers:
+            acts += full_layer  # full recompute: the layer being recomputed materialises its activations once
+        if s == 0:
+            acts += embedding
+        if s == p.pp - 1:
+            acts += logits * (1.0 if p.pp == 1 else in_flight)
+        out.append(acts)
+    return out
 
 
 def activation_bytes(job: Job) -> float:
-    m, p, tr = job.model, job.plan, job.training
-    layers = m.layers // p.pp
-    acts = layers * layer_activation_bytes(job) * in_flight_micro_batches(job)
-    tokens = p.micro_batch * tr.seq_len // p.cp
-    if p.recompute == "full":
-        # the layer being recomputed materialises its full activations once
-        acts += layer_activation_bytes(job, recompute="none")
-    # embedding output of the first stage and fp32 logits of the last (pp == 1: both)
-    acts += 2.0 * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
-    if p.pp == 1:
-        acts += 4.0 * tokens * m.vocab / p.tp
-    return acts
+    """Activation bytes of the fullest stage (``memory``'s)."""
+    return memory(job).activations
+
+
+def stage_states(job: Job) -> list[tuple[float, float, float]]:
+    """(weights, gradients, optimizer) bytes of each pipeline rank, ZeRO-sharded (Rajbhandari et al. 2020 §3.1)."""
+    p = job.plan
+    shard = job.dp * p.cp
+    g_bytes = max(2.0, grad_bytes_per_param(job))  # gradients are kept at ≥ 16 bits even if sent compressed
+    return [(WEIGHT_BYTES * n / (shard if p.zero >= 3 else 1), g_bytes * n / (shard if p.zero >= 2 else 1),
+             OPTIMIZER_BYTES * n / (shard if p.zero >= 1 else 1)) for n in stage_params(job)]
+
+
+def stage_memory(job: Job) -> list[Memory]:
+    """Memory of each pipeline rank, first to last."""
+    reserve = FRAMEWORK_RESERVE_GiB * GiB
+    return [Memory(w, g, o, a, reserve) for (w, g, o), a in zip(stage_states(job), stage_activation_bytes(job))]
 
 
 def memory(job: Job) -> Memory:
-    p = job.plan
-    params = params_per_gpu(job)
-    stage = params["layers"] + (max(params["embed"], params["head"]) if p.pp > 1 else params["embed"] + params["head"])
-    shard = job.dp * p.cp
-    g_bytes = max(2.0, grad_bytes_per_param(job))  # gradients are kept at ≥ 16 bits even if sent compressed
-    weights = WEIGHT_BYTES * stage / (shard if p.zero >= 3 else 1)
-    grads = g_bytes * stage / (shard if p.zero >= 2 else 1)
-    optimizer = OPTIMIZER_BYTES * stage / (shard if p.zero >= 1 else 1)
-    return Memory(weights, grads, optimizer, activation_bytes(job), FRAMEWORK_RESERVE_GiB * GiB)
+    """Memory of the fullest pipeline rank (the first of equals)."""
+    stages = stage_memory(job)
+    return max(stages, key=lambda x: x.total)

@@ -38,9 +38,10 @@ import signal
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, get_args
 
 import numpy as np
+from pydantic import TypeAdapter, ValidationError
 
 from commtax import estimate as _est
 from commtax.errors import SpecError
@@ -49,18 +50,22 @@ from commtax.estimate import (
     Breakdown,
     Costs,
     estimate,
+    slowest_and_rest,
     stage_times,
     step_parts,
 )
-from commtax.memory import FRAMEWORK_RESERVE_GiB, activation_bytes, memory
+from commtax.memory import FRAMEWORK_RESERVE_GiB, stage_activation_bytes, stage_states
 from commtax.plans import candidates
-from commtax.spec import Job, job_with
+from commtax.spec import Job, Plan, job_with
 from commtax.topology import layout
 from commtax.units import GiB
 from commtax.workload import build_workload
 
-RECOMPUTE = ("none", "selective", "full")
-GRAD_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+# the allowed values, as the spec declares them
+RECOMPUTE: tuple[str, ...] = get_args(Plan.model_fields["recompute"].annotation)
+GRAD_DTYPES: tuple[str, ...] = get_args(Plan.model_fields["grad_comm_dtype"].annotation)
+# the explicit split of a plan's layers over its pp stages: dropped when the search changes pp
+STAGE_SPLIT_FIELDS = ("stage_layers", "first_stage_layers", "last_stage_layers")
 SEARCH_FIELDS = ("tp", "pp", "cp", "vp", "micro_batch", "zero", "recompute", "sequence_parallel", "grad_comm_dtype")
 PART_KEYS = _est.BREAKDOWN_KEYS
 RANK_BY = ("step", "cost", "tokens_per_dollar")
@@ -89,30 +94,27 @@ class Constraint:
         return f"{'' if self.lo is None else self.lo}..{'' if self.hi is None else self.hi}"
 
 
+def _field_adapter(fieldname: str) -> TypeAdapter:
+    """The spec's own type and constraints of a plan field (``Plan.model_fields``)."""
+    info = Plan.model_fields[fieldname]
+    return TypeAdapter(Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation)
+
+
 def _convert(fieldname: str, text: str) -> Any:
+    """One command-line value of a plan field, parsed and checked by the spec's own type (pydantic)."""
     text = text.strip()
-    if fieldname == "sequence_parallel":
-        low = text.lower()
-        if low in ("true", "1", "yes", "on"):
-            return True
-        if low in ("false", "0", "no", "off"):
-            return False
-        raise SpecError(f"--{fieldname}: expected true/false, got {text!r}")
-    if fieldname == "recompute":
-        if text not in RECOMPUTE:
-            raise SpecError(f"--recompute: {text!r} is not one of {', '.join(RECOMPUTE)}")
-        return text
-    if fieldname == "grad_comm_dtype":
-        if text not in GRAD_DTYPES:
-            raise SpecError(f"--grad-comm-dtype: {text!r} is not one of {', '.join(GRAD_DTYPES)}")
-        return text
+    flag = f"--{fieldname.replace('_', '-')}"
+    value: Any = text
+    choices = get_args(Plan.model_fields[fieldname].annotation)
+    if choices and all(isinstance(c, int) for c in choices):  # an integer Literal (zero): "2" -> 2
+        try:
+            value = int(text)
+        except ValueError:
+            raise SpecError(f"{flag}: expected one of {', '.join(map(str, choices))}, got {text!r}") from None
     try:
-        v = int(text)
-    except ValueError:
-        raise SpecError(f"--{fieldname.replace('_', '-')}: expected an integer, got {text!r}") from None
-    if v < 0 or (v == 0 and fieldname != "zero"):
-        raise SpecError(f"--{fieldname.replace('_', '-')}: expected a positive integer, got {v}")
-    return v
+        return _field_adapter(fieldname).validate_python(value)
+    except ValidationError as e:
+        raise SpecError(f"{flag}: {e.errors()[0]['msg'].lower()}, got {text!r}") from None
 
 
 def parse_constraint(fieldname: str, text: str) -> Constraint:
@@ -254,7 +256,12 @@ def plan_from_row(row: Sequence[int]) -> dict[str, Any]:
 
 def job_for(job: Job, plan: dict[str, Any]) -> Job:
     """The job with a searched plan (validated by the spec)."""
-    return job_with(job, **plan)
+    return job_with(job, **split_reset(job, plan["pp"]), **plan)
+
+
+def split_reset(job: Job, pp: int) -> dict[str, None]:
+    """An explicit stage split belongs to the job's pp: a plan with another pp takes the balanced split."""
+    return {} if pp == job.plan.pp else dict.fromkeys(STAGE_SPLIT_FIELDS)
 
 
 # ----------------------------------------------------------------------------- one base (tp, pp, cp)
@@ -396,103 +403,125 @@ def _phase_key(job: Job) -> tuple:
     return tuple((lay.size[g], lay.stride[g]) for g in ("tp", "cp"))
 
 
-def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
-    """Evaluate every plan of one base on its grid (vp, mb, sp, zero, recompute, grad dtype)."""
-    A = base.axes
-    VP, MB, SP, Z, RC, GD = (A[k] for k in AXES)
-    shape = tuple(len(A[k]) for k in AXES)
+def _valid_jobs(job: Job, base: _Base) -> tuple[dict[tuple[int, int, int], Job], Counter, dict[str, str]]:
+    """The spec's own validator on every (vp, micro_batch, sequence_parallel) of a base: the valid jobs by index,
+    and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans)."""
+    axes = base.axes
+    others = len(axes["zero"]) * len(axes["recompute"]) * len(axes["grad_comm_dtype"])
+    reset = split_reset(job, base.pp)
+    jobs: dict[tuple[int, int, int], Job] = {}
     invalid: Counter = Counter()
-    nofit: Counter = Counter()
     examples: dict[str, str] = {}
-    valid = np.zeros(shape[:3], bool)
-    # validity per (vp, mb, sp): the spec's own validator
-    jobs_v: dict[tuple[int, int, int], Job] = {}
-    for (i, vp), (j, mb), (k, sp) in itertools.product(enumerate(VP), enumerate(MB), enumerate(SP)):
+    for (i, vp), (j, mb), (k, sp) in itertools.product(
+        enumerate(axes["vp"]), enumerate(axes["micro_batch"]), enumerate(axes["sequence_parallel"])
+    ):
         try:
-            jobs_v[i, j, k] = job_with(
-                job, tp=base.tp, pp=base.pp, cp=base.cp, dp=None, vp=vp, micro_batch=mb, sequence_parallel=sp
-            )
-            valid[i, j, k] = True
+            jobs[i, j, k] = job_with(job, tp=base.tp, pp=base.pp, cp=base.cp, dp=None, vp=vp, micro_batch=mb,
+                                     sequence_parallel=sp, **reset)
         except SpecError as e:
             why = _reason(str(e))
-            invalid[why] += len(Z) * len(RC) * len(GD)
+            invalid[why] += others
             examples.setdefault(why, str(e))
-    grid = np.stack(np.meshgrid(*(np.arange(s) for s in shape), indexing="ij"), -1).reshape(-1, len(AXES))
-    if not jobs_v:
-        plans = _codes(job, base, grid)
-        z = np.full(len(grid), np.nan)
-        return _BaseResult(plans, z, np.full((len(grid), len(PART_KEYS)), np.nan), z, z, np.zeros(len(grid), bool),
-                           invalid, nofit, examples)
-    any_job = next(iter(jobs_v.values()))
+    return jobs, invalid, examples
+
+
+def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
+    """Evaluate every plan of one base on its grid (vp, micro_batch, sequence_parallel, zero, recompute, grad dtype).
+
+    Each part of ``estimate`` is computed once per value of what it depends on (the module docstring's table),
+    with the model's own functions; the stage split (the layers of each pipeline rank) depends on vp only when
+    the layers do not divide evenly, so the stage-level parts are kept per distinct split.
+    """
+    axes = base.axes
+    vps, micro_sizes, seq_pars, zeros, recomputes, grad_dtypes = (axes[k] for k in AXES)
+    shape = tuple(len(axes[k]) for k in AXES)
+    grid = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1).reshape(-1, len(AXES))
+    jobs, invalid, examples = _valid_jobs(job, base)
+    nofit: Counter = Counter()
+    if not jobs:
+        nan = np.full(len(grid), np.nan)
+        return _BaseResult(_codes(job, base, grid), nan, np.full((len(grid), len(PART_KEYS)), np.nan), nan, nan,
+                           np.zeros(len(grid), bool), invalid, nofit, examples)
+    valid = np.zeros(shape[:3], bool)
+    for idx in jobs:
+        valid[idx] = True
+    any_job = next(iter(jobs.values()))
     shared = _Shared() if phase_cache is None else phase_cache.setdefault(_phase_key(any_job), _Shared())
     costs = _MemoCosts(any_job, shared)
-    m = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in MB], float)  # micro-batches per step
-    rep_v = {(j, k): jv for (i, j, k), jv in sorted(jobs_v.items(), reverse=True)}  # any valid vp per (mb, sp)
-    mbs = sorted({j for j, _ in rep_v})
-    n_mb = {j: next(jv for (jj, _), jv in rep_v.items() if jj == j).micro_batches for j in mbs}
-    # per (zero, gd): DP ops and optimizer from the model's workload (they do not depend on the micro-batch
-    # size; only the micro-batch count does, set per mb); model-state memory
-    wl_w: dict[tuple[int, int, int], Any] = {}
-    opt = np.full((len(MB), len(Z), len(GD)), np.nan)
-    states = np.full((len(Z), len(GD)), np.nan)
-    jv0 = next(iter(rep_v.values()))
-    for (z, zero), (g, gd) in itertools.product(enumerate(Z), enumerate(GD)):
-        jw = _copy(jv0, zero=zero, grad_comm_dtype=gd)
-        wl = build_workload(jw)
-        mm = memory(jw)
-        states[z, g] = mm.weights + mm.grads + mm.optimizer
-        t_opt = costs.compute(wl.optimizer)
-        for j in mbs:
-            wl_w[j, z, g] = (jw, dataclasses.replace(wl, micro_batches=n_mb[j]))
-            opt[j, z, g] = t_opt
-    layers_per_stage = wl.layers_per_stage
-    # per (mb, sp, rc): the model's stage times -> slow stage and average. The layer, embedding and head
-    # blocks do not depend on pp or dp: one workload per (mb, sp, rc) serves every base of this TP/CP
-    # placement, with this base's layers per stage and micro-batch count.
-    slow: dict[tuple[int, int, int], Any] = {}
-    st_avg = np.full((len(MB), len(SP), len(RC)), np.nan)
-    st_parts = np.full((4, len(MB), len(SP), len(RC)), np.nan)  # compute, recompute, tp_exposed, cp_exposed
-    wl_mb: dict[int, Any] = {}  # a workload per micro-batch size (pipeline sends, micro-batch count)
-    for (j, k), jv in rep_v.items():
-        for r, rc in enumerate(RC):
+    n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in micro_sizes], float)
+    # the distinct stage splits (layers per pipeline rank) and which one each vp has
+    splits: list[tuple[int, ...]] = []
+    split_of_vp = np.zeros(len(vps), int)
+    for (i, _, _), jv in sorted(jobs.items()):
+        if jv.chunk_layers not in splits:
+            splits.append(jv.chunk_layers)
+        split_of_vp[i] = splits.index(jv.chunk_layers)
+    # one valid job per (split, micro_batch, sequence_parallel): the parts below read no other field of it
+    sample: dict[tuple[int, int, int], Job] = {}
+    for (i, j, k), jv in jobs.items():
+        sample.setdefault((int(split_of_vp[i]), j, k), jv)
+    dims = (len(splits), len(micro_sizes), len(seq_pars), len(recomputes))
+    # stage times per (split, mb, sp, recompute): the slowest stage's parts and the other stages' time. The layer,
+    # embedding and head blocks do not depend on pp or dp: one workload per (mb, sp, recompute) serves every base
+    # of this TP/CP placement, given this base's split and micro-batch count.
+    slowest: dict[tuple[int, int, int, int], Any] = {}
+    slow_parts = np.full((4,) + dims, np.nan)  # compute, recompute, tp_exposed, cp_exposed of the slowest stage
+    other_stages = np.full(dims, np.nan)
+    send_workload: dict[int, Any] = {}  # per micro-batch size: the pipeline send and the micro-batch count
+    for (si, j, k), jv in sample.items():
+        for r, rc in enumerate(recomputes):
             jr = _copy(jv, recompute=rc)
-            key = (MB[j], SP[k], rc)
-            template = shared.workloads.get(key)
+            template = shared.workloads.get((micro_sizes[j], seq_pars[k], rc))
             if template is None:
-                template = shared.workloads[key] = build_workload(jr)
-            wl = wl_mb[j] = dataclasses.replace(template, layers_per_stage=layers_per_stage,
-                                                micro_batches=n_mb[j])
-            stages = stage_times(jr, wl, costs)
-            s = max(stages, key=lambda x: x.total)  # as estimate: the slowest rank sets the pace
-            slow[j, k, r] = s
-            st_avg[j, k, r] = sum(x.total for x in stages) / len(stages)
-            st_parts[:, j, k, r] = (s.compute, s.recompute, s.tp_exposed, s.cp_exposed)
-    # DP traffic per (mb, sp, rc, zero, gd); pipeline sends per (vp, mb)
-    dp_exp = np.full((len(MB), len(SP), len(RC), len(Z), len(GD)), np.nan)
-    for (j, k, r), s in slow.items():
-        for (z, _), (g, _) in itertools.product(enumerate(Z), enumerate(GD)):
-            jw, wl = wl_w[j, z, g]
-            dp_exp[j, k, r, z, g] = _est.dp_exposed(jw, wl, costs, s)[1]
-    pp_exp = np.full((len(VP), len(MB)), np.nan)
-    acts = np.full((len(VP), len(MB), len(SP), len(RC)), np.nan)
-    for (i, j, k), jv in jobs_v.items():
-        if np.isnan(pp_exp[i, j]):
-            pp_exp[i, j] = _est.pp_exposed(jv, wl_mb[j], costs)[1]
-        for r, rc in enumerate(RC):
-            acts[i, j, k, r] = activation_bytes(_copy(jv, recompute=rc))
-    step, parts, exposed = _assemble(base.pp, VP, m, st_parts, st_avg, pp_exp, dp_exp, opt)
-    reserve = FRAMEWORK_RESERVE_GiB * GiB
-    # Memory.total order: weights + grads + optimizer + activations + reserve
-    mem = states[None, None, None, :, None, :] + acts[:, :, :, None, :, None] + reserve
+                template = shared.workloads[micro_sizes[j], seq_pars[k], rc] = build_workload(jr)
+            wl = send_workload[j] = dataclasses.replace(
+                template, layers_per_stage=max(jr.stage_layers), chunk_layers=jr.chunk_layers,
+                micro_batches=int(n_micro[j]))
+            slow, others = slowest_and_rest(stage_times(jr, wl, costs))
+            slowest[si, j, k, r] = slow
+            other_stages[si, j, k, r] = others
+            slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed)
+    # per (split, zero, grad dtype): the DP ops, the optimizer step and the model states of each stage
+    states = np.full((len(splits), len(zeros), len(grad_dtypes), base.pp), np.nan)
+    optimizer = np.full((len(splits), len(zeros), len(grad_dtypes)), np.nan)
+    dp_jobs: dict[tuple[int, int, int], tuple[Job, Any]] = {}
+    for si in range(len(splits)):
+        jv = next(x for (sj, _, _), x in sample.items() if sj == si)
+        for (z, zero), (g, gd) in itertools.product(enumerate(zeros), enumerate(grad_dtypes)):
+            jw = _copy(jv, zero=zero, grad_comm_dtype=gd)
+            dp_jobs[si, z, g] = (jw, build_workload(jw))
+            states[si, z, g] = [sum(x) for x in stage_states(jw)]
+            optimizer[si, z, g] = costs.compute(dp_jobs[si, z, g][1].optimizer)
+    # DP traffic per (split, mb, sp, recompute, zero, grad dtype), under the slowest stage's passes
+    dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
+    for (si, j, k, r), slow in slowest.items():
+        for z, g in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
+            jw, wl = dp_jobs[si, z, g]
+            wl = dataclasses.replace(wl, micro_batches=int(n_micro[j]))
+            dp_exposed[si, j, k, r, z, g] = _est.dp_exposed(jw, wl, costs, slow)[1]
+    # pipeline sends per (vp, mb); activations of each stage per (vp, mb, sp, recompute)
+    pp_exposed = np.full((len(vps), len(micro_sizes)), np.nan)
+    acts = np.full((len(vps), len(micro_sizes), len(seq_pars), len(recomputes), base.pp), np.nan)
+    for (i, j, k), jv in jobs.items():
+        if np.isnan(pp_exposed[i, j]):
+            pp_exposed[i, j] = _est.pp_exposed(jv, send_workload[j], costs)[1]
+        for r, rc in enumerate(recomputes):
+            acts[i, j, k, r] = stage_activation_bytes(_copy(jv, recompute=rc))
+    by_vp = split_of_vp  # the split-indexed parts on the vp axis
+    step, parts, exposed = _assemble(vps, n_micro, slow_parts[:, by_vp], other_stages[by_vp], pp_exposed,
+                                     dp_exposed[by_vp], optimizer[by_vp])
+    # memory of the fullest stage: (states + activations) per stage, the largest; Memory.total's order
+    per_stage = states[by_vp][:, None, None, :, None, :, :] + acts[:, :, :, None, :, None, :]
+    fullest = np.nanargmax(np.where(np.isnan(per_stage), -np.inf, per_stage), axis=-1)[..., None]
+    mem = np.take_along_axis(per_stage, fullest, -1)[..., 0] + FRAMEWORK_RESERVE_GiB * GiB
     valid_full = np.broadcast_to(valid[:, :, :, None, None, None], shape)
     step = np.where(valid_full, step, np.nan)
     mem = np.where(valid_full, mem, np.nan)
-    cap = job.cluster.gpu.mem_bytes  # as estimate: fits = total <= gpu.mem_bytes
-    over = valid_full & ~(mem <= cap)
+    over = valid_full & ~(mem <= job.cluster.gpu.mem_bytes)  # as estimate: fits = total <= gpu.mem_bytes
     if over.any():
-        act_full = np.broadcast_to(acts[:, :, :, None, :, None], shape)
-        st_full = np.broadcast_to(states[None, None, None, :, None, :], shape)
-        by_acts = over & (act_full >= st_full)
+        acts_fullest = np.take_along_axis(np.broadcast_to(acts[:, :, :, None, :, None, :], per_stage.shape),
+                                          fullest, -1)[..., 0]
+        by_acts = over & (acts_fullest >= mem - FRAMEWORK_RESERVE_GiB * GiB - acts_fullest)
         n_acts, n_states = int(by_acts.sum()), int((over & ~by_acts).sum())
         if n_acts:
             nofit["activations dominate"] += n_acts
@@ -512,18 +541,22 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     )
 
 
-def _assemble(pp, VP, m, st_parts, st_avg, pp_exp, dp_exp, opt):
-    """Step time on the (vp, mb, sp, zero, rc, gd) grid: ``estimate.step_parts`` on arrays, summed in its order.
+def _assemble(vps, n_micro, slow_parts, other_stages, pp_exposed, dp_exposed, optimizer):
+    """Step time on the (vp, mb, sp, zero, recompute, gd) grid: ``estimate.step_parts`` on arrays, summed in its order.
 
-    Axes of the inputs: st_parts (4, mb, sp, rc); st_avg (mb, sp, rc); pp_exp (vp, mb);
-    dp_exp (mb, sp, rc, zero, gd); opt (mb, zero, gd); m (mb,).
+    Axes of the inputs: slow_parts (4, vp, mb, sp, recompute); other_stages (vp, mb, sp, recompute);
+    pp_exposed (vp, mb); dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd); n_micro (mb,).
     """
-    v = np.asarray(VP, float)[:, None, None, None, None, None]
-    mm = m[None, :, None, None, None, None]
-    stage = st_parts[:, None, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, rc, gd)
-    named = step_parts(mm, stage[0], stage[1], stage[2], stage[3], st_avg[None, :, :, None, :, None], pp, v,
-                       pp_exp[:, :, None, None, None, None], np.moveaxis(dp_exp, 2, 3)[None],
-                       opt[None, :, None, :, None, :])
+    slow = slow_parts[:, :, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, recompute, gd)
+    named = step_parts(
+        micro_batches=n_micro[None, :, None, None, None, None],
+        compute=slow[0], recompute=slow[1], tp_exposed=slow[2], cp_exposed=slow[3],
+        other_stages_s=other_stages[:, :, :, None, :, None],
+        vp=np.asarray(vps, float)[:, None, None, None, None, None],
+        pp_exposed=pp_exposed[:, :, None, None, None, None],
+        dp_exposed=np.moveaxis(dp_exposed, 3, 4),
+        optimizer=optimizer[:, None, None, :, None, :],
+    )
     parts = [np.asarray(named[k], float) for k in BREAKDOWN_KEYS]
     shape = np.broadcast_shapes(*(p.shape for p in parts))
     parts = [np.broadcast_to(p, shape) for p in parts]
@@ -736,7 +769,7 @@ def brute_force(job: Job, space: Space | None = None) -> list[tuple[dict[str, An
             plan = dict(tp=b.tp, pp=b.pp, cp=b.cp, vp=vp, micro_batch=mb, sequence_parallel=sp, zero=zero,
                         recompute=rc, grad_comm_dtype=gd)
             try:
-                j = job_with(job, dp=None, **plan)
+                j = job_with(job, dp=None, **split_reset(job, b.pp), **plan)
             except SpecError:
                 continue
             out.append(({**plan, "dp": j.dp}, estimate(j)))
