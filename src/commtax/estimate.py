@@ -4,10 +4,10 @@ step time = compute + recompute + exposed TP + exposed CP + pipeline bubble + ex
             + exposed DP + optimizer                                              (DESIGN.md)
 
 Pipeline (Narayanan et al. 2021, §2.2): with m micro-batches, p stages, v virtual stages and T_s one
-micro-batch's forward+backward on stage s, step ≈ m·T_max + (Σ_s T_s − T_max)/v: the slowest stage runs
-its m micro-batches back to back, and the fill and drain cross the other stages once (a flow shop of m
-identical jobs: Σ T_s + (m − 1)·T_max for GPipe and 1F1B, for every m ≥ 1). For uniform stages the bubble
-is (p−1)/(v·m) of the ideal time. Interleaving (v > 1) needs m to be a multiple of p (Megatron's
+micro-batch's forward+backward on stage s, 1F1B takes m·T_max + (Σ_s T_s − T_max)/v: the slowest stage runs
+its m micro-batches back to back, and the fill and drain cross the other stages once; GPipe is two flow
+shops, forwards then backwards (``pipeline_bubble``). Both hold for every m ≥ 1; for uniform stages the
+bubble is (p−1)/(v·m) of the ideal time. Interleaving (v > 1) needs m to be a multiple of p (Megatron's
 interleaved schedule refuses other m; the spec does too), so the 1/v holds wherever it is used.
 """
 
@@ -279,30 +279,59 @@ def bucketed_time(costs: Costs, c: Collective, bucket_bytes: float) -> float:
     return n * costs.collective_time(c.group, c.op, c.bytes / n)
 
 
-def pp_exposed(job: Job, wl: Workload, costs: Costs) -> tuple[float, float, float]:
-    """(link time, exposed time, bytes) of pipeline sends for one step on the busiest rank."""
+def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) -> tuple[float, float, float]:
+    """(link time, exposed time, bytes) of pipeline sends for one step on the busiest rank.
+
+    The fill and drain cross every stage boundary in turn: 2(p − 1) sends (GPipe: nothing else; its
+    passes do not wait on a round trip). Interleaved 1F1B crosses every virtual-stage boundary, 2(p·v − 1)
+    sends, the rest overlapping compute (Megatron overlap_p2p_comm); without that overlap each micro-batch's
+    blocking send/recv pair adds 2 (Megatron-LM p2p_communication, send_forward_recv_backward). Plain 1F1B
+    alternates one forward and one backward per stage, and a backward waits for the gradient of the
+    forward it sent on: a round trip over k boundaries holds k + 1 stages' passes and 2k sends, so the
+    steady state runs at C = max over stage ranges of (Σ T_s + 2k·t_send)/(k + 1) per micro-batch
+    (``steady_cycle``; uniform: T + 2(p−1)/p·t_send), beyond T_max m times, plus 2(p − 2) sends of the fill.
+    """
     p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
     if p == 1:
         return 0.0, 0.0, 0.0
     t_send = costs.collective(wl.pp_send)
     sends = 2 * v * m  # each micro-batch: forward activation and backward gradient, per model chunk
-    fill = 2 * (p - 1) * t_send  # the first forward and the last backward cross every boundary in turn
-    # Megatron overlaps p2p with compute only in the interleaved schedule (overlap_p2p_comm); plain 1F1B
-    # exchanges send-forward/recv-backward pairs between passes, two sends per micro-batch on the path
-    overlapped = job.plan.overlap.pp and v > 1
-    exposed = fill if overlapped else fill + 2 * m * t_send
+    fill = 2 * (p - 1) * t_send
+    if job.plan.schedule == "gpipe":
+        exposed = fill
+    elif v > 1:
+        exposed = 2 * (p * v - 1) * t_send + (0.0 if job.plan.overlap.pp else 2 * m * t_send)
+    else:
+        slow = max(s.total for s in stages)
+        exposed = max(fill, m * (steady_cycle([s.total for s in stages], t_send) - slow) + 2 * (p - 2) * t_send)
     return sends * t_send, exposed, sends * costs.sent_bytes(wl.pp_send)
 
 
-def step_parts(*, micro_batches, compute, recompute, tp_exposed, cp_exposed, other_stages_s, vp, pp_exposed,
-               dp_exposed, optimizer):
-    """The step's parts (BREAKDOWN_KEYS order) from one micro-batch on the slowest stage.
+def steady_cycle(totals: list[float], t_send: float) -> float:
+    """1F1B's time per micro-batch in the steady state: the slowest stage, or a round trip over k stage
+    boundaries (k + 1 stages' passes and 2k sends per k + 1 micro-batches), whichever is longer (max-plus).
 
-    step = m·(compute + recompute + exposed TP + exposed CP) of the slowest stage
-           + (Σ_s T_s − T_max)/v (the fill and drain through the other stages: ``other_stages_s``)
-           + exposed PP + exposed DP + optimizer.
-    Uniform stages: the bubble is (p−1)/v·T (Narayanan et al. 2021 §2.2). Plain arithmetic, so it works
-    elementwise on NumPy arrays too (``commtax.search`` evaluates whole grids).
+    Over a run of equal stages the mean of a range moves monotonically as an end moves, so only ranges
+    that start and end at the first or last stage of a run need trying (stages come in a few runs)."""
+    prefix = [0.0]
+    for t in totals:
+        prefix.append(prefix[-1] + t)
+    n = len(totals)
+    ends = sorted({i for i in range(n) if i in (0, n - 1) or totals[i] != totals[i - 1] or totals[i] != totals[i + 1]})
+    best = max(totals)
+    for x, a in enumerate(ends):
+        for b in ends[x + 1:]:
+            k = b - a
+            best = max(best, (prefix[b + 1] - prefix[a] + 2 * k * t_send) / (k + 1))
+    return best
+
+
+def step_parts(*, micro_batches, compute, recompute, tp_exposed, cp_exposed, bubble_s, pp_exposed, dp_exposed,
+               optimizer):
+    """The step's parts (BREAKDOWN_KEYS order): m × one micro-batch on the slowest stage (compute, recompute,
+    exposed TP and CP), the pipeline bubble (``pipeline_bubble``), exposed PP, exposed DP, optimizer.
+
+    Plain arithmetic, so it works elementwise on NumPy arrays too (``commtax.search`` evaluates whole grids).
     """
     m = micro_batches
     return {
@@ -310,7 +339,7 @@ def step_parts(*, micro_batches, compute, recompute, tp_exposed, cp_exposed, oth
         "recompute": m * recompute,
         "tp_exposed": m * tp_exposed,
         "cp_exposed": m * cp_exposed,
-        "pp_bubble": other_stages_s / vp,
+        "pp_bubble": bubble_s,
         "pp_exposed": pp_exposed,
         "dp_exposed": dp_exposed,
         "optimizer": optimizer,
@@ -321,6 +350,24 @@ def slowest_and_rest(stages: list[StageTime]) -> tuple[StageTime, float]:
     """The slowest stage (it sets the pace) and Σ T_s − T_max, the time of the other stages per micro-batch."""
     slow = max(stages, key=lambda s: s.total)
     return slow, max(0.0, sum(s.total for s in stages) - slow.total)
+
+
+def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> float:
+    """Time the slowest stage waits per step, beyond its m micro-batches (T_s: one micro-batch fwd+bwd on stage s).
+
+    1F1B (and interleaved): in the steady state every stage alternates one forward and one backward, so the
+    slowest stage paces the pipeline and the fill and drain cross the others once:
+        bubble = Σ_{s≠max} T_s / v      (uniform: (p−1)/v·T, Narayanan et al. 2021 §2.2; v > 1 needs p | m).
+    GPipe: all forwards, then all backwards: two flow shops of m identical jobs, each (m−1)·max + Σ over stages
+    (Huang et al. 2019; the permutation flow-shop makespan for identical jobs):
+        step_pipeline = Σ_s T_s + (m−1)·(max_s F_s + max_s B_s);  bubble = that − m·T_max.
+    Both hold for every m ≥ 1, m < p included ((m + p − 1)·T for uniform stages).
+    """
+    slow, others = slowest_and_rest(stages)
+    if schedule == "gpipe":
+        span = sum(s.total for s in stages) + (m - 1) * (max(s.fwd for s in stages) + max(s.bwd for s in stages))
+        return max(0.0, span - m * slow.total)
+    return others / vp
 
 
 def model_flops_per_gpu_step(job: Job, wl: Workload) -> float:
@@ -368,13 +415,13 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
     costs = costs or Costs(job)
     stages = stage_times(job, wl, costs)
     m = wl.micro_batches
-    slow, others = slowest_and_rest(stages)
-    pp_link, pp_exp, pp_bytes = pp_exposed(job, wl, costs)
+    slow, _ = slowest_and_rest(stages)
+    pp_link, pp_exp, pp_bytes = pp_exposed(job, wl, costs, stages)
     dp_link, dp_exp, dp_bytes = dp_exposed(job, wl, costs, slow)
     optimizer = costs.compute(wl.optimizer)
     parts = step_parts(micro_batches=m, compute=slow.compute, recompute=slow.recompute, tp_exposed=slow.tp_exposed,
-                       cp_exposed=slow.cp_exposed, other_stages_s=others, vp=job.plan.vp, pp_exposed=pp_exp,
-                       dp_exposed=dp_exp, optimizer=optimizer)
+                       cp_exposed=slow.cp_exposed, bubble_s=pipeline_bubble(job.plan.schedule, m, job.plan.vp, stages),
+                       pp_exposed=pp_exp, dp_exposed=dp_exp, optimizer=optimizer)
     comm_time = {
         "tp": m * slow.link.comm.get("tp", 0.0),
         "cp": m * slow.link.comm.get("cp", 0.0),

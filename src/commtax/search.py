@@ -10,15 +10,17 @@ evaluates each part once per distinct sub-configuration, with the model's own fu
 part                          model function                         depends on (within a base)
 ============================  =====================================  ==========================
 validity                      ``Job`` validator (``spec``)           vp, micro_batch, sp
-stage times (slow, average)   ``stage_times`` (*)                    micro_batch, sp, recompute
-pipeline sends                ``estimate.pp_exposed``                micro_batch, vp
-DP traffic                    ``estimate.dp_exposed``                micro_batch, sp, recompute, zero, grad dtype
-optimizer step                ``Costs.compute(wl.optimizer)``        zero, grad dtype
-model-state memory            ``memory.memory``                      zero, grad dtype
-activation memory             ``memory.activation_bytes``            vp, micro_batch, sp, recompute
+stage times, bubble           ``stage_times``, ``pipeline_bubble``   split (*), micro_batch, sp, recompute; vp
+pipeline sends                ``estimate.pp_exposed``                vp, micro_batch, sp, recompute
+DP traffic                    ``estimate.dp_exposed``                split, micro_batch, sp, recompute, zero, gd
+optimizer step                ``Costs.compute(wl.optimizer)``        split, zero, grad dtype
+model-state memory per stage  ``memory.stage_states``                split, zero, grad dtype
+activations per stage         ``memory.stage_activation_bytes``      vp, micro_batch, sp, recompute
 ============================  =====================================  ==========================
 
-(*) the layer, embedding and head blocks of ``build_workload`` do not depend on pp or dp, so one workload
+(*) the split is the layers of each pipeline rank (``Job.chunk_layers``): it depends on vp only when the
+layers do not divide evenly. Memory is the fullest stage's: (states + activations) per stage, the largest.
+The layer, embedding and head blocks of ``build_workload`` do not depend on pp or dp, so one workload
 per (micro_batch, sp, recompute) serves every base with the same TP and CP placement, and their phases are
 priced once (``_Shared``). The search then assembles the step on the plan grid with NumPy broadcasting
 (``_assemble``: the same sum, in the same order, as ``estimate``). Every search re-estimates its top plans
@@ -50,6 +52,7 @@ from commtax.estimate import (
     Breakdown,
     Costs,
     estimate,
+    pipeline_bubble,
     slowest_and_rest,
     stage_times,
     step_parts,
@@ -466,20 +469,23 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     # of this TP/CP placement, given this base's split and micro-batch count.
     slowest: dict[tuple[int, int, int, int], Any] = {}
     slow_parts = np.full((4,) + dims, np.nan)  # compute, recompute, tp_exposed, cp_exposed of the slowest stage
-    other_stages = np.full(dims, np.nan)
-    send_workload: dict[int, Any] = {}  # per micro-batch size: the pipeline send and the micro-batch count
+    bubble = np.full((len(vps),) + dims[1:], np.nan)  # per (vp, mb, sp, recompute)
+    pp_exposed = np.full((len(vps),) + dims[1:], np.nan)  # pipeline sends, per (vp, mb, sp, recompute)
     for (si, j, k), jv in sample.items():
         for r, rc in enumerate(recomputes):
             jr = _copy(jv, recompute=rc)
             template = shared.workloads.get((micro_sizes[j], seq_pars[k], rc))
             if template is None:
                 template = shared.workloads[micro_sizes[j], seq_pars[k], rc] = build_workload(jr)
-            wl = send_workload[j] = dataclasses.replace(
+            wl = dataclasses.replace(
                 template, layers_per_stage=max(jr.stage_layers), chunk_layers=jr.chunk_layers,
                 micro_batches=int(n_micro[j]))
-            slow, others = slowest_and_rest(stage_times(jr, wl, costs))
+            stages = stage_times(jr, wl, costs)
+            slow, _ = slowest_and_rest(stages)
             slowest[si, j, k, r] = slow
-            other_stages[si, j, k, r] = others
+            for i in np.flatnonzero(split_of_vp == si):
+                bubble[i, j, k, r] = pipeline_bubble(jr.plan.schedule, int(n_micro[j]), vps[i], stages)
+                pp_exposed[i, j, k, r] = _est.pp_exposed(_copy(jr, vp=vps[i]), wl, costs, stages)[1]
             slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed)
     # per (split, zero, grad dtype): the DP ops, the optimizer step and the model states of each stage
     states = np.full((len(splits), len(zeros), len(grad_dtypes), base.pp), np.nan)
@@ -499,17 +505,14 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
             jw, wl = dp_jobs[si, z, g]
             wl = dataclasses.replace(wl, micro_batches=int(n_micro[j]))
             dp_exposed[si, j, k, r, z, g] = _est.dp_exposed(jw, wl, costs, slow)[1]
-    # pipeline sends per (vp, mb); activations of each stage per (vp, mb, sp, recompute)
-    pp_exposed = np.full((len(vps), len(micro_sizes)), np.nan)
+    # activations of each stage per (vp, mb, sp, recompute)
     acts = np.full((len(vps), len(micro_sizes), len(seq_pars), len(recomputes), base.pp), np.nan)
     for (i, j, k), jv in jobs.items():
-        if np.isnan(pp_exposed[i, j]):
-            pp_exposed[i, j] = _est.pp_exposed(jv, send_workload[j], costs)[1]
         for r, rc in enumerate(recomputes):
             acts[i, j, k, r] = stage_activation_bytes(_copy(jv, recompute=rc))
     by_vp = split_of_vp  # the split-indexed parts on the vp axis
-    step, parts, exposed = _assemble(vps, n_micro, slow_parts[:, by_vp], other_stages[by_vp], pp_exposed,
-                                     dp_exposed[by_vp], optimizer[by_vp])
+    step, parts, exposed = _assemble(n_micro, slow_parts[:, by_vp], bubble, pp_exposed, dp_exposed[by_vp],
+                                     optimizer[by_vp])
     # memory of the fullest stage: (states + activations) per stage, the largest; Memory.total's order
     per_stage = states[by_vp][:, None, None, :, None, :, :] + acts[:, :, :, None, :, None, :]
     fullest = np.nanargmax(np.where(np.isnan(per_stage), -np.inf, per_stage), axis=-1)[..., None]
@@ -541,19 +544,18 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     )
 
 
-def _assemble(vps, n_micro, slow_parts, other_stages, pp_exposed, dp_exposed, optimizer):
+def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
     """Step time on the (vp, mb, sp, zero, recompute, gd) grid: ``estimate.step_parts`` on arrays, summed in its order.
 
-    Axes of the inputs: slow_parts (4, vp, mb, sp, recompute); other_stages (vp, mb, sp, recompute);
-    pp_exposed (vp, mb); dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd); n_micro (mb,).
+    Axes of the inputs: slow_parts (4, vp, mb, sp, recompute); bubble (vp, mb, sp, recompute);
+    pp_exposed (vp, mb, sp, recompute); dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd); n_micro (mb,).
     """
     slow = slow_parts[:, :, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, recompute, gd)
     named = step_parts(
         micro_batches=n_micro[None, :, None, None, None, None],
         compute=slow[0], recompute=slow[1], tp_exposed=slow[2], cp_exposed=slow[3],
-        other_stages_s=other_stages[:, :, :, None, :, None],
-        vp=np.asarray(vps, float)[:, None, None, None, None, None],
-        pp_exposed=pp_exposed[:, :, None, None, None, None],
+        bubble_s=bubble[:, :, :, None, :, None],
+        pp_exposed=pp_exposed[:, :, :, None, :, None],
         dp_exposed=np.moveaxis(dp_exposed, 3, 4),
         optimizer=optimizer[:, None, None, :, None, :],
     )
