@@ -367,8 +367,9 @@ def pipeline_split(layers: int, plan: Plan) -> tuple[int, ...]:
     * ``account_for_embedding/loss_in_pipeline_split``: the embedding (loss) counts as one layer; layers + those
       must divide evenly over pp·vp virtual stages (Megatron-Core ``get_transformer_layer_offset``): Llama 3
       405B's 126 layers + 2 on 16 stages = 8 each, 7 on the first and the last.
-    * otherwise the most balanced split: ⌊L/(pp·vp)⌋ layers per virtual stage, the remainder one each to the
-      middle virtual stages first (the ends carry the embedding and the head), then the first, then the last.
+    * otherwise the most balanced split: ⌊L/pp⌋ layers per stage, the remainder one each to the middle stages
+      first (the ends carry the embedding and the head), then the first, then the last; with vp > 1 in units of
+      vp layers, so that a stage's chunks are equal (Megatron-Core splits a stage evenly over its chunks).
     """
     return _split(layers, plan.pp, plan.vp, plan.stage_layers, plan.first_stage_layers, plan.last_stage_layers,
                   plan.account_for_embedding_in_pipeline_split, plan.account_for_loss_in_pipeline_split)
@@ -425,11 +426,16 @@ def _split(layers: int, p: int, v: int, stage_layers: tuple[int, ...] | None, fi
         if layers < n:
             raise ValueError(f"pp({p}) * vp({v}) = {n} virtual stages exceed layers({layers}): each needs a layer; "
                              "lower pp or vp")
-        chunks = [layers // n] * n
-        order = list(range(1, n - 1)) + [0, n - 1]
-        for k in order[: layers % n]:
-            chunks[k] += 1
-        return tuple(chunks)
+        if layers % v:
+            # interleaving runs a stage's chunks in turn: Megatron-Core needs each stage's layers to split evenly
+            raise ValueError(f"vp({v}) must divide layers({layers}) so that each stage's chunks are equal "
+                             "(Megatron-Core); change vp or give stage_layers")
+        units = layers // v  # one unit = one layer on each of a stage's v chunks
+        stages = [units // p] * p
+        order = list(range(1, p - 1)) + [0, p - 1]
+        for s in order[: units % p]:
+            stages[s] += 1
+        stages = [x * v for x in stages]
     if v > 1 and any(x % v for x in stages):
         raise ValueError(f"stage layers {list(stages)}: with vp({v}) each stage's layers must divide evenly over its "
                          f"{v} chunks; change the split or vp")
