@@ -21,7 +21,7 @@ from typing import Any
 from commtax.collectives import bus_factor, collective_cost
 from commtax.compute import ComputeModel, compute_model, op_time
 from commtax.memory import memory
-from commtax.spec import Job
+from commtax.spec import Job, per_rank
 from commtax.topology import group_placement
 from commtax.units import SECONDS_PER_DAY, TFLOPS
 from commtax.workload import Collective, Compute, Phase, Workload, build_workload
@@ -98,6 +98,7 @@ class Costs:
         self._placements: dict[tuple[str, str], Any] = {}
         self._times: dict[tuple[str, str, float], float] = {}
         self._phases: dict[int, tuple[Phase, PhaseCost]] = {}
+        self.stage_cache: dict[tuple, tuple] = {}  # stage_times: (blocks, layers, ends, overlap, tp, cp) -> StageTime
 
     def collective(self, c: Collective) -> float:
         return self.collective_time(c.group, c.op, c.bytes)
@@ -159,10 +160,10 @@ class StageTime:
     fwd: float  # forward wall time (for overlap windows)
     bwd: float  # backward + recompute wall time
     link: PhaseCost  # link time and bytes, all passes
+    total: float = field(init=False)  # compute + recompute + exposed TP + exposed CP
 
-    @property
-    def total(self) -> float:
-        return self.compute + self.recompute + self.tp_exposed + self.cp_exposed
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total", self.compute + self.recompute + self.tp_exposed + self.cp_exposed)
 
 
 def _exposed(job: Job, pc: PhaseCost) -> tuple[float, float]:
@@ -211,28 +212,44 @@ def _combine(job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost],
 def stage_layer_counts(job: Job, wl: Workload) -> tuple[int, ...]:
     """Layers of each pipeline rank: the workload's virtual stages k = chunk·pp + stage, summed per rank."""
     p, v = job.plan.pp, job.plan.vp
-    chunks = wl.chunk_layers or (wl.layers_per_stage // v,) * (p * v)
-    return tuple(sum(chunks[c * p + s] for c in range(v)) for s in range(p))
+    return per_rank(wl.chunk_layers or (wl.layers_per_stage // v,) * (p * v), p, v)
 
 
 def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
     """Every pipeline rank, first to last: its layers, the embedding on the first, the head on the last.
-    Ranks alike (same layers, neither end) share one StageTime."""
-    cost = {name: (costs.phase(b.fwd), costs.phase(b.bwd), costs.phase(b.recompute))
-            for name, b in (("embed", wl.embed), ("layer", wl.layer), ("head", wl.head))}
+    Ranks alike (same layers, neither end) share one StageTime; ``costs.stage_cache`` keeps them across calls."""
     p = job.plan.pp
-    out: list[StageTime] = []
-    seen: dict[tuple[int, bool, bool], StageTime] = {}
-    for s, n in enumerate(stage_layer_counts(job, wl)):
-        key = (n, s == 0, s == p - 1)
-        if key not in seen:
-            parts = [(tuple(c.scaled(n) for c in cost["layer"]), 1)] if n else []
-            if s == 0:
-                parts.insert(0, (cost["embed"], 1))
-            if s == p - 1:
-                parts.append((cost["head"], 1))
-            seen[key] = _combine(job, parts)
-        out.append(seen[key])
+    plan = job.plan
+    cache = getattr(costs, "stage_cache", None)
+    if cache is None:  # a stand-in for Costs (tests)
+        cache = {}
+    blocks = (wl.embed, wl.layer, wl.head)
+    # what _combine reads besides the blocks' phases: the TP/CP overlap flags and degrees
+    base_key = (id(blocks[0]), id(blocks[1]), id(blocks[2]), plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp)
+
+    def stage(n: int, first: bool, last: bool) -> StageTime:
+        key = (base_key, n, first, last)
+        hit = cache.get(key)
+        if hit is None or hit[0] is not blocks[0] or hit[1] is not blocks[1] or hit[2] is not blocks[2]:
+            passes = ("fwd", "bwd", "recompute")
+            parts = [(tuple(costs.phase(getattr(wl.layer, w)).scaled(n) for w in passes), 1)] if n else []
+            if first:
+                parts.insert(0, (tuple(costs.phase(getattr(wl.embed, w)) for w in passes), 1))
+            if last:
+                parts.append((tuple(costs.phase(getattr(wl.head, w)) for w in passes), 1))
+            hit = cache[key] = (*blocks, _combine(job, parts))  # holding the blocks keeps their ids from reuse
+        return hit[3]
+
+    counts = stage_layer_counts(job, wl)
+    whole = cache.get((base_key, counts))
+    if whole is not None and whole[0] is blocks[1]:
+        return whole[1]
+    if p == 1:
+        out = [stage(counts[0], True, True)]
+    else:
+        middle = {n: stage(n, False, False) for n in set(counts[1:-1])}
+        out = [stage(counts[0], True, False)] + [middle[n] for n in counts[1:-1]] + [stage(counts[-1], False, True)]
+    cache[base_key, counts] = (blocks[1], out)  # callers read the list, never change it
     return out
 
 

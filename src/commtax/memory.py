@@ -10,7 +10,9 @@ et al. 2022, eq. 1-2 and Table 2, generalised to GQA and gated MLPs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from commtax.spec import Job
 from commtax.units import GiB
@@ -90,9 +92,25 @@ def in_flight_micro_batches(job: Job, stage: int = 0) -> float:
     return min(float(m), float(p.pp - stage))
 
 
-def stage_activation_bytes(job: Job) -> list[float]:
-    """Activation bytes of each pipeline rank: its layers × in-flight micro-batches, the embedding output on the
-    first and the fp32 logits on the last (pp == 1: both)."""
+@lru_cache(maxsize=4096)
+def _kinds(stage_layers: tuple[int, ...]) -> tuple[int, ...]:
+    p = len(stage_layers)
+    first: dict[tuple[int, bool, bool], int] = {}
+    for s, n in enumerate(stage_layers):
+        first.setdefault((n, s == 0, s == p - 1), s)
+    return tuple(sorted(first.values()))
+
+
+def stage_kinds(job: Job) -> tuple[int, ...]:
+    """The stages that can be the fullest: the first of each kind (its layers; first; last). In-flight
+    micro-batches never grow with the stage index (``in_flight_micro_batches``), so a later stage of the
+    same kind holds no more."""
+    return _kinds(job.stage_layers)
+
+
+def stage_activation_bytes(job: Job, stages: Iterable[int] | None = None) -> list[float]:
+    """Activation bytes of pipeline ranks ``stages`` (default: all): its layers × in-flight micro-batches, the
+    embedding output on the first and the fp32 logits on the last (pp == 1: both)."""
     m, p, tr = job.model, job.plan, job.training
     per_layer = layer_activation_bytes(job)
     full_layer = layer_activation_bytes(job, recompute="none") if p.recompute == "full" else 0.0
@@ -100,7 +118,9 @@ def stage_activation_bytes(job: Job) -> list[float]:
     embedding = 2.0 * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
     logits = 4.0 * tokens * m.vocab / p.tp
     out = []
-    for s, layers in enumerate(job.stage_layers):
+    split = job.stage_layers
+    for s in range(p.pp) if stages is None else stages:
+        layers = split[s]
         in_flight = in_flight_micro_batches(job, s)
         acts = layers * per_layer * in_flight
         if layers:
@@ -118,22 +138,26 @@ def activation_bytes(job: Job) -> float:
     return memory(job).activations
 
 
-def stage_states(job: Job) -> list[tuple[float, float, float]]:
-    """(weights, gradients, optimizer) bytes of each pipeline rank, ZeRO-sharded (Rajbhandari et al. 2020 §3.1)."""
+def stage_states(job: Job, stages: Iterable[int] | None = None) -> list[tuple[float, float, float]]:
+    """(weights, gradients, optimizer) bytes of pipeline ranks ``stages`` (default: all), ZeRO-sharded
+    (Rajbhandari et al. 2020 §3.1)."""
     p = job.plan
     shard = job.dp * p.cp
     g_bytes = max(2.0, grad_bytes_per_param(job))  # gradients are kept at ≥ 16 bits even if sent compressed
+    params = stage_params(job)
     return [(WEIGHT_BYTES * n / (shard if p.zero >= 3 else 1), g_bytes * n / (shard if p.zero >= 2 else 1),
-             OPTIMIZER_BYTES * n / (shard if p.zero >= 1 else 1)) for n in stage_params(job)]
+             OPTIMIZER_BYTES * n / (shard if p.zero >= 1 else 1))
+            for n in (params if stages is None else [params[s] for s in stages])]
 
 
-def stage_memory(job: Job) -> list[Memory]:
-    """Memory of each pipeline rank, first to last."""
+def stage_memory(job: Job, stages: Iterable[int] | None = None) -> list[Memory]:
+    """Memory of pipeline ranks ``stages`` (default: all, first to last)."""
     reserve = FRAMEWORK_RESERVE_GiB * GiB
-    return [Memory(w, g, o, a, reserve) for (w, g, o), a in zip(stage_states(job), stage_activation_bytes(job))]
+    stages = None if stages is None else list(stages)
+    return [Memory(w, g, o, a, reserve)
+            for (w, g, o), a in zip(stage_states(job, stages), stage_activation_bytes(job, stages))]
 
 
 def memory(job: Job) -> Memory:
-    """Memory of the fullest pipeline rank (the first of equals)."""
-    stages = stage_memory(job)
-    return max(stages, key=lambda x: x.total)
+    """Memory of the fullest pipeline rank (the first of equals; only the first stage of each kind can be it)."""
+    return max(stage_memory(job, stage_kinds(job)), key=lambda x: x.total)

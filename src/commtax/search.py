@@ -18,7 +18,7 @@ model-state memory per stage  ``memory.stage_states``                split, zero
 activations per stage         ``memory.stage_activation_bytes``      vp, micro_batch, sp, recompute
 ============================  =====================================  ==========================
 
-(*) the split is the layers of each pipeline rank (``Job.chunk_layers``): it depends on vp only when the
+(*) the split is the layers of each pipeline rank (``Job.stage_layers``): it depends on vp only when the
 layers do not divide evenly. Memory is the fullest stage's: (states + activations) per stage, the largest.
 The layer, embedding and head blocks of ``build_workload`` do not depend on pp or dp, so one workload
 per (micro_batch, sp, recompute) serves every base with the same TP and CP placement, and their phases are
@@ -57,7 +57,7 @@ from commtax.estimate import (
     stage_times,
     step_parts,
 )
-from commtax.memory import FRAMEWORK_RESERVE_GiB, stage_activation_bytes, stage_states
+from commtax.memory import FRAMEWORK_RESERVE_GiB, stage_activation_bytes, stage_kinds, stage_states
 from commtax.plans import candidates
 from commtax.spec import Job, Plan, job_with
 from commtax.topology import layout
@@ -275,6 +275,7 @@ class _MemoCosts(Costs):
     def __init__(self, job: Job, shared: "_Shared | None" = None):
         super().__init__(job)
         self._shared = shared or _Shared()
+        self.stage_cache = self._shared.stages
 
     def phase(self, ph):  # type: ignore[override]
         ids = self._shared.phase_ids
@@ -296,6 +297,7 @@ class _Shared:
     phases: dict[Any, Any] = field(default_factory=dict)
     phase_ids: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     workloads: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute) -> Workload
+    stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
 
 
 def _model_copy(job: Job, **changes: Any) -> Job:
@@ -456,9 +458,10 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     splits: list[tuple[int, ...]] = []
     split_of_vp = np.zeros(len(vps), int)
     for (i, _, _), jv in sorted(jobs.items()):
-        if jv.chunk_layers not in splits:
-            splits.append(jv.chunk_layers)
-        split_of_vp[i] = splits.index(jv.chunk_layers)
+        if jv.stage_layers not in splits:
+            splits.append(jv.stage_layers)
+        split_of_vp[i] = splits.index(jv.stage_layers)
+    vps_of_split = [[i for i in range(len(vps)) if split_of_vp[i] == si] for si in range(len(splits))]
     # one valid job per (split, micro_batch, sequence_parallel): the parts below read no other field of it
     sample: dict[tuple[int, int, int], Job] = {}
     for (i, j, k), jv in jobs.items():
@@ -483,12 +486,16 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
             stages = stage_times(jr, wl, costs)
             slow, _ = slowest_and_rest(stages)
             slowest[si, j, k, r] = slow
-            for i in np.flatnonzero(split_of_vp == si):
-                bubble[i, j, k, r] = pipeline_bubble(jr.plan.schedule, int(n_micro[j]), vps[i], stages)
-                pp_exposed[i, j, k, r] = _est.pp_exposed(_copy(jr, vp=vps[i]), wl, costs, stages)[1]
+            for i in vps_of_split[si]:
+                if (i, j, k) in jobs:  # the others are invalid plans
+                    bubble[i, j, k, r] = pipeline_bubble(jr.plan.schedule, int(n_micro[j]), vps[i], stages)
+                    pp_exposed[i, j, k, r] = _est.pp_exposed(jobs[i, j, k], wl, costs, stages)[1]
             slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed)
     # per (split, zero, grad dtype): the DP ops, the optimizer step and the model states of each stage
-    states = np.full((len(splits), len(zeros), len(grad_dtypes), base.pp), np.nan)
+    # memory: only the first stage of each kind can be the fullest (``memory.stage_kinds``), per split
+    kinds = [stage_kinds(next(x for (sj, _, _), x in sample.items() if sj == si)) for si in range(len(splits))]
+    n_kinds = max(len(x) for x in kinds)
+    states = np.full((len(splits), len(zeros), len(grad_dtypes), n_kinds), np.nan)
     optimizer = np.full((len(splits), len(zeros), len(grad_dtypes)), np.nan)
     dp_jobs: dict[tuple[int, int, int], tuple[Job, Any]] = {}
     for si in range(len(splits)):
@@ -496,20 +503,24 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
         for (z, zero), (g, gd) in itertools.product(enumerate(zeros), enumerate(grad_dtypes)):
             jw = _copy(jv, zero=zero, grad_comm_dtype=gd)
             dp_jobs[si, z, g] = (jw, build_workload(jw))
-            states[si, z, g] = [sum(x) for x in stage_states(jw)]
+            states[si, z, g, :len(kinds[si])] = [sum(x) for x in stage_states(jw, kinds[si])]
             optimizer[si, z, g] = costs.compute(dp_jobs[si, z, g][1].optimizer)
     # DP traffic per (split, mb, sp, recompute, zero, grad dtype), under the slowest stage's passes
     dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
+    with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
     for (si, j, k, r), slow in slowest.items():
         for z, g in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
             jw, wl = dp_jobs[si, z, g]
-            wl = dataclasses.replace(wl, micro_batches=int(n_micro[j]))
+            wl = with_count.get((si, z, g, j))
+            if wl is None:
+                wl = with_count[si, z, g, j] = dataclasses.replace(dp_jobs[si, z, g][1], micro_batches=int(n_micro[j]))
             dp_exposed[si, j, k, r, z, g] = _est.dp_exposed(jw, wl, costs, slow)[1]
     # activations of each stage per (vp, mb, sp, recompute)
-    acts = np.full((len(vps), len(micro_sizes), len(seq_pars), len(recomputes), base.pp), np.nan)
+    acts = np.full((len(vps), len(micro_sizes), len(seq_pars), len(recomputes), n_kinds), np.nan)
     for (i, j, k), jv in jobs.items():
+        stages = kinds[split_of_vp[i]]
         for r, rc in enumerate(recomputes):
-            acts[i, j, k, r] = stage_activation_bytes(_copy(jv, recompute=rc))
+            acts[i, j, k, r, :len(stages)] = stage_activation_bytes(_copy(jv, recompute=rc), stages)
     by_vp = split_of_vp  # the split-indexed parts on the vp axis
     step, parts, exposed = _assemble(n_micro, slow_parts[:, by_vp], bubble, pp_exposed, dp_exposed[by_vp],
                                      optimizer[by_vp])

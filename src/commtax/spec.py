@@ -346,9 +346,7 @@ class Job(_Spec):
     @property
     def stage_layers(self) -> tuple[int, ...]:
         """Transformer layers of each pipeline rank, first to last (its chunks together)."""
-        p, v = self.plan.pp, self.plan.vp
-        chunks = self.chunk_layers
-        return tuple(sum(chunks[c * p + s] for c in range(v)) for s in range(p))
+        return per_rank(self.chunk_layers, self.plan.pp, self.plan.vp)
 
     @property
     def micro_batches(self) -> int:
@@ -440,6 +438,12 @@ def _split(layers: int, p: int, v: int, stage_layers: tuple[int, ...] | None, fi
         raise ValueError(f"stage layers {list(stages)}: with vp({v}) each stage's layers must divide evenly over its "
                          f"{v} chunks; change the split or vp")
     return tuple(x // v for _ in range(v) for x in stages)
+
+
+@lru_cache(maxsize=4096)
+def per_rank(chunks: tuple[int, ...], p: int, v: int) -> tuple[int, ...]:
+    """Layers of each pipeline rank from the layers of each virtual stage k = chunk·p + stage."""
+    return tuple(sum(chunks[c * p + s] for c in range(v)) for s in range(p))
 
 
 # ----------------------------------------------------------------------------- catalog
