@@ -237,3 +237,32 @@ def test_a_model_change_the_search_does_not_track_is_reported(monkeypatch):
     assert res.warnings and "differs from estimate" in res.warnings[0]
     steps = [b.step_time_s for _, b in res.top]
     assert steps == sorted(steps)
+
+
+def test_verify_ranks_the_top_plans_by_the_simulated_step():
+    from commtax.sim import simulate
+
+    job = load_job(small_job())
+    space = Space.parse({"tp": "2,4", "pp": "2", "cp": "1", "micro_batch": "1,2", "zero": "1"})
+    res = search(job, space, top=2, workers=1, verify=3)
+    assert len(res.verified) == 3
+    sims = [v["simulate_step_s"] for v in res.verified]
+    assert sims == sorted(sims)
+    for v in res.verified:  # both times are the model's own: estimate and the event simulator on that plan
+        j = job_for(job, v["plan"])
+        assert v["estimate_step_s"] == estimate(j).step_time_s
+        assert v["simulate_step_s"] == simulate(j, compare=False).breakdown.step_time_s
+    assert [p for p, _ in res.top[:3]] == [v["plan"] for v in res.verified]  # the best plan is the best simulated
+    assert "verified" in res.to_dict()
+
+
+def test_cli_search_verify_shows_both_times(tmp_path):
+    import yaml
+
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(small_job()))
+    r = CliRunner().invoke(_app(), ["search", str(f), "--tp", "2", "--pp", "2", "--cp", "1", "--micro-batch", "1",
+                                    "--verify", "2"], env={"COLUMNS": "160"})
+    assert r.exit_code == 0, r.output
+    assert "simulated (ranked by the simulated step)" in r.output
+    assert "estimate s" in r.output and "simulate s" in r.output

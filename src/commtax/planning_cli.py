@@ -138,6 +138,8 @@ def search_command(
     fix: Annotated[Optional[str], typer.Option("--fix", help="comma list of fields pinned to the job file's plan")] = None,
     rank: Annotated[str, typer.Option("--rank", help="step | cost | tokens_per_dollar")] = "step",
     top: Annotated[int, typer.Option("--top", min=1, help="plans to show")] = 5,
+    verify: Annotated[int, typer.Option("--verify", min=0, help="simulate the best K plans and rank them by the "
+                                        "simulated step (both times shown)")] = 0,
     rent: RentOpt = False,
     json_out: JsonOpt = False,
     out: OutOpt = None,
@@ -167,7 +169,7 @@ def search_command(
         price_error = str(e)
     prog, update = _progress(not json_out)
     with prog:
-        res = search(job, space, rank_by=rank, top=top, workers=workers, progress=update)
+        res = search(job, space, rank_by=rank, top=top, workers=workers, progress=update, verify=verify)
     data = res.to_dict()
     if usd_per_s is not None:
         for entry, (_, b) in zip(data["top"], res.top):
@@ -194,7 +196,15 @@ def search_command(
         err_console.print(f"warning: {w}", highlight=False, markup=False)
     if price_error:
         console.print(f"(no $ column: {price_error})", highlight=False, markup=False)
-    console.print(_search_table(res, mode, usd_per_s, top))
+    console.print(_search_table(res, mode, usd_per_s, max(top, verify)))
+    if res.verified:
+        t = Table(title=f"Top {len(res.verified)} simulated (ranked by the simulated step)", header_style="bold")
+        for col in ("#", "plan", "estimate s", "simulate s", "diff"):
+            t.add_column(col, justify="left" if col == "plan" else "right")
+        for k, v in enumerate(res.verified, 1):
+            est, sim = v["estimate_step_s"], v["simulate_step_s"]
+            t.add_row(str(k), plan_label(v["plan"]), f"{est:.3f}", f"{sim:.3f}", f"{(sim - est) / est:+.1%}")
+        console.print(t)
     best_plan, best = res.top[0]
     console.print(f"Best plan: {', '.join(f'{k}={v}' for k, v in best_plan.items())}", highlight=False)
     _render_breakdown(best, job.cluster.gpu.mem_GiB)

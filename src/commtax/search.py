@@ -198,6 +198,7 @@ class SearchResult:
     max_rel_diff: float = 0.0
     invalid_examples: dict[str, str] = field(default_factory=dict)  # reason -> one full validator message
     warnings: list[str] = field(default_factory=list)
+    verified: list[dict[str, Any]] = field(default_factory=list)  # --verify: plan, estimate and simulated step
 
     @property
     def evaluated(self) -> int:
@@ -243,10 +244,13 @@ class SearchResult:
         return "\n".join(lines) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             **self.summary(),
             "top": [{"plan": p, "breakdown": b.to_dict()} for p, b in self.top],
         }
+        if self.verified:
+            out["verified"] = self.verified
+        return out
 
 
 def plan_from_row(row: Sequence[int]) -> dict[str, Any]:
@@ -674,12 +678,14 @@ def search(
     top: int = 5,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    verify: int = 0,
 ) -> SearchResult:
     """Every plan of ``space`` for the job's model and cluster, ranked; the top ``top`` re-estimated exactly.
 
     rank_by: "step" (fastest), "cost" ($ per step) or "tokens_per_dollar". With one cluster all three
     give the same order (cost per step = GPUs × $/GPU-s × step); they differ across clusters (compare).
-    Raises SpecError when the space holds no valid plan, or none that fits memory.
+    verify: re-run the best ``verify`` plans through the event simulator and rank those by the simulated
+    step (``verify_top``). Raises SpecError when the space holds no valid plan, or none that fits memory.
     """
     import time
 
@@ -707,7 +713,7 @@ def search(
             f"{job.cluster.gpu.mem_GiB:g} GiB per GPU (the smallest needs {need:.1f} GiB); allow more GPUs, "
             "ZeRO-3, full recompute or larger tp/pp"
         )
-    res.top, res.max_rel_diff = exact_top(job, res, top)
+    res.top, res.max_rel_diff = exact_top(job, res, max(top, verify))
     if res.max_rel_diff > AGREEMENT_TOL:
         # the model changed what one of its parts depends on: the numbers shown are estimate's, the order may not be
         res.warnings.append(
@@ -715,7 +721,26 @@ def search(
             "the breakdowns shown are estimate's, but the ranking may be off: report it (benchmarks/bench_search.py)"
         )
         res.top.sort(key=lambda pb: pb[1].step_time_s)
+    if verify:
+        verify_top(job, res, verify)
+    res.top = res.top[:max(top, verify)]
     return res
+
+
+def verify_top(job: Job, res: SearchResult, k: int) -> None:
+    """Simulate the best ``k`` plans (``commtax.sim``) and put them first in ``res.top`` in order of the simulated
+    step; ``res.verified`` keeps both times of each. The simulator runs the schedule the estimate averages
+    (send stalls, bucket tails, a shared NIC), so its order is the one to trust when the two disagree."""
+    from commtax.sim import simulate
+
+    rows = []
+    for plan, b in res.top[:k]:
+        sim = simulate(job_for(job, plan), compare=False).breakdown
+        rows.append(((plan, b), {"plan": plan, "estimate_step_s": b.step_time_s, "simulate_step_s": sim.step_time_s,
+                                 "simulate_breakdown": sim.to_dict()}))
+    rows.sort(key=lambda r: r[1]["simulate_step_s"])
+    res.top = [r[0] for r in rows] + res.top[k:]
+    res.verified = [r[1] for r in rows]
 
 
 def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: bool, rank_by: str) -> SearchResult:
