@@ -3,11 +3,10 @@ schedules a framework refuses, the fullest stage's memory, and estimate vs simul
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_sim_step import FakeCosts, tiny_job, uniform
 
 from commtax.errors import SpecError
 from commtax.estimate import Costs, estimate, slowest_and_rest, stage_times
@@ -15,8 +14,6 @@ from commtax.memory import layer_activation_bytes, stage_memory
 from commtax.sim import SimOptions, simulate
 from commtax.spec import load_job
 from commtax.workload import build_workload
-
-from test_sim_step import FakeCosts, tiny_job, uniform
 
 
 def job(layers=8, pp=4, vp=1, global_batch=16, num_gpus=None, tp=1, model=None, cluster=None, training=None, **plan):
@@ -146,6 +143,24 @@ def test_uneven_stages_slowest_last_hand_worked():
     assert r.breakdown.step_time_s == 4 * 9.0 + 3 * 3.0
     assert r.busiest_stage == 3
     assert [len([t for t in r.sim.tasks if t.meta[:1] == (s,) and t.kind == "compute"]) for s in range(4)] == [8] * 4
+
+
+def test_simulator_builds_each_stage_as_it_is():
+    j = job(layers=126, pp=16, global_batch=16, account_for_embedding_in_pipeline_split=True,
+            account_for_loss_in_pipeline_split=True, model={"vocab": 512})
+    r = simulate(j, compare=False)
+    units = [[name for name, _, _ in c.units] for c in r.builder.chunks]
+    assert [u.count("layer") for u in units] == [7] + [8] * 14 + [7]
+    assert units[0][0] == "embed" and units[-1][-1] == "head"
+    assert r.builder.stage_params[0] < r.builder.stage_params[1]  # 7 layers + a 512-row embedding < 8 layers
+
+
+def test_search_offers_vp_for_uneven_layers():
+    from commtax.plans import candidates
+
+    raw = {"model": {"layers": 126}, "cluster": {"num_gpus": 128}, "training": {"global_batch": 64}}
+    assert candidates("vp", {"pp": 16}, raw) == [1, 2, 3, 6, 7]  # divisors of 126 with 16·vp ≤ 126
+    assert candidates("vp", {"pp": 4}, {**raw, "model": {"layers": 32}}) == [1, 2, 4, 8]
 
 
 def test_estimate_follows_the_slowest_stage_and_the_rest():

@@ -434,6 +434,134 @@ def _valid_jobs(job: Job, base: _Base) -> tuple[dict[tuple[int, int, int], Job],
     return jobs, invalid, examples
 
 
+@dataclass
+class _Grid:
+    """One base's plan grid while it is evaluated: the axes' values, the valid jobs, and the stage splits."""
+
+    base: _Base
+    jobs: dict[tuple[int, int, int], Job]  # valid (vp, micro_batch, sequence_parallel) -> its job
+    costs: _MemoCosts
+    shared: _Shared
+    n_micro: np.ndarray  # micro-batches per replica, per micro-batch size
+    splits: list[tuple[int, ...]]  # distinct layers-per-rank tuples among the valid jobs
+    split_of_vp: np.ndarray  # vp index -> split index
+    sample: dict[tuple[int, int, int], Job]  # (split, micro_batch, sp) -> one valid job with that split
+
+    def axis(self, name: str) -> list[Any]:
+        return self.base.axes[name]
+
+    def sample_of_split(self, si: int) -> Job:
+        return next(x for (sj, _, _), x in self.sample.items() if sj == si)
+
+
+def _grid(job: Job, base: _Base, jobs: dict[tuple[int, int, int], Job], phase_cache: dict[Any, _Shared] | None) -> _Grid:
+    any_job = next(iter(jobs.values()))
+    shared = _Shared() if phase_cache is None else phase_cache.setdefault(_phase_key(any_job), _Shared())
+    n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in base.axes["micro_batch"]], float)
+    splits: list[tuple[int, ...]] = []
+    split_of_vp = np.zeros(len(base.axes["vp"]), int)
+    for (i, _, _), valid_job in sorted(jobs.items()):
+        if valid_job.stage_layers not in splits:
+            splits.append(valid_job.stage_layers)
+        split_of_vp[i] = splits.index(valid_job.stage_layers)
+    sample: dict[tuple[int, int, int], Job] = {}
+    for (i, j, k), valid_job in jobs.items():
+        sample.setdefault((int(split_of_vp[i]), j, k), valid_job)
+    return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
+
+
+def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
+    """Per (split, mb, sp, recompute): the slowest stage (its compute, recompute, exposed TP and CP); per
+    (vp, mb, sp, recompute): the bubble and the exposed pipeline sends. The layer, embedding and head blocks do
+    not depend on pp or dp: one workload per (mb, sp, recompute) serves every base of this TP/CP placement,
+    given this base's split and micro-batch count."""
+    vps, micro_sizes, seq_pars, recomputes = (g.axis(k) for k in ("vp", "micro_batch", "sequence_parallel", "recompute"))
+    vps_of_split = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
+    dims = (len(g.splits), len(micro_sizes), len(seq_pars), len(recomputes))
+    slowest: dict[tuple[int, int, int, int], Any] = {}
+    slow_parts = np.full((4,) + dims, np.nan)
+    bubble = np.full((len(vps),) + dims[1:], np.nan)
+    pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
+    for (si, j, k), sample_job in g.sample.items():
+        for r, rc in enumerate(recomputes):
+            job_rc = _copy(sample_job, recompute=rc)
+            key = (micro_sizes[j], seq_pars[k], rc)
+            template = g.shared.workloads.get(key)
+            if template is None:
+                template = g.shared.workloads[key] = build_workload(job_rc)
+            wl = dataclasses.replace(template, layers_per_stage=max(job_rc.stage_layers),
+                                     chunk_layers=job_rc.chunk_layers, micro_batches=int(g.n_micro[j]))
+            stages = stage_times(job_rc, wl, g.costs)
+            slow, _ = slowest_and_rest(stages)
+            slowest[si, j, k, r] = slow
+            slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed)
+            for i in vps_of_split[si]:
+                if (i, j, k) in g.jobs:  # the others are invalid plans
+                    bubble[i, j, k, r] = pipeline_bubble(job_rc.plan.schedule, int(g.n_micro[j]), vps[i], stages)
+                    pp_exposed[i, j, k, r] = _est.pp_exposed(g.jobs[i, j, k], wl, g.costs, stages)[1]
+    return slowest, slow_parts, bubble, pp_exposed
+
+
+def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per (split, zero, grad dtype): the model states of the stages that can be the fullest and the optimizer
+    step; per (split, mb, sp, recompute, zero, grad dtype): the exposed DP traffic under the slowest stage."""
+    zeros, grad_dtypes = g.axis("zero"), g.axis("grad_comm_dtype")
+    n_kinds = max(len(x) for x in kinds)
+    states = np.full((len(g.splits), len(zeros), len(grad_dtypes), n_kinds), np.nan)
+    optimizer = np.full((len(g.splits), len(zeros), len(grad_dtypes)), np.nan)
+    dp_jobs: dict[tuple[int, int, int], tuple[Job, Any]] = {}
+    for si in range(len(g.splits)):
+        for (z, zero), (d, dtype) in itertools.product(enumerate(zeros), enumerate(grad_dtypes)):
+            job_zd = _copy(g.sample_of_split(si), zero=zero, grad_comm_dtype=dtype)
+            dp_jobs[si, z, d] = (job_zd, build_workload(job_zd))
+            states[si, z, d, :len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
+            optimizer[si, z, d] = g.costs.compute(dp_jobs[si, z, d][1].optimizer)
+    dims = (len(g.splits), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
+    dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
+    with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
+    for (si, j, k, r), slow in slowest.items():
+        for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
+            job_zd, wl = dp_jobs[si, z, d]
+            counted = with_count.get((si, z, d, j))
+            if counted is None:
+                counted = with_count[si, z, d, j] = dataclasses.replace(wl, micro_batches=int(g.n_micro[j]))
+            dp_exposed[si, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow)[1]
+    return states, optimizer, dp_exposed
+
+
+def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
+    """Activation bytes per (vp, mb, sp, recompute, stage kind) of the stages that can be the fullest."""
+    recomputes = g.axis("recompute")
+    shape = tuple(len(g.axis(k)) for k in ("vp", "micro_batch", "sequence_parallel")) + (len(recomputes),)
+    acts = np.full(shape + (max(len(x) for x in kinds),), np.nan)
+    for (i, j, k), valid_job in g.jobs.items():
+        stages = kinds[g.split_of_vp[i]]
+        for r, rc in enumerate(recomputes):
+            acts[i, j, k, r, :len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
+    return acts
+
+
+def _fullest_memory(states_by_vp: np.ndarray, acts: np.ndarray, valid: np.ndarray, cap: float,
+                    nofit: Counter) -> np.ndarray:
+    """Memory of the fullest stage on the grid, computed once: (states + activations) per stage kind, the
+    largest, + the reserve (Memory.total's order); plans over ``cap`` counted in ``nofit`` by what dominates."""
+    per_stage = states_by_vp[:, None, None, :, None, :, :] + acts[:, :, :, None, :, None, :]
+    fullest = np.nanargmax(np.where(np.isnan(per_stage), -np.inf, per_stage), axis=-1)[..., None]
+    reserve = FRAMEWORK_RESERVE_GiB * GiB
+    mem = np.where(valid, np.take_along_axis(per_stage, fullest, -1)[..., 0] + reserve, np.nan)
+    over = valid & ~(mem <= cap)  # as estimate: fits = total <= gpu.mem_bytes
+    if over.any():
+        acts_fullest = np.take_along_axis(np.broadcast_to(acts[:, :, :, None, :, None, :], per_stage.shape),
+                                          fullest, -1)[..., 0]
+        by_acts = over & (acts_fullest >= mem - reserve - acts_fullest)
+        n_acts, n_states = int(by_acts.sum()), int((over & ~by_acts).sum())
+        if n_acts:
+            nofit["activations dominate"] += n_acts
+        if n_states:
+            nofit["weights+grads+optimizer dominate"] += n_states
+    return mem
+
+
 def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
     """Evaluate every plan of one base on its grid (vp, micro_batch, sequence_parallel, zero, recompute, grad dtype).
 
@@ -441,9 +569,7 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     with the model's own functions; the stage split (the layers of each pipeline rank) depends on vp only when
     the layers do not divide evenly, so the stage-level parts are kept per distinct split.
     """
-    axes = base.axes
-    vps, micro_sizes, seq_pars, zeros, recomputes, grad_dtypes = (axes[k] for k in AXES)
-    shape = tuple(len(axes[k]) for k in AXES)
+    shape = tuple(len(base.axes[k]) for k in AXES)
     grid = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1).reshape(-1, len(AXES))
     jobs, invalid, examples = _valid_jobs(job, base)
     nofit: Counter = Counter()
@@ -454,105 +580,24 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     valid = np.zeros(shape[:3], bool)
     for idx in jobs:
         valid[idx] = True
-    any_job = next(iter(jobs.values()))
-    shared = _Shared() if phase_cache is None else phase_cache.setdefault(_phase_key(any_job), _Shared())
-    costs = _MemoCosts(any_job, shared)
-    n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in micro_sizes], float)
-    # the distinct stage splits (layers per pipeline rank) and which one each vp has
-    splits: list[tuple[int, ...]] = []
-    split_of_vp = np.zeros(len(vps), int)
-    for (i, _, _), jv in sorted(jobs.items()):
-        if jv.stage_layers not in splits:
-            splits.append(jv.stage_layers)
-        split_of_vp[i] = splits.index(jv.stage_layers)
-    vps_of_split = [[i for i in range(len(vps)) if split_of_vp[i] == si] for si in range(len(splits))]
-    # one valid job per (split, micro_batch, sequence_parallel): the parts below read no other field of it
-    sample: dict[tuple[int, int, int], Job] = {}
-    for (i, j, k), jv in jobs.items():
-        sample.setdefault((int(split_of_vp[i]), j, k), jv)
-    dims = (len(splits), len(micro_sizes), len(seq_pars), len(recomputes))
-    # stage times per (split, mb, sp, recompute): the slowest stage's parts and the other stages' time. The layer,
-    # embedding and head blocks do not depend on pp or dp: one workload per (mb, sp, recompute) serves every base
-    # of this TP/CP placement, given this base's split and micro-batch count.
-    slowest: dict[tuple[int, int, int, int], Any] = {}
-    slow_parts = np.full((4,) + dims, np.nan)  # compute, recompute, tp_exposed, cp_exposed of the slowest stage
-    bubble = np.full((len(vps),) + dims[1:], np.nan)  # per (vp, mb, sp, recompute)
-    pp_exposed = np.full((len(vps),) + dims[1:], np.nan)  # pipeline sends, per (vp, mb, sp, recompute)
-    for (si, j, k), jv in sample.items():
-        for r, rc in enumerate(recomputes):
-            jr = _copy(jv, recompute=rc)
-            template = shared.workloads.get((micro_sizes[j], seq_pars[k], rc))
-            if template is None:
-                template = shared.workloads[micro_sizes[j], seq_pars[k], rc] = build_workload(jr)
-            wl = dataclasses.replace(
-                template, layers_per_stage=max(jr.stage_layers), chunk_layers=jr.chunk_layers,
-                micro_batches=int(n_micro[j]))
-            stages = stage_times(jr, wl, costs)
-            slow, _ = slowest_and_rest(stages)
-            slowest[si, j, k, r] = slow
-            for i in vps_of_split[si]:
-                if (i, j, k) in jobs:  # the others are invalid plans
-                    bubble[i, j, k, r] = pipeline_bubble(jr.plan.schedule, int(n_micro[j]), vps[i], stages)
-                    pp_exposed[i, j, k, r] = _est.pp_exposed(jobs[i, j, k], wl, costs, stages)[1]
-            slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed)
-    # per (split, zero, grad dtype): the DP ops, the optimizer step and the model states of each stage
-    # memory: only the first stage of each kind can be the fullest (``memory.stage_kinds``), per split
-    kinds = [stage_kinds(next(x for (sj, _, _), x in sample.items() if sj == si)) for si in range(len(splits))]
-    n_kinds = max(len(x) for x in kinds)
-    states = np.full((len(splits), len(zeros), len(grad_dtypes), n_kinds), np.nan)
-    optimizer = np.full((len(splits), len(zeros), len(grad_dtypes)), np.nan)
-    dp_jobs: dict[tuple[int, int, int], tuple[Job, Any]] = {}
-    for si in range(len(splits)):
-        jv = next(x for (sj, _, _), x in sample.items() if sj == si)
-        for (z, zero), (g, gd) in itertools.product(enumerate(zeros), enumerate(grad_dtypes)):
-            jw = _copy(jv, zero=zero, grad_comm_dtype=gd)
-            dp_jobs[si, z, g] = (jw, build_workload(jw))
-            states[si, z, g, :len(kinds[si])] = [sum(x) for x in stage_states(jw, kinds[si])]
-            optimizer[si, z, g] = costs.compute(dp_jobs[si, z, g][1].optimizer)
-    # DP traffic per (split, mb, sp, recompute, zero, grad dtype), under the slowest stage's passes
-    dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
-    with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
-    for (si, j, k, r), slow in slowest.items():
-        for z, g in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
-            jw, wl = dp_jobs[si, z, g]
-            wl = with_count.get((si, z, g, j))
-            if wl is None:
-                wl = with_count[si, z, g, j] = dataclasses.replace(dp_jobs[si, z, g][1], micro_batches=int(n_micro[j]))
-            dp_exposed[si, j, k, r, z, g] = _est.dp_exposed(jw, wl, costs, slow)[1]
-    # activations of each stage per (vp, mb, sp, recompute)
-    acts = np.full((len(vps), len(micro_sizes), len(seq_pars), len(recomputes), n_kinds), np.nan)
-    for (i, j, k), jv in jobs.items():
-        stages = kinds[split_of_vp[i]]
-        for r, rc in enumerate(recomputes):
-            acts[i, j, k, r, :len(stages)] = stage_activation_bytes(_copy(jv, recompute=rc), stages)
-    by_vp = split_of_vp  # the split-indexed parts on the vp axis
-    step, parts, exposed = _assemble(n_micro, slow_parts[:, by_vp], bubble, pp_exposed, dp_exposed[by_vp],
+    valid = np.broadcast_to(valid[:, :, :, None, None, None], shape)
+    g = _grid(job, base, jobs, phase_cache)
+    slowest, slow_parts, bubble, pp_exposed = _stage_parts(g)
+    # only the first stage of each kind can be the fullest (``memory.stage_kinds``), per split
+    kinds = [stage_kinds(g.sample_of_split(si)) for si in range(len(g.splits))]
+    states, optimizer, dp_exposed = _dp_parts(g, slowest, kinds)
+    by_vp = g.split_of_vp  # the split-indexed parts, on the vp axis
+    step, parts, exposed = _assemble(g.n_micro, slow_parts[:, by_vp], bubble, pp_exposed, dp_exposed[by_vp],
                                      optimizer[by_vp])
-    # memory of the fullest stage: (states + activations) per stage, the largest; Memory.total's order
-    per_stage = states[by_vp][:, None, None, :, None, :, :] + acts[:, :, :, None, :, None, :]
-    fullest = np.nanargmax(np.where(np.isnan(per_stage), -np.inf, per_stage), axis=-1)[..., None]
-    mem = np.take_along_axis(per_stage, fullest, -1)[..., 0] + FRAMEWORK_RESERVE_GiB * GiB
-    valid_full = np.broadcast_to(valid[:, :, :, None, None, None], shape)
-    step = np.where(valid_full, step, np.nan)
-    mem = np.where(valid_full, mem, np.nan)
-    over = valid_full & ~(mem <= job.cluster.gpu.mem_bytes)  # as estimate: fits = total <= gpu.mem_bytes
-    if over.any():
-        acts_fullest = np.take_along_axis(np.broadcast_to(acts[:, :, :, None, :, None, :], per_stage.shape),
-                                          fullest, -1)[..., 0]
-        by_acts = over & (acts_fullest >= mem - FRAMEWORK_RESERVE_GiB * GiB - acts_fullest)
-        n_acts, n_states = int(by_acts.sum()), int((over & ~by_acts).sum())
-        if n_acts:
-            nofit["activations dominate"] += n_acts
-        if n_states:
-            nofit["weights+grads+optimizer dominate"] += n_states
+    mem = _fullest_memory(states[by_vp], _activations(g, kinds), valid, job.cluster.gpu.mem_bytes, nofit)
     flat = len(grid)
     return _BaseResult(
         plans=_codes(job, base, grid),
-        step=step.reshape(flat),
+        step=np.where(valid, step, np.nan).reshape(flat),
         parts=np.moveaxis(parts, 0, -1).reshape(flat, len(PART_KEYS)),
-        exposed=np.where(valid_full, exposed, np.nan).reshape(flat),
+        exposed=np.where(valid, exposed, np.nan).reshape(flat),
         mem=mem.reshape(flat),
-        valid=valid_full.reshape(flat).copy(),
+        valid=valid.reshape(flat).copy(),
         invalid_reasons=invalid,
         nofit_reasons=nofit,
         examples=examples,
