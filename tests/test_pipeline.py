@@ -296,7 +296,8 @@ def agreement_rule(j, sim, est, busiest, contention=False):
     return effects
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(plans)
 def test_estimate_and_simulate_agree_or_name_the_effect(d):
     j = _random_job(d)

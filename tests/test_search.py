@@ -230,7 +230,8 @@ def test_a_model_change_the_search_does_not_track_is_reported(monkeypatch):
     real = s._est.pp_exposed
     # pipeline sends that (wrongly) depend on the ZeRO stage: the search prices them once per (vp, mb)
     monkeypatch.setattr(s._est, "pp_exposed",
-                        lambda job, wl, costs, stages: tuple(x * (1 + job.plan.zero) for x in real(job, wl, costs, stages)))
+                        lambda job, wl, costs, stages: tuple(x * (1 + job.plan.zero)
+                                                             for x in real(job, wl, costs, stages)))
     job = load_job(small_job(zero=1))
     res = search(job, Space.parse({"pp": "2", "cp": "1", "micro_batch": "1", "zero": "2,3"}), top=3, workers=1)
     assert res.max_rel_diff > 1e-9

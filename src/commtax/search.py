@@ -454,7 +454,8 @@ class _Grid:
         return next(x for (sj, _, _), x in self.sample.items() if sj == si)
 
 
-def _grid(job: Job, base: _Base, jobs: dict[tuple[int, int, int], Job], phase_cache: dict[Any, _Shared] | None) -> _Grid:
+def _grid(job: Job, base: _Base, jobs: dict[tuple[int, int, int], Job],
+          phase_cache: dict[Any, _Shared] | None) -> _Grid:
     any_job = next(iter(jobs.values()))
     shared = _Shared() if phase_cache is None else phase_cache.setdefault(_phase_key(any_job), _Shared())
     n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in base.axes["micro_batch"]], float)
@@ -475,7 +476,8 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     (vp, mb, sp, recompute): the bubble and the exposed pipeline sends. The layer, embedding and head blocks do
     not depend on pp or dp: one workload per (mb, sp, recompute) serves every base of this TP/CP placement,
     given this base's split and micro-batch count."""
-    vps, micro_sizes, seq_pars, recomputes = (g.axis(k) for k in ("vp", "micro_batch", "sequence_parallel", "recompute"))
+    vps, micro_sizes = g.axis("vp"), g.axis("micro_batch")
+    seq_pars, recomputes = g.axis("sequence_parallel"), g.axis("recompute")
     vps_of_split = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
     dims = (len(g.splits), len(micro_sizes), len(seq_pars), len(recomputes))
     slowest: dict[tuple[int, int, int, int], Any] = {}
@@ -607,8 +609,8 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
 def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
     """Step time on the (vp, mb, sp, zero, recompute, gd) grid: ``estimate.step_parts`` on arrays, summed in its order.
 
-    Axes of the inputs: slow_parts (4, vp, mb, sp, recompute); bubble (vp, mb, sp, recompute);
-    pp_exposed (vp, mb, sp, recompute); dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd); n_micro (mb,).
+    Axes of the inputs: slow_parts (4, vp, mb, sp, recompute); bubble and pp_exposed (vp, mb, sp, recompute);
+    dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd); n_micro (mb,).
     """
     slow = slow_parts[:, :, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, recompute, gd)
     named = step_parts(

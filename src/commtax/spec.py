@@ -249,9 +249,11 @@ class Plan(_Spec):
     account_for_loss_in_pipeline_split: bool = Field(
         default=False, description="Megatron-Core: the LM head and loss count as one layer of the last stage's share")
     first_stage_layers: int | None = Field(
-        default=None, ge=0, le=10_000, description="layers on the first stage (Megatron num_layers_in_first_pipeline_stage)")
+        default=None, ge=0, le=10_000,
+        description="layers on the first stage (Megatron num_layers_in_first_pipeline_stage)")
     last_stage_layers: int | None = Field(
-        default=None, ge=0, le=10_000, description="layers on the last stage (Megatron num_layers_in_last_pipeline_stage)")
+        default=None, ge=0, le=10_000,
+        description="layers on the last stage (Megatron num_layers_in_last_pipeline_stage)")
     stage_layers: tuple[int, ...] | None = Field(
         default=None, description="layers on each pipeline stage, first to last (pp entries)")
 
