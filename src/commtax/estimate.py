@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -227,12 +228,16 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
     # what _combine reads besides the blocks' phases: the TP/CP overlap flags and degrees
     base_key = (id(blocks[0]), id(blocks[1]), id(blocks[2]), plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp)
 
+    passes = ("fwd", "bwd", "recompute")
+    layers_of: dict[int, tuple[PhaseCost, ...]] = {}  # n layers' passes, scaled once per n
+
     def stage(n: int, first: bool, last: bool) -> StageTime:
         key = (base_key, n, first, last)
         hit = cache.get(key)
         if hit is None or hit[0] is not blocks[0] or hit[1] is not blocks[1] or hit[2] is not blocks[2]:
-            passes = ("fwd", "bwd", "recompute")
-            parts = [(tuple(costs.phase(getattr(wl.layer, w)).scaled(n) for w in passes), 1)] if n else []
+            if n and n not in layers_of:
+                layers_of[n] = tuple(costs.phase(getattr(wl.layer, w)).scaled(n) for w in passes)
+            parts = [(layers_of[n], 1)] if n else []
             if first:
                 parts.insert(0, (tuple(costs.phase(getattr(wl.embed, w)) for w in passes), 1))
             if last:
@@ -319,8 +324,8 @@ def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) ->
     elif v > 1:
         exposed = 2 * (p * v - 1) * t_send + (0.0 if job.plan.overlap.pp else 2 * m * t_send)
     else:
-        slow = max(s.total for s in stages)
-        exposed = max(fill, m * (steady_cycle([s.total for s in stages], t_send) - slow) + 2 * (p - 2) * t_send)
+        totals = list(map(_total, stages))
+        exposed = max(fill, m * (steady_cycle(totals, t_send) - max(totals)) + 2 * (p - 2) * t_send)
     return sends * t_send, exposed, sends * costs.sent_bytes(wl.pp_send)
 
 
@@ -363,10 +368,13 @@ def step_parts(*, micro_batches, compute, recompute, tp_exposed, cp_exposed, bub
     }
 
 
+_total = operator.attrgetter("total")
+
+
 def slowest_and_rest(stages: list[StageTime]) -> tuple[StageTime, float]:
     """The slowest stage (it sets the pace) and Σ T_s − T_max, the time of the other stages per micro-batch."""
-    slow = max(stages, key=lambda s: s.total)
-    return slow, max(0.0, sum(s.total for s in stages) - slow.total)
+    slow = max(stages, key=_total)
+    return slow, max(0.0, sum(map(_total, stages)) - slow.total)
 
 
 def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> float:
@@ -382,7 +390,7 @@ def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> 
     """
     slow, others = slowest_and_rest(stages)
     if schedule == "gpipe":
-        span = sum(s.total for s in stages) + (m - 1) * (max(s.fwd for s in stages) + max(s.bwd for s in stages))
+        span = sum(map(_total, stages)) + (m - 1) * (max(s.fwd for s in stages) + max(s.bwd for s in stages))
         return max(0.0, span - m * slow.total)
     return others / vp
 
