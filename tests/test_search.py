@@ -138,8 +138,9 @@ def test_fixed_dimension_that_empties_the_space_says_why():
     job = load_job(small_job())
     with pytest.raises(SpecError, match=r"search space is empty.*tp\(3\)"):
         search(job, Space.parse({"tp": "3"}), workers=1)
-    with pytest.raises(SpecError, match=r"pp\(4\) \* vp\(3\) = 12 must divide layers\(32\)"):
-        search(job, Space.parse({"pp": "4", "vp": "3"}), workers=1)
+    # interleaving with 64 / (dp 2 × 16) = 2 micro-batches on 4 stages: Megatron's interleaved schedule refuses it
+    with pytest.raises(SpecError, match=r"search space is empty.*= 2, to be a multiple of pp\(4\)"):
+        search(job, Space.parse({"tp": "2", "pp": "4", "cp": "1", "vp": "2", "micro_batch": "16"}), workers=1)
 
 
 def test_nothing_fits_memory_says_how_much_is_needed():
@@ -211,7 +212,9 @@ def test_cli_search_bad_input_is_one_line_exit_2(tmp_path):
     assert r.exit_code == 2
     assert r.output.startswith("error: search space is empty") and "Traceback" not in r.output
     r = CliRunner().invoke(_app(), ["search", str(f), "--zero", "five"])
-    assert r.exit_code == 2 and "--zero: expected an integer" in r.output
+    assert r.exit_code == 2 and "--zero: expected one of 0, 1, 2, 3, got 'five'" in r.output
+    r = CliRunner().invoke(_app(), ["search", str(f), "--vp", "0"])
+    assert r.exit_code == 2 and "--vp: input should be greater than 0, got '0'" in r.output
     r = CliRunner().invoke(_app(), ["search", str(tmp_path / "missing.yaml")])
     assert r.exit_code == 2 and "file not found" in r.output
 
@@ -224,10 +227,40 @@ def test_a_model_change_the_search_does_not_track_is_reported(monkeypatch):
     real = s._est.pp_exposed
     # pipeline sends that (wrongly) depend on the ZeRO stage: the search prices them once per (vp, mb)
     monkeypatch.setattr(s._est, "pp_exposed",
-                        lambda job, wl, costs: tuple(x * (1 + job.plan.zero) for x in real(job, wl, costs)))
+                        lambda job, wl, costs, stages: tuple(x * (1 + job.plan.zero)
+                                                             for x in real(job, wl, costs, stages)))
     job = load_job(small_job(zero=1))
     res = search(job, Space.parse({"pp": "2", "cp": "1", "micro_batch": "1", "zero": "2,3"}), top=3, workers=1)
     assert res.max_rel_diff > 1e-9
     assert res.warnings and "differs from estimate" in res.warnings[0]
     steps = [b.step_time_s for _, b in res.top]
     assert steps == sorted(steps)
+
+
+def test_verify_ranks_the_top_plans_by_the_simulated_step():
+    from commtax.sim import simulate
+
+    job = load_job(small_job())
+    space = Space.parse({"tp": "2,4", "pp": "2", "cp": "1", "micro_batch": "1,2", "zero": "1"})
+    res = search(job, space, top=2, workers=1, verify=3)
+    assert len(res.verified) == 3
+    sims = [v["simulate_step_s"] for v in res.verified]
+    assert sims == sorted(sims)
+    for v in res.verified:  # both times are the model's own: estimate and the event simulator on that plan
+        j = job_for(job, v["plan"])
+        assert v["estimate_step_s"] == estimate(j).step_time_s
+        assert v["simulate_step_s"] == simulate(j, compare=False).breakdown.step_time_s
+    assert [p for p, _ in res.top[:3]] == [v["plan"] for v in res.verified]  # the best plan is the best simulated
+    assert "verified" in res.to_dict()
+
+
+def test_cli_search_verify_shows_both_times(tmp_path):
+    import yaml
+
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(small_job()))
+    r = CliRunner().invoke(_app(), ["search", str(f), "--tp", "2", "--pp", "2", "--cp", "1", "--micro-batch", "1",
+                                    "--verify", "2"], env={"COLUMNS": "160"})
+    assert r.exit_code == 0, r.output
+    assert "simulated (ranked by the simulated step)" in r.output
+    assert "estimate s" in r.output and "simulate s" in r.output

@@ -64,13 +64,16 @@ def test_step_time_within_2_percent_of_estimate_on_uniform_stages(plan):
 
 
 def test_1f1b_send_stalls_agree_with_the_estimate():
-    """1F1B: every micro-batch's forward-backward round trip puts 2 sends on the critical path; the
-    estimate counts them too (2m, plus the 2(p−1) of the fill), the simulator finds them."""
+    """1F1B: a backward waits for the gradient of the forward the stage sent on; the round trip over all
+    p − 1 boundaries holds p stages' passes and 2(p − 1) sends per p micro-batches, so on (near-)uniform
+    stages 2(p−1)/p sends per micro-batch are exposed, plus 2(p − 2) of the fill (``estimate.pp_exposed``);
+    the simulator finds them."""
     j = job(pp=8, tp=1)
     r = simulate(j, same_assumptions(j))
     t_send, m, p = r.builder.t_send, r.builder.m, 8
-    assert r.breakdown.breakdown_s["pp_exposed"] == pytest.approx(2 * m * t_send, rel=0.1)
-    assert r.estimate.breakdown_s["pp_exposed"] == pytest.approx(2 * (m + p - 1) * t_send, rel=0.01)
+    fill, uniform = 2 * (p - 1) * t_send, (2 * (p - 1) / p * m + 2 * (p - 2)) * t_send
+    assert fill < r.estimate.breakdown_s["pp_exposed"] <= uniform  # the last stage (logits) paces a little
+    assert r.breakdown.breakdown_s["pp_exposed"] == pytest.approx(r.estimate.breakdown_s["pp_exposed"], rel=0.05)
     assert abs(r.breakdown.step_time_s / r.estimate.step_time_s - 1) < 0.02
 
 
@@ -149,7 +152,7 @@ plans = st.fixed_dictionaries({
 
 def _job(plan):
     plan = dict(plan)
-    if plan["pp"] == 1:
+    if plan["pp"] == 1 or plan["schedule"] == "gpipe":  # interleaving is 1F1B's (the spec refuses the rest)
         plan["vp"] = 1
     return job(layers=8, num_gpus=64, global_batch=64, **plan)
 

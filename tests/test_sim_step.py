@@ -152,7 +152,9 @@ def test_breakdown_parts_sum_to_step_time():
 
 @pytest.mark.parametrize("pp,vp,m,schedule", [
     (2, 1, 2, "1f1b"), (4, 1, 8, "1f1b"), (4, 1, 8, "gpipe"), (8, 1, 32, "1f1b"),
-    (4, 2, 8, "1f1b"), (4, 3, 12, "1f1b"), (2, 4, 6, "1f1b"), (3, 2, 7, "1f1b"),
+    (4, 2, 8, "1f1b"), (4, 3, 12, "1f1b"), (2, 4, 6, "1f1b"), (3, 2, 9, "1f1b"),
+    # fewer micro-batches than stages: (m + p − 1)·t, so the bubble is still (p − 1)/m of the ideal time
+    (4, 1, 2, "1f1b"), (4, 1, 3, "gpipe"), (8, 1, 1, "1f1b"),
 ])
 def test_uniform_bubble_fraction_is_textbook(pp, vp, m, schedule):
     r = run(tiny_job(pp=pp, vp=vp, schedule=schedule, global_batch=m))

@@ -3,22 +3,26 @@
 step time = compute + recompute + exposed TP + exposed CP + pipeline bubble + exposed PP
             + exposed DP + optimizer                                              (DESIGN.md)
 
-Pipeline (Narayanan et al. 2021, §2.2): with m micro-batches, p stages, v virtual stages,
-step ≈ m·T_max + (p−1)/v·T_avg, where T is one micro-batch's forward+backward on a stage;
-for uniform stages the bubble fraction is (p−1)/(v·m) of the ideal time (1F1B and GPipe alike).
+Pipeline (Narayanan et al. 2021, §2.2): with m micro-batches, p stages, v virtual stages and T_s one
+micro-batch's forward+backward on stage s, 1F1B takes m·T_max + (Σ_s T_s − T_max)/v: the slowest stage runs
+its m micro-batches back to back, and the fill and drain cross the other stages once; GPipe is two flow
+shops, forwards then backwards (``pipeline_bubble``). Both hold for every m ≥ 1; for uniform stages the
+bubble is (p−1)/(v·m) of the ideal time. Interleaving (v > 1) needs m to be a multiple of p (Megatron's
+interleaved schedule refuses other m; the spec does too), so the 1/v holds wherever it is used.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import operator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from commtax.collectives import bus_factor, collective_cost
 from commtax.compute import ComputeModel, compute_model, op_time
 from commtax.memory import memory
-from commtax.spec import Job
+from commtax.spec import Job, per_rank
 from commtax.topology import group_placement
 from commtax.units import SECONDS_PER_DAY, TFLOPS
 from commtax.workload import Collective, Compute, Phase, Workload, build_workload
@@ -95,6 +99,7 @@ class Costs:
         self._placements: dict[tuple[str, str], Any] = {}
         self._times: dict[tuple[str, str, float], float] = {}
         self._phases: dict[int, tuple[Phase, PhaseCost]] = {}
+        self.stage_cache: dict[tuple, tuple] = {}  # stage_times: (blocks, layers, ends, overlap, tp, cp) -> StageTime
 
     def collective(self, c: Collective) -> float:
         return self.collective_time(c.group, c.op, c.bytes)
@@ -156,10 +161,10 @@ class StageTime:
     fwd: float  # forward wall time (for overlap windows)
     bwd: float  # backward + recompute wall time
     link: PhaseCost  # link time and bytes, all passes
+    total: float = field(init=False)  # compute + recompute + exposed TP + exposed CP
 
-    @property
-    def total(self) -> float:
-        return self.compute + self.recompute + self.tp_exposed + self.cp_exposed
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total", self.compute + self.recompute + self.tp_exposed + self.cp_exposed)
 
 
 def _exposed(job: Job, pc: PhaseCost) -> tuple[float, float]:
@@ -205,20 +210,52 @@ def _combine(job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost],
     )
 
 
+def stage_layer_counts(job: Job, wl: Workload) -> tuple[int, ...]:
+    """Layers of each pipeline rank: the workload's virtual stages k = chunk·pp + stage, summed per rank."""
+    p, v = job.plan.pp, job.plan.vp
+    return per_rank(wl.chunk_layers or (wl.layers_per_stage // v,) * (p * v), p, v)
+
+
 def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
-    """First, middle and last pipeline ranks (one rank when pp == 1); middle ranks are identical."""
-    cost = {name: (costs.phase(b.fwd), costs.phase(b.bwd), costs.phase(b.recompute))
-            for name, b in (("embed", wl.embed), ("layer", wl.layer), ("head", wl.head))}
-    L = wl.layers_per_stage
-    layers = (tuple(c.scaled(L) for c in cost["layer"]), 1)
+    """Every pipeline rank, first to last: its layers, the embedding on the first, the head on the last.
+    Ranks alike (same layers, neither end) share one StageTime; ``costs.stage_cache`` keeps them across calls."""
     p = job.plan.pp
+    plan = job.plan
+    cache = getattr(costs, "stage_cache", None)
+    if cache is None:  # a stand-in for Costs (tests)
+        cache = {}
+    blocks = (wl.embed, wl.layer, wl.head)
+    # what _combine reads besides the blocks' phases: the TP/CP overlap flags and degrees
+    base_key = (id(blocks[0]), id(blocks[1]), id(blocks[2]), plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp)
+
+    passes = ("fwd", "bwd", "recompute")
+    layers_of: dict[int, tuple[PhaseCost, ...]] = {}  # n layers' passes, scaled once per n
+
+    def stage(n: int, first: bool, last: bool) -> StageTime:
+        key = (base_key, n, first, last)
+        hit = cache.get(key)
+        if hit is None or hit[0] is not blocks[0] or hit[1] is not blocks[1] or hit[2] is not blocks[2]:
+            if n and n not in layers_of:
+                layers_of[n] = tuple(costs.phase(getattr(wl.layer, w)).scaled(n) for w in passes)
+            parts = [(layers_of[n], 1)] if n else []
+            if first:
+                parts.insert(0, (tuple(costs.phase(getattr(wl.embed, w)) for w in passes), 1))
+            if last:
+                parts.append((tuple(costs.phase(getattr(wl.head, w)) for w in passes), 1))
+            hit = cache[key] = (*blocks, _combine(job, parts))  # holding the blocks keeps their ids from reuse
+        return hit[3]
+
+    counts = stage_layer_counts(job, wl)
+    whole = cache.get((base_key, counts))
+    if whole is not None and whole[0] is blocks[1]:
+        return whole[1]
     if p == 1:
-        return [_combine(job, [(cost["embed"], 1), layers, (cost["head"], 1)])]
-    first = _combine(job, [(cost["embed"], 1), layers])
-    last = _combine(job, [layers, (cost["head"], 1)])
-    if p == 2:
-        return [first, last]
-    return [first] + [_combine(job, [layers])] * (p - 2) + [last]
+        out = [stage(counts[0], True, True)]
+    else:
+        middle = {n: stage(n, False, False) for n in set(counts[1:-1])}
+        out = [stage(counts[0], True, False)] + [middle[n] for n in counts[1:-1]] + [stage(counts[-1], False, True)]
+    cache[base_key, counts] = (blocks[1], out)  # callers read the list, never change it
+    return out
 
 
 def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
@@ -264,38 +301,98 @@ def bucketed_time(costs: Costs, c: Collective, bucket_bytes: float) -> float:
     return n * costs.collective_time(c.group, c.op, c.bytes / n)
 
 
-def pp_exposed(job: Job, wl: Workload, costs: Costs) -> tuple[float, float, float]:
-    """(link time, exposed time, bytes) of pipeline sends for one step on the busiest rank."""
+def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) -> tuple[float, float, float]:
+    """(link time, exposed time, bytes) of pipeline sends for one step on the busiest rank.
+
+    The fill and drain cross every stage boundary in turn: 2(p − 1) sends (GPipe: nothing else; its
+    passes do not wait on a round trip). Interleaved 1F1B crosses every virtual-stage boundary, 2(p·v − 1)
+    sends, the rest overlapping compute (Megatron overlap_p2p_comm); without that overlap each micro-batch's
+    blocking send/recv pair adds 2 (Megatron-LM p2p_communication, send_forward_recv_backward). Plain 1F1B
+    alternates one forward and one backward per stage, and a backward waits for the gradient of the
+    forward it sent on: a round trip over k boundaries holds k + 1 stages' passes and 2k sends, so the
+    steady state runs at C = max over stage ranges of (Σ T_s + 2k·t_send)/(k + 1) per micro-batch
+    (``steady_cycle``; uniform: T + 2(p−1)/p·t_send), beyond T_max m times, plus 2(p − 2) sends of the fill.
+    """
     p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
     if p == 1:
         return 0.0, 0.0, 0.0
     t_send = costs.collective(wl.pp_send)
     sends = 2 * v * m  # each micro-batch: forward activation and backward gradient, per model chunk
-    fill = 2 * (p - 1) * t_send  # the first forward and the last backward cross every boundary in turn
-    # Megatron overlaps p2p with compute only in the interleaved schedule (overlap_p2p_comm); plain 1F1B
-    # exchanges send-forward/recv-backward pairs between passes, two sends per micro-batch on the path
-    overlapped = job.plan.overlap.pp and v > 1
-    exposed = fill if overlapped else fill + 2 * m * t_send
+    fill = 2 * (p - 1) * t_send
+    if job.plan.schedule == "gpipe":
+        exposed = fill
+    elif v > 1:
+        exposed = 2 * (p * v - 1) * t_send + (0.0 if job.plan.overlap.pp else 2 * m * t_send)
+    else:
+        totals = list(map(_total, stages))
+        exposed = max(fill, m * (steady_cycle(totals, t_send) - max(totals)) + 2 * (p - 2) * t_send)
     return sends * t_send, exposed, sends * costs.sent_bytes(wl.pp_send)
 
 
-def step_parts(m, compute, recompute, tp_exposed, cp_exposed, t_avg, pp, vp, pp_exposed, dp_exposed, optimizer):
-    """The step's parts (BREAKDOWN_KEYS order) from one micro-batch on the slowest stage.
+def steady_cycle(totals: list[float], t_send: float) -> float:
+    """1F1B's time per micro-batch in the steady state: the slowest stage, or a round trip over k stage
+    boundaries (k + 1 stages' passes and 2k sends per k + 1 micro-batches), whichever is longer (max-plus).
 
-    step = m·(compute + recompute + exposed TP + exposed CP) of the slowest stage + (p−1)/v·T_avg
-    + exposed PP + exposed DP + optimizer (Narayanan et al. 2021 §2.2 for the bubble). Plain
-    arithmetic, so it works elementwise on NumPy arrays too (``commtax.search`` evaluates whole grids).
+    Over a run of equal stages the mean of a range moves monotonically as an end moves, so only ranges
+    that start and end at the first or last stage of a run need trying (stages come in a few runs)."""
+    prefix = [0.0]
+    for t in totals:
+        prefix.append(prefix[-1] + t)
+    n = len(totals)
+    ends = sorted({i for i in range(n) if i in (0, n - 1) or totals[i] != totals[i - 1] or totals[i] != totals[i + 1]})
+    best = max(totals)
+    for x, a in enumerate(ends):
+        for b in ends[x + 1:]:
+            k = b - a
+            best = max(best, (prefix[b + 1] - prefix[a] + 2 * k * t_send) / (k + 1))
+    return best
+
+
+def step_parts(*, micro_batches, compute, recompute, tp_exposed, cp_exposed, bubble_s, pp_exposed, dp_exposed,
+               optimizer):
+    """The step's parts (BREAKDOWN_KEYS order): m × one micro-batch on the slowest stage (compute, recompute,
+    exposed TP and CP), the pipeline bubble (``pipeline_bubble``), exposed PP, exposed DP, optimizer.
+
+    Plain arithmetic, so it works elementwise on NumPy arrays too (``commtax.search`` evaluates whole grids).
     """
+    m = micro_batches
     return {
         "compute": m * compute,
         "recompute": m * recompute,
         "tp_exposed": m * tp_exposed,
         "cp_exposed": m * cp_exposed,
-        "pp_bubble": (pp - 1) / vp * t_avg,
+        "pp_bubble": bubble_s,
         "pp_exposed": pp_exposed,
         "dp_exposed": dp_exposed,
         "optimizer": optimizer,
     }
+
+
+_total = operator.attrgetter("total")
+
+
+def slowest_and_rest(stages: list[StageTime]) -> tuple[StageTime, float]:
+    """The slowest stage (it sets the pace) and Σ T_s − T_max, the time of the other stages per micro-batch."""
+    slow = max(stages, key=_total)
+    return slow, max(0.0, sum(map(_total, stages)) - slow.total)
+
+
+def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> float:
+    """Time the slowest stage waits per step, beyond its m micro-batches (T_s: one micro-batch fwd+bwd on stage s).
+
+    1F1B (and interleaved): in the steady state every stage alternates one forward and one backward, so the
+    slowest stage paces the pipeline and the fill and drain cross the others once:
+        bubble = Σ_{s≠max} T_s / v      (uniform: (p−1)/v·T, Narayanan et al. 2021 §2.2; v > 1 needs p | m).
+    GPipe: all forwards, then all backwards: two flow shops of m identical jobs, each (m−1)·max + Σ over stages
+    (Huang et al. 2019; the permutation flow-shop makespan for identical jobs):
+        step_pipeline = Σ_s T_s + (m−1)·(max_s F_s + max_s B_s);  bubble = that − m·T_max.
+    Both hold for every m ≥ 1, m < p included ((m + p − 1)·T for uniform stages).
+    """
+    slow, others = slowest_and_rest(stages)
+    if schedule == "gpipe":
+        span = sum(map(_total, stages)) + (m - 1) * (max(s.fwd for s in stages) + max(s.bwd for s in stages))
+        return max(0.0, span - m * slow.total)
+    return others / vp
 
 
 def model_flops_per_gpu_step(job: Job, wl: Workload) -> float:
@@ -342,14 +439,14 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
     wl = workload or build_workload(job)
     costs = costs or Costs(job)
     stages = stage_times(job, wl, costs)
-    p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
-    slow = max(stages, key=lambda s: s.total)
-    t_avg = sum(s.total for s in stages) / len(stages)
-    pp_link, pp_exp, pp_bytes = pp_exposed(job, wl, costs)
+    m = wl.micro_batches
+    slow, _ = slowest_and_rest(stages)
+    pp_link, pp_exp, pp_bytes = pp_exposed(job, wl, costs, stages)
     dp_link, dp_exp, dp_bytes = dp_exposed(job, wl, costs, slow)
     optimizer = costs.compute(wl.optimizer)
-    parts = step_parts(m, slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed, t_avg, p, v,
-                       pp_exp, dp_exp, optimizer)
+    parts = step_parts(micro_batches=m, compute=slow.compute, recompute=slow.recompute, tp_exposed=slow.tp_exposed,
+                       cp_exposed=slow.cp_exposed, bubble_s=pipeline_bubble(job.plan.schedule, m, job.plan.vp, stages),
+                       pp_exposed=pp_exp, dp_exposed=dp_exp, optimizer=optimizer)
     comm_time = {
         "tp": m * slow.link.comm.get("tp", 0.0),
         "cp": m * slow.link.comm.get("cp", 0.0),

@@ -1,4 +1,5 @@
-"""Per-GPU memory of the busiest pipeline stage (the first: it holds the most in-flight micro-batches).
+"""Per-GPU memory of the fullest pipeline stage: each stage's own layers, embedding (first) or head (last),
+and in-flight micro-batches (the first holds the most), the largest total reported.
 
 Model states follow ZeRO (Rajbhandari et al. 2020, §3.1): mixed-precision Adam keeps 2 B of
 bf16/fp16 weights, 2 B of gradients (4 B when reduced in fp32) and 12 B of fp32 master
@@ -9,7 +10,9 @@ et al. 2022, eq. 1-2 and Table 2, generalised to GQA and gated MLPs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from commtax.assumptions import Assumptions, assumptions_for
 from commtax.spec import Job
@@ -18,7 +21,7 @@ from commtax.workload import (
     activation_bytes_per_element,
     grad_bytes_per_param,
     optimizer_bytes_per_param,
-    params_per_gpu,
+    stage_params,
     weight_bytes_per_param,
 )
 
@@ -95,32 +98,68 @@ def per_op_selective_bytes(job: Job) -> float:
     return a * s * b * (h_rep + h / t + gd / t + f / t + h_rep + h / t)
 
 
-def in_flight_micro_batches(job: Job) -> float:
-    """Micro-batches whose activations the first stage holds at peak.
+def in_flight_micro_batches(job: Job, stage: int = 0) -> float:
+    """Micro-batches whose activations pipeline rank ``stage`` holds at peak (the first holds the most).
 
-    1F1B: p (Narayanan 2021 §2.2.1); interleaved: p·(1 + (p-1)/(p·v)) (Korthikanti §4.2.3); GPipe: all m.
+    1F1B: p − s (Narayanan 2021 §2.2.1: stage s runs p − s − 1 warm-up forwards, then one more before its first
+    backward); interleaved: its warm-up chunk forwards, 2(p − s − 1) + (v − 1)·p, plus one, each 1/v of the
+    stage's layers (Megatron-Core get_pipeline_parallel_order / schedules.py): p·(1 + (p−1)/(p·v)) on the first
+    (Korthikanti §4.2.3); GPipe: all m; never more than m.
     """
     p, m = job.plan, job.micro_batches
     if p.pp == 1:
         return 1.0
     if p.schedule == "gpipe":
         return float(m)
-    return min(float(m), p.pp * (1 + (p.pp - 1) / (p.pp * p.vp)) if p.vp > 1 else float(p.pp))
+    if p.vp > 1:
+        return min(float(m), (2 * (p.pp - stage - 1) + (p.vp - 1) * p.pp + 1) / p.vp)
+    return min(float(m), float(p.pp - stage))
+
+
+@lru_cache(maxsize=4096)
+def _kinds(stage_layers: tuple[int, ...]) -> tuple[int, ...]:
+    p = len(stage_layers)
+    first: dict[tuple[int, bool, bool], int] = {}
+    for s, n in enumerate(stage_layers):
+        first.setdefault((n, s == 0, s == p - 1), s)
+    return tuple(sorted(first.values()))
+
+
+def stage_kinds(job: Job) -> tuple[int, ...]:
+    """The stages that can be the fullest: the first of each kind (its layers; first; last). In-flight
+    micro-batches never grow with the stage index (``in_flight_micro_batches``), so a later stage of the
+    same kind holds no more."""
+    return _kinds(job.stage_layers)
+
+
+def stage_activation_bytes(job: Job, stages: Iterable[int] | None = None) -> list[float]:
+    """Activation bytes of pipeline ranks ``stages`` (default: all): its layers × in-flight micro-batches, the
+    embedding output on the first and the fp32 logits on the last (pp == 1: both)."""
+    m, p, tr = job.model, job.plan, job.training
+    per_layer = layer_activation_bytes(job)
+    full_layer = layer_activation_bytes(job, recompute="none") if p.recompute == "full" else 0.0
+    tokens = p.micro_batch * tr.seq_len // p.cp
+    embedding = activation_bytes_per_element(tr.precision) * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
+    logits = 4.0 * tokens * m.vocab / p.tp
+    out = []
+    split = job.stage_layers
+    for s in range(p.pp) if stages is None else stages:
+        layers = split[s]
+        in_flight = in_flight_micro_batches(job, s)
+        acts = layers * per_layer * in_flight
+        if layers:
+            acts += full_layer  # full recompute: the layer being recomputed materialises its activations once
+        if s == 0:
+            acts += embedding
+        if s == p.pp - 1:
+            acts += logits * (1.0 if p.pp == 1 else in_flight)
+        out.append(acts)
+    return out
 
 
 def activation_bytes(job: Job) -> float:
-    m, p, tr = job.model, job.plan, job.training
-    layers = m.layers // p.pp
-    acts = layers * layer_activation_bytes(job) * in_flight_micro_batches(job)
-    tokens = p.micro_batch * tr.seq_len // p.cp
-    if p.recompute == "full":
-        # the layer being recomputed materialises its full activations once
-        acts += layer_activation_bytes(job, recompute="none")
-    # embedding output of the first stage and fp32 logits of the last (pp == 1: both)
-    acts += activation_bytes_per_element(tr.precision) * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
-    if p.pp == 1:
-        acts += 4.0 * tokens * m.vocab / p.tp
-    return acts
+    """Activation bytes of the fullest stage (``memory``'s)."""
+    return memory(job).activations
 
 
 def fixed_reserve_bytes(tp: int, pp: int, cp: int, dp: int, a: Assumptions) -> float:
@@ -140,15 +179,27 @@ def reserve_bytes(job: Job, activations: float) -> float:
     return fixed_reserve_bytes(p.tp, p.pp, p.cp, job.dp, a) + a.v("allocator_fragmentation") * activations
 
 
-def memory(job: Job) -> Memory:
+def stage_states(job: Job, stages: Iterable[int] | None = None) -> list[tuple[float, float, float]]:
+    """(weights, gradients, optimizer) bytes of pipeline ranks ``stages`` (default: all), ZeRO-sharded
+    (Rajbhandari et al. 2020 §3.1), at the precision's weight and optimizer widths."""
     p, prec = job.plan, job.training.precision
-    params = params_per_gpu(job)
-    stage = params["layers"] + (max(params["embed"], params["head"]) if p.pp > 1 else params["embed"] + params["head"])
     shard = job.dp * p.cp
     w_bytes = weight_bytes_per_param(prec)
     g_bytes = max(w_bytes, grad_bytes_per_param(job))  # gradients are kept at the weights' width even if sent compressed
-    weights = w_bytes * stage / (shard if p.zero >= 3 else 1)
-    grads = g_bytes * stage / (shard if p.zero >= 2 else 1)
-    optimizer = optimizer_bytes_per_param(prec) * stage / (shard if p.zero >= 1 else 1)
-    acts = activation_bytes(job)
-    return Memory(weights, grads, optimizer, acts, reserve_bytes(job, acts))
+    o_bytes = optimizer_bytes_per_param(prec)
+    params = stage_params(job)
+    return [(w_bytes * n / (shard if p.zero >= 3 else 1), g_bytes * n / (shard if p.zero >= 2 else 1),
+             o_bytes * n / (shard if p.zero >= 1 else 1))
+            for n in (params if stages is None else [params[s] for s in stages])]
+
+
+def stage_memory(job: Job, stages: Iterable[int] | None = None) -> list[Memory]:
+    """Memory of pipeline ranks ``stages`` (default: all, first to last)."""
+    stages = None if stages is None else list(stages)
+    return [Memory(w, g, o, a, reserve_bytes(job, a))
+            for (w, g, o), a in zip(stage_states(job, stages), stage_activation_bytes(job, stages))]
+
+
+def memory(job: Job) -> Memory:
+    """Memory of the fullest pipeline rank (the first of equals; only the first stage of each kind can be it)."""
+    return max(stage_memory(job, stage_kinds(job)), key=lambda x: x.total)

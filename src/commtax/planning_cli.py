@@ -95,6 +95,8 @@ def search_command(
     ] = None,
     rank: Annotated[Literal[RANK_BY], typer.Option("--rank", help="what ranks the plans")] = "step",
     top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="plans to show")] = 5,
+    verify: Annotated[int, typer.Option("--verify", min=0, metavar="K", help="simulate the best K plans and rank "
+                                        "them by the simulated step (both times shown)")] = 0,
     rent: RentOpt = False,
     wide: WideOpt = False,
     json_out: JsonOpt = False,
@@ -123,7 +125,7 @@ def search_command(
             raise
         price_error = str(e)
     with progress("searching plans", enabled=not json_out) as update:
-        res = search(job, space, rank_by=rank, top=top, workers=workers, progress=update)
+        res = search(job, space, rank_by=rank, top=top, workers=workers, progress=update, verify=verify)
     data = res.to_dict()
     if usd_per_s is not None:
         for entry, (_, b) in zip(data["top"], res.top):
@@ -149,8 +151,16 @@ def search_command(
         err_console.print(f"warning: {w}", markup=False)
     if price_error:
         console.print(f"(no $ column: {price_error})", markup=False)
-    print_table(search_table(res, mode, usd_per_s, top, wide), wide)
+    print_table(search_table(res, mode, usd_per_s, max(top, verify), wide), wide)
     console.print(PLAN_LABEL_KEY, style="dim")
+    if res.verified:
+        t = new_table(f"Top {len(res.verified)} simulated (ranked by the simulated step)")
+        for col in ("#", "plan", "estimate s", "simulate s", "diff"):
+            t.add_column(col, justify="left" if col == "plan" else "right")
+        for k, v in enumerate(res.verified, 1):
+            est, sim = v["estimate_step_s"], v["simulate_step_s"]
+            t.add_row(str(k), plan_label(v["plan"]), f"{est:.3f}", f"{sim:.3f}", f"{(sim - est) / est:+.1%}")
+        print_table(t, wide)
     best_plan, best = res.top[0]
     console.print(f"\n[bold]Best plan[/bold] {plan_label(best_plan)}:")
     render_breakdown(best, console, job.cluster.gpu.mem_GiB)

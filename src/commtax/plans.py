@@ -44,7 +44,11 @@ def candidates(field: str, fixed: dict[str, Any], raw: dict[str, Any]) -> list[A
         pp = fixed.get("pp", 1)
         if pp == 1:
             return [1]
-        return divisors(model["layers"] // pp) if model["layers"] % pp == 0 else [1]
+        layers = model["layers"]
+        if layers % pp == 0:
+            return divisors(layers // pp)
+        # uneven stages: the balanced split gives each stage a multiple of vp layers (spec.pipeline_split)
+        return [v for v in divisors(layers) if pp * v <= layers]
     if field == "micro_batch":
         mp = fixed.get("tp", 1) * fixed.get("pp", 1) * fixed.get("cp", 1)
         dp = fixed.get("dp") or max(1, n_gpus // mp)

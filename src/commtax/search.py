@@ -10,15 +10,17 @@ evaluates each part once per distinct sub-configuration, with the model's own fu
 part                          model function                         depends on (within a base)
 ============================  =====================================  ==========================
 validity                      ``Job`` validator (``spec``)           vp, micro_batch, sp
-stage times (slow, average)   ``stage_times`` (*)                    micro_batch, sp, recompute
-pipeline sends                ``estimate.pp_exposed``                micro_batch, vp
-DP traffic                    ``estimate.dp_exposed``                micro_batch, sp, recompute, zero, grad dtype
-optimizer step                ``Costs.compute(wl.optimizer)``        zero, grad dtype
-model-state memory            ``memory.memory``                      zero, grad dtype
-activation memory             ``memory.activation_bytes``            vp, micro_batch, sp, recompute
+stage times, bubble           ``stage_times``, ``pipeline_bubble``   split (*), micro_batch, sp, recompute; vp
+pipeline sends                ``estimate.pp_exposed``                vp, micro_batch, sp, recompute
+DP traffic                    ``estimate.dp_exposed``                split, micro_batch, sp, recompute, zero, gd
+optimizer step                ``Costs.compute(wl.optimizer)``        split, zero, grad dtype
+model-state memory per stage  ``memory.stage_states``                split, zero, grad dtype
+activations per stage         ``memory.stage_activation_bytes``      vp, micro_batch, sp, recompute
 ============================  =====================================  ==========================
 
-(*) the layer, embedding and head blocks of ``build_workload`` do not depend on pp or dp, so one workload
+(*) the split is the layers of each pipeline rank (``Job.stage_layers``): it depends on vp only when the
+layers do not divide evenly. Memory is the fullest stage's: (states + activations) per stage, the largest.
+The layer, embedding and head blocks of ``build_workload`` do not depend on pp or dp, so one workload
 per (micro_batch, sp, recompute) serves every base with the same TP and CP placement, and their phases are
 priced once (``_Shared``). The search then assembles the step on the plan grid with NumPy broadcasting
 (``_assemble``: the same sum, in the same order, as ``estimate``). Every search re-estimates its top plans
@@ -38,9 +40,10 @@ import signal
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, get_args
 
 import numpy as np
+from pydantic import TypeAdapter, ValidationError
 
 from commtax import estimate as _est
 from commtax.errors import SpecError
@@ -49,19 +52,24 @@ from commtax.estimate import (
     Breakdown,
     Costs,
     estimate,
+    pipeline_bubble,
+    slowest_and_rest,
     stage_times,
     step_parts,
 )
 from commtax.assumptions import assumptions_for
-from commtax.memory import activation_bytes, fixed_reserve_bytes, memory
+from commtax.memory import fixed_reserve_bytes, stage_activation_bytes, stage_kinds, stage_states
 from commtax.plans import candidates
-from commtax.spec import Job, job_with
+from commtax.spec import Job, Plan, job_with
 from commtax.topology import layout
 from commtax.units import GiB
 from commtax.workload import build_workload
 
-RECOMPUTE = ("none", "selective", "full")
-GRAD_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+# the allowed values, as the spec declares them
+RECOMPUTE: tuple[str, ...] = get_args(Plan.model_fields["recompute"].annotation)
+GRAD_DTYPES: tuple[str, ...] = get_args(Plan.model_fields["grad_comm_dtype"].annotation)
+# the explicit split of a plan's layers over its pp stages: dropped when the search changes pp
+STAGE_SPLIT_FIELDS = ("stage_layers", "first_stage_layers", "last_stage_layers")
 SEARCH_FIELDS = ("tp", "pp", "cp", "vp", "micro_batch", "zero", "recompute", "sequence_parallel", "grad_comm_dtype")
 PART_KEYS = _est.BREAKDOWN_KEYS
 RANK_BY = ("step", "cost", "tokens_per_dollar")
@@ -90,30 +98,27 @@ class Constraint:
         return f"{'' if self.lo is None else self.lo}..{'' if self.hi is None else self.hi}"
 
 
+def _field_adapter(fieldname: str) -> TypeAdapter:
+    """The spec's own type and constraints of a plan field (``Plan.model_fields``)."""
+    info = Plan.model_fields[fieldname]
+    return TypeAdapter(Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation)
+
+
 def _convert(fieldname: str, text: str) -> Any:
+    """One command-line value of a plan field, parsed and checked by the spec's own type (pydantic)."""
     text = text.strip()
-    if fieldname == "sequence_parallel":
-        low = text.lower()
-        if low in ("true", "1", "yes", "on"):
-            return True
-        if low in ("false", "0", "no", "off"):
-            return False
-        raise SpecError(f"--{fieldname}: expected true/false, got {text!r}")
-    if fieldname == "recompute":
-        if text not in RECOMPUTE:
-            raise SpecError(f"--recompute: {text!r} is not one of {', '.join(RECOMPUTE)}")
-        return text
-    if fieldname == "grad_comm_dtype":
-        if text not in GRAD_DTYPES:
-            raise SpecError(f"--grad-comm-dtype: {text!r} is not one of {', '.join(GRAD_DTYPES)}")
-        return text
+    flag = f"--{fieldname.replace('_', '-')}"
+    value: Any = text
+    choices = get_args(Plan.model_fields[fieldname].annotation)
+    if choices and all(isinstance(c, int) for c in choices):  # an integer Literal (zero): "2" -> 2
+        try:
+            value = int(text)
+        except ValueError:
+            raise SpecError(f"{flag}: expected one of {', '.join(map(str, choices))}, got {text!r}") from None
     try:
-        v = int(text)
-    except ValueError:
-        raise SpecError(f"--{fieldname.replace('_', '-')}: expected an integer, got {text!r}") from None
-    if v < 0 or (v == 0 and fieldname != "zero"):
-        raise SpecError(f"--{fieldname.replace('_', '-')}: expected a positive integer, got {v}")
-    return v
+        return _field_adapter(fieldname).validate_python(value)
+    except ValidationError as e:
+        raise SpecError(f"{flag}: {e.errors()[0]['msg'].lower()}, got {text!r}") from None
 
 
 def parse_constraint(fieldname: str, text: str) -> Constraint:
@@ -194,6 +199,7 @@ class SearchResult:
     max_rel_diff: float = 0.0
     invalid_examples: dict[str, str] = field(default_factory=dict)  # reason -> one full validator message
     warnings: list[str] = field(default_factory=list)
+    verified: list[dict[str, Any]] = field(default_factory=list)  # --verify: plan, estimate and simulated step
 
     @property
     def evaluated(self) -> int:
@@ -239,10 +245,13 @@ class SearchResult:
         return "\n".join(lines) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             **self.summary(),
             "top": [{"plan": p, "breakdown": b.to_dict()} for p, b in self.top],
         }
+        if self.verified:
+            out["verified"] = self.verified
+        return out
 
 
 def plan_from_row(row: Sequence[int]) -> dict[str, Any]:
@@ -255,7 +264,12 @@ def plan_from_row(row: Sequence[int]) -> dict[str, Any]:
 
 def job_for(job: Job, plan: dict[str, Any]) -> Job:
     """The job with a searched plan (validated by the spec)."""
-    return job_with(job, **plan)
+    return job_with(job, **split_reset(job, plan["pp"]), **plan)
+
+
+def split_reset(job: Job, pp: int) -> dict[str, None]:
+    """An explicit stage split belongs to the job's pp: a plan with another pp takes the balanced split."""
+    return {} if pp == job.plan.pp else dict.fromkeys(STAGE_SPLIT_FIELDS)
 
 
 # ----------------------------------------------------------------------------- one base (tp, pp, cp)
@@ -266,6 +280,7 @@ class _MemoCosts(Costs):
     def __init__(self, job: Job, shared: "_Shared | None" = None):
         super().__init__(job)
         self._shared = shared or _Shared()
+        self.stage_cache = self._shared.stages
 
     def phase(self, ph):  # type: ignore[override]
         ids = self._shared.phase_ids
@@ -287,6 +302,7 @@ class _Shared:
     phases: dict[Any, Any] = field(default_factory=dict)
     phase_ids: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     workloads: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute) -> Workload
+    stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
 
 
 def _model_copy(job: Job, **changes: Any) -> Job:
@@ -397,136 +413,219 @@ def _phase_key(job: Job) -> tuple:
     return tuple((lay.size[g], lay.stride[g]) for g in ("tp", "cp"))
 
 
-def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
-    """Evaluate every plan of one base on its grid (vp, mb, sp, zero, recompute, grad dtype)."""
-    A = base.axes
-    VP, MB, SP, Z, RC, GD = (A[k] for k in AXES)
-    shape = tuple(len(A[k]) for k in AXES)
+def _valid_jobs(job: Job, base: _Base) -> tuple[dict[tuple[int, int, int], Job], Counter, dict[str, str]]:
+    """The spec's own validator on every (vp, micro_batch, sequence_parallel) of a base: the valid jobs by index,
+    and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans)."""
+    axes = base.axes
+    others = len(axes["zero"]) * len(axes["recompute"]) * len(axes["grad_comm_dtype"])
+    reset = split_reset(job, base.pp)
+    jobs: dict[tuple[int, int, int], Job] = {}
     invalid: Counter = Counter()
-    nofit: Counter = Counter()
     examples: dict[str, str] = {}
-    valid = np.zeros(shape[:3], bool)
-    # validity per (vp, mb, sp): the spec's own validator
-    jobs_v: dict[tuple[int, int, int], Job] = {}
-    for (i, vp), (j, mb), (k, sp) in itertools.product(enumerate(VP), enumerate(MB), enumerate(SP)):
+    for (i, vp), (j, mb), (k, sp) in itertools.product(
+        enumerate(axes["vp"]), enumerate(axes["micro_batch"]), enumerate(axes["sequence_parallel"])
+    ):
         try:
-            jobs_v[i, j, k] = job_with(
-                job, tp=base.tp, pp=base.pp, cp=base.cp, dp=None, vp=vp, micro_batch=mb, sequence_parallel=sp
-            )
-            valid[i, j, k] = True
+            jobs[i, j, k] = job_with(job, tp=base.tp, pp=base.pp, cp=base.cp, dp=None, vp=vp, micro_batch=mb,
+                                     sequence_parallel=sp, **reset)
         except SpecError as e:
             why = _reason(str(e))
-            invalid[why] += len(Z) * len(RC) * len(GD)
+            invalid[why] += others
             examples.setdefault(why, str(e))
-    grid = np.stack(np.meshgrid(*(np.arange(s) for s in shape), indexing="ij"), -1).reshape(-1, len(AXES))
-    if not jobs_v:
-        plans = _codes(job, base, grid)
-        z = np.full(len(grid), np.nan)
-        return _BaseResult(plans, z, np.full((len(grid), len(PART_KEYS)), np.nan), z, z, np.zeros(len(grid), bool),
-                           invalid, nofit, examples)
-    any_job = next(iter(jobs_v.values()))
+    return jobs, invalid, examples
+
+
+@dataclass
+class _Grid:
+    """One base's plan grid while it is evaluated: the axes' values, the valid jobs, and the stage splits."""
+
+    base: _Base
+    jobs: dict[tuple[int, int, int], Job]  # valid (vp, micro_batch, sequence_parallel) -> its job
+    costs: _MemoCosts
+    shared: _Shared
+    n_micro: np.ndarray  # micro-batches per replica, per micro-batch size
+    splits: list[tuple[int, ...]]  # distinct layers-per-rank tuples among the valid jobs
+    split_of_vp: np.ndarray  # vp index -> split index
+    sample: dict[tuple[int, int, int], Job]  # (split, micro_batch, sp) -> one valid job with that split
+
+    def axis(self, name: str) -> list[Any]:
+        return self.base.axes[name]
+
+    def sample_of_split(self, si: int) -> Job:
+        return next(x for (sj, _, _), x in self.sample.items() if sj == si)
+
+
+def _grid(job: Job, base: _Base, jobs: dict[tuple[int, int, int], Job],
+          phase_cache: dict[Any, _Shared] | None) -> _Grid:
+    any_job = next(iter(jobs.values()))
     shared = _Shared() if phase_cache is None else phase_cache.setdefault(_phase_key(any_job), _Shared())
-    costs = _MemoCosts(any_job, shared)
-    m = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in MB], float)  # micro-batches per step
-    rep_v = {(j, k): jv for (i, j, k), jv in sorted(jobs_v.items(), reverse=True)}  # any valid vp per (mb, sp)
-    mbs = sorted({j for j, _ in rep_v})
-    n_mb = {j: next(jv for (jj, _), jv in rep_v.items() if jj == j).micro_batches for j in mbs}
-    # per (zero, gd): DP ops and optimizer from the model's workload (they do not depend on the micro-batch
-    # size; only the micro-batch count does, set per mb); model-state memory
-    wl_w: dict[tuple[int, int, int], Any] = {}
-    opt = np.full((len(MB), len(Z), len(GD)), np.nan)
-    states = np.full((len(Z), len(GD)), np.nan)
-    jv0 = next(iter(rep_v.values()))
-    for (z, zero), (g, gd) in itertools.product(enumerate(Z), enumerate(GD)):
-        jw = _copy(jv0, zero=zero, grad_comm_dtype=gd)
-        wl = build_workload(jw)
-        mm = memory(jw)
-        states[z, g] = mm.weights + mm.grads + mm.optimizer
-        t_opt = costs.compute(wl.optimizer)
-        for j in mbs:
-            wl_w[j, z, g] = (jw, dataclasses.replace(wl, micro_batches=n_mb[j]))
-            opt[j, z, g] = t_opt
-    layers_per_stage = wl.layers_per_stage
-    # per (mb, sp, rc): the model's stage times -> slow stage and average. The layer, embedding and head
-    # blocks do not depend on pp or dp: one workload per (mb, sp, rc) serves every base of this TP/CP
-    # placement, with this base's layers per stage and micro-batch count.
-    slow: dict[tuple[int, int, int], Any] = {}
-    st_avg = np.full((len(MB), len(SP), len(RC)), np.nan)
-    st_parts = np.full((4, len(MB), len(SP), len(RC)), np.nan)  # compute, recompute, tp_exposed, cp_exposed
-    wl_mb: dict[int, Any] = {}  # a workload per micro-batch size (pipeline sends, micro-batch count)
-    for (j, k), jv in rep_v.items():
-        for r, rc in enumerate(RC):
-            jr = _copy(jv, recompute=rc)
-            key = (MB[j], SP[k], rc)
-            template = shared.workloads.get(key)
+    n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in base.axes["micro_batch"]], float)
+    splits: list[tuple[int, ...]] = []
+    split_of_vp = np.zeros(len(base.axes["vp"]), int)
+    for (i, _, _), valid_job in sorted(jobs.items()):
+        if valid_job.stage_layers not in splits:
+            splits.append(valid_job.stage_layers)
+        split_of_vp[i] = splits.index(valid_job.stage_layers)
+    sample: dict[tuple[int, int, int], Job] = {}
+    for (i, j, k), valid_job in jobs.items():
+        sample.setdefault((int(split_of_vp[i]), j, k), valid_job)
+    return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
+
+
+def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
+    """Per (split, mb, sp, recompute): the slowest stage (its compute, recompute, exposed TP and CP); per
+    (vp, mb, sp, recompute): the bubble and the exposed pipeline sends. The layer, embedding and head blocks do
+    not depend on pp or dp: one workload per (mb, sp, recompute) serves every base of this TP/CP placement,
+    given this base's split and micro-batch count."""
+    vps, micro_sizes = g.axis("vp"), g.axis("micro_batch")
+    seq_pars, recomputes = g.axis("sequence_parallel"), g.axis("recompute")
+    vps_of_split = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
+    dims = (len(g.splits), len(micro_sizes), len(seq_pars), len(recomputes))
+    slowest: dict[tuple[int, int, int, int], Any] = {}
+    slow_parts = np.full((4,) + dims, np.nan)
+    bubble = np.full((len(vps),) + dims[1:], np.nan)
+    pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
+    for (si, j, k), sample_job in g.sample.items():
+        for r, rc in enumerate(recomputes):
+            job_rc = _copy(sample_job, recompute=rc)
+            key = (micro_sizes[j], seq_pars[k], rc)
+            template = g.shared.workloads.get(key)
             if template is None:
-                template = shared.workloads[key] = build_workload(jr)
-            wl = wl_mb[j] = dataclasses.replace(template, layers_per_stage=layers_per_stage,
-                                                micro_batches=n_mb[j])
-            stages = stage_times(jr, wl, costs)
-            s = max(stages, key=lambda x: x.total)  # as estimate: the slowest rank sets the pace
-            slow[j, k, r] = s
-            st_avg[j, k, r] = sum(x.total for x in stages) / len(stages)
-            st_parts[:, j, k, r] = (s.compute, s.recompute, s.tp_exposed, s.cp_exposed)
-    # DP traffic per (mb, sp, rc, zero, gd); pipeline sends per (vp, mb)
-    dp_exp = np.full((len(MB), len(SP), len(RC), len(Z), len(GD)), np.nan)
-    for (j, k, r), s in slow.items():
-        for (z, _), (g, _) in itertools.product(enumerate(Z), enumerate(GD)):
-            jw, wl = wl_w[j, z, g]
-            dp_exp[j, k, r, z, g] = _est.dp_exposed(jw, wl, costs, s)[1]
-    pp_exp = np.full((len(VP), len(MB)), np.nan)
-    acts = np.full((len(VP), len(MB), len(SP), len(RC)), np.nan)
-    for (i, j, k), jv in jobs_v.items():
-        if np.isnan(pp_exp[i, j]):
-            pp_exp[i, j] = _est.pp_exposed(jv, wl_mb[j], costs)[1]
-        for r, rc in enumerate(RC):
-            acts[i, j, k, r] = activation_bytes(_copy(jv, recompute=rc))
-    step, parts, exposed = _assemble(base.pp, VP, m, st_parts, st_avg, pp_exp, dp_exp, opt)
-    a = assumptions_for(job.cluster.profile)
-    reserve = fixed_reserve_bytes(base.tp, base.pp, base.cp, job.cluster.num_gpus // (base.tp * base.pp * base.cp), a)
-    # Memory.total order: weights + grads + optimizer + activations + reserve (fixed + fragmentation of activations)
-    act_grid = acts[:, :, :, None, :, None]
-    mem = states[None, None, None, :, None, :] + act_grid + (reserve + a.v("allocator_fragmentation") * act_grid)
-    valid_full = np.broadcast_to(valid[:, :, :, None, None, None], shape)
-    step = np.where(valid_full, step, np.nan)
-    mem = np.where(valid_full, mem, np.nan)
-    cap = job.cluster.gpu.mem_bytes  # as estimate: fits = total <= gpu.mem_bytes
-    over = valid_full & ~(mem <= cap)
+                template = g.shared.workloads[key] = build_workload(job_rc)
+            wl = dataclasses.replace(template, layers_per_stage=max(job_rc.stage_layers),
+                                     chunk_layers=job_rc.chunk_layers, micro_batches=int(g.n_micro[j]))
+            stages = stage_times(job_rc, wl, g.costs)
+            slow, _ = slowest_and_rest(stages)
+            slowest[si, j, k, r] = slow
+            slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed)
+            for i in vps_of_split[si]:
+                if (i, j, k) in g.jobs:  # the others are invalid plans
+                    bubble[i, j, k, r] = pipeline_bubble(job_rc.plan.schedule, int(g.n_micro[j]), vps[i], stages)
+                    pp_exposed[i, j, k, r] = _est.pp_exposed(g.jobs[i, j, k], wl, g.costs, stages)[1]
+    return slowest, slow_parts, bubble, pp_exposed
+
+
+def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per (split, zero, grad dtype): the model states of the stages that can be the fullest and the optimizer
+    step; per (split, mb, sp, recompute, zero, grad dtype): the exposed DP traffic under the slowest stage."""
+    zeros, grad_dtypes = g.axis("zero"), g.axis("grad_comm_dtype")
+    n_kinds = max(len(x) for x in kinds)
+    states = np.full((len(g.splits), len(zeros), len(grad_dtypes), n_kinds), np.nan)
+    optimizer = np.full((len(g.splits), len(zeros), len(grad_dtypes)), np.nan)
+    dp_jobs: dict[tuple[int, int, int], tuple[Job, Any]] = {}
+    for si in range(len(g.splits)):
+        for (z, zero), (d, dtype) in itertools.product(enumerate(zeros), enumerate(grad_dtypes)):
+            job_zd = _copy(g.sample_of_split(si), zero=zero, grad_comm_dtype=dtype)
+            dp_jobs[si, z, d] = (job_zd, build_workload(job_zd))
+            states[si, z, d, :len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
+            optimizer[si, z, d] = g.costs.compute(dp_jobs[si, z, d][1].optimizer)
+    dims = (len(g.splits), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
+    dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
+    with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
+    for (si, j, k, r), slow in slowest.items():
+        for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
+            job_zd, wl = dp_jobs[si, z, d]
+            counted = with_count.get((si, z, d, j))
+            if counted is None:
+                counted = with_count[si, z, d, j] = dataclasses.replace(wl, micro_batches=int(g.n_micro[j]))
+            dp_exposed[si, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow)[1]
+    return states, optimizer, dp_exposed
+
+
+def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
+    """Activation bytes per (vp, mb, sp, recompute, stage kind) of the stages that can be the fullest."""
+    recomputes = g.axis("recompute")
+    shape = tuple(len(g.axis(k)) for k in ("vp", "micro_batch", "sequence_parallel")) + (len(recomputes),)
+    acts = np.full(shape + (max(len(x) for x in kinds),), np.nan)
+    for (i, j, k), valid_job in g.jobs.items():
+        stages = kinds[g.split_of_vp[i]]
+        for r, rc in enumerate(recomputes):
+            acts[i, j, k, r, :len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
+    return acts
+
+
+def _fullest_memory(states_by_vp: np.ndarray, acts: np.ndarray, valid: np.ndarray, cap: float,
+                    nofit: Counter, fixed_reserve: float, fragmentation: float) -> np.ndarray:
+    """Memory of the fullest stage on the grid, computed once: states + activations + reserve (the fixed part
+    and the allocator's fragmentation of the activations, ``memory.reserve_bytes``) per stage kind, the largest;
+    plans over ``cap`` counted in ``nofit`` by what dominates."""
+    acts_grid = acts[:, :, :, None, :, None, :]
+    per_stage = states_by_vp[:, None, None, :, None, :, :] + acts_grid + (fixed_reserve + fragmentation * acts_grid)
+    fullest = np.nanargmax(np.where(np.isnan(per_stage), -np.inf, per_stage), axis=-1)[..., None]
+    mem = np.where(valid, np.take_along_axis(per_stage, fullest, -1)[..., 0], np.nan)
+    over = valid & ~(mem <= cap)  # as estimate: fits = total <= gpu.mem_bytes
     if over.any():
-        act_full = np.broadcast_to(acts[:, :, :, None, :, None], shape)
-        st_full = np.broadcast_to(states[None, None, None, :, None, :], shape)
-        by_acts = over & (act_full >= st_full)
+        acts_fullest = np.take_along_axis(np.broadcast_to(acts[:, :, :, None, :, None, :], per_stage.shape),
+                                          fullest, -1)[..., 0]
+        by_acts = over & (acts_fullest >= mem - fixed_reserve - (1 + fragmentation) * acts_fullest)
         n_acts, n_states = int(by_acts.sum()), int((over & ~by_acts).sum())
         if n_acts:
             nofit["activations dominate"] += n_acts
         if n_states:
             nofit["weights+grads+optimizer dominate"] += n_states
+    return mem
+
+
+def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
+    """Evaluate every plan of one base on its grid (vp, micro_batch, sequence_parallel, zero, recompute, grad dtype).
+
+    Each part of ``estimate`` is computed once per value of what it depends on (the module docstring's table),
+    with the model's own functions; the stage split (the layers of each pipeline rank) depends on vp only when
+    the layers do not divide evenly, so the stage-level parts are kept per distinct split.
+    """
+    shape = tuple(len(base.axes[k]) for k in AXES)
+    grid = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1).reshape(-1, len(AXES))
+    jobs, invalid, examples = _valid_jobs(job, base)
+    nofit: Counter = Counter()
+    if not jobs:
+        nan = np.full(len(grid), np.nan)
+        return _BaseResult(_codes(job, base, grid), nan, np.full((len(grid), len(PART_KEYS)), np.nan), nan, nan,
+                           np.zeros(len(grid), bool), invalid, nofit, examples)
+    valid = np.zeros(shape[:3], bool)
+    for idx in jobs:
+        valid[idx] = True
+    valid = np.broadcast_to(valid[:, :, :, None, None, None], shape)
+    g = _grid(job, base, jobs, phase_cache)
+    slowest, slow_parts, bubble, pp_exposed = _stage_parts(g)
+    # only the first stage of each kind can be the fullest (``memory.stage_kinds``), per split
+    kinds = [stage_kinds(g.sample_of_split(si)) for si in range(len(g.splits))]
+    states, optimizer, dp_exposed = _dp_parts(g, slowest, kinds)
+    by_vp = g.split_of_vp  # the split-indexed parts, on the vp axis
+    step, parts, exposed = _assemble(g.n_micro, slow_parts[:, by_vp], bubble, pp_exposed, dp_exposed[by_vp],
+                                     optimizer[by_vp])
+    a = assumptions_for(job.cluster.profile)
+    fixed_reserve = fixed_reserve_bytes(base.tp, base.pp, base.cp, job.cluster.num_gpus // (base.tp * base.pp * base.cp), a)
+    mem = _fullest_memory(states[by_vp], _activations(g, kinds), valid, job.cluster.gpu.mem_bytes, nofit,
+                          fixed_reserve, a.v("allocator_fragmentation"))
     flat = len(grid)
     return _BaseResult(
         plans=_codes(job, base, grid),
-        step=step.reshape(flat),
+        step=np.where(valid, step, np.nan).reshape(flat),
         parts=np.moveaxis(parts, 0, -1).reshape(flat, len(PART_KEYS)),
-        exposed=np.where(valid_full, exposed, np.nan).reshape(flat),
+        exposed=np.where(valid, exposed, np.nan).reshape(flat),
         mem=mem.reshape(flat),
-        valid=valid_full.reshape(flat).copy(),
+        valid=valid.reshape(flat).copy(),
         invalid_reasons=invalid,
         nofit_reasons=nofit,
         examples=examples,
     )
 
 
-def _assemble(pp, VP, m, st_parts, st_avg, pp_exp, dp_exp, opt):
-    """Step time on the (vp, mb, sp, zero, rc, gd) grid: ``estimate.step_parts`` on arrays, summed in its order.
+def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
+    """Step time on the (vp, mb, sp, zero, recompute, gd) grid: ``estimate.step_parts`` on arrays, summed in its order.
 
-    Axes of the inputs: st_parts (4, mb, sp, rc); st_avg (mb, sp, rc); pp_exp (vp, mb);
-    dp_exp (mb, sp, rc, zero, gd); opt (mb, zero, gd); m (mb,).
+    Axes of the inputs: slow_parts (4, vp, mb, sp, recompute); bubble and pp_exposed (vp, mb, sp, recompute);
+    dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd); n_micro (mb,).
     """
-    v = np.asarray(VP, float)[:, None, None, None, None, None]
-    mm = m[None, :, None, None, None, None]
-    stage = st_parts[:, None, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, rc, gd)
-    named = step_parts(mm, stage[0], stage[1], stage[2], stage[3], st_avg[None, :, :, None, :, None], pp, v,
-                       pp_exp[:, :, None, None, None, None], np.moveaxis(dp_exp, 2, 3)[None],
-                       opt[None, :, None, :, None, :])
+    slow = slow_parts[:, :, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, recompute, gd)
+    named = step_parts(
+        micro_batches=n_micro[None, :, None, None, None, None],
+        compute=slow[0], recompute=slow[1], tp_exposed=slow[2], cp_exposed=slow[3],
+        bubble_s=bubble[:, :, :, None, :, None],
+        pp_exposed=pp_exposed[:, :, :, None, :, None],
+        dp_exposed=np.moveaxis(dp_exposed, 3, 4),
+        optimizer=optimizer[:, None, None, :, None, :],
+    )
     parts = [np.asarray(named[k], float) for k in BREAKDOWN_KEYS]
     shape = np.broadcast_shapes(*(p.shape for p in parts))
     parts = [np.broadcast_to(p, shape) for p in parts]
@@ -631,12 +730,14 @@ def search(
     top: int = 5,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    verify: int = 0,
 ) -> SearchResult:
     """Every plan of ``space`` for the job's model and cluster, ranked; the top ``top`` re-estimated exactly.
 
     rank_by: "step" (fastest), "cost" ($ per step) or "tokens_per_dollar". With one cluster all three
     give the same order (cost per step = GPUs × $/GPU-s × step); they differ across clusters (compare).
-    Raises SpecError when the space holds no valid plan, or none that fits memory.
+    verify: re-run the best ``verify`` plans through the event simulator and rank those by the simulated
+    step (``verify_top``). Raises SpecError when the space holds no valid plan, or none that fits memory.
     """
     import time
 
@@ -664,7 +765,7 @@ def search(
             f"{job.cluster.gpu.mem_GiB:g} GiB per GPU (the smallest needs {need:.1f} GiB); allow more GPUs, "
             "ZeRO-3, full recompute or larger tp/pp"
         )
-    res.top, res.max_rel_diff = exact_top(job, res, top)
+    res.top, res.max_rel_diff = exact_top(job, res, max(top, verify))
     if res.max_rel_diff > AGREEMENT_TOL:
         # the model changed what one of its parts depends on: the numbers shown are estimate's, the order may not be
         res.warnings.append(
@@ -672,7 +773,26 @@ def search(
             "the breakdowns shown are estimate's, but the ranking may be off: report it (benchmarks/bench_search.py)"
         )
         res.top.sort(key=lambda pb: pb[1].step_time_s)
+    if verify:
+        verify_top(job, res, verify)
+    res.top = res.top[:max(top, verify)]
     return res
+
+
+def verify_top(job: Job, res: SearchResult, k: int) -> None:
+    """Simulate the best ``k`` plans (``commtax.sim``) and put them first in ``res.top`` in order of the simulated
+    step; ``res.verified`` keeps both times of each. The simulator runs the schedule the estimate averages
+    (send stalls, bucket tails, a shared NIC), so its order is the one to trust when the two disagree."""
+    from commtax.sim import simulate
+
+    rows = []
+    for plan, b in res.top[:k]:
+        sim = simulate(job_for(job, plan), compare=False).breakdown
+        rows.append(((plan, b), {"plan": plan, "estimate_step_s": b.step_time_s, "simulate_step_s": sim.step_time_s,
+                                 "simulate_breakdown": sim.to_dict()}))
+    rows.sort(key=lambda r: r[1]["simulate_step_s"])
+    res.top = [r[0] for r in rows] + res.top[k:]
+    res.verified = [r[1] for r in rows]
 
 
 def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: bool, rank_by: str) -> SearchResult:
@@ -739,7 +859,7 @@ def brute_force(job: Job, space: Space | None = None) -> list[tuple[dict[str, An
             plan = dict(tp=b.tp, pp=b.pp, cp=b.cp, vp=vp, micro_batch=mb, sequence_parallel=sp, zero=zero,
                         recompute=rc, grad_comm_dtype=gd)
             try:
-                j = job_with(job, dp=None, **plan)
+                j = job_with(job, dp=None, **split_reset(job, b.pp), **plan)
             except SpecError:
                 continue
             out.append(({**plan, "dp": j.dp}, estimate(j)))

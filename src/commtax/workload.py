@@ -84,6 +84,7 @@ class Workload:
     model_flop_per_step: float  # model FLOPs of the whole step, all GPUs (no recompute): for MFU
     params_per_gpu: dict[str, float] = field(default_factory=dict)  # "layers", "embed", "head"
     bucket_bytes: float = 0.0
+    chunk_layers: tuple[int, ...] = ()  # layers of each virtual stage k = chunk·pp + stage (``Job.chunk_layers``)
 
 
 def activation_bytes_per_element(precision: str) -> float:
@@ -362,15 +363,26 @@ def grad_bytes_per_param(job: Job) -> float:
 
 
 def params_per_gpu(job: Job) -> dict[str, float]:
-    """Parameters held by one GPU of the busiest stage, before ZeRO sharding."""
+    """Parameters held by one GPU of the stage with the most layers, before ZeRO sharding."""
     m, p = job.model, job.plan
-    per_stage_layers = m.layers // p.pp
+    per_stage_layers = max(job.stage_layers)
     layers = per_stage_layers * (m.layer_params() - 2 * m.hidden) / p.tp + per_stage_layers * 2 * m.hidden
     emb = m.vocab * m.hidden / p.tp
     # embedding on the first stage, output layer on the last; with pp == 1 both (one copy if tied)
     embed = emb
     head = emb if (p.pp > 1 or not m.tied_embeddings) else 0.0
     return {"layers": layers, "embed": embed, "head": head}
+
+
+def stage_params(job: Job) -> list[float]:
+    """Parameters held by one GPU of each pipeline stage (its layers; the embedding on the first, the head on the
+    last; pp == 1: both, one copy if tied), before ZeRO sharding."""
+    params = params_per_gpu(job)
+    per_layer = params["layers"] / max(1, max(job.stage_layers))
+    out = [n * per_layer for n in job.stage_layers]
+    out[0] += params["embed"]
+    out[-1] += params["head"]
+    return out
 
 
 def _dp_ops(job: Job, params: float) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
@@ -398,19 +410,19 @@ def _dp_ops(job: Job, params: float) -> tuple[tuple[Collective, ...], tuple[Coll
 def build_workload(job: Job) -> Workload:
     p, tr = job.plan, job.training
     params = params_per_gpu(job)
-    stage_params = params["layers"] + max(params["embed"], params["head"]) if p.pp > 1 else sum(params.values())
-    dp_step, dp_mb = _dp_ops(job, stage_params)
+    fullest = max(stage_params(job))  # DP traffic and the optimizer of the stage with the most parameters
+    dp_step, dp_mb = _dp_ops(job, fullest)
     act_bytes = activation_bytes_per_element(tr.precision)
     # Megatron sends the sequence-sharded activation per TP rank (Narayanan 2021 §4.1 scatter/gather)
     send_bytes = p.micro_batch * tr.seq_len // p.cp * job.model.hidden * act_bytes / p.tp
     shard = job.dp * p.cp if p.zero >= 1 else 1
-    optimizer = _mem("adam", adam_bytes_per_param(tr.precision) * stage_params / shard)
+    optimizer = _mem("adam", adam_bytes_per_param(tr.precision) * fullest / shard)
     tokens_per_step = tr.global_batch * tr.seq_len
     return Workload(
         layer=_layer_block(job),
         embed=_embed_block(job),
         head=_head_block(job),
-        layers_per_stage=job.model.layers // p.pp,
+        layers_per_stage=max(job.stage_layers),
         pp_send=Collective("pp_send", "send_recv", send_bytes, "pp"),
         dp_step=dp_step,
         dp_microbatch=dp_mb,
@@ -419,4 +431,5 @@ def build_workload(job: Job) -> Workload:
         model_flop_per_step=model_flop_per_token(job) * tokens_per_step,
         params_per_gpu=params,
         bucket_bytes=DDP_BUCKET_BYTES,
+        chunk_layers=job.chunk_layers,
     )

@@ -3,12 +3,13 @@
 The two agree where both apply (uniform stages, no contention). They legitimately differ where
 the closed form averages something the schedule makes concrete:
 
-* uneven stages — the estimate charges m × the slowest stage + (p − 1)/v × the average stage;
-  the simulator runs the schedule: the busiest stage sets the pace, the others idle more than
-  the textbook bubble, and where the heavy chunk sits in the schedule moves the bubble;
-* pipeline sends — the estimate exposes only the fill (2(p − 1) sends); in 1F1B each
-  micro-batch's forward→backward round trip puts 2 sends on the critical path (2·m in all),
-  and in other schedules a stage stalls when an activation or gradient is still on the wire;
+* uneven stages — the estimate charges m × the slowest stage + the fill and drain through the
+  other stages, Σ_{s≠max} T_s / v; the simulator runs the schedule: 1F1B hides part of the fill
+  under the slow stage's warm-up forwards, and where the heavy chunk sits in the schedule moves
+  the bubble;
+* pipeline sends — the estimate exposes the fill (GPipe: 2(p − 1) sends; interleaved: 2(p·v − 1))
+  and, in 1F1B, the round trips of the steady state (``estimate.steady_cycle``); the simulator
+  stalls a stage whenever an activation or gradient is still on the wire;
 * the gradient bucket tail — buckets of ``--bucket-mb`` (PyTorch DDP: 25 MiB) each pay the
   collective's latency, and the last one's reduction is exposed after the last backward;
 * a shared NIC — DP buckets and PP sends of one GPU leave the node over the same NIC share
@@ -71,7 +72,7 @@ def explain(r: SimResult) -> list[str]:
             f"({_pct(busy[hi], busy[lo])})" + (f"; {' and '.join(ends)}" if ends else "") + ". "
             f"Stage {hi} sets the pace: the breakdown is its view (compute {_ms(sb['compute'])} vs "
             f"{_ms(eb['compute'])} estimated as m × the slowest stage; bubble {_ms(sb['pp_bubble'])} vs "
-            f"{_ms(eb['pp_bubble'])} estimated as (p−1)/v × the average stage), while stage {lo} idles "
+            f"{_ms(eb['pp_bubble'])} estimated as the other stages' fill and drain / v), while stage {lo} idles "
             f"{_ms(idle)} ({idle / busy[lo]:.1%} of its work, against (p−1)/(v·m) = {(p - 1) / (v * m):.1%} "
             f"for even stages)"
         )
@@ -82,14 +83,17 @@ def explain(r: SimResult) -> list[str]:
     if p > 1 and abs(sb["pp_exposed"] - eb["pp_exposed"]) > small:
         line = (
             f"pipeline sends: exposed {_ms(sb['pp_exposed'])} simulated vs {_ms(eb['pp_exposed'])} estimated "
-            f"(one send {_ms(bld.t_send)}). The estimate exposes only the fill, 2(p−1) = {2 * (p - 1)} sends"
+            f"(one send {_ms(bld.t_send)}). The estimate exposes "
         )
         if v == 1 and bld.job.plan.schedule == "1f1b":
-            line += (f"; in 1F1B every micro-batch's forward→backward round trip puts 2 sends per micro-batch on "
-                     f"the critical path (2·m = {2 * m} sends = {_ms(2 * m * bld.t_send)})")
+            line += ("the fill and the steady state's round trips (a backward waits for the gradient of the "
+                     "forward it sent on, up to 2(p−1)/p sends per micro-batch)")
+        elif v > 1:
+            line += f"the fill over every virtual-stage boundary, 2(p·v−1) = {2 * (p * v - 1)} sends"
         else:
-            line += (f"; in the schedule stage {r.busiest_stage} also stalls whenever the next micro-batch's "
-                     f"activation or gradient is still on the wire")
+            line += f"the fill, 2(p−1) = {2 * (p - 1)} sends"
+        line += (f"; in the schedule stage {r.busiest_stage} stalls whenever the next micro-batch's activation or "
+                 f"gradient is still on the wire")
         out.append(line)
     # ---- DP buckets
     if bld.wl.dp_step and (abs(sb["dp_exposed"] - eb["dp_exposed"]) > small

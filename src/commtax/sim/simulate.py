@@ -99,6 +99,18 @@ def _makespan_without(sim: Sim, free: list[set[str]]) -> list[float]:
 
 def _attribute(sim: Sim, device: int, step: float, hidden: tuple[str, ...]) -> dict[str, float]:
     """Split the step from ``device``'s point of view (see the module docstring)."""
+    parts = _own_parts(sim, device, hidden)
+    own_time = sum(parts.values())
+    t_pp, t_dp = _makespan_without(sim, [{"pp"}, {"pp", "dp"}])
+    parts["pp_exposed"] = step - t_pp
+    parts["dp_exposed"] = t_pp - t_dp
+    bubble = t_dp - own_time
+    parts["pp_bubble"] = 0.0 if abs(bubble) < 1e-12 * step else bubble  # no bubble: float noise only
+    return parts
+
+
+def _own_parts(sim: Sim, device: int, hidden: tuple[str, ...]) -> dict[str, float]:
+    """``device``'s own time: its work, the TP/CP its compute stream waits for, overlapped or not."""
     parts = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     tasks, streams = sim.tasks, sim.streams
     compute = next(s for s in streams if s.device == device and s.name == "compute")
@@ -117,12 +129,6 @@ def _attribute(sim: Sim, device: int, step: float, hidden: tuple[str, ...]) -> d
             other = max([tasks[j].end_s for j in t.deps if j != c] + [prev_end, tasks[c].start_s])
             parts[f"{tasks[c].kind}_exposed"] += max(0.0, t.start_s - other)
         prev_end = t.end_s
-    own_time = sum(parts.values())
-    t_pp, t_dp = _makespan_without(sim, [{"pp"}, {"pp", "dp"}])
-    parts["pp_exposed"] = step - t_pp
-    parts["dp_exposed"] = t_pp - t_dp
-    bubble = t_dp - own_time
-    parts["pp_bubble"] = 0.0 if abs(bubble) < 1e-12 * step else bubble  # no bubble: float noise only
     return parts
 
 
@@ -167,8 +173,13 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
             if t.start_s > t.ready_s and t.cause is not None and tasks[t.cause].kind != t.kind:
                 # it waited for the NIC, and the one that let it go was the other kind of traffic
                 waited[t.kind] = waited.get(t.kind, 0.0) + t.start_s - t.ready_s
-    # the busiest stage sets the pace; among equals, the one that finishes last
-    busiest = max(range(p), key=lambda d: (round(work[d] / step, 12) if step else 0.0, stage_end[d]))
+    # the busiest stage sets the pace: the most time per step in its own passes (work and the TP/CP it waits for,
+    # as the estimate's slowest stage; not the once-a-step optimizer); among equals, the one that finishes last
+    pace = []
+    for d in range(p):
+        own = _own_parts(sim, d, hidden)
+        pace.append(sum(own.values()) - own["optimizer"])
+    busiest = max(range(p), key=lambda d: (round(pace[d] / step, 12) if step else 0.0, stage_end[d]))
     parts = _attribute(sim, busiest, step, hidden)
     est = estimate(job) if compare else None
     bd = _breakdown(job, builder.wl, step, parts, link[busiest], builder.devices[busiest].bytes, est)

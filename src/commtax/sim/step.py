@@ -109,7 +109,8 @@ class StepBuilder:
         plan = job.plan
         self.p, self.v, self.m = plan.pp, plan.vp, self.wl.micro_batches
         self.V = self.p * self.v
-        self.layers_per_chunk = self.wl.layers_per_stage // self.v
+        # layers of each virtual stage k = chunk·p + stage, as the spec split them (uneven stages shown as they are)
+        self.chunk_layers = self.wl.chunk_layers or (self.wl.layers_per_stage // self.v,) * self.V
         self._phase_cache: dict[tuple[int, str], PhaseCost] = {}
         self._templates: dict[tuple[int, str], Template] = {}
         self.chunks = [self._chunk(k) for k in range(self.V)]
@@ -136,7 +137,7 @@ class StepBuilder:
         return self._phase_cache[key]
 
     def _chunk(self, k: int) -> Chunk:
-        wl, n = self.wl, self.layers_per_chunk
+        wl, n = self.wl, self.chunk_layers[k]
         units: list[tuple[str, Block, float]] = []
         if k == 0:
             units.append(("embed", wl.embed, 0.0))
@@ -144,7 +145,7 @@ class StepBuilder:
         if k == self.V - 1:
             units.append(("head", wl.head, 0.0))
         params = wl.params_per_gpu
-        per = {"layer": params["layers"] / wl.layers_per_stage, "embed": params["embed"], "head": params["head"]}
+        per = {"layer": params["layers"] / max(1, wl.layers_per_stage), "embed": params["embed"], "head": params["head"]}
         units = [(name, b, per[name]) for name, b, _ in units]
         counts: dict[str, tuple[Block, int]] = {}
         for name, b, _ in units:
