@@ -21,7 +21,8 @@ from commtax.memory import memory
 from commtax.spec import Job
 from commtax.topology import group_placement
 from commtax.units import SECONDS_PER_DAY, TFLOPS
-from commtax.workload import Collective, Compute, Phase, Workload, build_workload
+from commtax.workload import (Collective, Compute, Phase, Workload, build_workload, grad_bytes_per_param,
+                              weight_bytes_per_param)
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_exposed", "cp_exposed", "pp_bubble", "pp_exposed", "dp_exposed", "optimizer")
 
@@ -115,6 +116,13 @@ class Costs:
         if key not in self._placements:
             self._placements[key] = group_placement(self.job, c.group, c.op)
         return c.bytes * bus_factor(c.op, self._placements[key].n)
+
+    def group_size(self, group: str, op: str) -> int:
+        """Ranks of one ``group`` collective on this job's placement."""
+        key = (group, op)
+        if key not in self._placements:
+            self._placements[key] = group_placement(self.job, group, op)
+        return self._placements[key].n
 
     def compute(self, op: Compute) -> float:
         return _cached_op_time(self.cm, op)
@@ -231,6 +239,9 @@ def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[flo
     """
     ov = job.plan.overlap.dp
     m = wl.micro_batches
+    if wl.dp_microbatch and wl.zero3_gather == "per_parameter_sync":
+        per_mb, nbytes = per_parameter_sync_time(job, wl, costs)
+        return per_mb * m, per_mb * m, nbytes * m  # synchronised before every gather: nothing overlaps
     if wl.dp_microbatch:
         # FSDP / ZeRO-3 gather and reduce-scatter one layer (unit) at a time: L collectives, each paying α
         units = max(1, wl.layers_per_stage)
@@ -256,6 +267,38 @@ def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[flo
         ratio = min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
         exposed += max(times[1] * ratio, times[1] - st.fwd)
     return link, exposed, nbytes
+
+
+def per_parameter_sync_time(job: Job, wl: Workload, costs: Costs) -> tuple[float, float]:
+    """(time, bytes sent) of one micro-batch's ZeRO-3 traffic when every parameter tensor moves on its own
+    (plan.zero3_gather = per_parameter_sync: DeepSpeed v0.3.13-v0.5.10, catalog/frameworks.yaml).
+
+    Each tensor is all-gathered ``zero3_gather_passes`` times (forward, recomputed forward under full recompute,
+    backward) and its gradient reduce-scattered once, each call after a ``torch.cuda.synchronize()``, so nothing
+    overlaps. A call passes a list of n per-rank views: DeepSpeed builds them with one ``narrow`` each (Python),
+    ProcessGroupNCCL then copies each view in or out of its flat buffer (one ``copy_`` each, PyTorch <= 1.10
+    ``ProcessGroupNCCL::allgather``/``reduce_scatter``): about one eager op per rank, ``cpu_op_s`` (assumptions.yaml,
+    host time of one op issued from Python; the view costs the Python half, the copy the dispatch-and-launch half).
+
+        t_call = NCCL(op, tensor bytes, DP group)  +  n · cpu_op_s
+    """
+    n = costs.group_size("dp", "all_gather")
+    host = n * costs.cm.cpu_op_s
+    p_bytes, g_bytes = weight_bytes_per_param(job.training.precision), grad_bytes_per_param(job)
+
+    def calls(tensors: tuple[float, ...]) -> tuple[float, float, float, float]:
+        gather = sum(costs.collective_time("dp", "all_gather", e * p_bytes) + host for e in tensors)
+        reduce = sum(costs.collective_time("dp", "reduce_scatter", e * g_bytes) + host for e in tensors)
+        elems = sum(tensors)
+        return gather, reduce, elems * p_bytes, elems * g_bytes
+
+    L = wl.layers_per_stage
+    lg, lr, lpb, lgb = calls(wl.zero3_layer_tensors)
+    og, orr, opb, ogb = calls(wl.zero3_other_tensors)
+    passes = wl.zero3_gather_passes
+    time = passes * (L * lg + og) + L * lr + orr
+    bus = (n - 1) / n
+    return time, bus * (passes * (L * lpb + opb) + L * lgb + ogb)
 
 
 def bucketed_time(costs: Costs, c: Collective, bucket_bytes: float) -> float:

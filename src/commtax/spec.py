@@ -229,6 +229,9 @@ class Overlap(_Spec):
 FrameworkName = Literal["megatron-core", "nemo", "megatron-lm", "megatron-deepspeed", "deepspeed", "torchtitan",
                         "fsdp", "custom"]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "triton", "eager"]
+# how ZeRO-3 / FSDP gathers parameters (catalog/frameworks.yaml zero3_gather): one bucketed collective per unit,
+# prefetched on a side stream, or one synchronised list-form collective per parameter tensor (DeepSpeed < v0.6)
+Zero3Gather = Literal["bucketed_prefetch", "per_parameter_sync"]
 # deprecated `generation` values -> the framework they stood for
 GENERATION_ALIAS = {"legacy": "megatron-lm", "current": "megatron-core"}
 
@@ -241,6 +244,14 @@ class FrameworkOverlap(_Spec):
     cp: bool
 
 
+class LegacySoftware(_Spec):
+    """What older releases of a framework did differently (validate applies it to runs published before)."""
+
+    before_year: int = Field(description="runs whose source cites an earlier year (or generation: legacy) used it")
+    plan: dict[str, Any] = Field(description="plan fields those releases fixed (e.g. zero3_gather)")
+    source: str
+
+
 class Framework(_Spec):
     """What a training framework does by default (catalog/frameworks.yaml, each entry sourced)."""
 
@@ -250,7 +261,9 @@ class Framework(_Spec):
     selective_policy: Literal["attention_core", "per_op"]
     fp8_recipe: Literal["delayed", "dynamic"]
     dropout: bool
+    zero3_gather: Zero3Gather = "bucketed_prefetch"
     plan_defaults: dict[str, Any] = Field(default_factory=dict)
+    legacy: LegacySoftware | None = None
     source: str
 
 
@@ -300,6 +313,9 @@ class Plan(_Spec):
         default="attention_core", description="what recompute: selective keeps (Megatron attention core / per-op SAC)")
     fp8_recipe: Literal["delayed", "dynamic"] = Field(
         default="delayed", description="fp8 scaling: delayed (Transformer Engine) or dynamic tensorwise (torchao)")
+    zero3_gather: Zero3Gather = Field(
+        default="bucketed_prefetch", description="ZeRO-3/FSDP parameter movement: bucketed_prefetch (one collective "
+        "per block, prefetched) or per_parameter_sync (DeepSpeed < v0.6: one synchronised gather per tensor)")
 
     @property
     def flash_attention(self) -> bool:
@@ -333,6 +349,7 @@ class Plan(_Spec):
         data.setdefault("elementwise", fw.elementwise)
         data.setdefault("selective_policy", fw.selective_policy)
         data.setdefault("fp8_recipe", fw.fp8_recipe)
+        data.setdefault("zero3_gather", fw.zero3_gather)
         overlap = data.get("overlap")
         if overlap is None or isinstance(overlap, dict):
             zero3 = data.get("zero", 1) == 3
