@@ -98,3 +98,31 @@ def test_per_parameter_sync_zero3_hand_worked():
     current = load_job({**d, "plan": {**d["plan"], "zero3_gather": "bucketed_prefetch"}})
     assert estimate(job).step_time_s > estimate(current).step_time_s + 0.9 * t - estimate(current).breakdown_s[
         "dp_exposed"]
+
+
+def test_fsdp_frameworks_reduce_gradients_in_fp32_by_default():
+    # torchtitan JobConfig.training.mixed_precision_reduce = "float32"; Composer mixed_precision DEFAULT: reduce fp32
+    for name in ("torchtitan", "fsdp"):
+        assert frameworks()[name].reduce_dtype == "fp32" and "reduce" in frameworks()[name].reduce_source
+        assert load_job(job_dict(framework=name, zero=3)).plan.grad_comm_dtype == "fp32"
+    assert load_job(job_dict(framework="fsdp", zero=3, grad_comm_dtype="bf16")).plan.grad_comm_dtype == "bf16"
+    assert load_job(job_dict(framework="megatron-core")).plan.grad_comm_dtype == "bf16"
+
+
+def test_fsdp_exposes_the_first_gather_and_the_last_reduce_scatter():
+    # PyTorch FSDP notes: the 1st all-gather overlaps nothing; the last unit's reduce-scatter ends the backward.
+    # Llama-2 70B, TP 8, ZeRO-3 over 32 GPUs, micro-batch 8: compute hides the rest of the per-unit traffic.
+    from commtax.estimate import Costs, dp_exposed, stage_times
+    from commtax.workload import build_workload
+
+    job = load_job(job_dict(framework="fsdp", tp=8, pp=1, dp=None, zero=3, sequence_parallel=True, micro_batch=8))
+    wl, costs = build_workload(job), Costs(job)
+    st = stage_times(job, wl, costs)[0]
+    units = wl.layers_per_stage
+    gf, gb, rs = (units * costs.collective_time(c.group, c.op, c.bytes / units) for c in wl.dp_microbatch)
+    assert wl.dp_microbatch[2].bytes == pytest.approx(2 * wl.dp_microbatch[0].bytes)  # fp32 grads, bf16 weights
+    assert gf < st.fwd and gb + rs < st.bwd
+    link, exposed, _ = dp_exposed(job, wl, costs, st)
+    m = wl.micro_batches
+    assert link == pytest.approx((gf + gb + rs) * m)
+    assert exposed == pytest.approx(m * gf / units + rs / units)

@@ -130,3 +130,34 @@ def test_software_text_columns_state_the_kernel(tmp_path, validation_dir):
     csv.write_text("\n".join([lines[0] + ",attention", row + ",fa2", row.replace("meg21_t1_1", "x2") + ","]) + "\n")
     fused, eager = validate(csv).rows
     assert fused.predicted > eager.predicted
+
+
+def test_a_published_table_states_plan_facts(validation_dir):
+    from commtax.spec import load_catalog
+    from commtax.validate import run_job_raw, source_plan
+
+    # llm-foundry's A100-40GB table runs MP Mode PURE: gradients reduced in bf16, not the fsdp preset's fp32
+    row = {"source": "MosaicML llm-foundry MPT training benchmarks; ... 'A100 40GB with 1600 Gbps node-node "
+                     "interconnect (RoCE)'"}
+    assert source_plan(row) == {"grad_comm_dtype": "bf16"}
+    assert source_plan({"source": "MosaicML llm-foundry; H100 80GB"}) == {}
+    rows = [r for r in csv_rows(validation_dir) if r["id"].startswith("mpt_")]
+    assert all(run_job_raw(r, load_catalog())[1]["grad_comm_dtype"] == "bf16" for r in rows)
+
+
+def test_legacy_release_of_the_framework_from_generation_or_source_year():
+    from commtax.validate import legacy_software
+
+    ds = "megatron-deepspeed"
+    assert legacy_software({"source": "Narayanan et al. 2021; Table 2"}, ds)[0] == {"zero3_gather": "per_parameter_sync"}
+    assert legacy_software({"source": "BigScience 2022; BLOOM"}, ds)[0] == {}
+    assert legacy_software({"source": "a 2023 blog", "generation": "legacy"}, "deepspeed")[0] != {}
+    assert legacy_software({"source": "Narayanan 2021", "generation": "current"}, ds)[0] == {}
+    assert legacy_software({"source": "Narayanan et al. 2021"}, "megatron-lm")[0] == {}  # no legacy entry
+
+
+def csv_rows(validation_dir):
+    import csv
+
+    with open(validation_dir / "public_runs.csv", newline="") as fh:
+        return list(csv.DictReader(fh))

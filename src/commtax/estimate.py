@@ -250,9 +250,12 @@ def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[flo
         link = (gf + gb + rs) * m
         if not ov:
             return link, link, nbytes
-        first_layer = gf / units
+        # the first unit's gather has nothing to hide under (every micro-batch: FSDP reshards after backward), and
+        # the last unit's reduce-scatter ends the step's backward: the optimizer waits for it (PyTorch FSDP notes,
+        # "FSDP Prefetch Nuances": "The 1st all-gather will not be able to overlap with anything")
+        first_layer, last_rs = gf / units, rs / units
         per_mb = max(0.0, gf - st.fwd) + max(0.0, gb + rs - st.bwd) + first_layer
-        return link, per_mb * m, nbytes
+        return link, per_mb * m + last_rs, nbytes
     if not wl.dp_step:
         return 0.0, 0.0, 0.0
     nbytes = sum(costs.sent_bytes(c) for c in wl.dp_step)

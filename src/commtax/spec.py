@@ -262,6 +262,8 @@ class Framework(_Spec):
     fp8_recipe: Literal["delayed", "dynamic"]
     dropout: bool
     zero3_gather: Zero3Gather = "bucketed_prefetch"
+    reduce_dtype: CommDtype = "bf16"  # dtype of the DP gradient reduction (plan.grad_comm_dtype's default)
+    reduce_source: str = ""  # where a reduce_dtype other than bf16 comes from
     plan_defaults: dict[str, Any] = Field(default_factory=dict)
     legacy: LegacySoftware | None = None
     source: str
@@ -305,7 +307,8 @@ class Plan(_Spec):
     micro_batch: int = Field(default=1, gt=0, le=65_536)
     schedule: Literal["gpipe", "1f1b"] = "1f1b"
     overlap: Overlap = Field(default_factory=Overlap)
-    grad_comm_dtype: CommDtype = "bf16"
+    grad_comm_dtype: CommDtype = Field(
+        default="bf16", description="dtype of the DP gradient reduction (default: the framework's reduce_dtype)")
     attention: AttentionKernel = Field(default="fa2", description="attention kernel; eager materialises the s×s scores")
     elementwise: Literal["fused", "compiled", "eager"] = Field(
         default="fused", description="norms, activations, residuals: hand-fused kernels, torch.compile, or eager ops")
@@ -350,6 +353,7 @@ class Plan(_Spec):
         data.setdefault("selective_policy", fw.selective_policy)
         data.setdefault("fp8_recipe", fw.fp8_recipe)
         data.setdefault("zero3_gather", fw.zero3_gather)
+        data.setdefault("grad_comm_dtype", fw.reduce_dtype)
         overlap = data.get("overlap")
         if overlap is None or isinstance(overlap, dict):
             zero3 = data.get("zero", 1) == 3

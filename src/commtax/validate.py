@@ -159,10 +159,20 @@ def framework_of_row(row: dict) -> tuple[str, str]:
     src = row.get("source") or ""
     for rule in source_rules():
         when = rule.get("when") or {}
-        if rule["match"] in src and all((row.get(k) or "").strip() == str(v) for k, v in when.items()):
+        if "framework" in rule and rule["match"] in src and all((row.get(k) or "").strip() == str(v) for k, v in when.items()):
             return rule["framework"], f"source mapping ({rule['match']})"
     gen, why = generation_of(row)
     return GENERATION_ALIAS[gen], f"fallback year rule: {why} -> {gen}"
+
+
+def source_plan(row: dict) -> dict:
+    """Plan facts a published table states for all its rows (validation_sources.yaml rules with ``plan``)."""
+    src = row.get("source") or ""
+    out: dict[str, Any] = {}
+    for rule in source_rules():
+        if "plan" in rule and rule["match"] in src:
+            out.update(rule["plan"])
+    return out
 
 
 def legacy_software(row: dict, framework: str) -> tuple[dict, str]:
@@ -206,7 +216,7 @@ def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
     }
     raw = {"model": model, "cluster": resolve_cluster(_cluster_raw(row), catalog), "training": training}
     fw = framework_of_row(row)[0]
-    fixed: dict[str, Any] = {"framework": fw, **legacy_software(row, fw)[0]}
+    fixed: dict[str, Any] = {"framework": fw, **legacy_software(row, fw)[0], **source_plan(row)}
     free: list[str] = []
     for col in PLAN_COLUMNS:
         if col not in row:
