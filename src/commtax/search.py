@@ -468,12 +468,18 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
             slow[j, k, r] = s
             st_avg[j, k, r] = sum(x.total for x in stages) / len(stages)
             st_parts[:, j, k, r] = (s.compute, s.recompute, s.tp_exposed, s.cp_exposed)
-    # DP traffic per (mb, sp, rc, zero, gd); pipeline sends per (vp, mb)
-    dp_exp = np.full((len(MB), len(SP), len(RC), len(Z), len(GD)), np.nan)
+    # DP traffic per (vp, mb, sp, rc, zero, gd): interleaving reduces and gathers each model chunk on its own;
+    # pipeline sends per (vp, mb)
+    dp_exp = np.full((len(VP), len(MB), len(SP), len(RC), len(Z), len(GD)), np.nan)
     for (j, k, r), s in slow.items():
         for (z, _), (g, _) in itertools.product(enumerate(Z), enumerate(GD)):
             jw, wl = wl_w[j, z, g]
-            dp_exp[j, k, r, z, g] = _est.dp_exposed(jw, wl, costs, s)[1]
+            if not (wl.dp_step and jw.plan.overlap.dp and base.pp > 1):  # vp does not change it
+                dp_exp[:, j, k, r, z, g] = _est.dp_exposed(jw, wl, costs, s)[1]
+                continue
+            _, _, times, tail, first = _est.dp_step_parts(wl, costs)
+            for i, vp in enumerate(VP):
+                dp_exp[i, j, k, r, z, g] = _est.dp_step_exposed(times, tail, first, s, base.pp, vp, wl.micro_batches)
     pp_exp = np.full((len(VP), len(MB)), np.nan)
     acts = np.full((len(VP), len(MB), len(SP), len(RC)), np.nan)
     for (i, j, k), jv in jobs_v.items():
@@ -519,13 +525,13 @@ def _assemble(pp, VP, m, st_parts, st_avg, pp_exp, dp_exp, opt):
     """Step time on the (vp, mb, sp, zero, rc, gd) grid: ``estimate.step_parts`` on arrays, summed in its order.
 
     Axes of the inputs: st_parts (4, mb, sp, rc); st_avg (mb, sp, rc); pp_exp (vp, mb);
-    dp_exp (mb, sp, rc, zero, gd); opt (mb, zero, gd); m (mb,).
+    dp_exp (vp, mb, sp, rc, zero, gd); opt (mb, zero, gd); m (mb,).
     """
     v = np.asarray(VP, float)[:, None, None, None, None, None]
     mm = m[None, :, None, None, None, None]
     stage = st_parts[:, None, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, rc, gd)
     named = step_parts(mm, stage[0], stage[1], stage[2], stage[3], st_avg[None, :, :, None, :, None], pp, v,
-                       pp_exp[:, :, None, None, None, None], np.moveaxis(dp_exp, 2, 3)[None],
+                       pp_exp[:, :, None, None, None, None], np.moveaxis(dp_exp, 3, 4),
                        opt[None, :, None, :, None, :])
     parts = [np.asarray(named[k], float) for k in BREAKDOWN_KEYS]
     shape = np.broadcast_shapes(*(p.shape for p in parts))
