@@ -131,11 +131,16 @@ def test_interleaved_dp_reduces_and_gathers_each_model_chunk_on_its_own():
 
 
 def test_interleaving_hides_more_dp_reduction_under_the_cool_down():
-    from commtax.estimate import Costs, dp_exposed, dp_step_exposed, dp_step_parts, stage_times
+    from commtax.estimate import (
+        Costs,
+        dp_exposed,
+        dp_step_exposed,
+        dp_step_parts,
+        stage_times,
+    )
     from commtax.workload import build_workload
 
-    plan = dict(framework="megatron-core", tp=8, pp=8, dp=None, zero=1, sequence_parallel=True, micro_batch=1)
-    d = job_dict(**plan)
+    d = job_dict(framework="megatron-core", tp=8, pp=8, dp=None, zero=1, sequence_parallel=True, micro_batch=1)
     d["model"], d["cluster"]["num_gpus"] = "gpt3-175b", 1024
     d["training"] = {"seq_len": 2048, "global_batch": 256, "precision": "bf16"}
     exposed = {}
@@ -144,7 +149,7 @@ def test_interleaving_hides_more_dp_reduction_under_the_cool_down():
         job = load_job(d)
         wl, costs = build_workload(job), Costs(job)
         st = max(stage_times(job, wl, costs), key=lambda s: s.total)
-        link, exp, _ = dp_exposed(job, wl, costs, st)
+        _, exp, _ = dp_exposed(job, wl, costs, st)
         _, _, times, tail, first = dp_step_parts(wl, costs)
         assert exp == pytest.approx(dp_step_exposed(times, tail, first, st, 8, vp, wl.micro_batches))
         exposed[vp] = exp

@@ -69,7 +69,13 @@ def test_per_parameter_sync_zero3_hand_worked():
     # DeepSpeed v0.3.13: every tensor gathered 3x (fwd, recomputed fwd, bwd) and reduce-scattered once, each call
     # NCCL(op, bytes, 16 ranks) + 16 per-rank host ops (narrow views + ProcessGroupNCCL copies) at cpu_op_s.
     from commtax.collectives import collective_cost
-    from commtax.estimate import Costs, dp_exposed, estimate, per_parameter_sync_time, stage_times
+    from commtax.estimate import (
+        Costs,
+        dp_exposed,
+        estimate,
+        per_parameter_sync_time,
+        stage_times,
+    )
     from commtax.topology import group_placement
     from commtax.workload import build_workload, layer_param_tensors
 

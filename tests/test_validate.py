@@ -149,7 +149,8 @@ def test_legacy_release_of_the_framework_from_generation_or_source_year():
     from commtax.validate import legacy_software
 
     ds = "megatron-deepspeed"
-    assert legacy_software({"source": "Narayanan et al. 2021; Table 2"}, ds)[0] == {"zero3_gather": "per_parameter_sync"}
+    legacy = {"zero3_gather": "per_parameter_sync"}
+    assert legacy_software({"source": "Narayanan et al. 2021; Table 2"}, ds)[0] == legacy
     assert legacy_software({"source": "BigScience 2022; BLOOM"}, ds)[0] == {}
     assert legacy_software({"source": "a 2023 blog", "generation": "legacy"}, "deepspeed")[0] != {}
     assert legacy_software({"source": "Narayanan 2021", "generation": "current"}, ds)[0] == {}

@@ -21,8 +21,15 @@ from commtax.memory import memory
 from commtax.spec import Job
 from commtax.topology import group_placement
 from commtax.units import SECONDS_PER_DAY, TFLOPS
-from commtax.workload import (Collective, Compute, Phase, Workload, build_workload, grad_bytes_per_param,
-                              weight_bytes_per_param)
+from commtax.workload import (
+    Collective,
+    Compute,
+    Phase,
+    Workload,
+    build_workload,
+    grad_bytes_per_param,
+    weight_bytes_per_param,
+)
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_exposed", "cp_exposed", "pp_bubble", "pp_exposed", "dp_exposed", "optimizer")
 

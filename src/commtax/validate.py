@@ -159,7 +159,9 @@ def framework_of_row(row: dict) -> tuple[str, str]:
     src = row.get("source") or ""
     for rule in source_rules():
         when = rule.get("when") or {}
-        if "framework" in rule and rule["match"] in src and all((row.get(k) or "").strip() == str(v) for k, v in when.items()):
+        if "framework" not in rule:  # a rule of plan facts only (source_plan)
+            continue
+        if rule["match"] in src and all((row.get(k) or "").strip() == str(v) for k, v in when.items()):
             return rule["framework"], f"source mapping ({rule['match']})"
     gen, why = generation_of(row)
     return GENERATION_ALIAS[gen], f"fallback year rule: {why} -> {gen}"
