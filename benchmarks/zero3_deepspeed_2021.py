@@ -14,9 +14,11 @@ forward (full activation checkpointing) and again for the backward. Gradients ar
 Exposed DP time per step
     = Σ_gathers [NCCL all_gather(tensor) + n · t_copy] + Σ_buckets [reduce_scatter + n · t_copy]
 with NCCL's times from commtax.collectives (DP group = all GPUs, all NICs of a node) and t_copy the host
-cost of one small eager ``copy_`` launch (5-10 µs; not fitted here: both ends are printed). This is not
-wired into the estimate: it belongs to a DeepSpeed-2021 framework preset (gather granularity = parameter,
-host sync before each gather, list-API copies), which the framework presets (issue 8) should carry.
+cost of one small eager ``copy_`` launch (5-10 µs; not fitted here: both ends are printed). The estimate
+now carries it as a framework fact (catalog/frameworks.yaml ``zero3_gather: per_parameter_sync``, applied by
+``validate`` to DeepSpeed runs published before 2022; ``estimate.per_parameter_sync_time``), with the
+gradients reduce-scattered per tensor as DeepSpeed v0.3.13 does (``_reduce_scatter_gradient``) and
+``cpu_op_s`` per rank.
 """
 
 from __future__ import annotations

@@ -113,3 +113,45 @@ def test_memory_decreases_with_zero_stage(tp, pp, recompute):
     totals = [estimate(load_job(job_dict(tp=tp, pp=pp, dp=None, zero=z, recompute=recompute)))
               .memory_gib_per_gpu["total"] for z in (0, 1, 2, 3)]
     assert all(a >= b for a, b in zip(totals, totals[1:]))
+
+
+def test_interleaved_dp_reduces_and_gathers_each_model_chunk_on_its_own():
+    # Megatron-Core schedules.py: grad_sync_func[chunk] after a chunk's last backward, param_sync_func before its
+    # first forward. Worked by hand: 4 chunks, 8 s of reduction (2 s each), 1 s of own backward per chunk.
+    from commtax.estimate import chunked_gather_exposed, chunked_reduce_exposed
+
+    # chunks 3..0 ready at -10, -7, -4, -1 s (3 s apart): they end at -8, -5, -2, +1 -> 1 s exposed
+    assert chunked_reduce_exposed(8.0, 4, 1.0, 3.0, 0.1) == pytest.approx(1.0)
+    # 1 s apart: ready -4, -3, -2, -1, the link is the bottleneck: end -2, 0, 2, 4 -> 4 s exposed
+    assert chunked_reduce_exposed(8.0, 4, 1.0, 1.0, 0.1) == pytest.approx(4.0)
+    assert chunked_reduce_exposed(8.0, 1, 1.0, 0.0, 0.1) == pytest.approx(7.0)  # one chunk: total - own backward
+    assert chunked_reduce_exposed(0.5, 1, 1.0, 0.0, 0.1) == pytest.approx(0.1)  # at least the last bucket
+    # gathers 2 s each, launched together; chunk k needed at 3k s, consumed over 1 s: lateness 1, 0, -1, -2
+    assert chunked_gather_exposed(8.0, 4, 1.0, 3.0, 0.1) == pytest.approx(1.0)
+
+
+def test_interleaving_hides_more_dp_reduction_under_the_cool_down():
+    from commtax.estimate import (
+        Costs,
+        dp_exposed,
+        dp_step_exposed,
+        dp_step_parts,
+        stage_times,
+    )
+    from commtax.workload import build_workload
+
+    d = job_dict(framework="megatron-core", tp=8, pp=8, dp=None, zero=1, sequence_parallel=True, micro_batch=1)
+    d["model"], d["cluster"]["num_gpus"] = "gpt3-175b", 1024
+    d["training"] = {"seq_len": 2048, "global_batch": 256, "precision": "bf16"}
+    exposed = {}
+    for vp in (1, 6):
+        d["plan"]["vp"] = vp
+        job = load_job(d)
+        wl, costs = build_workload(job), Costs(job)
+        st = max(stage_times(job, wl, costs), key=lambda s: s.total)
+        _, exp, _ = dp_exposed(job, wl, costs, st)
+        _, _, times, tail, first = dp_step_parts(wl, costs)
+        assert exp == pytest.approx(dp_step_exposed(times, tail, first, st, 8, vp, wl.micro_batches))
+        exposed[vp] = exp
+    # without interleaving the whole reduction waits for the first rank's last backward
+    assert exposed[6] < 0.5 * exposed[1]

@@ -51,3 +51,84 @@ def test_eager_elementwise_moves_more_bytes_than_fused():
     fused = estimate(load_job(job_dict(framework="megatron-core")))
     eager = estimate(load_job(job_dict(framework="megatron-core", elementwise="eager")))
     assert eager.step_time_s > fused.step_time_s
+
+
+def test_deepspeed_before_v0_6_gathers_each_parameter_after_a_synchronize():
+    # frameworks.yaml: DeepSpeed v0.3.13-v0.5.10 (PR #1453 batched and prefetched stage-3 gathers, first in v0.6.0)
+    for name in ("deepspeed", "megatron-deepspeed"):
+        fw = frameworks()[name]
+        assert fw.zero3_gather == "bucketed_prefetch"
+        assert fw.legacy.before_year == 2022 and fw.legacy.plan == {"zero3_gather": "per_parameter_sync"}
+        assert "#1453" in fw.legacy.source and "synchronize" in fw.legacy.source
+    assert all(frameworks()[n].legacy is None for n in ("fsdp", "torchtitan", "megatron-core", "nemo"))
+    assert load_job(job_dict(framework="megatron-deepspeed", zero=3)).plan.zero3_gather == "bucketed_prefetch"
+
+
+def test_per_parameter_sync_zero3_hand_worked():
+    # 2 nodes x 8 A100 (8 HDR NICs each), GPT 24 x 2048, TP = PP = 1, ZeRO-3, full recompute, one micro-batch.
+    # DeepSpeed v0.3.13: every tensor gathered 3x (fwd, recomputed fwd, bwd) and reduce-scattered once, each call
+    # NCCL(op, bytes, 16 ranks) + 16 per-rank host ops (narrow views + ProcessGroupNCCL copies) at cpu_op_s.
+    from commtax.collectives import collective_cost
+    from commtax.estimate import (
+        Costs,
+        dp_exposed,
+        estimate,
+        per_parameter_sync_time,
+        stage_times,
+    )
+    from commtax.topology import group_placement
+    from commtax.workload import build_workload, layer_param_tensors
+
+    d = job_dict(framework="megatron-deepspeed", tp=1, pp=1, dp=16, zero=3, recompute="full", micro_batch=1,
+                 sequence_parallel=False, zero3_gather="per_parameter_sync")
+    d["model"] = {"layers": 24, "hidden": 2048, "heads": 16, "vocab": 51200, "gated_mlp": False}
+    d["cluster"] = {"gpu": "a100-sxm4-80gb", "num_gpus": 16, "gpus_per_node": 8, "intra_node": "nvlink3",
+                    "inter_node": "ib-hdr", "nics_per_node": 8}
+    d["training"] = {"seq_len": 2048, "global_batch": 16, "precision": "fp16"}
+    job = load_job(d)
+    wl, costs = build_workload(job), Costs(job)
+    pl_g, pl_r = group_placement(job, "dp", "all_gather"), group_placement(job, "dp", "reduce_scatter")
+    assert pl_g.n == 16
+    host = 16 * 5e-6  # cpu_op_s (assumptions.yaml) per rank
+    tensors = list(layer_param_tensors(job)) * 24 + [51200 * 2048, 51200 * 2048, 2048]
+    gather = sum(collective_cost("all_gather", 2.0 * e, pl_g).time_s + host for e in tensors)  # fp16 weights
+    reduce = sum(collective_cost("reduce_scatter", 2.0 * e, pl_r).time_s + host for e in tensors)  # bf16 grads
+    t, nbytes = per_parameter_sync_time(job, wl, costs)
+    assert t == pytest.approx(3 * gather + reduce, rel=1e-9)
+    assert nbytes == pytest.approx(15 / 16 * 4 * 2.0 * sum(tensors))
+    # 24 x 12 + 3 = 291 tensors x 4 calls x 16 ranks x 5 us = 93 ms of host copies alone
+    assert 4 * len(tensors) * host == pytest.approx(0.0931, abs=1e-4)
+    # nothing overlaps: exposed = link, and the legacy step is slower than the bucketed, prefetched one
+    link, exposed, _ = dp_exposed(job, wl, costs, stage_times(job, wl, costs)[0])
+    assert link == exposed == pytest.approx(t)
+    current = load_job({**d, "plan": {**d["plan"], "zero3_gather": "bucketed_prefetch"}})
+    assert estimate(job).step_time_s > estimate(current).step_time_s + 0.9 * t - estimate(current).breakdown_s[
+        "dp_exposed"]
+
+
+def test_fsdp_frameworks_reduce_gradients_in_fp32_by_default():
+    # torchtitan JobConfig.training.mixed_precision_reduce = "float32"; Composer mixed_precision DEFAULT: reduce fp32
+    for name in ("torchtitan", "fsdp"):
+        assert frameworks()[name].reduce_dtype == "fp32" and "reduce" in frameworks()[name].reduce_source
+        assert load_job(job_dict(framework=name, zero=3)).plan.grad_comm_dtype == "fp32"
+    assert load_job(job_dict(framework="fsdp", zero=3, grad_comm_dtype="bf16")).plan.grad_comm_dtype == "bf16"
+    assert load_job(job_dict(framework="megatron-core")).plan.grad_comm_dtype == "bf16"
+
+
+def test_fsdp_exposes_the_first_gather_and_the_last_reduce_scatter():
+    # PyTorch FSDP notes: the 1st all-gather overlaps nothing; the last unit's reduce-scatter ends the backward.
+    # Llama-2 70B, TP 8, ZeRO-3 over 32 GPUs, micro-batch 8: compute hides the rest of the per-unit traffic.
+    from commtax.estimate import Costs, dp_exposed, stage_times
+    from commtax.workload import build_workload
+
+    job = load_job(job_dict(framework="fsdp", tp=8, pp=1, dp=None, zero=3, sequence_parallel=True, micro_batch=8))
+    wl, costs = build_workload(job), Costs(job)
+    st = stage_times(job, wl, costs)[0]
+    units = wl.layers_per_stage
+    gf, gb, rs = (units * costs.collective_time(c.group, c.op, c.bytes / units) for c in wl.dp_microbatch)
+    assert wl.dp_microbatch[2].bytes == pytest.approx(2 * wl.dp_microbatch[0].bytes)  # fp32 grads, bf16 weights
+    assert gf < st.fwd and gb + rs < st.bwd
+    link, exposed, _ = dp_exposed(job, wl, costs, st)
+    m = wl.micro_batches
+    assert link == pytest.approx((gf + gb + rs) * m)
+    assert exposed == pytest.approx(m * gf / units + rs / units)

@@ -15,59 +15,40 @@ RUNS_MAPE_TARGET = 10.0  # issue 2: public run set MAPE ≤ 10%
 COLLECTIVES_MAPE_TARGET = 15.0  # issue 2: public collectives MAPE ≤ 15% for messages ≥ 64 MiB
 
 
-# Rows that matched only through the retired one-NIC-per-GPU rule for DP traffic (topology.DP_RAILS, read
-# off Narayanan 2021 Table 2 itself; issue 8). With DP priced at the group's real NIC share they are
-# predicted too fast, for reasons the model does not have yet (README "Known misses", docs/collectives.md):
-# 2021 DeepSpeed ZeRO-3 at 384-2,240 GPUs exposes 23 -> 52 s of DP time per step at a constant ~1 TB per GPU,
-# growing with the GPU count; MPT-70B on 64 A100-40GB (FSDP) runs 30% slower than its own 128-GPU row.
-DOCUMENTED_MISSES = {f"meg21_t2_{i}" for i in range(1, 7)} | {"mpt_a100_40gb_bf16_70b_2048_64"}
+# A documented miss, reported and kept in every figure (README "Known misses", docs/collectives.md): MPT-70B on 64
+# A100-40GB (llm-foundry FSDP, micro-batch 2) runs 27% slower per GPU than its own 128-GPU row (micro-batch 4); at
+# the node's 8 x 200 Gb/s the model hides its FSDP traffic under compute, and no sourced mechanism explains it yet.
+DOCUMENTED_MISSES = {"mpt_a100_40gb_bf16_70b_2048_64"}
+# The 2021 DeepSpeed ZeRO-3 rows of Narayanan Table 2 (DeepSpeed before v0.6.0: one synchronised list-form
+# collective per parameter tensor, catalog/frameworks.yaml `legacy`)
+ZERO3_2021 = {f"meg21_t2_{i}" for i in range(1, 7)}
 
 
 def test_public_runs_mape(validation_dir):
+    # issue 8: the gate applies to every row no constant was fitted on (the NeMo rows carry the fitted Hopper
+    # clock and are scored by --loso); no row is left out of it
     report = validate(validation_dir / "public_runs.csv")
     assert all(r.predicted is not None for r in report.rows), [r.reason for r in report.rows if r.reason]
-    kept = [r for r in report.rows if r.id not in DOCUMENTED_MISSES]
-    assert len(kept) == len(report.rows) - len(DOCUMENTED_MISSES)
-    assert sum(abs(r.error_pct) for r in kept) / len(kept) <= RUNS_MAPE_TARGET
-    # the misses stay visible: every one is predicted too fast, none refused
-    assert all(r.error_pct > 0 for r in report.rows if r.id in DOCUMENTED_MISSES)
+    fitted_rows = {row for rows in report.fitted.values() for row in rows}
+    unfitted = [r for r in report.rows if r.id not in fitted_rows]
+    assert len(unfitted) == 42
+    assert report.unfitted_mape_pct == pytest.approx(sum(abs(r.error_pct) for r in unfitted) / len(unfitted))
+    assert report.unfitted_mape_pct <= RUNS_MAPE_TARGET
+    # the documented miss stays visible: predicted, too fast
+    assert all(r.error_pct > 20 for r in report.rows if r.id in DOCUMENTED_MISSES)
 
 
-def test_public_collectives_mape_for_large_messages(validation_dir):
-    report = validate(validation_dir / "public_collectives.csv")
-    assert report.subsets["messages_ge_64MiB"] <= COLLECTIVES_MAPE_TARGET
-    # every size band is reported, not only the bandwidth-bound one
-    assert set(report.subsets) == {"messages_lt_1MiB", "messages_1MiB_to_64MiB", "messages_ge_64MiB"}
-    small = [r for r in report.rows if r.extra["message_bytes"] < 2**20]
-    assert {r.extra["protocol"] for r in small} == {"LL"}  # NCCL's tuning model picks LL for small messages
-
-
-def test_empty_plan_cells_are_chosen_and_reported(validation_dir):
+def test_zero3_2021_rows_are_priced_per_parameter(validation_dir):
     report = validate(validation_dir / "public_runs.csv")
-    meg = next(r for r in report.rows if r.id == "meg21_t1_5")
-    assert set(meg.chosen) == {"vp", "micro_batch"}  # the cells the paper leaves empty
-    nemo = next(r for r in report.rows if r.id == "nemo2407_GPT3-20B_64g")
-    # NeMo's recipes state sequence parallelism (tp > 1) and no recompute: framework defaults, not a search
-    assert nemo.chosen == {} and nemo.extra["defaults"] == {"sequence_parallel": True, "recompute": "none"}
-
-
-def test_framework_of_a_row_column_alias_mapping_then_year():
-    assert framework_of_row({"framework": "torchtitan", "source": "x 2021"})[0] == "torchtitan"
-    assert framework_of_row({"generation": "legacy"})[0] == "megatron-lm"  # deprecated alias
-    assert framework_of_row({"generation": "current"})[0] == "megatron-core"
-    assert framework_of_row({"source": "NVIDIA NeMo Framework performance summary; x"})[0] == "nemo"
-    assert framework_of_row({"source": "Narayanan et al. 2021; Table 2", "zero": "3"})[0] == "megatron-deepspeed"
-    assert framework_of_row({"source": "Narayanan et al. 2021; Table 2", "zero": "0"})[0] == "megatron-lm"
-    fw, why = framework_of_row({"source": "some blog 2021"})
-    assert fw == "megatron-lm" and why.startswith("fallback year rule")
-
-
-def test_bad_framework_column_is_refused_with_the_choices(tmp_path, validation_dir):
-    lines = (validation_dir / "public_runs.csv").read_text().splitlines()
-    csv = tmp_path / "runs.csv"
-    csv.write_text("\n".join([lines[0] + ",framework", lines[1] + ",megatron"]) + "\n")
-    row = validate(csv).rows[0]
-    assert row.predicted is None and "unknown 'megatron'" in row.reason and "torchtitan" in row.reason
+    rows = {r.id: r for r in report.rows if r.id in ZERO3_2021}
+    assert len(rows) == 6
+    assert all("zero3_gather=per_parameter_sync" in r.extra["framework"] for r in rows.values())
+    # was +25..+199% with the synchronised per-tensor gathers left out (every one too fast)
+    assert all(abs(r.error_pct) < 35 for r in rows.values())
+    # Narayanan Table 2: GPT-3 175B steps of ~67 s at both 768 and 1,536 GPUs (per-GPU work halves, the
+    # per-rank host copies double): the predicted steps stay within 15% of each other, as measured
+    t768, t1536 = rows["meg21_t2_2"].extra["step_time_s"], rows["meg21_t2_3"].extra["step_time_s"]
+    assert 0.85 < t1536 / t768 < 1.3
 
 
 def test_report_by_source_and_loso(validation_dir):
@@ -149,3 +130,35 @@ def test_software_text_columns_state_the_kernel(tmp_path, validation_dir):
     csv.write_text("\n".join([lines[0] + ",attention", row + ",fa2", row.replace("meg21_t1_1", "x2") + ","]) + "\n")
     fused, eager = validate(csv).rows
     assert fused.predicted > eager.predicted
+
+
+def test_a_published_table_states_plan_facts(validation_dir):
+    from commtax.spec import load_catalog
+    from commtax.validate import run_job_raw, source_plan
+
+    # llm-foundry's A100-40GB table runs MP Mode PURE: gradients reduced in bf16, not the fsdp preset's fp32
+    row = {"source": "MosaicML llm-foundry MPT training benchmarks; ... 'A100 40GB with 1600 Gbps node-node "
+                     "interconnect (RoCE)'"}
+    assert source_plan(row) == {"grad_comm_dtype": "bf16"}
+    assert source_plan({"source": "MosaicML llm-foundry; H100 80GB"}) == {}
+    rows = [r for r in csv_rows(validation_dir) if r["id"].startswith("mpt_")]
+    assert all(run_job_raw(r, load_catalog())[1]["grad_comm_dtype"] == "bf16" for r in rows)
+
+
+def test_legacy_release_of_the_framework_from_generation_or_source_year():
+    from commtax.validate import legacy_software
+
+    ds = "megatron-deepspeed"
+    legacy = {"zero3_gather": "per_parameter_sync"}
+    assert legacy_software({"source": "Narayanan et al. 2021; Table 2"}, ds)[0] == legacy
+    assert legacy_software({"source": "BigScience 2022; BLOOM"}, ds)[0] == {}
+    assert legacy_software({"source": "a 2023 blog", "generation": "legacy"}, "deepspeed")[0] != {}
+    assert legacy_software({"source": "Narayanan 2021", "generation": "current"}, ds)[0] == {}
+    assert legacy_software({"source": "Narayanan et al. 2021"}, "megatron-lm")[0] == {}  # no legacy entry
+
+
+def csv_rows(validation_dir):
+    import csv
+
+    with open(validation_dir / "public_runs.csv", newline="") as fh:
+        return list(csv.DictReader(fh))

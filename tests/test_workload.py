@@ -122,3 +122,32 @@ def test_one_activation_dtype_rule_everywhere(precision, act):
     assert wl.pp_send.bytes == tokens * h * act / 8  # scattered over tp = 8 (Narayanan 2021 §4.1)
     embed_rs = next(c for c in wl.embed.fwd.collectives)
     assert embed_rs.bytes == tokens * h * act
+
+
+def test_layer_parameter_tensors_as_megatron_registers_them():
+    # Megatron GPT layer (add_bias_linear, LayerNorm with bias): ln1 w/b, qkv w/b, proj w/b, ln2 w/b, fc1 w/b, fc2 w/b
+    from commtax.workload import layer_param_tensors
+
+    job = gpt_job(tp=2, zero=3, sequence_parallel=False)
+    h, f = 2048, 4 * 2048
+    tensors = layer_param_tensors(job)
+    assert tensors == (h, h, h * 3 * h / 2, 3 * h / 2, h * h / 2, h, h, h, h * f / 2, f / 2, f * h / 2, h)
+    matrices = tensors[2] + tensors[4] + tensors[8] + tensors[10]
+    assert matrices * 2 + 2 * h == job.model.layer_params()  # Model.layer_params counts matrices + 2 norm weights
+    # Llama-style (gated MLP, RMSNorm, no biases): 2 norm weights and 4 matrices, gate and up fused in fc1
+    llama = load_job(job_dict(tp=8, zero=3, pp=1, dp=None, sequence_parallel=False))
+    t = layer_param_tensors(llama)
+    assert len(t) == 6 and sum(t) == pytest.approx((llama.model.layer_params() - 2 * 8192) / 8 + 2 * 8192)
+
+
+def test_zero3_workload_carries_the_gather_granularity():
+    # FSDP/current DeepSpeed: 2 gathers per micro-batch (the unit stays gathered through its recomputed forward)
+    wl = build_workload(gpt_job(tp=1, zero=3, recompute="full", sequence_parallel=False))
+    assert wl.zero3_gather == "bucketed_prefetch" and wl.zero3_gather_passes == 2
+    # DeepSpeed < v0.6: the checkpointed forward re-enters every module's pre-forward hook: a third gather
+    legacy = build_workload(gpt_job(tp=1, zero=3, recompute="full", zero3_gather="per_parameter_sync",
+                                    sequence_parallel=False))
+    assert legacy.zero3_gather_passes == 3 and len(legacy.zero3_layer_tensors) == 12
+    # pp = 1, untied: word embedding and LM head (51200 x 2048 each) + the final norm weight
+    assert legacy.zero3_other_tensors == (51200 * 2048, 51200 * 2048, 2048)
+    assert build_workload(gpt_job(tp=1, zero=1)).zero3_layer_tensors == ()

@@ -25,7 +25,15 @@ from commtax.memory import memory
 from commtax.spec import Job, per_rank
 from commtax.topology import group_placement
 from commtax.units import SECONDS_PER_DAY, TFLOPS
-from commtax.workload import Collective, Compute, Phase, Workload, build_workload
+from commtax.workload import (
+    Collective,
+    Compute,
+    Phase,
+    Workload,
+    build_workload,
+    grad_bytes_per_param,
+    weight_bytes_per_param,
+)
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_exposed", "cp_exposed", "pp_bubble", "pp_exposed", "dp_exposed", "optimizer")
 
@@ -120,6 +128,13 @@ class Costs:
         if key not in self._placements:
             self._placements[key] = group_placement(self.job, c.group, c.op)
         return c.bytes * bus_factor(c.op, self._placements[key].n)
+
+    def group_size(self, group: str, op: str) -> int:
+        """Ranks of one ``group`` collective on this job's placement."""
+        key = (group, op)
+        if key not in self._placements:
+            self._placements[key] = group_placement(self.job, group, op)
+        return self._placements[key].n
 
     def compute(self, op: Compute) -> float:
         return _cached_op_time(self.cm, op)
@@ -263,11 +278,16 @@ def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[flo
 
     Overlapped reduction hides under the last micro-batch's backward; the last bucket stays exposed
     (PyTorch DDP / Megatron-Core overlap_grad_reduce). ZeRO-1/2 parameter all-gather hides under
-    the next step's first forward (overlap_param_gather). ZeRO-3 prefetches each layer's gather
-    under the previous layer's compute; the first layer's gather is exposed.
+    the next step's first forward (overlap_param_gather). With interleaving each model chunk is reduced
+    and gathered on its own (``dp_step_exposed``). ZeRO-3 prefetches each layer's gather under the
+    previous layer's compute; the first layer's gather and the last reduce-scatter are exposed; DeepSpeed's
+    legacy per-parameter gathers overlap nothing (``per_parameter_sync_time``).
     """
     ov = job.plan.overlap.dp
     m = wl.micro_batches
+    if wl.dp_microbatch and wl.zero3_gather == "per_parameter_sync":
+        per_mb, nbytes = per_parameter_sync_time(job, wl, costs)
+        return per_mb * m, per_mb * m, nbytes * m  # synchronised before every gather: nothing overlaps
     if wl.dp_microbatch:
         # FSDP / ZeRO-3 gather and reduce-scatter one layer (unit) at a time: L collectives, each paying α
         units = max(1, wl.layers_per_stage)
@@ -276,23 +296,101 @@ def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[flo
         link = (gf + gb + rs) * m
         if not ov:
             return link, link, nbytes
-        first_layer = gf / units
+        # the first unit's gather has nothing to hide under (every micro-batch: FSDP reshards after backward), and
+        # the last unit's reduce-scatter ends the step's backward: the optimizer waits for it (PyTorch FSDP notes,
+        # "FSDP Prefetch Nuances": "The 1st all-gather will not be able to overlap with anything")
+        first_layer, last_rs = gf / units, rs / units
         per_mb = max(0.0, gf - st.fwd) + max(0.0, gb + rs - st.bwd) + first_layer
-        return link, per_mb * m, nbytes
+        return link, per_mb * m + last_rs, nbytes
     if not wl.dp_step:
         return 0.0, 0.0, 0.0
-    nbytes = sum(costs.sent_bytes(c) for c in wl.dp_step)
-    times = [bucketed_time(costs, c, wl.bucket_bytes) for c in wl.dp_step]
-    link = sum(times)
+    link, nbytes, times, tail, first_bucket = dp_step_parts(wl, costs)
     if not ov:
         return link, link, nbytes
+    return link, dp_step_exposed(times, tail, first_bucket, st, job.plan.pp, job.plan.vp, m), nbytes
+
+
+def dp_step_parts(wl: Workload, costs: Costs) -> tuple[float, float, list[float], float, float]:
+    """Per-step DP traffic (ZeRO 0-2): (link time, bytes, [reduce time, gather time], last reduce bucket's time,
+    first gather bucket's time); bucketed as PyTorch DDP / Megatron-Core do."""
+    nbytes = sum(costs.sent_bytes(c) for c in wl.dp_step)
+    times = [bucketed_time(costs, c, wl.bucket_bytes) for c in wl.dp_step]
     reduce_op = wl.dp_step[0]
     tail = costs.collective(Collective("bucket", reduce_op.op, min(wl.bucket_bytes, reduce_op.bytes), "dp"))
-    exposed = max(tail, times[0] - st.bwd)
+    ratio = min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
+    return sum(times), nbytes, times, tail, (times[1] * ratio if len(times) > 1 else 0.0)
+
+
+def dp_step_exposed(times: list[float], tail: float, first_bucket: float, st: StageTime, pp: int, vp: int,
+                    m: int) -> float:
+    """Exposed part of overlapped per-step DP traffic: the reduction under the last backwards, the ZeRO-1/2
+    gather under the first forwards. Interleaved 1F1B reduces and gathers each model chunk on its own
+    (Megatron-Core schedules.py: grad_sync_func after a chunk's last backward, param_sync_func before its
+    first forward), so chunks other than the last to finish hide under the pipeline's cool-down / warm-up."""
+    v = vp if pp > 1 else 1
+    spacing = min(m, pp) if v > 1 else 0
+    exposed = chunked_reduce_exposed(times[0], v, st.bwd / v, spacing * st.bwd / v, tail)
     if len(times) > 1:
-        ratio = min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
-        exposed += max(times[1] * ratio, times[1] - st.fwd)
-    return link, exposed, nbytes
+        exposed += chunked_gather_exposed(times[1], v, st.fwd / v, spacing * st.fwd / v, first_bucket)
+    return exposed
+
+
+def chunked_reduce_exposed(total_s: float, chunks: int, own_s: float, spacing_s: float, floor_s: float) -> float:
+    """Exposed time of a gradient reduction split over ``chunks`` model chunks (interleaved 1F1B, v = chunks).
+
+    On the first pipeline rank (the last to finish) chunk k's last backward ends k·spacing before the end of the
+    step's compute (spacing = p backward passes of one chunk: Megatron's interleaved schedule runs the last
+    micro-batches in groups of p per chunk, chunk v−1 first); its reduction (total/v) can start as that backward
+    produces gradients (``own_s`` earlier) and the reductions share one link, in order. Exposed = when the last
+    one ends after the compute does, at least the last bucket (``floor_s``). With one chunk: max(floor, total − own).
+
+    Unrolled, the last reduction ends at max_j (−j·spacing − own + (j+1)·r), r = total/v, linear in j: at j = v−1
+    when r > spacing, else at j = 0, so  end = r − own + (v−1)·max(0, r − spacing).
+    """
+    r = total_s / chunks
+    return max(floor_s, r - own_s + (chunks - 1) * max(0.0, r - spacing_s))
+
+
+def chunked_gather_exposed(total_s: float, chunks: int, own_s: float, spacing_s: float, floor_s: float) -> float:
+    """Exposed time of a ZeRO-1/2 parameter all-gather split over ``chunks`` model chunks, all launched when the
+    step starts and run in order on one link: chunk k's first forward starts k·spacing in (p forwards of each
+    earlier chunk) and can consume its gathered buckets over its own forward (``own_s``). Exposed = the largest
+    lateness, at least the first bucket (``floor_s``). With one chunk: max(floor, total − own).
+    Lateness of chunk k: (k+1)·g − k·spacing − own, g = total/v, largest at k = v−1 when g > spacing, else k = 0."""
+    g = total_s / chunks
+    return max(floor_s, g - own_s + (chunks - 1) * max(0.0, g - spacing_s))
+
+
+def per_parameter_sync_time(job: Job, wl: Workload, costs: Costs) -> tuple[float, float]:
+    """(time, bytes sent) of one micro-batch's ZeRO-3 traffic when every parameter tensor moves on its own
+    (plan.zero3_gather = per_parameter_sync: DeepSpeed v0.3.13-v0.5.10, catalog/frameworks.yaml).
+
+    Each tensor is all-gathered ``zero3_gather_passes`` times (forward, recomputed forward under full recompute,
+    backward) and its gradient reduce-scattered once, each call after a ``torch.cuda.synchronize()``, so nothing
+    overlaps. A call passes a list of n per-rank views: DeepSpeed builds them with one ``narrow`` each (Python),
+    ProcessGroupNCCL then copies each view in or out of its flat buffer (one ``copy_`` each, PyTorch <= 1.10
+    ``ProcessGroupNCCL::allgather``/``reduce_scatter``): about one eager op per rank, ``cpu_op_s`` (assumptions.yaml,
+    host time of one op issued from Python; the view costs the Python half, the copy the dispatch-and-launch half).
+
+        t_call = NCCL(op, tensor bytes, DP group)  +  n · cpu_op_s
+    """
+    n = costs.group_size("dp", "all_gather")
+    host = n * costs.cm.cpu_op_s
+    p_bytes, g_bytes = weight_bytes_per_param(job.training.precision), grad_bytes_per_param(job)
+
+    def calls(tensors: tuple[float, ...]) -> tuple[float, float, float, float]:
+        gather = sum(costs.collective_time("dp", "all_gather", e * p_bytes) + host for e in tensors)
+        reduce = sum(costs.collective_time("dp", "reduce_scatter", e * g_bytes) + host for e in tensors)
+        elems = sum(tensors)
+        return gather, reduce, elems * p_bytes, elems * g_bytes
+
+    L = wl.layers_per_stage
+    lg, lr, lpb, lgb = calls(wl.zero3_layer_tensors)
+    og, orr, opb, ogb = calls(wl.zero3_other_tensors)
+    passes = wl.zero3_gather_passes
+    time = passes * (L * lg + og) + L * lr + orr
+    bus = (n - 1) / n
+    return time, bus * (passes * (L * lpb + opb) + L * lgb + ogb)
 
 
 def bucketed_time(costs: Costs, c: Collective, bucket_bytes: float) -> float:

@@ -507,7 +507,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
 
 def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per (split, zero, grad dtype): the model states of the stages that can be the fullest and the optimizer
-    step; per (split, mb, sp, recompute, zero, grad dtype): the exposed DP traffic under the slowest stage."""
+    step; per (vp, mb, sp, recompute, zero, grad dtype): the exposed DP traffic under the slowest stage."""
     zeros, grad_dtypes = g.axis("zero"), g.axis("grad_comm_dtype")
     n_kinds = max(len(x) for x in kinds)
     states = np.full((len(g.splits), len(zeros), len(grad_dtypes), n_kinds), np.nan)
@@ -519,16 +519,25 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
             dp_jobs[si, z, d] = (job_zd, build_workload(job_zd))
             states[si, z, d, :len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
             optimizer[si, z, d] = g.costs.compute(dp_jobs[si, z, d][1].optimizer)
-    dims = (len(g.splits), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
+    vps = g.axis("vp")
+    dims = (len(vps), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
     dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
     with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
     for (si, j, k, r), slow in slowest.items():
+        vps_here = [i for i in range(len(vps)) if g.split_of_vp[i] == si]
         for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
             job_zd, wl = dp_jobs[si, z, d]
             counted = with_count.get((si, z, d, j))
             if counted is None:
                 counted = with_count[si, z, d, j] = dataclasses.replace(wl, micro_batches=int(g.n_micro[j]))
-            dp_exposed[si, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow)[1]
+            if not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):  # vp does not change it
+                dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow)[1]
+                continue
+            # interleaving reduces and gathers each model chunk on its own (``estimate.dp_step_exposed``)
+            _, _, times, tail, first = _est.dp_step_parts(counted, g.costs)
+            for i in vps_here:
+                dp_exposed[i, j, k, r, z, d] = _est.dp_step_exposed(times, tail, first, slow, g.base.pp, vps[i],
+                                                                    counted.micro_batches)
     return states, optimizer, dp_exposed
 
 
@@ -591,7 +600,7 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     kinds = [stage_kinds(g.sample_of_split(si)) for si in range(len(g.splits))]
     states, optimizer, dp_exposed = _dp_parts(g, slowest, kinds)
     by_vp = g.split_of_vp  # the split-indexed parts, on the vp axis
-    step, parts, exposed = _assemble(g.n_micro, slow_parts[:, by_vp], bubble, pp_exposed, dp_exposed[by_vp],
+    step, parts, exposed = _assemble(g.n_micro, slow_parts[:, by_vp], bubble, pp_exposed, dp_exposed,
                                      optimizer[by_vp])
     a = assumptions_for(job.cluster.profile)
     fixed_reserve = fixed_reserve_bytes(base.tp, base.pp, base.cp, job.cluster.num_gpus // (base.tp * base.pp * base.cp), a)

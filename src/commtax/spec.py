@@ -229,6 +229,9 @@ class Overlap(_Spec):
 FrameworkName = Literal["megatron-core", "nemo", "megatron-lm", "megatron-deepspeed", "deepspeed", "torchtitan",
                         "fsdp", "custom"]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "triton", "eager"]
+# how ZeRO-3 / FSDP gathers parameters (catalog/frameworks.yaml zero3_gather): one bucketed collective per unit,
+# prefetched on a side stream, or one synchronised list-form collective per parameter tensor (DeepSpeed < v0.6)
+Zero3Gather = Literal["bucketed_prefetch", "per_parameter_sync"]
 # deprecated `generation` values -> the framework they stood for
 GENERATION_ALIAS = {"legacy": "megatron-lm", "current": "megatron-core"}
 
@@ -241,6 +244,14 @@ class FrameworkOverlap(_Spec):
     cp: bool
 
 
+class LegacySoftware(_Spec):
+    """What older releases of a framework did differently (validate applies it to runs published before)."""
+
+    before_year: int = Field(description="runs whose source cites an earlier year (or generation: legacy) used it")
+    plan: dict[str, Any] = Field(description="plan fields those releases fixed (e.g. zero3_gather)")
+    source: str
+
+
 class Framework(_Spec):
     """What a training framework does by default (catalog/frameworks.yaml, each entry sourced)."""
 
@@ -250,7 +261,11 @@ class Framework(_Spec):
     selective_policy: Literal["attention_core", "per_op"]
     fp8_recipe: Literal["delayed", "dynamic"]
     dropout: bool
+    zero3_gather: Zero3Gather = "bucketed_prefetch"
+    reduce_dtype: CommDtype = "bf16"  # dtype of the DP gradient reduction (plan.grad_comm_dtype's default)
+    reduce_source: str = ""  # where a reduce_dtype other than bf16 comes from
     plan_defaults: dict[str, Any] = Field(default_factory=dict)
+    legacy: LegacySoftware | None = None
     source: str
 
 
@@ -292,7 +307,8 @@ class Plan(_Spec):
     micro_batch: int = Field(default=1, gt=0, le=65_536)
     schedule: Literal["gpipe", "1f1b"] = "1f1b"
     overlap: Overlap = Field(default_factory=Overlap)
-    grad_comm_dtype: CommDtype = "bf16"
+    grad_comm_dtype: CommDtype = Field(
+        default="bf16", description="dtype of the DP gradient reduction (default: the framework's reduce_dtype)")
     attention: AttentionKernel = Field(default="fa2", description="attention kernel; eager materialises the s×s scores")
     elementwise: Literal["fused", "compiled", "eager"] = Field(
         default="fused", description="norms, activations, residuals: hand-fused kernels, torch.compile, or eager ops")
@@ -300,6 +316,9 @@ class Plan(_Spec):
         default="attention_core", description="what recompute: selective keeps (Megatron attention core / per-op SAC)")
     fp8_recipe: Literal["delayed", "dynamic"] = Field(
         default="delayed", description="fp8 scaling: delayed (Transformer Engine) or dynamic tensorwise (torchao)")
+    zero3_gather: Zero3Gather = Field(
+        default="bucketed_prefetch", description="ZeRO-3/FSDP parameter movement: bucketed_prefetch (one collective "
+        "per block, prefetched) or per_parameter_sync (DeepSpeed < v0.6: one synchronised gather per tensor)")
 
     @property
     def flash_attention(self) -> bool:
@@ -346,6 +365,8 @@ class Plan(_Spec):
         data.setdefault("elementwise", fw.elementwise)
         data.setdefault("selective_policy", fw.selective_policy)
         data.setdefault("fp8_recipe", fw.fp8_recipe)
+        data.setdefault("zero3_gather", fw.zero3_gather)
+        data.setdefault("grad_comm_dtype", fw.reduce_dtype)
         overlap = data.get("overlap")
         if overlap is None or isinstance(overlap, dict):
             zero3 = data.get("zero", 1) == 3

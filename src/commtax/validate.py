@@ -33,7 +33,7 @@ PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "vp", "sequence_parallel", "zero", "reco
 SOFTWARE_COLUMNS = {"flash_attention": "flash_attention", "overlap_dp": "overlap.dp", "overlap_tp": "overlap.tp",
                     "overlap_pp": "overlap.pp"}
 # optional columns naming software choices (values as in the job file's plan section)
-SOFTWARE_TEXT_COLUMNS = ("attention", "elementwise", "selective_policy", "fp8_recipe")
+SOFTWARE_TEXT_COLUMNS = ("attention", "elementwise", "selective_policy", "fp8_recipe", "zero3_gather")
 LARGE_MESSAGE_BYTES = 64 * MiB  # the collectives target applies to messages ≥ 64 MiB (bandwidth-bound)
 # collectives MAPE is reported per message-size band: latency-bound, in between, bandwidth-bound
 SIZE_BANDS = (("messages_lt_1MiB", 0, MiB), ("messages_1MiB_to_64MiB", MiB, LARGE_MESSAGE_BYTES),
@@ -159,10 +159,37 @@ def framework_of_row(row: dict) -> tuple[str, str]:
     src = row.get("source") or ""
     for rule in source_rules():
         when = rule.get("when") or {}
+        if "framework" not in rule:  # a rule of plan facts only (source_plan)
+            continue
         if rule["match"] in src and all((row.get(k) or "").strip() == str(v) for k, v in when.items()):
             return rule["framework"], f"source mapping ({rule['match']})"
     gen, why = generation_of(row)
     return GENERATION_ALIAS[gen], f"fallback year rule: {why} -> {gen}"
+
+
+def source_plan(row: dict) -> dict:
+    """Plan facts a published table states for all its rows (validation_sources.yaml rules with ``plan``)."""
+    src = row.get("source") or ""
+    out: dict[str, Any] = {}
+    for rule in source_rules():
+        if "plan" in rule and rule["match"] in src:
+            out.update(rule["plan"])
+    return out
+
+
+def legacy_software(row: dict, framework: str) -> tuple[dict, str]:
+    """(plan fields, why) of an older release of the row's framework (catalog/frameworks.yaml ``legacy``): for a
+    ``generation: legacy`` row, or one whose source cites a year before the preset's ``before_year``."""
+    legacy = frameworks()[framework].legacy
+    if legacy is None:
+        return {}, ""
+    gen = (row.get("generation") or "").strip()
+    if gen:
+        return (dict(legacy.plan), "generation column: legacy") if gen == "legacy" else ({}, "")
+    m = re.search(r"\b(19|20)\d\d\b", row.get("source") or "")
+    if m and int(m.group(0)) < legacy.before_year:
+        return dict(legacy.plan), f"source year {m.group(0)} < {legacy.before_year}"
+    return {}, ""
 
 
 def source_key(row_or_source: dict | str) -> str:
@@ -191,7 +218,7 @@ def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
     }
     raw = {"model": model, "cluster": resolve_cluster(_cluster_raw(row), catalog), "training": training}
     fw = framework_of_row(row)[0]
-    fixed: dict[str, Any] = {"framework": fw}
+    fixed: dict[str, Any] = {"framework": fw, **legacy_software(row, fw)[0], **source_plan(row)}
     free: list[str] = []
     for col in PLAN_COLUMNS:
         if col not in row:
@@ -243,6 +270,10 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
             choice = best_plan(raw, fixed, searchable, require_fit=False)
             notes.append("memory model says no plan fits; predicted anyway")
         fw, why = framework_of_row(row)
+        legacy, legacy_why = legacy_software(row, fw)
+        if legacy:
+            why += f"; before {frameworks()[fw].legacy.before_year} ({legacy_why}): " + \
+                ", ".join(f"{k}={v}" for k, v in legacy.items())
     except SpecError as e:
         return RowResult(rid, measured, None, None, reason=str(e), extra={"source_key": source_key(row)})
     if choice is None:

@@ -85,6 +85,10 @@ class Workload:
     params_per_gpu: dict[str, float] = field(default_factory=dict)  # "layers", "embed", "head"
     bucket_bytes: float = 0.0
     chunk_layers: tuple[int, ...] = ()  # layers of each virtual stage k = chunk·pp + stage (``Job.chunk_layers``)
+    zero3_gather: str = "bucketed_prefetch"  # plan.zero3_gather: per FSDP unit, or per parameter tensor (synchronised)
+    zero3_layer_tensors: tuple[float, ...] = ()  # elements of each parameter tensor of one layer on this GPU
+    zero3_other_tensors: tuple[float, ...] = ()  # embedding / LM head / final norm tensors of the stage
+    zero3_gather_passes: int = 2  # all-gathers of every parameter per micro-batch (forward, backward, + recompute)
 
 
 def activation_bytes_per_element(precision: str) -> float:
@@ -407,6 +411,42 @@ def _dp_ops(job: Job, params: float) -> tuple[tuple[Collective, ...], tuple[Coll
     )
 
 
+def layer_param_tensors(job: Job) -> tuple[float, ...]:
+    """Elements of each parameter tensor of one transformer layer on one GPU (TP-sharded), as a framework
+    registers them: what a per-tensor ZeRO-3 gather moves one call at a time.
+
+    Megatron GPT layers (Megatron-LM/-DeepSpeed gpt_model, add_bias_linear default on; GPT-2/3 LayerNorm has a
+    bias): input LayerNorm weight and bias, fused QKV weight and bias, attention output weight and bias, post-
+    attention LayerNorm weight and bias, fc1 weight and bias, fc2 weight and bias: 12 tensors. Gated-MLP models
+    (Llama family: RMSNorm, no linear biases, Touvron et al. 2023) have 2 norm weights and 4 matrices (the gate and
+    up projections fused in one fc1, as Megatron does): 6 tensors. The matrices' elements sum to
+    ``Model.layer_params`` (biases excepted: a few h per layer, not counted there).
+    """
+    m, t = job.model, job.plan.tp
+    h, f = m.hidden, m.ffn
+    qkv_out = h + 2 * m.kv_heads_ * m.head_dim
+    fc1_out = (2 if m.gated_mlp else 1) * f
+    mats = (h * qkv_out / t, h * h / t, h * fc1_out / t, f * h / t)
+    if m.gated_mlp:
+        return (float(h), mats[0], mats[1], float(h), mats[2], mats[3])
+    return (float(h), float(h), mats[0], qkv_out / t, mats[1], float(h), float(h), float(h), mats[2], fc1_out / t,
+            mats[3], float(h))
+
+
+def _zero3_tensors(job: Job, params: dict[str, float]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(one layer's tensors, the stage's other tensors: word embedding, LM head, final norm) for per-tensor gathers."""
+    p = job.plan
+    if p.zero != 3 or job.dp * p.cp == 1:
+        return (), ()
+    others: list[float] = []
+    if p.pp == 1:
+        others += [params["embed"]] + ([params["head"]] if params["head"] else [])
+    else:
+        others.append(max(params["embed"], params["head"]))
+    others.append(float(job.model.hidden))  # final norm weight
+    return layer_param_tensors(job), tuple(others)
+
+
 def build_workload(job: Job) -> Workload:
     p, tr = job.plan, job.training
     params = params_per_gpu(job)
@@ -418,6 +458,10 @@ def build_workload(job: Job) -> Workload:
     shard = job.dp * p.cp if p.zero >= 1 else 1
     optimizer = _mem("adam", adam_bytes_per_param(tr.precision) * fullest / shard)
     tokens_per_step = tr.global_batch * tr.seq_len
+    layer_tensors, other_tensors = _zero3_tensors(job, params)
+    # DeepSpeed's per-parameter hooks gather again for the recomputed forward (checkpointed layers re-enter the
+    # module's pre-forward hook); FSDP keeps the unit gathered through its backward, recompute included
+    sync = p.zero3_gather == "per_parameter_sync"
     return Workload(
         layer=_layer_block(job),
         embed=_embed_block(job),
@@ -432,4 +476,8 @@ def build_workload(job: Job) -> Workload:
         params_per_gpu=params,
         bucket_bytes=DDP_BUCKET_BYTES,
         chunk_layers=job.chunk_layers,
+        zero3_gather=p.zero3_gather,
+        zero3_layer_tensors=layer_tensors,
+        zero3_other_tensors=other_tensors,
+        zero3_gather_passes=3 if sync and p.recompute == "full" else 2,
     )

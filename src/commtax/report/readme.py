@@ -114,7 +114,46 @@ def estimate_example() -> str:
     return "\n".join(["```text", f"$ commtax estimate {EXAMPLE}", *lines, "```"])
 
 
-BLOCKS = {"catalog tables": catalog_tables, "worked example": estimate_example}
+VALIDATION = REPO.parent / "shared" / "validation"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.1f}%"
+
+
+def accuracy_tables() -> str:
+    """``commtax validate`` of the public runs (with ``--loso``) and collectives, as README tables."""
+    from commtax.validate import validate
+
+    runs = validate(VALIDATION / "public_runs.csv", loso=True)
+    rows = [[name, str(runs.rows_by_source[name]), _pct(mape)] for name, mape in runs.by_source.items()]
+    n_ok = sum(r.error_pct is not None for r in runs.rows)
+    fitted_rows = {row for rows_of in runs.fitted.values() for row in rows_of}
+    n_unfitted = sum(1 for r in runs.rows if r.error_pct is not None and r.id not in fitted_rows)
+    rows += [
+        ["**all rows**", str(n_ok), f"**{_pct(runs.mape_pct)}**"],
+        ["**averaged by source** (each source weighs the same)", str(len(runs.by_source)),
+         f"**{_pct(runs.source_avg_mape_pct)}**"],
+        ["**leave-one-source-out**, averaged by source (each source with the constants fitted without it)",
+         str(len(runs.by_source)),
+         f"**{_pct(runs.loso_mape_pct)}**"],
+        ["rows no constant was fitted on", str(n_unfitted), _pct(runs.unfitted_mape_pct)],
+        ["rows refused", str(len(runs.refused)), "—"],
+    ]
+    coll = validate(VALIDATION / "public_collectives.csv")
+    band_names = {"messages_lt_1MiB": "< 1 MiB", "messages_1MiB_to_64MiB": "1 MiB to 64 MiB",
+                  "messages_ge_64MiB": "≥ 64 MiB"}
+    bands = [[band_names.get(name, name), _pct(v)] for name, v in coll.subsets.items()]
+    bands.append([f"all {len(coll.rows)} rows", _pct(coll.mape_pct)])
+    return "\n".join([
+        "Training runs (`public_runs.csv`, tokens/s per GPU):", "",
+        *_table(["source", "rows", "MAPE"], rows), "", f"Leave-one-source-out: {runs.loso_note}.", "",
+        "Collectives (`public_collectives.csv`, busbw) by message size:", "",
+        *_table(["messages", "MAPE"], bands),
+    ])
+
+
+BLOCKS = {"catalog tables": catalog_tables, "worked example": estimate_example, "accuracy tables": accuracy_tables}
 
 
 def section(readme: str, name: str) -> str:
