@@ -319,12 +319,18 @@ def _register_planning() -> None:
     register(app)
 
 
+def _register_trace() -> None:
+    from commtax.trace.cli import trace_command
+
+    app.command("trace")(trace_command)
+
+
 def register_commands() -> None:
     """Commands that live with their own stage of the pipeline (simulator, planning, real communication).
 
     Their modules import nothing heavy at import time (torch and matplotlib load inside the commands).
     """
-    for register in (_register_sim, _register_planning, _register_dist):
+    for register in (_register_sim, _register_planning, _register_dist, _register_trace):
         register()
 
 

@@ -51,8 +51,19 @@ class Figures:
 
 
 @dataclass
-class StepFigures(Figures):
-    step: int = 0
+class StepFigures:
+    """The figures of one ``ProfilerStep#N`` (its own events; window = first to last of them)."""
+
+    step: int
+    window_s: float
+    compute_s: float
+    comm_s: float
+    overlapped_comm_s: float
+    exposed_comm_s: float
+    idle_s: float
+    memcpy_s: float
+    comm_tax: float
+    comm_share: float
 
 
 @dataclass
@@ -238,7 +249,9 @@ def collective_stats(c: Collected, start: np.ndarray, end: np.ndarray, comm_idx:
         t = float(np.sum(a[:, 1] - a[:, 0])) * US_TO_S
         n = len(spans)
         algbw = nbytes * n / t / GB if nbytes and t > 0 else None
-        busbw = algbw * bus_factor(kind, group) if algbw is not None and group and kind != "other" else None
+        # send/recv moves its message once whatever the group (bus factor 1, nccl-tests)
+        ranks = group if group else (2 if kind == "send_recv" else None)
+        busbw = algbw * bus_factor(kind, ranks) if algbw is not None and ranks and kind != "other" else None
         own = iv.union(a[:, 0], a[:, 1])
         exposed = (iv.length(own) - iv.intersection_length(own, compute)) * US_TO_S
         out.append(CollectiveStat(kind, group, nbytes, n, t, t / n, algbw, busbw, source, exposed))
@@ -257,8 +270,20 @@ def _default_group(c: Collected) -> tuple[int | None, str | None]:
 
 def _rank_report(c: Collected, device: str, a: dict[str, np.ndarray], compute_mask: np.ndarray,
                  comm_mask: np.ndarray, step_of: np.ndarray, steps: list[tuple[int, float, float]],
-                 device_name: str, missing: list[str]) -> RankReport:
+                 device_name: str, missing: list[str], step_range: tuple[int, int] | None = None) -> RankReport:
     d = c.distributed
+    if step_range is not None:  # only the events of steps a..b
+        numbers = np.array([n for n, _, _ in steps] + [-1])
+        n_of = numbers[step_of]  # step_of == -1 picks the sentinel
+        keep = (step_of >= 0) & (n_of >= step_range[0]) & (n_of <= step_range[1])
+        if not np.any(keep):
+            from commtax.trace.reader import TraceFormatError
+
+            have = ", ".join(str(n) for n, _, _ in steps) or "none"
+            raise TraceFormatError(f"--steps {step_range[0]}:{step_range[1]}: {c.path} has no events in those "
+                                   f"steps (its ProfilerStep numbers: {have})")
+        a = {k: v[keep] for k, v in a.items()}
+        compute_mask, comm_mask, step_of = compute_mask[keep], comm_mask[keep], step_of[keep]
     whole = figures(a["start"], a["end"], a["cls"], compute_mask, comm_mask)
     step_rows = []
     for k, (n, _, _) in enumerate(steps):
@@ -296,7 +321,7 @@ def _rank_report(c: Collected, device: str, a: dict[str, np.ndarray], compute_ma
     )
 
 
-def _gpu_reports(c: Collected) -> list[RankReport]:
+def _gpu_reports(c: Collected, step_range: tuple[int, int] | None = None) -> list[RankReport]:
     out = []
     cpu_step_windows = sorted({(n, s, e) for n, s, e, _ in c.cpu_steps}, key=lambda w: w[1])
     names = c.device_names
@@ -314,11 +339,11 @@ def _gpu_reports(c: Collected) -> list[RankReport]:
             steps = cpu_step_windows
             step_of = _step_of(launch_ts, steps)
         out.append(_rank_report(c, f"gpu:{device}", a, a["cls"] == COMPUTE, comm_mask, step_of, steps,
-                                names.get(device, ""), missing))
+                                names.get(device, ""), missing, step_range))
     return out
 
 
-def _cpu_report(c: Collected) -> RankReport | None:
+def _cpu_report(c: Collected, step_range: tuple[int, int] | None = None) -> RankReport | None:
     if len(c.cpu) == 0:
         return None
     a = _arrays(c.cpu)
@@ -334,17 +359,20 @@ def _cpu_report(c: Collected) -> RankReport | None:
     missing = ["no GPU kernels: the CPU timeline of a CPU-only job (compute = ops of the step thread, "
                "comm = gloo/mpi collectives on their threads)"]
     return _rank_report(c, "cpu", a, compute_mask[keep], comm_mask[keep], _step_of(a["start"], steps), steps,
-                        "", missing)
+                        "", missing, step_range)
 
 
-def analyze_file(path: Path | str) -> list[RankReport]:
-    """The reports of one trace file: one per GPU it holds, or one CPU report for a CPU-only job."""
+def analyze_file(path: Path | str, step_range: tuple[int, int] | None = None) -> list[RankReport]:
+    """The reports of one trace file: one per GPU it holds, or one CPU report for a CPU-only job.
+
+    ``step_range=(a, b)`` keeps only the events of ``ProfilerStep#a`` … ``#b``.
+    """
     c = collect(path)
     if not c.distributed:
         note = "no distributedInfo: rank and world size unknown"
     else:
         note = None
-    reports = _gpu_reports(c) if c.gpus else [r for r in [_cpu_report(c)] if r is not None]
+    reports = _gpu_reports(c, step_range) if c.gpus else [r for r in [_cpu_report(c, step_range)] if r is not None]
     if not reports:
         from commtax.trace.reader import TraceFormatError
 
@@ -355,11 +383,11 @@ def analyze_file(path: Path | str) -> list[RankReport]:
     return reports
 
 
-def analyze(paths: list[Path | str] | Path | str) -> TraceReport:
+def analyze(paths: list[Path | str] | Path | str, step_range: tuple[int, int] | None = None) -> TraceReport:
     """Measured communication tax of every rank in ``paths`` (files, or directories of *.json[.gz])."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    ranks = [r for f in trace_files(list(paths)) for r in analyze_file(f)]
+    ranks = [r for f in trace_files(list(paths)) for r in analyze_file(f, step_range)]
     return TraceReport(ranks=ranks, stragglers=stragglers(ranks))
 
 
