@@ -246,6 +246,8 @@ def _one(c: Collected, name: str, ts: float, dur: float, cat: str, args: dict, e
     if m:
         info = comm_args(args)
         info.setdefault("kind", op_kind(m.group(2)))
+        if "in_bytes" in info and "Input Dims" in args:
+            info["size_source"] = "cpu op shapes"
         c.comm_info.append(info)
         c.cpu.add(ts, dur, COMM, tid=tid, comm=len(c.comm_info) - 1)
     elif not name.startswith("c10d::"):  # c10d::allreduce_ etc. only enqueue the collective
