@@ -122,8 +122,12 @@ def measured_and_predicted(cluster: Path, out: Path) -> tuple[float, float, obje
             "--job", str(JOB), "--out", str(out), "--steps", "3", timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     rep = analyze(out)
-    job = load_job({**yaml.safe_load(JOB.read_text()), "cluster": str(cluster)})
-    eff, _, _ = compute_efficiency(rep, job)  # calibrated compute: the trace's own
+    spec = yaml.safe_load(JOB.read_text())
+    # the links `cluster up` shaped and measured; the GPU entry of the job (one CPU core: sms 1)
+    spec["cluster"] = {**yaml.safe_load(cluster.read_text()), "gpu": spec["cluster"]["gpu"]}
+    job = load_job(spec)
+    eff, measured_compute, predicted_compute = compute_efficiency(rep, job)  # calibrated compute: the trace's own
+    assert predicted_compute == pytest.approx(measured_compute, rel=0.02)
     prof = Profile(source="compute from the trace", levels={}, gemm_efficiency={"fp32": eff})
     job = job.model_copy(update={"cluster": job.cluster.model_copy(update={"profile": prof})})
     cmp = compare(rep, job)

@@ -46,6 +46,7 @@ class CollectiveRow:
     predicted_time_s: float
     measured_busbw_GBps: float | None
     predicted_busbw_GBps: float | None
+    calls_per_step: float = 0.0
 
     @property
     def busbw_ratio(self) -> float | None:
@@ -123,7 +124,7 @@ def collective_rows(job: Job, ranks: list[RankReport]) -> list[CollectiveRow]:
                 continue
             out.append(CollectiveRow(c.kind, group, n, c.message_bytes, c.count, c.mean_time_s, cost.time_s,
                                      c.busbw_GBps if c.busbw_GBps is not None else c.algbw_GBps,
-                                     cost.busbw_bytes_per_s / GB))
+                                     cost.busbw_bytes_per_s / GB, c.count / steps_in(r)))
     return out
 
 
@@ -168,18 +169,18 @@ def predicted_compute_s(b: Breakdown) -> float:
 
 
 def explain(rows: list[Row], colls: list[CollectiveRow], top: int = 4) -> list[str]:
-    """The largest measured/predicted gaps, in words, largest first."""
+    """The largest measured/predicted gaps in words, largest first by the seconds per step they account for."""
     items: list[tuple[float, str]] = []
     for r in rows:
-        if r.ratio is None or r.metric in ("comm_tax", "comm_share") or r.measured is None or r.measured <= 0:
+        if r.ratio is None or r.metric in ("comm_tax", "comm_share", "step_time_s") or not r.measured:
             continue
         what = r.metric.removesuffix("_s").replace("_", " ")
-        items.append((abs(math.log(r.ratio)), f"{what} took {r.ratio:.2f}× the predicted time "
+        items.append((abs(r.measured - r.predicted), f"{what} took {r.ratio:.2f}× the predicted time "
                       f"({r.measured * 1e3:.3g} ms measured, {r.predicted * 1e3:.3g} ms predicted per step)"))
     for c in colls:
         if c.busbw_ratio is None or c.busbw_ratio <= 0:
             continue
-        items.append((abs(math.log(c.busbw_ratio)),
+        items.append((abs(c.measured_time_s - c.predicted_time_s) * c.calls_per_step,
                       f"{c.kind} of {c.message_bytes / MB:.3g} MB over {c.group_size} ranks ({c.group}) reached "
                       f"{100 * c.busbw_ratio:.0f}% of the predicted busbw ({c.measured_busbw_GBps:.3g} vs "
                       f"{c.predicted_busbw_GBps:.3g} GB/s; a kernel's time includes waiting for late peers)"))
@@ -236,6 +237,10 @@ def profile_from_trace(report: TraceReport, job: Job, source: str) -> dict:
     profile = calibrate(records, cluster, None, source=source)
     eff, measured, predicted = compute_efficiency(report, job)
     profile["gemm_efficiency"] = {job.training.precision: round(eff, 6)}
+    if abs(predicted / measured - 1) > 0.02 if measured > 0 else False:
+        profile["compute_fit"] = (f"predicted compute stays {predicted * 1e3:.3g} ms per step against "
+                                  f"{measured * 1e3:.3g} ms measured at GEMM efficiency {eff:.3g}: the GPU entry's "
+                                  "peak_tflops, mem_bw_GBps or sms do not describe this device")
     profile["measured_compute_s_per_step"] = round(measured, 9)
     profile["measured_busbw"] = [
         {"op": r["op"], "group_size": r["world_size"], "message_bytes": r["message_bytes"], "calls": r["count"],

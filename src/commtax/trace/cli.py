@@ -189,6 +189,8 @@ def calibrate_from_trace(traces: list[Path], job_file: Path | None, out: Path, s
 def print_profile_summary(profile: dict, out: Path) -> None:
     eff = ", ".join(f"{k} {v:.3f}" for k, v in profile.get("gemm_efficiency", {}).items())
     typer.echo(f"GEMM efficiency: {eff}; measured compute {profile['measured_compute_s_per_step'] * 1e3:.2f} ms/step")
+    if "compute_fit" in profile:
+        typer.echo(f"warning: {profile['compute_fit']}")
     for m in profile.get("measured_busbw", []):
         typer.echo(f"{m['op']:>14} n={m['group_size']:<4} {m['message_bytes'] / MB:10.3g} MB  "
                    f"{m['time_s'] * 1e3:9.3f} ms  busbw {m['busbw_GBps']:.3g} GB/s")
