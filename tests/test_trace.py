@@ -267,3 +267,58 @@ def test_bad_steps_option(app):
     assert res.exit_code == 2 and "--steps" in res.output
     res = CliRunner().invoke(app, ["trace", str(shared("a100-8gpu-rank3")), "--steps", "1:5"])
     assert res.exit_code == 2 and "1009" in res.output  # names the steps the trace has
+
+
+# ----------------------------------------------------------------------------- against / calibrate
+A100_PAIR = {
+    "model": "llama2-7b",
+    "cluster": {"gpu": "a100-sxm4-40gb", "num_gpus": 2, "gpus_per_node": 2, "intra_node": "nvlink3",
+                "inter_node": "ib-hdr", "nics_per_node": 1},
+    "plan": {"tp": 1, "pp": 1, "zero": 0, "micro_batch": 1},
+    "training": {"seq_len": 2048, "global_batch": 2, "precision": "bf16"},
+}
+
+
+def test_against_puts_prediction_beside_measurement(app, tmp_path):
+    import yaml
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(A100_PAIR))
+    res = CliRunner().invoke(app, ["trace", str(shared("a100-2gpu-allreduce-rank0")), "--against", str(job), "--json"])
+    assert res.exit_code == 0, res.output
+    against = json.loads(res.output)["against"]
+    rows = {r["metric"]: r for r in against["rows"]}
+    steps = json.loads(res.output)["ranks"][0]["steps"]
+    assert rows["comm_tax"]["measured"] == pytest.approx(sum(s["comm_tax"] for s in steps) / len(steps))
+    assert rows["comm_tax"]["predicted"] == pytest.approx(against["predicted"]["comm_tax"])
+    ar = [c for c in against["collectives"] if c["kind"] == "all_reduce"]
+    assert {c["group"] for c in ar} == {"dp"} and all(c["group_size"] == 2 for c in ar)
+    for c in ar:  # the predicted column is `commtax collective` for that size on that group
+        from commtax.collectives import collective_cost
+        from commtax.spec import load_job
+        from commtax.topology import group_placement
+
+        j = load_job(A100_PAIR)
+        assert c["predicted_time_s"] == pytest.approx(
+            collective_cost("all_reduce", c["message_bytes"], group_placement(j, "dp", "all_reduce")).time_s)
+    assert against["explanations"] and "predicted" in against["explanations"][0]
+
+
+def test_calibrate_from_a_gpu_trace(tmp_path):
+    import yaml
+
+    from commtax.estimate import estimate
+    from commtax.spec import load_job
+    from commtax.trace.cli import calibrate_from_trace
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(A100_PAIR))
+    out = tmp_path / "profile.yaml"
+    profile = calibrate_from_trace([shared("a100-2gpu-allreduce-rank0")], job, out)
+    sizes = sorted(m["message_bytes"] for m in profile["measured_busbw"] if m["op"] == "all_reduce")
+    assert sizes == [8196000, 9724160, 26255360, 26550272, 31502336]
+    # fitted on every collective of ≥ 64 KiB: the five all-reduces and the 212 KB broadcast
+    assert profile["levels"]["intra"]["bw_GBps"] > 0 and profile["residuals"]["levels"]["intra"]["records"] == 6
+    # the profile is what `cluster: {profile: FILE}` accepts
+    spec = {**A100_PAIR, "cluster": {**A100_PAIR["cluster"], "profile": str(out)}}
+    assert estimate(load_job(spec)).step_time_s > 0

@@ -157,6 +157,10 @@ def compare(report: TraceReport, job: Job) -> Comparison:
              Row("comm_share", mean("comm_share"), b.comm_share)]
     colls = collective_rows(job, ranks)
     notes = []
+    worlds = {r.world_size for r in ranks if r.world_size is not None}
+    if worlds and worlds != {job.cluster.num_gpus}:
+        notes.append(f"the trace's world size ({', '.join(map(str, sorted(worlds)))}) is not the job's num_gpus "
+                     f"({job.cluster.num_gpus}): is this the job that ran?")
     if exposed["?"] > 0:
         notes.append(f"{exposed['?'] * 1e3:.2f} ms of exposed communication per step ran on groups the plan "
                      "does not name (sizes do not match tp/cp/dp)")
@@ -175,7 +179,7 @@ def explain(rows: list[Row], colls: list[CollectiveRow], top: int = 4) -> list[s
         if r.ratio is None or r.metric in ("comm_tax", "comm_share", "step_time_s") or not r.measured:
             continue
         what = r.metric.removesuffix("_s").replace("_", " ")
-        items.append((abs(r.measured - r.predicted), f"{what} took {r.ratio:.2f}× the predicted time "
+        items.append((abs(r.measured - r.predicted), f"{what} took {r.ratio:.3g}× the predicted time "
                       f"({r.measured * 1e3:.3g} ms measured, {r.predicted * 1e3:.3g} ms predicted per step)"))
     for c in colls:
         if c.busbw_ratio is None or c.busbw_ratio <= 0:

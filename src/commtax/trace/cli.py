@@ -101,7 +101,7 @@ def comparison_tables(cmp) -> list[Table]:
     for col in ("metric", "measured", "predicted", "measured/predicted"):
         t.add_column(col, justify="right" if col != "metric" else "left")
     for r in cmp.rows:
-        ratio = "—" if r.ratio is None else f"{r.ratio:.2f}×"
+        ratio = "—" if r.ratio is None else f"{r.ratio:.3g}×"
         if r.metric in ("comm_tax", "comm_share"):
             t.add_row(r.metric, _pct(r.measured), _pct(r.predicted), ratio)
         else:
