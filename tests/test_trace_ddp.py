@@ -42,7 +42,7 @@ def param_bytes() -> int:
 def loopback(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ddp")
     r = subprocess.run([sys.executable, str(EXAMPLE), "--job", str(JOB), "--out", str(out), "--steps", str(STEPS)],
-                       capture_output=True, text=True, timeout=900)
+                       capture_output=True, text=True, timeout=900, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     return out
 

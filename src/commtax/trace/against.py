@@ -18,7 +18,7 @@ from commtax.collectives import OPS, collective_cost
 from commtax.estimate import Breakdown, estimate
 from commtax.spec import Job
 from commtax.topology import GROUPS, group_placement, layout, placement
-from commtax.trace.analyze import CollectiveStat, RankReport, TraceReport
+from commtax.trace.analyze import RankReport, TraceReport
 from commtax.units import GB, MB
 
 
@@ -140,7 +140,7 @@ def compare(report: TraceReport, job: Job) -> Comparison:
     """Measured (mean over ranks, per step) vs the estimate of ``job``, and the largest gaps in words."""
     b = estimate(job)
     ranks = report.ranks
-    mean = lambda name: statistics.fmean(per_step(r, name) for r in ranks)  # noqa: E731
+    mean = lambda name: statistics.fmean(per_step(r, name) for r in ranks)
     exposed = {g: statistics.fmean(measured_exposed_by_group(job, r).get(g, 0.0) for r in ranks)
                for g in ("tp", "cp", "pp", "dp", "?")}
     rows = [
@@ -179,15 +179,16 @@ def explain(rows: list[Row], colls: list[CollectiveRow], top: int = 4) -> list[s
         if r.ratio is None or r.metric in ("comm_tax", "comm_share", "step_time_s") or not r.measured:
             continue
         what = r.metric.removesuffix("_s").replace("_", " ")
-        items.append((abs(r.measured - r.predicted), f"{what} took {r.ratio:.3g}× the predicted time "
-                      f"({r.measured * 1e3:.3g} ms measured, {r.predicted * 1e3:.3g} ms predicted per step)"))
+        text = (f"{what} took {r.ratio:.3g}× the predicted time ({r.measured * 1e3:.3g} ms measured, "
+                f"{r.predicted * 1e3:.3g} ms predicted per step)")
+        items.append((abs(r.measured - r.predicted), text))
     for c in colls:
         if c.busbw_ratio is None or c.busbw_ratio <= 0:
             continue
-        items.append((abs(c.measured_time_s - c.predicted_time_s) * c.calls_per_step,
-                      f"{c.kind} of {c.message_bytes / MB:.3g} MB over {c.group_size} ranks ({c.group}) reached "
-                      f"{100 * c.busbw_ratio:.0f}% of the predicted busbw ({c.measured_busbw_GBps:.3g} vs "
-                      f"{c.predicted_busbw_GBps:.3g} GB/s; a kernel's time includes waiting for late peers)"))
+        text = (f"{c.kind} of {c.message_bytes / MB:.3g} MB over {c.group_size} ranks ({c.group}) reached "
+                f"{100 * c.busbw_ratio:.0f}% of the predicted busbw ({c.measured_busbw_GBps:.3g} vs "
+                f"{c.predicted_busbw_GBps:.3g} GB/s; a kernel's time includes waiting for late peers)")
+        items.append((abs(c.measured_time_s - c.predicted_time_s) * c.calls_per_step, text))
     items.sort(key=lambda x: -x[0])
     return [text for _, text in items[:top]]
 

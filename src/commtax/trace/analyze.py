@@ -356,8 +356,8 @@ def _cpu_report(c: Collected, step_range: tuple[int, int] | None = None) -> Rank
     keep = compute_mask | comm_mask
     a = {k: v[keep] for k, v in a.items()}
     steps = sorted({(n, s, e) for n, s, e, _ in c.cpu_steps}, key=lambda w: w[1])
-    missing = ["no GPU kernels: the CPU timeline of a CPU-only job (compute = ops of the step thread, "
-               "comm = gloo/mpi collectives on their threads)"]
+    missing = [("no GPU kernels: the CPU timeline of a CPU-only job (compute = ops of the step thread, "
+                "comm = gloo/mpi collectives on their threads)")]
     return _rank_report(c, "cpu", a, compute_mask[keep], comm_mask[keep], _step_of(a["start"], steps), steps,
                         "", missing, step_range)
 
