@@ -322,3 +322,20 @@ def test_calibrate_from_a_gpu_trace(tmp_path):
     # the profile is what `cluster: {profile: FILE}` accepts
     spec = {**A100_PAIR, "cluster": {**A100_PAIR["cluster"], "profile": str(out)}}
     assert estimate(load_job(spec)).step_time_s > 0
+
+
+def test_measured_breakdown_is_comparable_field_by_field():
+    from commtax.spec import load_job
+    from commtax.trace.against import measured_breakdown
+
+    rep = analyze(shared("a100-2gpu-allreduce-rank0"))
+    b = measured_breakdown(rep, load_job(A100_PAIR))
+    r = rep.ranks[0]
+    assert b.source == "trace"
+    assert b.step_time_s == pytest.approx(r.step_time_s)  # the parts (idle included) add up to the step
+    mean = lambda name: sum(getattr(s, name) for s in r.steps) / len(r.steps)  # noqa: E731
+    assert b.breakdown_s["compute"] == pytest.approx(mean("compute_s"))
+    assert b.breakdown_s["dp_exposed"] + b.breakdown_s["idle"] + b.breakdown_s["compute"] == pytest.approx(
+        b.step_time_s - sum(v for k, v in b.breakdown_s.items() if k not in ("dp_exposed", "idle", "compute")))
+    assert b.comm_tax == pytest.approx(b.breakdown_s["dp_exposed"] / b.step_time_s)
+    assert b.comm_bytes_per_gpu["dp"] > 0 and b.tokens_per_s == pytest.approx(2 * 2048 / b.step_time_s)

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from commtax.collectives import OPS, collective_cost
-from commtax.estimate import Breakdown, estimate
+from commtax.estimate import Breakdown, estimate, make_breakdown
 from commtax.spec import Job
 from commtax.topology import GROUPS, group_placement, layout, placement
 from commtax.trace.analyze import RankReport, TraceReport
@@ -61,6 +61,7 @@ class Comparison:
     collectives: list[CollectiveRow]
     explanations: list[str]
     predicted: Breakdown
+    measured: Breakdown | None = None
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,6 +70,7 @@ class Comparison:
             "collectives": [{**asdict(c), "busbw_ratio": c.busbw_ratio} for c in self.collectives],
             "explanations": list(self.explanations),
             "predicted": self.predicted.to_dict(),
+            "measured": self.measured.to_dict() if self.measured is not None else None,
             "notes": list(self.notes),
         }
 
@@ -164,7 +166,43 @@ def compare(report: TraceReport, job: Job) -> Comparison:
     if exposed["?"] > 0:
         notes.append(f"{exposed['?'] * 1e3:.2f} ms of exposed communication per step ran on groups the plan "
                      "does not name (sizes do not match tp/cp/dp)")
-    return Comparison(rows, colls, explain(rows, colls), b, notes)
+    measured = measured_breakdown(report, job)
+    rows.insert(3, Row("mfu", measured.mfu, b.mfu))
+    return Comparison(rows, colls, explain(rows, colls), b, measured, notes)
+
+
+def measured_breakdown(report: TraceReport, job: Job) -> Breakdown:
+    """The trace as a ``Breakdown`` (source "trace"), field by field comparable with ``estimate``'s.
+
+    Per step, mean over ranks: compute = every non-communication kernel (the optimizer's included, so
+    ``optimizer`` is 0), exposed communication per process group, and the GPU's idle time under an
+    extra ``idle`` key (so the parts still add up to the step); MFU from the job's model FLOPs over the
+    measured step. Memory is the prediction's: a trace of kernels does not measure it.
+    """
+    from commtax.memory import memory
+    from commtax.workload import build_workload
+
+    ranks = report.ranks
+    mean = lambda name: statistics.fmean(per_step(r, name) for r in ranks)
+    exposed = {g: statistics.fmean(measured_exposed_by_group(job, r).get(g, 0.0) for r in ranks) for g in GROUPS}
+    compute, idle = mean("compute_s"), mean("idle_s")
+    parts = {"compute": compute, "recompute": 0.0, "tp_exposed": exposed["tp"], "cp_exposed": exposed["cp"],
+             "pp_bubble": 0.0, "pp_exposed": exposed["pp"], "dp_exposed": exposed["dp"], "optimizer": 0.0}
+    # what the step holds beyond compute and exposed communication on known groups: idle, memcpy, unmatched comm
+    parts["idle"] = max(0.0, statistics.fmean(r.step_time_s for r in ranks) - sum(parts.values()))
+    link = {g: 0.0 for g in GROUPS}
+    nbytes = {g: 0.0 for g in GROUPS}
+    for r in ranks:
+        for c in r.collectives:
+            g = group_of(job, c.kind, c.group_size)
+            if g in link:
+                link[g] += c.time_s / steps_in(r) / len(ranks)
+                nbytes[g] += (c.message_bytes or 0.0) * c.count / steps_in(r) / len(ranks)
+    mem = memory(job)
+    notes = [f"measured from {len(ranks)} rank(s), mean per step; idle {idle * 1e3:.3g} ms per step; "
+             "comm_time_s is the summed kernel time per group; memory is the prediction's"]
+    return make_breakdown(job, build_workload(job), parts, link, nbytes, mem.gib(),
+                          mem.total <= job.cluster.gpu.mem_bytes, source="trace", notes=notes)
 
 
 def predicted_compute_s(b: Breakdown) -> float:

@@ -99,8 +99,8 @@ class RankReport:
     comm_tax: float
     comm_share: float
     step_time_s: float  # mean step window (the whole window when the trace has no ProfilerStep)
-    comm_time_s: dict[str, float]  # link time per collective kind (union of its calls)
-    exposed_comm_time_s: dict[str, float]  # exposed time per collective kind
+    comm_by_kind_s: dict[str, float]  # link time per collective kind (union of its calls); Breakdown's
+    exposed_by_kind_s: dict[str, float]  # comm_time_s is per process group: see against.measured_breakdown
     steps: list[StepFigures]
     collectives: list[CollectiveStat]
     missing: list[str] = field(default_factory=list)
@@ -316,7 +316,7 @@ def _rank_report(c: Collected, device: str, a: dict[str, np.ndarray], compute_ma
     return RankReport(
         file=str(c.path), rank=rank if isinstance(rank, int) else None,
         world_size=world if isinstance(world, int) else None, device=device, device_name=device_name,
-        **whole, step_time_s=step_time, comm_time_s=comm_time, exposed_comm_time_s=exposed_time,
+        **whole, step_time_s=step_time, comm_by_kind_s=comm_time, exposed_by_kind_s=exposed_time,
         steps=step_rows, collectives=stats, missing=missing,
     )
 

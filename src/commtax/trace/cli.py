@@ -102,7 +102,7 @@ def comparison_tables(cmp) -> list[Table]:
         t.add_column(col, justify="right" if col != "metric" else "left")
     for r in cmp.rows:
         ratio = "—" if r.ratio is None else f"{r.ratio:.3g}×"
-        if r.metric in ("comm_tax", "comm_share"):
+        if r.metric in ("comm_tax", "comm_share", "mfu"):
             t.add_row(r.metric, _pct(r.measured), _pct(r.predicted), ratio)
         else:
             t.add_row(r.metric.removesuffix("_s") + " ms", "—" if r.measured is None else _ms(r.measured),
