@@ -339,3 +339,36 @@ def test_measured_breakdown_is_comparable_field_by_field():
         b.step_time_s - sum(v for k, v in b.breakdown_s.items() if k not in ("dp_exposed", "idle", "compute")))
     assert b.comm_tax == pytest.approx(b.breakdown_s["dp_exposed"] / b.step_time_s)
     assert b.comm_bytes_per_gpu["dp"] > 0 and b.tokens_per_s == pytest.approx(2 * 2048 / b.step_time_s)
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "all_reduce"),  # NCCL 2.17
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_gather"),  # NCCL ≥ 2.19
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "reduce_scatter"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", "send_recv"),
+    ("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "broadcast"),
+    ("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", None),  # the op is only in the args
+    ("rcclKernel_AllToAll(ncclDevComm*)", "all_to_all"),  # an rccl-prefixed name (RCCL also keeps nccl names)
+])
+def test_communication_kernel_names(name, kind):
+    from commtax.trace.collect import COMM_KERNEL, kernel_op
+
+    assert COMM_KERNEL.match(name) and kernel_op(name) == kind
+
+
+@pytest.mark.parametrize("name", ["void cutlass::Kernel<cutlass_80_tensorop_s1688gemm>(Params)",
+                                  "Cijk_Alik_Bljk_SB_MT64x16x32_MI16x16x1", "nchwToNhwcKernel"])
+def test_compute_kernel_names(name):
+    from commtax.trace.collect import COMM_KERNEL
+
+    assert not COMM_KERNEL.match(name)
+
+
+@pytest.mark.parametrize("collective, kind", [("allreduce", "all_reduce"), ("_allgather_base", "all_gather"),
+                                              ("reduce_scatter_tensor_coalesced", "reduce_scatter"),
+                                              ("alltoall_base", "all_to_all"), ("send", "send_recv"),
+                                              ("recv", "send_recv"), ("broadcast", "broadcast"), ("barrier", "other")])
+def test_c10d_collective_names(collective, kind):
+    from commtax.trace.collect import op_kind
+
+    assert op_kind(collective) == kind
