@@ -56,8 +56,8 @@ def synthetic_events(rng: random.Random):
                                 "Input type": ["c10::BFloat16", "c10::BFloat16"], "Sequence number": corr}}
                 yield {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts + 1,
                        "dur": 3.0, "args": {"External id": corr, "correlation": corr}}
-                yield {"ph": "X", "cat": "kernel", "name": f"void cutlass::Kernel<sm90_{name[6:]}_bf16_128x128>(Params)",
-                       "pid": 0, "tid": 7, "ts": ts + 5, "dur": d, "args": {
+                kernel = f"void cutlass::Kernel<sm90_{name[6:]}_bf16_128x128>(Params)"
+                yield {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": ts + 5, "dur": d, "args": {
                            "queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": corr,
                            "registers per thread": 168, "shared memory": 232448, "grid": [132, 1, 1],
                            "block": [384, 1, 1], "est. achieved occupancy %": 12}}
@@ -108,7 +108,8 @@ def main() -> None:
         path = Path(tmp) / ("bench.json.gz" if args.gzip else "bench.json")
         size = write_trace(path, args.mb, args.gzip)
         per = 100e6 / size
-        print(f"trace: {size / 1e6:.0f} MB of JSON ({path.stat().st_size / 1e6:.0f} MB on disk{', gzip' if args.gzip else ''})")
+        disk = f"{path.stat().st_size / 1e6:.0f} MB on disk" + (", gzip" if args.gzip else "")
+        print(f"trace: {size / 1e6:.0f} MB of JSON ({disk})")
         modes = ["commtax"] + (["json.load"] if args.compare else [])
         for mode in modes:
             r = run(mode, path)

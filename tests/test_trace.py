@@ -51,7 +51,8 @@ def sweep(path: Path) -> dict[str, float]:
     t0 = min(e["ts"] for e in gpu)
     bounds = []
     for e in gpu:
-        kind = "other" if e["cat"] != "kernel" else ("comm" if re.match(r"nccl.*kernel", e["name"], re.IGNORECASE) else "compute")
+        comm = re.match(r"nccl.*kernel", e["name"], re.IGNORECASE)
+        kind = "other" if e["cat"] != "kernel" else ("comm" if comm else "compute")
         s, end = e["ts"] - t0, e["ts"] - t0 + e["dur"]
         bounds += [(s, 1, kind), (end, -1, kind)]
     bounds.sort(key=lambda b: (b[0], -b[1]))

@@ -113,8 +113,8 @@ def comparison_tables(cmp) -> list[Table]:
         for col in ("kind", "group", "n", "size MB", "meas ms", "pred ms", "meas busbw", "pred busbw", "ratio"):
             c.add_column(col, justify="right" if col != "kind" else "left")
         for x in cmp.collectives:
-            c.add_row(x.kind, x.group, str(x.group_size), f"{x.message_bytes / MB:.3g}", f"{x.measured_time_s * 1e3:.3f}",
-                      f"{x.predicted_time_s * 1e3:.3f}",
+            c.add_row(x.kind, x.group, str(x.group_size), f"{x.message_bytes / MB:.3g}",
+                      f"{x.measured_time_s * 1e3:.3f}", f"{x.predicted_time_s * 1e3:.3f}",
                       "—" if x.measured_busbw_GBps is None else f"{x.measured_busbw_GBps:.3g}",
                       "—" if x.predicted_busbw_GBps is None else f"{x.predicted_busbw_GBps:.3g}",
                       "—" if x.busbw_ratio is None else f"{100 * x.busbw_ratio:.0f}%")
@@ -123,11 +123,14 @@ def comparison_tables(cmp) -> list[Table]:
 
 
 def trace_command(
-    traces: Annotated[list[Path], typer.Argument(help="Kineto trace files (.json or .json.gz), one per rank, or directories")],
+    traces: Annotated[list[Path], typer.Argument(
+        help="Kineto trace files (.json or .json.gz), one per rank, or directories")],
     json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
-    against: Annotated[Optional[Path], typer.Option("--against", help="job YAML: show its prediction next to the measurement")] = None,
+    against: Annotated[Optional[Path], typer.Option(
+        "--against", help="job YAML: show its prediction next to the measurement")] = None,
     steps: Annotated[Optional[str], typer.Option("--steps", help="only ProfilerStep#a … #b, as a:b")] = None,
-    catalog: Annotated[Optional[Path], typer.Option("--catalog", help="YAML file adding or overriding catalog entries")] = None,
+    catalog: Annotated[Optional[Path], typer.Option(
+        "--catalog", help="YAML file adding or overriding catalog entries")] = None,
 ) -> None:
     """Measured communication tax of a real job from PyTorch profiler traces; with --against, vs the prediction."""
     from commtax.trace.analyze import analyze
@@ -195,5 +198,6 @@ def print_profile_summary(profile: dict, out: Path) -> None:
         typer.echo(f"{m['op']:>14} n={m['group_size']:<4} {m['message_bytes'] / MB:10.3g} MB  "
                    f"{m['time_s'] * 1e3:9.3f} ms  busbw {m['busbw_GBps']:.3g} GB/s")
     lv = profile.get("levels", {})
-    typer.echo("links: " + ", ".join(f"{k} {v['bw_GBps']:.3g} GB/s α {v['latency_us']:.1f} µs" for k, v in lv.items()))
+    typer.echo("links: " + ", ".join(f"{k} {v['bw_GBps']:.3g} GB/s α {v['latency_us']:.1f} µs"
+                                     for k, v in lv.items()))
     typer.echo(f"wrote {out}; in a job file: `cluster: {{..., profile: {out}}}`")

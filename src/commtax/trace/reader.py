@@ -187,7 +187,7 @@ def trace_files(paths: list[Path | str]) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.is_file() and (q.name.endswith(".json") or q.name.endswith(".json.gz")))
+            found = sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith((".json", ".json.gz")))
             if not found:
                 raise TraceFormatError(f"{p}: directory has no *.json or *.json.gz trace files")
             out.extend(found)
