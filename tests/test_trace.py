@@ -334,7 +334,7 @@ def test_measured_breakdown_is_comparable_field_by_field():
     r = rep.ranks[0]
     assert b.source == "trace"
     assert b.step_time_s == pytest.approx(r.step_time_s)  # the parts (idle included) add up to the step
-    mean = lambda name: sum(getattr(s, name) for s in r.steps) / len(r.steps)  # noqa: E731
+    mean = lambda name: sum(getattr(s, name) for s in r.steps) / len(r.steps)
     assert b.breakdown_s["compute"] == pytest.approx(mean("compute_s"))
     assert b.breakdown_s["dp_exposed"] + b.breakdown_s["idle"] + b.breakdown_s["compute"] == pytest.approx(
         b.step_time_s - sum(v for k, v in b.breakdown_s.items() if k not in ("dp_exposed", "idle", "compute")))
