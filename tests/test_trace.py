@@ -373,3 +373,13 @@ def test_c10d_collective_names(collective, kind):
     from commtax.trace.collect import op_kind
 
     assert op_kind(collective) == kind
+
+
+def test_interval_union_and_intersection_by_hand():
+    from commtax.trace import intervals as iv
+
+    u = iv.union([0, 2, 10, 11, 20], [3, 5, 12, 11.5, 20])  # [0,5) [10,12) and an empty one at 20
+    assert list(u[0]) == [0, 10, 20] and list(u[1]) == [5, 12, 20] and iv.length(u) == 7
+    other = iv.union([4, 11.5], [10.5, 30])  # [4,10.5) [11.5,30)
+    assert iv.intersection_length(u, other) == pytest.approx(1 + 0.5 + 0.5)  # [4,5) [10,10.5) [11.5,12)
+    assert iv.intersection_length(u, iv.EMPTY) == 0

@@ -286,9 +286,11 @@ def _rank_report(c: Collected, device: str, a: dict[str, np.ndarray], compute_ma
         compute_mask, comm_mask, step_of = compute_mask[keep], comm_mask[keep], step_of[keep]
     whole = figures(a["start"], a["end"], a["cls"], compute_mask, comm_mask)
     step_rows = []
+    order = np.argsort(step_of, kind="stable")  # events grouped by step: one slice each, not one scan each
+    bounds = np.searchsorted(step_of[order], np.arange(len(steps) + 1))
     for k, (n, _, _) in enumerate(steps):
-        sel = step_of == k
-        if not np.any(sel):
+        sel = order[bounds[k]:bounds[k + 1]]
+        if sel.size == 0:
             continue
         f = figures(a["start"][sel], a["end"][sel], a["cls"][sel], compute_mask[sel], comm_mask[sel])
         step_rows.append(StepFigures(step=n, **f))

@@ -34,25 +34,6 @@ def length(iv: Intervals) -> float:
     return float(np.sum(iv[1] - iv[0]))
 
 
-def intersect(a: Intervals, b: Intervals) -> Intervals:
-    """The intersection of two disjoint sorted sets (sweep over both boundaries)."""
-    (sa, ea), (sb, eb) = a, b
-    if sa.size == 0 or sb.size == 0:
-        return EMPTY
-    i = j = 0
-    out_s, out_e = [], []
-    while i < sa.size and j < sb.size:
-        lo, hi = max(sa[i], sb[j]), min(ea[i], eb[j])
-        if lo < hi:
-            out_s.append(lo)
-            out_e.append(hi)
-        if ea[i] < eb[j]:
-            i += 1
-        else:
-            j += 1
-    return np.array(out_s, dtype=float), np.array(out_e, dtype=float)
-
-
 def intersection_length(a: Intervals, b: Intervals) -> float:
     """|a ∩ b| without building it: Σ over a's intervals of their overlap with b, via prefix sums of b."""
     (sa, ea), (sb, eb) = a, b
@@ -68,9 +49,3 @@ def intersection_length(a: Intervals, b: Intervals) -> float:
         return cum[np.maximum(k - 1, 0)] * (k > 0) + partial
 
     return float(np.sum(covered(ea) - covered(sa)))
-
-
-def clip(iv: Intervals, lo: float, hi: float) -> Intervals:
-    s, e = iv
-    keep = (e > lo) & (s < hi)
-    return np.maximum(s[keep], lo), np.minimum(e[keep], hi)
