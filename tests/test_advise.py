@@ -89,12 +89,9 @@ def test_sensitivities_are_central_differences(advice):
 
 
 def test_cli_advise_json(tmp_path):
-    import typer
+    from commtax.cli import app, register_commands
 
-    from commtax.planning_cli import register
-
-    app = typer.Typer()
-    register(app)
+    register_commands()
     f = tmp_path / "job.yaml"
     f.write_text(yaml.safe_dump(seed_job()))
     r = CliRunner().invoke(app, ["advise", str(f), "--json", "--no-search"])

@@ -55,6 +55,16 @@ def test_gpu_swap_takes_the_node_it_is_sold_in():
     assert h.cluster.num_gpus == a.cluster.num_gpus == r.cluster.num_gpus == 16
 
 
+def test_cluster_names_are_short_and_progress_reaches_the_end(rows):
+    assert [r.name for r in rows] == ["16×h100-sxm5-80gb 8×ib-ndr", "16×a100-sxm4-80gb 8×ib-hdr"]
+    seen = []
+    job = load_job(small_job())
+    compare(jobs_for_gpus(job, ["h100-sxm5-80gb", "b200-sxm-192gb"]), space=SPACE, workers=1,
+            progress=lambda done, total: seen.append((done, total)))
+    assert {t for _, t in seen} == {2}  # two clusters
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1][0] == 2  # monotonic, to the end
+
+
 def test_each_cluster_gets_its_own_best_plan(rows):
     for row in rows:
         best = search(row.job, SPACE, top=1, workers=1).top[0]
@@ -126,12 +136,9 @@ def test_article_numbers_are_recorded():
 
 
 def _app():
-    import typer
+    from commtax.cli import app, register_commands
 
-    from commtax.planning_cli import register
-
-    app = typer.Typer()
-    register(app)
+    register_commands()
     return app
 
 

@@ -1,19 +1,24 @@
-"""Compute op times: roofline with shape-dependent efficiency (NVIDIA Matrix Multiplication Background guide)."""
+"""Compute op times: roofline with component-level efficiencies (GEMM shape, attention tables, HBM, launches)."""
 
 import pytest
+from conftest import job_dict
 
+from commtax.assumptions import default_assumptions
 from commtax.compute import (
-    KERNEL_OVERHEAD_S,
-    MEMORY_EFFICIENCY,
     ComputeModel,
+    attention_efficiency,
+    compute_model,
     gemm_efficiency,
     op_time,
     quantisation_efficiency,
+    short_k_efficiency,
 )
+from commtax.spec import load_job
 from commtax.workload import Compute
 
-CM = ComputeModel(peak_flops=1000e12, attention_peak_flops=1000e12, matmul_eff=0.8, attention_eff=0.5,
-                  mem_bw_bytes_per_s=3000e9, sms=100)
+# gap 3 µs per kernel on the GPU, 5 µs per kernel on the host (catalog/assumptions.yaml)
+CM = ComputeModel(peak_flops=1000e12, attention_peak_flops=1000e12, matmul_eff=0.8, mem_bw_bytes_per_s=3000e9,
+                  sms=100, kernel_gap_s=3e-6, cpu_op_s=5e-6)
 
 
 def test_wave_quantisation_hand_worked():
@@ -25,23 +30,83 @@ def test_wave_quantisation_hand_worked():
     assert quantisation_efficiency(64, 128, 1) == pytest.approx(0.5)
 
 
-def test_big_gemm_runs_at_catalog_efficiency():
-    eff = gemm_efficiency(CM, 12800, 12800, 8192)
-    assert eff == pytest.approx(0.8)
-    # short k: k/(k+96) normalised at k = 4096 -> 128/224 / (4096/4192) of the catalog efficiency
-    assert gemm_efficiency(CM, 12800, 12800, 128) == pytest.approx(0.8 * (128 / 224) / (4096 / 4192))
+def test_short_k_hand_worked():
+    # k = k_half = 96: the main loop is half of the tile's time; at k_ref = 4096 it is 4096/4192 -> normalised 1
+    assert short_k_efficiency(96, 96, 4096) == pytest.approx(0.5 / (4096 / 4192))
+    assert short_k_efficiency(8192, 96, 4096) == 1.0
+    # fp8 doubles k_half: k = 192 reaches the share bf16 reaches at k = 96
+    assert short_k_efficiency(192, 192, 4096) == pytest.approx(0.5 / (4096 / 4288))
 
 
-def test_memory_bound_op_runs_at_hbm_bandwidth():
-    op = Compute("norm", 0.0, 3e9, "memory")
-    assert op_time(CM, op) == pytest.approx(3e9 / 3000e9 + KERNEL_OVERHEAD_S)
-    assert MEMORY_EFFICIENCY <= 1
+def test_big_gemm_runs_at_catalog_efficiency_and_small_k_loses():
+    assert gemm_efficiency(CM, 12800, 12800, 8192) == pytest.approx(0.8)
+    assert gemm_efficiency(CM, 12800, 12800, 96) == pytest.approx(0.8 * 0.5 * 4192 / 4096)
+
+
+def test_memory_bound_op_hand_worked():
+    # 3 GB at 3000 GB/s = 1 ms, plus one 3 µs kernel gap
+    assert op_time(CM, Compute("norm", 0.0, 3e9, "memory")) == pytest.approx(1e-3 + 3e-6)
+
+
+def test_launch_bound_op_takes_the_host_time():
+    # an eager RMSNorm of 6 kernels over 3 kB: the GPU needs ~1 ns + 6·3 µs, the host 6·5 µs = 30 µs
+    op = Compute("norm", 0.0, 3e3, "memory", kernels=6)
+    assert op_time(CM, op) == pytest.approx(30e-6)
 
 
 def test_gemm_time_is_max_of_flops_and_bytes():
     flops = 2 * 12800 * 12800 * 8192
     op = Compute("gemm", flops, 1.0, "gemm", 12800, 12800, 8192)
-    expected = flops / (1000e12 * gemm_efficiency(CM, 12800, 12800, 8192)) + KERNEL_OVERHEAD_S
-    assert op_time(CM, op) == pytest.approx(expected)
+    assert op_time(CM, op) == pytest.approx(flops / (1000e12 * 0.8) + 3e-6)
     skinny = Compute("gemv", 2 * 1 * 8192 * 8192, 2 * 8192 * 8192, "gemm", 1, 8192, 8192)
-    assert op_time(CM, skinny) == pytest.approx(2 * 8192 * 8192 / 3000e9 + KERNEL_OVERHEAD_S)
+    assert op_time(CM, skinny) == pytest.approx(2 * 8192 * 8192 / 3000e9 + 3e-6)
+
+
+def test_attention_tables_hand_worked():
+    # cuDNN causal forward at 4k on H100: 518 TFLOP/s of 989.4 (FlashAttention-3 paper, Fig. 5)
+    assert attention_efficiency("cudnn", "hopper", 4096, 128, False) == pytest.approx(518 / 989.4)
+    # 3k lies between 2k (484) and 4k (518): log-linear, log2(3072) is 0.585 of the way
+    assert attention_efficiency("cudnn", "hopper", 3072, 128, False) == pytest.approx(
+        (484 + 0.5849625 * (518 - 484)) / 989.4, rel=1e-6)
+    # FA3 is Hopper-only: on Ampere it falls back to the FA2 A100 table (157.8 TFLOP/s at 4k of 312)
+    assert attention_efficiency("fa3", "ampere", 4096, 128, False) == pytest.approx(157.8 / 312)
+    # head dim 64 with FA2: x 0.876; causal backward = non-causal 322 x (335/370), the forward's causal share
+    assert attention_efficiency("fa2", "hopper", 16384, 64, True) == pytest.approx(291 / 989.4 * 0.876)
+    assert 291 == pytest.approx(322 * 335 / 370, abs=1)
+    # a Blackwell GPU uses the Hopper fractions
+    assert attention_efficiency("fa2", "blackwell", 8192, 128, False) == pytest.approx(333 / 989.4)
+    # head dim 80 runs the 96 kernel: factor at 96 = 0.876 + 0.5·(1 − 0.876), and only 80/96 of it is useful
+    assert attention_efficiency("fa2", "hopper", 16384, 80, True) == pytest.approx(
+        291 / 989.4 * (0.876 + 0.5 * 0.124) * 80 / 96)
+
+
+def test_fused_attention_beats_eager_at_long_sequence():
+    job = load_job(job_dict())
+    cm = compute_model(job.cluster, "bf16")
+    s, d, heads = 8192, 128, 32
+    causal = 4.0 * heads * s * s * d / 2
+    fused = op_time(cm, Compute("a", causal, 0.0, "attention", heads * s, s, d, kernel="fa3"))
+    eager = op_time(cm, Compute("a", 2 * causal, 4.0 * heads * s * s, "attention", heads * s, s, d, kernel="eager"))
+    assert eager > 2 * fused
+
+
+def test_power_capped_gpu_is_a_custom_peak():
+    d = job_dict()
+    full = compute_model(load_job(d).cluster, "bf16")
+    gpu = load_job(d).cluster.gpu.model_dump()
+    gpu["clock_fraction"] = 0.893 * 0.8  # e.g. a 500 W cap on a 700 W card (0.893: hopper_clock_fraction)
+    d["cluster"]["gpu"] = gpu
+    capped = compute_model(load_job(d).cluster, "bf16")
+    assert capped.peak_flops == pytest.approx(0.8 * full.peak_flops)
+    assert capped.mem_bw_bytes_per_s == full.mem_bw_bytes_per_s  # HBM is not clocked with the SMs
+
+
+def test_calibration_profile_overrides_an_assumption():
+    d = job_dict()
+    d["cluster"]["profile"] = {"source": "test", "levels": {"intra": {"bw_GBps": 100, "latency_us": 5},
+                                                          "inter": {"bw_GBps": 10, "latency_us": 10}},
+                               "assumptions": {"memory_efficiency": 0.5}}
+    cm = compute_model(load_job(d).cluster, "bf16")
+    gpu = load_job(d).cluster.gpu
+    assert cm.mem_bw_bytes_per_s == pytest.approx(0.5 * gpu.mem_bw_bytes_per_s)
+    assert default_assumptions().v("memory_efficiency") == 0.8  # the catalog itself is untouched

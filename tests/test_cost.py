@@ -108,7 +108,8 @@ def test_units_used_by_the_arithmetic():
 
 
 def test_override_merges_fields_of_an_existing_entry(tmp_path):
-    p = _prices(tmp_path, {"gpus": {"h100-sxm5-80gb": {"purchase_usd": 25000, "source": "my quote", "date": "2026-01"}}})
+    mine = {"purchase_usd": 25000, "source": "my quote", "date": "2026-01"}
+    p = _prices(tmp_path, {"gpus": {"h100-sxm5-80gb": mine}})
     g = p.gpu("h100-sxm5-80gb")
     assert g.purchase_usd == 25000 and g.source == "my quote"
     assert g.rent_usd_per_gpu_hour == load_prices().gpu("h100-sxm5-80gb").rent_usd_per_gpu_hour
@@ -129,3 +130,13 @@ def test_price_file_missing_a_field_is_named(tmp_path):
         load_prices().gpu("b300")
     with pytest.raises(SpecError, match="file not found"):
         load_prices(tmp_path / "nope.yaml")
+
+
+def test_every_catalog_gpu_is_priced_and_a_missing_price_says_how_to_give_one():
+    from commtax.spec import _builtin_catalog
+
+    prices = load_prices()
+    for gpu in _builtin_catalog()["gpu"]:  # every catalog GPU is priced, with a source and a date
+        assert prices.gpu(gpu).source and prices.node(gpu).source
+    with pytest.raises(SpecError, match=r"give one in a --prices file: gpus: \{my-gpu: \{purchase_usd"):
+        prices.gpu("my-gpu")

@@ -61,3 +61,28 @@ def test_zero_model_states_follow_the_zero_paper():
 def test_memory_decreases_with_zero_stage():
     totals = [memory(load_job(job_dict(zero=z))).total for z in (0, 1, 2, 3)]
     assert totals == sorted(totals, reverse=True)
+
+
+def test_per_op_selective_keeps_far_less_than_megatron_selective():
+    # torchtitan per-op SAC, Llama-3-8B-shaped layer, tp = 1, b = 1, s = 8192, bf16:
+    # 2 B × s × (h + h + gd + f + h + h) = 2 × 8192 × (4·4096 + 1024 + 14336) bytes (parallelize_llama.py policy)
+    d = job_dict(tp=1, pp=1, dp=None, sequence_parallel=False, recompute="selective", framework="torchtitan", zero=3)
+    d["model"] = "llama3-8b"
+    d["training"] = {"seq_len": 8192, "global_batch": 256, "precision": "bf16"}
+    tt = load_job(d)
+    assert layer_activation_bytes(tt) == pytest.approx(2 * 8192 * (4 * 4096 + 1024 + 14336))
+    d["plan"]["framework"] = "megatron-core"
+    assert layer_activation_bytes(load_job(d)) > 2 * layer_activation_bytes(tt)
+
+
+def test_reserve_is_context_nccl_groups_and_fragmentation():
+    # tp 8, pp 4, dp 8 -> 3 groups: 0.6 + 3 × 0.25 GiB fixed, + 10% of the activations (catalog/assumptions.yaml)
+    from commtax.units import GiB
+
+    job = load_job(job_dict())
+    m = memory(job)
+    assert m.reserve == pytest.approx((0.6 + 3 * 0.25) * GiB + 0.10 * m.activations)
+    single = load_job({**job_dict(tp=1, pp=1, dp=None, sequence_parallel=False),
+                       "cluster": {"gpu": "rtx-4090-24gb", "num_gpus": 1, "gpus_per_node": 1,
+                                   "intra_node": "pcie4-x16", "inter_node": "eth-25g", "nics_per_node": 1}})
+    assert memory(single).reserve == pytest.approx(0.6 * GiB + 0.10 * memory(single).activations)

@@ -2,6 +2,7 @@
 
 import re
 
+import pytest
 from conftest import REPO
 
 from commtax.spec import _builtin_catalog
@@ -14,7 +15,7 @@ def test_readme_names_the_two_setup_commands():
 
 
 def test_readme_catalog_table_lists_every_entry():
-    listed = set(re.findall(r"^\| `([a-z0-9.-]+)` \|", README, flags=re.M))
+    listed = set(re.findall(r"^\| `([a-z0-9.-]+)` \|", README, flags=re.MULTILINE))
     for section in _builtin_catalog().values():
         assert set(section) <= listed, set(section) - listed
 
@@ -35,12 +36,59 @@ def test_readme_accuracy_table_is_what_validate_prints(validation_dir):
     from commtax.validate import validate
 
     report = validate(validation_dir / "public_runs.csv")
-    quoted = re.search(r"\| \*\*all\*\* \| (\d+) \| \*\*([0-9.]+)%\*\* \|", README)
+    quoted = re.search(r"\| \*\*all\*\* \| \| (\d+) \| \*\*([0-9.]+)%\*\* \|", README)
     assert quoted, "README accuracy table not found"
     assert int(quoted.group(1)) == len(report.rows)
     assert float(quoted.group(2)) == round(report.mape_pct, 1)
     for prefix, label in (("meg21", "Narayanan"), ("mpt", "MosaicML"), ("nemo2407", "NeMo")):
-        row = re.search(rf"\| [^|]*{label}[^|]*\| \d+ \| ([0-9.]+)% \|", README)
+        row = re.search(rf"\| [^|]*{label}[^|]*\|[^|]*\| \d+ \| ([0-9.]+)% \|", README)
         assert row and float(row.group(1)) == round(report.subsets[prefix], 1), label
+    by_source = re.search(r"\| \*\*averaged by source\*\*[^|]*\| \| (\d+) \| \*\*([0-9.]+)%\*\* \|", README)
+    assert by_source and int(by_source.group(1)) == len(report.by_source)
+    assert float(by_source.group(2)) == round(report.source_avg_mape_pct, 1)
+    loso = validate(validation_dir / "public_runs.csv", loso=True)
+    quoted_loso = re.search(r"\| \*\*leave-one-source-out\*\*[^|]*\| \| \d+ \| \*\*([0-9.]+)%\*\* \|", README)
+    assert quoted_loso and float(quoted_loso.group(1)) == round(loso.loso_mape_pct, 1)
+    unfitted = re.search(r"\| rows no constant was fitted on \| \| (\d+) \| ([0-9.]+)% \|", README)
+    assert unfitted and float(unfitted.group(2)) == round(report.unfitted_mape_pct, 1)
     collectives = validate(validation_dir / "public_collectives.csv")
-    assert f"MAPE\n{round(collectives.subsets['messages_ge_64MiB'], 1)}% for messages ≥ 64 MiB" in README
+    bands = collectives.subsets
+    text = " ".join(README.split())
+    assert (f"{round(bands['messages_lt_1MiB'], 1)}% below 1 MiB, {round(bands['messages_1MiB_to_64MiB'], 1)}% from 1 "
+            f"to 64 MiB, {round(bands['messages_ge_64MiB'], 1)}% for messages ≥ 64 MiB "
+            f"({round(collectives.mape_pct, 1)}% over all {len(collectives.rows)} rows)") in text
+
+
+@pytest.mark.parametrize("block", ["catalog tables", "worked example"])
+def test_readme_generated_blocks_are_what_the_code_prints(block):
+    from commtax.report.readme import BLOCKS, section
+
+    assert section(README, block), f"README markers for {block!r} not found"
+    assert section(README, block) == BLOCKS[block](), f"README {block} drifted: run `make readme`"
+
+
+def test_readme_catalog_rows_carry_the_catalog_numbers():
+    """A hand-checked sample of the generated table: the latencies and efficiencies the README once misquoted."""
+    c = _builtin_catalog()
+    for net in ("ib-ndr", "roce-400g"):
+        row = re.search(rf"^\| `{net}` \| [^|]+ \| [^|]+ \| ([0-9.]+) \|", README, flags=re.M)
+        assert row and float(row.group(1)) == c["inter_node"][net]["latency_us"], net
+    row = re.search(r"^\| `h100-sxm5-80gb` \|(?: [^|]+ \|){5} default ([0-9.]+),", README, flags=re.M)
+    assert row and float(row.group(1)) == c["gpu"]["h100-sxm5-80gb"]["matmul_efficiency"]["default"]
+
+
+KNOWN_MISSES = {  # the row each figure of the README's "Known misses" paragraph quotes
+    "nemo2407_Nemotron-8B_64g": "Nemotron-8B/22B rows ({:+.1f}%",
+    "nemo2407_Nemotron-22B_64g": ", {:+.1f}%) list",
+    "nemo2407_GPT3-20B_64g": "GPT-3 20B ({:+.1f}%)",
+    "mpt_a100_40gb_bf16_1b_2048_32": "MPT-1B at 32 GPUs ({:+.1f}%)",
+}
+
+
+def test_readme_known_misses_are_what_validate_prints(validation_dir):
+    from commtax.validate import validate
+
+    errors = {r.id: r.error_pct for r in validate(validation_dir / "public_runs.csv").rows}
+    text = " ".join(README.split()).replace("−", "-")
+    for row, quote in KNOWN_MISSES.items():
+        assert quote.format(errors[row]) in text, (row, round(errors[row], 1))

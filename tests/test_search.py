@@ -166,12 +166,9 @@ def test_interrupt_keeps_the_best_found_so_far():
 
 # ----------------------------------------------------------------------------- CLI
 def _app():
-    import typer
+    from commtax.cli import app, register_commands
 
-    from commtax.planning_cli import register
-
-    app = typer.Typer()
-    register(app)
+    register_commands()
     return app
 
 

@@ -101,3 +101,24 @@ def test_grad_comm_dtype_scales_dp_bytes():
     fp32 = build_workload(load_job(job_dict(zero=0, grad_comm_dtype="fp32")))
     assert int8.dp_step[0].bytes == bf16.dp_step[0].bytes / 2
     assert fp32.dp_step[0].bytes == bf16.dp_step[0].bytes * 2
+
+
+@pytest.mark.parametrize("precision,act", [("fp32", 4.0), ("tf32", 4.0), ("bf16", 2.0), ("fp16", 2.0), ("fp8", 2.0)])
+def test_one_activation_dtype_rule_everywhere(precision, act):
+    """TP collectives, pipeline sends, embeddings and the LM head all move activations at one width."""
+    from commtax.workload import activation_bytes_per_element
+
+    d = job_dict()
+    d["training"]["precision"] = precision
+    if precision == "fp32":
+        d["cluster"]["gpu"] = {"peak_tflops": {"fp32": 67}, "mem_GiB": 80, "mem_bw_GBps": 3350}
+    job = load_job(d)
+    wl = build_workload(job)
+    assert activation_bytes_per_element(precision) == act
+    tokens = 1 * 4096  # micro_batch × seq_len
+    h = job.model.hidden
+    tp_ag = next(c for c in wl.layer.fwd.collectives if c.name == "tp_ag_attn")
+    assert tp_ag.bytes == tokens * h * act  # the whole sequence-parallel buffer
+    assert wl.pp_send.bytes == tokens * h * act / 8  # scattered over tp = 8 (Narayanan 2021 §4.1)
+    embed_rs = next(c for c in wl.embed.fwd.collectives)
+    assert embed_rs.bytes == tokens * h * act

@@ -9,6 +9,7 @@ differences of the step time with respect to each level's bandwidth and latency.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -216,8 +217,11 @@ def sensitivities(job: Job, base: Breakdown | None = None) -> dict[str, dict[str
     return out
 
 
-def advise(job: Job, search_best: bool = True, workers: int | None = None) -> Advice:
-    """Dominant component, changes ranked by what they buy, and bandwidth/latency sensitivities."""
+def advise(job: Job, search_best: bool = True, workers: int | None = None,
+           progress: Callable[[int, int], None] | None = None) -> Advice:
+    """Dominant component, changes ranked by what they buy, and bandwidth/latency sensitivities.
+
+    ``progress(done, total)`` follows the search for the best plan (most of the time)."""
     base = estimate(job)
     parts = base.breakdown_s
     dominant = max(parts, key=parts.get)
@@ -239,15 +243,15 @@ def advise(job: Job, search_best: bool = True, workers: int | None = None) -> Ad
             continue  # not a valid plan for this model and cluster
         changes.append(_change(label, "plan", base, estimate(j), {k: v for k, v in upd.items() if v is not None}))
     if search_best:
+        from commtax.report.table import plan_label
         from commtax.search import search
 
         try:
-            res = search(job, top=1, workers=workers)
+            res = search(job, top=1, workers=workers, progress=progress)
             plan, b = res.top[0]
             diff = {k: v for k, v in plan.items() if getattr(job.plan, k, None) != v and k != "dp"}
             if diff:
-                txt = ", ".join(f"{k}={v}" for k, v in diff.items())
-                changes.append(_change(f"best plan from search ({txt})", "search", base, b, plan))
+                changes.append(_change(f"best plan: {plan_label(plan)}", "search", base, b, plan))
         except SpecError:
             pass
     changes.sort(key=lambda c: (not c.fits_after, c.step_after_s))

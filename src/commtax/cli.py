@@ -1,22 +1,38 @@
 """The ``commtax`` command: thin typer sub-commands over the library API.
 
-Bad input prints one line naming the field and the fix and exits 2 — never a traceback.
-Nothing on the estimate path imports torch or matplotlib.
+Every command is registered in one place, :data:`COMMANDS` (one line each: name -> ``module:function``);
+a command's module is imported only when that command runs (or for ``--help``), so ``commtax estimate``
+starts without loading the simulator or torch. Errors, JSON and output files: :mod:`commtax.cli_io`.
 """
 
 from __future__ import annotations
 
-import functools
-import json
+import importlib
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from commtax.atomic import write_atomic
+from commtax import __version__
+from commtax.cli_io import (
+    EXIT_INFEASIBLE,
+    CatalogOpt,
+    JobArg,
+    JsonOpt,
+    OutOpt,
+    PlotOpt,
+    WideOpt,
+    console,
+    does_not_fit,
+    emit,
+    fail,
+    flag,
+    print_table,
+    progress,
+    user_errors,
+)
+from commtax.collectives import ALGORITHMS, OPS, PROTOCOLS
 from commtax.errors import SpecError
 
 app = typer.Typer(
@@ -25,176 +41,136 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-console = Console()
-err_console = Console(stderr=True)
-
-EXIT_BAD_INPUT = 2
-EXIT_INFEASIBLE = 1
-
-CatalogOpt = Annotated[Optional[Path], typer.Option("--catalog", help="YAML file adding or overriding catalog entries")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of tables")]
-PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="also draw a PNG chart to this file")]
 
 
-def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+def _version(show: bool) -> None:
+    if show:
+        typer.echo(f"commtax {__version__}")
+        raise typer.Exit()
 
 
-def user_errors(fn: Callable) -> Callable:
-    """Map bad input (SpecError, OSError on user files) to one line and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except SpecError as e:
-            fail(str(e))
-        except (IsADirectoryError, PermissionError) as e:
-            fail(f"{e.filename}: {e.strerror}")
-
-    return wrapper
-
-
-def emit_json(data: Any, out: Path | None = None) -> None:
-    text = json.dumps(data, indent=2, default=float)
-    if out is not None:
-        write_atomic(out, text + "\n")
-    else:
-        sys.stdout.write(text + "\n")
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", metavar="", is_eager=True, callback=_version,
+                                          help="print the version and exit")] = False,
+) -> None:
+    """Predict, simulate, measure and reduce the communication tax of distributed LLM training."""
 
 
 # ----------------------------------------------------------------------------- estimate
-@app.command()
-@user_errors
 def estimate(
-    job_file: Annotated[Path, typer.Argument(help="job YAML: model, cluster, plan, training")],
+    job_file: JobArg,
     json_out: JsonOpt = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help="also write the JSON breakdown to this file")] = None,
+    out: OutOpt = None,
     plot: PlotOpt = None,
     catalog: CatalogOpt = None,
 ) -> None:
     """Predict one training step: step time, MFU, comm tax, breakdown, memory."""
     from commtax.estimate import estimate as run_estimate
-    from commtax.report.table import memory_table, render_breakdown
+    from commtax.report.table import render_breakdown
     from commtax.spec import load_job
 
     job = load_job(job_file, catalog)
     b = run_estimate(job)
-    if out is not None:
-        emit_json(b.to_dict(), out)
     if plot is not None:
         from commtax.report.plots import breakdown_plot
 
         breakdown_plot([(job_file.stem, b)], plot)
-    if json_out:
-        emit_json(b.to_dict())
-    else:
+    emit(b.to_dict(), json_out, out)
+    if not json_out:
         render_breakdown(b, console, job.cluster.gpu.mem_GiB)
     if not b.fits:
-        if json_out:
-            raise typer.Exit(EXIT_INFEASIBLE)
-        console.print(memory_table(b, job.cluster.gpu.mem_GiB))
-        fail(
-            f"plan does not fit GPU memory: {b.memory_gib_per_gpu['total']:.1f} GiB needed per GPU, "
-            f"{job.cluster.gpu.mem_GiB:.1f} GiB on {job.cluster.gpu.name}; try a higher plan.zero, "
-            "plan.recompute: full, a smaller plan.micro_batch, or larger tp/pp (commtax search finds one)",
-            EXIT_INFEASIBLE,
-        )
+        does_not_fit(b, job)
 
 
 # ----------------------------------------------------------------------------- validate
-@app.command()
-@user_errors
 def validate(
-    csv_file: Annotated[Path, typer.Argument(help="published measurements (runs or collectives CSV)")],
+    csv_file: Annotated[Path, typer.Argument(metavar="FILE.csv", help="published measurements (runs or collectives)")],
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
     max_mape: Annotated[
-        Optional[float], typer.Option("--max-mape", help="exit 1 when the MAPE (%) is above this")
+        Optional[float], typer.Option("--max-mape", metavar="PCT", help="exit 1 when the MAPE (%) is above this")
     ] = None,
     plot: PlotOpt = None,
+    loso: Annotated[bool, flag("--loso", "leave-one-source-out MAPE of fitted assumptions")] = False,
+    wide: WideOpt = False,
 ) -> None:
     """Predict published measurements and report the error per row and the MAPE."""
-    from rich.progress import Progress
-
+    from commtax.report.table import validation_table
     from commtax.validate import read_rows
     from commtax.validate import validate as run_validate
 
     n = len(read_rows(csv_file))
-    with Progress(console=err_console, transient=True, disable=json_out or not err_console.is_terminal) as prog:
-        task = prog.add_task("predicting", total=n)
-        report = run_validate(csv_file, catalog, progress=lambda: prog.advance(task))
+    with progress("predicting", enabled=not json_out) as update:
+        done = iter(range(1, n + 1))
+        report = run_validate(csv_file, catalog, progress=lambda: update(next(done, n), n), loso=loso)
     if plot is not None:
         from commtax.report.plots import parity_plot
 
         parity_plot(report, plot)
     if json_out:
-        emit_json(report.to_dict())
+        emit(report.to_dict(), True)
     else:
-        console.print(_validation_table(report))
+        print_table(validation_table(report, wide), wide)
         for name, value in report.subsets.items():
             console.print(f"MAPE {name}: {value:.1f}%")
-        console.print(f"[bold]MAPE ({report.kind}, {sum(r.error_pct is not None for r in report.rows)} rows): "
-                      f"{report.mape_pct:.1f}%[/bold]" if report.mape_pct is not None else "no row could be predicted")
+        for name, value in report.by_source.items():
+            console.print(f"MAPE by source: {name[:48]} ({report.rows_by_source[name]} rows): {value:.1f}%")
+        if report.source_avg_mape_pct is not None:
+            console.print(f"MAPE averaged by source ({len(report.by_source)} sources): {report.source_avg_mape_pct:.1f}%")
+            console.print(f"MAPE on rows no constant was fitted on: {report.unfitted_mape_pct:.1f}%")
+        if report.kind == "runs":
+            console.print(f"rows refused: {len(report.refused)}" + (f" ({', '.join(report.refused)})" if report.refused else ""))
+        if loso and report.kind == "runs":
+            console.print(f"leave-one-source-out MAPE: {report.loso_mape_pct:.1f}% ({report.loso_note})"
+                          if report.loso_mape_pct is not None else f"leave-one-source-out: {report.loso_note}")
+        n_ok = sum(r.error_pct is not None for r in report.rows)
+        console.print(f"[bold]MAPE ({report.kind}, {n_ok} rows): {report.mape_pct:.1f}%[/bold]"
+                      if report.mape_pct is not None else "no row could be predicted")
     if max_mape is not None and (report.mape_pct is None or report.mape_pct > max_mape):
-        fail(f"MAPE {report.mape_pct}% is above --max-mape {max_mape}%", EXIT_INFEASIBLE)
-
-
-def _validation_table(report) -> Table:
-    runs = report.kind == "runs"
-    t = Table(title=f"Validation: {report.kind}", header_style="bold")
-    t.add_column("id")
-    t.add_column("measured" + (" tok/s/GPU" if runs else " busbw GB/s"), justify="right")
-    t.add_column("predicted", justify="right")
-    t.add_column("error", justify="right")
-    t.add_column("chosen / note")
-    for r in report.rows:
-        if r.predicted is None:
-            t.add_row(r.id, f"{r.measured}", "—", "—", f"[yellow]{r.reason}[/yellow]")
-            continue
-        note = ", ".join(f"{k}={v}" for k, v in r.chosen.items())
-        if runs:
-            note = "; ".join(x for x in (note, r.extra.get("generation", "")) if x)
-        else:
-            note = r.extra.get("algorithm", "")
-        t.add_row(r.id, f"{r.measured:,.2f}", f"{r.predicted:,.2f}", f"{r.error_pct:+.1f}%", note)
-    return t
+        if report.mape_pct is None:
+            fail(f"no row could be predicted, so --max-mape {max_mape:g}% cannot pass", EXIT_INFEASIBLE)
+        fail(f"MAPE {report.mape_pct:.1f}% is above --max-mape {max_mape:g}%", EXIT_INFEASIBLE)
 
 
 # ----------------------------------------------------------------------------- collective
-@app.command()
-@user_errors
 def collective(
-    op: Annotated[str, typer.Argument(help="all_reduce | all_gather | reduce_scatter | broadcast | all_to_all | send_recv")],
-    size: Annotated[str, typer.Option("--bytes", help="message size (nccl-tests convention): 4096, 16MiB, 1GB")] = "256MiB",
+    op: Annotated[Literal[OPS], typer.Argument(metavar="OP", help=f"the collective: {', '.join(OPS)}")],
+    size: Annotated[
+        str, typer.Option("--bytes", help="message size (nccl-tests convention): 4096, 16MiB, 1GB")
+    ] = "256MiB",
     cluster_file: Annotated[
-        Optional[Path], typer.Option("--cluster", help="cluster YAML, or a job file (its cluster: section)")
+        Optional[Path], typer.Option("--cluster", metavar="FILE", help="cluster YAML, or a job file (its cluster:)")
     ] = None,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", help="GPUs in the group (default: the whole cluster)")] = None,
+    gpus: Annotated[
+        Optional[int], typer.Option("--gpus", help="GPUs in the group (default: all of the cluster)")
+    ] = None,
     gpu: Annotated[str, typer.Option("--gpu", help="GPU catalog id (without --cluster)")] = "h100-sxm5-80gb",
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="NVLink domain size (without --cluster)")] = 8,
     intra: Annotated[str, typer.Option("--intra", help="intra-node link id (without --cluster)")] = "nvlink4",
     inter: Annotated[str, typer.Option("--inter", help="network id (without --cluster)")] = "ib-ndr",
     nics_per_node: Annotated[int, typer.Option("--nics-per-node")] = 8,
     algorithm: Annotated[
-        Optional[str], typer.Option("--algorithm", help="force ring, tree, recursive_doubling, hierarchical or nvls")
+        Optional[Literal[ALGORITHMS]],
+        typer.Option("--algorithm", help="force ring, tree, nvls, nvls_tree, pat (NCCL) or recursive_doubling, "
+                     "hierarchical (MPI-style)"),
     ] = None,
-    sweep: Annotated[bool, typer.Option("--sweep", help="nccl-tests-style table from 8 B to --bytes, ×2 per row")] = False,
+    protocol: Annotated[
+        Optional[Literal[PROTOCOLS]],
+        typer.Option("--protocol", help="force an NCCL protocol: LL, LL128 or Simple (as NCCL_PROTO)"),
+    ] = None,
+    sweep: Annotated[bool, flag("--sweep", "nccl-tests-style table from 8 B to --bytes, ×2 per row")] = False,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
 ) -> None:
     """Predict one collective: time, algbw, busbw, algorithm and the link that bounds it."""
-    from commtax.collectives import ALGORITHMS, OPS, collective_cost
+    from commtax.collectives import collective_cost
     from commtax.spec import Cluster, build, load_catalog, resolve_cluster
     from commtax.topology import placement
-    from commtax.units import GB, parse_bytes
+    from commtax.units import GB, format_duration, format_sig, parse_bytes
 
-    if op not in OPS:
-        raise SpecError(f"op: unknown collective {op!r}; choose one of {', '.join(OPS)}")
-    if algorithm is not None and algorithm not in ALGORITHMS:
-        raise SpecError(f"--algorithm: unknown {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     try:
         nbytes = parse_bytes(size)
     except ValueError as e:
@@ -222,30 +198,32 @@ def collective(
     rows = []
     for s in sizes:
         try:
-            c = collective_cost(op, s, place, algorithm)
+            c = collective_cost(op, s, place, algorithm, protocol)
         except ValueError as e:
-            raise SpecError(f"--algorithm: {e}") from None
+            raise SpecError(f"{'--protocol' if 'protocol' in str(e) else '--algorithm'}: {e}") from None
         rows.append({"op": op, "message_bytes": s, "gpus": n, "time_s": c.time_s, "algorithm": c.algorithm,
-                     "bottleneck": c.bottleneck, "algbw_GBps": c.algbw_bytes_per_s / GB,
+                     "protocol": c.protocol, "bottleneck": c.bottleneck, "algbw_GBps": c.algbw_bytes_per_s / GB,
                      "busbw_GBps": c.busbw_bytes_per_s / GB})
     if json_out:
-        emit_json(rows if sweep else rows[0])
+        emit(rows if sweep else rows[0], True)
         return
-    t = Table(title=f"{op} over {n} GPUs ({place.per_node} per node) — predicted", header_style="bold")
-    for col in ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "bound by"):
+    from commtax.report.table import new_table
+
+    t = new_table(f"{op} over {n} GPUs ({place.per_node} per node) — predicted")
+    for col in ("size (B)", "time", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "bound by"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(f"{r['message_bytes']:.0f}", f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.2f}",
-                  f"{r['busbw_GBps']:.2f}", r["algorithm"], r["bottleneck"])
+        algo = f"{r['algorithm']}/{r['protocol']}" if r["protocol"] else r["algorithm"]
+        t.add_row(f"{r['message_bytes']:.0f}", format_duration(r["time_s"]), format_sig(r["algbw_GBps"]),
+                  format_sig(r["busbw_GBps"]), algo, r["bottleneck"])
     console.print(t)
 
 
 # ----------------------------------------------------------------------------- demo
-@app.command()
-@user_errors
 def demo(json_out: JsonOpt = False, plot: PlotOpt = None) -> None:
     """The seed article's LLaMA-2 70B / 256-GPU scenario, recomputed next to the article's numbers."""
     from commtax.demo import ARTICLE, REASONS, communication_wall, seed_rows
+    from commtax.report.table import new_table
 
     rows = seed_rows()
     wall = communication_wall(rows[0].job)
@@ -254,30 +232,30 @@ def demo(json_out: JsonOpt = False, plot: PlotOpt = None) -> None:
 
         breakdown_plot([(r.name, r.breakdown) for r in rows], plot, "Seed scenario: where the step goes")
     if json_out:
-        emit_json({
+        emit({
             "scenario": "llama2-70b, 1024×4096 tokens per step, TP=8 PP=4 DP=8, 256 GPUs",
             "clusters": [{"name": r.name, "note": r.note, "compute_s": r.compute_s, "comm_s": r.comm_s,
                           "article": ARTICLE[r.name].__dict__, "tokens_per_day": r.tokens_per_day,
                           "breakdown": r.breakdown.to_dict()} for r in rows],
             "reasons": REASONS,
             "communication_wall": [w.__dict__ for w in wall],
-        })
+        }, True)
         return
     console.print("[bold]Seed scenario:[/bold] LLaMA-2 70B, 4.19M tokens per step (1024 × 4096), "
                   "TP=8 PP=4 DP=8, 256 GPUs, bf16, ZeRO-1, selective recompute")
-    t = Table(title="commtax vs the seed article (one training step)", header_style="bold")
+    t = new_table("commtax vs the seed article (one step, 256 GPUs each)")
     t.add_column("metric")
     for r in rows:
-        t.add_column(f"{r.name}\ncommtax", justify="right")
+        t.add_column(r.name.removeprefix("256× "), justify="right")
         t.add_column("article", justify="right", style="dim")
     metrics = [
         ("compute s", lambda r: f"{r.compute_s:.1f}", lambda a: f"{a.compute_s:.2f}"),
-        ("comm s (link time)", lambda r: f"{r.comm_s:.1f}", lambda a: f"{a.comm_s:.2f}"),
+        ("comm s", lambda r: f"{r.comm_s:.1f}", lambda a: f"{a.comm_s:.2f}"),
         ("comm share", lambda r: f"{100 * r.breakdown.comm_share:.0f}%", lambda a: f"{100 * a.comm_tax:.0f}%"),
-        ("comm tax (exposed)", lambda r: f"{100 * r.breakdown.comm_tax:.0f}%", lambda a: "—"),
+        ("comm tax", lambda r: f"{100 * r.breakdown.comm_tax:.0f}%", lambda a: "—"),
         ("step s", lambda r: f"{r.breakdown.step_time_s:.1f}", lambda a: "—"),
         ("MFU", lambda r: f"{100 * r.breakdown.mfu:.0f}%", lambda a: "—"),
-        ("tokens/day", lambda r: f"{r.tokens_per_day / 1e9:.1f}B", lambda a: f"{a.tokens_per_day / 1e9:.1f}B"),
+        ("B tokens/day", lambda r: f"{r.tokens_per_day / 1e9:.1f}", lambda a: f"{a.tokens_per_day / 1e9:.1f}"),
     ]
     for label, ours, theirs in metrics:
         cells = []
@@ -285,62 +263,61 @@ def demo(json_out: JsonOpt = False, plot: PlotOpt = None) -> None:
             cells += [ours(r), theirs(ARTICLE[r.name])]
         t.add_row(label, *cells)
     console.print(t)
+    console.print("comm s: link time, nothing overlapped; comm share = comm / (comm + compute) (the article's tax); "
+                  "comm tax = exposed comm / step")
     for r in rows:
         if r.note != "article's plan as given":
             console.print(f"  {r.name}: {r.note}")
     console.print("[bold]Why the numbers differ[/bold]")
     for key, reason in REASONS.items():
         console.print(f"  • {key}: {reason}")
-    w = Table(title=f"The communication wall ({rows[0].name}, fixed network)", header_style="bold")
-    for col in ("compute speed-up", "step s", "step speed-up", "comm tax"):
+    w = new_table(f"The communication wall ({rows[0].name}, fixed network)")
+    for col in ("compute ×", "step s", "step speed-up", "comm tax"):
         w.add_column(col, justify="right")
     for row in wall:
         w.add_row(f"{row.compute_speedup:g}×", f"{row.step_s:.2f}", f"{row.speedup:.2f}×", f"{100 * row.comm_tax:.0f}%")
     console.print(w)
 
 
-def _register_dist() -> None:
-    from commtax.measure.cli import bench_app, calibrate_command, cluster_app
-
-    app.add_typer(cluster_app, name="cluster", help="Emulated multi-node cluster: network namespaces + tc")
-    app.add_typer(bench_app, name="bench", help="Measure collectives, p2p copies and GEMMs (torch.distributed)")
-    app.command("calibrate")(calibrate_command)
-
-
-def _register_sim() -> None:
-    from commtax.sim.cli import register
-
-    register(app)
-
-
-def _register_planning() -> None:
-    from commtax.planning_cli import register
-
-    register(app)
-
-
-def _register_trace() -> None:
-    from commtax.trace.cli import trace_command
-
-    app.command("trace")(trace_command)
+# ----------------------------------------------------------------------------- every command, one line each
+# name -> "module:attribute": a command function, or a typer app for a command group. The module is imported
+# only when its command runs (or for --help), so `commtax estimate` stays instant.
+COMMANDS: dict[str, str] = {
+    "estimate": "commtax.cli:estimate",
+    "simulate": "commtax.sim.cli:simulate_cmd",
+    "search": "commtax.planning_cli:search_command",
+    "compare": "commtax.planning_cli:compare_command",
+    "advise": "commtax.planning_cli:advise_command",
+    "cost": "commtax.planning_cli:cost_command",
+    "validate": "commtax.cli:validate",
+    "collective": "commtax.cli:collective",
+    "demo": "commtax.cli:demo",
+    "bench": "commtax.measure.cli:bench_app",
+    "cluster": "commtax.measure.cli:cluster_app",
+    "calibrate": "commtax.measure.cli:calibrate_command",
+    "report": "commtax.report.cli:report",
+    "trace": "commtax.trace.cli:trace_command",
+}
+_registered: set[str] = set()
 
 
-def register_commands() -> None:
-    """Commands that live with their own stage of the pipeline (simulator, planning, real communication).
-
-    Their modules import nothing heavy at import time (torch and matplotlib load inside the commands).
-    """
-    for register in (_register_sim, _register_planning, _register_dist, _register_trace):
-        register()
-
-
-CORE_COMMANDS = {"estimate", "validate", "collective", "demo"}
+def register_commands(names: set[str] | None = None) -> None:
+    """Add the named commands (default: all) to ``app``; each command function is wrapped in ``user_errors``."""
+    for name, target in COMMANDS.items():
+        if name in _registered or (names is not None and name not in names):
+            continue
+        module, attr = target.split(":")
+        obj = getattr(importlib.import_module(module), attr)
+        if isinstance(obj, typer.Typer):
+            app.add_typer(obj, name=name)
+        else:
+            app.command(name)(user_errors(obj))
+        _registered.add(name)
 
 
 def main() -> None:
-    # the core commands skip importing the other stages, so `commtax estimate` starts instantly
-    if len(sys.argv) < 2 or sys.argv[1] not in CORE_COMMANDS:
-        register_commands()
+    command = sys.argv[1] if len(sys.argv) > 1 else None
+    register_commands({command} if command in COMMANDS else None)
     app()
 
 

@@ -7,6 +7,7 @@ makes them from one job by swapping the GPU and the node it is sold in (links, N
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,8 +85,9 @@ class Row:
 
 
 def label(job: Job) -> str:
+    """``256×h100-sxm5-80gb 8×ib-ndr``: GPUs and network (the scale-up link follows from the GPU's node)."""
     c = job.cluster
-    return f"{c.num_gpus}x {c.gpu.name} ({c.intra_node.name}, {c.nics_per_node}x {c.inter_node.name})"
+    return f"{c.num_gpus}×{c.gpu.name} {c.nics_per_node}×{c.inter_node.name}"
 
 
 def jobs_for_gpus(job: Job, gpus: list[str], prices: Prices | None = None,
@@ -115,7 +117,8 @@ def _with_cluster(job: Job, cluster: dict[str, Any]) -> Job:
         return build(Job, {**base, "plan": {**job.plan.model_dump(), "dp": None}}, "")
     except SpecError:
         pass
-    keep = {k: v for k, v in job.plan.model_dump().items() if k in ("generation", "overlap", "flash_attention",
+    keep = {k: v for k, v in job.plan.model_dump().items() if k in ("framework", "overlap", "attention", "elementwise",
+                                                                     "selective_policy", "fp8_recipe",
                                                                      "grad_comm_dtype", "schedule")}
     try:
         return build(Job, {**base, "plan": keep}, "")
@@ -132,15 +135,19 @@ def compare(
     mode: str = "owned",
     power: PowerBasis = "typical",
     workers: int | None = None,
+    progress: Callable[[float, int], None] | None = None,
 ) -> list[Row]:
-    """Each job's best plan (search, ranked by step time) and the cost of its training run."""
+    """Each job's best plan (search, ranked by step time) and the cost of its training run.
+
+    ``progress(done, total)`` is told how many of the jobs are done (fractions within a job's search)."""
     prices = prices or load_prices()
     rows = []
     for k, job in enumerate(jobs):
         name = names[k] if names else label(job)
         cc = job_cluster_cost(job, prices, power)
+        within = (lambda d, t, k=k: progress(k + d / max(t, 1), len(jobs))) if progress else None
         try:
-            res = search(job, space, top=1, workers=workers)
+            res = search(job, space, top=1, workers=workers, progress=within)
         except SpecError as e:
             rows.append(Row(name, job, None, None, None, cc, None, reason=str(e)))
             continue

@@ -74,16 +74,19 @@ class Prices:
     def gpu(self, name: str) -> GpuPrice:
         if name not in self.gpus:
             raise SpecError(
-                f"prices: no price for GPU {name!r} (priced: {', '.join(sorted(self.gpus))}); add it under 'gpus:' "
-                "in a --prices file"
+                f"prices: no price for GPU {name!r} (priced: {', '.join(sorted(self.gpus))}); give one in a --prices "
+                f"file: gpus: {{{name}: {{purchase_usd: ..., rent_usd_per_gpu_hour: ..., typical_W: ..., source: ..., "
+                "date: ...}} (the format of catalog/prices.yaml)"
             )
         return self.gpus[name]
 
     def node(self, name: str) -> NodePrice:
         if name not in self.nodes:
             raise SpecError(
-                f"prices: no node entry for GPU {name!r} (have: {', '.join(sorted(self.nodes))}); add it under "
-                "'nodes:' in a --prices file"
+                f"prices: no node entry for GPU {name!r} (have: {', '.join(sorted(self.nodes))}); give one in a "
+                f"--prices file: nodes: {{{name}: {{purchase_usd: ..., power_W: ..., rack_units: ..., "
+                "gpus_per_node: ..., intra_node: ..., inter_node: ..., nics_per_node: ..., source: ..., date: ...}} "
+                "(see catalog/prices.yaml)"
             )
         return self.nodes[name]
 
@@ -176,6 +179,10 @@ class TrainingCost:
 
     def usd_per_B_tokens(self, mode: str) -> float:
         return self.owned_usd_per_B_tokens if mode == "owned" else self.rented_usd_per_B_tokens
+
+    def usd(self, mode: str) -> float:
+        """Dollars for the whole run, owned (depreciation + electricity) or rented."""
+        return self.owned_usd if mode == "owned" else self.rented_usd
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -325,9 +325,9 @@ def plan_notes(job: Job, wl: Workload) -> list[str]:
         notes.append("CP ring spans nodes: K/V exchange crosses the network")
     if p.pp > 1 and p.tp * p.cp * job.dp >= c.gpus_per_node:
         notes.append("pipeline sends cross nodes and share the NICs with DP traffic")
-    if p.generation == "legacy":
-        notes.append("legacy software: attention scores materialised unless flash_attention is set; "
-                     "DP reduction after backward unless overlap.dp is set")
+    if not p.flash_attention:
+        notes.append(f"{p.framework}: attention scores materialised (attention: eager); DP reduction "
+                     f"{'overlaps backward' if p.overlap.dp else 'after backward'}")
     if p.pp > 1 and wl.micro_batches < p.pp:
         notes.append(f"fewer micro-batches ({wl.micro_batches}) than pipeline stages ({p.pp}): the bubble dominates")
     return notes

@@ -2,7 +2,7 @@
 
 Model states follow ZeRO (Rajbhandari et al. 2020, §3.1): mixed-precision Adam keeps 2 B of
 bf16/fp16 weights, 2 B of gradients (4 B when reduced in fp32) and 12 B of fp32 master
-weights + Adam moments per parameter; ZeRO stage 1/2/3 shards optimizer / + gradients /
+weights + Adam moments per parameter (fp32/tf32 training: 4 B weights, 4 B grads, 8 B moments); ZeRO stage 1/2/3 shards optimizer / + gradients /
 + weights over the data-parallel (× context-parallel) group. Activations follow Korthikanti
 et al. 2022, eq. 1-2 and Table 2, generalised to GQA and gated MLPs.
 """
@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from commtax.assumptions import Assumptions, assumptions_for
 from commtax.spec import Job
 from commtax.units import GiB
-from commtax.workload import grad_bytes_per_param, params_per_gpu
-
-WEIGHT_BYTES = 2.0  # bf16/fp16 weights
-OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam m and v
-FRAMEWORK_RESERVE_GiB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation (typical 2-4 GiB on H100)
+from commtax.workload import (
+    activation_bytes_per_element,
+    grad_bytes_per_param,
+    optimizer_bytes_per_param,
+    params_per_gpu,
+    weight_bytes_per_param,
+)
 
 
 @dataclass(frozen=True)
@@ -56,19 +59,40 @@ def layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
     b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
     h, f, gd = m.hidden, m.ffn, m.kv_heads_ * m.head_dim
     recompute = recompute or p.recompute
+    a = activation_bytes_per_element(tr.precision)
+    h_rep = h / (t if p.sequence_parallel else 1)  # a hidden-sized tensor outside the TP region
     if recompute == "full":
-        return 2.0 * s * b * h / (t if p.sequence_parallel else 1)  # only each layer's input is kept
-    gemm_in = 1.0 if tr.precision == "fp8" else 2.0
+        return a * s * b * h_rep  # only each layer's input is kept
+    if recompute == "selective" and p.selective_policy == "per_op":
+        return per_op_selective_bytes(job)
+    gemm_in = 1.0 if tr.precision == "fp8" else a
     masks = 2.0 if job.dropout else 0.0
-    replicated = (4 + 2 * gemm_in + masks) * s * b * h  # norm inputs, QKV and MLP inputs, dropout masks
+    replicated = (2 * a + 2 * gemm_in + masks) * s * b * h  # norm inputs, QKV and MLP inputs, dropout masks
     f_up = (2 if m.gated_mlp else 1) * f
-    sharded = (2 + gemm_in) * s * b * h + 4.0 * s * b * gd + 2.0 * s * b * f_up + gemm_in * s * b * f
+    sharded = (a + gemm_in) * s * b * h + 2 * a * s * b * gd + a * s * b * f_up + gemm_in * s * b * f
     scores = 0.0
     if not p.flash_attention and recompute == "none":
         scores = (5.0 if job.dropout else 2.0) * m.heads * s * tr.seq_len * b
     if p.sequence_parallel:
         return (replicated + sharded + scores) / t
     return replicated + (sharded + scores) / t
+
+
+def per_op_selective_bytes(job: Job) -> float:
+    """Bytes one layer keeps under torchtitan's per-op selective checkpointing, one micro-batch, one GPU.
+
+    torchtitan (models/llama/parallelize_llama.py, ``_save_list`` policy): the block input is kept; of the ops
+    inside, the outputs of matmuls (every other one: wq, wv, w1, w2 of wq, wk, wv, wo, w1, w3, w2), of the
+    attention kernel and of reduce-scatters are saved, everything else is recomputed in backward. Per token:
+    input h + q h/t + v gd/t + w1 f/t + w2 output h + attention output h/t (hidden-sized tensors outside the TP
+    region are sharded by sequence parallelism).
+    """
+    m, p, tr = job.model, job.plan, job.training
+    b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
+    h, f, gd = m.hidden, m.ffn, m.kv_heads_ * m.head_dim
+    a = activation_bytes_per_element(tr.precision)
+    h_rep = h / (t if p.sequence_parallel else 1)
+    return a * s * b * (h_rep + h / t + gd / t + f / t + h_rep + h / t)
 
 
 def in_flight_micro_batches(job: Job) -> float:
@@ -93,19 +117,38 @@ def activation_bytes(job: Job) -> float:
         # the layer being recomputed materialises its full activations once
         acts += layer_activation_bytes(job, recompute="none")
     # embedding output of the first stage and fp32 logits of the last (pp == 1: both)
-    acts += 2.0 * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
+    acts += activation_bytes_per_element(tr.precision) * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
     if p.pp == 1:
         acts += 4.0 * tokens * m.vocab / p.tp
     return acts
 
 
-def memory(job: Job) -> Memory:
+def fixed_reserve_bytes(tp: int, pp: int, cp: int, dp: int, a: Assumptions) -> float:
+    """Device memory outside the model's tensors that does not grow with them: the CUDA context and
+    library workspaces, and NCCL's buffers for each parallel group with more than one rank
+    (catalog/assumptions.yaml: cuda_context_GiB, nccl_group_GiB)."""
+    groups = sum(1 for n in (tp, pp, cp, dp) if n > 1)
+    return (a.v("cuda_context_GiB") + groups * a.v("nccl_group_GiB")) * GiB
+
+
+def reserve_bytes(job: Job, activations: float) -> float:
+    """What the framework holds besides weights, grads, optimizer and activations: the fixed part, plus the
+    caching allocator's fragmentation, charged on the activations that churn every micro-batch. A 24 GiB card
+    running a small job reserves ~1 GiB, an 8-way-parallel job with 40 GiB of activations ~5-6 GiB."""
+    a = assumptions_for(job.cluster.profile)
     p = job.plan
+    return fixed_reserve_bytes(p.tp, p.pp, p.cp, job.dp, a) + a.v("allocator_fragmentation") * activations
+
+
+def memory(job: Job) -> Memory:
+    p, prec = job.plan, job.training.precision
     params = params_per_gpu(job)
     stage = params["layers"] + (max(params["embed"], params["head"]) if p.pp > 1 else params["embed"] + params["head"])
     shard = job.dp * p.cp
-    g_bytes = max(2.0, grad_bytes_per_param(job))  # gradients are kept at ≥ 16 bits even if sent compressed
-    weights = WEIGHT_BYTES * stage / (shard if p.zero >= 3 else 1)
+    w_bytes = weight_bytes_per_param(prec)
+    g_bytes = max(w_bytes, grad_bytes_per_param(job))  # gradients are kept at the weights' width even if sent compressed
+    weights = w_bytes * stage / (shard if p.zero >= 3 else 1)
     grads = g_bytes * stage / (shard if p.zero >= 2 else 1)
-    optimizer = OPTIMIZER_BYTES * stage / (shard if p.zero >= 1 else 1)
-    return Memory(weights, grads, optimizer, activation_bytes(job), FRAMEWORK_RESERVE_GiB * GiB)
+    optimizer = optimizer_bytes_per_param(prec) * stage / (shard if p.zero >= 1 else 1)
+    acts = activation_bytes(job)
+    return Memory(weights, grads, optimizer, acts, reserve_bytes(job, acts))

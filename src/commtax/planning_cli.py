@@ -1,147 +1,107 @@
-"""``commtax search``, ``commtax compare``, ``commtax advise``: thin typer commands over search, cost,
-compare and advise. Bad input prints ``error: <message>`` on stderr and exits 2 (no traceback)."""
+"""``commtax search``, ``compare``, ``advise`` and ``cost``: thin typer commands over search, compare, advise and
+cost. Errors, JSON and progress: :mod:`commtax.cli_io`; tables: :mod:`commtax.report.table`."""
 
 from __future__ import annotations
 
-import json
-import sys
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from commtax.atomic import write_atomic
-from commtax.cli import user_errors
+from commtax.cli_io import (
+    CatalogOpt,
+    JobArg,
+    JsonOpt,
+    OutOpt,
+    PricesOpt,
+    RentOpt,
+    WideOpt,
+    WorkersOpt,
+    console,
+    does_not_fit,
+    emit,
+    err_console,
+    flag,
+    print_table,
+    progress,
+)
+from commtax.cost import PowerBasis
 from commtax.errors import SpecError
+from commtax.report.table import (
+    PLAN_LABEL_KEY,
+    compare_table,
+    cost_table,
+    new_table,
+    pct,
+    plan_label,
+    render_breakdown,
+    search_table,
+)
+from commtax.search import GRAD_DTYPES, RANK_BY, RECOMPUTE
 
-EXIT_BAD_INPUT = 2
-console = Console()
-err_console = Console(stderr=True)
+TokensOpt = Annotated[Optional[float], typer.Option("--tokens", min=1, help="training tokens (default: the job's)")]
+PowerOpt = Annotated[PowerBasis, typer.Option("--power", help="GPU power used for energy")]
 
-CatalogOpt = Annotated[Optional[Path], typer.Option("--catalog", help="YAML file adding or overriding catalog entries")]
-PricesOpt = Annotated[Optional[Path], typer.Option("--prices", help="YAML file overriding catalog/prices.yaml entries")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of tables")]
-OutOpt = Annotated[Optional[Path], typer.Option("--out", help="also write the JSON to this file")]
-RentOpt = Annotated[bool, typer.Option("--rent", help="price by rental $/GPU-hour instead of owning (depreciation + power)")]
-WorkersOpt = Annotated[Optional[int], typer.Option("--workers", min=1, help="processes for the search (default: 2 on large spaces)")]
-
-
-def _field_opt(name: str, example: str) -> Any:
-    return typer.Option(f"--{name}", help=f"values ({example}) or a range (a..b) for {name.replace('-', '_')}")
-
-
-# the plan fields search and compare constrain: one declaration each, shared by both commands
-TpOpt = Annotated[Optional[str], _field_opt("tp", "8 or 1,2,4")]
-PpOpt = Annotated[Optional[str], _field_opt("pp", "4 or 1,2,4,8")]
-CpOpt = Annotated[Optional[str], _field_opt("cp", "1")]
-VpOpt = Annotated[Optional[str], _field_opt("vp", "1,2")]
-MicroBatchOpt = Annotated[Optional[str], _field_opt("micro-batch", "1,2,4")]
-ZeroOpt = Annotated[Optional[str], _field_opt("zero", "1 or 0..2")]
-RecomputeOpt = Annotated[Optional[str], _field_opt("recompute", "none,selective")]
-SequenceParallelOpt = Annotated[Optional[str], _field_opt("sequence-parallel", "true")]
-GradCommDtypeOpt = Annotated[Optional[str], _field_opt("grad-comm-dtype", "bf16,fp8")]
-PLAN_FIELDS = ("tp", "pp", "cp", "vp", "micro_batch", "zero", "recompute", "sequence_parallel", "grad_comm_dtype")
-
-
-def _constraints(values: dict[str, Any]) -> dict[str, Optional[str]]:
-    """The plan-field options of a command's arguments, by field name (for ``Space.parse``)."""
-    return {f: values[f] for f in PLAN_FIELDS}
+# ----------------------------------------------------------------------------- the plan fields, declared once
+# Each is a string typer passes through and ``Space.parse`` reads: values (``8``, ``1,2,4``) for every field, ranges
+# (``2..16``) for the integer ones. ``@plan_options`` adds them all to a command and hands it ``plan: dict``.
+PLAN_OPTIONS: dict[str, tuple[str, str]] = {  # field -> (option, help)
+    "tp": ("--tp", "tensor parallel sizes: 8 or 1,2,4, or a range a..b"),
+    "pp": ("--pp", "pipeline stages: 4 or 1,2,4,8, or a range a..b"),
+    "cp": ("--cp", "context parallel sizes: 1 or 1,2, or a range a..b"),
+    "vp": ("--vp", "virtual stages per pipeline rank: 1,2, or a range a..b"),
+    "micro_batch": ("--micro-batch", "micro-batch sizes: 1,2,4, or a range a..b"),
+    "zero": ("--zero", "ZeRO stages: 1 or 0,1,3, or a range 0..2"),
+    "recompute": ("--recompute", f"activation recompute, one or more of: {','.join(RECOMPUTE)}"),
+    "sequence_parallel": ("--sequence-parallel", "sequence parallelism: true, false or true,false"),
+    "grad_comm_dtype": ("--grad-comm-dtype", f"gradient all-reduce dtypes, of: {','.join(GRAD_DTYPES)}"),
+}
 
 
-def _emit(data: Any, json_out: bool, out: Path | None) -> None:
-    text = json.dumps(data, indent=2, default=float) + "\n"
-    if out is not None:
-        write_atomic(out, text)
-    if json_out:
-        sys.stdout.write(text)
+def plan_options(command: Callable) -> Callable:
+    """Add one option per plan field (``PLAN_OPTIONS``) to ``command``, which receives them as ``plan``: a dict of
+    field -> text or None, ready for ``Space.parse``."""
+    sig = inspect.signature(command, eval_str=True)
+    own = [p for name, p in sig.parameters.items() if name != "plan"]
+    added = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, default=None,
+                               annotation=Annotated[Optional[str], typer.Option(opt, metavar="V", help=help_)])
+             for field, (opt, help_) in PLAN_OPTIONS.items()]
 
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        plan = {field: kwargs.pop(field, None) for field in PLAN_OPTIONS}
+        return command(*args, plan=plan, **kwargs)
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def _render_breakdown(b: Any, mem_gib: float) -> None:
-    try:
-        from commtax.report.table import render_breakdown
-    except ImportError:  # pragma: no cover - the lead's table module is optional
-        t = Table(title="Step")
-        t.add_column("component")
-        t.add_column("seconds", justify="right")
-        for k, v in b.breakdown_s.items():
-            t.add_row(k, f"{v:.4f}")
-        console.print(t)
-        return
-    render_breakdown(b, console, mem_gib)
-
-
-def _progress(enabled: bool):
-    """A rich progress bar over the search's bases, on stderr; a no-op when not a terminal."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    prog = Progress(TextColumn("searching plans"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err_console, transient=True, disable=not (enabled and err_console.is_terminal))
-    task = prog.add_task("search", total=None)
-
-    def update(done: int, total: int) -> None:
-        prog.update(task, completed=done, total=total)
-
-    return prog, update
+    # the job argument first, then the plan fields (the options every search shares), then the command's own
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    params = params[:1] + added + params[1:]
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    del wrapper.__wrapped__  # typer must read the new signature, not the command's own
+    return wrapper
 
 
 # ----------------------------------------------------------------------------- search
-def plan_label(p: dict[str, Any]) -> str:
-    """``tp8 pp4 cp1 dp8 vp1 mb1 z1 selective sp`` (grad dtype shown when not bf16)."""
-    s = (f"tp{p['tp']} pp{p['pp']} cp{p['cp']} dp{p['dp']} vp{p['vp']} mb{p['micro_batch']} z{p['zero']} "
-         f"{p['recompute']}{' sp' if p['sequence_parallel'] else ''}")
-    return s + (f" g:{p['grad_comm_dtype']}" if p.get("grad_comm_dtype", "bf16") != "bf16" else "")
-
-
-def _search_table(res: Any, mode: str, usd_per_s: float | None, n: int) -> Table:
-    from commtax.cost import usd_per_B_tokens
-
-    t = Table(title=f"Top {min(n, len(res.top))} of {int(res.fits.sum()):,} plans that fit (ranked by {res.rank_by})",
-              header_style="bold")
-    for col in ("#", "plan", "step s", "MFU", "tax", "bubble", "dp exp", "tp exp", "GiB"):
-        t.add_column(col, justify="left" if col == "plan" else "right")
-    if usd_per_s is not None:
-        t.add_column(f"$/B ({mode})", justify="right")
-    for k, (p, b) in enumerate(res.top[:n], 1):
-        parts = b.breakdown_s
-        row = [str(k), plan_label(p), f"{b.step_time_s:.3f}", _pct(b.mfu), _pct(b.comm_tax),
-               _pct(parts["pp_bubble"] / b.step_time_s), _pct(parts["dp_exposed"] / b.step_time_s),
-               _pct(parts["tp_exposed"] / b.step_time_s), f"{b.memory_gib_per_gpu['total']:.1f}"]
-        if usd_per_s is not None:
-            row.append(f"{usd_per_B_tokens(usd_per_s, b.tokens_per_s):,.0f}")
-        t.add_row(*row)
-    return t
-
-
+@plan_options
 def search_command(
-    job_file: Annotated[Path, typer.Argument(help="job YAML: model, cluster, plan, training")],
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    cp: CpOpt = None,
-    vp: VpOpt = None,
-    micro_batch: MicroBatchOpt = None,
-    zero: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    sequence_parallel: SequenceParallelOpt = None,
-    grad_comm_dtype: GradCommDtypeOpt = None,
-    fix: Annotated[Optional[str], typer.Option("--fix", help="comma list of fields pinned to the job file's plan")] = None,
-    rank: Annotated[str, typer.Option("--rank", help="step | cost | tokens_per_dollar")] = "step",
-    top: Annotated[int, typer.Option("--top", min=1, help="plans to show")] = 5,
+    job_file: JobArg,
+    plan: dict[str, Optional[str]],
+    fix: Annotated[
+        Optional[str], typer.Option("--fix", metavar="FIELDS", help="comma list of fields pinned to the job's plan")
+    ] = None,
+    rank: Annotated[Literal[RANK_BY], typer.Option("--rank", help="what ranks the plans")] = "step",
+    top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="plans to show")] = 5,
     rent: RentOpt = False,
+    wide: WideOpt = False,
     json_out: JsonOpt = False,
     out: OutOpt = None,
-    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="write every valid plan (CSV) here")] = None,
+    csv_out: Annotated[
+        Optional[Path], typer.Option("--csv", metavar="FILE", help="write every valid plan here")
+    ] = None,
     workers: WorkersOpt = None,
     catalog: CatalogOpt = None,
     prices: PricesOpt = None,
@@ -152,10 +112,7 @@ def search_command(
     from commtax.spec import load_job
 
     job = load_job(job_file, catalog)
-    space = Space.parse(
-        _constraints(locals()),
-        [f.strip() for f in fix.split(",") if f.strip()] if fix else [],
-    )
+    space = Space.parse(plan, [f.strip() for f in fix.split(",") if f.strip()] if fix else [])
     mode = "rented" if rent else "owned"
     usd_per_s = None
     price_error = None
@@ -165,8 +122,7 @@ def search_command(
         if prices is not None or rank != "step":
             raise
         price_error = str(e)
-    prog, update = _progress(not json_out)
-    with prog:
+    with progress("searching plans", enabled=not json_out) as update:
         res = search(job, space, rank_by=rank, top=top, workers=workers, progress=update)
     data = res.to_dict()
     if usd_per_s is not None:
@@ -176,81 +132,55 @@ def search_command(
         data["price_mode"] = mode
     if csv_out is not None:
         write_atomic(csv_out, res.to_csv())
-    _emit(data, json_out, out)
+    emit(data, json_out, out)
     if json_out:
         return
     s = res.summary()
     console.print(
-        f"{s['evaluated']:,} plans evaluated in {s['elapsed_s']:.2f} s ({s['plans_per_s']:,.0f} plans/s): "
-        f"{s['valid']:,} valid, {s['fit']:,} fit memory, {s['do_not_fit']:,} do not fit, {s['invalid']:,} invalid",
-        highlight=False,
+        f"{s['evaluated']:,} plans in {s['elapsed_s']:.2f} s ({s['plans_per_s']:,.0f}/s): {s['valid']:,} valid, "
+        f"{s['fit']:,} fit memory, {s['do_not_fit']:,} do not fit, {s['invalid']:,} invalid",
     )
     for title, reasons in (("invalid", s["invalid_reasons"]), ("do not fit", s["do_not_fit_reasons"])):
         for why, count in list(reasons.items())[:4]:
-            console.print(f"  {title}: {count:,} × {why}", highlight=False, markup=False)
+            console.print(f"  {title}: {count:,} × {why}", markup=False)
     if res.interrupted:
         console.print("[yellow]interrupted: the best of the plans evaluated so far[/yellow]")
     for w in res.warnings:
-        err_console.print(f"warning: {w}", highlight=False, markup=False)
+        err_console.print(f"warning: {w}", markup=False)
     if price_error:
-        console.print(f"(no $ column: {price_error})", highlight=False, markup=False)
-    console.print(_search_table(res, mode, usd_per_s, top))
+        console.print(f"(no $ column: {price_error})", markup=False)
+    print_table(search_table(res, mode, usd_per_s, top, wide), wide)
+    console.print(PLAN_LABEL_KEY, style="dim")
     best_plan, best = res.top[0]
-    console.print(f"Best plan: {', '.join(f'{k}={v}' for k, v in best_plan.items())}", highlight=False)
-    _render_breakdown(best, job.cluster.gpu.mem_GiB)
+    console.print(f"\n[bold]Best plan[/bold] {plan_label(best_plan)}:")
+    render_breakdown(best, console, job.cluster.gpu.mem_GiB)
 
 
 # ----------------------------------------------------------------------------- compare
-def _compare_table(rows: list[Any], mode: str, article: bool) -> Table:
-    from commtax.compare import ARTICLE_256
-
-    t = Table(title=f"Clusters, each with its best plan ($ {mode})", header_style="bold")
-    cols = ("cluster", "best plan", "step s", "MFU", "comm tax", "comm share", "B tokens/day", "days",
-            "$/B tokens", "energy MWh", "capex $M")
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("cluster", "best plan") else "right")
-    if article:
-        t.add_column("article: 通信税 · B/day · days · $/B", justify="right")
-    for r in rows:
-        if r.breakdown is None:
-            cells = [r.name, f"— ({r.reason})"] + ["—"] * (len(cols) - 2)
-        else:
-            p, b, c = r.plan, r.breakdown, r.cost
-            plan = plan_label(p)
-            cells = [r.name, plan, f"{b.step_time_s:.2f}", _pct(b.mfu), _pct(b.comm_tax), _pct(b.comm_share),
-                     f"{c.tokens_per_day / 1e9:.1f}", f"{c.days:.1f}", f"{c.usd_per_B_tokens(mode):,.0f}",
-                     f"{c.energy_MWh:,.0f}", f"{c.capex_usd / 1e6:.2f}"]
-        if article:
-            a = ARTICLE_256.get(r.job.cluster.gpu.name)
-            cells.append(f"{a['comm_share']:.0%} · {a['tokens_per_day'] / 1e9:g} · {a['days']:g} · {a['usd_per_B']:g}"
-                         if a else "")
-        t.add_row(*cells)
-    return t
-
-
+@plan_options
 def compare_command(
-    inputs: Annotated[list[str], typer.Argument(help="job YAML files (with --gpu: one job, then more GPU names)")],
-    gpu: Annotated[Optional[list[str]], typer.Option("--gpu", help="GPU catalog ids to put on the first job's cluster")] = None,
-    tokens: Annotated[Optional[float], typer.Option("--tokens", min=1, help="training tokens (default: the job's)")] = None,
+    inputs: Annotated[list[str], typer.Argument(metavar="JOB.yaml",
+                                                help="job YAML files (with --gpu: one job, then more GPU ids)")],
+    plan: dict[str, Optional[str]],
+    gpu: Annotated[
+        Optional[list[str]], typer.Option("--gpu", help="GPU catalog ids to put on the first job's cluster")
+    ] = None,
+    tokens: TokensOpt = None,
     rent: RentOpt = False,
-    power: Annotated[str, typer.Option("--power", help="typical | tdp: GPU power used for energy")] = "typical",
-    article: Annotated[bool, typer.Option("--article", help="show the seed article's 256-GPU numbers alongside")] = False,
-    pareto: Annotated[Optional[Path], typer.Option("--pareto", help="write the Pareto plot (PNG) here")] = None,
-    scaling_png: Annotated[Optional[Path], typer.Option("--scaling", help="write comm tax and MFU vs GPUs (PNG) here")] = None,
+    power: PowerOpt = "typical",
+    article: Annotated[bool, flag("--article", "show the seed article's 256-GPU numbers alongside")] = False,
+    pareto: Annotated[
+        Optional[Path], typer.Option("--pareto", metavar="PNG", help="write the Pareto plot here")
+    ] = None,
+    scaling_png: Annotated[
+        Optional[Path], typer.Option("--scaling", metavar="PNG", help="write comm tax and MFU vs GPUs here")
+    ] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU counts for --scaling, e.g. 64,128,256,512")] = None,
     num_gpus: Annotated[Optional[str], typer.Option(
         "--num-gpus", help="compare each cluster at these GPU counts too, e.g. 128,256,512")] = None,
     deadline: Annotated[Optional[float], typer.Option(
         "--deadline", min=0, help="days: name the cheapest cluster that trains the tokens within it")] = None,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    cp: CpOpt = None,
-    vp: VpOpt = None,
-    micro_batch: MicroBatchOpt = None,
-    zero: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    sequence_parallel: SequenceParallelOpt = None,
-    grad_comm_dtype: GradCommDtypeOpt = None,
+    wide: WideOpt = False,
     json_out: JsonOpt = False,
     out: OutOpt = None,
     workers: WorkersOpt = None,
@@ -273,10 +203,7 @@ def compare_command(
     from commtax.search import Space
     from commtax.spec import load_catalog, load_job
 
-    space = Space.parse(_constraints(locals()))
-
-    if power not in ("typical", "tdp"):
-        raise SpecError(f"--power: {power!r} is not one of typical, tdp")
+    space = Space.parse(plan)
     price_book = load_prices(prices)
     gpu_names = [g.strip() for item in (gpu or []) for g in item.split(",") if g.strip()]
     files = list(inputs)
@@ -294,10 +221,12 @@ def compare_command(
             raise SpecError("compare --gpu: give exactly one job file (its cluster gets each GPU in turn)")
         jobs = jobs_for_gpus(jobs[0], gpu_names, price_book, catalog)
     if num_gpus:
-        counts = [_count(x) for x in num_gpus.split(",") if x.strip()]
+        counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()]
         jobs = with_gpu_counts(jobs, counts)
     mode = "rented" if rent else "owned"
-    rows = compare(jobs, prices=price_book, space=space, tokens=tokens, mode=mode, power=power, workers=workers)
+    with progress(f"searching {len(jobs)} clusters", enabled=not json_out) as update:
+        rows = compare(jobs, prices=price_book, space=space, tokens=tokens, mode=mode, power=power, workers=workers,
+                       progress=update)
     data: dict[str, Any] = {"mode": mode, "tokens": tokens or jobs[0].training.tokens,
                             "rows": [r.to_dict(mode) for r in rows]}
     choice = None
@@ -314,7 +243,7 @@ def compare_command(
     if scaling_png is not None:
         from commtax.report.plots import scaling_plot
 
-        counts = [int(x) for x in (gpus or "").split(",") if x.strip()]
+        counts = [_count(x, "--gpus") for x in (gpus or "").split(",") if x.strip()]
         if not counts:
             n = jobs[0].cluster.num_gpus
             counts = [n // 4, n // 2, n, n * 2, n * 4]
@@ -325,37 +254,41 @@ def compare_command(
                                 "mfu": p.breakdown.mfu, "step_time_s": p.breakdown.step_time_s}
                                if p.breakdown else {})} for p in pts]
         data["scaling_png"] = str(scaling_png)
-    _emit(data, json_out, out)
+    emit(data, json_out, out)
     if json_out:
         return
-    console.print(_compare_table(rows, mode, article))
+    print_table(compare_table(rows, mode, article, wide), wide)
+    if not wide:
+        for r in rows:
+            if r.plan is not None:
+                console.print(f"  {r.name}: {plan_label(r.plan)}", markup=False)
     if deadline is not None:
         if choice is None:
-            console.print(f"no cluster trains {data['tokens']:.3g} tokens within {deadline:g} days", highlight=False)
+            console.print(f"no cluster trains {data['tokens']:.3g} tokens within {deadline:g} days")
         else:
             console.print(f"cheapest within {deadline:g} days: {choice.name}: {choice.cost.days:.1f} days, "
-                          f"${choice.cost.usd_per_B_tokens(mode):,.0f} per B tokens ({mode})", highlight=False)
+                          f"${choice.cost.usd_per_B_tokens(mode):,.0f} per B tokens ({mode})")
     if pareto is not None:
-        console.print(f"wrote {pareto}", highlight=False)
+        console.print(f"wrote {pareto}")
     if scaling_png is not None:
-        console.print(f"wrote {scaling_png}", highlight=False)
+        console.print(f"wrote {scaling_png}")
 
 
-def _count(text: str) -> int:
+def _count(text: str, option: str) -> int:
     try:
         n = int(text)
     except ValueError:
-        raise SpecError(f"--num-gpus: expected integers, got {text!r}") from None
+        raise SpecError(f"{option}: expected integers, got {text!r}") from None
     if n <= 0:
-        raise SpecError(f"--num-gpus: expected positive integers, got {n}")
+        raise SpecError(f"{option}: expected positive integers, got {n}")
     return n
 
 
 # ----------------------------------------------------------------------------- advise
 def advise_command(
-    job_file: Annotated[Path, typer.Argument(help="job YAML: model, cluster, plan, training")],
-    top: Annotated[int, typer.Option("--top", min=1, help="changes to show")] = 8,
-    no_search: Annotated[bool, typer.Option("--no-search", help="skip the search for the best plan")] = False,
+    job_file: JobArg,
+    top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="changes to show")] = 8,
+    no_search: Annotated[bool, flag("--no-search", "skip the search for the best plan")] = False,
     json_out: JsonOpt = False,
     out: OutOpt = None,
     workers: WorkersOpt = None,
@@ -366,22 +299,22 @@ def advise_command(
     from commtax.spec import load_job
 
     job = load_job(job_file, catalog)
-    a = advise(job, search_best=not no_search, workers=workers)
-    _emit(a.to_dict(), json_out, out)
+    with progress("re-estimating changes", enabled=not json_out) as update:
+        a = advise(job, search_best=not no_search, workers=workers, progress=update)
+    emit(a.to_dict(), json_out, out)
     if json_out:
         return
     b = a.breakdown
     console.print(
-        f"step {b.step_time_s:.3f} s, MFU {_pct(b.mfu)}, comm tax {_pct(b.comm_tax)}"
-        f"{'' if b.fits else ' (does not fit memory)'}; dominant: {a.dominant} ({_pct(a.dominant_share)} of step)"
-        + (f"; largest communication part: {a.dominant_comm} ({_pct(b.breakdown_s[a.dominant_comm] / b.step_time_s)})"
+        f"step {b.step_time_s:.3f} s, MFU {pct(b.mfu)}, comm tax {pct(b.comm_tax)}"
+        f"{'' if b.fits else ' (does not fit memory)'}; dominant: {a.dominant} ({pct(a.dominant_share)} of step)"
+        + (f"; largest communication part: {a.dominant_comm} ({pct(b.breakdown_s[a.dominant_comm] / b.step_time_s)})"
            if a.dominant_comm else ""),
-        highlight=False,
     )
-    t = Table(title="Changes, re-estimated (best first)", header_style="bold")
+    t = new_table("Changes, re-estimated (best first)")
     t.add_column("#", justify="right")
     t.add_column("change")
-    t.add_column("step", justify="right")
+    t.add_column("step", justify="right", no_wrap=True)
     t.add_column("what moves")
     for k, c in enumerate(a.changes[:top], 1):
         t.add_row(str(k), c.label, f"{c.step_change:+.1%}", c.text().split(": ", 1)[-1].split("; ", 1)[-1])
@@ -391,12 +324,34 @@ def advise_command(
         "sensitivity (elasticity d ln step / d ln x): "
         + ", ".join(f"{lvl} bandwidth {v['bw_elasticity']:+.3f}, {lvl} latency {v['latency_elasticity']:+.3f}"
                     for lvl, v in s.items()),
-        highlight=False,
     )
 
 
-def register(app: typer.Typer) -> None:
-    """Add search, compare and advise to the commtax app."""
-    app.command("search")(user_errors(search_command))
-    app.command("compare")(user_errors(compare_command))
-    app.command("advise")(user_errors(advise_command))
+# ----------------------------------------------------------------------------- cost
+def cost_command(
+    job_file: JobArg,
+    rent: RentOpt = False,
+    tokens: TokensOpt = None,
+    power: PowerOpt = "typical",
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+    catalog: CatalogOpt = None,
+    prices: PricesOpt = None,
+) -> None:
+    """Days, GPU-hours, energy and $ per billion tokens of one job's training run (its own plan)."""
+    from commtax.cost import job_training_cost, load_prices
+    from commtax.estimate import estimate as run_estimate
+    from commtax.spec import load_job
+
+    job = load_job(job_file, catalog)
+    b = run_estimate(job)
+    if not b.fits:
+        does_not_fit(b, job)
+    mode = "rented" if rent else "owned"
+    c = job_training_cost(job, b.tokens_per_s, load_prices(prices), tokens, power)
+    data = {"mode": mode, "power": power, **c.to_dict(), "usd": c.usd(mode),
+            "usd_per_B_tokens": c.usd_per_B_tokens(mode)}
+    emit(data, json_out, out)
+    if not json_out:
+        title = f"{job_file.name}: {c.tokens / 1e9:,.0f} B tokens on {job.cluster.num_gpus} × {job.cluster.gpu.name}"
+        console.print(cost_table(c, mode, title))

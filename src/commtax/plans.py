@@ -87,13 +87,14 @@ def feasible_jobs(raw: dict, plans: Iterable[dict]) -> Iterator[Job]:
             continue
 
 
-def best_plan(raw: dict, fixed: dict[str, Any], free: Iterable[str]) -> Choice | None:
-    """Fastest plan (tokens/s) that fits memory over the free fields; None when none is valid and fits."""
+def best_plan(raw: dict, fixed: dict[str, Any], free: Iterable[str], require_fit: bool = True) -> Choice | None:
+    """Fastest plan (tokens/s) over the free fields that fits memory (any valid plan when ``require_fit`` is
+    false); None when none qualifies."""
     free = list(free)
     best: Choice | None = None
     for job in feasible_jobs(raw, plan_space(raw, fixed, free)):
         b = estimate(job)
-        if not b.fits:
+        if require_fit and not b.fits:
             continue
         if best is None or b.tokens_per_s > best.breakdown.tokens_per_s:
             plan = job.plan

@@ -52,7 +52,8 @@ from commtax.estimate import (
     stage_times,
     step_parts,
 )
-from commtax.memory import FRAMEWORK_RESERVE_GiB, activation_bytes, memory
+from commtax.assumptions import assumptions_for
+from commtax.memory import activation_bytes, fixed_reserve_bytes, memory
 from commtax.plans import candidates
 from commtax.spec import Job, job_with
 from commtax.topology import layout
@@ -481,9 +482,11 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
         for r, rc in enumerate(RC):
             acts[i, j, k, r] = activation_bytes(_copy(jv, recompute=rc))
     step, parts, exposed = _assemble(base.pp, VP, m, st_parts, st_avg, pp_exp, dp_exp, opt)
-    reserve = FRAMEWORK_RESERVE_GiB * GiB
-    # Memory.total order: weights + grads + optimizer + activations + reserve
-    mem = states[None, None, None, :, None, :] + acts[:, :, :, None, :, None] + reserve
+    a = assumptions_for(job.cluster.profile)
+    reserve = fixed_reserve_bytes(base.tp, base.pp, base.cp, job.cluster.num_gpus // (base.tp * base.pp * base.cp), a)
+    # Memory.total order: weights + grads + optimizer + activations + reserve (fixed + fragmentation of activations)
+    act_grid = acts[:, :, :, None, :, None]
+    mem = states[None, None, None, :, None, :] + act_grid + (reserve + a.v("allocator_fragmentation") * act_grid)
     valid_full = np.broadcast_to(valid[:, :, :, None, None, None], shape)
     step = np.where(valid_full, step, np.nan)
     mem = np.where(valid_full, mem, np.nan)

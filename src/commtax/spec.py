@@ -45,7 +45,14 @@ class GPU(_Spec):
     sms: int = Field(default=132, gt=0, le=4096, description="SMs / compute units (GEMM wave quantisation)")
     p2p: bool = Field(default=True, description="GPU peer-to-peer over the scale-up link (false: host-bounced)")
     matmul_efficiency: dict[str, float] = Field(default_factory=lambda: {"default": 0.75})
-    attention_efficiency: float = Field(default=0.5, gt=0, le=1)
+    attention_efficiency: float = Field(default=0.5, gt=0, le=1, description="unused since attention kernel tables")
+    arch: Literal["ampere", "hopper", "ada", "blackwell", "cdna3", "other"] = Field(
+        default="other", description="architecture: picks the attention kernel table (catalog/attention.yaml)")
+    clock_fraction: float | None = Field(
+        default=None, gt=0, le=1.5,
+        description="sustained SM clock / the clock the datasheet peak assumes (< 1 for a power-capped GPU): "
+        "scales GEMM rates, not HBM bandwidth; MFU stays against the datasheet peak. Unset: 1, or for Hopper "
+        "the assumption hopper_clock_fraction")
     source: str = "inline"
 
     @field_validator("peak_tflops")
@@ -130,6 +137,7 @@ class Profile(_Spec):
     levels: dict[Literal["intra", "inter"], LevelNumbers]
     ops: dict[str, dict[Literal["intra", "inter"], LevelNumbers]] = Field(default_factory=dict)
     gemm_efficiency: dict[str, float] = Field(default_factory=dict)
+    assumptions: dict[str, float] = Field(default_factory=dict, description="overrides of catalog/assumptions.yaml")
 
 
 class Cluster(_Spec):
@@ -218,17 +226,60 @@ class Overlap(_Spec):
     cp: bool = Field(default=True, description="ring-attention K/V exchange overlaps attention compute")
 
 
-Generation = Literal["legacy", "current"]
+FrameworkName = Literal["megatron-core", "nemo", "megatron-lm", "megatron-deepspeed", "deepspeed", "torchtitan",
+                        "fsdp", "custom"]
+AttentionKernel = Literal["fa2", "fa3", "cudnn", "triton", "eager"]
+# deprecated `generation` values -> the framework they stood for
+GENERATION_ALIAS = {"legacy": "megatron-lm", "current": "megatron-core"}
+
+
+class FrameworkOverlap(_Spec):
+    dp: bool
+    dp_zero3: bool
+    tp: bool
+    pp: bool
+    cp: bool
+
+
+class Framework(_Spec):
+    """What a training framework does by default (catalog/frameworks.yaml, each entry sourced)."""
+
+    attention: AttentionKernel
+    elementwise: Literal["fused", "compiled", "eager"]
+    overlap: FrameworkOverlap
+    selective_policy: Literal["attention_core", "per_op"]
+    fp8_recipe: Literal["delayed", "dynamic"]
+    dropout: bool
+    plan_defaults: dict[str, Any] = Field(default_factory=dict)
+    source: str
+
+
+@lru_cache(maxsize=1)
+def frameworks() -> dict[str, Framework]:
+    data = read_yaml(CATALOG_DIR / "frameworks.yaml") or {}
+    return {name: Framework.model_validate(entry) for name, entry in data.items()}
+
+
+def framework_of(data: dict) -> str:
+    """The framework a plan mapping names: ``framework``, else the deprecated ``generation`` alias, else custom."""
+    fw, gen = data.get("framework"), data.get("generation")
+    if fw is None and gen is not None:
+        if gen not in GENERATION_ALIAS:
+            raise ValueError(f"generation must be one of {', '.join(GENERATION_ALIAS)} (deprecated: use framework), "
+                             f"got {gen!r}")
+        fw = GENERATION_ALIAS[gen]
+    fw = fw or "custom"
+    if fw not in frameworks():
+        raise ValueError(f"framework must be one of {', '.join(frameworks())}, got {fw!r}")
+    return fw
 
 
 class Plan(_Spec):
-    generation: Generation = Field(
-        default="current",
-        description=(
-            "software generation, the defaults of flash_attention and overlap.dp: 'current' = Megatron-Core, NeMo, "
-            "torchtitan, FSDP (2023-): fused flash attention, DP reduction overlapped with backward; 'legacy' = "
-            "Megatron-LM / DeepSpeed of 2020-22: attention scores materialised, DP reduction after backward"
-        ),
+    framework: FrameworkName = Field(
+        default="custom",
+        description="training software (catalog/frameworks.yaml): sets the defaults of attention, elementwise, "
+        "overlap, selective_policy, fp8_recipe and dropout; 'generation: legacy|current' is read as megatron-lm / "
+        "megatron-core (deprecated)",
     )
     tp: int = Field(default=1, gt=0, le=4096)
     pp: int = Field(default=1, gt=0, le=4096)
@@ -242,18 +293,52 @@ class Plan(_Spec):
     schedule: Literal["gpipe", "1f1b"] = "1f1b"
     overlap: Overlap = Field(default_factory=Overlap)
     grad_comm_dtype: CommDtype = "bf16"
-    flash_attention: bool = Field(default=True, description="fused attention: the s×s scores never reach memory")
+    attention: AttentionKernel = Field(default="fa2", description="attention kernel; eager materialises the s×s scores")
+    elementwise: Literal["fused", "compiled", "eager"] = Field(
+        default="fused", description="norms, activations, residuals: hand-fused kernels, torch.compile, or eager ops")
+    selective_policy: Literal["attention_core", "per_op"] = Field(
+        default="attention_core", description="what recompute: selective keeps (Megatron attention core / per-op SAC)")
+    fp8_recipe: Literal["delayed", "dynamic"] = Field(
+        default="delayed", description="fp8 scaling: delayed (Transformer Engine) or dynamic tensorwise (torchao)")
+
+    @property
+    def flash_attention(self) -> bool:
+        """Fused attention: the s×s scores never reach memory."""
+        return self.attention != "eager"
+
+    @property
+    def preset(self) -> Framework:
+        return frameworks()[self.framework]
 
     @model_validator(mode="before")
     @classmethod
-    def _generation_defaults(cls, data: Any) -> Any:
-        """Legacy software changes the defaults only; fields the user sets win."""
-        if isinstance(data, dict) and data.get("generation") == "legacy":
-            data = dict(data)
-            data.setdefault("flash_attention", False)
-            overlap = data.get("overlap") or {}
-            if isinstance(overlap, dict):
-                data["overlap"] = {"dp": False, **overlap}
+    def _framework_defaults(cls, data: Any) -> Any:
+        """The framework's defaults fill the software fields the plan leaves out; fields the user sets win."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        fw_name = framework_of(data)
+        data.pop("generation", None)
+        data["framework"] = fw_name
+        fw = frameworks()[fw_name]
+        flash = data.pop("flash_attention", None)
+        if flash is not None and not isinstance(flash, bool):
+            raise ValueError(f"flash_attention must be true or false, got {flash!r}")
+        if "attention" not in data:
+            data["attention"] = fw.attention if flash is not False else "eager"
+            if flash is True and data["attention"] == "eager":
+                data["attention"] = "fa2"
+        elif flash is not None and flash != (data["attention"] != "eager"):
+            raise ValueError(f"flash_attention({flash}) contradicts attention({data['attention']}): set one of them")
+        data.setdefault("elementwise", fw.elementwise)
+        data.setdefault("selective_policy", fw.selective_policy)
+        data.setdefault("fp8_recipe", fw.fp8_recipe)
+        overlap = data.get("overlap")
+        if overlap is None or isinstance(overlap, dict):
+            zero3 = data.get("zero", 1) == 3
+            defaults = {"dp": fw.overlap.dp_zero3 if zero3 else fw.overlap.dp, "tp": fw.overlap.tp,
+                        "pp": fw.overlap.pp, "cp": fw.overlap.cp}
+            data["overlap"] = {**defaults, **(overlap or {})}
         return data
 
 
@@ -263,7 +348,7 @@ class Training(_Spec):
     precision: Precision = "bf16"
     tokens: float | None = Field(default=None, gt=0, description="training tokens, for days-to-train")
     dropout: bool | None = Field(
-        default=None, description="hidden/attention dropout on (default: on for legacy software, off for current)"
+        default=None, description="hidden/attention dropout on (default: the framework's, catalog/frameworks.yaml)"
     )
 
 
@@ -315,7 +400,7 @@ class Job(_Spec):
     def dropout(self) -> bool:
         if self.training.dropout is not None:
             return self.training.dropout
-        return self.plan.generation == "legacy"
+        return self.plan.preset.dropout
 
     @property
     def micro_batches(self) -> int:

@@ -2,23 +2,24 @@
 
 Ranks are laid out as Megatron-LM does (``--rank-order tp-cp-dp-pp``): TP fastest, then CP,
 then DP, then PP, so a group of stride ``s`` has ``min(n, G // s)`` members per node of G GPUs.
-A node's NICs are shared by all its GPUs (they all talk at once in DP/PP phases): each GPU's
-share is nics·B_nic / G, and no more than its PCIe path when the GPU has no peer-to-peer.
+
+NIC sharing: the groups of one kind (all DP groups, all PP pairs, …) run their collectives at the
+same time, one per slice of the node, so a node's NICs are shared among its GPUs: each GPU's share
+is nics·B_nic / G (no more than its PCIe path when the NIC traffic crosses PCIe). A group with k
+members on a node crosses the network at k shares (NCCL opens one ring per NIC rail, every member's
+ring leaves the node through its own rail): with TP=8 each of the node's 8 DP groups gets one
+NIC; with TP=1 the single DP group spanning the node gets all of them (a 4-node × 8 B200 all-reduce
+on 8 × 400 Gb/s is priced at ~368 GB/s busbw, the node's NIC rate). Groups of different kinds that
+overlap in time (PP sends or CP exchanges during an overlapped DP reduction) are not split further.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commtax.collectives import Level, Placement
+from commtax.collectives import Level, Placement, gpu_arch
 from commtax.spec import Cluster, Job
 from commtax.units import GB, US
-
-# Data-parallel gathers and reductions of published runs move at one NIC rail per GPU, not at the
-# node-aggregated rate an isolated nccl-tests ring reaches: every GPU of every node issues them at
-# once alongside PP/TP traffic. Narayanan et al. 2021 Table 2: ZeRO-3 steps stay at ~67 s from
-# 768 to 1,536 GPUs, i.e. (3 × 350 GB) / ~20 GB/s per GPU — one HDR rail, independent of n.
-DP_RAILS = 1
 
 GROUPS = ("tp", "cp", "dp", "pp")  # "dp" is the gradient-reduction group: DP × CP ranks
 
@@ -78,6 +79,9 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
         nvls_bw_bytes_per_s=nvls_bw,
         rails=rails,
         library=cluster.collective_library,
+        arch=gpu_arch(cluster.gpu.name),
+        intra_hw="nvlink" if link.kind in ("nvlink", "xgmi") else "pci",
+        measured=cluster.profile is not None,
     )
 
 
@@ -101,5 +105,4 @@ def group_placement(job: Job, group: str, op: str | None = None) -> Placement:
     lay = layout(job)
     if group == "pp":  # neighbouring stages: a pair, one stride apart
         return placement(job.cluster, 2, lay.stride["pp"], op) if job.plan.pp > 1 else placement(job.cluster, 1, 1, op)
-    rails = DP_RAILS if group == "dp" else None
-    return placement(job.cluster, lay.size[group], lay.stride[group], op, rails)
+    return placement(job.cluster, lay.size[group], lay.stride[group], op)

@@ -42,3 +42,21 @@ def format_bytes(n: float) -> str:
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n:.0f} B"
+
+
+def format_duration(seconds: float) -> str:
+    """A time in the unit that reads best: '15.0 µs', '1.20 ms', '170 ms', '2.50 s' (3 significant digits)."""
+    for unit, size in (("s", 1.0), ("ms", MS), ("µs", US)):
+        if abs(seconds) >= size:
+            return f"{format_sig(seconds / size)} {unit}"
+    return f"{format_sig(seconds / 1e-9)} ns" if seconds else "0 s"
+
+
+def format_sig(x: float, digits: int = 3) -> str:
+    """A number to ``digits`` significant digits without scientific notation: 0.000933, 15.0, 483, 62,102."""
+    import math
+
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{decimals}f}"

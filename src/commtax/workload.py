@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from commtax.assumptions import default_assumptions
 from commtax.spec import BYTES_PER, Job
 
 # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25): gradients are reduced in 25 MiB buckets
 DDP_BUCKET_BYTES = 25 * 2**20
-# Bytes/elem of the Adam update in mixed precision: read fp32 param, grad, m, v; write param, m, v, bf16 copy.
-ADAM_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,9 +23,13 @@ class Compute:
     flop: float  # executed FLOPs on this GPU (hardware FLOPs)
     bytes: float  # HBM traffic
     kind: str  # "gemm" | "attention" | "memory"
-    m: int = 0  # GEMM shape (m×k)·(k×n); 0 for non-GEMM ops
+    m: int = 0  # GEMM shape (m×k)·(k×n); attention: m query rows of all (batch, head) pairs, n keys, k head dim
     n: int = 0
     k: int = 0
+    kernels: int = 1  # kernels the op launches (eager PyTorch splits one norm into several)
+    kernel: str = ""  # attention: the kernel (fa2, fa3, cudnn, triton, eager)
+    backward: bool = False  # attention: the backward kernel
+    fp8: bool = False  # GEMM with fp8 inputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,19 +86,62 @@ class Workload:
     bucket_bytes: float = 0.0
 
 
+def activation_bytes_per_element(precision: str) -> float:
+    """Bytes of one activation element between kernels, for every use (TP/CP collectives, pipeline sends,
+    embeddings, the LM head, saved activations).
+
+    fp32 and tf32 runs keep fp32 tensors (tf32 is a matmul mode, not a storage type: 4 B); bf16/fp16 keep 2 B;
+    fp8/int8 runs keep bf16 activations and cast only GEMM inputs (Transformer Engine and torchao float8 cover
+    linear layers only), so 2 B as well.
+    """
+    return 4.0 if precision in ("fp32", "tf32") else 2.0
+
+
+def weight_bytes_per_param(precision: str) -> float:
+    """Working copy of a weight: fp32 (4 B) in fp32/tf32 training, else the bf16/fp16 copy of mixed precision (2 B)."""
+    return 4.0 if precision in ("fp32", "tf32") else 2.0
+
+
+def optimizer_bytes_per_param(precision: str) -> float:
+    """Adam states: m and v in fp32 (8 B), plus an fp32 master copy under mixed precision (12 B; ZeRO §3.1)."""
+    return 8.0 if precision in ("fp32", "tf32") else 12.0
+
+
 def _gemm(name: str, m: int, n: int, k: int, dtype_bytes: float, fp8: bool = False) -> Compute:
     """(m×k)·(k×n): 2mnk FLOPs; reads A and B, writes C (bytes at the activation dtype, fp8 inputs 1 B)."""
     in_bytes = 1.0 if fp8 else dtype_bytes
-    return Compute(name, 2.0 * m * n * k, in_bytes * (m * k + k * n) + dtype_bytes * m * n, "gemm", m, n, k)
+    return Compute(name, 2.0 * m * n * k, in_bytes * (m * k + k * n) + dtype_bytes * m * n, "gemm", m, n, k, fp8=fp8)
 
 
-def _mem(name: str, nbytes: float) -> Compute:
-    return Compute(name, 0.0, nbytes, "memory")
+def _mem(name: str, nbytes: float, kernels: int = 1) -> Compute:
+    return Compute(name, 0.0, nbytes, "memory", kernels=kernels)
 
 
-def _fp8_casts(name: str, elems: float) -> Compute:
-    """Transformer Engine casts each GEMM input to fp8: read 2 B, write 1 B, plus an amax pass (read 2 B)."""
-    return _mem(name, 5.0 * elems)
+def _fp8_casts(job: Job, name: str, elems: float) -> Compute:
+    """Preparing fp8 GEMM operands: bytes per element by scaling recipe (catalog/assumptions.yaml).
+
+    Eager dynamic scaling runs an amax pass and two casts; under torch.compile the amax reduction fuses into
+    the producing kernel and one cast kernel writes both layouts, as Transformer Engine's cast-transpose does.
+    """
+    a = default_assumptions()
+    eager_dynamic = job.plan.fp8_recipe == "dynamic" and job.plan.elementwise == "eager"
+    per_elem = a.v("fp8_cast_bytes_dynamic") if eager_dynamic else a.v("fp8_cast_bytes_delayed")
+    return _mem(name, per_elem * elems, kernels=3 if eager_dynamic else 1)
+
+
+# HBM traffic of non-GEMM ops relative to a hand-fused kernel, and kernels launched, by elementwise style.
+# Fused (Megatron/TE: fused LayerNorm/RMSNorm, bias-SwiGLU/GeLU, bias-dropout-add, RoPE) and compiled
+# (torch.compile/inductor fuses each norm and pointwise chain into one kernel) move each tensor once.
+# Eager PyTorch: RMSNorm as torch.nn.RMSNorm / HF LlamaRMSNorm runs to(fp32), pow, mean, rsqrt, mul, to(bf16),
+# mul: 36 B per element against 4 B fused (x9, 6 kernels); LayerNorm is one native kernel (x1);
+# SwiGLU silu(a)·b: silu r2 w2 + mul r4 w2 = 10 B against 6 B fused (x1.67, 2 kernels); GeLU one kernel;
+# RoPE on q and k as complex multiply: view/mul/type_as ≈ 3 passes (x3, 4 kernels). Llama-family models
+# (gated MLP) use RMSNorm and RoPE; GPT/MPT/BLOOM-style models (plain MLP) LayerNorm and learned/ALiBi positions.
+ELEMENTWISE = {
+    "fused": {"rmsnorm": (1.0, 1), "layernorm": (1.0, 1), "swiglu": (1.0, 1), "gelu": (1.0, 1), "rope": (1.0, 1)},
+    "compiled": {"rmsnorm": (1.0, 1), "layernorm": (1.0, 1), "swiglu": (1.0, 1), "gelu": (1.0, 1), "rope": (1.0, 1)},
+    "eager": {"rmsnorm": (9.0, 6), "layernorm": (1.0, 1), "swiglu": (10 / 6, 2), "gelu": (1.0, 1), "rope": (3.0, 4)},
+}
 
 
 def _layer_gemms(job: Job, tokens: int) -> list[tuple[str, int, int, int]]:
@@ -151,32 +197,62 @@ def _cp_comm(job: Job, act_bytes: float, backward: bool) -> list[Collective]:
     return ops
 
 
-def _elementwise_bytes(job: Job, act_bytes: float) -> dict[str, float]:
-    """HBM bytes of one layer's non-GEMM forward ops (norms, activations, dropout, residuals)."""
+def _elementwise_ops(job: Job, act_bytes: float) -> dict[str, tuple[float, int]]:
+    """HBM bytes and kernels of one layer's non-GEMM forward ops (norms, activations, RoPE, dropout, residuals)."""
     m, p, tr = job.model, job.plan, job.training
     b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
     bsh = b * s * m.hidden
     # norms, dropout and residual adds are replicated on each TP rank unless sequence-parallel
     bsh_rep = bsh / t if p.sequence_parallel else bsh
     bsf = b * s * m.ffn / t
+    style = ELEMENTWISE[p.elementwise]
+    norm_x, norm_k = style["rmsnorm" if m.gated_mlp else "layernorm"]
+    act_x, act_k = style["swiglu" if m.gated_mlp else "gelu"]
     # residual add: read 2, write 1; fused dropout adds a mask write (bias-dropout-add, Megatron)
     residual = (3 * act_bytes + (1 if job.dropout else 0)) * bsh_rep
     out = {
-        "norms": 2 * 2 * bsh_rep * act_bytes,  # 2 norms: read x, write y
-        "residual": 2 * residual,
-        "activation": (3 if m.gated_mlp else 2) * bsf * act_bytes,  # SwiGLU reads 2 writes 1; GeLU reads 1 writes 1
+        "norms": (norm_x * 2 * 2 * bsh_rep * act_bytes, 2 * norm_k),  # 2 norms: read x, write y (fused)
+        "residual": (2 * residual, 2),
+        # SwiGLU reads 2 writes 1; GeLU reads 1 writes 1 (fused)
+        "activation": (act_x * (3 if m.gated_mlp else 2) * bsf * act_bytes, act_k),
     }
+    if m.gated_mlp:  # rotary embedding of q and k (Llama family): read and write both once (fused)
+        rope_x, rope_k = style["rope"]
+        qk = b * s * (m.heads + m.kv_heads_) * m.head_dim / t
+        out["rope"] = (rope_x * 2 * qk * act_bytes, rope_k)
     if not p.flash_attention:
-        # unfused attention writes the b·(a/t)·s² scores: GEMM out 2 B, softmax r/w 4 B, read by PV 2 B;
-        # attention dropout adds r/w + mask 5 B (Megatron's fused scale-mask-softmax, then dropout)
-        per_elem = 8.0 + (5.0 if job.dropout else 0.0)
-        out["attn_scores"] = per_elem * b * (m.heads / t) * s * tr.seq_len
+        # unfused attention's softmax reads and writes the b·(a/t)·s² scores (4 B; Megatron's fused
+        # scale-mask-softmax); attention dropout adds r/w + mask 5 B. The GEMMs' own score traffic (QKᵀ writes
+        # 2 B, PV reads 2 B) is part of the attention op's roofline (_attention_ops).
+        per_elem = 4.0 + (5.0 if job.dropout else 0.0)
+        out["attn_scores"] = (per_elem * b * (m.heads / t) * s * tr.seq_len, 2 if job.dropout else 1)
     return out
+
+
+def _attention_ops(job: Job) -> tuple[Compute, Compute, float]:
+    """Forward and backward attention kernels of one layer, and the forward's executed FLOPs.
+
+    Fused kernels skip the masked half of causal attention; eager attention computes the full s×S scores
+    (then masks them), so it executes the non-causal FLOPs. FlashAttention-2 backward runs 5 matmuls to the
+    forward's 2 (Dao 2023, §3.1.2): 2.5× the forward FLOPs.
+    """
+    m, p, tr = job.model, job.plan, job.training
+    kernel = p.attention
+    flop = attention_flop(job, causal=kernel != "eager")
+    s_local = tr.seq_len // p.cp
+    # eager: QKᵀ writes the scores and PV reads the probabilities, 2 B each; backward moves twice as much
+    scores = p.micro_batch * (m.heads / p.tp) * s_local * tr.seq_len
+    nbytes = 4.0 * scores if kernel == "eager" else 0.0
+    rows = int(p.micro_batch * (m.heads // p.tp) * s_local)  # query rows of all (batch, head) pairs
+    fwd = Compute("attention", flop, nbytes, "attention", rows, tr.seq_len, m.head_dim, kernel=kernel)
+    bwd = Compute("attention_bwd", 2.5 * flop, 2 * nbytes, "attention", rows, tr.seq_len, m.head_dim,
+                  kernel=kernel, backward=True)
+    return fwd, bwd, flop
 
 
 def _layer_block(job: Job) -> Block:
     p, tr = job.plan, job.training
-    act_bytes = BYTES_PER[tr.precision] if tr.precision not in ("fp8", "int8") else 2.0
+    act_bytes = activation_bytes_per_element(tr.precision)
     fp8 = tr.precision == "fp8"
     tokens = p.micro_batch * tr.seq_len // p.cp
     gemms = _layer_gemms(job, tokens)
@@ -186,18 +262,19 @@ def _layer_block(job: Job) -> Block:
     for n, mm, nn, kk in gemms:
         bwd_gemm.append(_gemm(f"{n}_dgrad", mm, kk, nn, act_bytes, fp8))
         bwd_gemm.append(_gemm(f"{n}_wgrad", kk, nn, mm, act_bytes, fp8))
-    attn_f = attention_flop(job, causal=True)
-    # FlashAttention-2 backward runs 5 matmuls to the forward's 2 (Dao 2023, §3.1.2): 2.5× the forward FLOPs
-    attn_fwd = Compute("attention", attn_f, 0.0, "attention")
-    attn_bwd = Compute("attention_bwd", 2.5 * attn_f, 0.0, "attention")
-    ew = _elementwise_bytes(job, act_bytes)
-    ew_fwd = [_mem(k, v) for k, v in ew.items()]
-    ew_bwd = [_mem(f"{k}_bwd", 2 * v) for k, v in ew.items()]  # backward reads saved input and grad, writes grad
+    attn_fwd, attn_bwd, attn_f = _attention_ops(job)
+    ew = _elementwise_ops(job, act_bytes)
+    ew_fwd = [_mem(k, v, n) for k, (v, n) in ew.items()]
+    # backward reads saved input and grad, writes grad
+    ew_bwd = [_mem(f"{k}_bwd", 2 * v, n) for k, (v, n) in ew.items()]
     casts_fwd: list[Compute] = []
     casts_bwd: list[Compute] = []
     if fp8:
-        casts_fwd = [_fp8_casts(f"{n}_cast", mm * kk + kk * nn) for n, mm, nn, kk in gemms]
-        casts_bwd = [_fp8_casts(f"{n}_grad_cast", mm * nn) for n, mm, nn, kk in gemms]
+        # inputs (m×k) every micro-batch; weights (k×n): Transformer Engine caches their fp8 copy for the step,
+        # dynamic scaling (torchao) re-casts them in every forward; gradients of the outputs (m×n) in backward
+        weights = p.fp8_recipe == "dynamic"
+        casts_fwd = [_fp8_casts(job, f"{n}_cast", mm * kk + (kk * nn if weights else 0)) for n, mm, nn, kk in gemms]
+        casts_bwd = [_fp8_casts(job, f"{n}_grad_cast", mm * nn) for n, mm, nn, kk in gemms]
     tokens_full = p.micro_batch * tr.seq_len // p.cp
     tp_fwd = _tp_comm(job, act_bytes, tokens_full)
     tp_bwd = _tp_comm(job, act_bytes, tokens_full)
@@ -205,11 +282,17 @@ def _layer_block(job: Job) -> Block:
     bwd = Phase(tuple(bwd_gemm + [attn_bwd] + ew_bwd + casts_bwd + tp_bwd + _cp_comm(job, act_bytes, True)))
     if p.recompute == "full":
         recompute = Phase(fwd.ops)
+    elif p.recompute == "selective" and p.selective_policy == "per_op":
+        # torchtitan op-level SAC keeps matmul and attention outputs except every other mm: the odd GEMMs,
+        # the pointwise ops and their TP collectives run again; attention does not
+        ops = [g for i, g in enumerate(fwd_gemm) if i % 2 == 1] + ew_fwd + casts_fwd
+        recompute = Phase(tuple(ops))
     elif p.recompute == "selective":
         # selective recompute re-runs the core attention (Korthikanti §5); without flash it also rebuilds the scores
-        ops: list[Op] = [Compute("attention_recompute", attn_f, 0.0, "attention")]
+        ops: list[Op] = [Compute("attention_recompute", attn_f, attn_fwd.bytes, "attention", attn_fwd.m, attn_fwd.n,
+                                 attn_fwd.k, kernel=attn_fwd.kernel)]
         if "attn_scores" in ew:
-            ops.append(_mem("attn_scores_recompute", ew["attn_scores"]))
+            ops.append(_mem("attn_scores_recompute", ew["attn_scores"][0]))
         recompute = Phase(tuple(ops))
     else:
         recompute = Phase(())
@@ -219,7 +302,7 @@ def _layer_block(job: Job) -> Block:
 def _head_block(job: Job) -> Block:
     """Final norm, vocab-parallel logits and cross-entropy (fp32 softmax over V/t per token)."""
     m, p, tr = job.model, job.plan, job.training
-    act_bytes = 2.0 if tr.precision in ("fp8", "int8", "bf16", "fp16") else 4.0
+    act_bytes = activation_bytes_per_element(tr.precision)
     tokens = p.micro_batch * tr.seq_len // p.cp
     v_local = m.vocab // p.tp
     logits = _gemm("logits", tokens, v_local, m.hidden, act_bytes)
@@ -241,7 +324,7 @@ def _head_block(job: Job) -> Block:
 
 def _embed_block(job: Job) -> Block:
     m, p, tr = job.model, job.plan, job.training
-    act_bytes = 2.0
+    act_bytes = activation_bytes_per_element(tr.precision)
     tokens = p.micro_batch * tr.seq_len // p.cp
     buf = tokens * m.hidden * act_bytes
     fwd: list[Op] = [_mem("embedding_lookup", 2 * buf)]
@@ -266,6 +349,14 @@ def model_flop_per_token(job: Job) -> float:
     return 3 * (m.layers * per_layer + 2 * h * m.vocab)
 
 
+def adam_bytes_per_param(precision: str) -> float:
+    """HBM bytes of the Adam update per parameter: read fp32 master (or weight), grad, m, v; write them back
+    (fused/foreach Adam, one pass); mixed precision also writes the 2 B working copy: 4·4 + 3·4 + 2 = 30 B."""
+    if precision in ("fp32", "tf32"):
+        return 4 * 4 + 3 * 4
+    return 4 * 4 + 3 * 4 + weight_bytes_per_param(precision)
+
+
 def grad_bytes_per_param(job: Job) -> float:
     return BYTES_PER[job.plan.grad_comm_dtype]
 
@@ -288,7 +379,7 @@ def _dp_ops(job: Job, params: float) -> tuple[tuple[Collective, ...], tuple[Coll
     if job.dp * p.cp == 1:
         return (), ()
     g_bytes = grad_bytes_per_param(job)
-    p_bytes = 2.0  # bf16/fp16 parameter copies are gathered
+    p_bytes = weight_bytes_per_param(job.training.precision)  # the working copies of the weights are gathered
     if p.zero == 0:
         return (Collective("dp_grad_allreduce", "all_reduce", params * g_bytes, "dp"),), ()
     if p.zero in (1, 2):
@@ -309,11 +400,11 @@ def build_workload(job: Job) -> Workload:
     params = params_per_gpu(job)
     stage_params = params["layers"] + max(params["embed"], params["head"]) if p.pp > 1 else sum(params.values())
     dp_step, dp_mb = _dp_ops(job, stage_params)
-    act_bytes = 2.0 if tr.precision != "fp32" else 4.0
+    act_bytes = activation_bytes_per_element(tr.precision)
     # Megatron sends the sequence-sharded activation per TP rank (Narayanan 2021 §4.1 scatter/gather)
     send_bytes = p.micro_batch * tr.seq_len // p.cp * job.model.hidden * act_bytes / p.tp
     shard = job.dp * p.cp if p.zero >= 1 else 1
-    optimizer = _mem("adam", ADAM_BYTES_PER_PARAM * stage_params / shard)
+    optimizer = _mem("adam", adam_bytes_per_param(tr.precision) * stage_params / shard)
     tokens_per_step = tr.global_batch * tr.seq_len
     return Workload(
         layer=_layer_block(job),

@@ -12,21 +12,22 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
-cluster_app = typer.Typer(no_args_is_help=True, help="Emulated multi-node cluster: network namespaces + tc")
-bench_app = typer.Typer(no_args_is_help=True, help="Measure collectives, p2p copies and GEMMs (torch.distributed)")
+from commtax.cli_io import choice_list, fail
+from commtax.collectives import OPS
+
+cluster_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                          help="Emulated multi-node cluster: network namespaces + tc")
+bench_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        help="Measure collectives, p2p copies and GEMMs (torch.distributed)")
+IMPLS = ("torch", "ring", "rhd", "tree", "hier")  # torch: the library's own; the rest: commtax.measure.algorithms
+GEMM_DTYPES = ("fp32", "bf16", "fp16")
 
 DEFAULT_CLUSTER_FILE = Path("emulated_cluster.yaml")
 ClusterFile = Annotated[Path, typer.Option("--cluster", help="cluster YAML written by `commtax cluster up`")]
-
-
-def fail(message: str) -> None:
-    """Bad input or an unusable host: one line on stderr, exit 2, no traceback."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
 
 
 def _bytes(option: str, text: str) -> int:
@@ -53,9 +54,16 @@ def _read_cluster(path: Path) -> dict:
 @cluster_app.command("up")
 def cluster_up(
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=200, help="network namespaces, one per node")] = 2,
-    ranks_per_node: Annotated[int, typer.Option("--ranks-per-node", min=1, max=64, help="torchrun processes per node")] = 1,
-    link: Annotated[str, typer.Option("--link", help="each node's link rate per direction, tc units: 300mbit, 1gbit")] = "1gbit",
-    uplink: Annotated[Optional[str], typer.Option("--uplink", help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit")] = None,
+    ranks_per_node: Annotated[
+        int, typer.Option("--ranks-per-node", min=1, max=64, help="torchrun processes per node")
+    ] = 1,
+    link: Annotated[
+        str, typer.Option("--link", help="each node's link rate per direction, tc units: 300mbit, 1gbit")
+    ] = "1gbit",
+    uplink: Annotated[
+        Optional[str], typer.Option("--uplink",
+            help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit"),
+    ] = None,
     mtu: Annotated[int, typer.Option("--mtu", min=576, max=65000, help="MTU of every veth")] = 9000,
     out: Annotated[Path, typer.Option("--out", help="cluster YAML to write")] = DEFAULT_CLUSTER_FILE,
 ) -> None:
@@ -86,7 +94,9 @@ def cluster_up(
 def cluster_run(
     ctx: typer.Context,
     cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
-    grace: Annotated[float, typer.Option("--grace", min=0, help="seconds the other nodes get to exit after one fails")] = 30.0,
+    grace: Annotated[
+        float, typer.Option("--grace", min=0, help="seconds the other nodes get to exit after one fails")
+    ] = 30.0,
 ) -> None:
     """Run `-- CMD ARGS` under torchrun on every node (gloo over the shaped links, loopback inside a node)."""
     from commtax.measure.cluster import ClusterError, EmulatedCluster, check_host, existing_namespaces
@@ -109,7 +119,10 @@ def cluster_run(
 @cluster_app.command("down")
 def cluster_down(
     cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
-    all_: Annotated[bool, typer.Option("--all", help="remove every commtax cluster on this host (ctxXXXXXX-* namespaces)")] = False,
+    all_: Annotated[
+        bool, typer.Option("--all", metavar="",
+            help="remove every commtax cluster on this host (ctxXXXXXX-* namespaces)"),
+    ] = False,
 ) -> None:
     """Kill what runs in the cluster and delete its namespaces, bridge, veths and qdiscs."""
     from commtax.measure.cluster import ClusterError, EmulatedCluster, check_host, down_namespaces, existing_namespaces
@@ -132,43 +145,42 @@ def cluster_down(
 # ---------------------------------------------------------------------------- bench
 @bench_app.command("collective")
 def bench_collective(
-    ops: Annotated[str, typer.Option("--ops", help="comma list: all_reduce,all_gather,reduce_scatter,broadcast,all_to_all,send_recv")] = "all_reduce",
-    min_size: Annotated[str, typer.Option("--min", help="smallest message (nccl-tests -b)")] = "1KiB",
-    max_size: Annotated[str, typer.Option("--max", help="largest message (nccl-tests -e)")] = "16MiB",
+    ops: Annotated[tuple, typer.Option("--ops", parser=choice_list(OPS), metavar="OP,...",
+                                       help=f"comma list of: {', '.join(OPS)}")] = ("all_reduce",),
+    min_size: Annotated[str, typer.Option("--min", metavar="SIZE", help="smallest message (nccl-tests -b)")] = "1KiB",
+    max_size: Annotated[str, typer.Option("--max", metavar="SIZE", help="largest message (nccl-tests -e)")] = "16MiB",
     factor: Annotated[float, typer.Option("--factor", help="size multiplier per row (nccl-tests -f)")] = 2.0,
     warmup: Annotated[int, typer.Option("--warmup", min=0)] = 2,
     iters: Annotated[int, typer.Option("--iters", min=1)] = 5,
-    impl: Annotated[str, typer.Option("--impl", help="comma list: torch (the library's), ours: ring, rhd, tree, hier")] = "torch",
-    dtype: Annotated[str, typer.Option("--dtype", help="fp32, bf16, fp16, int64")] = "fp32",
-    backend: Annotated[str, typer.Option("--backend", help="auto (nccl with GPUs, else gloo), gloo, nccl")] = "auto",
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds one measurement may take before a peer is declared dead/hung")] = 60.0,
-    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records (a .csv is written beside it)")] = None,
-    append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
-    nproc: Annotated[int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")] = 2,
+    impl: Annotated[tuple, typer.Option("--impl", parser=choice_list(IMPLS), metavar="IMPL,...",
+                                        help="comma list: torch (the library's); ours: ring, rhd, tree, hier")
+                    ] = ("torch",),
+    dtype: Annotated[Literal["fp32", "bf16", "fp16", "int64"], typer.Option("--dtype")] = "fp32",
+    backend: Annotated[
+        Literal["auto", "gloo", "nccl"], typer.Option("--backend", help="auto: nccl with GPUs, else gloo")
+    ] = "auto",
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1,
+            help="seconds one measurement may take before a peer is declared dead/hung"),
+    ] = 60.0,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", metavar="FILE", help="JSON list of records (a .csv is written beside it)")
+    ] = None,
+    append: Annotated[bool, typer.Option("--append", metavar="", help="add to the records already in --out")] = False,
+    nproc: Annotated[
+        int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")
+    ] = 2,
     fault: Annotated[str, typer.Option("--fault", hidden=True, help="test hook: RANK:INDEX:kill|stop")] = "",
 ) -> None:
     """nccl-tests-style sweep: time, algbw, busbw per size, from rank 0."""
-    op_list = tuple(o.strip() for o in ops.split(",") if o.strip())
-    from commtax.collectives import OPS
-
-    bad = [o for o in op_list if o not in OPS]
-    if bad or not op_list:
-        fail(f"--ops: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(OPS)}")
-    impls = tuple(i.strip() for i in impl.split(",") if i.strip())
-    bad = [i for i in impls if i not in ("torch", "ring", "rhd", "tree", "hier")]
-    if bad or not impls:
-        fail(f"--impl: unknown {', '.join(bad) or '(none)'}; choose torch, ring, rhd, tree or hier")
-    if dtype not in ("fp32", "bf16", "fp16", "int64"):
-        fail(f"--dtype: unknown {dtype!r}; choose fp32, bf16, fp16 or int64")
-    if backend not in ("auto", "gloo", "nccl"):
-        fail(f"--backend: unknown {backend!r}; choose auto, gloo or nccl")
     lo, hi = _bytes("--min", min_size), _bytes("--max", max_size)
     if lo > hi or factor <= 1:
         fail(f"--min/--max/--factor: need min ≤ max and factor > 1 (got {lo} B, {hi} B, {factor:g})")
     from commtax.measure.schedules import impl_supports
 
-    if not any(impl_supports(i, o) for o in op_list for i in impls):
-        fail(f"--impl {impl}: implements all_reduce (and ring: all_gather, reduce_scatter), not {ops}")
+    if not any(impl_supports(i, o) for o in ops for i in impl):
+        fail(f"--impl {','.join(impl)}: implements all_reduce (and ring: all_gather, reduce_scatter), "
+             f"not {','.join(ops)}")
     if "RANK" not in os.environ:  # not under torchrun: become it, locally
         from commtax.measure.bench import torchrun_argv
 
@@ -176,7 +188,7 @@ def bench_collective(
     from commtax.measure.bench import SweepConfig, collective_sweep
     from commtax.measure.results import ResultFile
 
-    cfg = SweepConfig(op_list, lo, hi, factor, warmup, iters, impls, dtype, timeout, backend)
+    cfg = SweepConfig(ops, lo, hi, factor, warmup, iters, impl, dtype, timeout, backend)
     crash = _fault(fault)
     sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
     collective_sweep(cfg, sink, crash)
@@ -209,14 +221,16 @@ def bench_p2p(
     sink = ResultFile(out)
     for r in records:
         sink.append(r)
-        typer.echo(f"{r['impl']:>15} {r['src']:>3} -> {r['dst']:<3} {r['algbw_GBps']:8.2f} GB/s")
+        pair = "host memory" if r["src"] < 0 else f"cuda:{r['src']} -> cuda:{r['dst']}"
+        typer.echo(f"{r['impl']:>15} {pair:<18} {r['algbw_GBps']:8.2f} GB/s")
 
 
 @bench_app.command("gemm")
 def bench_gemm(
     hidden: Annotated[str, typer.Option("--hidden", help="comma list of hidden sizes")] = "512,1024",
     tokens: Annotated[int, typer.Option("--tokens", min=1, help="tokens per micro-batch (GEMM m)")] = 512,
-    dtypes: Annotated[str, typer.Option("--dtypes", help="comma list: fp32, bf16, fp16")] = "fp32,bf16",
+    dtypes: Annotated[tuple, typer.Option("--dtypes", parser=choice_list(GEMM_DTYPES), metavar="DTYPE,...",
+                                          help="comma list of: fp32, bf16, fp16")] = ("fp32", "bf16"),
     warmup: Annotated[int, typer.Option("--warmup", min=0)] = 1,
     iters: Annotated[int, typer.Option("--iters", min=1)] = 3,
     out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records")] = None,
@@ -226,9 +240,7 @@ def bench_gemm(
         hiddens = [int(h) for h in hidden.split(",")]
     except ValueError:
         fail(f"--hidden: expected comma-separated integers, got {hidden!r}")
-    dts = [d.strip() for d in dtypes.split(",")]
-    if any(d not in ("fp32", "bf16", "fp16") for d in dts):
-        fail(f"--dtypes: choose from fp32, bf16, fp16; got {dtypes!r}")
+    dts = list(dtypes)
     from commtax.measure.gemm import gemm_sweep
     from commtax.measure.results import ResultFile
 
@@ -240,15 +252,28 @@ def bench_gemm(
 
 # ---------------------------------------------------------------------------- calibrate
 def calibrate_command(
-    bench_json: Annotated[Optional[Path], typer.Argument(help="records from `commtax bench collective --out`")] = None,
-    cluster_file: Annotated[Path, typer.Option("--cluster", help="the cluster YAML the bench ran on")] = DEFAULT_CLUSTER_FILE,
+    bench_json: Annotated[
+        Optional[Path], typer.Argument(help="records from `commtax bench collective --out`")
+    ] = None,
+    cluster_file: Annotated[
+        Path, typer.Option("--cluster", help="the cluster YAML the bench ran on")
+    ] = DEFAULT_CLUSTER_FILE,
     gemm_json: Annotated[Optional[Path], typer.Option("--gemm", help="records from `commtax bench gemm --out`")] = None,
     out: Annotated[Path, typer.Option("--out", help="hardware profile YAML to write")] = Path("profile.yaml"),
-    impl: Annotated[str, typer.Option("--impl", help="fit the records of this implementation (torch: the library's)")] = "torch",
-    cluster_out: Annotated[Optional[Path], typer.Option("--cluster-out", help="also write the cluster YAML with `profile:` pointing at --out")] = None,
-    trace: Annotated[Optional[list[Path]], typer.Option("--trace", help="calibrate from profiler traces of a real job instead (with --job)")] = None,
+    impl: Annotated[
+        str, typer.Option("--impl", help="fit the records of this implementation (torch: the library's)")
+    ] = "torch",
+    cluster_out: Annotated[
+        Optional[Path], typer.Option("--cluster-out",
+            help="also write the cluster YAML with `profile:` pointing at --out"),
+    ] = None,
+    trace: Annotated[
+        Optional[list[Path]], typer.Option("--trace", help="calibrate from profiler traces of a real job (with --job)")
+    ] = None,
     job_file: Annotated[Optional[Path], typer.Option("--job", help="with --trace: the job YAML that ran")] = None,
-    steps: Annotated[Optional[str], typer.Option("--steps", help="with --trace: only ProfilerStep#a … #b, as a:b")] = None,
+    steps: Annotated[
+        Optional[str], typer.Option("--steps", help="with --trace: only ProfilerStep#a … #b, as a:b")
+    ] = None,
 ) -> None:
     """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
     if trace:
@@ -274,7 +299,8 @@ def calibrate_command(
     cluster = _read_cluster(cluster_file)
     records = [r for r in records if r.get("impl") == impl]
     profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
-    if not profile["ops"] and "inter" not in profile["residuals"]["levels"] and "intra" not in profile["residuals"]["levels"]:
+    levels = profile["residuals"]["levels"]
+    if not profile["ops"] and "inter" not in levels and "intra" not in levels:
         fail(f"calibrate: {bench_json} has no multi-rank collective records ≥ 64 KiB to fit")
     write_profile(profile, out)
     if cluster_out is not None:
@@ -284,10 +310,13 @@ def calibrate_command(
 
         write_atomic(cluster_out, yaml.safe_dump({**cluster, "profile": str(out.resolve())}, sort_keys=False))
     before, after = compare(records, cluster), compare(records, cluster, profile)
-    typer.echo(f"{'op':>14} {'impl':>5} {'bytes':>10} {'measured ms':>12} {'model ms':>9} {'err':>7} {'calibrated':>10} {'err':>7}")
+    # 77 columns: reads at 80
+    typer.echo(f"{'op':>14} {'impl':>5} {'bytes':>9} {'measured ms':>11} {'model ms':>8} {'err':>6} "
+               f"{'calibrated':>10} {'err':>6}")
     for b, a in zip(before, after):
-        typer.echo(f"{b['op']:>14} {b['impl']:>5} {b['message_bytes']:>10} {b['measured_s'] * 1e3:12.3f} "
-                   f"{b['predicted_s'] * 1e3:9.3f} {b['error']:+7.1%} {a['predicted_s'] * 1e3:10.3f} {a['error']:+7.1%}")
+        typer.echo(f"{b['op']:>14} {b['impl']:>5} {b['message_bytes']:>9} {b['measured_s'] * 1e3:11.3f} "
+                   f"{b['predicted_s'] * 1e3:8.3f} {b['error']:+6.1%} {a['predicted_s'] * 1e3:10.3f} "
+                   f"{a['error']:+6.1%}")
     typer.echo(f"wrote {out}" + (f" and {cluster_out}" if cluster_out else "")
                + f"; in a job file: `cluster: {{..., profile: {out}}}` replaces the catalog link numbers")
 
@@ -301,7 +330,7 @@ def _argv_tail() -> list[str]:
     return argv
 
 if __name__ == "__main__":
-    app = typer.Typer(no_args_is_help=True)
+    app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
     app.add_typer(cluster_app, name="cluster")
     app.add_typer(bench_app, name="bench")
     app.command("calibrate")(calibrate_command)

@@ -1,42 +1,79 @@
-"""Rich tables for a Breakdown, per-GPU memory, validation reports and collective predictions."""
+"""Rich tables for what the commands print: a Breakdown, memory, validation, cost, search and compare.
+
+Every table reads at 80 columns (tests run the commands with COLUMNS=80): short headers, plans written
+compactly (``tp8·pp4·dp8·mb1``), numbers with the unit in the header. Wider views are opt-in (``--wide``).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from commtax.estimate import BREAKDOWN_KEYS, Breakdown
 from commtax.units import GB
 
 
-def _pct(x: float) -> str:
+def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def new_table(title: str | None = None, show_header: bool = True) -> Table:
+    """The house style: a rule under the header, no vertical borders (two characters between columns)."""
+    return Table(title=title, box=box.SIMPLE_HEAD, show_header=show_header, header_style="bold", title_style="bold",
+                 title_justify="left", show_edge=False, collapse_padding=True,
+                 min_width=len(title) if title else None)
+
+
+def plan_label(p: dict[str, Any]) -> str:
+    """A plan in one token: ``tp8·pp4·dp8·mb1``, then what differs from the defaults (cp/vp > 1, ZeRO stage,
+    recompute, sequence parallelism, a gradient dtype other than bf16): ``tp8·pp4·dp8·mb1·vp2·z1·sel·sp``."""
+    parts = [f"tp{p['tp']}", f"pp{p['pp']}", f"dp{p['dp']}", f"mb{p['micro_batch']}"]
+    if p.get("cp", 1) > 1:
+        parts.insert(2, f"cp{p['cp']}")
+    if p.get("vp", 1) > 1:
+        parts.append(f"vp{p['vp']}")
+    if p.get("zero"):
+        parts.append(f"z{p['zero']}")
+    parts.append({"none": "", "selective": "sel", "full": "full"}.get(p.get("recompute", "none"), p.get("recompute")))
+    if p.get("sequence_parallel"):
+        parts.append("sp")
+    if p.get("grad_comm_dtype", "bf16") != "bf16":
+        parts.append(f"g:{p['grad_comm_dtype']}")
+    return "·".join(x for x in parts if x)
+
+
+PLAN_LABEL_KEY = "plan: tp·pp·(cp)·dp·mb, then vp, z=ZeRO stage, sel/full=recompute, sp, g:=grad dtype"
+
+
+# ----------------------------------------------------------------------------- a Breakdown
 def breakdown_table(b: Breakdown, title: str = "Step") -> Table:
-    t = Table(title=title, show_header=True, header_style="bold")
+    t = new_table(title)
     t.add_column("component")
     t.add_column("seconds", justify="right")
-    t.add_column("share of step", justify="right")
+    t.add_column("share", justify="right")
     for key in BREAKDOWN_KEYS:
         v = b.breakdown_s[key]
-        t.add_row(key, f"{v:.4f}", _pct(v / b.step_time_s if b.step_time_s else 0.0))
+        t.add_row(key, f"{v:.4f}", pct(v / b.step_time_s if b.step_time_s else 0.0))
     t.add_row("[bold]step_time[/bold]", f"[bold]{b.step_time_s:.4f}[/bold]", "100.0%")
     return t
 
 
 def summary_table(b: Breakdown) -> Table:
-    t = Table(title="Throughput and communication", show_header=False)
+    t = new_table("Throughput and communication", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
     rows = [
         ("tokens/s", f"{b.tokens_per_s:,.0f}"),
         ("tokens/s per GPU", f"{b.tokens_per_s_per_gpu:,.1f}"),
         ("model TFLOP/s per GPU", f"{b.tflops_per_gpu:.1f}"),
-        ("MFU (model FLOPs / peak)", _pct(b.mfu)),
-        ("HFU (incl. recompute)", _pct(b.hfu)),
-        ("comm tax (exposed comm / step)", _pct(b.comm_tax)),
-        ("comm share (comm / (comm + compute), no overlap)", _pct(b.comm_share)),
+        ("MFU (model FLOPs / peak)", pct(b.mfu)),
+        ("HFU (incl. recompute)", pct(b.hfu)),
+        ("comm tax (exposed comm / step)", pct(b.comm_tax)),
+        ("comm share (comm / (comm + compute), no overlap)", pct(b.comm_share)),
     ]
     if b.days_to_train is not None:
         rows.append(("days to train", f"{b.days_to_train:,.1f}"))
@@ -46,31 +83,155 @@ def summary_table(b: Breakdown) -> Table:
 
 
 def comm_table(b: Breakdown) -> Table:
-    t = Table(title="Communication per GPU per step (before overlap)", show_header=True, header_style="bold")
+    t = new_table("Communication per GPU per step (before overlap)")
     t.add_column("group")
-    t.add_column("bytes sent", justify="right")
+    t.add_column("sent GB", justify="right")
     t.add_column("link time s", justify="right")
     for g in ("tp", "cp", "pp", "dp"):
-        t.add_row(g, f"{b.comm_bytes_per_gpu[g] / GB:,.2f} GB", f"{b.comm_time_s[g]:.4f}")
+        t.add_row(g, f"{b.comm_bytes_per_gpu[g] / GB:,.2f}", f"{b.comm_time_s[g]:.4f}")
     return t
 
 
 def memory_table(b: Breakdown, capacity_gib: float | None = None) -> Table:
-    t = Table(title="Memory per GPU (busiest pipeline stage)", show_header=True, header_style="bold")
+    t = new_table("Memory per GPU (busiest pipeline stage)")
     t.add_column("part")
     t.add_column("GiB", justify="right")
     for k, v in b.memory_gib_per_gpu.items():
-        style = "bold" if k == "total" else ""
-        t.add_row(f"[{style}]{k}[/{style}]" if style else k, f"{v:.2f}")
+        t.add_row(f"[bold]{k}[/bold]" if k == "total" else k, f"{v:.2f}")
     if capacity_gib is not None:
-        t.add_row("capacity", f"{capacity_gib:.2f}")
+        over = not b.fits
+        t.add_row("[red]capacity (does not fit)[/red]" if over else "capacity", f"{capacity_gib:.2f}")
     return t
 
 
 def render_breakdown(b: Breakdown, console: Console, capacity_gib: float | None = None) -> None:
-    console.print(breakdown_table(b, f"One training step ({b.source})"))
-    console.print(summary_table(b))
-    console.print(comm_table(b))
-    console.print(memory_table(b, capacity_gib))
+    """The four tables of one step, then its notes (each printed once)."""
+    for table in (breakdown_table(b, f"One training step ({b.source})"), summary_table(b), comm_table(b),
+                  memory_table(b, capacity_gib)):
+        console.print(table)
+        console.print()
     for note in b.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
+
+
+# ----------------------------------------------------------------------------- validate
+_SHORT = {"micro_batch": "mb", "sequence_parallel": "sp", "recompute": "rc", "grad_comm_dtype": "g"}
+
+
+def _cell(name: str, value: Any) -> str:
+    """``vp1``, ``mb2``, ``sp:on``, ``rc:selective``: one chosen plan cell, short."""
+    short = _SHORT.get(name, name)
+    if isinstance(value, bool):
+        return f"{short}:{'on' if value else 'off'}"
+    return f"{short}{value}" if isinstance(value, int) else f"{short}:{value}"
+
+
+def validation_table(report: Any, wide: bool = False) -> Table:
+    """One row per published measurement. The note is short at 80 columns (the plan cells the search chose or the
+    framework's defaults filled, ``vp2 mb1``, and the framework); ``wide`` gives where the framework came from too."""
+    runs = report.kind == "runs"
+    t = new_table(f"Validation: {report.kind} (measured {'tokens/s per GPU' if runs else 'busbw GB/s'})")
+    t.add_column("id", no_wrap=True, min_width=max((len(r.id) for r in report.rows), default=2))
+    for col, width in (("measured", 8), ("predicted", 9), ("error", 6)):
+        t.add_column(col, justify="right", no_wrap=True, min_width=width)
+    t.add_column("chosen, framework" if runs else "algorithm", no_wrap=not wide, overflow="ellipsis",
+                 max_width=None if wide else 16)
+    for r in report.rows:
+        if r.predicted is None:
+            t.add_row(r.id, f"{r.measured}", "—", "—", f"[yellow]{escape(str(r.reason))}[/yellow]")
+            continue
+        if runs:
+            software = r.extra.get("framework", "")
+            chosen = " ".join(_cell(k, v) for k, v in {**r.extra.get("defaults", {}), **r.chosen}.items())
+            note = " ".join(x for x in (chosen, software if wide else software.split(" (")[0]) if x)
+        else:
+            note = "/".join(x for x in (r.extra.get("algorithm", ""), r.extra.get("protocol", "")) if x)
+        fmt = ",.0f" if runs else ",.2f"  # tokens/s per GPU: whole tokens; busbw: GB/s to 10 MB/s
+        t.add_row(r.id, f"{r.measured:{fmt}}", f"{r.predicted:{fmt}}", f"{r.error_pct:+.1f}%", escape(note))
+    return t
+
+
+# ----------------------------------------------------------------------------- cost
+def cost_table(c: Any, mode: str, title: str) -> Table:
+    """Days, GPU-hours, energy and dollars of one training run (``commtax.cost.TrainingCost``)."""
+    t = new_table(title, show_header=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for label, value in (
+        ("tokens/day", f"{c.tokens_per_day / 1e9:,.2f} B"),
+        ("days", f"{c.days:,.1f}"),
+        ("GPU-hours", f"{c.gpu_hours:,.0f}"),
+        ("energy (facility, × PUE)", f"{c.energy_MWh:,.1f} MWh"),
+        ("facility power", f"{c.facility_power_kW:,.0f} kW"),
+        (f"$ for the run ({mode})", f"{c.usd(mode):,.0f}"),
+        (f"$ per B tokens ({mode})", f"{c.usd_per_B_tokens(mode):,.2f}"),
+        ("capex (GPUs + nodes)", f"{c.capex_usd / 1e6:,.2f} M$"),
+        ("racks", f"{c.racks} ({c.rack_units:g} U)"),
+    ):
+        t.add_row(label, value)
+    return t
+
+
+# ----------------------------------------------------------------------------- search and compare
+def search_table(res: Any, mode: str, usd_per_s: float | None, n: int, wide: bool = False) -> Table:
+    """The best ``n`` plans of a search; ``wide`` adds the exposed DP/TP shares and memory."""
+    from commtax.cost import usd_per_B_tokens
+
+    price = f"; $/B tok {mode}" if usd_per_s is not None else ""
+    t = new_table(f"Top {min(n, len(res.top))} of {int(res.fits.sum()):,} plans that fit (by {res.rank_by}{price})")
+    cols = ["#", "plan", "step s", "MFU", "tax", "bubble"] + (["dp exp", "tp exp", "GiB"] if wide else [])
+    for col in cols:
+        t.add_column(col, justify="left" if col == "plan" else "right", no_wrap=col == "plan")
+    if usd_per_s is not None:
+        t.add_column("$/B tok", justify="right")
+    for k, (p, b) in enumerate(res.top[:n], 1):
+        parts = b.breakdown_s
+        row = [str(k), plan_label(p), f"{b.step_time_s:.3f}", pct(b.mfu), pct(b.comm_tax),
+               pct(parts["pp_bubble"] / b.step_time_s)]
+        if wide:
+            row += [pct(parts["dp_exposed"] / b.step_time_s), pct(parts["tp_exposed"] / b.step_time_s),
+                    f"{b.memory_gib_per_gpu['total']:.1f}"]
+        if usd_per_s is not None:
+            row.append(f"{usd_per_B_tokens(usd_per_s, b.tokens_per_s):,.0f}")
+        t.add_row(*row)
+    return t
+
+
+def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False) -> Table:
+    """Clusters side by side, each with its best plan. 80 columns: the essentials; ``wide`` adds the plan,
+    comm share, energy and capex; ``article`` adds the seed article's comm share, B tokens/day, days and $/B."""
+    from commtax.compare import ARTICLE_256
+
+    t = new_table(f"Clusters, each with its best plan ($ {mode})")
+    cols = ["cluster", "step s", "MFU", "tax", "B tok/day", "days", "$/B tok"]
+    if wide:
+        cols[1:1] = ["best plan"]
+        cols[5:5] = ["share"]
+        cols += ["MWh", "capex M$"]
+    for c in cols:
+        left = c in ("cluster", "best plan")
+        t.add_column(c if wide else c.replace(" ", "\n"), justify="left" if left else "right",
+                     no_wrap=c != "cluster", overflow="fold")
+    if article:
+        t.add_column("article share·B/day·days·$/B" if wide else "article\ndays, $/B", justify="right", no_wrap=True)
+    for r in rows:
+        if r.breakdown is None:
+            cells = [r.name, f"— ({r.reason})"] + [""] * (len(cols) - 2)
+        else:
+            b, c = r.breakdown, r.cost
+            values = {"cluster": r.name, "best plan": plan_label(r.plan), "step s": f"{b.step_time_s:.2f}",
+                      "MFU": pct(b.mfu), "tax": pct(b.comm_tax), "share": pct(b.comm_share),
+                      "B tok/day": f"{c.tokens_per_day / 1e9:.1f}", "days": f"{c.days:.1f}",
+                      "$/B tok": f"{c.usd_per_B_tokens(mode):,.0f}", "MWh": f"{c.energy_MWh:,.0f}",
+                      "capex M$": f"{c.capex_usd / 1e6:.2f}"}
+            cells = [values[col] for col in cols]
+        if article:
+            a = ARTICLE_256.get(r.job.cluster.gpu.name)
+            if a is None:
+                cells.append("")
+            elif wide:
+                cells.append(f"{a['comm_share']:.0%}·{a['tokens_per_day'] / 1e9:g}·{a['days']:g}·{a['usd_per_B']:g}")
+            else:
+                cells.append(f"{a['days']:g}, ${a['usd_per_B']:g}")
+        t.add_row(*cells)
+    return t

@@ -1,0 +1,154 @@
+"""What every ``commtax`` command shares: errors, JSON and output files, progress, and the common options.
+
+Each CLI module (``cli.py``, ``planning_cli.py``, ``sim/cli.py``, ``measure/cli.py``) imports from here and
+from nowhere else in the CLI layer, so there is no import cycle between them.
+
+* Bad input (a ``SpecError``; an unreadable or unwritable user file) → one line on stderr, exit 2
+  (:func:`user_errors`, :func:`fail`); a plan that does not fit memory → exit 1.
+* ``--json`` prints the record on stdout and nothing else; ``--out FILE`` writes the same record,
+  atomically (:func:`emit`).
+* Progress bars go to stderr and only when stderr is a terminal (:func:`progress`).
+* Choices are ``Literal`` types that typer checks and lists in ``--help``; flags are plain flags
+  (``--json``, not ``--json <bool>``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from commtax.atomic import write_atomic
+from commtax.errors import SpecError
+
+EXIT_INFEASIBLE = 1  # the plan does not fit, or a check (--max-mape) failed
+EXIT_BAD_INPUT = 2  # bad input: one line naming the field and the fix
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def flag(name: str, help: str) -> Any:  # noqa: A002 - typer's own keyword
+    """A boolean flag shown in ``--help`` as ``--name`` (no ``<bool>`` value to guess at)."""
+    return typer.Option(name, metavar="", help=help)
+
+
+def choice_list(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """A typer ``parser`` for a comma list of choices (``--ops all_reduce,all_gather``): typer reports a bad item
+    as ``Invalid value for '--ops': unknown X; choose from ...`` (exit 2)."""
+
+    def parse(text: str | tuple[str, ...]) -> tuple[str, ...]:
+        if isinstance(text, tuple):  # the default, already parsed
+            return text
+        values = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+        bad = [v for v in values if v not in choices]
+        if bad or not values:
+            raise typer.BadParameter(f"unknown {', '.join(bad) or '(none)'}; choose from {', '.join(choices)}")
+        return values
+
+    return parse
+
+
+# ----------------------------------------------------------------------------- options every command reuses
+JsonOpt = Annotated[bool, flag("--json", "print JSON instead of tables")]
+OutOpt = Annotated[Optional[Path], typer.Option("--out", metavar="FILE", help="also write the JSON to this file")]
+CatalogOpt = Annotated[
+    Optional[Path], typer.Option("--catalog", metavar="FILE", help="YAML file adding or overriding catalog entries")
+]
+PricesOpt = Annotated[
+    Optional[Path], typer.Option("--prices", metavar="FILE", help="YAML file overriding catalog/prices.yaml entries")
+]
+PlotOpt = Annotated[Optional[Path], typer.Option("--plot", metavar="PNG", help="also draw a chart to this file")]
+RentOpt = Annotated[bool, flag("--rent", "price by rental $/GPU-hour instead of owning (depreciation + power)")]
+WideOpt = Annotated[bool, flag("--wide", "all columns, past 80 (the default fits 80 columns)")]
+WorkersOpt = Annotated[
+    Optional[int],
+    typer.Option("--workers", min=1, metavar="N", help="processes for the search (default: 2 on large spaces)"),
+]
+JobArg = Annotated[Path, typer.Argument(metavar="JOB.yaml", help="job YAML: model, cluster, plan, training")]
+
+
+def print_table(table: Any, wide: bool = False) -> None:
+    """Print a table at the terminal's width, or (``--wide``) at its natural width even past the terminal's edge."""
+    if wide and console.width < WIDE_COLUMNS:
+        Console(width=WIDE_COLUMNS, highlight=False, no_color=console.no_color).print(table)
+    else:
+        console.print(table)
+
+
+WIDE_COLUMNS = 200
+
+
+# ----------------------------------------------------------------------------- errors
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print ``error: message`` on stderr (one logical line) and exit with ``code``."""
+    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True, highlight=False)
+    raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    err_console.print(f"[yellow]warning:[/yellow] {escape(message)}", soft_wrap=True, highlight=False)
+
+
+def user_errors(fn: Callable) -> Callable:
+    """Map bad input (``SpecError``; a user file that cannot be read or written) to one line and exit 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as e:
+            fail(str(e))
+        except (IsADirectoryError, PermissionError, NotADirectoryError) as e:
+            fail(f"{e.filename}: {e.strerror}")
+
+    return wrapper
+
+
+def does_not_fit(b: Any, job: Any) -> NoReturn:
+    """A plan that does not fit memory: one line naming the need, the capacity and the fixes; exit 1."""
+    fail(
+        f"plan does not fit GPU memory: {b.memory_gib_per_gpu['total']:.1f} GiB needed per GPU, "
+        f"{job.cluster.gpu.mem_GiB:.1f} GiB on {job.cluster.gpu.name}; try a higher plan.zero, "
+        "plan.recompute: full, a smaller plan.micro_batch, or larger tp/pp (commtax search finds one)",
+        EXIT_INFEASIBLE,
+    )
+
+
+# ----------------------------------------------------------------------------- JSON and output files
+def to_json(data: Any) -> str:
+    return json.dumps(data, indent=2, default=float) + "\n"
+
+
+def emit(data: Any, json_out: bool, out: Path | None = None) -> None:
+    """Write ``data`` as JSON to ``out`` (atomically) when given, and to stdout when ``json_out``."""
+    text = to_json(data)
+    if out is not None:
+        write_atomic(out, text)
+    if json_out:
+        sys.stdout.write(text)
+
+
+# ----------------------------------------------------------------------------- progress
+@contextmanager
+def progress(label: str, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on stderr; yields ``update(done, total)``. Silent when stderr is not a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err_console, transient=True, disable=not (enabled and err_console.is_terminal))
+    task = prog.add_task(label, total=None)
+
+    def update(done: int, total: int) -> None:
+        prog.update(task, completed=done, total=total)
+
+    with prog:
+        yield update

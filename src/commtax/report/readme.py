@@ -1,0 +1,149 @@
+"""The README's generated blocks: the catalog tables (from the catalog) and the worked example (the output of
+``commtax estimate`` at 80 columns), so the README cannot drift from the code.
+
+    python -m commtax.report.readme README.md           # rewrite every block between its markers
+    python -m commtax.report.readme --check README.md   # exit 1 if one differs (tests/test_readme.py does this)
+
+Catalog numbers are printed as the YAML gives them (``0.7``, ``989.4``); each source is cut to 80 characters.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+from commtax.spec import Model, _builtin_catalog, build
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = "examples/llama2-70b-h100.yaml"
+SOURCE_CHARS = 80
+
+
+def begin(name: str) -> str:
+    return f"<!-- generated: {name} (python -m commtax.report.readme README.md; do not edit by hand) -->"
+
+
+def end(name: str) -> str:
+    return f"<!-- end generated: {name} -->"
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def _source(text: str) -> str:
+    text = " ".join(str(text).split()).replace("|", "/")
+    return text if len(text) <= SOURCE_CHARS else text[:SOURCE_CHARS] + "…"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def gpu_rows(gpus: dict[str, dict]) -> list[list[str]]:
+    rows = []
+    for name, g in gpus.items():
+        peak = g["peak_tflops"]
+        eff = ", ".join(f"{k} {_num(v)}" for k, v in g.get("matmul_efficiency", {}).items())
+        rows.append([f"`{name}`", _num(peak["bf16"]), _num(peak["fp8"]) if "fp8" in peak else "—", _num(g["mem_GiB"]),
+                     _num(g["mem_bw_GBps"]), _num(g["tdp_W"]), eff, _source(g["source"])])
+    return rows
+
+
+def link_rows(links: dict[str, dict]) -> list[list[str]]:
+    return [[f"`{name}`", ln["kind"], _num(ln["bw_GBps"]), _num(ln["efficiency"]), _num(ln["latency_us"]),
+             "yes" if ln.get("nvls") else "no", _source(ln["source"])] for name, ln in links.items()]
+
+
+def network_rows(nets: dict[str, dict]) -> list[list[str]]:
+    return [[f"`{name}`", _num(n["bw_Gbps"]), _num(n["efficiency"]), _num(n["latency_us"]), _source(n["source"])]
+            for name, n in nets.items()]
+
+
+def model_rows(models: dict[str, dict]) -> list[list[str]]:
+    rows = []
+    for name, raw in models.items():
+        m = build(Model, {**raw, "name": name}, f"model.{name}")
+        rows.append([f"`{name}`", str(m.layers), str(m.hidden), str(m.heads), str(m.kv_heads_), str(m.ffn),
+                     str(m.vocab), "yes" if m.gated_mlp else "no", f"{m.params() / 1e9:.1f}B"])
+    return rows
+
+
+def price_rows() -> list[list[str]]:
+    from commtax.cost import load_prices
+
+    p = load_prices()
+    return [[f"`{name}`", f"{g.purchase_usd:,.0f}", f"{g.rent_usd_per_gpu_hour:.2f}", _num(g.typical_W),
+             f"{p.node(name).purchase_usd:,.0f}" if name in p.nodes else "—", g.date] for name, g in p.gpus.items()]
+
+
+def catalog_tables() -> str:
+    c = _builtin_catalog()
+    parts = [
+        "**GPUs** (dense peaks, TFLOP/s; memory as the driver reports it)", "",
+        *_table(["id", "bf16", "fp8", "memory GiB", "HBM GB/s", "TDP W", "matmul efficiency", "source"],
+                gpu_rows(c["gpu"])), "",
+        "**Scale-up links** (per GPU, per direction)", "",
+        *_table(["id", "kind", "GB/s", "efficiency", "latency µs", "NVLS", "source"], link_rows(c["intra_node"])), "",
+        "**Networks** (per NIC, per direction)", "",
+        *_table(["id", "Gb/s", "efficiency", "latency µs", "source"], network_rows(c["inter_node"])), "",
+        "**Models**", "",
+        *_table(["id", "layers", "hidden", "heads", "kv heads", "FFN", "vocab", "gated MLP", "parameters"],
+                model_rows(c["model"])), "",
+        "**Prices** (`catalog/prices.yaml`, each with its sources; override with `--prices FILE`)", "",
+        *_table(["GPU", "purchase $", "rent $/GPU-h", "typical W", "node $ (less GPUs)", "read"], price_rows()),
+    ]
+    return "\n".join(parts)
+
+
+def estimate_example() -> str:
+    """``commtax estimate`` of the seed scenario, as a user sees it at 80 columns."""
+    from rich.console import Console
+
+    from commtax.estimate import estimate
+    from commtax.report.table import render_breakdown
+    from commtax.spec import load_job
+
+    job = load_job(REPO / EXAMPLE)
+    console = Console(width=80, record=True, file=io.StringIO(), color_system=None)
+    render_breakdown(estimate(job), console, job.cluster.gpu.mem_GiB)
+    lines = [line.rstrip() for line in console.export_text().splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(["```text", f"$ commtax estimate {EXAMPLE}", *lines, "```"])
+
+
+BLOCKS = {"catalog tables": catalog_tables, "worked example": estimate_example}
+
+
+def section(readme: str, name: str) -> str:
+    """The generated block ``name`` of the README (between its markers), or '' when the markers are missing."""
+    if begin(name) not in readme or end(name) not in readme:
+        return ""
+    return readme.split(begin(name), 1)[1].split(end(name), 1)[0].strip("\n")
+
+
+def rewrite(readme: str) -> str:
+    for name, make in BLOCKS.items():
+        head, rest = readme.split(begin(name), 1)
+        readme = f"{head}{begin(name)}\n{make()}\n{end(name)}{rest.split(end(name), 1)[1]}"
+    return readme
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    check = "--check" in args
+    path = Path(next((a for a in args if a != "--check"), "README.md"))
+    text = path.read_text()
+    if check:
+        stale = [name for name, make in BLOCKS.items() if section(text, name) != make()]
+        print(f"{path}: " + (f"stale: {', '.join(stale)}; run without --check" if stale else "up to date"))
+        return 1 if stale else 0
+    path.write_text(rewrite(text))
+    print(f"{path}: {', '.join(BLOCKS)} rewritten from the code")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
