@@ -6,8 +6,6 @@ Importing this module imports neither torch nor matplotlib. Bad input (a malform
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from commtax.cli_io import CatalogOpt, JsonOpt, OutOpt, emit, fail
 from commtax.errors import SpecError
 from commtax.units import MB
 
@@ -124,13 +123,14 @@ def comparison_tables(cmp) -> list[Table]:
 
 def trace_command(
     traces: Annotated[list[Path], typer.Argument(
-        help="Kineto trace files (.json or .json.gz), one per rank, or directories")],
-    json_out: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
+        metavar="TRACE...", help="Kineto trace files (.json or .json.gz), one per rank, or directories")],
+    json_out: JsonOpt = False,
     against: Annotated[Optional[Path], typer.Option(
-        "--against", help="job YAML: show its prediction next to the measurement")] = None,
-    steps: Annotated[Optional[str], typer.Option("--steps", help="only ProfilerStep#a … #b, as a:b")] = None,
-    catalog: Annotated[Optional[Path], typer.Option(
-        "--catalog", help="YAML file adding or overriding catalog entries")] = None,
+        "--against", metavar="JOB.yaml", help="job YAML: show its prediction next to the measurement")] = None,
+    steps: Annotated[Optional[str], typer.Option("--steps", metavar="A:B",
+                                                 help="only ProfilerStep#A … #B")] = None,
+    out: OutOpt = None,
+    catalog: CatalogOpt = None,
 ) -> None:
     """Measured communication tax of a real job from PyTorch profiler traces; with --against, vs the prediction."""
     from commtax.trace.analyze import analyze
@@ -145,13 +145,12 @@ def trace_command(
 
             cmp = compare(report, load_job(against, catalog))
     except SpecError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        fail(str(e))
+    data = report.to_dict()
+    if cmp is not None:
+        data["against"] = cmp.to_dict()
+    emit(data, json_out, out)
     if json_out:
-        data = report.to_dict()
-        if cmp is not None:
-            data["against"] = cmp.to_dict()
-        sys.stdout.write(json.dumps(data, indent=2, default=float) + "\n")
         return
     console = Console(width=WIDTH)
     for table in (rank_table(report), step_table(report), collective_table(report), straggler_table(report)):
