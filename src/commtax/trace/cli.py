@@ -123,7 +123,7 @@ def comparison_tables(cmp) -> list[Table]:
 
 def trace_command(
     traces: Annotated[list[Path], typer.Argument(
-        metavar="TRACE...", help="Kineto trace files (.json or .json.gz), one per rank, or directories")],
+        metavar="TRACE", help="Kineto trace files (.json or .json.gz), one per rank, or directories")],
     json_out: JsonOpt = False,
     against: Annotated[Optional[Path], typer.Option(
         "--against", metavar="JOB.yaml", help="job YAML: show its prediction next to the measurement")] = None,
