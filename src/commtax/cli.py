@@ -296,6 +296,7 @@ COMMANDS: dict[str, str] = {
     "cluster": "commtax.measure.cli:cluster_app",
     "calibrate": "commtax.measure.cli:calibrate_command",
     "report": "commtax.report.cli:report",
+    "trace": "commtax.trace.cli:trace_command",
 }
 _registered: set[str] = set()
 

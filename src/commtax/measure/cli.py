@@ -252,7 +252,9 @@ def bench_gemm(
 
 # ---------------------------------------------------------------------------- calibrate
 def calibrate_command(
-    bench_json: Annotated[Path, typer.Argument(help="records from `commtax bench collective --out`")],
+    bench_json: Annotated[
+        Optional[Path], typer.Argument(help="records from `commtax bench collective --out`")
+    ] = None,
     cluster_file: Annotated[
         Path, typer.Option("--cluster", help="the cluster YAML the bench ran on")
     ] = DEFAULT_CLUSTER_FILE,
@@ -265,8 +267,27 @@ def calibrate_command(
         Optional[Path], typer.Option("--cluster-out",
             help="also write the cluster YAML with `profile:` pointing at --out"),
     ] = None,
+    trace: Annotated[
+        Optional[list[Path]], typer.Option("--trace", help="calibrate from profiler traces of a real job (with --job)")
+    ] = None,
+    job_file: Annotated[Optional[Path], typer.Option("--job", help="with --trace: the job YAML that ran")] = None,
+    steps: Annotated[
+        Optional[str], typer.Option("--steps", help="with --trace: only ProfilerStep#a … #b, as a:b")
+    ] = None,
 ) -> None:
     """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
+    if trace:
+        from commtax.errors import SpecError
+        from commtax.trace.cli import calibrate_from_trace, print_profile_summary
+
+        try:
+            profile = calibrate_from_trace(trace, job_file, out, steps)
+        except SpecError as e:
+            fail(str(e))
+        print_profile_summary(profile, out)
+        return
+    if bench_json is None:
+        fail("calibrate: give the bench records file, or --trace TRACE --job JOB.yaml")
     from commtax.measure.calibrate import calibrate, compare, write_profile
     from commtax.measure.results import load_records
 
