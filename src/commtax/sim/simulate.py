@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from commtax.estimate import BREAKDOWN_KEYS, Breakdown, Costs, estimate, make_breakdown
+from commtax.estimate import BREAKDOWN_KEYS, Breakdown, Costs, PhaseCost, dp_contention, estimate, make_breakdown
 from commtax.memory import memory
 from commtax.sim.events import Sim
 from commtax.sim.step import COMPUTE_KINDS, SimOptions, StepBuilder
@@ -160,6 +160,8 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
             stage_end[d] = t.end_s
         if t.kind in COMPUTE_KINDS:
             work[d] += t.duration_s  # with the TP/CP it waits for
+            if t.name.endswith(" contention"):  # compute slowed by hidden TP/CP: no link time
+                continue
             for _, kind, secs in t.tail:
                 link[d][kind] += secs
         else:
@@ -170,6 +172,15 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
     # the busiest stage sets the pace; among equals, the one that finishes last
     busiest = max(range(p), key=lambda d: (round(work[d] / step, 12) if step else 0.0, stage_end[d]))
     parts = _attribute(sim, busiest, step, hidden)
+    # DP traffic hidden under the passes slows them (SMs and HBM it takes): charged as exposed DP, as the estimate
+    # does (estimate.dp_contention); the timeline itself does not stretch the passes it overlaps
+    passes = PhaseCost()
+    for chunk in builder.chunks:
+        passes = passes + chunk.fwd + chunk.bwd + chunk.recompute
+    extra = dp_contention(builder.costs.cm, link[busiest]["dp"], parts["dp_exposed"],
+                          builder.devices[busiest].bytes["dp"], passes)
+    parts["dp_exposed"] += extra
+    step += extra
     est = estimate(job) if compare else None
     bd = _breakdown(job, builder.wl, step, parts, link[busiest], builder.devices[busiest].bytes, est)
     bd.notes.append(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from commtax.estimate import Costs, PhaseCost, first_chunk
+from commtax.estimate import Costs, PhaseCost, first_chunk, overlap_contention
 from commtax.sim.events import Sim, SimError, Tail
 from commtax.sim.schedules import (
     Pass,
@@ -249,6 +249,14 @@ class StepBuilder:
             steps.append((("cp", "cp", first, "cp", ()),))
             steps.append((("attention", "compute", pc.attention, kind, ()), ("cp", "cp", cp - first, "cp", ())))
             rest -= pc.attention
+        # the hidden TP/CP slows the compute it runs under (SMs and HBM it takes): the compute stream pays it
+        # after the overlapped step, as exposed time of that group (estimate.overlap_contention)
+        if (tp and ov.tp) or (cp and ov.cp):
+            tp_h = min(pc.gemm, tp - first_chunk(tp, self.job.plan.tp)) if ov.tp else 0.0
+            cp_h = min(pc.attention, cp - first_chunk(cp, self.job.plan.cp)) if ov.cp else 0.0
+            for g, c in zip(("tp", "cp"), overlap_contention(self.costs.cm, pc, tp_h, cp_h)):
+                if c > 0:
+                    steps.append(((f"{g} contention", "compute", c, kind, ((g, g, c),)),))
         # not overlapped: the compute stream waits for it — one task whose tail is drawn on the TP/CP stream
         tail = tuple((g, g, t) for g, t, hidden in (("tp", tp, ov.tp), ("cp", cp, ov.cp)) if t and not hidden)
         if rest > 0 or tail:
