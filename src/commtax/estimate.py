@@ -255,6 +255,13 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
 
 
 def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
+    """(link time, exposed time, bytes) of data-parallel traffic per step: what the timeline leaves exposed
+    (``dp_timeline``) plus what the hidden part costs the compute it runs under (``dp_contention``)."""
+    link, exposed, nbytes = dp_timeline(job, wl, costs, st)
+    return link, exposed + dp_contention(costs.cm, link, exposed, nbytes, st.link), nbytes
+
+
+def dp_timeline(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
     """(link time per step, exposed time per step, bytes per step) of data-parallel traffic.
 
     Overlapped reduction hides under the last micro-batch's backward; the last bucket stays exposed
@@ -274,7 +281,7 @@ def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[flo
             return link, link, nbytes
         first_layer = gf / units
         per_mb = max(0.0, gf - st.fwd) + max(0.0, gb + rs - st.bwd) + first_layer
-        return link, per_mb * m + dp_contention(costs.cm, link, per_mb * m, nbytes, st.link), nbytes
+        return link, per_mb * m, nbytes
     if not wl.dp_step:
         return 0.0, 0.0, 0.0
     nbytes = sum(costs.sent_bytes(c) for c in wl.dp_step)
@@ -288,7 +295,7 @@ def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[flo
     if len(times) > 1:
         ratio = min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
         exposed += max(times[1] * ratio, times[1] - st.fwd)
-    return link, exposed + dp_contention(costs.cm, link, exposed, nbytes, st.link), nbytes
+    return link, exposed, nbytes
 
 
 def bucketed_time(costs: Costs, c: Collective, bucket_bytes: float) -> float:
