@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from commtax.estimate import BREAKDOWN_KEYS, Breakdown, Costs, PhaseCost, dp_contention, estimate, make_breakdown
+from commtax.estimate import BREAKDOWN_KEYS, Breakdown, Costs, estimate, make_breakdown
 from commtax.memory import memory
 from commtax.sim.events import Sim
 from commtax.sim.step import COMPUTE_KINDS, SimOptions, StepBuilder
@@ -109,6 +109,8 @@ def _attribute(sim: Sim, device: int, step: float, hidden: tuple[str, ...]) -> d
         for _, kind, secs in t.tail:  # TP/CP the compute stream waits for (not overlapped)
             parts[f"{kind}_exposed"] += secs
             waited += secs
+        if t.kind not in parts:  # "dp contention" (kind dp): DP's share, counted when DP is made free below
+            continue
         parts[t.kind] += t.duration_s - waited
         c = t.cause
         if c is not None and tasks[c].kind in hidden and streams[tasks[c].stream].device == device:
@@ -164,6 +166,8 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
                 continue
             for _, kind, secs in t.tail:
                 link[d][kind] += secs
+        elif t.name == "dp contention":  # compute slowed by hidden DP traffic (StepBuilder): no link time
+            continue
         else:
             link[d][t.kind] += t.duration_s
             if t.start_s > t.ready_s and t.cause is not None and tasks[t.cause].kind != t.kind:
@@ -172,15 +176,6 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
     # the busiest stage sets the pace; among equals, the one that finishes last
     busiest = max(range(p), key=lambda d: (round(work[d] / step, 12) if step else 0.0, stage_end[d]))
     parts = _attribute(sim, busiest, step, hidden)
-    # DP traffic hidden under the passes slows them (SMs and HBM it takes): charged as exposed DP, as the estimate
-    # does (estimate.dp_contention); the timeline itself does not stretch the passes it overlaps
-    passes = PhaseCost()
-    for chunk in builder.chunks:
-        passes = passes + chunk.fwd + chunk.bwd + chunk.recompute
-    extra = dp_contention(builder.costs.cm, link[busiest]["dp"], parts["dp_exposed"],
-                          builder.devices[busiest].bytes["dp"], passes)
-    parts["dp_exposed"] += extra
-    step += extra
     est = estimate(job) if compare else None
     bd = _breakdown(job, builder.wl, step, parts, link[busiest], builder.devices[busiest].bytes, est)
     bd.notes.append(
