@@ -75,3 +75,21 @@ def test_overlapped_dp_is_charged_in_the_step():
     assert hidden > 0
     assert 0 < charge <= 24 / 132 * hidden + 1e-12
     assert b.step_time_s - b0.step_time_s == pytest.approx(charge, rel=1e-6)
+
+
+def test_simulate_charges_what_estimate_charges():
+    # the simulator pays the DP contention as one task per stage at the end of the passes (kind dp), so its timeline
+    # still ends at the step time and it agrees with the estimate's charge
+    from commtax.sim import simulate
+
+    job = load_job(job_dict(tp=8, pp=1, dp=32, zero=3, micro_batch=4))
+    r = simulate(job)
+    free = default_assumptions().with_values({"nccl_ctas_nvlink": 0, "comm_hbm_bytes_per_wire_byte": 0})
+    with using_assumptions(free):
+        b0 = estimate(job)
+    charge = r.estimate.breakdown_s["dp_exposed"] - b0.breakdown_s["dp_exposed"]
+    tasks = [t for t in r.sim.tasks if t.name == "dp contention"]
+    assert len(tasks) == 1 and tasks[0].duration_s == pytest.approx(charge, rel=1e-9)
+    assert max(t.end_s for t in r.sim.tasks) == pytest.approx(r.breakdown.step_time_s, rel=1e-9)
+    assert r.breakdown.step_time_s == pytest.approx(r.estimate.step_time_s, rel=0.02)
+    assert r.breakdown.comm_time_s["dp"] == pytest.approx(b0.comm_time_s["dp"], rel=0.02)  # no link time added
