@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any
 
@@ -60,6 +60,17 @@ class ComputeModel:
     nccl_sms: float = 24.0  # SMs an NCCL collective holds while it runs (one CTA per channel)
     userbuffers_sms: float = 8.0  # SMs a comm-GEMM overlap (TE userbuffers) collective holds, mean per collective
     comm_hbm_bytes_per_wire_byte: float = 3.0  # HBM traffic of a collective per byte it puts on the wire
+
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: every op time is cached under (model, op) (``estimate.Costs``)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # str hashes differ between processes
 
 
 def compute_model(cluster: Cluster, precision: str, assumptions: Assumptions | None = None) -> ComputeModel:

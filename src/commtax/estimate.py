@@ -175,7 +175,7 @@ def _exposed(job: Job, pc: PhaseCost, cm: ComputeModel | None = None) -> tuple[f
     tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
     tp_exp = max(tp - pc.gemm, first_chunk(tp, p.tp)) if ov.tp else tp
     cp_exp = max(cp - pc.attention, first_chunk(cp, p.cp)) if ov.cp else cp
-    if cm is not None:
+    if cm is not None and (tp_exp < tp or cp_exp < cp):  # some TP/CP traffic is hidden
         tp_c, cp_c = overlap_contention(cm, pc, tp - tp_exp, cp - cp_exp)
         tp_exp, cp_exp = tp_exp + tp_c, cp_exp + cp_c
     return tp_exp, cp_exp
