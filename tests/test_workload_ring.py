@@ -53,3 +53,12 @@ def test_ring_kernel_runs_on_the_local_chunk():
     assert attn.n == 8192  # one K/V chunk per ring step
     # FLOPs stay the causal share of the whole sequence: 4·b·a·s_local·S·d / 2
     assert attn.flop == pytest.approx(4 * 32 * 8192 * 32768 * 128 / 2)
+
+
+def test_selective_recompute_reruns_the_ring():
+    # Megatron's selective recompute re-runs the core attention; under CP that is ring attention: its K/V exchange
+    # and merges run again with it
+    job = ring_job("fused")
+    job = load_job({**job.model_dump(mode="json"), "plan": {**job.plan.model_dump(mode="json"), "recompute": "selective"}})
+    rc = build_workload(job).layer.recompute
+    assert {o.name for o in rc.ops} >= {"attention_recompute", "cp_merge", "cp_kv"}

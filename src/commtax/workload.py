@@ -325,6 +325,8 @@ def _layer_block(job: Job) -> Block:
                                  attn_fwd.k, kernel=attn_fwd.kernel)]
         if "attn_scores" in ew:
             ops.append(_mem("attn_scores_recompute", ew["attn_scores"][0]))
+        # with CP the recomputed core is ring attention: its K/V exchange and per-step merges run again
+        ops += _cp_merge_ops(job, False) + _cp_comm(job, act_bytes, False)
         recompute = Phase(tuple(ops))
     else:
         recompute = Phase(())
