@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from commtax.estimate import Costs, PhaseCost, first_chunk, overlap_contention
+from commtax.estimate import Costs, PhaseCost, dp_exposed, dp_timeline, first_chunk, overlap_contention, stage_times
 from commtax.sim.events import Sim, SimError, Tail
 from commtax.sim.schedules import (
     Pass,
@@ -232,8 +232,6 @@ class StepBuilder:
             cm = getattr(self.costs, "cm", None)  # test doubles may price ops without a compute model
             self._dp_contention = 0.0
             if cm is not None and (self.wl.dp_step or self.wl.dp_microbatch):
-                from commtax.estimate import dp_exposed, dp_timeline, stage_times
-
                 slow = max(stage_times(self.job, self.wl, self.costs), key=lambda st: st.total)
                 self._dp_contention = (dp_exposed(self.job, self.wl, self.costs, slow)[1]
                                        - dp_timeline(self.job, self.wl, self.costs, slow)[1])
