@@ -94,7 +94,7 @@ def test_power_capped_gpu_is_a_custom_peak():
     d = job_dict()
     full = compute_model(load_job(d).cluster, "bf16")
     gpu = load_job(d).cluster.gpu.model_dump()
-    gpu["clock_fraction"] = 0.893 * 0.8  # e.g. a 500 W cap on a 700 W card (0.893: hopper_clock_fraction)
+    gpu["clock_fraction"] = 0.848 * 0.8  # e.g. a 500 W cap on a 700 W card (0.848: hopper_clock_fraction)
     d["cluster"]["gpu"] = gpu
     capped = compute_model(load_job(d).cluster, "bf16")
     assert capped.peak_flops == pytest.approx(0.8 * full.peak_flops)

@@ -133,9 +133,9 @@ def test_interleaved_dp_reduces_and_gathers_each_model_chunk_on_its_own():
 def test_interleaving_hides_more_dp_reduction_under_the_cool_down():
     from commtax.estimate import (
         Costs,
-        dp_exposed,
         dp_step_exposed,
         dp_step_parts,
+        dp_timeline,
         stage_times,
     )
     from commtax.workload import build_workload
@@ -149,7 +149,7 @@ def test_interleaving_hides_more_dp_reduction_under_the_cool_down():
         job = load_job(d)
         wl, costs = build_workload(job), Costs(job)
         st = max(stage_times(job, wl, costs), key=lambda s: s.total)
-        _, exp, _ = dp_exposed(job, wl, costs, st)
+        _, exp, _ = dp_timeline(job, wl, costs, st)  # what the schedule leaves exposed (no contention)
         _, _, times, tail, first = dp_step_parts(wl, costs)
         assert exp == pytest.approx(dp_step_exposed(times, tail, first, st, 8, vp, wl.micro_batches))
         exposed[vp] = exp

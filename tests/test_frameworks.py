@@ -118,7 +118,7 @@ def test_fsdp_frameworks_reduce_gradients_in_fp32_by_default():
 def test_fsdp_exposes_the_first_gather_and_the_last_reduce_scatter():
     # PyTorch FSDP notes: the 1st all-gather overlaps nothing; the last unit's reduce-scatter ends the backward.
     # Llama-2 70B, TP 8, ZeRO-3 over 32 GPUs, micro-batch 8: compute hides the rest of the per-unit traffic.
-    from commtax.estimate import Costs, dp_exposed, stage_times
+    from commtax.estimate import Costs, dp_timeline, stage_times
     from commtax.workload import build_workload
 
     job = load_job(job_dict(framework="fsdp", tp=8, pp=1, dp=None, zero=3, sequence_parallel=True, micro_batch=8))
@@ -128,7 +128,7 @@ def test_fsdp_exposes_the_first_gather_and_the_last_reduce_scatter():
     gf, gb, rs = (units * costs.collective_time(c.group, c.op, c.bytes / units) for c in wl.dp_microbatch)
     assert wl.dp_microbatch[2].bytes == pytest.approx(2 * wl.dp_microbatch[0].bytes)  # fp32 grads, bf16 weights
     assert gf < st.fwd and gb + rs < st.bwd
-    link, exposed, _ = dp_exposed(job, wl, costs, st)
+    link, exposed, _ = dp_timeline(job, wl, costs, st)  # the schedule's exposure (contention: test_overlap.py)
     m = wl.micro_batches
     assert link == pytest.approx((gf + gb + rs) * m)
     assert exposed == pytest.approx(m * gf / units + rs / units)

@@ -125,7 +125,10 @@ def test_zero3_prefetch_hides_gathers_behind_compute():
     assert len(gathers) == r.builder.m * 2 * (32 + 2)  # every block, forward and backward, every micro-batch
     link = r.breakdown.comm_time_s["dp"]
     exposed = r.breakdown.breakdown_s["dp_exposed"]
-    assert exposed < 0.1 * link  # prefetched one block ahead: only the first gather and the last reduce-scatter wait
+    # what the hidden traffic costs the compute it runs under (SMs, HBM: estimate.dp_contention) is charged on top:
+    # at most its SM share of the link time
+    contention_max = r.builder.costs.cm.nccl_sms / r.builder.costs.cm.sms * link
+    assert exposed < 0.1 * link + contention_max  # prefetched one block ahead: the first gather, the last reduce-scatter
     serial = simulate(job(pp=1, tp=8, num_gpus=64, zero=3, micro_batch=8, overlap={"dp": False}), NO_CONTENTION)
     assert serial.breakdown.breakdown_s["dp_exposed"] == pytest.approx(link, rel=0.01)  # nothing hidden
 

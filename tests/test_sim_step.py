@@ -28,6 +28,8 @@ def tiny_job(pp=2, vp=1, schedule="1f1b", global_batch=2, dp=1, layers=None, zer
 class FakeCosts:
     """Forward 1 s and backward 2 s per layer, sends 0.5 s, DP collectives 0.25 s, optimizer 0 s."""
 
+    cm = None  # no compute model: hidden traffic costs the compute nothing (no overlap contention)
+
     def __init__(self, wl, fwd=1.0, bwd=2.0, send=0.5, dp=0.25, tp=0.0):
         self.wl, self.fwd, self.bwd, self.send, self.dp, self.tp = wl, fwd, bwd, send, dp, tp
 

@@ -48,6 +48,10 @@ class Assumptions(BaseModel):
     fp8_cast_bytes_delayed: Assumption  # HBM bytes per element to prepare an fp8 operand (TE delayed scaling)
     fp8_cast_bytes_dynamic: Assumption  # same, dynamic tensorwise scaling (torchao float8)
     hopper_clock_fraction: Assumption  # sustained / datasheet-peak SM clock of Hopper GPUs under dense load
+    nccl_ctas_nvlink: Assumption  # SMs an NCCL collective holds on NVLink nodes (one CTA per channel)
+    nccl_ctas_pcie: Assumption  # same on PCIe-only nodes
+    userbuffers_sms: Assumption  # SMs a TE userbuffers comm-GEMM overlap holds, mean per collective
+    comm_hbm_bytes_per_wire_byte: Assumption  # HBM traffic of a collective per byte sent
 
     def v(self, name: str) -> float:
         """The value of one field."""

@@ -14,6 +14,9 @@
   the host's time to issue them (small models and eager frameworks are launch-bound).
 * GEMM rates scale with ``gpu.clock_fraction``, the sustained clock under the power limit (a power-capped GPU:
   a custom peak); the attention tables are measured rates under load already.
+* Communication that overlaps compute is not free (``overlap_slowdown_s``): its kernels hold SMs (NCCL: one CTA per
+  channel; Transformer Engine userbuffers: its configured ``num_sm``) and move their data through HBM while the
+  compute runs.
 
 Constants live in catalog/assumptions.yaml (``commtax.assumptions``), each with its source.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any
 
@@ -54,6 +57,20 @@ class ComputeModel:
     kernel_gap_s: float = 3e-6
     cpu_op_s: float = 5e-6
     bf16_matmul_eff: float = 0.0  # η_max of bf16 GEMMs (eager attention in fp8 runs); 0 -> matmul_eff
+    nccl_sms: float = 24.0  # SMs an NCCL collective holds while it runs (one CTA per channel)
+    userbuffers_sms: float = 8.0  # SMs a comm-GEMM overlap (TE userbuffers) collective holds, mean per collective
+    comm_hbm_bytes_per_wire_byte: float = 3.0  # HBM traffic of a collective per byte it puts on the wire
+
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: every op time is cached under (model, op) (``estimate.Costs``)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # str hashes differ between processes
 
 
 def compute_model(cluster: Cluster, precision: str, assumptions: Assumptions | None = None) -> ComputeModel:
@@ -78,6 +95,9 @@ def compute_model(cluster: Cluster, precision: str, assumptions: Assumptions | N
         kernel_gap_s=a.v("kernel_gap_s"),
         cpu_op_s=a.v("cpu_op_s"),
         bf16_matmul_eff=gpu.matmul_eff(attn_precision),
+        nccl_sms=a.v("nccl_ctas_nvlink") if cluster.intra_node.kind in ("nvlink", "xgmi") else a.v("nccl_ctas_pcie"),
+        userbuffers_sms=a.v("userbuffers_sms"),
+        comm_hbm_bytes_per_wire_byte=a.v("comm_hbm_bytes_per_wire_byte"),
     )
 
 
@@ -203,3 +223,26 @@ def op_time(cm: ComputeModel, op: Compute) -> float:
 def achieved_tflops(cm: ComputeModel, op: Compute) -> float:
     """The op's FLOP rate in TFLOP/s (for reports and tests)."""
     return op.flop / op_time(cm, op) / TFLOPS
+
+
+# ----------------------------------------------------------------------------- overlapped communication
+def overlap_slowdown_s(cm: ComputeModel, hidden_s: float, hidden_wire_bytes: float, memory_share: float,
+                       comm_sms: float) -> float:
+    """Extra compute seconds when a collective runs for ``hidden_s`` under compute (it is "hidden", not free).
+
+    Two shared resources (Pati et al. 2024, T3, ASPLOS'24 §2-3: concurrent collectives slow the GEMMs they overlap
+    by taking SMs and memory bandwidth; Agrawal et al. 2025, arXiv 2507.03114: compute slows 18.9% on average, up
+    to 40%, on A100/H100 while it overlaps collectives):
+
+    * SMs: the collective's ``comm_sms`` CTAs each hold an SM for as long as it runs (NCCL launches one CTA per
+      channel, src/enqueue.cc), so compute-bound kernels run on sms − comm_sms SMs for ``hidden_s``:
+      + (1 − memory_share) · hidden_s · comm_sms / sms.
+    * HBM: the collective reads and writes ``comm_hbm_bytes_per_wire_byte`` bytes of HBM per byte it sends;
+      memory-bound kernels (``memory_share`` of the compute it overlaps) lose that bandwidth:
+      + memory_share · hidden_wire_bytes · k / B_mem.
+    """
+    if hidden_s <= 0.0:
+        return 0.0
+    sm = (1.0 - memory_share) * hidden_s * min(1.0, comm_sms / cm.sms)
+    hbm = memory_share * min(hidden_s, hidden_wire_bytes * cm.comm_hbm_bytes_per_wire_byte / cm.mem_bw_bytes_per_s)
+    return sm + hbm

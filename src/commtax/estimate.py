@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from commtax.collectives import bus_factor, collective_cost
-from commtax.compute import ComputeModel, compute_model, op_time
+from commtax.compute import ComputeModel, compute_model, op_time, overlap_slowdown_s
 from commtax.memory import memory
 from commtax.spec import Job, per_rank
 from commtax.topology import group_placement
@@ -182,19 +182,54 @@ class StageTime:
         object.__setattr__(self, "total", self.compute + self.recompute + self.tp_exposed + self.cp_exposed)
 
 
-def _exposed(job: Job, pc: PhaseCost) -> tuple[float, float]:
+def _exposed(job: Job, pc: PhaseCost, cm: ComputeModel | None = None) -> tuple[float, float]:
     """Exposed TP and CP time of a pass: all of it, or what the GEMMs / attention cannot hide.
 
     Comm-GEMM overlap (Transformer Engine userbuffers, Wang et al. 2022 "Overlap communication with
     dependent computation via decomposition") splits each GEMM into tp chunks: the first chunk's
     transfer cannot hide, so at least 1/tp of the TP traffic stays exposed. Ring attention likewise
-    exposes its first K/V step (1/cp).
+    exposes its first K/V step (1/cp). With ``cm``, the hidden part also slows the compute it runs
+    under (``overlap_contention``), charged as exposed time of that group.
     """
     ov, p = job.plan.overlap, job.plan
     tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
     tp_exp = max(tp - pc.gemm, first_chunk(tp, p.tp)) if ov.tp else tp
     cp_exp = max(cp - pc.attention, first_chunk(cp, p.cp)) if ov.cp else cp
+    if cm is not None and (tp_exp < tp or cp_exp < cp):  # some TP/CP traffic is hidden
+        tp_c, cp_c = overlap_contention(cm, pc, tp - tp_exp, cp - cp_exp)
+        tp_exp, cp_exp = tp_exp + tp_c, cp_exp + cp_c
     return tp_exp, cp_exp
+
+
+def overlap_contention(cm: ComputeModel, pc: PhaseCost, tp_hidden_s: float, cp_hidden_s: float) -> tuple[float, float]:
+    """Extra compute seconds of a pass from TP and CP traffic hidden under its GEMMs / attention.
+
+    TP overlap is Transformer Engine userbuffers (its own ``userbuffers_sms``), ring attention's K/V exchange is
+    NCCL p2p (``nccl_sms``); both hide under compute-bound kernels (memory share 0): ``overlap_slowdown_s``.
+    """
+    return (_hidden_cost(cm, tp_hidden_s, pc.comm.get("tp", 0.0), pc.comm_bytes.get("tp", 0.0), 0.0, cm.userbuffers_sms),
+            _hidden_cost(cm, cp_hidden_s, pc.comm.get("cp", 0.0), pc.comm_bytes.get("cp", 0.0), 0.0, cm.nccl_sms))
+
+
+def _hidden_cost(cm: ComputeModel | None, hidden_s: float, link_s: float, wire_bytes: float, memory_share: float,
+                 sms: float) -> float:
+    """``overlap_slowdown_s`` for the hidden part of traffic of ``link_s`` seconds and ``wire_bytes`` bytes (none
+    without a compute model: costs given directly, as in hand-worked schedules)."""
+    if cm is None or hidden_s <= 0.0 or link_s <= 0.0:
+        return 0.0
+    return overlap_slowdown_s(cm, hidden_s, wire_bytes * min(1.0, hidden_s / link_s), memory_share, sms)
+
+
+def memory_share(pc: PhaseCost) -> float:
+    """Share of a pass's compute time in memory-bound kernels (neither GEMM nor attention)."""
+    return max(0.0, 1.0 - (pc.gemm + pc.attention) / pc.compute) if pc.compute > 0 else 0.0
+
+
+def dp_contention(cm: ComputeModel | None, link_s: float, exposed_s: float, wire_bytes: float, pc: PhaseCost) -> float:
+    """Extra compute seconds from the DP traffic hidden under the step's passes ``pc`` (NCCL, ``nccl_sms``)."""
+    if cm is None:
+        return 0.0
+    return _hidden_cost(cm, link_s - exposed_s, link_s, wire_bytes, memory_share(pc), cm.nccl_sms)
 
 
 def first_chunk(comm_s: float, ranks: int) -> float:
@@ -207,13 +242,14 @@ def first_chunk(comm_s: float, ranks: int) -> float:
     return comm_s / max(1, ranks)
 
 
-def _combine(job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]]) -> StageTime:
+def _combine(job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]],
+             cm: ComputeModel | None = None) -> StageTime:
     fwd = bwd = rc = PhaseCost()
     for (f, b, r), count in parts:
         fwd = fwd + (f.scaled(count) if count != 1 else f)
         bwd = bwd + (b.scaled(count) if count != 1 else b)
         rc = rc + (r.scaled(count) if count != 1 else r)
-    exp_f, exp_b, exp_r = _exposed(job, fwd), _exposed(job, bwd), _exposed(job, rc)
+    exp_f, exp_b, exp_r = _exposed(job, fwd, cm), _exposed(job, bwd, cm), _exposed(job, rc, cm)
     return StageTime(
         compute=fwd.compute + bwd.compute,
         recompute=rc.compute,
@@ -257,7 +293,7 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
                 parts.insert(0, (tuple(costs.phase(getattr(wl.embed, w)) for w in passes), 1))
             if last:
                 parts.append((tuple(costs.phase(getattr(wl.head, w)) for w in passes), 1))
-            hit = cache[key] = (*blocks, _combine(job, parts))  # holding the blocks keeps their ids from reuse
+            hit = cache[key] = (*blocks, _combine(job, parts, costs.cm))  # holding the blocks keeps their ids from reuse
         return hit[3]
 
     counts = stage_layer_counts(job, wl)
@@ -274,6 +310,13 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
 
 
 def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
+    """(link time, exposed time, bytes) of data-parallel traffic per step: what the timeline leaves exposed
+    (``dp_timeline``) plus what the hidden part costs the compute it runs under (``dp_contention``)."""
+    link, exposed, nbytes = dp_timeline(job, wl, costs, st)
+    return link, exposed + dp_contention(costs.cm, link, exposed, nbytes, st.link), nbytes
+
+
+def dp_timeline(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
     """(link time per step, exposed time per step, bytes per step) of data-parallel traffic.
 
     Overlapped reduction hides under the last micro-batch's backward; the last bucket stays exposed

@@ -202,6 +202,33 @@ def _cp_comm(job: Job, act_bytes: float, backward: bool) -> list[Collective]:
     return ops
 
 
+# Ring attention merges each step's partial result into fp32 accumulators: (HBM bytes per element, kernels) per
+# step. Fused (Transformer Engine, transformer_engine/common/fused_attn/context_parallel.cu: LseCorrectionFunctor,
+# out correction, AddFunctor): forward reads the step's bf16 output (2 B) and reads and writes the fp32 output
+# (8 B); backward adds each step's dQ into an fp32 dQ and dK, dV into the dK/dV travelling round the ring (10 B
+# each). Eager (torch.distributed.tensor.experimental._attention._SDPAMerger, convert_to_f32): the step's output is
+# cast to fp32 (2 + 4 B), out - sigmoid(lse_b - lse)·(out - out_b) runs as three ops (10 + 8 + 12 B) and the
+# load-balanced partial update rebuilds the tensor with torch.cat (8 B): 44 B, 6 kernels; backward casts and adds
+# each gradient (6 + 10 B), 2 kernels per tensor.
+CP_MERGE = {"fused": {"fwd": (10.0, 2), "bwd": (10.0, 1)}, "compiled": {"fwd": (10.0, 2), "bwd": (10.0, 1)},
+            "eager": {"fwd": (44.0, 6), "bwd": (16.0, 2)}}
+
+
+def _cp_merge_ops(job: Job, backward: bool) -> list[Compute]:
+    """Per-step merging of ring attention's partial results (one of ``cp`` steps per layer pass): HBM passes
+    over the local output (forward) or the local dQ and the dK, dV that travel round the ring (backward)."""
+    p, m, tr = job.plan, job.model, job.training
+    if p.cp == 1:
+        return []
+    s_local = p.micro_batch * (tr.seq_len // p.cp)
+    q_elems = s_local * (m.heads // p.tp) * m.head_dim
+    kv_elems = 2 * s_local * max(1, m.kv_heads_ // p.tp) * m.head_dim
+    per_elem, kernels = CP_MERGE.get(p.elementwise, CP_MERGE["eager"])["bwd" if backward else "fwd"]
+    elems = q_elems + kv_elems if backward else q_elems
+    tensors = 3 if backward else 1
+    return [_mem("cp_merge_bwd" if backward else "cp_merge", p.cp * per_elem * elems, p.cp * kernels * tensors)]
+
+
 def _elementwise_ops(job: Job, act_bytes: float) -> dict[str, tuple[float, int]]:
     """HBM bytes and kernels of one layer's non-GEMM forward ops (norms, activations, RoPE, dropout, residuals)."""
     m, p, tr = job.model, job.plan, job.training
@@ -249,8 +276,11 @@ def _attention_ops(job: Job) -> tuple[Compute, Compute, float]:
     scores = p.micro_batch * (m.heads / p.tp) * s_local * tr.seq_len
     nbytes = 4.0 * scores if kernel == "eager" else 0.0
     rows = int(p.micro_batch * (m.heads // p.tp) * s_local)  # query rows of all (batch, head) pairs
-    fwd = Compute("attention", flop, nbytes, "attention", rows, tr.seq_len, m.head_dim, kernel=kernel)
-    bwd = Compute("attention_bwd", 2.5 * flop, 2 * nbytes, "attention", rows, tr.seq_len, m.head_dim,
+    # ring attention runs a fused kernel per step on the local chunk against one K/V chunk (s_local keys): its
+    # rate is the kernel's at that length (the causal diagonal step; the others are half-masked blocks)
+    keys = tr.seq_len if p.cp == 1 or kernel == "eager" else s_local
+    fwd = Compute("attention", flop, nbytes, "attention", rows, keys, m.head_dim, kernel=kernel)
+    bwd = Compute("attention_bwd", 2.5 * flop, 2 * nbytes, "attention", rows, keys, m.head_dim,
                   kernel=kernel, backward=True)
     return fwd, bwd, flop
 
@@ -283,8 +313,10 @@ def _layer_block(job: Job) -> Block:
     tokens_full = p.micro_batch * tr.seq_len // p.cp
     tp_fwd = _tp_comm(job, act_bytes, tokens_full)
     tp_bwd = _tp_comm(job, act_bytes, tokens_full)
-    fwd = Phase(tuple(fwd_gemm + [attn_fwd] + ew_fwd + casts_fwd + tp_fwd + _cp_comm(job, act_bytes, False)))
-    bwd = Phase(tuple(bwd_gemm + [attn_bwd] + ew_bwd + casts_bwd + tp_bwd + _cp_comm(job, act_bytes, True)))
+    fwd = Phase(tuple(fwd_gemm + [attn_fwd] + _cp_merge_ops(job, False) + ew_fwd + casts_fwd + tp_fwd
+                      + _cp_comm(job, act_bytes, False)))
+    bwd = Phase(tuple(bwd_gemm + [attn_bwd] + _cp_merge_ops(job, True) + ew_bwd + casts_bwd + tp_bwd
+                      + _cp_comm(job, act_bytes, True)))
     if p.recompute == "full":
         recompute = Phase(fwd.ops)
     elif p.recompute == "selective" and p.selective_policy == "per_op":
@@ -298,6 +330,8 @@ def _layer_block(job: Job) -> Block:
                                  attn_fwd.k, kernel=attn_fwd.kernel)]
         if "attn_scores" in ew:
             ops.append(_mem("attn_scores_recompute", ew["attn_scores"][0]))
+        # with CP the recomputed core is ring attention: its K/V exchange and per-step merges run again
+        ops += _cp_merge_ops(job, False) + _cp_comm(job, act_bytes, False)
         recompute = Phase(tuple(ops))
     else:
         recompute = Phase(())

@@ -121,6 +121,8 @@ def _own_parts(sim: Sim, device: int, hidden: tuple[str, ...]) -> dict[str, floa
         for _, kind, secs in t.tail:  # TP/CP the compute stream waits for (not overlapped)
             parts[f"{kind}_exposed"] += secs
             waited += secs
+        if t.kind not in parts:  # "dp contention" (kind dp): DP's share, counted when DP is made free below
+            continue
         parts[t.kind] += t.duration_s - waited
         c = t.cause
         if c is not None and tasks[c].kind in hidden and streams[tasks[c].stream].device == device:
@@ -166,8 +168,12 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
             stage_end[d] = t.end_s
         if t.kind in COMPUTE_KINDS:
             work[d] += t.duration_s  # with the TP/CP it waits for
+            if t.name.endswith(" contention"):  # compute slowed by hidden TP/CP: no link time
+                continue
             for _, kind, secs in t.tail:
                 link[d][kind] += secs
+        elif t.name == "dp contention":  # compute slowed by hidden DP traffic (StepBuilder): no link time
+            continue
         else:
             link[d][t.kind] += t.duration_s
             if t.start_s > t.ready_s and t.cause is not None and tasks[t.cause].kind != t.kind:

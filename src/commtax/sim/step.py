@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from commtax.estimate import Costs, PhaseCost, first_chunk
+from commtax.estimate import Costs, PhaseCost, dp_exposed, dp_timeline, first_chunk, overlap_contention, stage_times
 from commtax.sim.events import Sim, SimError, Tail
 from commtax.sim.schedules import (
     Pass,
@@ -121,6 +121,7 @@ class StepBuilder:
         self._sent_fwd: dict[tuple[int, int], int] = {}
         self._sent_bwd: dict[tuple[int, int], int] = {}
         self._dp_cost: dict[tuple[str, float], tuple[float, float]] = {}
+        self._dp_contention: float | None = None
         self.last_bwd: dict[tuple[int, int], int] = {}  # (stage, chunk) -> micro-batch of its last backward
         self.stage_params = [sum(self.chunks[c * self.p + s].params for c in range(self.v)) for s in range(self.p)]
         # the workload sizes its DP ops (and the optimizer) for the stage with the most parameters;
@@ -207,6 +208,10 @@ class StepBuilder:
 
     def _end_of_step(self, dev: Device) -> None:
         sim, wl = self.sim, self.wl
+        c = self._dp_contention_s()
+        if c > 0:  # what the hidden DP traffic took from the passes it ran under (estimate.dp_contention)
+            dev.prev = (sim.task("dp contention", dev.streams["compute"], c, tuple(dev.prev), "dp",
+                                 meta=(dev.stage, -1, -1, "C")),)
         deps = list(dev.prev)
         if wl.dp_step and not self.ov.dp:  # one reduction of all gradients after the last backward
             deps.append(self._dp_task(dev, "dp", "grad reduce", wl.dp_step[0], dev.params, dev.prev, (dev.stage, -1, -1, "R")))
@@ -219,6 +224,19 @@ class StepBuilder:
         dev.prev = (dev.optimizer,)
         if len(wl.dp_step) > 1 and not self.ov.dp:
             self._dp_task(dev, "dp", "param gather", wl.dp_step[1], dev.params, dev.prev, (dev.stage, -1, -1, "G"))
+
+    def _dp_contention_s(self) -> float:
+        """Compute time the overlapped DP traffic costs (SMs and HBM it takes), priced as ``estimate`` prices it on
+        the slowest stage and paid once, at the end of the step's passes (the timeline does not stretch each pass
+        a bucket overlaps)."""
+        if self._dp_contention is None:
+            cm = getattr(self.costs, "cm", None)  # test doubles may price ops without a compute model
+            self._dp_contention = 0.0
+            if cm is not None and (self.wl.dp_step or self.wl.dp_microbatch):
+                slow = max(stage_times(self.job, self.wl, self.costs), key=lambda st: st.total)
+                self._dp_contention = (dp_exposed(self.job, self.wl, self.costs, slow)[1]
+                                       - dp_timeline(self.job, self.wl, self.costs, slow)[1])
+        return self._dp_contention
 
     def _buckets(self, params: float) -> list[float]:
         size = self.options.bucket_bytes / self.grad_bytes
@@ -250,6 +268,15 @@ class StepBuilder:
             steps.append((("cp", "cp", first, "cp", ()),))
             steps.append((("attention", "compute", pc.attention, kind, ()), ("cp", "cp", cp - first, "cp", ())))
             rest -= pc.attention
+        # the hidden TP/CP slows the compute it runs under (SMs and HBM it takes): the compute stream pays it
+        # after the overlapped step, as exposed time of that group (estimate.overlap_contention)
+        cm = getattr(self.costs, "cm", None)  # test doubles may price ops without a compute model
+        if cm is not None and ((tp and ov.tp) or (cp and ov.cp)):
+            tp_h = min(pc.gemm, tp - first_chunk(tp, self.job.plan.tp)) if ov.tp else 0.0
+            cp_h = min(pc.attention, cp - first_chunk(cp, self.job.plan.cp)) if ov.cp else 0.0
+            for g, c in zip(("tp", "cp"), overlap_contention(cm, pc, tp_h, cp_h)):
+                if c > 0:
+                    steps.append(((f"{g} contention", "compute", c, kind, ((g, g, c),)),))
         # not overlapped: the compute stream waits for it — one task whose tail is drawn on the TP/CP stream
         tail = tuple((g, g, t) for g, t, hidden in (("tp", tp, ov.tp), ("cp", cp, ov.cp)) if t and not hidden)
         if rest > 0 or tail:
