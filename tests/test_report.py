@@ -276,6 +276,24 @@ def test_trace_without_the_trace_module_says_so_in_one_line(tmp_path):
     assert not (tmp_path / "r.html").exists()
 
 
+def test_page_with_real_profiler_traces(tmp_path):
+    """``--trace`` through ``commtax.trace``: the two sampled ranks of the shared 128-GPU A100 job."""
+    from commtax.trace import analyze
+
+    traces = [REPO.parent / "shared" / "traces" / f"a100-128gpu-sampled-rank{r}.json.gz" for r in (0, 1)]
+    if not all(t.exists() for t in traces):
+        pytest.skip("../shared/traces is not beside the checkout")
+    out = tmp_path / "r.html"
+    r = run("report", SEED, "-o", out, "--no-search", "--scale", "256", *[a for t in traces for a in ("--trace", t)])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "Measured (profiler traces) vs predicted" in page
+    measured = trace_figures(analyze(traces))
+    assert set(measured) == {"0", "1"}
+    for figs in measured.values():  # each rank's measured comm tax is on the page as the trace module computes it
+        assert f"{100 * figs['comm_tax']:.1f}%" in page
+
+
 def test_trace_section_from_plain_per_rank_figures():
     b = estimate(load_job(SEED))
     per_rank = {"0": {"window_s": 18.0, "compute_s": 12.5, "comm_s": 5.0, "overlapped_comm_s": 0.5,
