@@ -60,7 +60,7 @@ from commtax.estimate import (
 from commtax.assumptions import assumptions_for
 from commtax.memory import fixed_reserve_bytes, stage_activation_bytes, stage_kinds, stage_states
 from commtax.plans import candidates
-from commtax.spec import Job, Plan, job_with
+from commtax.spec import Job, Plan, job_with, zero_refusal
 from commtax.topology import layout
 from commtax.units import GiB
 from commtax.workload import build_workload
@@ -577,6 +577,27 @@ def _fullest_memory(states_by_vp: np.ndarray, acts: np.ndarray, valid: np.ndarra
     return mem
 
 
+def _framework_zero_mask(job: Job, base: _Base, valid: np.ndarray, invalid: Counter,
+                         examples: dict[str, str]) -> np.ndarray:
+    """Plans whose ZeRO stage the job's framework cannot run (``spec.zero_refusal``) made invalid, counted by
+    reason: the zero axis is not part of the per-job validator pass (``_valid_jobs``)."""
+    zero_axis = AXES.index("zero")
+    for z, zero in enumerate(base.axes["zero"]):
+        msg = zero_refusal(job.plan.framework, zero)
+        if msg is None:
+            continue
+        index = [slice(None)] * valid.ndim
+        index[zero_axis] = z
+        n_refused = int(valid[tuple(index)].sum())
+        if n_refused:
+            valid = valid.copy() if not valid.flags.writeable else valid
+            valid[tuple(index)] = False
+            why = _reason(msg)
+            invalid[why] += n_refused
+            examples.setdefault(why, msg)
+    return valid
+
+
 def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
     """Evaluate every plan of one base on its grid (vp, micro_batch, sequence_parallel, zero, recompute, grad dtype).
 
@@ -596,6 +617,7 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     for idx in jobs:
         valid[idx] = True
     valid = np.broadcast_to(valid[:, :, :, None, None, None], shape)
+    valid = _framework_zero_mask(job, base, valid, invalid, examples)
     g = _grid(job, base, jobs, phase_cache)
     slowest, slow_parts, bubble, pp_exposed = _stage_parts(g)
     # only the first stage of each kind can be the fullest (``memory.stage_kinds``), per split
