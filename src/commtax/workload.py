@@ -89,6 +89,11 @@ class Workload:
     zero3_layer_tensors: tuple[float, ...] = ()  # elements of each parameter tensor of one layer on this GPU
     zero3_other_tensors: tuple[float, ...] = ()  # embedding / LM head / final norm tensors of the stage
     zero3_gather_passes: int = 2  # all-gathers of every parameter per micro-batch (forward, backward, + recompute)
+    # ZeRO-2 keeps only its shard of the gradients, so every micro-batch's backward reduces them (DeepSpeed
+    # stage_1_and_2.py reduce_ready_partitions_and_remove_grads: "if self.partition_gradients or
+    # self.is_gradient_accumulation_boundary"; FSDP SHARD_GRAD_OP reduce-scatters in each post-backward hook);
+    # ZeRO-0/1 accumulate full gradients and reduce once per step
+    grads_sharded: bool = False
 
 
 def activation_bytes_per_element(precision: str) -> float:
@@ -514,4 +519,5 @@ def build_workload(job: Job) -> Workload:
         zero3_layer_tensors=layer_tensors,
         zero3_other_tensors=other_tensors,
         zero3_gather_passes=3 if sync and p.recompute == "full" else 2,
+        grads_sharded=p.zero == 2,
     )
