@@ -110,6 +110,9 @@ def explain(r: SimResult) -> list[str]:
         )
         if bld.ov.dp:
             line += f"; the optimizer waited {_ms(_tail_s(r))} after the last backward for the last buckets"
+        if bld.wl.grads_sharded and bld.wl.micro_batches > 1:
+            line += (f"; ZeRO-2: the estimate reduces the gradient shard after each of the {bld.wl.micro_batches} "
+                     f"micro-batches (DeepSpeed partition_gradients), the simulator once per step")
         out.append(line)
     elif bld.wl.dp_microbatch and abs(sb["dp_exposed"] - eb["dp_exposed"]) > small:
         out.append(
