@@ -111,8 +111,9 @@ def explain(r: SimResult) -> list[str]:
         if bld.ov.dp:
             line += f"; the optimizer waited {_ms(_tail_s(r))} after the last backward for the last buckets"
         if bld.wl.grads_sharded and bld.wl.micro_batches > 1:
-            line += (f"; ZeRO-2: the estimate reduces the gradient shard after each of the {bld.wl.micro_batches} "
-                     f"micro-batches (DeepSpeed partition_gradients), the simulator once per step")
+            line += (f"; ZeRO-2 reduces the gradient shard after each of the {bld.wl.micro_batches} micro-batches "
+                     f"(DeepSpeed partition_gradients): the simulator bucket by bucket under each backward, the "
+                     f"estimate what one micro-batch's compute cannot hide")
         out.append(line)
     elif bld.wl.dp_microbatch and abs(sb["dp_exposed"] - eb["dp_exposed"]) > small:
         out.append(
