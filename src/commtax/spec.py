@@ -266,6 +266,11 @@ class Framework(_Spec):
     reduce_source: str = ""  # where a reduce_dtype other than bf16 comes from
     zero_stages: tuple[Literal[0, 1, 2, 3], ...] = (0, 1, 2, 3)  # the ZeRO stages it can run (plan.zero outside: refused)
     zero_source: str = ""  # where a restriction of zero_stages comes from
+    # gradient bucket of the overlapped DP reduction, in parameters: max(bucket_params, bucket_params_per_dp · dp)
+    # (Megatron-Core DistributedDataParallelConfig.bucket_size); None: PyTorch DDP's bucket_cap_mb = 25 MiB
+    bucket_params: int | None = None
+    bucket_params_per_dp: int = 0
+    bucket_source: str = ""
     plan_defaults: dict[str, Any] = Field(default_factory=dict)
     legacy: LegacySoftware | None = None
     source: str

@@ -428,6 +428,16 @@ def stage_params(job: Job) -> list[float]:
     return out
 
 
+def grad_bucket_bytes(job: Job) -> float:
+    """Bytes of one gradient bucket of the overlapped DP reduction: the framework's bucket in parameters
+    (Megatron-Core: max(40e6, 1e6 · dp) parameters, catalog/frameworks.yaml) at the reduce dtype, else PyTorch
+    DDP's 25 MiB."""
+    fw = job.plan.preset
+    if fw.bucket_params is None:
+        return DDP_BUCKET_BYTES
+    return max(fw.bucket_params, fw.bucket_params_per_dp * job.dp) * grad_bytes_per_param(job)
+
+
 def _dp_ops(job: Job, params: float) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
     """DP traffic (Rajbhandari et al. 2020, ZeRO §5-7): per step for stages 0-2, per micro-batch for stage 3."""
     p = job.plan
@@ -513,7 +523,7 @@ def build_workload(job: Job) -> Workload:
         micro_batches=job.micro_batches,
         model_flop_per_step=model_flop_per_token(job) * tokens_per_step,
         params_per_gpu=params,
-        bucket_bytes=DDP_BUCKET_BYTES,
+        bucket_bytes=grad_bucket_bytes(job),
         chunk_layers=job.chunk_layers,
         zero3_gather=p.zero3_gather,
         zero3_layer_tensors=layer_tensors,
