@@ -817,11 +817,13 @@ def verify_top(job: Job, res: SearchResult, k: int) -> None:
     """Simulate the best ``k`` plans (``commtax.sim``) and put them first in ``res.top`` in order of the simulated
     step; ``res.verified`` keeps both times of each. The simulator runs the schedule the estimate averages
     (send stalls, bucket tails, a shared NIC), so its order is the one to trust when the two disagree."""
-    from commtax.sim import simulate
+    from commtax.sim import SimOptions, simulate
+    from commtax.workload import grad_bucket_bytes
 
     rows = []
     for plan, b in res.top[:k]:
-        sim = simulate(job_for(job, plan), compare=False).breakdown
+        verify_job = job_for(job, plan)  # the framework's gradient bucket, as the estimate's
+        sim = simulate(verify_job, SimOptions(bucket_bytes=grad_bucket_bytes(verify_job)), compare=False).breakdown
         rows.append(((plan, b), {"plan": plan, "estimate_step_s": b.step_time_s, "simulate_step_s": sim.step_time_s,
                                  "simulate_breakdown": sim.to_dict()}))
     rows.sort(key=lambda r: r[1]["simulate_step_s"])
