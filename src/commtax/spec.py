@@ -264,7 +264,7 @@ class Framework(_Spec):
     zero3_gather: Zero3Gather = "bucketed_prefetch"
     reduce_dtype: CommDtype = "bf16"  # dtype of the DP gradient reduction (plan.grad_comm_dtype's default)
     reduce_source: str = ""  # where a reduce_dtype other than bf16 comes from
-    zero_stages: tuple[Literal[0, 1, 2, 3], ...] = (0, 1, 2, 3)  # the ZeRO stages it can run (plan.zero outside: refused)
+    zero_stages: tuple[Literal[0, 1, 2, 3], ...] = (0, 1, 2, 3)  # stages it can run (plan.zero outside: refused)
     zero_source: str = ""  # where a restriction of zero_stages comes from
     # gradient bucket of the overlapped DP reduction, in parameters: max(bucket_params, bucket_params_per_dp · dp)
     # (Megatron-Core DistributedDataParallelConfig.bucket_size); None: PyTorch DDP's bucket_cap_mb = 25 MiB
@@ -346,7 +346,7 @@ class Plan(_Spec):
         return frameworks()[self.framework]
 
     @model_validator(mode="after")
-    def _zero_the_framework_runs(self) -> "Plan":
+    def _zero_the_framework_runs(self) -> Plan:
         msg = zero_refusal(self.framework, self.zero)
         if msg:
             raise ValueError(msg)

@@ -103,7 +103,8 @@ def explain(r: SimResult) -> list[str]:
         est_bucket = bld.wl.bucket_bytes
         line = (
             f"gradient buckets: stage {r.busiest_stage} reduces its gradients in {dev.buckets} buckets of "
-            f"{size / MiB:g} MiB (--bucket-mb; default: the framework's, PyTorch DDP 25 MiB), the estimate in one collective "
+            f"{size / MiB:g} MiB (--bucket-mb; default: the framework's, PyTorch DDP 25 MiB), the estimate in one "
+            f"collective "
             f"with a last-bucket tail of {est_bucket / MiB:.0f} MiB. DP link time {_ms(b.comm_time_s['dp'])} vs "
             f"{_ms(e.comm_time_s['dp'])} (each bucket pays the collective's latency); exposed "
             f"{_ms(sb['dp_exposed'])} vs {_ms(eb['dp_exposed'])}"
