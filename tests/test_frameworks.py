@@ -15,12 +15,12 @@ def test_every_framework_has_a_sourced_preset():
 
 
 def test_torchtitan_preset_and_overrides():
-    plan = load_job(job_dict(framework="torchtitan")).plan
+    plan = load_job(job_dict(framework="torchtitan", zero=3)).plan
     # torchtitan: SDPA flash (FA2), eager RMSNorm/SwiGLU, per-op SAC, torchao dynamic float8, no async TP, no PP overlap
     assert (plan.attention, plan.elementwise, plan.selective_policy, plan.fp8_recipe) == ("fa2", "eager", "per_op",
                                                                                           "dynamic")
     assert (plan.overlap.tp, plan.overlap.pp, plan.overlap.dp) == (False, False, True)
-    plan = load_job(job_dict(framework="torchtitan", elementwise="compiled", overlap={"tp": True})).plan
+    plan = load_job(job_dict(framework="torchtitan", zero=3, elementwise="compiled", overlap={"tp": True})).plan
     assert plan.elementwise == "compiled" and plan.overlap.tp and not plan.overlap.pp
 
 
@@ -112,7 +112,44 @@ def test_fsdp_frameworks_reduce_gradients_in_fp32_by_default():
         assert frameworks()[name].reduce_dtype == "fp32" and "reduce" in frameworks()[name].reduce_source
         assert load_job(job_dict(framework=name, zero=3)).plan.grad_comm_dtype == "fp32"
     assert load_job(job_dict(framework="fsdp", zero=3, grad_comm_dtype="bf16")).plan.grad_comm_dtype == "bf16"
-    assert load_job(job_dict(framework="megatron-core")).plan.grad_comm_dtype == "bf16"
+    assert load_job(job_dict(framework="custom")).plan.grad_comm_dtype == "bf16"
+
+
+def test_megatron_reduces_bf16_gradients_in_fp32():
+    # megatron/training/arguments.py: --bf16 sets accumulate_allreduce_grads_in_fp32 (DDP grad_reduce_in_fp32):
+    # the reduce-scatter moves 4-byte main grads, twice the bytes of a bf16 reduction
+    from commtax.workload import build_workload
+
+    for name in ("megatron-core", "nemo"):
+        assert frameworks()[name].reduce_dtype == "fp32" and "fp32" in frameworks()[name].reduce_source
+    fp32 = build_workload(load_job(job_dict(framework="megatron-core")))
+    bf16 = build_workload(load_job(job_dict(framework="megatron-core", grad_comm_dtype="bf16")))
+    assert fp32.dp_step[0].bytes == pytest.approx(2 * bf16.dp_step[0].bytes)
+
+
+@pytest.mark.parametrize("name, stages", [
+    ("megatron-core", (0, 1)),  # DistributedOptimizer = ZeRO-1; no ZeRO-2/3 (core_r0.8-0.10)
+    ("megatron-lm", (0, 1)),  # DDP all-reduce; v3.0 distributed optimizer = ZeRO-1
+    ("nemo", (0, 1, 2)),  # + apex DistributedFusedAdam (grads sharded: ZeRO-2)
+    ("fsdp", (0, 2, 3)),  # ShardingStrategy NO_SHARD / SHARD_GRAD_OP / FULL_SHARD: no ZeRO-1
+    ("torchtitan", (0, 2, 3)),  # replicate / fully_shard(reshard_after_forward=False) / fully_shard
+    ("deepspeed", (0, 1, 2, 3)),
+])
+def test_frameworks_refuse_zero_stages_they_cannot_run(name, stages):
+    assert frameworks()[name].zero_stages == stages
+    for zero in (0, 1, 2, 3):
+        if zero in stages:
+            assert load_job(job_dict(framework=name, zero=zero)).plan.zero == zero
+        else:
+            with pytest.raises(SpecError, match=rf"zero\({zero}\) is not a stage {name} runs"):
+                load_job(job_dict(framework=name, zero=zero))
+
+
+def test_fsdp_frameworks_without_zero_default_to_their_own_stage():
+    # a job that leaves zero out gets the framework's plan_defaults zero (FSDP FULL_SHARD), not ZeRO-1
+    d = job_dict(framework="fsdp")
+    del d["plan"]["zero"]
+    assert load_job(d).plan.zero == 3
 
 
 def test_fsdp_exposes_the_first_gather_and_the_last_reduce_scatter():

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from commtax.errors import SpecError
 from commtax.estimate import estimate
 from commtax.search import (
+    COLUMNS,
     Space,
     agreement,
     brute_force,
@@ -118,6 +119,18 @@ def test_grad_dtype_is_the_jobs_unless_asked():
     res = search(job, Space.parse({"tp": "2", "pp": "2", "cp": "1", "micro_batch": "1", "grad_comm_dtype": "bf16,fp8"}),
                  workers=1)
     assert {res.plan_dict(int(i))["grad_comm_dtype"] for i in range(res.evaluated)} == {"bf16", "fp8"}
+
+
+def test_search_refuses_zero_stages_the_framework_cannot_run():
+    # Megatron-Core's DistributedOptimizer is ZeRO-1: ZeRO-2/3 plans are invalid, each counted under one reason
+    job = load_job(small_job(framework="megatron-core"))
+    space = Space.parse({"tp": "2", "pp": "2", "cp": "1", "vp": "1", "micro_batch": "1,2"})
+    res = search(job, space, workers=1)
+    zeros = res.plans[:, COLUMNS.index("zero")]
+    assert not res.valid[zeros >= 2].any() and res.valid[zeros <= 1].all()
+    counted = [n for why, n in res.invalid_reasons.items() if "is not a stage megatron-core runs" in why]
+    assert counted == [int((zeros >= 2).sum())]
+    assert int((zeros >= 2).sum()) == 2 * 2 * 3 * 2  # zero 2,3 x micro-batch 1,2 x recompute x sequence_parallel
 
 
 def test_constraint_parsing():

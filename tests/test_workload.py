@@ -151,3 +151,20 @@ def test_zero3_workload_carries_the_gather_granularity():
     # pp = 1, untied: word embedding and LM head (51200 x 2048 each) + the final norm weight
     assert legacy.zero3_other_tensors == (51200 * 2048, 51200 * 2048, 2048)
     assert build_workload(gpt_job(tp=1, zero=1)).zero3_layer_tensors == ()
+
+
+def test_megatron_core_gradient_bucket_is_40m_params_or_1m_per_dp_rank():
+    # megatron/core/distributed/distributed_data_parallel_config.py: bucket_size defaults to
+    # max(40000000, 1000000 * dp_size) parameters; the bucket moves fp32 main grads (4 B) by default
+    from conftest import job_dict
+
+    from commtax.spec import load_job
+    from commtax.workload import DDP_BUCKET_BYTES, grad_bucket_bytes
+
+    d = job_dict(framework="megatron-core", tp=8, pp=4, dp=None)  # 256 GPUs: dp 8
+    assert grad_bucket_bytes(load_job(d)) == 40e6 * 4
+    d = job_dict(framework="megatron-core", tp=1, pp=1, dp=None, sequence_parallel=False)  # dp 256
+    assert grad_bucket_bytes(load_job(d)) == 256e6 * 4
+    d["plan"]["grad_comm_dtype"] = "bf16"
+    assert grad_bucket_bytes(load_job(d)) == 256e6 * 2
+    assert grad_bucket_bytes(load_job(job_dict(framework="custom"))) == DDP_BUCKET_BYTES == 25 * 2**20

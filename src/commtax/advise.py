@@ -140,7 +140,7 @@ def _plan_variants(job: Job) -> list[tuple[str, dict[str, Any]]]:
     if p.grad_comm_dtype in smaller:
         g = smaller[p.grad_comm_dtype]
         out.append((f"grad {p.grad_comm_dtype}→{g}", {"grad_comm_dtype": g}))
-    for z in (0, 1, 2, 3):
+    for z in p.preset.zero_stages:  # only the stages the framework runs (catalog/frameworks.yaml zero_stages)
         if z != p.zero:
             out.append((f"ZeRO-{p.zero}→ZeRO-{z}", {"zero": z}))
     for rc in ("none", "selective", "full"):

@@ -350,14 +350,23 @@ def dp_timeline(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[fl
     link, nbytes, times, tail, first_bucket = dp_step_parts(wl, costs)
     if not ov:
         return link, link, nbytes
-    return link, dp_step_exposed(times, tail, first_bucket, st, job.plan.pp, job.plan.vp, m), nbytes
+    return link, dp_step_exposed(times, tail, first_bucket, st, job.plan.pp, job.plan.vp, m,
+                                 reduce_passes(wl)), nbytes
+
+
+def reduce_passes(wl: Workload) -> int:
+    """Gradient reductions per step: one per micro-batch when only a shard of the gradients is kept (ZeRO-2,
+    ``Workload.grads_sharded``), else one (gradients accumulate in full, reduced after the last backward)."""
+    return wl.micro_batches if wl.grads_sharded else 1
 
 
 def dp_step_parts(wl: Workload, costs: Costs) -> tuple[float, float, list[float], float, float]:
     """Per-step DP traffic (ZeRO 0-2): (link time, bytes, [reduce time, gather time], last reduce bucket's time,
-    first gather bucket's time); bucketed as PyTorch DDP / Megatron-Core do."""
-    nbytes = sum(costs.sent_bytes(c) for c in wl.dp_step)
-    times = [bucketed_time(costs, c, wl.bucket_bytes) for c in wl.dp_step]
+    first gather bucket's time); bucketed as PyTorch DDP / Megatron-Core do. ZeRO-2 reduces every micro-batch
+    (``reduce_passes``): the reduce time and bytes are per step, all passes."""
+    n = reduce_passes(wl)
+    nbytes = sum(costs.sent_bytes(c) * (n if i == 0 else 1) for i, c in enumerate(wl.dp_step))
+    times = [bucketed_time(costs, c, wl.bucket_bytes) * (n if i == 0 else 1) for i, c in enumerate(wl.dp_step)]
     reduce_op = wl.dp_step[0]
     tail = costs.collective(Collective("bucket", reduce_op.op, min(wl.bucket_bytes, reduce_op.bytes), "dp"))
     ratio = min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
@@ -365,14 +374,20 @@ def dp_step_parts(wl: Workload, costs: Costs) -> tuple[float, float, list[float]
 
 
 def dp_step_exposed(times: list[float], tail: float, first_bucket: float, st: StageTime, pp: int, vp: int,
-                    m: int) -> float:
+                    m: int, passes: int = 1) -> float:
     """Exposed part of overlapped per-step DP traffic: the reduction under the last backwards, the ZeRO-1/2
     gather under the first forwards. Interleaved 1F1B reduces and gathers each model chunk on its own
     (Megatron-Core schedules.py: grad_sync_func after a chunk's last backward, param_sync_func before its
-    first forward), so chunks other than the last to finish hide under the pipeline's cool-down / warm-up."""
+    first forward), so chunks other than the last to finish hide under the pipeline's cool-down / warm-up.
+
+    With ``passes`` > 1 (ZeRO-2: one reduction per micro-batch, ``reduce_passes``) the last pass is exposed as
+    above and each earlier one runs under the compute of one micro-batch (its forward and backward): what it
+    takes beyond that is exposed, (passes − 1) · max(0, r − (fwd + bwd)), r = one pass."""
     v = vp if pp > 1 else 1
     spacing = min(m, pp) if v > 1 else 0
-    exposed = chunked_reduce_exposed(times[0], v, st.bwd / v, spacing * st.bwd / v, tail)
+    r = times[0] / passes
+    exposed = chunked_reduce_exposed(r, v, st.bwd / v, spacing * st.bwd / v, tail)
+    exposed += (passes - 1) * max(0.0, r - (st.fwd + st.bwd))
     if len(times) > 1:
         exposed += chunked_gather_exposed(times[1], v, st.fwd / v, spacing * st.fwd / v, first_bucket)
     return exposed

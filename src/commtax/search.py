@@ -60,7 +60,7 @@ from commtax.estimate import (
 from commtax.assumptions import assumptions_for
 from commtax.memory import fixed_reserve_bytes, stage_activation_bytes, stage_kinds, stage_states
 from commtax.plans import candidates
-from commtax.spec import Job, Plan, job_with
+from commtax.spec import Job, Plan, job_with, zero_refusal
 from commtax.topology import layout
 from commtax.units import GiB
 from commtax.workload import build_workload
@@ -536,7 +536,8 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
             # interleaving reduces and gathers each model chunk on its own (``estimate.dp_step_exposed``)
             link, nbytes, times, tail, first = _est.dp_step_parts(counted, g.costs)
             for i in vps_here:
-                exposed = _est.dp_step_exposed(times, tail, first, slow, g.base.pp, vps[i], counted.micro_batches)
+                exposed = _est.dp_step_exposed(times, tail, first, slow, g.base.pp, vps[i], counted.micro_batches,
+                                               _est.reduce_passes(counted))
                 # as estimate.dp_exposed: the timeline's exposed part + what the hidden part costs the compute
                 dp_exposed[i, j, k, r, z, d] = exposed + _est.dp_contention(g.costs.cm, link, exposed, nbytes,
                                                                             slow.link)
@@ -577,6 +578,27 @@ def _fullest_memory(states_by_vp: np.ndarray, acts: np.ndarray, valid: np.ndarra
     return mem
 
 
+def _framework_zero_mask(job: Job, base: _Base, valid: np.ndarray, invalid: Counter,
+                         examples: dict[str, str]) -> np.ndarray:
+    """Plans whose ZeRO stage the job's framework cannot run (``spec.zero_refusal``) made invalid, counted by
+    reason: the zero axis is not part of the per-job validator pass (``_valid_jobs``)."""
+    zero_axis = AXES.index("zero")
+    for z, zero in enumerate(base.axes["zero"]):
+        msg = zero_refusal(job.plan.framework, zero)
+        if msg is None:
+            continue
+        index = [slice(None)] * valid.ndim
+        index[zero_axis] = z
+        n_refused = int(valid[tuple(index)].sum())
+        if n_refused:
+            valid = valid.copy() if not valid.flags.writeable else valid
+            valid[tuple(index)] = False
+            why = _reason(msg)
+            invalid[why] += n_refused
+            examples.setdefault(why, msg)
+    return valid
+
+
 def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
     """Evaluate every plan of one base on its grid (vp, micro_batch, sequence_parallel, zero, recompute, grad dtype).
 
@@ -596,6 +618,7 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     for idx in jobs:
         valid[idx] = True
     valid = np.broadcast_to(valid[:, :, :, None, None, None], shape)
+    valid = _framework_zero_mask(job, base, valid, invalid, examples)
     g = _grid(job, base, jobs, phase_cache)
     slowest, slow_parts, bubble, pp_exposed = _stage_parts(g)
     # only the first stage of each kind can be the fullest (``memory.stage_kinds``), per split
@@ -794,11 +817,13 @@ def verify_top(job: Job, res: SearchResult, k: int) -> None:
     """Simulate the best ``k`` plans (``commtax.sim``) and put them first in ``res.top`` in order of the simulated
     step; ``res.verified`` keeps both times of each. The simulator runs the schedule the estimate averages
     (send stalls, bucket tails, a shared NIC), so its order is the one to trust when the two disagree."""
-    from commtax.sim import simulate
+    from commtax.sim import SimOptions, simulate
+    from commtax.workload import grad_bucket_bytes
 
     rows = []
     for plan, b in res.top[:k]:
-        sim = simulate(job_for(job, plan), compare=False).breakdown
+        verify_job = job_for(job, plan)  # the framework's gradient bucket, as the estimate's
+        sim = simulate(verify_job, SimOptions(bucket_bytes=grad_bucket_bytes(verify_job)), compare=False).breakdown
         rows.append(((plan, b), {"plan": plan, "estimate_step_s": b.step_time_s, "simulate_step_s": sim.step_time_s,
                                  "simulate_breakdown": sim.to_dict()}))
     rows.sort(key=lambda r: r[1]["simulate_step_s"])

@@ -264,6 +264,13 @@ class Framework(_Spec):
     zero3_gather: Zero3Gather = "bucketed_prefetch"
     reduce_dtype: CommDtype = "bf16"  # dtype of the DP gradient reduction (plan.grad_comm_dtype's default)
     reduce_source: str = ""  # where a reduce_dtype other than bf16 comes from
+    zero_stages: tuple[Literal[0, 1, 2, 3], ...] = (0, 1, 2, 3)  # stages it can run (plan.zero outside: refused)
+    zero_source: str = ""  # where a restriction of zero_stages comes from
+    # gradient bucket of the overlapped DP reduction, in parameters: max(bucket_params, bucket_params_per_dp · dp)
+    # (Megatron-Core DistributedDataParallelConfig.bucket_size); None: PyTorch DDP's bucket_cap_mb = 25 MiB
+    bucket_params: int | None = None
+    bucket_params_per_dp: int = 0
+    bucket_source: str = ""
     plan_defaults: dict[str, Any] = Field(default_factory=dict)
     legacy: LegacySoftware | None = None
     source: str
@@ -273,6 +280,15 @@ class Framework(_Spec):
 def frameworks() -> dict[str, Framework]:
     data = read_yaml(CATALOG_DIR / "frameworks.yaml") or {}
     return {name: Framework.model_validate(entry) for name, entry in data.items()}
+
+
+def zero_refusal(framework: str, zero: int) -> str | None:
+    """Why ``framework`` cannot run ZeRO stage ``zero`` (catalog/frameworks.yaml zero_stages), or None."""
+    stages = frameworks()[framework].zero_stages
+    if zero in stages:
+        return None
+    return (f"zero({zero}) is not a stage {framework} runs (it runs zero {', '.join(map(str, stages))}: "
+            f"catalog/frameworks.yaml zero_stages); set zero to one of them or another framework")
 
 
 def framework_of(data: dict) -> str:
@@ -328,6 +344,13 @@ class Plan(_Spec):
     @property
     def preset(self) -> Framework:
         return frameworks()[self.framework]
+
+    @model_validator(mode="after")
+    def _zero_the_framework_runs(self) -> Plan:
+        msg = zero_refusal(self.framework, self.zero)
+        if msg:
+            raise ValueError(msg)
+        return self
     # how the transformer layers are split over the pipeline stages (``pipeline_split``); default: the most balanced
     account_for_embedding_in_pipeline_split: bool = Field(
         default=False, description="Megatron-Core: the embedding counts as one layer of the first stage's share")
@@ -367,6 +390,8 @@ class Plan(_Spec):
         data.setdefault("fp8_recipe", fw.fp8_recipe)
         data.setdefault("zero3_gather", fw.zero3_gather)
         data.setdefault("grad_comm_dtype", fw.reduce_dtype)
+        if "zero" not in data and 1 not in fw.zero_stages:  # FSDP-style frameworks have no ZeRO-1: their default
+            data["zero"] = fw.plan_defaults.get("zero", max(fw.zero_stages))
         overlap = data.get("overlap")
         if overlap is None or isinstance(overlap, dict):
             zero3 = data.get("zero", 1) == 3

@@ -89,6 +89,11 @@ class Workload:
     zero3_layer_tensors: tuple[float, ...] = ()  # elements of each parameter tensor of one layer on this GPU
     zero3_other_tensors: tuple[float, ...] = ()  # embedding / LM head / final norm tensors of the stage
     zero3_gather_passes: int = 2  # all-gathers of every parameter per micro-batch (forward, backward, + recompute)
+    # ZeRO-2 keeps only its shard of the gradients, so every micro-batch's backward reduces them (DeepSpeed
+    # stage_1_and_2.py reduce_ready_partitions_and_remove_grads: "if self.partition_gradients or
+    # self.is_gradient_accumulation_boundary"; FSDP SHARD_GRAD_OP reduce-scatters in each post-backward hook);
+    # ZeRO-0/1 accumulate full gradients and reduce once per step
+    grads_sharded: bool = False
 
 
 def activation_bytes_per_element(precision: str) -> float:
@@ -423,6 +428,16 @@ def stage_params(job: Job) -> list[float]:
     return out
 
 
+def grad_bucket_bytes(job: Job) -> float:
+    """Bytes of one gradient bucket of the overlapped DP reduction: the framework's bucket in parameters
+    (Megatron-Core: max(40e6, 1e6 · dp) parameters, catalog/frameworks.yaml) at the reduce dtype, else PyTorch
+    DDP's 25 MiB."""
+    fw = job.plan.preset
+    if fw.bucket_params is None:
+        return DDP_BUCKET_BYTES
+    return max(fw.bucket_params, fw.bucket_params_per_dp * job.dp) * grad_bytes_per_param(job)
+
+
 def _dp_ops(job: Job, params: float) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
     """DP traffic (Rajbhandari et al. 2020, ZeRO §5-7): per step for stages 0-2, per micro-batch for stage 3."""
     p = job.plan
@@ -508,10 +523,11 @@ def build_workload(job: Job) -> Workload:
         micro_batches=job.micro_batches,
         model_flop_per_step=model_flop_per_token(job) * tokens_per_step,
         params_per_gpu=params,
-        bucket_bytes=DDP_BUCKET_BYTES,
+        bucket_bytes=grad_bucket_bytes(job),
         chunk_layers=job.chunk_layers,
         zero3_gather=p.zero3_gather,
         zero3_layer_tensors=layer_tensors,
         zero3_other_tensors=other_tensors,
         zero3_gather_passes=3 if sync and p.recompute == "full" else 2,
+        grads_sharded=p.zero == 2,
     )

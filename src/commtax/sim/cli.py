@@ -32,7 +32,9 @@ def simulate_cmd(
     explain_: Annotated[
         bool, typer.Option("--explain", metavar="", help="say why the simulation differs from the estimate")
     ] = False,
-    bucket_mb: Annotated[float, typer.Option("--bucket-mb", help="gradient bucket in MiB (DDP bucket_cap_mb)")] = 25.0,
+    bucket_mb: Annotated[Optional[float], typer.Option(
+        "--bucket-mb", help="gradient bucket in MiB (default: the framework's: PyTorch DDP bucket_cap_mb 25 MiB, "
+        "Megatron-Core max(40e6, 1e6*dp) parameters)")] = None,
     catalog: CatalogOpt = None,
 ) -> None:
     """Simulate one training step event by event: the same Breakdown as estimate, plus a timeline."""
@@ -43,14 +45,17 @@ def simulate_cmd(
     from commtax.spec import load_job
     from commtax.units import MiB
 
-    if not bucket_mb > 0:
+    if bucket_mb is not None and not bucket_mb > 0:
         raise SpecError(f"--bucket-mb must be > 0 MiB, got {bucket_mb}")
     for path in (trace, gantt, out):
         if path is not None and not path.resolve().parent.is_dir():
             raise SpecError(f"{path}: directory {path.resolve().parent} does not exist")
     job = load_job(job_file, catalog)
     try:
-        result = simulate(job, SimOptions(bucket_bytes=bucket_mb * MiB))
+        from commtax.workload import grad_bucket_bytes
+
+        bucket = grad_bucket_bytes(job) if bucket_mb is None else bucket_mb * MiB
+        result = simulate(job, SimOptions(bucket_bytes=bucket))
     except SimError as e:
         raise SpecError(str(e)) from None
     bd = result.breakdown

@@ -103,13 +103,18 @@ def explain(r: SimResult) -> list[str]:
         est_bucket = bld.wl.bucket_bytes
         line = (
             f"gradient buckets: stage {r.busiest_stage} reduces its gradients in {dev.buckets} buckets of "
-            f"{size / MiB:g} MiB (--bucket-mb; PyTorch DDP's default is 25 MiB), the estimate in one collective "
+            f"{size / MiB:g} MiB (--bucket-mb; default: the framework's, PyTorch DDP 25 MiB), the estimate in one "
+            f"collective "
             f"with a last-bucket tail of {est_bucket / MiB:.0f} MiB. DP link time {_ms(b.comm_time_s['dp'])} vs "
             f"{_ms(e.comm_time_s['dp'])} (each bucket pays the collective's latency); exposed "
             f"{_ms(sb['dp_exposed'])} vs {_ms(eb['dp_exposed'])}"
         )
         if bld.ov.dp:
             line += f"; the optimizer waited {_ms(_tail_s(r))} after the last backward for the last buckets"
+        if bld.wl.grads_sharded and bld.wl.micro_batches > 1:
+            line += (f"; ZeRO-2 reduces the gradient shard after each of the {bld.wl.micro_batches} micro-batches "
+                     f"(DeepSpeed partition_gradients): the simulator bucket by bucket under each backward, the "
+                     f"estimate what one micro-batch's compute cannot hide")
         out.append(line)
     elif bld.wl.dp_microbatch and abs(sb["dp_exposed"] - eb["dp_exposed"]) > small:
         out.append(

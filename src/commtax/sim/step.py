@@ -214,7 +214,11 @@ class StepBuilder:
                                  meta=(dev.stage, -1, -1, "C")),)
         deps = list(dev.prev)
         if wl.dp_step and not self.ov.dp:  # one reduction of all gradients after the last backward
-            deps.append(self._dp_task(dev, "dp", "grad reduce", wl.dp_step[0], dev.params, dev.prev, (dev.stage, -1, -1, "R")))
+            reduce = dev.prev
+            for _ in range(self.m if wl.grads_sharded else 1):  # ZeRO-2: each micro-batch's reduction, in turn
+                reduce = (self._dp_task(dev, "dp", "grad reduce", wl.dp_step[0], dev.params, reduce,
+                                        (dev.stage, -1, -1, "R")),)
+            deps.extend(reduce)
         adam = wl.optimizer
         op = Compute(adam.name, adam.flop, adam.bytes * dev.params / self.max_stage_params, adam.kind)
         dev.optimizer = sim.task(
@@ -340,7 +344,9 @@ class StepBuilder:
         """Cut a pass into (time fraction, tasks to wait for, ZeRO-3 params to gather, gradient buckets to launch after)."""
         wl = self.wl
         first_fwd = x.phase == "F" and x.chunk in dev.gathers
-        last_bwd = (x.phase == "B" and wl.dp_step and self.ov.dp and self.last_bwd.get((x.stage, x.chunk)) == x.mb)
+        # ZeRO-2 keeps only its gradient shard: every backward reduces its buckets (``Workload.grads_sharded``)
+        last_bwd = (x.phase == "B" and wl.dp_step and self.ov.dp
+                    and (wl.grads_sharded or self.last_bwd.get((x.stage, x.chunk)) == x.mb))
         if not (wl.dp_microbatch or first_fwd or last_bwd):
             return ONE_PIECE
         units = chunk.units if x.phase == "F" else chunk.units[::-1]
