@@ -135,14 +135,16 @@ def test_megatron_reduces_bf16_gradients_in_fp32():
     ("torchtitan", (0, 2, 3)),  # replicate / fully_shard(reshard_after_forward=False) / fully_shard
     ("deepspeed", (0, 1, 2, 3)),
 ])
-def test_frameworks_refuse_zero_stages_they_cannot_run(name, stages):
+def test_frameworks_name_the_zero_stages_they_run(name, stages):
+    from commtax.estimate import estimate
+
     assert frameworks()[name].zero_stages == stages
     for zero in (0, 1, 2, 3):
-        if zero in stages:
-            assert load_job(job_dict(framework=name, zero=zero)).plan.zero == zero
-        else:
-            with pytest.raises(SpecError, match=rf"zero\({zero}\) is not a stage {name} runs"):
-                load_job(job_dict(framework=name, zero=zero))
+        job = load_job(job_dict(framework=name, zero=zero))
+        assert job.plan.zero == zero  # a stated stage is priced as stated (a published run is what it was) ...
+        notes = " ".join(estimate(job).notes)
+        # ... with a note when the framework does not run it out of the box (search and advise never propose it)
+        assert (f"zero({zero}) is not a stage {name} runs" in notes) == (zero not in stages)
 
 
 def test_fsdp_frameworks_without_zero_default_to_their_own_stage():

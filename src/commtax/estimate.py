@@ -22,7 +22,7 @@ from typing import Any
 from commtax.collectives import bus_factor, collective_cost
 from commtax.compute import ComputeModel, compute_model, op_time, overlap_slowdown_s
 from commtax.memory import memory
-from commtax.spec import Job, per_rank
+from commtax.spec import Job, per_rank, zero_refusal
 from commtax.topology import group_placement
 from commtax.units import SECONDS_PER_DAY, TFLOPS
 from commtax.workload import (
@@ -581,6 +581,9 @@ def plan_notes(job: Job, wl: Workload) -> list[str]:
     if not p.flash_attention:
         notes.append(f"{p.framework}: attention scores materialised (attention: eager); DP reduction "
                      f"{'overlaps backward' if p.overlap.dp else 'after backward'}")
+    refusal = zero_refusal(p.framework, p.zero)
+    if refusal:
+        notes.append(f"{refusal}: priced as stated")
     if p.pp > 1 and wl.micro_batches < p.pp:
         notes.append(f"fewer micro-batches ({wl.micro_batches}) than pipeline stages ({p.pp}): the bubble dominates")
     return notes

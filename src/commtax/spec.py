@@ -283,12 +283,14 @@ def frameworks() -> dict[str, Framework]:
 
 
 def zero_refusal(framework: str, zero: int) -> str | None:
-    """Why ``framework`` cannot run ZeRO stage ``zero`` (catalog/frameworks.yaml zero_stages), or None."""
+    """Why ``framework`` does not run ZeRO stage ``zero`` out of the box (catalog/frameworks.yaml zero_stages), or
+    None. ``search`` and ``advise`` propose only the stages a framework runs; a plan that states another stage (a
+    published run, Megatron-Core's newer FSDP, a patched framework) is priced as stated, with a note."""
     stages = frameworks()[framework].zero_stages
     if zero in stages:
         return None
-    return (f"zero({zero}) is not a stage {framework} runs (it runs zero {', '.join(map(str, stages))}: "
-            f"catalog/frameworks.yaml zero_stages); set zero to one of them or another framework")
+    return (f"zero({zero}) is not a stage {framework} runs by default (it runs zero {', '.join(map(str, stages))}: "
+            f"catalog/frameworks.yaml zero_stages)")
 
 
 def framework_of(data: dict) -> str:
@@ -345,12 +347,6 @@ class Plan(_Spec):
     def preset(self) -> Framework:
         return frameworks()[self.framework]
 
-    @model_validator(mode="after")
-    def _zero_the_framework_runs(self) -> Plan:
-        msg = zero_refusal(self.framework, self.zero)
-        if msg:
-            raise ValueError(msg)
-        return self
     # how the transformer layers are split over the pipeline stages (``pipeline_split``); default: the most balanced
     account_for_embedding_in_pipeline_split: bool = Field(
         default=False, description="Megatron-Core: the embedding counts as one layer of the first stage's share")
