@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from commtax import estimate as _est
+from commtax.comm_dtypes import COMM_DTYPES
 from commtax.errors import SpecError
 from commtax.estimate import (
     BREAKDOWN_KEYS,
@@ -60,7 +61,7 @@ from commtax.units import GiB
 from commtax.workload import build_workload
 
 RECOMPUTE = ("none", "selective", "full")
-GRAD_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+GRAD_DTYPES = COMM_DTYPES  # the one table of gradient formats (commtax.comm_dtypes)
 SEARCH_FIELDS = ("tp", "pp", "cp", "vp", "micro_batch", "zero", "recompute", "sequence_parallel", "grad_comm_dtype")
 PART_KEYS = _est.BREAKDOWN_KEYS
 RANK_BY = ("step", "cost", "tokens_per_dollar")
