@@ -1,0 +1,295 @@
+"""``commtax bench ddp``: a small GPT trained with DDP under each communication hook, measured and predicted.
+
+The model is the commtax ``Model`` it is predicted as (pre-norm GPT blocks without biases,
+LayerNorm weights only, MLP 4h with GELU, untied input and output embeddings, a final norm;
+no positional embedding: the synthetic task does not need one), so ``estimate`` sees the same
+parameter count and GEMM shapes. The task is next-token prediction on a fixed random Markov
+chain (each token has ``SUCCESSORS`` equally likely successors: the best achievable loss is
+ln 4 = 1.386 nats), fixed seed, the same batches for every hook.
+
+Per step (after ``warmup`` steps): ``accumulate`` micro-batches, the first ``accumulate − 1``
+under ``no_sync`` (gradients accumulate locally, no communication), then the optimizer. The
+step time is the slowest rank's median. ``exposed_comm_s`` is that median minus the median of
+``compute_steps`` steps run afterwards with every micro-batch under ``no_sync`` (the same work,
+no communication), measured in the same run so a busy host slows both alike. Bytes on the wire
+are counted (``hooks.WireCounter``) over the timed steps, per rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from commtax.measure.hooks import HOOKS, WireCounter, hook_format, make_hook
+
+SUCCESSORS = 4
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab: int = 512
+    hidden: int = 256
+    layers: int = 2
+    heads: int = 4
+    seq_len: int = 64
+
+    def model_spec(self) -> dict:
+        """The commtax ``Model`` this network is (spec.Model fields)."""
+        return {"name": f"tiny-gpt-{self.layers}x{self.hidden}", "layers": self.layers, "hidden": self.hidden,
+                "heads": self.heads, "vocab": self.vocab, "gated_mlp": False, "tied_embeddings": False,
+                "source": "commtax.measure.ddp_bench.TinyGPT"}
+
+
+@dataclass(frozen=True)
+class DDPBenchConfig:
+    hooks: tuple[str, ...] = ("none",)
+    error_feedback: bool = False
+    stochastic: bool = False
+    bucket_mb: float = 25.0
+    accumulate: int = 1
+    steps: int = 20
+    warmup: int = 3
+    compute_steps: int = 5
+    micro_batch: int = 8
+    lr: float = 3e-3
+    optimizer: str = "adamw"  # adamw | sgd (momentum 0.9): SGD shows quantization bias that Adam's normalisation hides
+    powersgd_rank: int = 4
+    seed: int = 0
+    timeout_s: float = 300.0
+    model: GPTConfig = GPTConfig()
+
+
+class Block(nn.Module):
+    def __init__(self, h: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(h, bias=False), nn.LayerNorm(h, bias=False)
+        self.qkv, self.proj = nn.Linear(h, 3 * h, bias=False), nn.Linear(h, h, bias=False)
+        self.up, self.down = nn.Linear(h, 4 * h, bias=False), nn.Linear(4 * h, h, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, h)
+        x = x + self.proj(a)
+        return x + self.down(F.gelu(self.up(self.ln2(x))))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, c: GPTConfig):
+        super().__init__()
+        self.embed = nn.Embedding(c.vocab, c.hidden)
+        self.blocks = nn.ModuleList(Block(c.hidden, c.heads) for _ in range(c.layers))
+        self.norm = nn.LayerNorm(c.hidden, bias=False)
+        self.head = nn.Linear(c.hidden, c.vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.norm(x))
+
+
+def transition_table(vocab: int, seed: int) -> torch.Tensor:
+    """Each token's SUCCESSORS possible next tokens (vocab × SUCCESSORS), fixed by the seed.
+
+    Successors are drawn with Zipf(1) probabilities (p_k ∝ 1/k), so token frequencies are
+    heavy-tailed as in natural text: rare tokens' gradients are small beside frequent ones' —
+    the case where rounding small values to zero (int4) loses information and error feedback matters.
+    """
+    g = torch.Generator().manual_seed(seed)
+    zipf = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float64)
+    perm = torch.randperm(vocab, generator=g)
+    picks = torch.multinomial(zipf.expand(vocab, vocab), SUCCESSORS, replacement=True, generator=g)
+    return perm[picks]
+
+
+def batch(table: torch.Tensor, micro_batch: int, seq_len: int, g: torch.Generator) -> torch.Tensor:
+    """micro_batch sequences of seq_len + 1 tokens walking the chain from random starts."""
+    vocab = table.shape[0]
+    out = torch.empty(micro_batch, seq_len + 1, dtype=torch.long)
+    out[:, 0] = torch.randint(0, vocab, (micro_batch,), generator=g)
+    for t in range(seq_len):
+        pick = torch.randint(0, SUCCESSORS, (micro_batch,), generator=g)
+        out[:, t + 1] = table[out[:, t], pick]
+    return out
+
+
+def params_of(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _time_steps(run_step, n_steps: int) -> torch.Tensor:
+    dts = torch.zeros(n_steps, dtype=torch.float64)
+    for i in range(n_steps):
+        t0 = time.perf_counter()
+        run_step(i)
+        dts[i] = time.perf_counter() - t0
+    return dts
+
+
+def train_one(cfg: DDPBenchConfig, hook: str, group=None, dog=None) -> dict:
+    """Train a fresh model with ``hook`` (process group already initialised); the record (all ranks)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(cfg.seed)
+    model = TinyGPT(cfg.model)
+    ddp = DDP(model, bucket_cap_mb=cfg.bucket_mb, process_group=group)
+    fn, state = make_hook(hook, group, cfg.error_feedback, cfg.stochastic, cfg.powersgd_rank, seed=cfg.seed)
+    ddp.register_comm_hook(state, fn)
+    if cfg.optimizer == "sgd":
+        opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=0.9)
+    else:
+        opt = torch.optim.AdamW(ddp.parameters(), lr=cfg.lr, weight_decay=0.0)
+    table = transition_table(cfg.model.vocab, cfg.seed)
+    data_gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
+    counter = WireCounter()
+    losses: list[float] = []
+
+    def step(sync: bool, record_loss: bool) -> None:
+        total = 0.0
+        for k in range(cfg.accumulate):
+            xy = batch(table, cfg.micro_batch, cfg.model.seq_len, data_gen)
+            last = sync and k == cfg.accumulate - 1
+            with contextlib.nullcontext() if last else ddp.no_sync():
+                logits = ddp(xy[:, :-1])
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), xy[:, 1:].reshape(-1))
+                (loss / cfg.accumulate).backward()
+            total += float(loss.detach()) / cfg.accumulate
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if record_loss:
+            losses.append(total)
+
+    def train_step(i: int) -> None:
+        if dog is not None:
+            dog.step(i, f"bench ddp --hook {hook} step {i}")
+        step(True, True)
+
+    _time_steps(train_step, cfg.warmup)
+    dist.barrier(group)
+    with counter.patch():
+        dts = _time_steps(train_step, cfg.steps)
+    compute = _time_steps(lambda i: step(False, False), cfg.compute_steps)  # same work, no communication
+    if dog is not None:
+        dog.disarm()
+    curve = torch.tensor(losses, dtype=torch.float64)
+    maxed = torch.stack([dts.median(), compute.median(), dts.mean()])
+    dist.all_reduce(maxed, op=dist.ReduceOp.MAX, group=group)  # the slowest rank sets the pace
+    dist.all_reduce(curve, group=group)
+    curve /= n
+    step_s, compute_s, mean_s = (float(v) for v in maxed)
+    return {
+        "hook": hook, "format": hook_format(hook, cfg.powersgd_rank), "error_feedback": cfg.error_feedback,
+        "optimizer": cfg.optimizer, "lr": cfg.lr, "stochastic": cfg.stochastic, "bucket_mb": cfg.bucket_mb, "accumulate": cfg.accumulate, "steps": cfg.steps,
+        "world_size": n, "nodes": n // int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        "ranks_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")), "backend": dist.get_backend(group),
+        "params": params_of(model), "micro_batch": cfg.micro_batch, "seq_len": cfg.model.seq_len,
+        "step_time_s": step_s, "step_time_mean_s": mean_s, "compute_step_s": compute_s,
+        "exposed_comm_s": max(0.0, step_s - compute_s),
+        "wire_bytes_per_step": counter.wire_bytes(n) / cfg.steps,
+        "message_bytes_per_step": counter.message_bytes() / cfg.steps,
+        "loss": float(curve[-5:].mean()), "loss_curve": [float(v) for v in curve],
+        "model": cfg.model.model_spec(), "unix_time": time.time(),
+    }
+
+
+# ----------------------------------------------------------------------------- prediction
+def predict(record: dict, cluster: dict, gemm: list[dict] | None = None, mem_bw_GBps: float | None = None) -> dict:
+    """What ``commtax.estimate`` predicts for the record's model, plan and cluster file (torch-free).
+
+    Compute is calibrated on the same machine: matmul efficiency = median achieved / peak of a
+    ``bench gemm`` (the cluster file's peak), HBM bandwidth = a measured copy bandwidth, and one
+    compute unit per rank (``sms: 1``: a CPU rank runs one GEMM tile at a time with OMP_NUM_THREADS=1,
+    so GPU wave quantisation does not apply).
+    """
+    from commtax.estimate import estimate
+    from commtax.measure.calibrate import gemm_efficiency
+    from commtax.spec import Job, build, load_catalog, resolve_cluster
+
+    gpu = dict(cluster["gpu"])
+    gpu["sms"] = 1
+    if gemm:
+        eff = gemm_efficiency(gemm, gpu.get("peak_tflops", {}))
+        gpu["matmul_efficiency"] = {k: min(1.0, v) for k, v in eff.items()}
+    if mem_bw_GBps:
+        gpu["mem_bw_GBps"] = mem_bw_GBps
+    c = resolve_cluster({**cluster, "gpu": gpu}, load_catalog())
+    n, acc, mb = record["world_size"], record["accumulate"], record["micro_batch"]
+    job = build(Job, {
+        "model": record["model"], "cluster": c,
+        "plan": {"tp": 1, "pp": 1, "dp": n, "zero": 0, "micro_batch": mb, "recompute": "none",
+                 "grad_comm_dtype": record["format"], "overlap": {"dp": True}},
+        "training": {"seq_len": record["seq_len"], "global_batch": n * mb * acc, "precision": "fp32"},
+    }, "bench ddp")
+    b = estimate(job)
+    return {"predicted_step_time_s": b.step_time_s, "predicted_exposed_comm_s": b.breakdown_s.get("dp_exposed", 0.0),
+            "predicted_breakdown_s": dict(b.breakdown_s)}
+
+
+def memcpy_bw_GBps(nbytes: int = 64 * 2**20, iters: int = 5) -> float:
+    """Read + write bandwidth of a large tensor copy on this rank (the roofline's memory term), GB/s."""
+    a = torch.ones(nbytes // 4)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    ts = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        b.copy_(a)
+        ts.append(time.perf_counter() - t0)
+    return 2 * nbytes / sorted(ts)[len(ts) // 2] / 1e9
+
+
+def _where() -> str:
+    return f"node {os.environ.get('GROUP_RANK', '?')}, local rank {os.environ.get('LOCAL_RANK', '?')}, " \
+           f"{socket.gethostname()} pid {os.getpid()}"
+
+
+def run(cfg: DDPBenchConfig, sink, cluster: dict | None = None, gemm: list[dict] | None = None, log=print) -> list[dict]:
+    """Under torchrun: each hook in turn; rank 0 appends the records (with the prediction) to ``sink``."""
+    from commtax.measure.bench import init_distributed
+    from commtax.measure.watchdog import Watchdog
+
+    for h in cfg.hooks:
+        assert h in HOOKS, h
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    init_distributed("gloo", cfg.timeout_s)
+    rank = dist.get_rank()
+    dog = Watchdog(dist.distributed_c10d._get_default_store(), rank, dist.get_world_size(), cfg.timeout_s, _where())
+    mem_bw = memcpy_bw_GBps() if cluster is not None else None
+    out = []
+    for hook in cfg.hooks:
+        rec = train_one(cfg, hook, dog=dog)
+        if cluster is not None:
+            rec.update(predict(rec, cluster, gemm, mem_bw))
+            rec["calibration"] = {"mem_bw_GBps": mem_bw, "gemm_records": len(gemm or [])}
+        out.append(rec)
+        if rank == 0:
+            sink.append(rec)
+            pred = f" predicted {rec['predicted_step_time_s'] * 1e3:8.1f} ms" if "predicted_step_time_s" in rec else ""
+            log(f"{hook:>9}{' +EF' if cfg.error_feedback else ''}: step {rec['step_time_s'] * 1e3:8.1f} ms{pred}, "
+                f"exposed comm {rec['exposed_comm_s'] * 1e3:7.1f} ms, wire {rec['wire_bytes_per_step'] / 1e6:7.3f} MB/step, "
+                f"loss {rec['loss']:.3f}")
+    dog.stop()
+    dist.barrier()
+    dist.destroy_process_group()
+    return out
+
+
+def config_dict(cfg: DDPBenchConfig) -> dict:
+    return asdict(cfg)
+
+
+def entropy_floor() -> float:
+    """The best achievable loss of the task: ln SUCCESSORS nats."""
+    return math.log(SUCCESSORS)
