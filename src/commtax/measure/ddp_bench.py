@@ -128,104 +128,124 @@ def params_of(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _time_steps(run_step, n_steps: int) -> torch.Tensor:
-    dts = torch.zeros(n_steps, dtype=torch.float64)
-    for i in range(n_steps):
+class Trainee:
+    """One hook's model, DDP wrapper, optimizer, data stream, wire counter and timings on this rank."""
+
+    def __init__(self, cfg: DDPBenchConfig, hook: str, group=None):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        self.cfg, self.hook, self.group = cfg, hook, group
+        torch.manual_seed(cfg.seed)  # every hook starts from the same weights …
+        self.model = TinyGPT(cfg.model)
+        self.ddp = DDP(self.model, bucket_cap_mb=cfg.bucket_mb, process_group=group)
+        fn, state = make_hook(hook, group, cfg.error_feedback, cfg.stochastic, cfg.powersgd_rank, seed=cfg.seed)
+        self.ddp.register_comm_hook(state, fn)
+        if cfg.optimizer == "sgd":
+            self.opt = torch.optim.SGD(self.ddp.parameters(), lr=cfg.lr, momentum=0.9)
+        else:
+            self.opt = torch.optim.AdamW(self.ddp.parameters(), lr=cfg.lr, weight_decay=0.0)
+        self.table = transition_table(cfg.model.vocab, cfg.seed)
+        self.data = torch.Generator().manual_seed(cfg.seed * 7919 + dist.get_rank())  # … and sees the same batches
+        self.counter = WireCounter()
+        self.losses: list[float] = []
+        self.step_s: list[float] = []
+        self.compute_s: list[float] = []
+
+    def step(self, sync: bool = True, timed: bool = False) -> None:
+        """One optimizer step of ``accumulate`` micro-batches (all under no_sync when not ``sync``)."""
+        cfg, ddp = self.cfg, self.ddp
         t0 = time.perf_counter()
-        run_step(i)
-        dts[i] = time.perf_counter() - t0
-    return dts
-
-
-def train_one(cfg: DDPBenchConfig, hook: str, group=None, dog=None) -> dict:
-    """Train a fresh model with ``hook`` (process group already initialised); the record (all ranks)."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    rank, n = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(cfg.seed)
-    model = TinyGPT(cfg.model)
-    ddp = DDP(model, bucket_cap_mb=cfg.bucket_mb, process_group=group)
-    fn, state = make_hook(hook, group, cfg.error_feedback, cfg.stochastic, cfg.powersgd_rank, seed=cfg.seed)
-    ddp.register_comm_hook(state, fn)
-    if cfg.optimizer == "sgd":
-        opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=0.9)
-    else:
-        opt = torch.optim.AdamW(ddp.parameters(), lr=cfg.lr, weight_decay=0.0)
-    table = transition_table(cfg.model.vocab, cfg.seed)
-    data_gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
-    counter = WireCounter()
-    losses: list[float] = []
-
-    def step(sync: bool, record_loss: bool) -> None:
         total = 0.0
         for k in range(cfg.accumulate):
-            xy = batch(table, cfg.micro_batch, cfg.model.seq_len, data_gen)
+            xy = batch(self.table, cfg.micro_batch, cfg.model.seq_len, self.data)
             last = sync and k == cfg.accumulate - 1
             with contextlib.nullcontext() if last else ddp.no_sync():
                 logits = ddp(xy[:, :-1])
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), xy[:, 1:].reshape(-1))
                 (loss / cfg.accumulate).backward()
             total += float(loss.detach()) / cfg.accumulate
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if record_loss:
-            losses.append(total)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        if timed:
+            (self.step_s if sync else self.compute_s).append(time.perf_counter() - t0)
+        if sync:
+            self.losses.append(total)
 
-    def train_step(i: int) -> None:
-        if dog is not None:
-            dog.step(i, f"bench ddp --hook {hook} step {i}")
-        step(True, True)
+    def record(self) -> dict:
+        """The record (collective: every rank calls it in the same order)."""
+        cfg, n = self.cfg, dist.get_world_size()
+        dts, comp = torch.tensor(self.step_s, dtype=torch.float64), torch.tensor(self.compute_s, dtype=torch.float64)
+        maxed = torch.stack([dts.median(), comp.median(), dts.mean()])
+        dist.all_reduce(maxed, op=dist.ReduceOp.MAX, group=self.group)  # the slowest rank sets the pace
+        curve = torch.tensor(self.losses, dtype=torch.float64)
+        dist.all_reduce(curve, group=self.group)
+        curve /= n
+        step_s, compute_s, mean_s = (float(v) for v in maxed)
+        return {
+            "hook": self.hook, "format": hook_format(self.hook, cfg.powersgd_rank), "error_feedback": cfg.error_feedback,
+            "stochastic": cfg.stochastic, "optimizer": cfg.optimizer, "lr": cfg.lr, "bucket_mb": cfg.bucket_mb,
+            "accumulate": cfg.accumulate, "steps": cfg.steps, "world_size": n,
+            "nodes": n // int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+            "ranks_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")), "backend": dist.get_backend(self.group),
+            "params": params_of(self.model), "micro_batch": cfg.micro_batch, "seq_len": cfg.model.seq_len,
+            "step_time_s": step_s, "step_time_mean_s": mean_s, "compute_step_s": compute_s,
+            "exposed_comm_s": max(0.0, step_s - compute_s),
+            "wire_bytes_per_step": self.counter.wire_bytes(n) / cfg.steps,
+            "message_bytes_per_step": self.counter.message_bytes() / cfg.steps,
+            "loss": float(curve[-5:].mean()), "loss_curve": [float(v) for v in curve],
+            "model": cfg.model.model_spec(), "unix_time": time.time(),
+        }
 
-    _time_steps(train_step, cfg.warmup)
+
+def train_all(cfg: DDPBenchConfig, group=None, dog=None) -> list[dict]:
+    """Every hook, interleaved step by step (hook A step i, hook B step i, …) so a busy host slows all
+    alike; then the compute-only steps, interleaved too. One record per hook (all ranks)."""
+    trainees = [Trainee(cfg, h, group) for h in cfg.hooks]
+    for i in range(cfg.warmup):
+        for t in trainees:
+            t.step()
     dist.barrier(group)
-    with counter.patch():
-        dts = _time_steps(train_step, cfg.steps)
-    compute = _time_steps(lambda i: step(False, False), cfg.compute_steps)  # same work, no communication
+    for i in range(cfg.steps):
+        for t in trainees:
+            if dog is not None:
+                dog.step(i, f"bench ddp --hook {t.hook} step {i}")
+            with t.counter.patch():
+                t.step(timed=True)
+    for i in range(cfg.compute_steps):  # the same work without communication: what the step would be with none
+        for t in trainees:
+            t.step(sync=False, timed=True)
     if dog is not None:
         dog.disarm()
-    curve = torch.tensor(losses, dtype=torch.float64)
-    maxed = torch.stack([dts.median(), compute.median(), dts.mean()])
-    dist.all_reduce(maxed, op=dist.ReduceOp.MAX, group=group)  # the slowest rank sets the pace
-    dist.all_reduce(curve, group=group)
-    curve /= n
-    step_s, compute_s, mean_s = (float(v) for v in maxed)
-    return {
-        "hook": hook, "format": hook_format(hook, cfg.powersgd_rank), "error_feedback": cfg.error_feedback,
-        "optimizer": cfg.optimizer, "lr": cfg.lr, "stochastic": cfg.stochastic, "bucket_mb": cfg.bucket_mb, "accumulate": cfg.accumulate, "steps": cfg.steps,
-        "world_size": n, "nodes": n // int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-        "ranks_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")), "backend": dist.get_backend(group),
-        "params": params_of(model), "micro_batch": cfg.micro_batch, "seq_len": cfg.model.seq_len,
-        "step_time_s": step_s, "step_time_mean_s": mean_s, "compute_step_s": compute_s,
-        "exposed_comm_s": max(0.0, step_s - compute_s),
-        "wire_bytes_per_step": counter.wire_bytes(n) / cfg.steps,
-        "message_bytes_per_step": counter.message_bytes() / cfg.steps,
-        "loss": float(curve[-5:].mean()), "loss_curve": [float(v) for v in curve],
-        "model": cfg.model.model_spec(), "unix_time": time.time(),
-    }
+    return [t.record() for t in trainees]
 
 
 # ----------------------------------------------------------------------------- prediction
 def predict(record: dict, cluster: dict, gemm: list[dict] | None = None, mem_bw_GBps: float | None = None) -> dict:
     """What ``commtax.estimate`` predicts for the record's model, plan and cluster file (torch-free).
 
-    Compute is calibrated on the same machine: matmul efficiency = median achieved / peak of a
-    ``bench gemm`` (the cluster file's peak), HBM bandwidth = a measured copy bandwidth, and one
+    Compute is calibrated on the same machine: matmul efficiency from a ``bench gemm`` at the model's
+    shapes (the median over GEMMs of achieved / (peak × the model's shape factors), so the model
+    reproduces the measured GEMMs), memory bandwidth = a measured copy bandwidth, and one
     compute unit per rank (``sms: 1``: a CPU rank runs one GEMM tile at a time with OMP_NUM_THREADS=1,
     so GPU wave quantisation does not apply).
     """
+    from commtax.compute import quantisation_efficiency, short_k_efficiency
     from commtax.estimate import estimate
-    from commtax.measure.calibrate import gemm_efficiency
     from commtax.spec import Job, build, load_catalog, resolve_cluster
 
     gpu = dict(cluster["gpu"])
     gpu["sms"] = 1
     if gemm:
-        eff = gemm_efficiency(gemm, gpu.get("peak_tflops", {}))
-        gpu["matmul_efficiency"] = {k: min(1.0, v) for k, v in eff.items()}
+        # invert compute.gemm_efficiency at each measured shape, so the model reproduces the measured GEMMs
+        peak = gpu["peak_tflops"]["fp32"]
+        implied = sorted(g["tflops"] / (peak * short_k_efficiency(g["k"]) * quantisation_efficiency(g["m"], g["n"], 1))
+                         for g in gemm)
+        gpu["matmul_efficiency"] = {"fp32": min(1.0, implied[len(implied) // 2])}
     if mem_bw_GBps:
         gpu["mem_bw_GBps"] = mem_bw_GBps
-    c = resolve_cluster({**cluster, "gpu": gpu}, load_catalog())
     n, acc, mb = record["world_size"], record["accumulate"], record["micro_batch"]
+    c = resolve_cluster({**cluster, "gpu": gpu, "num_gpus": n, "gpus_per_node": record["ranks_per_node"]},
+                        load_catalog())
     job = build(Job, {
         "model": record["model"], "cluster": c,
         "plan": {"tp": 1, "pp": 1, "dp": n, "zero": 0, "micro_batch": mb, "recompute": "none",
@@ -250,13 +270,49 @@ def memcpy_bw_GBps(nbytes: int = 64 * 2**20, iters: int = 5) -> float:
     return 2 * nbytes / sorted(ts)[len(ts) // 2] / 1e9
 
 
+def calibrate_compute(cfg: DDPBenchConfig, warmup: int = 1, iters: int = 5) -> dict:
+    """This rank's GEMM throughput at the model's own shapes, measured now, and its copy bandwidth.
+
+    The ``bench gemm`` shapes of one layer (hidden h, micro_batch·seq tokens: QKV, attention out,
+    MLP up, down), each as the workload charges it: forward (m×k)·(k×n), dgrad (m×n)·(n×k) and
+    wgrad (k×m)·(m×n) with the transposed operand autograd passes (commtax.workload._layer_block).
+    The slowest rank's times (MAX) are kept: it sets the pace of a DDP step.
+    """
+    from commtax.measure.gemm import gemm_shapes
+
+    recs = []
+    for name, (m, n, k) in gemm_shapes(cfg.model.hidden, cfg.micro_batch * cfg.model.seq_len).items():
+        x, w, dy = torch.randn(m, k), torch.randn(k, n), torch.randn(m, n)
+        for kind, run, shape in (("fwd", lambda: x @ w, (m, n, k)), ("dgrad", lambda: dy @ w.t(), (m, k, n)),
+                                 ("wgrad", lambda: x.t() @ dy, (k, n, m))):
+            for _ in range(warmup):
+                run()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                run()
+            recs.append({"op": "gemm", "name": f"{name}_{kind}", "m": shape[0], "n": shape[1], "k": shape[2],
+                         "dtype": "fp32", "flop": 2 * m * n * k, "time_s": (time.perf_counter() - t0) / iters})
+    times = torch.tensor([r["time_s"] for r in recs] + [1.0 / memcpy_bw_GBps()], dtype=torch.float64)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    for r, t in zip(recs, times[:-1].tolist()):
+        r["time_s"], r["tflops"] = t, r["flop"] / t / 1e12
+    return {"gemm": recs, "mem_bw_GBps": 1.0 / float(times[-1])}
+
+
+def merge_calibrations(a: dict, b: dict) -> dict:
+    """The mean of two calibrations (before and after the run), GEMM by GEMM."""
+    gemm = [{**x, "time_s": (x["time_s"] + y["time_s"]) / 2,
+             "tflops": 2 * x["flop"] / (x["time_s"] + y["time_s"]) / 1e12} for x, y in zip(a["gemm"], b["gemm"])]
+    return {"gemm": gemm, "mem_bw_GBps": 2 / (1 / a["mem_bw_GBps"] + 1 / b["mem_bw_GBps"])}
+
+
 def _where() -> str:
     return f"node {os.environ.get('GROUP_RANK', '?')}, local rank {os.environ.get('LOCAL_RANK', '?')}, " \
            f"{socket.gethostname()} pid {os.getpid()}"
 
 
 def run(cfg: DDPBenchConfig, sink, cluster: dict | None = None, gemm: list[dict] | None = None, log=print) -> list[dict]:
-    """Under torchrun: each hook in turn; rank 0 appends the records (with the prediction) to ``sink``."""
+    """Under torchrun: all hooks, interleaved; rank 0 appends the records (with the prediction) to ``sink``."""
     from commtax.measure.bench import init_distributed
     from commtax.measure.watchdog import Watchdog
 
@@ -266,20 +322,22 @@ def run(cfg: DDPBenchConfig, sink, cluster: dict | None = None, gemm: list[dict]
     init_distributed("gloo", cfg.timeout_s)
     rank = dist.get_rank()
     dog = Watchdog(dist.distributed_c10d._get_default_store(), rank, dist.get_world_size(), cfg.timeout_s, _where())
-    mem_bw = memcpy_bw_GBps() if cluster is not None else None
-    out = []
-    for hook in cfg.hooks:
-        rec = train_one(cfg, hook, dog=dog)
+    calib = calibrate_compute(cfg) if cluster is not None else None
+    out = train_all(cfg, dog=dog)
+    if calib is not None:  # again after training: the host's load may have changed meanwhile
+        calib = merge_calibrations(calib, calibrate_compute(cfg))
+    for rec in out:
         if cluster is not None:
-            rec.update(predict(rec, cluster, gemm, mem_bw))
-            rec["calibration"] = {"mem_bw_GBps": mem_bw, "gemm_records": len(gemm or [])}
-        out.append(rec)
+            rec.update(predict(rec, cluster, gemm or calib["gemm"], calib["mem_bw_GBps"]))
+            rec["calibration"] = {"mem_bw_GBps": calib["mem_bw_GBps"],
+                                  "gemm_tflops": [g["tflops"] for g in gemm or calib["gemm"]],
+                                  "gemm_source": "--gemm file" if gemm else "measured in this run, before and after"}
         if rank == 0:
             sink.append(rec)
             pred = f" predicted {rec['predicted_step_time_s'] * 1e3:8.1f} ms" if "predicted_step_time_s" in rec else ""
-            log(f"{hook:>9}{' +EF' if cfg.error_feedback else ''}: step {rec['step_time_s'] * 1e3:8.1f} ms{pred}, "
-                f"exposed comm {rec['exposed_comm_s'] * 1e3:7.1f} ms, wire {rec['wire_bytes_per_step'] / 1e6:7.3f} MB/step, "
-                f"loss {rec['loss']:.3f}")
+            log(f"{rec['hook']:>9}{' +EF' if cfg.error_feedback else ''}: step {rec['step_time_s'] * 1e3:8.1f} ms"
+                f"{pred}, exposed comm {rec['exposed_comm_s'] * 1e3:7.1f} ms, "
+                f"wire {rec['wire_bytes_per_step'] / 1e6:7.3f} MB/step, loss {rec['loss']:.3f}")
     dog.stop()
     dist.barrier()
     dist.destroy_process_group()
