@@ -182,7 +182,8 @@ class Trainee:
         curve /= n
         step_s, compute_s, mean_s = (float(v) for v in maxed)
         return {
-            "hook": self.hook, "format": hook_format(self.hook, cfg.powersgd_rank), "error_feedback": cfg.error_feedback,
+            "hook": self.hook, "format": hook_format(self.hook, cfg.powersgd_rank),
+            "error_feedback": cfg.error_feedback,
             "stochastic": cfg.stochastic, "optimizer": cfg.optimizer, "lr": cfg.lr, "bucket_mb": cfg.bucket_mb,
             "accumulate": cfg.accumulate, "steps": cfg.steps, "world_size": n,
             "nodes": n // int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
@@ -311,7 +312,8 @@ def _where() -> str:
            f"{socket.gethostname()} pid {os.getpid()}"
 
 
-def run(cfg: DDPBenchConfig, sink, cluster: dict | None = None, gemm: list[dict] | None = None, log=print) -> list[dict]:
+def run(cfg: DDPBenchConfig, sink, cluster: dict | None = None, gemm: list[dict] | None = None,
+        log=print) -> list[dict]:
     """Under torchrun: all hooks, interleaved; rank 0 appends the records (with the prediction) to ``sink``."""
     from commtax.measure.bench import init_distributed
     from commtax.measure.watchdog import Watchdog

@@ -39,6 +39,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from commtax.collectives import bus_factor
 from commtax.measure.compression import QUANTIZED, ErrorFeedback, dequantize, padded_numel, quantize, row_bytes
 
+# torch ≥ 2.13 names the flat all-gather all_gather_single (all_gather_into_tensor is deprecated there)
+ALL_GATHER = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
 HOOKS = ("none", "fp16", "bf16", "fp8", "fp8_e5m2", "int8", "int4", "powersgd")
 # the commtax.comm_dtypes format each hook sends (powersgd: powersgd_r{rank})
 HOOK_FORMAT = {"none": "fp32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
@@ -77,14 +79,14 @@ class WireCounter:
 
     @contextlib.contextmanager
     def patch(self):
-        """Count every ``dist.all_reduce`` / ``all_gather_into_tensor`` / ``all_to_all_single`` call meanwhile."""
+        """Count every ``dist.all_reduce`` / ``all_gather_single`` / ``all_to_all_single`` call meanwhile."""
         def nbytes(t: torch.Tensor) -> int:
             return t.numel() * t.element_size()
 
         wrappers = {
-            "all_reduce": lambda f: lambda tensor, *a, **k: (self.add("all_reduce", nbytes(tensor)), f(tensor, *a, **k))[1],
-            "all_gather_into_tensor": lambda f: lambda out, inp, *a, **k: (self.add("all_gather", nbytes(out)),
-                                                                          f(out, inp, *a, **k))[1],
+            "all_reduce": lambda f: lambda t, *a, **k: (self.add("all_reduce", nbytes(t)), f(t, *a, **k))[1],
+            ALL_GATHER: lambda f: lambda out, inp, *a, **k: (self.add("all_gather", nbytes(out)),
+                                                             f(out, inp, *a, **k))[1],
             "all_to_all_single": lambda f: lambda out, inp, *a, **k: (self.add("all_to_all", nbytes(inp)),
                                                                      f(out, inp, *a, **k))[1],
         }
@@ -142,7 +144,7 @@ def quantized_hook(state: QuantState, bucket: dist.GradBucket) -> torch.futures.
         shard = dequantize(recv, state.fmt).view(n, -1).sum(0).div_(n)
         mine = _quantize_ef(state, state.owner_ef, key, shard)
         out = torch.empty(n * mine.shape[0], row_bytes(state.fmt), dtype=torch.uint8)
-        dist.all_gather_into_tensor(out, mine, group=group, async_op=True).wait()
+        getattr(dist, ALL_GATHER)(out, mine, group=group, async_op=True).wait()
         return out
 
     def decompress(fut) -> torch.Tensor:
