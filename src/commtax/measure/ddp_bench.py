@@ -300,6 +300,17 @@ def calibrate_compute(cfg: DDPBenchConfig, warmup: int = 1, iters: int = 5) -> d
     return {"gemm": recs, "mem_bw_GBps": 1.0 / float(times[-1])}
 
 
+def codec_times(cfg: DDPBenchConfig, numel: int) -> dict[str, float | None]:
+    """Each hook's own compute on a gradient of ``numel`` elements (hooks.codec_seconds), slowest rank."""
+    from commtax.measure.hooks import codec_seconds
+
+    n = dist.get_world_size()
+    raw = {h: codec_seconds(h, numel, n, cfg.error_feedback) for h in cfg.hooks}
+    t = torch.tensor([-1.0 if v is None else v for v in raw.values()], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return {h: (None if v < 0 else float(v)) for h, v in zip(raw, t.tolist())}
+
+
 def merge_calibrations(a: dict, b: dict) -> dict:
     """The mean of two calibrations (before and after the run), GEMM by GEMM."""
     gemm = [{**x, "time_s": (x["time_s"] + y["time_s"]) / 2,
@@ -328,15 +339,21 @@ def run(cfg: DDPBenchConfig, sink, cluster: dict | None = None, gemm: list[dict]
     out = train_all(cfg, dog=dog)
     if calib is not None:  # again after training: the host's load may have changed meanwhile
         calib = merge_calibrations(calib, calibrate_compute(cfg))
+    codec = codec_times(cfg, out[0]["params"])
     for rec in out:
+        rec["codec_s"] = codec[rec["hook"]]
         if cluster is not None:
             rec.update(predict(rec, cluster, gemm or calib["gemm"], calib["mem_bw_GBps"]))
+            if rec["codec_s"] is not None:  # estimate prices the wire; the hook's own compute is measured apart
+                rec["predicted_plus_codec_s"] = rec["predicted_step_time_s"] + rec["codec_s"]
             rec["calibration"] = {"mem_bw_GBps": calib["mem_bw_GBps"],
                                   "gemm_tflops": [g["tflops"] for g in gemm or calib["gemm"]],
                                   "gemm_source": "--gemm file" if gemm else "measured in this run, before and after"}
         if rank == 0:
             sink.append(rec)
             pred = f" predicted {rec['predicted_step_time_s'] * 1e3:8.1f} ms" if "predicted_step_time_s" in rec else ""
+            if rec.get("predicted_plus_codec_s") is not None:
+                pred += f" (+ codec {rec['predicted_plus_codec_s'] * 1e3:8.1f} ms)"
             log(f"{rec['hook']:>9}{' +EF' if cfg.error_feedback else ''}: step {rec['step_time_s'] * 1e3:8.1f} ms"
                 f"{pred}, exposed comm {rec['exposed_comm_s'] * 1e3:7.1f} ms, "
                 f"wire {rec['wire_bytes_per_step'] / 1e6:7.3f} MB/step, loss {rec['loss']:.3f}")

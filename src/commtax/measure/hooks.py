@@ -29,6 +29,7 @@ two residuals per bucket: the worker's (its gradient's quantization error) and t
 # no `from __future__ import annotations`: DDP checks the hook's annotations are dist.GradBucket objects, not strings
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -158,6 +159,36 @@ def bf16_hook(process_group: dist.ProcessGroup, bucket: dist.GradBucket) -> torc
     """torch's ``bf16_compress_hook``, unchanged; a wrapper only because DDP refuses that function by identity
     unless CUDA and NCCL ≥ 2.10 are present, while gloo on CPU all-reduces bf16 fine."""
     return default_hooks.bf16_compress_hook(process_group, bucket)
+
+
+def codec_seconds(hook: str, numel: int, n: int, error_feedback: bool = False, iters: int = 3) -> float | None:
+    """This rank's median time for the hook's own compute on a ``numel`` gradient, without communication:
+    what the hook adds besides the wire (quantize, dequantize-average n shards, requantize, dequantize;
+    the casts of fp16/bf16; the division of none). None for PowerSGD (torch's matmuls: not replayed here)."""
+    if hook == "powersgd":
+        return None
+    g = torch.randn(numel)
+    fmt = HOOK_FORMAT[hook]
+
+    def once() -> None:
+        if fmt in QUANTIZED:
+            state = QuantState(fmt, error_feedback=error_feedback)
+            x = torch.zeros(padded_numel(numel, n))
+            x[:numel] = g
+            packed = _quantize_ef(state, state.worker_ef, 0, x)  # the all_to_all receives as many bytes
+            shard = dequantize(packed, fmt).view(n, -1).sum(0).div_(n)
+            mine = _quantize_ef(state, state.owner_ef, 0, shard)
+            g.copy_(dequantize(mine.repeat(n, 1), fmt)[:numel])  # the all_gather's output
+        else:
+            dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(fmt, torch.float32)
+            g.copy_(g.to(dtype).div_(n))
+
+    ts = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        once()
+        ts.append(time.perf_counter() - t0)
+    return sorted(ts)[len(ts) // 2]
 
 
 # ----------------------------------------------------------------------------- choosing a hook
