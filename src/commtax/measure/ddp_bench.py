@@ -9,9 +9,10 @@ ln 4 = 1.386 nats), fixed seed, the same batches for every hook.
 
 Per step (after ``warmup`` steps): ``accumulate`` micro-batches, the first ``accumulate − 1``
 under ``no_sync`` (gradients accumulate locally, no communication), then the optimizer. The
-step time is the slowest rank's median. ``exposed_comm_s`` is that median minus the median of
-``compute_steps`` steps run afterwards with every micro-batch under ``no_sync`` (the same work,
-no communication), measured in the same run so a busy host slows both alike. Bytes on the wire
+step time is the slowest rank's median. ``exposed_comm_s`` is that median minus the step without
+communication: the median of ``compute_steps`` forward/backward passes with every micro-batch
+under ``no_sync``, each run right after a training step (same time window, same host load),
+plus the optimizer's median. Bytes on the wire
 are counted (``hooks.WireCounter``) over the timed steps, per rank.
 """
 
@@ -58,7 +59,7 @@ class DDPBenchConfig:
     accumulate: int = 1
     steps: int = 20
     warmup: int = 3
-    compute_steps: int = 5
+    compute_steps: int = 10  # no-communication twins of the first training steps
     micro_batch: int = 8
     lr: float = 3e-3
     optimizer: str = "adamw"  # adamw | sgd (momentum 0.9): SGD shows quantization bias that Adam's normalisation hides
@@ -146,36 +147,53 @@ class Trainee:
             self.opt = torch.optim.AdamW(self.ddp.parameters(), lr=cfg.lr, weight_decay=0.0)
         self.table = transition_table(cfg.model.vocab, cfg.seed)
         self.data = torch.Generator().manual_seed(cfg.seed * 7919 + dist.get_rank())  # … and sees the same batches
+        self.spare = torch.Generator().manual_seed(cfg.seed * 7919 + dist.get_rank() + 104_729)  # compute-only steps
         self.counter = WireCounter()
         self.losses: list[float] = []
         self.step_s: list[float] = []
         self.compute_s: list[float] = []
+        self.opt_s: list[float] = []
 
-    def step(self, sync: bool = True, timed: bool = False) -> None:
-        """One optimizer step of ``accumulate`` micro-batches (all under no_sync when not ``sync``)."""
+    def step(self, timed: bool = False) -> None:
+        """One optimizer step of ``accumulate`` micro-batches, the first accumulate − 1 under no_sync."""
         cfg, ddp = self.cfg, self.ddp
         t0 = time.perf_counter()
         total = 0.0
         for k in range(cfg.accumulate):
             xy = batch(self.table, cfg.micro_batch, cfg.model.seq_len, self.data)
-            last = sync and k == cfg.accumulate - 1
-            with contextlib.nullcontext() if last else ddp.no_sync():
+            with contextlib.nullcontext() if k == cfg.accumulate - 1 else ddp.no_sync():
                 logits = ddp(xy[:, :-1])
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), xy[:, 1:].reshape(-1))
                 (loss / cfg.accumulate).backward()
             total += float(loss.detach()) / cfg.accumulate
+        t1 = time.perf_counter()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         if timed:
-            (self.step_s if sync else self.compute_s).append(time.perf_counter() - t0)
-        if sync:
-            self.losses.append(total)
+            self.step_s.append(time.perf_counter() - t0)
+            self.opt_s.append(time.perf_counter() - t1)
+        self.losses.append(total)
+
+    def compute_only(self) -> None:
+        """The same forward and backward work with every micro-batch under no_sync (no communication), on
+        batches of a separate stream, gradients dropped: training is unchanged. Its time + the optimizer's
+        median is the step without communication."""
+        cfg, ddp = self.cfg, self.ddp
+        t0 = time.perf_counter()
+        with ddp.no_sync():
+            for _ in range(cfg.accumulate):
+                xy = batch(self.table, cfg.micro_batch, cfg.model.seq_len, self.spare)
+                logits = ddp(xy[:, :-1])
+                F.cross_entropy(logits.reshape(-1, logits.shape[-1]), xy[:, 1:].reshape(-1)).backward()
+        self.compute_s.append(time.perf_counter() - t0)
+        self.opt.zero_grad(set_to_none=True)
 
     def record(self) -> dict:
         """The record (collective: every rank calls it in the same order)."""
         cfg, n = self.cfg, dist.get_world_size()
         dts, comp = torch.tensor(self.step_s, dtype=torch.float64), torch.tensor(self.compute_s, dtype=torch.float64)
-        maxed = torch.stack([dts.median(), comp.median(), dts.mean()])
+        opt = torch.tensor(self.opt_s, dtype=torch.float64).median()
+        maxed = torch.stack([dts.median(), comp.median() + opt, dts.mean()])
         dist.all_reduce(maxed, op=dist.ReduceOp.MAX, group=self.group)  # the slowest rank sets the pace
         curve = torch.tensor(self.losses, dtype=torch.float64)
         dist.all_reduce(curve, group=self.group)
@@ -199,8 +217,8 @@ class Trainee:
 
 
 def train_all(cfg: DDPBenchConfig, group=None, dog=None) -> list[dict]:
-    """Every hook, interleaved step by step (hook A step i, hook B step i, …) so a busy host slows all
-    alike; then the compute-only steps, interleaved too. One record per hook (all ranks)."""
+    """Every hook, interleaved step by step (hook A step i, its compute-only step, hook B step i, …) so a
+    busy host slows all alike and each hook's step and its no-communication twin share a time window."""
     trainees = [Trainee(cfg, h, group) for h in cfg.hooks]
     for i in range(cfg.warmup):
         for t in trainees:
@@ -212,9 +230,8 @@ def train_all(cfg: DDPBenchConfig, group=None, dog=None) -> list[dict]:
                 dog.step(i, f"bench ddp --hook {t.hook} step {i}")
             with t.counter.patch():
                 t.step(timed=True)
-    for i in range(cfg.compute_steps):  # the same work without communication: what the step would be with none
-        for t in trainees:
-            t.step(sync=False, timed=True)
+            if i < cfg.compute_steps:
+                t.compute_only()
     if dog is not None:
         dog.disarm()
     return [t.record() for t in trainees]
