@@ -124,3 +124,10 @@ def test_remedies_are_re_estimates_with_exposed_dp_time_and_caveat():
     text = int8.text()
     assert text.startswith("int8 gradients with error feedback cut the exposed DP time from ")
     assert "step); quality:" in text
+
+
+def test_powersgd_remedy_only_for_ddp_all_reduce():
+    zero0 = {r.grad_comm_dtype for r in advise(load_job(seed_job(zero=0)), search_best=False).remedies}
+    zero1 = {r.grad_comm_dtype for r in advise(load_job(seed_job(zero=1)), search_best=False).remedies}
+    assert "powersgd_r4" in zero0 and "powersgd_r4" not in zero1  # P and Q are all-reduced: no reduce-scatter form
+    assert {"int8", "int4"} <= zero1

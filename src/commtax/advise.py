@@ -113,6 +113,8 @@ def remedies(job: Job, base: Breakdown | None = None) -> list[Remedy]:
     now = grad_bytes_per_param(job)
     out = []
     for fmt, label, caveat in REMEDIES:
+        if powersgd_rank(fmt) and job.plan.zero != 0:
+            continue  # PowerSGD's low-rank P and Q are all-reduced: a DDP (ZeRO-0) hook, no reduce-scatter form
         try:
             j = job_with(job, grad_comm_dtype=fmt)
         except SpecError:
