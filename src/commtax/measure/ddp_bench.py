@@ -19,6 +19,7 @@ are counted (``hooks.WireCounter``) over the timed steps, per rank.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import socket
@@ -250,6 +251,7 @@ def predict(record: dict, cluster: dict, gemm: list[dict] | None = None, mem_bw_
     from commtax.compute import quantisation_efficiency, short_k_efficiency
     from commtax.estimate import estimate
     from commtax.spec import Job, build, load_catalog, resolve_cluster
+    from commtax.workload import build_workload
 
     gpu = dict(cluster["gpu"])
     gpu["sms"] = 1
@@ -270,7 +272,8 @@ def predict(record: dict, cluster: dict, gemm: list[dict] | None = None, mem_bw_
                  "grad_comm_dtype": record["format"], "overlap": {"dp": True}},
         "training": {"seq_len": record["seq_len"], "global_batch": n * mb * acc, "precision": "fp32"},
     }, "bench ddp")
-    b = estimate(job)
+    wl = dataclasses.replace(build_workload(job), bucket_bytes=record["bucket_mb"] * 2**20)  # DDP bucket_cap_mb
+    b = estimate(job, workload=wl)
     return {"predicted_step_time_s": b.step_time_s, "predicted_exposed_comm_s": b.breakdown_s.get("dp_exposed", 0.0),
             "predicted_breakdown_s": dict(b.breakdown_s)}
 

@@ -29,6 +29,8 @@ two residuals per bucket: the worker's (its gradient's quantization error) and t
 # no `from __future__ import annotations`: DDP checks the hook's annotations are dist.GradBucket objects, not strings
 
 import contextlib
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -112,6 +114,7 @@ class QuantState:
     worker_ef: ErrorFeedback = field(default_factory=ErrorFeedback)
     owner_ef: ErrorFeedback = field(default_factory=ErrorFeedback)
     generator: torch.Generator | None = None
+    worker: "BucketWorker | None" = None  # started at the first bucket
 
     def __post_init__(self) -> None:
         if self.fmt not in QUANTIZED:
@@ -129,30 +132,75 @@ def _quantize_ef(state: QuantState, ef: ErrorFeedback, key: int, x: torch.Tensor
     return packed
 
 
+class BucketWorker:
+    """One thread that runs the quantized buckets of a DDP model in the order DDP hands them over.
+
+    DDP calls the hook bucket by bucket in the same order on every rank; a hook that issued its
+    second collective from a completion callback would issue it on whichever gloo thread finished
+    first, and two ranks could pair bucket 1's all_to_all with bucket 0's all_gather (a hang, seen
+    with 0.1 MiB buckets). Here each bucket's whole pipeline runs on this FIFO thread: the
+    collectives leave in bucket order on every rank, and backward goes on meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, daemon=True, name="commtax-quantized-hook").start()
+
+    def submit(self, work: Callable[[], torch.Tensor]) -> torch.futures.Future:
+        fut: torch.futures.Future = torch.futures.Future()
+        self.jobs.put((work, fut))
+        return fut
+
+    def _run(self) -> None:
+        while True:
+            work, fut = self.jobs.get()
+            try:
+                fut.set_result(work())
+            except Exception as e:  # DDP re-raises it in backward on the main thread
+                fut.set_exception(e)
+
+
 def quantized_hook(state: QuantState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """all_to_all of packed shards → dequantize-average → requantize → all_gather (see module doc)."""
     group = state.group or dist.group.WORLD
-    n = group.size()
     buf, key = bucket.buffer(), bucket.index()
-    numel = buf.numel()
-    x = torch.zeros(padded_numel(numel, n), dtype=torch.float32)
-    x[:numel] = buf
-    packed = _quantize_ef(state, state.worker_ef, key, x)
-    recv = torch.empty_like(packed)
-    fut = dist.all_to_all_single(recv, packed, group=group, async_op=True).get_future()
+    if state.worker is None:
+        state.worker = BucketWorker()
 
-    def reduce_shard(_fut) -> torch.Tensor:
+    def work() -> torch.Tensor:
+        n, numel = group.size(), buf.numel()
+        x = torch.zeros(padded_numel(numel, n), dtype=torch.float32)
+        x[:numel] = buf
+        packed = _quantize_ef(state, state.worker_ef, key, x)
+        recv = torch.empty_like(packed)
+        dist.all_to_all_single(recv, packed, group=group)
         shard = dequantize(recv, state.fmt).view(n, -1).sum(0).div_(n)
         mine = _quantize_ef(state, state.owner_ef, key, shard)
         out = torch.empty(n * mine.shape[0], row_bytes(state.fmt), dtype=torch.uint8)
-        getattr(dist, ALL_GATHER)(out, mine, group=group, async_op=True).wait()
-        return out
+        getattr(dist, ALL_GATHER)(out, mine, group=group)
+        return buf.copy_(dequantize(out, state.fmt)[:numel])
 
-    def decompress(fut) -> torch.Tensor:
-        buf.copy_(dequantize(fut.value(), state.fmt)[:numel])
-        return buf
+    return state.worker.submit(work)
 
-    return fut.then(reduce_shard).then(decompress)
+
+@dataclass
+class OrderedState:
+    """torch's PowerSGD state, and the thread that runs its buckets one at a time."""
+
+    inner: powerSGD_hook.PowerSGDState
+    worker: BucketWorker | None = None
+
+
+def powersgd_ordered_hook(state: OrderedState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's ``powerSGD_hook``, unchanged, run one bucket at a time on a BucketWorker.
+
+    torch's hook issues its P and Q all-reduces from completion callbacks; with more than one
+    bucket in flight on gloo two ranks can issue them in different orders and hang (seen with
+    0.1 MiB buckets). Serialising the buckets keeps every rank's collectives in the same order.
+    """
+    if state.worker is None:
+        state.worker = BucketWorker()
+    return state.worker.submit(lambda: powerSGD_hook.powerSGD_hook(state.inner, bucket).wait())
 
 
 def bf16_hook(process_group: dist.ProcessGroup, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -211,5 +259,5 @@ def make_hook(name: str, group: dist.ProcessGroup | None = None, error_feedback:
         state = powerSGD_hook.PowerSGDState(group, matrix_approximation_rank=powersgd_rank,
                                             start_powerSGD_iter=max(2, start_powersgd_iter),
                                             use_error_feedback=error_feedback, warm_start=True, random_seed=seed)
-        return powerSGD_hook.powerSGD_hook, state
+        return powersgd_ordered_hook, OrderedState(state)
     return quantized_hook, QuantState(HOOK_FORMAT[name], group, stochastic, error_feedback, seed)
