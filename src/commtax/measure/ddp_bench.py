@@ -251,7 +251,7 @@ def predict(record: dict, cluster: dict, gemm: list[dict] | None = None, mem_bw_
     from commtax.compute import quantisation_efficiency, short_k_efficiency
     from commtax.estimate import estimate
     from commtax.spec import Job, build, load_catalog, resolve_cluster
-    from commtax.workload import build_workload
+    from commtax.workload import build_workload, grad_bytes_per_param
 
     gpu = dict(cluster["gpu"])
     gpu["sms"] = 1
@@ -272,7 +272,9 @@ def predict(record: dict, cluster: dict, gemm: list[dict] | None = None, mem_bw_
                  "grad_comm_dtype": record["format"], "overlap": {"dp": True}},
         "training": {"seq_len": record["seq_len"], "global_batch": n * mb * acc, "precision": "fp32"},
     }, "bench ddp")
-    wl = dataclasses.replace(build_workload(job), bucket_bytes=record["bucket_mb"] * 2**20)  # DDP bucket_cap_mb
+    # DDP's bucket_cap_mb counts fp32 gradient bytes; on the wire a bucket is b/4 of that
+    wire_bucket = record["bucket_mb"] * 2**20 * grad_bytes_per_param(job) / 4
+    wl = dataclasses.replace(build_workload(job), bucket_bytes=wire_bucket)
     b = estimate(job, workload=wl)
     return {"predicted_step_time_s": b.step_time_s, "predicted_exposed_comm_s": b.breakdown_s.get("dp_exposed", 0.0),
             "predicted_breakdown_s": dict(b.breakdown_s)}
