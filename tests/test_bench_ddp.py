@@ -136,3 +136,11 @@ def test_bench_ddp_under_the_emulated_cluster(tmp_path):
         assert recs["none"]["predicted_step_time_s"] > 0
     finally:
         cli("cluster", "down", "--cluster", str(cluster), timeout=60)
+
+
+def test_bench_model_is_the_commtax_model_it_is_predicted_as():
+    from commtax.measure.ddp_bench import GPTConfig, TinyGPT, params_of
+    from commtax.spec import Model
+
+    c = GPTConfig()
+    assert params_of(TinyGPT(c)) == Model(**c.model_spec()).params() == 1_836_288  # 2·(12h² + 2h) + 2Vh + h
