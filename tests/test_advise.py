@@ -104,3 +104,27 @@ def test_cli_advise_json(tmp_path):
     assert first["step_change"] == pytest.approx(first["step_after_s"] / first["step_before_s"] - 1)
     r = CliRunner().invoke(app, ["advise", str(tmp_path / "none.yaml")])
     assert r.exit_code == 2 and r.output.startswith("error:")
+
+
+def test_remedies_are_re_estimates_with_exposed_dp_time_and_caveat():
+    # legacy software (no DP overlap) at ZeRO-0: the gradient all-reduce is exposed, compression shows
+    job = load_job(seed_job(zero=0, generation="legacy"))
+    base = estimate(job)
+    rs = {r.grad_comm_dtype: r for r in advise(job, search_best=False).remedies}
+    assert "bf16" not in rs  # the plan already sends bf16: not a saving
+    int8 = rs["int8"]
+    after = estimate(job_with(job, grad_comm_dtype="int8"))
+    assert int8.dp_exposed_before_s == base.breakdown_s["dp_exposed"] > 0
+    assert int8.dp_exposed_after_s == after.breakdown_s["dp_exposed"] < int8.dp_exposed_before_s
+    assert int8.change.step_after_s == after.step_time_s
+    assert rs["int4"].dp_exposed_after_s < int8.dp_exposed_after_s
+    text = int8.text()
+    assert text.startswith("int8 gradients with error feedback cut the exposed DP time from ")
+    assert "step); quality:" in text
+
+
+def test_powersgd_remedy_only_for_ddp_all_reduce():
+    zero0 = {r.grad_comm_dtype for r in advise(load_job(seed_job(zero=0)), search_best=False).remedies}
+    zero1 = {r.grad_comm_dtype for r in advise(load_job(seed_job(zero=1)), search_best=False).remedies}
+    assert "powersgd_r4" in zero0 and "powersgd_r4" not in zero1  # P and Q are all-reduced: no reduce-scatter form
+    assert {"int8", "int4"} <= zero1

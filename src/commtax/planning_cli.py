@@ -329,6 +329,8 @@ def advise_command(
     for k, c in enumerate(a.changes[:top], 1):
         t.add_row(str(k), c.label, f"{c.step_change:+.1%}", c.text().split(": ", 1)[-1].split("; ", 1)[-1])
     console.print(t)
+    for r in a.remedies:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
+        console.print(f"remedy: {r.text()}", highlight=False)
     s = a.sensitivities
     console.print(
         "sensitivity (elasticity d ln step / d ln x): "

@@ -22,13 +22,15 @@ from pydantic import (
     model_validator,
 )
 
+from commtax.comm_dtypes import COMM_DTYPES
 from commtax.errors import SpecError
 from commtax.units import GB, GBIT, TFLOPS, US, GiB
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
-CommDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
-BYTES_PER = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+# gradient communication formats: fp32 … int4 (scaled per chunk), fp8_e4m3/e5m2, powersgd_rN; bytes in comm_dtypes
+CommDtype = Literal[COMM_DTYPES]  # type: ignore[valid-type]
+BYTES_PER = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}  # element sizes
 
 
 class _Spec(BaseModel):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from commtax.assumptions import default_assumptions
+from commtax.comm_dtypes import bytes_per_element, powersgd_rank
 from commtax.spec import BYTES_PER, Job
 
 # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25): gradients are reduced in 25 MiB buckets
@@ -402,7 +403,24 @@ def adam_bytes_per_param(precision: str) -> float:
 
 
 def grad_bytes_per_param(job: Job) -> float:
-    return BYTES_PER[job.plan.grad_comm_dtype]
+    """Wire bytes per gradient element of ``plan.grad_comm_dtype``, from the one table (commtax.comm_dtypes)."""
+    g = job.plan.grad_comm_dtype
+    return bytes_per_element(g, weight_shapes(job) if powersgd_rank(g) else None)
+
+
+def weight_shapes(job: Job) -> list[tuple[int, ...]]:
+    """Shapes of one GPU's parameters (torch nn.Linear: out×in), for PowerSGD's per-matrix P and Q.
+
+    Column-parallel weights (QKV, MLP up/gate, embeddings) split rows by tp, row-parallel ones
+    (attention output, MLP down) split columns (Shoeybi et al. 2019, Megatron-LM §3).
+    """
+    m, p = job.model, job.plan
+    h, f, t = m.hidden, m.ffn, p.tp
+    qkv = (h + 2 * m.kv_heads_ * m.head_dim) // t
+    layer = [(qkv, h), (h, h // t), *[(f // t, h)] * (2 if m.gated_mlp else 1), (h, f // t), (h,), (h,)]
+    per_stage = m.layers // p.pp
+    emb = [(m.vocab // t, h)] * (1 if m.tied_embeddings else 2)
+    return layer * per_stage + emb + [(h,)]
 
 
 def params_per_gpu(job: Job) -> dict[str, float]:

@@ -250,6 +250,71 @@ def bench_gemm(
         typer.echo(f"{r['dtype']:>5} {r['name']:>9} {r['m']}×{r['k']}·{r['k']}×{r['n']}: {r['tflops']:.3f} TFLOP/s")
 
 
+@bench_app.command("ddp")
+def bench_ddp(
+    hook: Annotated[str, typer.Option("--hook", help="comma list: none, fp16, bf16, fp8, fp8_e5m2, int8, int4, powersgd")] = "none",
+    error_feedback: Annotated[bool, typer.Option("--error-feedback", help="carry the quantization residual to the next step (fp8/int8/int4/powersgd)")] = False,
+    stochastic: Annotated[bool, typer.Option("--stochastic", help="stochastic rounding (int8/int4)")] = False,
+    bucket_mb: Annotated[float, typer.Option("--bucket-mb", min=0.01, help="DDP bucket_cap_mb")] = 25.0,
+    accumulate: Annotated[int, typer.Option("--accumulate", min=1, help="micro-batches per step (all but the last under no_sync)")] = 1,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="timed steps per hook")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="untimed steps first")] = 3,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", min=1, help="sequences per micro-batch per rank")] = 8,
+    hidden: Annotated[int, typer.Option("--hidden", min=8)] = 256,
+    layers: Annotated[int, typer.Option("--layers", min=1)] = 2,
+    heads: Annotated[int, typer.Option("--heads", min=1)] = 4,
+    vocab: Annotated[int, typer.Option("--vocab", min=8)] = 512,
+    seq_len: Annotated[int, typer.Option("--seq-len", min=2)] = 64,
+    powersgd_rank: Annotated[int, typer.Option("--powersgd-rank", help="PowerSGD matrix approximation rank: 1, 2, 4 or 8")] = 4,
+    lr: Annotated[float, typer.Option("--lr", min=0)] = 3e-3,
+    optimizer: Annotated[str, typer.Option("--optimizer", help="adamw or sgd (momentum 0.9)")] = "adamw",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    cluster_file: Annotated[Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_step_time_s from estimate")] = None,
+    gemm_json: Annotated[Optional[Path], typer.Option("--gemm", help="`commtax bench gemm --out` records: calibrates the predicted compute")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")] = 300.0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records, one per hook")] = None,
+    append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
+    nproc: Annotated[int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")] = 2,
+) -> None:
+    """Train a small GPT with DDP under each comm hook: step time, exposed comm, bytes on the wire, loss, prediction."""
+    from commtax.comm_dtypes import POWERSGD_RANKS
+
+    hooks = tuple(h.strip() for h in hook.split(",") if h.strip())
+    known = ("none", "fp16", "bf16", "fp8", "fp8_e5m2", "int8", "int4", "powersgd")
+    bad = [h for h in hooks if h not in known]
+    if bad or not hooks:
+        fail(f"--hook: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(known)}")
+    if error_feedback and any(h in ("none", "fp16", "bf16") for h in hooks):
+        fail("--error-feedback: applies to fp8, fp8_e5m2, int8, int4 and powersgd; drop none/fp16/bf16 from --hook")
+    if powersgd_rank not in POWERSGD_RANKS:
+        fail(f"--powersgd-rank: choose from {', '.join(map(str, POWERSGD_RANKS))}")
+    if hidden % heads:
+        fail(f"--hidden ({hidden}) must be divisible by --heads ({heads})")
+    if optimizer not in ("adamw", "sgd"):
+        fail(f"--optimizer: choose adamw or sgd, got {optimizer!r}")
+    cluster = _read_cluster(cluster_file) if cluster_file is not None else None
+    gemm = None
+    if gemm_json is not None:
+        try:
+            gemm = [r for r in json.loads(gemm_json.read_text()) if r.get("op") == "gemm" and r.get("dtype") == "fp32"]
+        except (OSError, ValueError) as e:
+            fail(f"--gemm: cannot read {gemm_json}: {e}")
+        if not gemm:
+            fail(f"--gemm: {gemm_json} has no fp32 gemm records; run `commtax bench gemm --dtypes fp32 --out {gemm_json}`")
+    if "RANK" not in os.environ:  # not under torchrun: become it, locally
+        from commtax.measure.bench import torchrun_argv
+
+        raise typer.Exit(subprocess.call(torchrun_argv(nproc, ["bench", "ddp", *_argv_tail("ddp")])))
+    from commtax.measure.ddp_bench import DDPBenchConfig, GPTConfig, run
+    from commtax.measure.results import ResultFile
+
+    cfg = DDPBenchConfig(hooks, error_feedback, stochastic, bucket_mb, accumulate, steps, warmup, micro_batch=micro_batch,
+                         lr=lr, optimizer=optimizer, powersgd_rank=powersgd_rank, seed=seed, timeout_s=timeout,
+                         model=GPTConfig(vocab, hidden, layers, heads, seq_len))
+    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
+    run(cfg, sink, cluster, gemm, log=lambda s: typer.echo(s, err=True))
+
+
 # ---------------------------------------------------------------------------- calibrate
 def calibrate_command(
     bench_json: Annotated[
@@ -321,11 +386,11 @@ def calibrate_command(
                + f"; in a job file: `cluster: {{..., profile: {out}}}` replaces the catalog link numbers")
 
 
-def _argv_tail() -> list[str]:
-    """The arguments after `bench collective` in this process's command line."""
+def _argv_tail(sub: str = "collective") -> list[str]:
+    """The arguments after `bench SUB` in this process's command line."""
     argv = sys.argv[1:]
     for i in range(len(argv) - 1):
-        if argv[i] == "bench" and argv[i + 1] == "collective":
+        if argv[i] == "bench" and argv[i + 1] == sub:
             return argv[i + 2:]
     return argv
 

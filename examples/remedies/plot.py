@@ -1,0 +1,101 @@
+"""Figures of examples/remedies/run.sh: loss curves per hook, and step time vs link rate per hook.
+
+    python plot.py RESULTS_DIR      # writes loss_curves.png and step_vs_link.png there
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+RATES = {"100mbit": 100, "300mbit": 300, "1gbit": 1000}
+
+
+def label(r: dict) -> str:
+    return r["hook"] + (" +EF" if r.get("error_feedback") else "")
+
+
+def load(path: Path) -> list[dict]:
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def loss_curves(d: Path) -> None:
+    recs = load(d / "quality.json") + load(d / "quality_ef.json")
+    fig, (ax, zoom) = plt.subplots(1, 2, figsize=(11, 4))
+    for r in recs:
+        style = "--" if r.get("error_feedback") else "-"
+        for a in (ax, zoom):
+            a.plot(r["loss_curve"], style, label=f"{label(r)}: {r['loss']:.3f}")
+    ax.set(xlabel="step", ylabel="training loss (nats)", title="bench ddp quality run (SGD, seed 0, 2 ranks)")
+    n = len(recs[0]["loss_curve"]) if recs else 0
+    zoom.set(xlim=(n * 0.6, n), ylim=(1.70, 2.3), xlabel="step", title="last 40% (final loss in legend)")
+    zoom.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(d / "loss_curves.png", dpi=120)
+
+
+def step_vs_link(d: Path) -> None:
+    by_label: dict[str, list[tuple[float, dict]]] = {}
+    for rate, mbit in RATES.items():
+        for r in load(d / f"ddp_{rate}.json"):  # the error-feedback runs are in the table
+            by_label.setdefault(label(r), []).append((mbit, r))
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, (name, pts) in enumerate(sorted(by_label.items())):
+        pts.sort(key=lambda p: p[0])
+        color = f"C{i % 10}"
+        x = [p[0] for p in pts]
+        ax.plot(x, [p[1]["step_time_s"] * 1e3 for p in pts], "o-", color=color, label=f"{name} measured")
+        ax.plot(x, [(p[1].get("predicted_plus_codec_s") or p[1]["predicted_step_time_s"]) * 1e3 for p in pts], ":",
+                color=color)
+    ax.set(xscale="log", xlabel="link rate per node (Mbit/s, tc tbf)", ylabel="step time (ms)",
+           title="bench ddp, 2 nodes × 1 rank: measured (o-) vs estimate + measured codec (dotted)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(d / "step_vs_link.png", dpi=120)
+
+
+
+
+def table(d: Path) -> str:
+    """The markdown table of docs/remedies.md: measured vs predicted per link rate and hook, and each hook's
+    step relative to the uncompressed one (same run) measured vs predicted (estimate + codec)."""
+    rows = ["| link | hook | step ms measured | estimate | err | estimate + codec | err | step vs none: measured "
+            "/ predicted | exposed comm ms measured / estimate | codec ms | wire MB/step |", "|" + "---|" * 11]
+    for rate in RATES:
+        recs = load(d / f"ddp_{rate}.json")
+        none = next((r for r in recs if r["hook"] == "none"), None)
+        for r in recs + load(d / f"ddp_ef_{rate}.json"):
+            m, p = r["step_time_s"], r["predicted_step_time_s"]
+            pc = r.get("predicted_plus_codec_s") or p
+            codec = "—" if r.get("codec_s") is None else f"{r['codec_s'] * 1e3:.0f}"
+            rel = "—"
+            if none is not None:
+                pn = none.get("predicted_plus_codec_s") or none["predicted_step_time_s"]
+                rel = f"{m / none['step_time_s'] - 1:+.0%} / {pc / pn - 1:+.0%}"
+            rows.append(f"| {rate} | {label(r)} | {m * 1e3:.0f} | {p * 1e3:.0f} | {p / m - 1:+.0%} | {pc * 1e3:.0f} | "
+                        f"{pc / m - 1:+.0%} | {rel} | {r['exposed_comm_s'] * 1e3:.0f} / "
+                        f"{r['predicted_exposed_comm_s'] * 1e3:.0f} | {codec} | {r['wire_bytes_per_step'] / 1e6:.3f} |")
+    return "\n".join(rows)
+
+
+def quality_table(d: Path) -> str:
+    recs = load(d / "quality.json") + load(d / "quality_ef.json")
+    none = next(r for r in recs if r["hook"] == "none" and not r.get("error_feedback"))
+    rows = ["| hook | loss after 40 steps | vs fp32 | wire bytes/step |", "|---|---|---|---|"]
+    for r in recs:
+        rows.append(f"| {label(r)} | {r['loss']:.4f} | {r['loss'] - none['loss']:+.4f} | "
+                    f"{r['wire_bytes_per_step']:.0f} |")
+    return "\n".join(rows)
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "results")
+    loss_curves(out)
+    step_vs_link(out)
+    (out / "table.md").write_text(table(out) + "\n\n" + quality_table(out) + "\n")
+    print(f"wrote {out / 'loss_curves.png'}, {out / 'step_vs_link.png'} and {out / 'table.md'}")

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Gradient-compression remedies, measured and predicted: bench ddp on 2-node emulated clusters at three
+# link rates (all hooks, then the error-feedback variants), the quality run, and the figures.
+# Needs root (network namespaces + tc) and the dist extra (torch); the plot needs matplotlib.
+set -euo pipefail
+PY=${PY:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python}
+CT="$PY -m commtax.measure.cli"
+out=${OUT:-$(cd "$(dirname "$0")" && pwd)/results}
+mkdir -p "$out"
+for rate in 100mbit 300mbit 1gbit; do
+  c="$out/cluster_$rate.yaml"
+  $CT cluster up --nodes 2 --ranks-per-node 1 --link $rate --out "$c"
+  trap '$CT cluster down --cluster "$c"' EXIT
+  $CT cluster run --cluster "$c" -- "$PY" -m commtax.measure.cli bench ddp --hook none,fp16,bf16,fp8,int8,int4,powersgd \
+      --steps 10 --cluster "$c" --out "$out/ddp_$rate.json"
+  $CT cluster run --cluster "$c" -- "$PY" -m commtax.measure.cli bench ddp --hook int8,int4,powersgd --error-feedback \
+      --steps 10 --cluster "$c" --out "$out/ddp_ef_$rate.json"
+  $CT cluster down --cluster "$c"
+  trap - EXIT
+done
+# quality: plain SGD (it shows the bias Adam hides), 40 steps, the same batches for every hook; no shaped links needed
+Q="--hidden 64 --vocab 256 --seq-len 32 --optimizer sgd --lr 0.3 --steps 40 --warmup 0"
+$CT bench ddp --nproc 2 --hook none,fp16,bf16,fp8,int8,int4,powersgd $Q --out "$out/quality.json"
+$CT bench ddp --nproc 2 --hook int8,int4,powersgd --error-feedback $Q --out "$out/quality_ef.json"
+"$PY" "$(dirname "$0")/plot.py" "$out"

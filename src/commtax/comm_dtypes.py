@@ -1,0 +1,113 @@
+"""Bytes on the wire per gradient element, per gradient-communication format: the ONE table.
+
+The estimator (``Plan.grad_comm_dtype`` → ``workload.grad_bytes_per_param``) and the DDP hooks
+(``commtax.measure.hooks``) both read it; ``tests/test_hooks.py`` counts the bytes the hooks hand
+to torch.distributed and checks them against it. Torch-free (the estimate path imports it).
+
+Scaled formats carry one fp32 scale per ``CHUNK_ELEMS`` elements (absmax scaling per chunk,
+as in Dettmers et al. 2022 "8-bit Optimizers via Block-wise Quantization", block 256… 2048; and
+the per-tensor amax scale of FP8 training, Micikevicius et al. 2022, made per chunk). int4 packs
+two values per byte. PowerSGD (Vogels et al. 2019) sends, per m×n matrix, P (m×r) and Q (n×r)
+in the gradient's dtype (fp32 here, as torch's ``powerSGD_hook`` does for an fp32 bucket) and
+leaves vectors and matrices it would not compress ``min_compression_rate``× uncompressed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+CHUNK_ELEMS = 256  # elements per scale
+SCALE_BYTES = 4  # one fp32 scale per chunk: gradients reach 1e-10, below fp16's smallest subnormal (6e-8)
+POWERSGD_RANKS = (1, 2, 4, 8)
+POWERSGD_MIN_COMPRESSION_RATE = 2.0  # torch PowerSGDState default: compress a matrix only if it saves ≥ 2×
+
+
+@dataclass(frozen=True)
+class CommFormat:
+    name: str
+    payload_bits: int  # bits per element of the payload
+    scaled: bool  # one SCALE_BYTES scale per CHUNK_ELEMS elements
+    source: str
+
+    @property
+    def bytes_per_element(self) -> float:
+        """Payload + scale bytes per gradient element (e.g. int4: 4/8 + 4/256 = 0.515625 B)."""
+        return self.payload_bits / 8 + (SCALE_BYTES / CHUNK_ELEMS if self.scaled else 0.0)
+
+
+FORMATS: dict[str, CommFormat] = {
+    "fp32": CommFormat("fp32", 32, False, "IEEE 754 binary32: DDP's default all-reduce of fp32 gradients"),
+    "bf16": CommFormat("bf16", 16, False, "torch ddp_comm_hooks.default_hooks.bf16_compress_hook: cast, all-reduce"),
+    "fp16": CommFormat("fp16", 16, False, "torch ddp_comm_hooks.default_hooks.fp16_compress_hook: cast, all-reduce"),
+    "fp8": CommFormat("fp8", 8, True, "alias of fp8_e4m3"),
+    "fp8_e4m3": CommFormat("fp8_e4m3", 8, True, "torch.float8_e4m3fn (OCP FP8 spec 2023), absmax-scaled per chunk"),
+    "fp8_e5m2": CommFormat("fp8_e5m2", 8, True, "torch.float8_e5m2 (OCP FP8 spec 2023), absmax-scaled per chunk"),
+    "int8": CommFormat("int8", 8, True, "symmetric int8, absmax-scaled per chunk (Dettmers et al. 2022)"),
+    "int4": CommFormat("int4", 4, True, "symmetric int4 in [-7, 7], two per byte, absmax-scaled per chunk"),
+}
+POWERSGD = {f"powersgd_r{r}": r for r in POWERSGD_RANKS}
+COMM_DTYPES = tuple(FORMATS) + tuple(POWERSGD)
+
+
+def powersgd_rank(name: str) -> int | None:
+    """``powersgd_r4`` → 4; any other format → None."""
+    return POWERSGD.get(name)
+
+
+def powersgd_compresses(rows: int, cols: int, rank: int,
+                        min_compression_rate: float = POWERSGD_MIN_COMPRESSION_RATE) -> bool:
+    """torch powerSGD_hook._should_compress: (rows + cols)·r · rate < rows·cols."""
+    return (rows + cols) * rank * min_compression_rate < rows * cols
+
+
+def powersgd_bytes(shapes: Iterable[tuple[int, ...]], rank: int, elem_bytes: float = 4.0,
+                   min_compression_rate: float = POWERSGD_MIN_COMPRESSION_RATE) -> float:
+    """Message bytes PowerSGD all-reduces for gradients of these shapes (Vogels et al. 2019, Alg. 1).
+
+    A tensor of ≥ 2 dims is viewed as rows = shape[0], cols = the rest (as torch's hook does);
+    compressed: P (rows×r) + Q (cols×r); else (and every vector) its numel, at ``elem_bytes``.
+    """
+    total = 0.0
+    for shape in shapes:
+        numel = 1
+        for d in shape:
+            numel *= d
+        if len(shape) >= 2:
+            rows, cols = shape[0], numel // shape[0]
+            if powersgd_compresses(rows, cols, rank, min_compression_rate):
+                total += (rows + cols) * rank * elem_bytes
+                continue
+        total += numel * elem_bytes
+    return total
+
+
+def bytes_per_element(name: str, shapes: Iterable[tuple[int, ...]] | None = None) -> float:
+    """Wire bytes per gradient element of format ``name`` (PowerSGD needs the gradients' shapes)."""
+    if name in FORMATS:
+        return FORMATS[name].bytes_per_element
+    rank = powersgd_rank(name)
+    if rank is None:
+        raise ValueError(f"unknown gradient communication format {name!r}; choose from {', '.join(COMM_DTYPES)}")
+    if shapes is None:
+        raise ValueError(f"{name}: bytes per element depend on the gradients' shapes; pass shapes")
+    shapes = list(shapes)
+    numel = sum(_numel(s) for s in shapes)
+    return powersgd_bytes(shapes, rank) / numel
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def packed_bytes(name: str, numel: int) -> int:
+    """Exact bytes of ``numel`` elements packed by the hooks: payload (int4 rounded up to whole bytes,
+    per chunk) + one scale per started chunk. Tends to ``numel · bytes_per_element`` for large numel."""
+    f = FORMATS[name]
+    if not f.scaled:
+        return numel * f.payload_bits // 8
+    chunks = -(-numel // CHUNK_ELEMS)
+    return chunks * (CHUNK_ELEMS * f.payload_bits // 8 + SCALE_BYTES)

@@ -1,0 +1,263 @@
+"""DDP communication hooks (``DistributedDataParallel.register_comm_hook``) that move fewer bytes.
+
+``make_hook(name)`` returns ``(hook, state)`` for one of ``HOOKS``:
+
+* ``none``: torch's ``default_hooks.allreduce_hook`` (the same as DDP without a hook, but through
+  the Python ``dist.all_reduce`` so ``WireCounter`` sees it): fp32, 4 B/element.
+* ``fp16`` / ``bf16``: torch's ``fp16_compress_hook`` / ``bf16_compress_hook`` (cast, all-reduce,
+  cast back): 2 B/element.
+* ``powersgd``: torch's ``powerSGD_hook`` with ``PowerSGDState(matrix_approximation_rank=r)``:
+  per m×n matrix P (m×r) and Q (n×r) all-reduced in fp32, vectors uncompressed.
+* ``fp8`` (e4m3), ``fp8_e5m2``, ``int8``, ``int4``: ours, below.
+
+Our quantized hooks: a sum of quantized values cannot be all-reduced in the quantized type
+(int8 overflows; scales differ per rank), so each bucket goes
+
+    quantize (per-chunk scales) → all_to_all: rank i receives every rank's chunk-aligned shard i
+    → dequantize, sum, average (fp32) → requantize → all_gather of the packed shards → dequantize
+
+Each rank sends (n−1)/n of its packed bucket in the all_to_all and (n−1)/n in the all_gather:
+2(n−1)/n · numel · b bytes, exactly a ring all-reduce's traffic at b = bytes per element of the
+format (``commtax.comm_dtypes``: int8 1 + 4/256, int4 0.5 + 4/256, fp8 1 + 4/256). That is why
+the estimator prices them as an all-reduce of ``params · b`` bytes. The alternative, an
+all_gather of everyone's whole packed bucket, sends (n−1) · numel · b: equal at n = 2, n/2×
+more beyond. Packed buffers are uint8 (gloo has no float8 or 4-bit types). Error feedback keeps
+two residuals per bucket: the worker's (its gradient's quantization error) and the shard owner's
+(the requantization error of the averaged shard), both added back at the next step.
+"""
+
+# no `from __future__ import annotations`: DDP checks the hook's annotations are dist.GradBucket objects, not strings
+
+import contextlib
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+from commtax.collectives import bus_factor
+from commtax.measure.compression import QUANTIZED, ErrorFeedback, dequantize, padded_numel, quantize, row_bytes
+
+# torch ≥ 2.13 names the flat all-gather all_gather_single (all_gather_into_tensor is deprecated there)
+ALL_GATHER = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
+HOOKS = ("none", "fp16", "bf16", "fp8", "fp8_e5m2", "int8", "int4", "powersgd")
+# the commtax.comm_dtypes format each hook sends (powersgd: powersgd_r{rank})
+HOOK_FORMAT = {"none": "fp32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
+               "int8": "int8", "int4": "int4"}
+EF_HOOKS = ("fp8", "fp8_e5m2", "int8", "int4", "powersgd")
+
+
+def hook_format(hook: str, powersgd_rank: int = 4) -> str:
+    """The ``grad_comm_dtype`` (a key of commtax.comm_dtypes) that the estimator uses for ``hook``."""
+    return f"powersgd_r{powersgd_rank}" if hook == "powersgd" else HOOK_FORMAT[hook]
+
+
+# ----------------------------------------------------------------------------- counting the wire
+@dataclass
+class WireCounter:
+    """Message bytes handed to torch.distributed collectives, per op (nccl-tests sizes).
+
+    ``wire_bytes(n)`` turns them into the bytes one rank sends: message × bus factor
+    (all_reduce 2(n−1)/n, all_gather / all_to_all / reduce_scatter (n−1)/n; nccl-tests
+    doc/PERFORMANCE.md) — what a ring or pairwise implementation puts on each rank's link.
+    """
+
+    calls: list[tuple[str, int]] = field(default_factory=list)
+
+    def add(self, op: str, nbytes: int) -> None:
+        self.calls.append((op, int(nbytes)))
+
+    def message_bytes(self) -> int:
+        return sum(b for _, b in self.calls)
+
+    def wire_bytes(self, n: int) -> float:
+        return sum(b * bus_factor(op, n) for op, b in self.calls)
+
+    def reset(self) -> None:
+        self.calls.clear()
+
+    @contextlib.contextmanager
+    def patch(self):
+        """Count every ``dist.all_reduce`` / ``all_gather_single`` / ``all_to_all_single`` call meanwhile."""
+        def nbytes(t: torch.Tensor) -> int:
+            return t.numel() * t.element_size()
+
+        wrappers = {
+            "all_reduce": lambda f: lambda t, *a, **k: (self.add("all_reduce", nbytes(t)), f(t, *a, **k))[1],
+            ALL_GATHER: lambda f: lambda out, inp, *a, **k: (self.add("all_gather", nbytes(out)),
+                                                             f(out, inp, *a, **k))[1],
+            "all_to_all_single": lambda f: lambda out, inp, *a, **k: (self.add("all_to_all", nbytes(inp)),
+                                                                     f(out, inp, *a, **k))[1],
+        }
+        saved = {name: getattr(dist, name) for name in wrappers}
+        try:
+            for name, wrap in wrappers.items():
+                setattr(dist, name, wrap(saved[name]))
+            yield self
+        finally:
+            for name, f in saved.items():
+                setattr(dist, name, f)
+
+
+# ----------------------------------------------------------------------------- our quantized hook
+@dataclass
+class QuantState:
+    fmt: str  # int8 | int4 | fp8 | fp8_e4m3 | fp8_e5m2
+    group: dist.ProcessGroup | None = None
+    stochastic: bool = False  # stochastic rounding (int8 / int4)
+    error_feedback: bool = False
+    seed: int = 0
+    worker_ef: ErrorFeedback = field(default_factory=ErrorFeedback)
+    owner_ef: ErrorFeedback = field(default_factory=ErrorFeedback)
+    generator: torch.Generator | None = None
+    worker: "BucketWorker | None" = None  # started at the first bucket
+
+    def __post_init__(self) -> None:
+        if self.fmt not in QUANTIZED:
+            raise ValueError(f"QuantState.fmt: {self.fmt!r} is not one of {', '.join(QUANTIZED)}")
+        if self.stochastic:
+            self.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + dist.get_rank())
+
+
+def _quantize_ef(state: QuantState, ef: ErrorFeedback, key: int, x: torch.Tensor) -> torch.Tensor:
+    if state.error_feedback:
+        x = ef.compensate(key, x)
+    packed = quantize(x, state.fmt, state.stochastic, state.generator)
+    if state.error_feedback:
+        ef.update(key, x, dequantize(packed, state.fmt))
+    return packed
+
+
+class BucketWorker:
+    """One thread that runs the quantized buckets of a DDP model in the order DDP hands them over.
+
+    DDP calls the hook bucket by bucket in the same order on every rank; a hook that issued its
+    second collective from a completion callback would issue it on whichever gloo thread finished
+    first, and two ranks could pair bucket 1's all_to_all with bucket 0's all_gather (a hang, seen
+    with 0.1 MiB buckets). Here each bucket's whole pipeline runs on this FIFO thread: the
+    collectives leave in bucket order on every rank, and backward goes on meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, daemon=True, name="commtax-quantized-hook").start()
+
+    def submit(self, work: Callable[[], torch.Tensor]) -> torch.futures.Future:
+        fut: torch.futures.Future = torch.futures.Future()
+        self.jobs.put((work, fut))
+        return fut
+
+    def _run(self) -> None:
+        while True:
+            work, fut = self.jobs.get()
+            try:
+                fut.set_result(work())
+            except Exception as e:  # DDP re-raises it in backward on the main thread
+                fut.set_exception(e)
+
+
+def quantized_hook(state: QuantState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """all_to_all of packed shards → dequantize-average → requantize → all_gather (see module doc)."""
+    group = state.group or dist.group.WORLD
+    buf, key = bucket.buffer(), bucket.index()
+    if state.worker is None:
+        state.worker = BucketWorker()
+
+    def work() -> torch.Tensor:
+        n, numel = group.size(), buf.numel()
+        x = torch.zeros(padded_numel(numel, n), dtype=torch.float32)
+        x[:numel] = buf
+        packed = _quantize_ef(state, state.worker_ef, key, x)
+        recv = torch.empty_like(packed)
+        dist.all_to_all_single(recv, packed, group=group)
+        shard = dequantize(recv, state.fmt).view(n, -1).sum(0).div_(n)
+        mine = _quantize_ef(state, state.owner_ef, key, shard)
+        out = torch.empty(n * mine.shape[0], row_bytes(state.fmt), dtype=torch.uint8)
+        getattr(dist, ALL_GATHER)(out, mine, group=group)
+        return buf.copy_(dequantize(out, state.fmt)[:numel])
+
+    return state.worker.submit(work)
+
+
+@dataclass
+class OrderedState:
+    """torch's PowerSGD state, and the thread that runs its buckets one at a time."""
+
+    inner: powerSGD_hook.PowerSGDState
+    worker: BucketWorker | None = None
+
+
+def powersgd_ordered_hook(state: OrderedState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's ``powerSGD_hook``, unchanged, run one bucket at a time on a BucketWorker.
+
+    torch's hook issues its P and Q all-reduces from completion callbacks; with more than one
+    bucket in flight on gloo two ranks can issue them in different orders and hang (seen with
+    0.1 MiB buckets). Serialising the buckets keeps every rank's collectives in the same order.
+    """
+    if state.worker is None:
+        state.worker = BucketWorker()
+    return state.worker.submit(lambda: powerSGD_hook.powerSGD_hook(state.inner, bucket).wait())
+
+
+def bf16_hook(process_group: dist.ProcessGroup, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's ``bf16_compress_hook``, unchanged; a wrapper only because DDP refuses that function by identity
+    unless CUDA and NCCL ≥ 2.10 are present, while gloo on CPU all-reduces bf16 fine."""
+    return default_hooks.bf16_compress_hook(process_group, bucket)
+
+
+def codec_seconds(hook: str, numel: int, n: int, error_feedback: bool = False, iters: int = 3) -> float | None:
+    """This rank's median time for the hook's own compute on a ``numel`` gradient, without communication:
+    what the hook adds besides the wire (quantize, dequantize-average n shards, requantize, dequantize;
+    the casts of fp16/bf16; the division of none). None for PowerSGD (torch's matmuls: not replayed here)."""
+    if hook == "powersgd":
+        return None
+    g = torch.randn(numel)
+    fmt = HOOK_FORMAT[hook]
+
+    def once() -> None:
+        if fmt in QUANTIZED:
+            state = QuantState(fmt, error_feedback=error_feedback)
+            x = torch.zeros(padded_numel(numel, n))
+            x[:numel] = g
+            packed = _quantize_ef(state, state.worker_ef, 0, x)  # the all_to_all receives as many bytes
+            shard = dequantize(packed, fmt).view(n, -1).sum(0).div_(n)
+            mine = _quantize_ef(state, state.owner_ef, 0, shard)
+            g.copy_(dequantize(mine.repeat(n, 1), fmt)[:numel])  # the all_gather's output
+        else:
+            dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(fmt, torch.float32)
+            g.copy_(g.to(dtype).div_(n))
+
+    ts = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        once()
+        ts.append(time.perf_counter() - t0)
+    return sorted(ts)[len(ts) // 2]
+
+
+# ----------------------------------------------------------------------------- choosing a hook
+def make_hook(name: str, group: dist.ProcessGroup | None = None, error_feedback: bool = False,
+              stochastic: bool = False, powersgd_rank: int = 4, start_powersgd_iter: int = 2,
+              seed: int = 0) -> tuple[Callable, object]:
+    """``(hook, state)`` for ``ddp.register_comm_hook(state, hook)``; torch's own hooks where they exist."""
+    if name not in HOOKS:
+        raise ValueError(f"hook {name!r}: choose from {', '.join(HOOKS)}")
+    if error_feedback and name not in EF_HOOKS:
+        raise ValueError(f"error feedback applies to {', '.join(EF_HOOKS)}, not {name!r}")
+    if name == "none":
+        return default_hooks.allreduce_hook, group
+    if name == "fp16":
+        return default_hooks.fp16_compress_hook, group
+    if name == "bf16":
+        return bf16_hook, group
+    if name == "powersgd":
+        # torch needs start_powerSGD_iter ≥ 2 with error feedback or warm start: vanilla all-reduce before
+        state = powerSGD_hook.PowerSGDState(group, matrix_approximation_rank=powersgd_rank,
+                                            start_powerSGD_iter=max(2, start_powersgd_iter),
+                                            use_error_feedback=error_feedback, warm_start=True, random_seed=seed)
+        return powersgd_ordered_hook, OrderedState(state)
+    return quantized_hook, QuantState(HOOK_FORMAT[name], group, stochastic, error_feedback, seed)
