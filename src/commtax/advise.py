@@ -77,9 +77,11 @@ class Advice:
     dominant_comm: str | None
     changes: list[Change]  # best first (fits before not fits, then step)
     sensitivities: dict[str, dict[str, float]]
+    interrupted: bool = False  # Ctrl-C/SIGTERM cut the plan search short: its best is of a partial search
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "interrupted": self.interrupted,
             "step_time_s": self.breakdown.step_time_s,
             "comm_tax": self.breakdown.comm_tax,
             "fits": self.breakdown.fits,
@@ -238,18 +240,21 @@ def advise(job: Job, search_best: bool = True, workers: int | None = None) -> Ad
         except SpecError:
             continue  # not a valid plan for this model and cluster
         changes.append(_change(label, "plan", base, estimate(j), {k: v for k, v in upd.items() if v is not None}))
+    interrupted = False
     if search_best:
         from commtax.search import search
 
         try:
             res = search(job, top=1, workers=workers)
+            interrupted = res.interrupted
             plan, b = res.top[0]
             diff = {k: v for k, v in plan.items() if getattr(job.plan, k, None) != v and k != "dp"}
             if diff:
                 txt = ", ".join(f"{k}={v}" for k, v in diff.items())
-                changes.append(_change(f"best plan from search ({txt})", "search", base, b, plan))
-        except SpecError:
-            pass
+                what = "best of an interrupted (partial) search" if interrupted else "best plan from search"
+                changes.append(_change(f"{what} ({txt})", "search", base, b, plan))
+        except SpecError as e:  # no valid plan; or interrupted before any was found
+            interrupted = "interrupted" in str(e)
     changes.sort(key=lambda c: (not c.fits_after, c.step_after_s))
     return Advice(job, base, dominant, parts[dominant] / base.step_time_s, dominant_comm, changes,
-                  sensitivities(job, base))
+                  sensitivities(job, base), interrupted)

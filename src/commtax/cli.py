@@ -7,7 +7,6 @@ Nothing on the estimate path imports torch or matplotlib.
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
@@ -16,8 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from commtax.atomic import write_atomic
-from commtax.errors import SpecError
+from commtax.atomic import strict_json, write_atomic
+from commtax.errors import EXIT_INTERRUPTED, SpecError, os_error_line
 
 app = typer.Typer(
     name="commtax",
@@ -43,7 +42,7 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 
 
 def user_errors(fn: Callable) -> Callable:
-    """Map bad input (SpecError, OSError on user files) to one line and exit code 2."""
+    """Map bad input (SpecError, OSError on user files) to one line and exit code 2; Ctrl-C/SIGTERM to exit 130."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -51,14 +50,16 @@ def user_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except SpecError as e:
             fail(str(e))
-        except (IsADirectoryError, PermissionError) as e:
-            fail(f"{e.filename}: {e.strerror}")
+        except OSError as e:
+            fail(os_error_line(e))
+        except KeyboardInterrupt:
+            fail("interrupted", EXIT_INTERRUPTED)
 
     return wrapper
 
 
 def emit_json(data: Any, out: Path | None = None) -> None:
-    text = json.dumps(data, indent=2, default=float)
+    text = strict_json(data, indent=2)
     if out is not None:
         write_atomic(out, text + "\n")
     else:
@@ -333,6 +334,9 @@ CORE_COMMANDS = {"estimate", "validate", "collective", "demo"}
 
 def main() -> None:
     # the core commands skip importing the other stages, so `commtax estimate` starts instantly
+    from commtax import signals
+
+    signals.install()  # SIGTERM/SIGHUP clean up like Ctrl-C (temp files, workers, launched ranks), exit 130
     if len(sys.argv) < 2 or sys.argv[1] not in CORE_COMMANDS:
         register_commands()
     app()

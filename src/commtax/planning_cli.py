@@ -3,7 +3,6 @@ compare and advise. Bad input prints ``error: <message>`` on stderr and exits 2 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -12,9 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from commtax.atomic import write_atomic
+from commtax.atomic import strict_json, write_atomic
 from commtax.cli import user_errors
-from commtax.errors import SpecError
+from commtax.errors import EXIT_INTERRUPTED, SpecError
 
 EXIT_BAD_INPUT = 2
 console = Console()
@@ -51,7 +50,7 @@ def _constraints(values: dict[str, Any]) -> dict[str, Optional[str]]:
 
 
 def _emit(data: Any, json_out: bool, out: Path | None) -> None:
-    text = json.dumps(data, indent=2, default=float) + "\n"
+    text = strict_json(data, indent=2) + "\n"
     if out is not None:
         write_atomic(out, text)
     if json_out:
@@ -178,6 +177,7 @@ def search_command(
         write_atomic(csv_out, res.to_csv())
     _emit(data, json_out, out)
     if json_out:
+        _exit_if_interrupted(res.interrupted)
         return
     s = res.summary()
     console.print(
@@ -198,6 +198,14 @@ def search_command(
     best_plan, best = res.top[0]
     console.print(f"Best plan: {', '.join(f'{k}={v}' for k, v in best_plan.items())}", highlight=False)
     _render_breakdown(best, job.cluster.gpu.mem_GiB)
+    _exit_if_interrupted(res.interrupted)
+
+
+def _exit_if_interrupted(interrupted: bool) -> None:
+    """Partial results were shown (and flagged in --out/--json): Ctrl-C/SIGTERM still exit 130."""
+    if interrupted:
+        err_console.print("interrupted: results above are partial (\"interrupted\": true in the JSON)", highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED)
 
 
 # ----------------------------------------------------------------------------- compare
@@ -369,6 +377,7 @@ def advise_command(
     a = advise(job, search_best=not no_search, workers=workers)
     _emit(a.to_dict(), json_out, out)
     if json_out:
+        _exit_if_interrupted(a.interrupted)
         return
     b = a.breakdown
     console.print(
@@ -393,6 +402,7 @@ def advise_command(
                     for lvl, v in s.items()),
         highlight=False,
     )
+    _exit_if_interrupted(a.interrupted)
 
 
 def register(app: typer.Typer) -> None:

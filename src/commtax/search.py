@@ -564,7 +564,31 @@ _WORKER_CACHE: dict[Any, _Shared] = {}  # phase prices in a worker process, shar
 
 def _init_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's terminate() ends a worker at once
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    _die_with_parent()
     _WORKER_CACHE.clear()
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel SIGKILLs this worker when the search process dies, even by SIGKILL (prctl PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # not Linux: the parent's shutdown still terminates workers
+        pass
+
+
+def _stop_workers(ex: Any) -> None:
+    """Cancel what is queued and terminate the worker processes now (a chunk can run for seconds)."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
 
 
 def _eval_chunk(args: tuple[Job, list[_Base]]) -> list[_BaseResult]:
@@ -613,7 +637,7 @@ def evaluate_space(
                     if progress:
                         progress(done, len(bases))
             except KeyboardInterrupt:
-                ex.shutdown(wait=False, cancel_futures=True)
+                _stop_workers(ex)
                 raise
             ex.shutdown()
     except KeyboardInterrupt:
