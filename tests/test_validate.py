@@ -42,6 +42,7 @@ def test_software_generation_from_the_source_year():
 def test_validate_json_shape_and_unpredictable_rows(tmp_path, validation_dir):
     lines = (validation_dir / "public_runs.csv").read_text().splitlines()
     bad = lines[1].replace(",a100-sxm4-80gb,", ",a100-sxm9,")
+    bad = "bad_" + bad  # ids are unique (a repeated id is refused)
     csv = tmp_path / "runs.csv"
     csv.write_text("\n".join([lines[0], lines[1], bad]) + "\n")
     r = runner.invoke(app, ["validate", str(csv), "--json"])

@@ -123,6 +123,8 @@ def validate(
     from commtax.validate import read_rows
     from commtax.validate import validate as run_validate
 
+    if max_mape is not None and not (0 <= max_mape < float("inf")):
+        raise SpecError(f"--max-mape: a percentage ≥ 0, got {max_mape}")
     n = len(read_rows(csv_file))
     with Progress(console=err_console, transient=True, disable=json_out or not err_console.is_terminal) as prog:
         task = prog.add_task("predicting", total=n)
@@ -139,7 +141,7 @@ def validate(
             console.print(f"MAPE {name}: {value:.1f}%")
         console.print(f"[bold]MAPE ({report.kind}, {sum(r.error_pct is not None for r in report.rows)} rows): "
                       f"{report.mape_pct:.1f}%[/bold]" if report.mape_pct is not None else "no row could be predicted")
-    if max_mape is not None and (report.mape_pct is None or report.mape_pct > max_mape):
+    if max_mape is not None and (report.mape_pct is None or not report.mape_pct <= max_mape):
         fail(f"MAPE {report.mape_pct}% is above --max-mape {max_mape}%", EXIT_INFEASIBLE)
 
 
@@ -196,6 +198,10 @@ def collective(
         raise SpecError(f"op: unknown collective {op!r}; choose one of {', '.join(OPS)}")
     if algorithm is not None and algorithm not in ALGORITHMS:
         raise SpecError(f"--algorithm: unknown {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    if gpus is not None and gpus < 1:
+        raise SpecError(f"--gpus: a group has at least 1 GPU, got {gpus}")
+    if algorithm is not None and op in ("all_to_all", "send_recv"):
+        raise SpecError(f"--algorithm: {op} has one algorithm (pairwise exchange); drop --algorithm")
     try:
         nbytes = parse_bytes(size)
     except ValueError as e:
@@ -205,10 +211,10 @@ def collective(
         raw = resolve_cluster(str(cluster_file), cat, field="--cluster")
     else:
         raw = resolve_cluster(
-            {"gpu": gpu, "num_gpus": gpus or gpus_per_node, "gpus_per_node": gpus_per_node, "intra_node": intra,
+            {"gpu": gpu, "num_gpus": gpus_per_node if gpus is None else gpus, "gpus_per_node": gpus_per_node, "intra_node": intra,
              "inter_node": inter, "nics_per_node": nics_per_node}, cat, field="cluster")
     cluster: Cluster = build(Cluster, raw, "cluster")
-    n = gpus or cluster.num_gpus
+    n = cluster.num_gpus if gpus is None else gpus
     if n < 1 or n > cluster.num_gpus:
         raise SpecError(f"--gpus: must be between 1 and the cluster's num_gpus ({cluster.num_gpus}), got {n}")
     if n > cluster.gpus_per_node and n % cluster.gpus_per_node:
