@@ -5,13 +5,13 @@ The main CLI calls ``register(app)``; ``python -m commtax.sim.cli JOB.yaml`` run
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Callable, NoReturn, Optional, TypeVar
 
 import typer
 
+from commtax.atomic import strict_json
 from commtax.errors import SpecError
 from commtax.units import MiB
 
@@ -75,6 +75,8 @@ def simulate_cmd(
         for out in (trace, gantt):
             if out is not None and not out.resolve().parent.is_dir():
                 raise SpecError(f"{out}: directory {out.resolve().parent} does not exist")
+        if gantt is not None and gantt.suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise SpecError(f"--gantt {gantt}: the suffix names the format; use .png, .svg or .pdf")
         job = load_job(job_file, catalog)
         result = simulate(job, SimOptions(bucket_bytes=bucket_mb * MiB))
     except (SpecError, SimError) as e:
@@ -96,7 +98,7 @@ def simulate_cmd(
         _write(gantt, lambda: write_gantt(result.sim, gantt, f"{job_file.name}: step {bd.step_time_s:.3f} s (simulated)"))
         bd.notes.append(f"gantt: {gantt}")
     if json_out:
-        typer.echo(json.dumps(bd.to_dict(), indent=2))
+        typer.echo(strict_json(bd.to_dict(), indent=2))
     else:
         _render(bd, Console())
 
@@ -111,10 +113,14 @@ def _write(path: Path, write: Callable[[], T]) -> T:
         return write()
     except OSError as e:
         _fail(f"cannot write {path}: {e.strerror}")
+    except SpecError as e:  # atomic writes: a special file refused, a missing folder, a name too long
+        _fail(str(e))
 
 
 def register(app: typer.Typer) -> None:
-    app.command("simulate")(simulate_cmd)
+    from commtax.cli import user_errors  # Ctrl-C/SIGTERM: exit 130; any OSError: one line
+
+    app.command("simulate")(user_errors(simulate_cmd))
 
 
 def main() -> None:
