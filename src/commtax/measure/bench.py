@@ -166,7 +166,13 @@ def _numel(op: str, nbytes: int, elem_bytes: int, n: int) -> int:
 
 def _progress(enabled: bool):
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=Console(stderr=True, width=120), disable=not enabled)
@@ -210,4 +216,52 @@ def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] |
 def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
     """This same command, relaunched as ``nproc`` local ranks under torchrun."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "--max-restarts=0", "--shutdown-timeout=5", "-m", "--", "commtax.measure.cli", *module_argv]  # "--": torchrun would read --max as its own --max-restarts
+            "--max-restarts=0", "--shutdown-timeout=2", "-m", "--", "commtax.measure.cli", *module_argv]  # "--": torchrun would read --max as its own --max-restarts
+
+
+def run_local(nproc: int, module_argv: list[str]) -> int:
+    """Run the sweep under a local torchrun; its exit code. Ctrl-C, SIGTERM or SIGHUP stop torchrun and every rank
+    (their own process group) before returning 130; torchrun's log folders (/tmp/torchelastic_*) are removed."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from commtax.errors import EXIT_INTERRUPTED
+    from commtax.signals import terminate_as_interrupt
+
+    tmp = tempfile.mkdtemp(prefix="commtax-bench-")
+    env = {**os.environ, "TMPDIR": tmp}
+    proc = None
+    try:
+        with terminate_as_interrupt():
+            try:
+                proc = subprocess.Popen(torchrun_argv(nproc, module_argv), env=env, start_new_session=True)
+                return proc.wait()
+            except KeyboardInterrupt:
+                print("commtax bench: interrupted; stopping every rank", file=sys.stderr, flush=True)
+                return EXIT_INTERRUPTED
+            finally:
+                if proc is not None:
+                    _stop_group(proc)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _stop_group(proc) -> None:
+    """SIGTERM the process group (torchrun and its ranks), SIGKILL what is left after 3 s (a stopped rank)."""
+    import subprocess
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            continue
+        try:  # torchrun is gone; ranks in its group may not be
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
