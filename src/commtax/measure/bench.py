@@ -248,20 +248,43 @@ def run_local(nproc: int, module_argv: list[str]) -> int:
 
 
 def _stop_group(proc) -> None:
-    """SIGTERM the process group (torchrun and its ranks), SIGKILL what is left after 3 s (a stopped rank)."""
+    """Stop torchrun and every rank: SIGTERM torchrun (it SIGTERMs its ranks, SIGKILLs them 2 s later), then
+    SIGKILL whatever of its process tree is left after 5 s — ranks run in sessions of their own, so the tree is
+    read from /proc before torchrun goes, not from its process group."""
     import subprocess
 
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    tree = _descendants(proc.pid)
+    if proc.poll() is None:
         try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            proc.wait(timeout=3)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            continue
-        try:  # torchrun is gone; ranks in its group may not be
-            os.killpg(proc.pid, signal.SIGKILL)
+            pass
+        except ProcessLookupError:
+            pass
+    for pid in [proc.pid, *tree]:
+        try:
+            os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        return
+    proc.poll()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc; elsewhere none)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out

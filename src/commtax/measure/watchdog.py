@@ -80,6 +80,8 @@ class Watchdog:
         mine = int(steps.get(self.rank, "-1"))
         dead = [r for r in range(self.world) if r != self.rank and first.get(r) == second.get(r)]
         if dead:
+            for r in dead:
+                kill_if_stopped(where.get(r, ""))
             return [f"rank {r} ({where.get(r, '?')}) died or stopped: no heartbeat for {STALE_S:g} s" for r in dead]
         behind = [r for r in range(self.world) if int(steps.get(r, "-1")) < mine]
         return [f"rank {r} ({where.get(r, '?')}) is hung before measurement {mine}" for r in behind]
@@ -94,3 +96,25 @@ class Watchdog:
             names = [f"lost the rendezvous store ({type(e).__name__}): the node running rank 0 / the launcher died"]
         print(f"commtax bench: rank {self.rank}: {reason}; " + "; ".join(names), file=sys.stderr, flush=True)
         os._exit(EXIT_PEER_FAILED)
+
+
+def kill_if_stopped(where: str) -> bool:
+    """SIGKILL a SIGSTOPped rank on this host (``where`` names host and pid): torchrun would wait 30 s for it
+    to honour its SIGTERM (a stopped process cannot) before the job ends. Only a stopped process is touched."""
+    import re
+    import signal
+    import socket
+
+    m = re.search(r", (\S+) pid (\d+)$", where)
+    if not m or m.group(1) != socket.gethostname():
+        return False
+    pid = int(m.group(2))
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+        if state in ("T", "t"):
+            os.kill(pid, signal.SIGKILL)
+            return True
+    except (OSError, IndexError):
+        pass
+    return False
