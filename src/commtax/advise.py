@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from commtax.errors import SpecError
+from commtax.errors import Interrupted, SpecError
 from commtax.estimate import BREAKDOWN_KEYS, Breakdown, estimate
 from commtax.spec import Job, job_with
 
@@ -253,8 +253,10 @@ def advise(job: Job, search_best: bool = True, workers: int | None = None) -> Ad
                 txt = ", ".join(f"{k}={v}" for k, v in diff.items())
                 what = "best of an interrupted (partial) search" if interrupted else "best plan from search"
                 changes.append(_change(f"{what} ({txt})", "search", base, b, plan))
-        except SpecError as e:  # no valid plan; or interrupted before any was found
-            interrupted = "interrupted" in str(e)
+        except SpecError:  # no valid plan in the space
+            pass
+        except Interrupted:  # Ctrl-C/SIGTERM before the search found any plan: the rest of the advice stands
+            interrupted = True
     changes.sort(key=lambda c: (not c.fits_after, c.step_after_s))
     return Advice(job, base, dominant, parts[dominant] / base.step_time_s, dominant_comm, changes,
                   sensitivities(job, base), interrupted)

@@ -52,8 +52,8 @@ def user_errors(fn: Callable) -> Callable:
             fail(str(e))
         except OSError as e:
             fail(os_error_line(e))
-        except KeyboardInterrupt:
-            fail("interrupted", EXIT_INTERRUPTED)
+        except KeyboardInterrupt as e:
+            fail(f"interrupted{f' ({e})' if str(e) else ''}", EXIT_INTERRUPTED)
 
     return wrapper
 

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from commtax import estimate as _est
-from commtax.errors import SpecError
+from commtax.errors import Interrupted, SpecError
 from commtax.estimate import (
     BREAKDOWN_KEYS,
     Breakdown,
@@ -670,7 +670,7 @@ def search(
     res.elapsed_s = time.perf_counter() - t0
     if res.evaluated == 0 or not res.valid.any():
         if interrupted:
-            raise SpecError("search interrupted before any valid plan was found")
+            raise Interrupted("search interrupted before any valid plan was found")  # exit 130, not bad input
         examples = {**skip_examples, **res.invalid_examples}
         why = "; ".join(f"{examples.get(k, k)}" for k, _ in (res.invalid_reasons + skipped).most_common(2))
         cons = ", ".join(f"{k}={c.describe()}" for k, c in space.constraints.items())
