@@ -319,3 +319,11 @@ def test_any_float_gemm_efficiency_is_accepted_only_in_0_1(eff):
         assert 0 < eff <= 1
     except SpecError:
         assert not (0 < eff <= 1) or math.isnan(eff)
+
+
+@pytest.mark.parametrize("gpus", ["a,b", "0,8", "-16"])
+def test_compare_scaling_gpu_counts_are_one_line(tmp_path, gpus):
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(SMALL_JOB))
+    r = runner.invoke(app, ["compare", str(tmp_path / "job.yaml"), "--tp", "2", "--pp", "2",
+                            "--scaling", str(tmp_path / "s.png"), "--gpus", gpus])
+    assert "--gpus: expected" in one_line(r)

@@ -322,7 +322,7 @@ def compare_command(
     if scaling_png is not None:
         from commtax.report.plots import scaling_plot
 
-        counts = [int(x) for x in (gpus or "").split(",") if x.strip()]
+        counts = [_count(x, "--gpus") for x in (gpus or "").split(",") if x.strip()]
         if not counts:
             n = jobs[0].cluster.num_gpus
             counts = [n // 4, n // 2, n, n * 2, n * 4]
@@ -349,13 +349,13 @@ def compare_command(
         console.print(f"wrote {scaling_png}", highlight=False)
 
 
-def _count(text: str) -> int:
+def _count(text: str, option: str = "--num-gpus") -> int:
     try:
         n = int(text)
     except ValueError:
-        raise SpecError(f"--num-gpus: expected integers, got {text!r}") from None
+        raise SpecError(f"{option}: expected integers, got {text[:40]!r}") from None
     if n <= 0:
-        raise SpecError(f"--num-gpus: expected positive integers, got {n}")
+        raise SpecError(f"{option}: expected positive integers, got {n}")
     return n
 
 
