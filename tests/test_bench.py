@@ -69,10 +69,14 @@ def test_hung_rank_is_named_and_the_others_exit_within_the_timeout(tmp_path):
                 verdicts.append((time.monotonic(), line))
             if len(verdicts) == 2:
                 break
-    finally:  # torchrun itself waits 30 s before SIGKILLing a stopped worker: don't wait for it here
-        os.killpg(p.pid, signal.SIGKILL)
+        # the survivors SIGKILL the stopped rank, so torchrun ends at once instead of waiting 30 s for it
+        exited_by_itself = p.wait(timeout=25) is not None  # raises TimeoutExpired (a failure) if it waits 30 s
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         _kill_matching(str(out))  # the stopped rank runs in its own session: leave nothing behind
+    assert exited_by_itself and p.returncode != 0
     assert all("rank 1 (node 0, local rank 1" in v and "died or stopped" in v for _, v in verdicts)
     assert {v.split(":")[0] for _, v in verdicts} == {"commtax bench"} and len(verdicts) == 2
     assert max(t for t, _ in verdicts) - (t_stop or verdicts[0][0]) < 5 + 2.5 + 5  # timeout + heartbeat check + slack
