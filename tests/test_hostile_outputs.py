@@ -205,7 +205,7 @@ def test_strict_json_is_always_parseable_and_keeps_finite_values(data):
         if isinstance(a, dict):
             return all(same(v, b[k]) for k, v in a.items())
         if isinstance(a, list):
-            return all(same(x, y) for x, y in zip(a, b))
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
         return a == b
 
     assert same(data, back)

@@ -211,8 +211,8 @@ def collective(
         raw = resolve_cluster(str(cluster_file), cat, field="--cluster")
     else:
         raw = resolve_cluster(
-            {"gpu": gpu, "num_gpus": gpus_per_node if gpus is None else gpus, "gpus_per_node": gpus_per_node, "intra_node": intra,
-             "inter_node": inter, "nics_per_node": nics_per_node}, cat, field="cluster")
+            {"gpu": gpu, "num_gpus": gpus_per_node if gpus is None else gpus, "gpus_per_node": gpus_per_node,
+             "intra_node": intra, "inter_node": inter, "nics_per_node": nics_per_node}, cat, field="cluster")
     cluster: Cluster = build(Cluster, raw, "cluster")
     n = cluster.num_gpus if gpus is None else gpus
     if n < 1 or n > cluster.num_gpus:

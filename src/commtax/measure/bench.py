@@ -216,7 +216,8 @@ def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] |
 def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
     """This same command, relaunched as ``nproc`` local ranks under torchrun."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "--max-restarts=0", "--shutdown-timeout=2", "-m", "--", "commtax.measure.cli", *module_argv]  # "--": torchrun would read --max as its own --max-restarts
+            "--max-restarts=0", "--shutdown-timeout=2", "-m",
+            "--", "commtax.measure.cli", *module_argv]  # "--": torchrun would read --max as its own --max-restarts
 
 
 def run_local(nproc: int, module_argv: list[str]) -> int:
