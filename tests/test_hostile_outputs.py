@@ -253,3 +253,10 @@ def test_sigterm_during_an_atomic_write_leaves_no_temp_file(tmp_path):
     p.wait(timeout=20)
     assert p.returncode != 0
     assert list(tmp_path.iterdir()) == []  # neither the target nor a hidden .big.json.* temp file
+
+
+def test_out_dev_stdout_on_a_pipe_is_written_through():
+    r = subprocess.run([sys.executable, "-m", "commtax.cli", "estimate", str(JOB), "--out", "/dev/stdout", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count('"step_time_s"') == 2 and "Traceback" not in r.stderr  # --out, then --json

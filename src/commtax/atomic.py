@@ -56,16 +56,21 @@ def target_of(path: Path | str) -> tuple[Path, os.stat_result | None]:
     path = Path(path)
     if not str(path) or str(path).endswith("/"):
         raise SpecError(f"{path}: an output path names a file, not a folder")
-    real = Path(os.path.realpath(path))
-    if len(real.name.encode(errors="surrogateescape")) > NAME_MAX:
-        raise SpecError(f"{path}: file name too long ({len(real.name.encode(errors='surrogateescape'))} bytes; "
+    if len(path.name.encode(errors="surrogateescape")) > NAME_MAX:
+        raise SpecError(f"{path}: file name too long ({len(path.name.encode(errors='surrogateescape'))} bytes; "
                         f"at most {NAME_MAX})")
     try:
-        st = os.stat(real)
+        st = os.stat(path)  # follows symlinks, /proc magic links too (/dev/stdout on a pipe)
     except FileNotFoundError:
         st = None
     except OSError as e:
+        e.filename = str(path)
         raise SpecError(os_error_line(e, "write")) from None
+    if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        if stat.S_ISSOCK(st.st_mode) or stat.S_ISBLK(st.st_mode):
+            raise SpecError(f"{path}: is a {_kind(st.st_mode)}; refusing to write to it")
+        return path, st  # written through, in place, by the path the user gave
+    real = Path(os.path.realpath(path))
     if st is None:
         parent = real.parent
         if not parent.is_dir():
