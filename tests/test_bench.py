@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,6 +55,19 @@ def _kill_matching(needle: str) -> None:
             pass
 
 
+def _pids_named(verdicts: list[str]) -> set[int]:
+    """The pids of the ranks the verdict lines name (``rank R (node N, local rank L, HOST pid P) ...``)."""
+    return {int(pid) for v in verdicts for pid in re.findall(r" pid (\d+)\)", v)}
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (T: stopped; Z: a zombie); "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def test_hung_rank_is_named_and_the_others_exit_within_the_timeout(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "h.json"
@@ -62,7 +76,8 @@ def test_hung_rank_is_named_and_the_others_exit_within_the_timeout(tmp_path):
                           "--timeout", "5", "--fault", "1:2:stop", "--out", str(out)],
                          stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True)
     # a guard against a hang, not a timing assertion: a run that outlives it is killed and the test fails below
-    guard = threading.Timer(HANG_GUARD_S, lambda: os.killpg(p.pid, signal.SIGKILL))
+    hung: list[bool] = []
+    guard = threading.Timer(HANG_GUARD_S, lambda: (hung.append(True), os.killpg(p.pid, signal.SIGKILL)))
     guard.start()
     try:
         verdicts = []
@@ -71,14 +86,22 @@ def test_hung_rank_is_named_and_the_others_exit_within_the_timeout(tmp_path):
                 verdicts.append(line)
             if len(verdicts) == 2:
                 break
-    finally:  # torchrun itself waits 30 s before SIGKILLing a stopped worker: don't wait for it here
+        # the survivor that names a stopped rank SIGKILLs it first (torchrun would wait 30 s for a SIGSTOPped rank
+        # to honour its SIGTERM), so once both have spoken it is no longer stopped, and torchrun ends by itself
+        still_stopped = [pid for pid in _pids_named(verdicts) if _state(pid) in ("T", "t")]
+        p.stderr.read()
+        p.wait()
+    finally:
         guard.cancel()
-        os.killpg(p.pid, signal.SIGKILL)
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         _kill_matching(str(out))  # the stopped rank runs in its own session: leave nothing behind
     assert len(verdicts) == 2, f"the survivors did not report within {HANG_GUARD_S} s (a hang): {verdicts}"
     assert all("rank 1 (node 0, local rank 1" in v and "died or stopped" in v for v in verdicts)
     assert {v.split(":")[0] for v in verdicts} == {"commtax bench"}
+    assert _pids_named(verdicts) and not still_stopped, verdicts
+    assert not hung and p.returncode != 0  # exited by itself (a failed rank), not ended by the hang guard
     assert [x["message_bytes"] for x in json.loads(out.read_text())] == [1 * KiB, 4 * KiB]
 
 

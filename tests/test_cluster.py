@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -117,3 +118,138 @@ def test_ctrl_c_on_run_kills_every_rank(cluster_file):
     left = [subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
             for ns in spec["emulated"]["namespaces"]]
     assert left == [[], []]
+
+
+# ----------------------------------------------------------------------------- issue 10/12: reliability
+UPLINK_CLUSTER = {  # what `cluster up --nodes 4 --ranks-per-node 2 --link 1gbit --uplink 200mbit` writes
+    "gpu": {"name": "cpu-gloo", "peak_tflops": {"fp32": 0.1}, "mem_GiB": 8, "mem_bw_GBps": 10, "source": "test"},
+    "num_gpus": 8, "gpus_per_node": 2,
+    "intra_node": {"name": "loopback", "bw_GBps": 2.0, "latency_us": 20.0, "efficiency": 1.0, "kind": "loopback"},
+    "inter_node": {"name": "veth", "bw_Gbps": 1.0, "latency_us": 50.0, "efficiency": 1.0},
+    "nics_per_node": 1, "uplink_Gbps": 0.2, "collective_library": "gloo",
+}
+
+
+def test_uplink_caps_a_ring_that_spans_both_halves():
+    from commtax.collectives import collective_cost
+    from commtax.spec import Cluster
+    from commtax.topology import placement
+
+    c = Cluster.model_validate(UPLINK_CLUSTER)
+    S = 2 * 2**20
+    t = collective_cost("all_reduce", S, placement(c, 8, 1, "all_reduce")).time_s
+    # ring over 8 ranks crosses the 0.2 Gbit/s uplink once per direction: 2(n-1)α + 2(n-1)/n · S / B_uplink
+    assert t == pytest.approx(2 * 7 * 50e-6 + 2 * 7 / 8 * S / (0.2e9 / 8), rel=1e-6)
+    # a group inside one half (2 nodes of 4) does not cross it: the 1 Gbit/s node link bounds it
+    t2 = collective_cost("all_reduce", S, placement(c, 4, 1, "all_reduce")).time_s
+    assert t2 == pytest.approx(2 * 3 * 50e-6 + 2 * 3 / 4 * S / (1e9 / 8), rel=1e-6)
+    no_uplink = Cluster.model_validate({**UPLINK_CLUSTER, "uplink_Gbps": None})
+    assert collective_cost("all_reduce", S, placement(no_uplink, 8, 1, "all_reduce")).time_s < t / 4
+
+
+@netns
+def test_uplink_is_written_and_priced_and_commtax_runs_on_the_nodes(cluster_file, tmp_path):
+    """Issue 10: 4×2 with a 200 Mbit uplink was predicted 30 ms where 159 ms was measured (2 MiB all_reduce)."""
+    require_netns()
+    path, spec = cluster_file("--nodes", "4", "--ranks-per-node", "2", "--link", "1gbit", "--uplink", "200mbit")
+    assert spec["uplink_Gbps"] == pytest.approx(0.2)
+    out = tmp_path / "u.json"
+    env = {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}  # as under sudo: the venv is not on PATH
+    errors = []
+    for _ in range(2):  # one re-measurement: a neighbour's CPU burst is not the model's fault
+        out.unlink(missing_ok=True)
+        r = cli("cluster", "run", "--cluster", str(path), "--", "commtax", "bench", "collective", "--ops",
+                "all_reduce", "--min", "2MiB", "--max", "2MiB", "--iters", "5", "--out", str(out), timeout=300,
+                env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        measured = json.loads(out.read_text())[0]["time_s"]
+        pred = cli_json("collective", "all_reduce", "--bytes", "2MiB", "--cluster", str(path))["time_s"]
+        errors.append(pred / measured - 1)
+        if abs(errors[-1]) <= 0.15:
+            break
+    assert abs(errors[-1]) <= 0.15, errors
+
+
+def cli_json(*args: str) -> dict:
+    r = subprocess.run([sys.executable, "-m", "commtax.cli", *args, "--json"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@netns
+def test_run_of_a_missing_program_is_one_line(cluster_file):
+    require_netns()
+    path, _ = cluster_file("--nodes", "2", "--link", "100mbit")
+    r = cli("cluster", "run", "--cluster", str(path), "--", "/nonexistent/prog", timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == "error: cluster run: /nonexistent/prog: command not found"
+
+
+@netns
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_up_interrupted_while_building_leaves_no_namespace_and_no_record(tmp_path, sig):
+    require_netns()
+    out = tmp_path / "big.yaml"
+    p = subprocess.Popen([sys.executable, "-m", "commtax.measure.cli", "cluster", "up", "--nodes", "60",
+                          "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 120
+    while not out.exists() and p.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)  # the record is written before the first namespace
+    name = yaml.safe_load(out.read_text())["emulated"]["name"]
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=180)
+    assert p.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert not [ns for ns in namespaces() if ns.startswith(name)] and not out.exists()
+
+
+@netns
+def test_up_refuses_to_overwrite_a_live_clusters_record(cluster_file):
+    require_netns()
+    path, spec = cluster_file("--nodes", "2", "--link", "100mbit")
+    before = namespaces()
+    r = cli("cluster", "up", "--nodes", "2", "--out", str(path), timeout=120)
+    assert r.returncode == 2 and f"records cluster {spec['emulated']['name']}, which still exists" in r.stderr
+    assert yaml.safe_load(path.read_text()) == spec and namespaces() == before
+
+
+@netns
+@pytest.mark.parametrize("bad_out", ["dir", "long"])
+def test_up_with_an_unwritable_out_builds_nothing(tmp_path, bad_out):
+    require_netns()
+    out = tmp_path if bad_out == "dir" else tmp_path / ("x" * 300 + ".yaml")
+    before = namespaces()
+    r = cli("cluster", "up", "--nodes", "2", "--out", str(out), timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and namespaces() == before
+
+
+@netns
+def test_down_all_removes_only_this_users_idle_clusters(tmp_path, monkeypatch):
+    """Another tool's (or user's) cluster and a cluster something runs in are kept; ours is removed."""
+    require_netns()
+    mine, theirs = tmp_path / "reg-mine", tmp_path / "reg-theirs"
+    made = []
+    try:
+        for reg, name in ((mine, "idle"), (theirs, "other"), (mine, "busy")):
+            out = tmp_path / f"{name}.yaml"
+            r = cli("cluster", "up", "--nodes", "1", "--out", str(out), timeout=120,
+                    env={**os.environ, "COMMTAX_CLUSTER_REGISTRY": str(reg)})
+            assert r.returncode == 0, r.stderr
+            made.append((reg, out, yaml.safe_load(out.read_text())["emulated"]))
+        busy_ns = made[2][2]["namespaces"][0]
+        sleeper = subprocess.Popen(["ip", "netns", "exec", busy_ns, "sleep", "120"])
+        try:
+            r = cli("cluster", "down", "--all", timeout=120, env={**os.environ, "COMMTAX_CLUSTER_REGISTRY": str(mine)},
+                    stdin=subprocess.DEVNULL)
+            left = namespaces()
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        assert r.returncode == 0, r.stderr
+        idle, other, busy = (m[2] for m in made)
+        assert not any(ns.startswith(idle["name"]) for ns in left)
+        assert any(ns.startswith(other["name"]) for ns in left) and f"kept cluster {other['name']}: no record" in r.stderr
+        assert any(ns.startswith(busy["name"]) for ns in left) and "processes are running" in r.stderr
+    finally:
+        for reg, out, _ in made:
+            cli("cluster", "down", "--cluster", str(out), timeout=60,
+                env={**os.environ, "COMMTAX_CLUSTER_REGISTRY": str(reg)})

@@ -9,8 +9,7 @@ from typer.testing import CliRunner
 from commtax.cli import app, register_commands
 from commtax.validate import framework_of_row, generation_of, validate
 
-register_commands()
-
+register_commands()  # every command on `app` (main() registers only the one it runs)
 runner = CliRunner()
 
 RUNS_MAPE_TARGET = 10.0  # issue 2: public run set MAPE ≤ 10%
@@ -77,6 +76,7 @@ def test_software_generation_from_the_source_year():
 def test_validate_json_shape_and_unpredictable_rows(tmp_path, validation_dir):
     lines = (validation_dir / "public_runs.csv").read_text().splitlines()
     bad = lines[1].replace(",a100-sxm4-80gb,", ",a100-sxm9,")
+    bad = "bad_" + bad  # ids are unique (a repeated id is refused)
     csv = tmp_path / "runs.csv"
     csv.write_text("\n".join([lines[0], lines[1], bad]) + "\n")
     r = runner.invoke(app, ["validate", str(csv), "--json"])

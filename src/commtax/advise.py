@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from commtax.comm_dtypes import bytes_per_element, powersgd_rank
-from commtax.errors import SpecError
+from commtax.errors import Interrupted, SpecError
 from commtax.estimate import BREAKDOWN_KEYS, Breakdown, estimate
 from commtax.spec import Job, job_with
 from commtax.workload import grad_bytes_per_param
@@ -138,9 +138,11 @@ class Advice:
     changes: list[Change]  # best first (fits before not fits, then step)
     sensitivities: dict[str, dict[str, float]]
     remedies: list[Remedy] = field(default_factory=list)  # gradient compression, re-estimated, with caveats
+    interrupted: bool = False  # Ctrl-C/SIGTERM cut the plan search short: its best is of a partial search
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "interrupted": self.interrupted,
             "step_time_s": self.breakdown.step_time_s,
             "comm_tax": self.breakdown.comm_tax,
             "fits": self.breakdown.fits,
@@ -303,18 +305,23 @@ def advise(job: Job, search_best: bool = True, workers: int | None = None,
         except SpecError:
             continue  # not a valid plan for this model and cluster
         changes.append(_change(label, "plan", base, estimate(j), {k: v for k, v in upd.items() if v is not None}))
+    interrupted = False
     if search_best:
         from commtax.report.table import plan_label
         from commtax.search import search
 
         try:
             res = search(job, top=1, workers=workers, progress=progress)
+            interrupted = res.interrupted
             plan, b = res.top[0]
             diff = {k: v for k, v in plan.items() if getattr(job.plan, k, None) != v and k != "dp"}
             if diff:
-                changes.append(_change(f"best plan: {plan_label(plan)}", "search", base, b, plan))
-        except SpecError:
+                what = "best of an interrupted (partial) search" if interrupted else "best plan"
+                changes.append(_change(f"{what}: {plan_label(plan)}", "search", base, b, plan))
+        except SpecError:  # no valid plan in the space
             pass
+        except Interrupted:  # Ctrl-C/SIGTERM before the search found any plan: the rest of the advice stands
+            interrupted = True
     changes.sort(key=lambda c: (not c.fits_after, c.step_after_s))
     return Advice(job, base, dominant, parts[dominant] / base.step_time_s, dominant_comm, changes,
-                  sensitivities(job, base), remedies(job, base))
+                  sensitivities(job, base), remedies(job, base), interrupted)

@@ -102,6 +102,8 @@ def validate(
     from commtax.validate import read_rows
     from commtax.validate import validate as run_validate
 
+    if max_mape is not None and not (0 <= max_mape < float("inf")):
+        raise SpecError(f"--max-mape: a percentage ≥ 0, got {max_mape}")
     n = len(read_rows(csv_file))
     with progress("predicting", enabled=not json_out) as update:
         done = iter(range(1, n + 1))
@@ -129,7 +131,7 @@ def validate(
         n_ok = sum(r.error_pct is not None for r in report.rows)
         console.print(f"[bold]MAPE ({report.kind}, {n_ok} rows): {report.mape_pct:.1f}%[/bold]"
                       if report.mape_pct is not None else "no row could be predicted")
-    if max_mape is not None and (report.mape_pct is None or report.mape_pct > max_mape):
+    if max_mape is not None and (report.mape_pct is None or not report.mape_pct <= max_mape):
         if report.mape_pct is None:
             fail(f"no row could be predicted, so --max-mape {max_mape:g}% cannot pass", EXIT_INFEASIBLE)
         fail(f"MAPE {report.mape_pct:.1f}% is above --max-mape {max_mape:g}%", EXIT_INFEASIBLE)
@@ -171,6 +173,10 @@ def collective(
     from commtax.topology import placement
     from commtax.units import GB, format_duration, format_sig, parse_bytes
 
+    if gpus is not None and gpus < 1:
+        raise SpecError(f"--gpus: a group has at least 1 GPU, got {gpus}")
+    if algorithm is not None and op in ("all_to_all", "send_recv"):
+        raise SpecError(f"--algorithm: {op} has one algorithm (pairwise exchange); drop --algorithm")
     try:
         nbytes = parse_bytes(size)
     except ValueError as e:
@@ -180,10 +186,10 @@ def collective(
         raw = resolve_cluster(str(cluster_file), cat, field="--cluster")
     else:
         raw = resolve_cluster(
-            {"gpu": gpu, "num_gpus": gpus or gpus_per_node, "gpus_per_node": gpus_per_node, "intra_node": intra,
-             "inter_node": inter, "nics_per_node": nics_per_node}, cat, field="cluster")
+            {"gpu": gpu, "num_gpus": gpus_per_node if gpus is None else gpus, "gpus_per_node": gpus_per_node,
+             "intra_node": intra, "inter_node": inter, "nics_per_node": nics_per_node}, cat, field="cluster")
     cluster: Cluster = build(Cluster, raw, "cluster")
-    n = gpus or cluster.num_gpus
+    n = cluster.num_gpus if gpus is None else gpus
     if n < 1 or n > cluster.num_gpus:
         raise SpecError(f"--gpus: must be between 1 and the cluster's num_gpus ({cluster.num_gpus}), got {n}")
     if n > cluster.gpus_per_node and n % cluster.gpus_per_node:
@@ -316,6 +322,9 @@ def register_commands(names: set[str] | None = None) -> None:
 
 
 def main() -> None:
+    from commtax import signals
+
+    signals.install()  # SIGTERM/SIGHUP clean up like Ctrl-C (temp files, workers, launched ranks), exit 130
     command = sys.argv[1] if len(sys.argv) > 1 else None
     register_commands({command} if command in COMMANDS else None)
     app()

@@ -4,9 +4,10 @@ Each CLI module (``cli.py``, ``planning_cli.py``, ``sim/cli.py``, ``measure/cli.
 from nowhere else in the CLI layer, so there is no import cycle between them.
 
 * Bad input (a ``SpecError``; an unreadable or unwritable user file) → one line on stderr, exit 2
-  (:func:`user_errors`, :func:`fail`); a plan that does not fit memory → exit 1.
+  (:func:`user_errors`, :func:`fail`); a plan that does not fit memory → exit 1; Ctrl-C, SIGTERM or
+  SIGHUP (``commtax.signals``) → one line, exit 130.
 * ``--json`` prints the record on stdout and nothing else; ``--out FILE`` writes the same record,
-  atomically (:func:`emit`).
+  atomically (:func:`emit`); the JSON is strict (nan/inf become null).
 * Progress bars go to stderr and only when stderr is a terminal (:func:`progress`).
 * Choices are ``Literal`` types that typer checks and lists in ``--help``; flags are plain flags
   (``--json``, not ``--json <bool>``).
@@ -15,7 +16,6 @@ from nowhere else in the CLI layer, so there is no import cycle between them.
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,8 +26,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from commtax.atomic import write_atomic
-from commtax.errors import SpecError
+from commtax.atomic import strict_json, write_atomic
+from commtax.errors import EXIT_INTERRUPTED, SpecError, os_error_line
 
 EXIT_INFEASIBLE = 1  # the plan does not fit, or a check (--max-mape) failed
 EXIT_BAD_INPUT = 2  # bad input: one line naming the field and the fix
@@ -99,7 +99,8 @@ def warn(message: str) -> None:
 
 
 def user_errors(fn: Callable) -> Callable:
-    """Map bad input (``SpecError``; a user file that cannot be read or written) to one line and exit 2."""
+    """Map bad input (``SpecError``; a user file that cannot be read or written) to one line and exit 2;
+    Ctrl-C/SIGTERM/SIGHUP (a ``KeyboardInterrupt``) to one line and exit 130."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -107,8 +108,10 @@ def user_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except SpecError as e:
             fail(str(e))
-        except (IsADirectoryError, PermissionError, NotADirectoryError) as e:
-            fail(f"{e.filename}: {e.strerror}")
+        except OSError as e:
+            fail(os_error_line(e))
+        except KeyboardInterrupt as e:
+            fail(f"interrupted{f' ({e})' if str(e) else ''}", EXIT_INTERRUPTED)
 
     return wrapper
 
@@ -125,7 +128,8 @@ def does_not_fit(b: Any, job: Any) -> NoReturn:
 
 # ----------------------------------------------------------------------------- JSON and output files
 def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, default=float) + "\n"
+    """Strict JSON (nan and ±inf become null), indented, with a final newline."""
+    return strict_json(data, indent=2) + "\n"
 
 
 def emit(data: Any, json_out: bool, out: Path | None = None) -> None:

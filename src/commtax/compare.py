@@ -23,7 +23,7 @@ from commtax.cost import (
     load_prices,
     usd_per_B_tokens,
 )
-from commtax.errors import SpecError
+from commtax.errors import Interrupted, SpecError
 from commtax.estimate import Breakdown
 from commtax.search import SearchResult, Space, search
 from commtax.spec import Job, build, load_catalog, resolve_entry
@@ -151,6 +151,8 @@ def compare(
         except SpecError as e:
             rows.append(Row(name, job, None, None, None, cc, None, reason=str(e)))
             continue
+        if res.interrupted:  # a partial search's best is not this cluster's best: stop, exit 130
+            raise Interrupted("compare")
         plan, b = res.top[0]
         cost = job_training_cost(job, b.tokens_per_s, prices, tokens, power)
         rows.append(Row(name, job, plan, b, cost, cc, res))
@@ -247,6 +249,8 @@ def scaling(job: Job, counts: list[int], space: Space | None = None, workers: in
         try:
             j = _with_cluster(job, cluster)
             res = search(j, space, top=1, workers=workers)
+            if res.interrupted:
+                raise Interrupted("compare --scaling")
             plan, b = res.top[0]
             out.append(ScalePoint(n, plan, b))
         except SpecError as e:

@@ -30,7 +30,7 @@ from commtax.cli_io import (
     progress,
 )
 from commtax.cost import PowerBasis
-from commtax.errors import SpecError
+from commtax.errors import EXIT_INTERRUPTED, SpecError
 from commtax.report.table import (
     PLAN_LABEL_KEY,
     compare_table,
@@ -136,6 +136,7 @@ def search_command(
         write_atomic(csv_out, res.to_csv())
     emit(data, json_out, out)
     if json_out:
+        _exit_if_interrupted(res.interrupted)
         return
     s = res.summary()
     console.print(
@@ -164,6 +165,14 @@ def search_command(
     best_plan, best = res.top[0]
     console.print(f"\n[bold]Best plan[/bold] {plan_label(best_plan)}:")
     render_breakdown(best, console, job.cluster.gpu.mem_GiB)
+    _exit_if_interrupted(res.interrupted)
+
+
+def _exit_if_interrupted(interrupted: bool) -> None:
+    """Partial results were shown (and flagged in --out/--json): Ctrl-C/SIGTERM still exit 130."""
+    if interrupted:
+        err_console.print("interrupted: results above are partial (\"interrupted\": true in the JSON)", markup=False)
+        raise typer.Exit(EXIT_INTERRUPTED)
 
 
 # ----------------------------------------------------------------------------- compare
@@ -288,7 +297,7 @@ def _count(text: str, option: str) -> int:
     try:
         n = int(text)
     except ValueError:
-        raise SpecError(f"{option}: expected integers, got {text!r}") from None
+        raise SpecError(f"{option}: expected integers, got {text[:40]!r}") from None
     if n <= 0:
         raise SpecError(f"{option}: expected positive integers, got {n}")
     return n
@@ -313,6 +322,7 @@ def advise_command(
         a = advise(job, search_best=not no_search, workers=workers, progress=update)
     emit(a.to_dict(), json_out, out)
     if json_out:
+        _exit_if_interrupted(a.interrupted)
         return
     b = a.breakdown
     console.print(
@@ -337,6 +347,7 @@ def advise_command(
         + ", ".join(f"{lvl} bandwidth {v['bw_elasticity']:+.3f}, {lvl} latency {v['latency_elasticity']:+.3f}"
                     for lvl, v in s.items()),
     )
+    _exit_if_interrupted(a.interrupted)
 
 
 # ----------------------------------------------------------------------------- cost

@@ -46,7 +46,7 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from commtax import estimate as _est
-from commtax.errors import SpecError
+from commtax.errors import Interrupted, SpecError
 from commtax.estimate import (
     BREAKDOWN_KEYS,
     Breakdown,
@@ -700,7 +700,31 @@ _WORKER_CACHE: dict[Any, _Shared] = {}  # phase prices in a worker process, shar
 
 def _init_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's terminate() ends a worker at once
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    _die_with_parent()
     _WORKER_CACHE.clear()
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel SIGKILLs this worker when the search process dies, even by SIGKILL (prctl PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # not Linux: the parent's shutdown still terminates workers
+        pass
+
+
+def _stop_workers(ex: Any) -> None:
+    """Cancel what is queued and terminate the worker processes now (a chunk can run for seconds)."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
 
 
 def _eval_chunk(args: tuple[Job, list[_Base]]) -> list[_BaseResult]:
@@ -749,7 +773,7 @@ def evaluate_space(
                     if progress:
                         progress(done, len(bases))
             except KeyboardInterrupt:
-                ex.shutdown(wait=False, cancel_futures=True)
+                _stop_workers(ex)
                 raise
             ex.shutdown()
     except KeyboardInterrupt:
@@ -784,7 +808,7 @@ def search(
     res.elapsed_s = time.perf_counter() - t0
     if res.evaluated == 0 or not res.valid.any():
         if interrupted:
-            raise SpecError("search interrupted before any valid plan was found")
+            raise Interrupted("search interrupted before any valid plan was found")  # exit 130, not bad input
         examples = {**skip_examples, **res.invalid_examples}
         why = "; ".join(f"{examples.get(k, k)}" for k, _ in (res.invalid_reasons + skipped).most_common(2))
         cons = ", ".join(f"{k}={c.describe()}" for k, c in space.constraints.items())
@@ -807,7 +831,7 @@ def search(
             "the breakdowns shown are estimate's, but the ranking may be off: report it (benchmarks/bench_search.py)"
         )
         res.top.sort(key=lambda pb: pb[1].step_time_s)
-    if verify:
+    if verify and not interrupted:  # Ctrl-C/SIGTERM: show the partial ranking now, not after K simulations
         verify_top(job, res, verify)
     res.top = res.top[:max(top, verify)]
     return res

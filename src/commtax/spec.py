@@ -10,7 +10,7 @@ import difflib
 import math
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from commtax.comm_dtypes import COMM_DTYPES
-from commtax.errors import SpecError
+from commtax.errors import SpecError, excerpt
 from commtax.units import GB, GBIT, TFLOPS, US, GiB
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
@@ -36,8 +36,24 @@ BYTES_PER = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "in
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _strict_numbers(cls, data: Any) -> Any:
+        """YAML ``true`` is not the number 1: a bool is accepted only where the field is a yes/no."""
+        if isinstance(data, dict):
+            for name, f in cls.model_fields.items():
+                v = data.get(name)
+                if isinstance(v, bool) and not _allows_bool(f.annotation):
+                    raise ValueError(f"{name}: expected a number, got {str(v).lower()}")
+        return data
+
 
 # ----------------------------------------------------------------------------- hardware
+def _allows_bool(annotation: Any) -> bool:
+    args = get_args(annotation)
+    return annotation is bool or annotation is Any or any(_allows_bool(a) for a in args if a is not type(None))
+
+
 class GPU(_Spec):
     name: str = "custom-gpu"
     peak_tflops: dict[Precision, float] = Field(description="dense tensor-core peak per precision, TFLOP/s")
@@ -127,8 +143,8 @@ class Network(_Spec):
 
 
 class LevelNumbers(_Spec):
-    bw_GBps: float = Field(gt=0)
-    latency_us: float = Field(ge=0)
+    bw_GBps: float = Field(gt=0, le=100_000, allow_inf_nan=False)
+    latency_us: float = Field(ge=0, le=1e7, allow_inf_nan=False)
 
 
 class Profile(_Spec):
@@ -140,6 +156,15 @@ class Profile(_Spec):
     ops: dict[str, dict[Literal["intra", "inter"], LevelNumbers]] = Field(default_factory=dict)
     gemm_efficiency: dict[str, float] = Field(default_factory=dict)
     assumptions: dict[str, float] = Field(default_factory=dict, description="overrides of catalog/assumptions.yaml")
+
+    @field_validator("gemm_efficiency")
+    @classmethod
+    def _efficiencies(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, x in v.items():
+            if not (0 < x <= 1):  # also false for nan
+                raise ValueError(f"gemm_efficiency.{k} must be in (0, 1] (achieved / peak), got {x}; "
+                                 "re-measure with `commtax bench gemm` on real sizes")
+        return v
 
 
 class Cluster(_Spec):
@@ -154,6 +179,11 @@ class Cluster(_Spec):
         default="nccl",
         description="nccl: the tuner picks ring/tree/NVLS and the LL protocol; gloo (CPU): rings only, and its "
         "reduce_scatter is an all-reduce",
+    )
+    uplink_Gbps: float | None = Field(
+        default=None, gt=0, le=100_000, allow_inf_nan=False,
+        description="line rate per direction of the one link joining the two halves of the nodes (an oversubscribed "
+        "spine, as `commtax cluster up --uplink` builds); a group spanning more than half the nodes crosses it",
     )
     profile: Profile | None = None
     emulated: dict[str, Any] | None = None
@@ -581,19 +611,117 @@ def per_rank(chunks: tuple[int, ...], p: int, v: int) -> tuple[int, ...]:
 CATALOG_FILES = {"gpu": "gpus.yaml", "intra_node": "links.yaml", "inter_node": "networks.yaml", "model": "models.yaml"}
 
 
-def read_yaml(path: Path) -> Any:
+MAX_YAML_BYTES = 16 * 2**20  # far above any job, catalog or cluster file; /dev/zero stops here
+MAX_YAML_NODES = 200_000  # nodes after expanding aliases: a 600-byte alias bomb expands to billions
+MAX_YAML_DEPTH = 64  # nesting; job files need 4
+
+
+def read_text(path: Path | str, what: str = "file") -> str:
+    """A user's text file, bounded in size, as UTF-8 (a BOM is dropped): anything else is one SpecError line."""
     try:
-        text = Path(path).read_text()
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_YAML_BYTES + 1)
     except FileNotFoundError:
         raise SpecError(f"{path}: file not found") from None
     except OSError as e:
-        raise SpecError(f"{path}: cannot read ({e.strerror})") from None
+        raise SpecError(f"{path}: cannot read ({e.strerror or type(e).__name__})") from None
+    except ValueError:  # a NUL byte in the path
+        raise SpecError(f"{excerpt(str(path))}: not a file name (it holds a NUL byte)") from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_YAML_BYTES // 2**20} MiB; not a {what}")
+    if b"\x00" in raw[:8192] and raw[:2] not in (b"\xff\xfe", b"\xfe\xff"):
+        raise SpecError(f"{path}: a binary file, not a {what}")
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise SpecError(f"{path}: is UTF-16 text; save it as UTF-8")
+    raw = raw.removeprefix(b"\xef\xbb\xbf")
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when present
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text (Latin-1?): byte 0x{raw[e.start]:02x} at offset {e.start}; save it as UTF-8") from None
+
+
+_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+
+
+class _StrictLoader(_Base):  # type: ignore[misc, valid-type]
+    """Safe YAML that refuses duplicate keys (the last would silently win)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {excerpt(key)} (first on line {seen[key].line + 1})",
+                            key_node.start_mark)
+                    seen[key] = key_node.start_mark
+                except TypeError:  # an unhashable key: the base constructor says so
+                    pass
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_size(root: Any) -> None:
+    """Nodes and depth of the document with aliases expanded, computed without expanding (memoised)."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    active: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        k = id(node)
+        if k in size and not done:
+            continue
+        kids = []
+        if isinstance(node, yaml.SequenceNode):
+            kids = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            kids = [x for pair in node.value for x in pair]
+        if not done:
+            if k in active:
+                raise SpecError("a YAML alias refers to itself (a recursive structure)")
+            active.add(k)
+            stack.append((node, True))
+            stack.extend((c, False) for c in kids if id(c) not in size)
+            continue
+        active.discard(k)
+        size[k] = min(1 + sum(size[id(c)] for c in kids), MAX_YAML_NODES + 1)
+        depth[k] = 1 + max((depth[id(c)] for c in kids), default=0)
+        if size[k] > MAX_YAML_NODES:
+            raise SpecError(f"expands to more than {MAX_YAML_NODES:,} values through aliases (a YAML alias bomb?)")
+        if depth[k] > MAX_YAML_DEPTH:
+            raise SpecError(f"nested deeper than {MAX_YAML_DEPTH} levels")
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file, bounded (size, alias expansion, depth), strict (no duplicate keys), one SpecError line on error."""
+    text = read_text(path, "YAML file")
+    loader = _StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            _check_size(node)
+        except SpecError as e:
+            raise SpecError(f"{path}: {e}") from None
+        data = loader.construct_document(node)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise SpecError(f"{path}:{where} malformed YAML ({getattr(e, 'problem', e)})") from None
+        raise SpecError(f"{path}:{where} malformed YAML ({excerpt(str(getattr(e, 'problem', '') or e), 80, quote=False)})") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested deeper than {MAX_YAML_DEPTH} levels") from None
+    finally:
+        loader.dispose()
+    if isinstance(data, dict):
+        bad = [k for k in data if not isinstance(k, str)]
+        if bad:
+            raise SpecError(f"{path}: top-level key {excerpt(bad[0])} is not a name; keys are words like model, cluster")
+    return data
 
 
 @lru_cache(maxsize=1)
@@ -639,12 +767,12 @@ def resolve_entry(kind: str, value: Any, catalog: dict, field: str) -> dict:
     if isinstance(value, dict):
         return dict(value)
     if not isinstance(value, str):
-        raise SpecError(f"{field}: expected a catalog id or a mapping, got {value!r}")
+        raise SpecError(f"{field}: expected a catalog id or a mapping, got {excerpt(value)}")
     entries = catalog[kind]
     if value not in entries:
         close = difflib.get_close_matches(value, entries.keys(), n=1, cutoff=0.4)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise SpecError(f"{field}: unknown {kind} {value!r}{hint} (known: {', '.join(sorted(entries))})")
+        raise SpecError(f"{field}: unknown {kind} {excerpt(value)}{hint} (known: {', '.join(sorted(entries))})")
     return {"name": value, **entries[value]}
 
 
@@ -653,7 +781,7 @@ def _format_validation_error(e: ValidationError, prefix: str = "") -> str:
     loc = ".".join(str(x) for x in err["loc"])
     field = ".".join(p for p in (prefix, loc) if p)
     msg = err["msg"].removeprefix("Value error, ")
-    extra = f" (got {err['input']!r})" if err["type"] not in ("value_error", "missing") and not isinstance(
+    extra = f" (got {excerpt(err['input'])})" if err["type"] not in ("value_error", "missing") and not isinstance(
         err.get("input"), dict
     ) else ""
     return f"{field or 'plan'}: {msg}{extra}"  # cross-field checks of a Job are about the plan
@@ -670,9 +798,7 @@ def build(model_cls: type[BaseModel], data: Any, field: str) -> Any:
 def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field: str = "cluster") -> dict:
     """Cluster section: a mapping or a path to a cluster YAML; ids resolved; profile file loaded."""
     if isinstance(raw, str):
-        path = Path(raw)
-        if base_dir is not None and not path.is_absolute() and not path.exists():
-            path = base_dir / path
+        path = _relative_to(Path(raw), base_dir)
         data = read_yaml(path)
         if isinstance(data, dict) and "cluster" in data:
             data = data["cluster"]
@@ -686,11 +812,17 @@ def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field
             raise SpecError(f"{field}.{key}: missing (a catalog id or a mapping of numbers)")
         out[key] = resolve_entry(key, out[key], catalog, f"{field}.{key}")
     if isinstance(out.get("profile"), str):
-        p = Path(out["profile"])
-        if base_dir is not None and not p.is_absolute() and not p.exists():
-            p = base_dir / p
+        p = _relative_to(Path(out["profile"]), base_dir)
         out["profile"] = read_yaml(p)
+        if not isinstance(out["profile"], dict):  # never echo the file: `profile:` can name any file
+            raise SpecError(f"{field}.profile: {p} is not a hardware profile (a mapping with source and levels, "
+                            "written by `commtax calibrate`)")
     return out
+
+
+def _relative_to(path: Path, base_dir: Path | None) -> Path:
+    """A relative path in a file is relative to that file's folder (as an include is), not to the current folder."""
+    return base_dir / path if base_dir is not None and not path.is_absolute() else path
 
 
 def load_job(source: Path | str | dict, catalog_file: Path | str | None = None) -> Job:

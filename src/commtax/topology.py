@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from commtax.collectives import Level, Placement, gpu_arch
 from commtax.spec import Cluster, Job
-from commtax.units import GB, US
+from commtax.units import GB, GBIT, US
 
 GROUPS = ("tp", "cp", "dp", "pp")  # "dp" is the gradient-reduction group: DP × CP ranks
 
@@ -64,17 +64,26 @@ def inter_level(cluster: Cluster, op: str | None = None) -> Level:
     return Level("inter", share, net.latency_s)
 
 
+def uplink_capped(inter: Level, uplink_Gbps: float, rails: int) -> Level:
+    """A group spanning both halves of the nodes crosses the uplink between them: a ring crosses it once per
+    direction, so a node's r rails together move no faster than the uplink's line rate (r · B ≤ B_uplink)."""
+    return Level("inter", min(inter.bw_bytes_per_s, uplink_Gbps * GBIT / rails), inter.latency_s)
+
+
 def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rails: int | None = None) -> Placement:
     """Placement of a group of n ranks spaced ``stride`` apart in the global rank order."""
     per_node = members_per_node(n, stride, cluster.gpus_per_node)
     spans = n > per_node
     link = cluster.intra_node
     nvls_bw = link.bw_GBps * GB * link.nvls_efficiency if link.nvls else 0.0
+    inter = inter_level(cluster, op) if spans else None
+    if inter is not None and cluster.uplink_Gbps and n // per_node > (cluster.nodes + 1) // 2:
+        inter = uplink_capped(inter, cluster.uplink_Gbps, per_node if rails is None else max(1, min(rails, per_node)))
     return Placement(
         n=n,
         per_node=per_node,
         intra=intra_level(cluster, op),
-        inter=inter_level(cluster, op) if spans else None,
+        inter=inter,
         nvls=link.nvls and cluster.profile is None,
         nvls_bw_bytes_per_s=nvls_bw,
         rails=rails,

@@ -24,6 +24,9 @@ _SIZE_UNITS = {
 }
 
 
+MAX_BYTES = 2.0**50  # 1 PiB: far beyond any message or memory, below where float sizes lose integers
+
+
 def parse_bytes(text: str) -> float:
     """'16MiB' -> 16·2^20, '1GB' -> 1e9, '4096' -> 4096 (decimal units are powers of 10, *iB of 2)."""
     import re
@@ -34,6 +37,8 @@ def parse_bytes(text: str) -> float:
     value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
     if value <= 0:
         raise ValueError(f"size must be > 0, got {text!r}")
+    if not value <= MAX_BYTES:  # also inf (1e400) and nan
+        raise ValueError(f"size must be at most 1 PiB, got {text!r}")
     return value
 
 

@@ -12,6 +12,8 @@ source and averaged over sources (each source weighs the same), and on the rows 
 from __future__ import annotations
 
 import csv
+import io
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +21,19 @@ from typing import Any
 
 from commtax.assumptions import default_assumptions, using_assumptions, without_rows
 from commtax.collectives import collective_cost
-from commtax.errors import SpecError
+from commtax.errors import SpecError, excerpt
 from commtax.plans import best_plan
-from commtax.spec import CATALOG_DIR, GENERATION_ALIAS, Cluster, build, frameworks, load_catalog, read_yaml, resolve_cluster
+from commtax.spec import (
+    CATALOG_DIR,
+    GENERATION_ALIAS,
+    Cluster,
+    build,
+    frameworks,
+    load_catalog,
+    read_text,
+    read_yaml,
+    resolve_cluster,
+)
 from commtax.topology import placement
 from commtax.units import GB, MiB
 
@@ -102,7 +114,7 @@ def _cell(row: dict, key: str, conv=int) -> Any:
     try:
         return conv(v)
     except ValueError:
-        raise SpecError(f"column {key}: cannot read {v!r}") from None
+        raise SpecError(f"column {key}: cannot read {excerpt(v)}") from None
 
 
 def error_pct(predicted: float, measured: float) -> float:
@@ -314,14 +326,29 @@ def predict_collective(row: dict, catalog: dict) -> RowResult:
 
 
 def read_rows(path: Path | str) -> list[dict]:
+    """Rows of a UTF-8 CSV (a BOM is fine); each id once."""
+    text = read_text(path, "CSV file")
     try:
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as e:
+        raise SpecError(f"{path}: not a readable CSV ({e})") from None
     if not rows:
         raise SpecError(f"{path}: no rows")
+    seen: dict[str, int] = {}
+    for line, row in enumerate(rows, 2):
+        rid = (row.get("id") or "").strip()
+        if rid and rid in seen:
+            raise SpecError(f"{path}: id {excerpt(rid)} appears twice (lines {seen[rid]} and {line}); ids are unique")
+        seen[rid] = line
     return rows
+
+
+def check_measured(rows: list[dict], key: str, path: Path | str) -> None:
+    """A measured cell is empty or a positive finite number: one nan would make the MAPE nan and every gate pass."""
+    for line, row in enumerate(rows, 2):
+        v = _cell(row, key, float)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise SpecError(f"{path}: line {line}, {key}: {v} is not a positive finite measurement")
 
 
 def kind_of(rows: list[dict], path: Path | str) -> str:
@@ -382,6 +409,7 @@ def leave_one_source_out(report: Report, rows: list[dict], catalog: dict) -> tup
 def validate(path: Path | str, catalog_file: Path | str | None = None, progress=None, loso: bool = False) -> Report:
     rows = read_rows(path)
     kind = kind_of(rows, path)
+    check_measured(rows, "measured_tokens_per_s_per_gpu" if kind == "runs" else "measured_busbw_GBps", path)
     catalog = load_catalog(catalog_file)
     predict = predict_run if kind == "runs" else predict_collective
     results = []

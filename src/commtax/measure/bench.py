@@ -166,7 +166,13 @@ def _numel(op: str, nbytes: int, elem_bytes: int, n: int) -> int:
 
 def _progress(enabled: bool):
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=Console(stderr=True, width=120), disable=not enabled)
@@ -210,4 +216,76 @@ def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] |
 def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
     """This same command, relaunched as ``nproc`` local ranks under torchrun."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "--max-restarts=0", "--shutdown-timeout=5", "-m", "--", "commtax.measure.cli", *module_argv]  # "--": torchrun would read --max as its own --max-restarts
+            "--max-restarts=0", "--shutdown-timeout=2", "-m",
+            "--", "commtax.measure.cli", *module_argv]  # "--": torchrun would read --max as its own --max-restarts
+
+
+def run_local(nproc: int, module_argv: list[str]) -> int:
+    """Run the sweep under a local torchrun; its exit code. Ctrl-C, SIGTERM or SIGHUP stop torchrun and every rank
+    (their own process group) before returning 130; torchrun's log folders (/tmp/torchelastic_*) are removed."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from commtax.errors import EXIT_INTERRUPTED
+    from commtax.signals import terminate_as_interrupt
+
+    tmp = tempfile.mkdtemp(prefix="commtax-bench-")
+    env = {**os.environ, "TMPDIR": tmp}
+    proc = None
+    try:
+        with terminate_as_interrupt():
+            try:
+                proc = subprocess.Popen(torchrun_argv(nproc, module_argv), env=env, start_new_session=True)
+                return proc.wait()
+            except KeyboardInterrupt:
+                print("commtax bench: interrupted; stopping every rank", file=sys.stderr, flush=True)
+                return EXIT_INTERRUPTED
+            finally:
+                if proc is not None:
+                    _stop_group(proc)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _stop_group(proc) -> None:
+    """Stop torchrun and every rank: SIGTERM torchrun (it SIGTERMs its ranks, SIGKILLs them 2 s later), then
+    SIGKILL whatever of its process tree is left after 5 s — ranks run in sessions of their own, so the tree is
+    read from /proc before torchrun goes, not from its process group."""
+    import subprocess
+
+    tree = _descendants(proc.pid)
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        except ProcessLookupError:
+            pass
+    for pid in [proc.pid, *tree]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.poll()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc; elsewhere none)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out

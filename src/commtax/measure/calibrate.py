@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from commtax import collectives as C
+from commtax.errors import SpecError, excerpt
 from commtax.measure import schedules as S
 from commtax.units import GB, US
 
@@ -65,7 +66,8 @@ def levels_from_cluster(spec: dict) -> tuple[C.Level, C.Level]:
     """Intra and inter Level of a cluster YAML (as ``commtax.topology`` reads it: the inter share is per GPU)."""
     ln, net = spec["intra_node"], spec["inter_node"]
     intra = C.Level("intra", ln["bw_GBps"] * GB * ln.get("efficiency", 1.0), ln.get("latency_us", 0.0) * US)
-    share = spec.get("nics_per_node", 1) * net["bw_Gbps"] * 1e9 / 8 * net.get("efficiency", 1.0) / spec["gpus_per_node"]
+    node_bw = spec.get("nics_per_node", 1) * net["bw_Gbps"] * 1e9 / 8 * net.get("efficiency", 1.0)
+    share = node_bw / spec.get("gpus_per_node", 8)
     return intra, C.Level("inter", share, net.get("latency_us", 0.0) * US)
 
 
@@ -166,7 +168,11 @@ def gemm_efficiency(gemm: list[dict], peak_tflops: dict) -> dict:
     for dtype in sorted({g["dtype"] for g in gemm}):
         if dtype in peak_tflops:
             achieved = float(np.median([g["tflops"] for g in gemm if g["dtype"] == dtype]))
-            out[dtype] = round(achieved / peak_tflops[dtype], 4)
+            eff = achieved / peak_tflops[dtype]
+            if not 0 < eff <= 1:
+                raise SpecError(f"--gemm: {dtype} achieved {achieved:g} TFLOP/s against a peak of {peak_tflops[dtype]:g}: "
+                                "an efficiency must be in (0, 1]; fix the cluster's gpu.peak_tflops or re-measure")
+            out[dtype] = max(round(eff, 4), 1e-4)
     return out
 
 
@@ -181,6 +187,57 @@ def compare(records: list[dict], cluster: dict, profile: dict | None = None) -> 
         rows.append({"op": r["op"], "impl": r["impl"], "message_bytes": r["message_bytes"], "measured_s": r["time_s"],
                      "predicted_s": t, "error": t / r["time_s"] - 1})
     return rows
+
+
+# ---------------------------------------------------------------------- input checks (one line each, exit 2)
+def _positive(rec: dict, key: str, where: str, integer: bool = False, required: bool = True) -> None:
+    if key not in rec and not required:
+        return
+    v = rec.get(key)
+    ok = isinstance(v, int if integer else (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    if not ok:
+        kind = "a positive integer" if integer else "a positive finite number"
+        raise SpecError(f"{where}: {key} must be {kind}, got {excerpt(v)}")
+
+
+def check_records(records: object, path: Path | str) -> list[dict]:
+    """Bench records as calibrate reads them: a list of mappings with positive finite sizes, times and counts."""
+    if not isinstance(records, list):
+        raise SpecError(f"{path}: expected a JSON list of bench records (from `commtax bench collective --out`)")
+    for i, r in enumerate(records):
+        where = f"{path}: record {i}"
+        if not isinstance(r, dict):
+            raise SpecError(f"{where}: expected a mapping, got {excerpt(r)}")
+        if not isinstance(r.get("op"), str) or not isinstance(r.get("impl", ""), str):
+            raise SpecError(f"{where}: op and impl are names, got {excerpt(r.get('op'))}")
+        if r["op"] == "gemm":
+            continue
+        _positive(r, "message_bytes", where)
+        _positive(r, "time_s", where)
+        _positive(r, "world_size", where, integer=True)
+        _positive(r, "ranks_per_node", where, integer=True, required=False)
+        _positive(r, "nodes", where, integer=True, required=False)
+    return records
+
+
+def check_gemm(gemm: object, path: Path | str) -> list[dict]:
+    """GEMM records (`commtax bench gemm --out`): each a dtype name and achieved TFLOP/s > 0."""
+    if not isinstance(gemm, list):
+        raise SpecError(f"{path}: expected a JSON list of GEMM records (from `commtax bench gemm --out`)")
+    for i, g in enumerate(gemm):
+        if not isinstance(g, dict) or not isinstance(g.get("dtype"), str):
+            raise SpecError(f"{path}: record {i}: expected a mapping with dtype and tflops, got {excerpt(g)}")
+        _positive(g, "tflops", f"{path}: record {i}")
+    return gemm
+
+
+def check_cluster(raw: dict, path: Path | str) -> dict:
+    """The cluster file as the spec validates it (catalog ids resolved, zero bandwidths and GPUs per node refused)."""
+    from commtax.spec import Cluster, build, load_catalog, resolve_cluster
+
+    resolved = resolve_cluster(raw, load_catalog(), Path(path).parent, field="--cluster")
+    build(Cluster, resolved, "--cluster")
+    return resolved
 
 
 def write_profile(profile: dict, path: Path | str) -> None:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import typer
 
-from commtax.cli_io import choice_list, fail
+from commtax.cli_io import (  # user_errors: SpecError/OSError: one line, exit 2; Ctrl-C/SIGTERM: exit 130
+    choice_list,
+    fail,
+    user_errors,
+)
 from commtax.collectives import OPS
 
 cluster_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
@@ -40,18 +43,50 @@ def _bytes(option: str, text: str) -> int:
 
 
 def _read_cluster(path: Path) -> dict:
+    from commtax.errors import SpecError
     from commtax.measure.cluster import load_cluster_file
 
     if not path.exists():
         fail(f"--cluster: {path} does not exist; create it with `commtax cluster up --out {path}`")
     try:
         return load_cluster_file(path)
-    except Exception as e:  # unreadable YAML
-        fail(f"--cluster: cannot read {path}: {e}")
+    except (SpecError, ValueError) as e:  # unreadable, not UTF-8, an alias bomb, not a mapping: one line
+        fail(f"--cluster: {e}")
+
+
+def _check_out(out: Path) -> None:
+    """An output that cannot be written fails now, before any cluster is built or rank launched."""
+    from commtax.atomic import check_writable
+    from commtax.errors import SpecError
+
+    try:
+        check_writable(out)
+    except SpecError as e:
+        fail(f"--out: {e}")
+
+
+def _refuse_live_record(out: Path) -> None:
+    """`up --out F` must not overwrite the only record of a cluster that still exists."""
+    from commtax.measure.cluster import (
+        EmulatedCluster,
+        existing_namespaces,
+        load_cluster_file,
+    )
+
+    if not out.is_file():
+        return
+    try:
+        old = EmulatedCluster.from_spec(load_cluster_file(out))
+    except Exception:  # not a cluster record: an ordinary file the user chose to replace
+        return
+    if set(old.namespaces) & set(existing_namespaces()):
+        fail(f"--out: {out} records cluster {old.name}, which still exists; `commtax cluster down --cluster {out}` "
+             "first, or choose another --out")
 
 
 # ---------------------------------------------------------------------------- cluster
 @cluster_app.command("up")
+@user_errors
 def cluster_up(
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=200, help="network namespaces, one per node")] = 2,
     ranks_per_node: Annotated[
@@ -68,7 +103,12 @@ def cluster_up(
     out: Annotated[Path, typer.Option("--out", help="cluster YAML to write")] = DEFAULT_CLUSTER_FILE,
 ) -> None:
     """Build the cluster, measure it, write the cluster YAML that `estimate`, `collective` and `bench` share."""
-    from commtax.measure.cluster import ClusterError, EmulatedCluster, check_host, parse_rate_bit_s
+    from commtax.measure.cluster import (
+        ClusterError,
+        EmulatedCluster,
+        check_host,
+        parse_rate_bit_s,
+    )
     from commtax.measure.results import write_atomic
 
     try:
@@ -76,13 +116,26 @@ def cluster_up(
         uplink_bit_s = parse_rate_bit_s(uplink) if uplink else None
     except ValueError as e:
         fail(f"--link/--uplink: {e}")
-    try:
-        check_host()
-        cluster = EmulatedCluster(nodes, ranks_per_node, link_bit_s, uplink_bit_s, mtu).up()
-    except ClusterError as e:
-        fail(f"commtax cluster: {e}")
     import yaml
 
+    from commtax.measure.cluster import set_cluster_file
+
+    _check_out(out)
+    _refuse_live_record(out)
+
+    def record(c: EmulatedCluster) -> None:  # before the first namespace: even a SIGKILL leaves the record
+        write_atomic(out, yaml.safe_dump({**c.spec(), "status": "building (cluster up did not finish: "
+                                          "`commtax cluster down --cluster` this file)"}, sort_keys=False))
+        set_cluster_file(c.name, out)
+
+    try:
+        check_host()
+        cluster = EmulatedCluster(nodes, ranks_per_node, link_bit_s, uplink_bit_s, mtu).up(record)
+    except ClusterError as e:
+        fail(f"commtax cluster: {e}")
+    except BaseException:
+        out.unlink(missing_ok=True)  # the cluster it recorded is gone again
+        raise
     write_atomic(out, yaml.safe_dump(cluster.spec(), sort_keys=False))
     m = cluster.measured
     typer.echo(f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links {link_bit_s / 1e6:g} Mbit/s"
@@ -91,6 +144,7 @@ def cluster_up(
 
 
 @cluster_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@user_errors
 def cluster_run(
     ctx: typer.Context,
     cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
@@ -99,7 +153,12 @@ def cluster_run(
     ] = 30.0,
 ) -> None:
     """Run `-- CMD ARGS` under torchrun on every node (gloo over the shaped links, loopback inside a node)."""
-    from commtax.measure.cluster import ClusterError, EmulatedCluster, check_host, existing_namespaces
+    from commtax.measure.cluster import (
+        ClusterError,
+        EmulatedCluster,
+        check_host,
+        existing_namespaces,
+    )
 
     cmd = list(ctx.args)
     if not cmd:
@@ -113,37 +172,76 @@ def cluster_run(
     missing = set(cluster.namespaces) - set(existing_namespaces())
     if missing:
         fail(f"--cluster: namespaces {', '.join(sorted(missing))} are gone; run `commtax cluster up` again")
+    from commtax.measure.cluster import resolve_command
+
+    try:
+        resolve_command(cmd)
+    except ValueError as e:
+        fail(str(e))
     raise typer.Exit(cluster.run(cmd, grace_s=grace, log=lambda s: typer.echo(s, err=True)))
 
 
 @cluster_app.command("down")
+@user_errors
 def cluster_down(
     cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
     all_: Annotated[
         bool, typer.Option("--all", metavar="",
-            help="remove every commtax cluster on this host (ctxXXXXXX-* namespaces)"),
+            help="remove the clusters your `cluster up` built that nothing runs in "
+                 "(others: asks on a terminal, else lists them)"),
     ] = False,
 ) -> None:
     """Kill what runs in the cluster and delete its namespaces, bridge, veths and qdiscs."""
-    from commtax.measure.cluster import ClusterError, EmulatedCluster, check_host, down_namespaces, existing_namespaces
+    from commtax.measure.cluster import (
+        ClusterError,
+        EmulatedCluster,
+        check_host,
+        down_namespaces,
+        existing_namespaces,
+    )
 
     try:
         check_host()
     except ClusterError as e:
         fail(f"commtax cluster: {e}")
     if all_:
-        names = existing_namespaces()
+        names = _mine_to_remove()
     else:
         try:
             names = EmulatedCluster.from_spec(_read_cluster(cluster_file)).namespaces
         except ValueError as e:
             fail(f"--cluster: {e}")
     removed = down_namespaces(names)
+    from commtax.measure.cluster import forget
+
+    for name in {ns.split("-")[0] for ns in names}:
+        if not any(ns.startswith(name + "-") for ns in existing_namespaces()):
+            forget(name)
     typer.echo(f"removed {len(removed)} namespaces" + (f": {', '.join(removed)}" if removed else ""))
+
+
+def _mine_to_remove() -> list[str]:
+    """Namespaces of the clusters this user's `cluster up` built and nothing runs in; the others are asked
+    about on a terminal and listed (kept) otherwise."""
+    import sys
+
+    from commtax.measure.cluster import clusters_on_host, why_not_mine
+
+    names: list[str] = []
+    for cid, nss in sorted(clusters_on_host().items()):
+        why = why_not_mine(cid, nss)
+        if why is None:
+            names += nss
+        elif sys.stdin.isatty() and typer.confirm(f"cluster {cid} ({why}): remove it anyway?", default=False):
+            names += nss
+        else:
+            typer.echo(f"kept cluster {cid}: {why}", err=True)
+    return names
 
 
 # ---------------------------------------------------------------------------- bench
 @bench_app.command("collective")
+@user_errors
 def bench_collective(
     ops: Annotated[tuple, typer.Option("--ops", parser=choice_list(OPS), metavar="OP,...",
                                        help=f"comma list of: {', '.join(OPS)}")] = ("all_reduce",),
@@ -174,17 +272,23 @@ def bench_collective(
 ) -> None:
     """nccl-tests-style sweep: time, algbw, busbw per size, from rank 0."""
     lo, hi = _bytes("--min", min_size), _bytes("--max", max_size)
-    if lo > hi or factor <= 1:
+    if lo > hi or not factor > 1:
         fail(f"--min/--max/--factor: need min ≤ max and factor > 1 (got {lo} B, {hi} B, {factor:g})")
     from commtax.measure.schedules import impl_supports
 
     if not any(impl_supports(i, o) for o in ops for i in impl):
         fail(f"--impl {','.join(impl)}: implements all_reduce (and ring: all_gather, reduce_scatter), "
              f"not {','.join(ops)}")
-    if "RANK" not in os.environ:  # not under torchrun: become it, locally
-        from commtax.measure.bench import torchrun_argv
+    _check_sweep(lo, hi, factor, timeout, nproc, backend, fault)
+    if "RANK" not in os.environ:  # not under torchrun: become it, locally (arguments checked once, here)
+        if out is not None:
+            _check_out(out)
+            _check_out(out.with_suffix(".csv"))
+            if append and out.exists():
+                _check_records(out, "--append")
+        from commtax.measure.bench import run_local
 
-        raise typer.Exit(subprocess.call(torchrun_argv(nproc, ["bench", "collective", *_argv_tail()])))
+        raise typer.Exit(run_local(nproc, ["bench", "collective", *_argv_tail()]))
     from commtax.measure.bench import SweepConfig, collective_sweep
     from commtax.measure.results import ResultFile
 
@@ -194,17 +298,78 @@ def bench_collective(
     collective_sweep(cfg, sink, crash)
 
 
-def _fault(spec: str):
-    """Test hook ``RANK:INDEX:kill|stop``: that rank kills (or SIGSTOPs) itself at measurement INDEX."""
+MAX_SIZES = 1000  # rows of one sweep (nccl-tests' default 8 B..128 MiB ×2 is 25)
+MAX_BENCH_BYTES = 2**36  # 64 GiB per message buffer
+
+
+def _check_sweep(lo: int, hi: int, factor: float, timeout: float, nproc: int, backend: str, fault: str) -> None:
+    """Everything a rank would trip over, checked once in the launcher: one line, exit 2, no rank started."""
+    import math
+
+    if not math.isfinite(factor):
+        fail(f"--factor: a finite multiplier > 1, got {factor}")
+    rows = math.floor(math.log(hi / lo) / math.log(factor) + 1e-9) + 1
+    if rows > MAX_SIZES:
+        fail(f"--factor {factor:g}: {rows:,} message sizes from {lo} B to {hi} B (at most {MAX_SIZES}); use e.g. 2")
+    if hi > MAX_BENCH_BYTES:
+        fail(f"--max: {hi:,} B is above {MAX_BENCH_BYTES // 2**30} GiB per message")
+    if not math.isfinite(timeout):
+        fail(f"--timeout: seconds, finite, got {timeout}")
+    avail = _mem_available_bytes()
+    if backend != "nccl" and avail and 3 * hi * nproc > avail:  # each CPU rank holds ~3 buffers of the message
+        fail(f"--max: {nproc} ranks × 3 buffers × {hi:,} B do not fit the {avail / 2**30:.1f} GiB of free memory")
+    if backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            fail("--backend nccl: no CUDA GPU here; use --backend gloo (or auto)")
+    try:
+        _fault_parts(fault)
+    except ValueError as e:
+        fail(f"--fault: {e}")
+
+
+def _mem_available_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _check_records(path: Path, option: str) -> None:
+    from commtax.measure.results import load_records
+
+    try:
+        load_records(path)
+    except (OSError, ValueError) as e:
+        fail(f"{option}: {e}")
+
+
+def _fault_parts(spec: str) -> tuple[int, int, str] | None:
     if not spec:
         return None
-    rank, index, how = spec.split(":")
+    parts = spec.split(":")
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() or parts[2] not in ("kill", "stop"):
+        raise ValueError(f"expected RANK:INDEX:kill|stop, got {spec[:40]!r}")
+    return int(parts[0]), int(parts[1]), parts[2]
+
+
+def _fault(spec: str):
+    """Test hook ``RANK:INDEX:kill|stop``: that rank kills (or SIGSTOPs) itself at measurement INDEX."""
+    parts = _fault_parts(spec)
+    if parts is None:
+        return None
+    rank, index, how = parts
     if int(os.environ.get("RANK", "-1")) != int(rank):
         return None
     return (int(index), how)
 
 
 @bench_app.command("p2p")
+@user_errors
 def bench_p2p(
     size: Annotated[str, typer.Option("--bytes", help="bytes per copy")] = "64MiB",
     warmup: Annotated[int, typer.Option("--warmup", min=0)] = 3,
@@ -213,6 +378,12 @@ def bench_p2p(
 ) -> None:
     """GPU-to-GPU copy bandwidth matrix (uni- and bidirectional); host memcpy without GPUs."""
     nbytes = _bytes("--bytes", size)
+    avail = _mem_available_bytes()
+    if nbytes > MAX_BENCH_BYTES or (avail and 4 * nbytes > avail):
+        fail(f"--bytes: {nbytes:,} B per copy is too large here (at most {MAX_BENCH_BYTES // 2**30} GiB, and 4 copies "
+             f"must fit the {avail / 2**30:.1f} GiB free)")
+    if out is not None:
+        _check_out(out)
     from commtax.measure.p2p import p2p_matrix
     from commtax.measure.results import ResultFile
 
@@ -225,7 +396,11 @@ def bench_p2p(
         typer.echo(f"{r['impl']:>15} {pair:<18} {r['algbw_GBps']:8.2f} GB/s")
 
 
+MAX_GEMM_HIDDEN = 32_768  # the MLP GEMM is tokens × h × 4h: 32k already needs 4·h² = 4 Gi elements of weights
+
+
 @bench_app.command("gemm")
+@user_errors
 def bench_gemm(
     hidden: Annotated[str, typer.Option("--hidden", help="comma list of hidden sizes")] = "512,1024",
     tokens: Annotated[int, typer.Option("--tokens", min=1, help="tokens per micro-batch (GEMM m)")] = 512,
@@ -239,7 +414,14 @@ def bench_gemm(
     try:
         hiddens = [int(h) for h in hidden.split(",")]
     except ValueError:
-        fail(f"--hidden: expected comma-separated integers, got {hidden!r}")
+        fail(f"--hidden: expected comma-separated integers, got {hidden[:40]!r}")
+    bad = [h for h in hiddens if not 1 <= h <= MAX_GEMM_HIDDEN]
+    if bad:
+        fail(f"--hidden: sizes from 1 to {MAX_GEMM_HIDDEN}, got {bad[0]}")
+    if tokens > 2**20:
+        fail(f"--tokens: at most {2**20}, got {tokens}")
+    if out is not None:
+        _check_out(out)
     dts = list(dtypes)
     from commtax.measure.gemm import gemm_sweep
     from commtax.measure.results import ResultFile
@@ -301,10 +483,12 @@ def bench_ddp(
             fail(f"--gemm: cannot read {gemm_json}: {e}")
         if not gemm:
             fail(f"--gemm: {gemm_json} has no fp32 gemm records; run `commtax bench gemm --dtypes fp32 --out {gemm_json}`")
-    if "RANK" not in os.environ:  # not under torchrun: become it, locally
-        from commtax.measure.bench import torchrun_argv
+    if "RANK" not in os.environ:  # not under torchrun: become it, locally (the output checked once, here)
+        if out is not None:
+            _check_out(out)
+        from commtax.measure.bench import run_local
 
-        raise typer.Exit(subprocess.call(torchrun_argv(nproc, ["bench", "ddp", *_argv_tail("ddp")])))
+        raise typer.Exit(run_local(nproc, ["bench", "ddp", *_argv_tail("ddp")]))
     from commtax.measure.ddp_bench import DDPBenchConfig, GPTConfig, run
     from commtax.measure.results import ResultFile
 
@@ -316,6 +500,7 @@ def bench_ddp(
 
 
 # ---------------------------------------------------------------------------- calibrate
+@user_errors
 def calibrate_command(
     bench_json: Annotated[
         Optional[Path], typer.Argument(help="records from `commtax bench collective --out`")
@@ -353,17 +538,27 @@ def calibrate_command(
         return
     if bench_json is None:
         fail("calibrate: give the bench records file, or --trace TRACE --job JOB.yaml")
-    from commtax.measure.calibrate import calibrate, compare, write_profile
-    from commtax.measure.results import load_records
+    from commtax.measure.calibrate import (
+        calibrate,
+        check_cluster,
+        check_gemm,
+        check_records,
+        compare,
+        write_profile,
+    )
+    from commtax.spec import read_text
 
+    for path in (out, cluster_out):  # both checked before anything is written
+        if path is not None:
+            _check_out(path)
     try:
-        records = load_records(bench_json)
-        gemm = json.loads(gemm_json.read_text()) if gemm_json else None
-    except (OSError, ValueError) as e:
+        records = check_records(json.loads(read_text(bench_json, "JSON file")), bench_json)
+        gemm = check_gemm(json.loads(read_text(gemm_json, "JSON file")), gemm_json) if gemm_json else None
+        cluster = check_cluster(_read_cluster(cluster_file), cluster_file)
+        records = [r for r in records if r.get("impl") == impl]
+        profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
+    except ValueError as e:  # SpecError, or JSON that does not parse
         fail(f"calibrate: {e}")
-    cluster = _read_cluster(cluster_file)
-    records = [r for r in records if r.get("impl") == impl]
-    profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
     levels = profile["residuals"]["levels"]
     if not profile["ops"] and "inter" not in levels and "intra" not in levels:
         fail(f"calibrate: {bench_json} has no multi-rank collective records ≥ 64 KiB to fit")
@@ -395,6 +590,9 @@ def _argv_tail(sub: str = "collective") -> list[str]:
     return argv
 
 if __name__ == "__main__":
+    from commtax import signals
+
+    signals.install()  # SIGTERM/SIGHUP clean up like Ctrl-C
     app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
     app.add_typer(cluster_app, name="cluster")
     app.add_typer(bench_app, name="bench")

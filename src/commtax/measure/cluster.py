@@ -13,6 +13,7 @@ kernel routes a node's own address through lo), so intra-node traffic is unshape
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,14 +22,21 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
+
+from commtax.errors import excerpt
+from commtax.signals import terminate_as_interrupt
 
 SUBNET = "10.213.0"  # private, and only ever configured inside our own namespaces
 MASTER_PORT = 29400
 NAME_RE = re.compile(r"^ctx[0-9a-f]{6}-(sw|n\d+)$")
 TBF_QUEUE_MS = 100  # tbf queue limit expressed as latency: deep enough that TCP does not see drops
+MAX_NODES = 200  # namespaces per cluster: `up --nodes` and a cluster file's `emulated.nodes` alike
+MAX_RANKS_PER_NODE = 64
 DEFAULT_MTU = 9000  # jumbo frames: headers are 0.7% of a frame instead of 4.4% at 1500
 
 
@@ -103,15 +111,25 @@ class EmulatedCluster:
         return [self.switch_ns] + [self.node_ns(i) for i in range(self.nodes)]
 
     # ------------------------------------------------------------------ build / tear down
-    def up(self) -> "EmulatedCluster":
-        """Create namespaces, bridge, shaped veths; measure; on any failure (or Ctrl-C) remove it all."""
-        assert 1 <= self.nodes <= 200 and self.ranks_per_node >= 1
-        try:
-            self._build()
-            self.measured = self._measure()
-        except BaseException:
-            self.down()
-            raise
+    def up(self, record: Callable[["EmulatedCluster"], None] | None = None) -> "EmulatedCluster":
+        """Create namespaces, bridge, shaped veths; measure; on any failure, Ctrl-C, SIGTERM or SIGHUP remove it all.
+
+        Ownership is recorded (``registry``) before the first namespace exists, and ``record(self)``
+        (the CLI writes the cluster YAML) is called then too, so even a SIGKILL leaves a record
+        that `commtax cluster down` can act on.
+        """
+        assert 1 <= self.nodes <= MAX_NODES and 1 <= self.ranks_per_node <= MAX_RANKS_PER_NODE
+        with terminate_as_interrupt():
+            try:
+                register(self)
+                if record is not None:
+                    record(self)
+                self._build()
+                self.measured = self._measure()
+            except BaseException:
+                with _signals_blocked():  # a second Ctrl-C/SIGTERM must not stop the clean-up half-way
+                    self.down()
+                raise
         return self
 
     def _build(self) -> None:
@@ -148,6 +166,7 @@ class EmulatedCluster:
     def down(self) -> None:
         """Kill every process left in our namespaces, then delete them (their veths and bridges go too)."""
         down_namespaces(self.namespaces)
+        forget(self.name)
 
     # ------------------------------------------------------------------ measure
     def _probe(self, ns: str, *args: str, timeout_s: float = 60) -> dict:
@@ -187,6 +206,7 @@ class EmulatedCluster:
                            "latency_us": round(m.get("link_latency_us", 50.0), 2), "efficiency": 1.0,
                            "source": "tc tbf rate set by commtax cluster up; latency measured (TCP ping-pong / 2)"},
             "nics_per_node": 1,
+            **({"uplink_Gbps": self.uplink_bit_s / 1e9} if self.uplink_bit_s and self.nodes > 1 else {}),
             "collective_library": "gloo",
             "emulated": {
                 "name": self.name, "nodes": self.nodes, "ranks_per_node": self.ranks_per_node,
@@ -199,23 +219,49 @@ class EmulatedCluster:
         }
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "EmulatedCluster":
-        e = spec.get("emulated") or {}
-        if "name" not in e:
+    def from_spec(cls, spec: Any) -> "EmulatedCluster":
+        """The cluster a YAML describes; a missing or crafted ``emulated:`` field is one ValueError line."""
+        e = spec.get("emulated") if isinstance(spec, dict) else None
+        if not isinstance(e, dict) or "name" not in e:
             raise ValueError("cluster file has no `emulated:` section written by `commtax cluster up`")
+        name = e["name"]
+        if not (isinstance(name, str) and re.fullmatch(r"ctx[0-9a-f]{6}", name)):
+            raise ValueError(f"emulated.name: {excerpt(name)} is not a cluster id like ctx1a2b3c")
+
+        def number(key: str, lo: float, hi: float, integer: bool = False, default: Any = None) -> Any:
+            v = e.get(key, default)
+            ok = isinstance(v, int if integer else (int, float)) and not isinstance(v, bool)
+            if not ok or not (lo <= v <= hi):
+                kind = "an integer" if integer else "a number"
+                raise ValueError(f"emulated.{key}: expected {kind} in [{lo:g}, {hi:g}], got {excerpt(v)}")
+            return v
+
+        nodes = number("nodes", 1, MAX_NODES, True)
+        ranks = number("ranks_per_node", 1, MAX_RANKS_PER_NODE, True)
+        link = number("link_Gbps", 1e-4, 100.0)
         up = e.get("uplink_Gbps")
-        return cls(nodes=e["nodes"], ranks_per_node=e["ranks_per_node"], link_bit_s=e["link_Gbps"] * 1e9,
-                   uplink_bit_s=up * 1e9 if up else None, mtu=e.get("mtu", DEFAULT_MTU), name=e["name"],
-                   measured=e.get("measured", {}))
+        if up is not None:
+            up = number("uplink_Gbps", 1e-4, 100.0)
+        measured = e.get("measured") if isinstance(e.get("measured"), dict) else {}
+        return cls(nodes=nodes, ranks_per_node=ranks, link_bit_s=link * 1e9, uplink_bit_s=up * 1e9 if up else None,
+                   mtu=number("mtu", 576, 65000, True, DEFAULT_MTU), name=name, measured=measured)
 
     # ------------------------------------------------------------------ run
-    def torchrun_argv(self, node: int, cmd: list[str], port: int = MASTER_PORT) -> list[str]:
-        """torchrun for one node: static rendezvous at node 0's address, gloo bound to eth0."""
+    def torchrun_argv(self, node: int, cmd: list[str], port: int = MASTER_PORT, tmpdir: str | None = None) -> list[str]:
+        """torchrun for one node: static rendezvous at node 0's address, gloo bound to eth0.
+
+        The nodes run this process's Python, with its folder first on PATH (``commtax`` and
+        ``python`` there are the ones that launched them, also under sudo); ``tmpdir`` holds
+        torchrun's log folders, removed after the run; a stopped rank is SIGKILLed 2 s after
+        torchrun's SIGTERM, not 30 s.
+        """
         env = ["env", "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", f"COMMTAX_CLUSTER={self.name}",
-               "TORCH_CPP_LOG_LEVEL=ERROR"]  # no reverse-DNS warnings for our private addresses
+               "TORCH_CPP_LOG_LEVEL=ERROR",  # no reverse-DNS warnings for our private addresses
+               f"PATH={launch_path()}", *([f"TMPDIR={tmpdir}"] if tmpdir else [])]
         return ["ip", "netns", "exec", self.node_ns(node), *env, sys.executable, "-m", "torch.distributed.run",
                 f"--nnodes={self.nodes}", f"--node-rank={node}", f"--nproc-per-node={self.ranks_per_node}",
-                f"--master-addr={self.address(0)}", f"--master-port={port}", "--max-restarts=0", "--no-python", "--", *cmd]
+                f"--master-addr={self.address(0)}", f"--master-port={port}", "--max-restarts=0",
+                "--shutdown-timeout=2", "--no-python", "--", *resolve_command(cmd)]
 
     def run(self, cmd: list[str], grace_s: float = 60.0, log=print) -> int:
         """Run ``cmd`` on every rank; returns 0 or the first failing node's exit code.
@@ -224,11 +270,16 @@ class EmulatedCluster:
         watchdogs name the dead rank); then everything still running is killed. Ctrl-C and
         SIGTERM kill every launched process tree before returning.
         """
-        procs = [subprocess.Popen(self.torchrun_argv(i, cmd), start_new_session=True) for i in range(self.nodes)]
+        cmd = resolve_command(cmd)  # raises ValueError (one line) for a program that is not there
+        tmp = tempfile.mkdtemp(prefix=f"commtax-{self.name}-")
+        procs: list[subprocess.Popen] = []
         first_fail: tuple[int, int] | None = None
         fail_time = 0.0
         old = signal.signal(signal.SIGTERM, _raise_interrupt)
+        old_hup = signal.signal(signal.SIGHUP, _raise_interrupt)
         try:
+            for i in range(self.nodes):
+                procs.append(subprocess.Popen(self.torchrun_argv(i, cmd, tmpdir=tmp), start_new_session=True))
             while any(p.poll() is None for p in procs):
                 for i, p in enumerate(procs):
                     if p.returncode not in (None, 0) and first_fail is None:
@@ -243,9 +294,12 @@ class EmulatedCluster:
             log("commtax cluster: interrupted; stopping every rank")
             first_fail = first_fail or (-1, 130)
         finally:
-            _kill_all(procs)
-            kill_namespace_processes([self.node_ns(i) for i in range(self.nodes)])  # workers torchrun left behind (e.g. stopped)
+            with _signals_blocked():
+                _kill_all(procs)
+                kill_namespace_processes([self.node_ns(i) for i in range(self.nodes)])  # workers torchrun left (stopped)
+                shutil.rmtree(tmp, ignore_errors=True)  # torchrun's /tmp/torchelastic_* log folders
             signal.signal(signal.SIGTERM, old)
+            signal.signal(signal.SIGHUP, old_hup)
         if first_fail is None:
             bad = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode]
             first_fail = bad[0] if bad else None
@@ -301,9 +355,131 @@ def down_namespaces(names: list[str]) -> list[str]:
 
 
 def load_cluster_file(path: Path | str) -> dict:
-    import yaml
+    """A cluster YAML (or a job file's ``cluster:``), read bounded and strict; not a mapping -> ValueError."""
+    from commtax.spec import read_yaml
 
-    data = yaml.safe_load(Path(path).read_text())
+    data = read_yaml(Path(path))
     if isinstance(data, dict) and "cluster" in data and "emulated" not in data:
         data = data["cluster"]
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a cluster file is a mapping (written by `commtax cluster up`)")
     return data
+
+
+# ---------------------------------------------------------------------- what runs on the nodes
+def launch_path() -> str:
+    """PATH for the nodes: this Python's folder (a venv's bin: its commtax, python, torchrun) first."""
+    here = str(Path(sys.executable).parent)
+    rest = [d for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if d and d != here]
+    return os.pathsep.join([here, *rest])
+
+
+def resolve_command(cmd: list[str]) -> list[str]:
+    """``cmd`` with its program made absolute as the nodes will run it: ``python``/``python3`` are this
+    Python, ``commtax`` this commtax (its console script, else ``python -m commtax.cli``). A program not
+    found is a ValueError naming it (one line, before any torchrun starts)."""
+    prog, args = cmd[0], list(cmd[1:])
+    if prog in ("python", "python3", Path(sys.executable).name):
+        return [sys.executable, *args]
+    if prog == "commtax":
+        script = Path(sys.executable).parent / "commtax"
+        if script.is_file() and os.access(script, os.X_OK):
+            return [str(script), *args]
+        return [sys.executable, "-m", "commtax.cli", *args]
+    found = shutil.which(prog, path=launch_path())
+    if found is None:
+        where = "not an executable file" if os.sep in prog and Path(prog).exists() else "command not found"
+        raise ValueError(f"cluster run: {excerpt(prog, 120, quote=False)}: {where}")
+    return [os.path.abspath(found) if os.sep in prog else found, *args]
+
+
+@contextlib.contextmanager
+def _signals_blocked():
+    """Hold Ctrl-C/SIGTERM/SIGHUP while cleaning up; they are delivered (and handled) afterwards."""
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+# ---------------------------------------------------------------------- ownership
+def registry_dir() -> Path:
+    """Where `cluster up` records who built each cluster (root-only, like the namespaces; tmpfs: gone at boot)."""
+    return Path(os.environ.get("COMMTAX_CLUSTER_REGISTRY", "/run/commtax/clusters"))
+
+
+def owner_uid() -> int:
+    """The user behind this command: under sudo the invoking user, else this process's user."""
+    sudo = os.environ.get("SUDO_UID", "")
+    return int(sudo) if sudo.isdigit() else os.getuid()
+
+
+def register(cluster: "EmulatedCluster", cluster_file: Path | str | None = None) -> None:
+    d = registry_dir()
+    d.mkdir(parents=True, exist_ok=True, mode=0o755)
+    rec = {"name": cluster.name, "uid": owner_uid(), "pid": os.getpid(), "created_unix": time.time(),
+           "nodes": cluster.nodes, "cluster_file": str(Path(cluster_file).resolve()) if cluster_file else None}
+    (d / f"{cluster.name}.json").write_text(json.dumps(rec) + "\n")
+
+
+def set_cluster_file(name: str, cluster_file: Path | str) -> None:
+    rec = owner_record(name)
+    if rec is not None:
+        rec["cluster_file"] = str(Path(cluster_file).resolve())
+        (registry_dir() / f"{name}.json").write_text(json.dumps(rec) + "\n")
+
+
+def owner_record(name: str) -> dict | None:
+    try:
+        rec = json.loads((registry_dir() / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def forget(name: str) -> None:
+    (registry_dir() / f"{name}.json").unlink(missing_ok=True)
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clusters_on_host() -> dict[str, list[str]]:
+    """Namespaces that look like ours, by cluster id."""
+    out: dict[str, list[str]] = {}
+    for ns in existing_namespaces():
+        out.setdefault(ns.split("-")[0], []).append(ns)
+    return out
+
+
+def why_not_mine(name: str, names: list[str]) -> str | None:
+    """None when this user's commands built cluster ``name`` and nothing runs in it; else the reason to keep it."""
+    rec = owner_record(name)
+    if rec is None:
+        return "no record of who built it (another tool or an older commtax)"
+    if rec.get("uid") != owner_uid():
+        return f"built by uid {rec.get('uid')}"
+    if rec.get("pid") != os.getpid() and _alive(rec.get("pid")) and _process_is_commtax(rec.get("pid")):
+        return f"being built or used by process {rec.get('pid')}"
+    busy = [ns for ns in names if subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()]
+    if busy:
+        return f"processes are running in {busy[0]}"
+    return None
+
+
+def _process_is_commtax(pid: int) -> bool:
+    try:
+        return b"commtax" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # cannot tell: keep it

@@ -11,11 +11,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 
-from commtax.atomic import write_atomic
+from commtax.atomic import strict_json, write_atomic
 
 REQUIRED_FIELDS = ("op", "impl", "backend", "world_size", "message_bytes", "time_s", "algbw_GBps", "busbw_GBps")
 
@@ -43,7 +41,7 @@ class ResultFile:
         self.records.append(record)
         if self.json_path is None:
             return
-        write_atomic(self.json_path, json.dumps(self.records, indent=1) + "\n")
+        write_atomic(self.json_path, strict_json(self.records, indent=1) + "\n")
         write_atomic(self.csv_path, to_csv(self.records))
 
 

@@ -11,6 +11,7 @@ with ``EXIT_PEER_FAILED`` after one line naming them.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -53,7 +54,10 @@ class Watchdog:
     def step(self, index: int, what: str) -> None:
         """Entering measurement ``index``: publish it and arm the deadline."""
         self.what = what
-        self.store.set(f"{PREFIX}step/{self.rank}", str(index))
+        try:
+            self.store.set(f"{PREFIX}step/{self.rank}", str(index))
+        except Exception as e:  # noqa: BLE001 - the store's host (torchrun agent of node 0) is gone: say so, once
+            self.fail(f"before {what}: the rendezvous store is unreachable ({type(e).__name__})")
         self.deadline = time.monotonic() + self.timeout_s
 
     def disarm(self) -> None:
@@ -80,6 +84,8 @@ class Watchdog:
         mine = int(steps.get(self.rank, "-1"))
         dead = [r for r in range(self.world) if r != self.rank and first.get(r) == second.get(r)]
         if dead:
+            for r in dead:
+                kill_if_stopped(where.get(r, ""))
             return [f"rank {r} ({where.get(r, '?')}) died or stopped: no heartbeat for {STALE_S:g} s" for r in dead]
         behind = [r for r in range(self.world) if int(steps.get(r, "-1")) < mine]
         return [f"rank {r} ({where.get(r, '?')}) is hung before measurement {mine}" for r in behind]
@@ -87,6 +93,10 @@ class Watchdog:
     def fail(self, reason: str) -> None:
         """Print one line naming the failed ranks and exit the whole process now."""
         self.disarm()
+        if threading.current_thread() is threading.main_thread():
+            # torchrun SIGTERMs the survivors as soon as one rank dies: finish naming it first (≤ 2.5 s)
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
         try:
             self.store.set_timeout(timedelta(seconds=5))
             names = self.culprits() or ["no peer looks dead: a network partition or a slow link?"]
@@ -94,3 +104,24 @@ class Watchdog:
             names = [f"lost the rendezvous store ({type(e).__name__}): the node running rank 0 / the launcher died"]
         print(f"commtax bench: rank {self.rank}: {reason}; " + "; ".join(names), file=sys.stderr, flush=True)
         os._exit(EXIT_PEER_FAILED)
+
+
+def kill_if_stopped(where: str) -> bool:
+    """SIGKILL a SIGSTOPped rank on this host (``where`` names host and pid): torchrun would wait 30 s for it
+    to honour its SIGTERM (a stopped process cannot) before the job ends. Only a stopped process is touched."""
+    import re
+    import socket
+
+    m = re.search(r", (\S+) pid (\d+)$", where)
+    if not m or m.group(1) != socket.gethostname():
+        return False
+    pid = int(m.group(2))
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+        if state in ("T", "t"):
+            os.kill(pid, signal.SIGKILL)
+            return True
+    except (OSError, IndexError):
+        pass
+    return False

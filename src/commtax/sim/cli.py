@@ -50,6 +50,8 @@ def simulate_cmd(
     for path in (trace, gantt, out):
         if path is not None and not path.resolve().parent.is_dir():
             raise SpecError(f"{path}: directory {path.resolve().parent} does not exist")
+    if gantt is not None and gantt.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise SpecError(f"--gantt {gantt}: the suffix names the format; use .png, .svg or .pdf")
     job = load_job(job_file, catalog)
     try:
         from commtax.workload import grad_bucket_bytes

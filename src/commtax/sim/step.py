@@ -95,6 +95,9 @@ def _sum(costs: list[PhaseCost]) -> PhaseCost:
     return out
 
 
+MAX_BUCKETS = 100_000  # DDP's default 25 MiB gives up to ~30k (405B, pp=1); more is a typo, and memory grows with it
+
+
 class StepBuilder:
     """Turns a job into a ``Sim`` task graph of one step; ``build()`` then ``Sim.run()``."""
 
@@ -245,6 +248,10 @@ class StepBuilder:
     def _buckets(self, params: float) -> list[float]:
         size = self.options.bucket_bytes / self.grad_bytes
         n = max(1, math.ceil(params / size - 1e-9))
+        if n > MAX_BUCKETS:
+            raise SimError(f"bucket size {self.options.bucket_bytes:g} B splits a stage's gradients into {n:,} buckets "
+                           f"(at most {MAX_BUCKETS:,}); use a bucket of at least "
+                           f"{params * self.grad_bytes / MAX_BUCKETS / 2**20:.3g} MiB")
         return [size] * (n - 1) + [params - size * (n - 1)]
 
     def _dp_task(self, dev: Device, stream: str, name: str, op: Collective, params: float, deps, meta,

@@ -1,0 +1,50 @@
+"""SIGTERM and SIGHUP handled like Ctrl-C, so every clean-up path a command has runs for all three.
+
+``terminate_as_interrupt()`` makes SIGTERM/SIGHUP raise ``errors.Interrupted`` (a KeyboardInterrupt)
+in the main thread: ``finally`` blocks remove temporary files, shut worker pools down, kill
+launched process groups and tear emulated clusters down, and the command exits 130 with
+partial results flagged. Outside the main thread (or when a handler other than the default is
+installed) it changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Iterator
+
+from commtax.errors import Interrupted
+
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _raise_interrupted(signum: int, frame) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt(signals: tuple[int, ...] = TERMINATING) -> Iterator[None]:
+    """Within the block, SIGTERM/SIGHUP raise ``Interrupted`` like Ctrl-C raises KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {}
+    for s in signals:
+        current = signal.getsignal(s)
+        if current in (signal.SIG_DFL, None) or current is _raise_interrupted:
+            old[s] = current
+            signal.signal(s, _raise_interrupted)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+def install() -> None:
+    """For a whole process (the CLI's entry point): SIGTERM/SIGHUP raise ``Interrupted`` from now on."""
+    if threading.current_thread() is threading.main_thread():
+        for s in TERMINATING:
+            if signal.getsignal(s) in (signal.SIG_DFL, None):
+                signal.signal(s, _raise_interrupted)

@@ -1,0 +1,187 @@
+"""Ctrl-C, SIGTERM and faults: exit 130 with partial results flagged, no process, temp file or folder left.
+
+Classes (issue 12): Ctrl-C exits 130 everywhere with partial results flagged (search, advise), SIGTERM
+cleanup (search workers, bench's torchrun and ranks, temp files, torchelastic folders), workers dying with
+their parent, a SIGSTOPped rank ended at once so the bench exits within its --timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+JOB = Path(__file__).resolve().parents[1] / "examples" / "compare" / "gpt3-175b-4096-h100.yaml"  # a ~20 s search
+
+
+def commtax(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "commtax.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d))
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_for(cond, limit_s: float = 120.0, what: str = "") -> None:
+    """Poll until ``cond()``; the limit only keeps a broken build from hanging the suite (not a timing check)."""
+    end = time.monotonic() + limit_s
+    while not cond():
+        if time.monotonic() > end:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.1)
+
+
+def wider_job(tmp_path: Path) -> Path:
+    """JOB on 12,288 GPUs: 561 parallel layouts to search instead of 186 (eight chunks of work for two workers)."""
+    import yaml
+
+    raw = yaml.safe_load(JOB.read_text())
+    raw["cluster"]["num_gpus"] = 12288
+    path = tmp_path / "gpt3-175b-12288-h100.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture(scope="module")
+def wide_search(tmp_path_factory) -> tuple[Path, float]:
+    """The wider job, and how long its search's workers run on this host when nothing stops them: a signal half
+    way through lands mid-search however fast or busy the host is (a fixed delay did not: the search got faster)."""
+    job = wider_job(tmp_path_factory.mktemp("wide"))
+    p = commtax("search", str(job), "--workers", "2", "--json")
+    wait_for(lambda: len(children(p.pid)) >= 2 or p.poll() is not None, what="search workers")
+    t0, workers = time.monotonic(), children(p.pid)
+    wait_for(lambda: not any(alive(w) for w in workers), 600, "the search's workers to finish")
+    seconds = time.monotonic() - t0
+    p.communicate(timeout=120)
+    assert p.returncode == 0
+    return job, seconds
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_search_interrupted_exits_130_flags_the_result_and_reaps_its_workers(tmp_path, sig, wide_search):
+    job, seconds = wide_search
+    out = tmp_path / "s.json"
+    p = commtax("search", str(job), "--workers", "2", "--out", str(out), "--json")
+    wait_for(lambda: len(children(p.pid)) >= 2 or p.poll() is not None, what="search workers")
+    assert p.poll() is None, "search finished before it could be interrupted"
+    workers = children(p.pid)
+    time.sleep(seconds / 2)  # let chunks of plans finish, so there is a partial result to flag
+    assert any(alive(w) for w in workers), "the search's workers finished before the signal"
+    p.send_signal(sig)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr
+    if out.exists():  # plans were found before the signal: shown, and flagged as partial
+        data = json.loads(out.read_text())
+        assert data["interrupted"] is True
+        assert json.loads(stdout) == data
+    else:
+        assert "interrupted before any valid plan" in stderr and stdout == ""
+    wait_for(lambda: not any(alive(w) for w in workers), 30, "workers to exit")
+
+
+def test_search_workers_die_with_a_killed_parent():
+    p = commtax("search", str(JOB), "--workers", "2", "--json")
+    wait_for(lambda: len(children(p.pid)) >= 2 or p.poll() is not None, what="search workers")
+    assert p.poll() is None
+    workers = children(p.pid)
+    p.kill()  # SIGKILL: no handler runs; PR_SET_PDEATHSIG ends the workers
+    p.communicate()
+    wait_for(lambda: not any(alive(w) for w in workers), 30, "orphaned workers to die")
+
+
+def test_advise_interrupted_during_its_search_is_flagged_and_exits_130(tmp_path):
+    out = tmp_path / "a.json"
+    p = commtax("advise", str(JOB), "--workers", "2", "--out", str(out))
+    wait_for(lambda: len(children(p.pid)) >= 2 or p.poll() is not None, what="advise's search workers")
+    assert p.poll() is None
+    p.send_signal(signal.SIGINT)
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["interrupted"] is True
+    assert not any(c["label"].startswith("best plan") for c in data["changes"])
+
+
+def test_interrupted_flag_is_false_when_not_interrupted(tmp_path):
+    out = tmp_path / "a.json"
+    p = commtax("advise", str(JOB), "--no-search", "--out", str(out))
+    p.communicate(timeout=300)
+    assert p.returncode == 0 and json.loads(out.read_text())["interrupted"] is False
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_bench_stopped_by_a_signal_leaves_no_rank_and_no_temp_folder(tmp_path, sig):
+    pytest.importorskip("torch")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "b.json"
+    p = subprocess.Popen([sys.executable, "-m", "commtax.cli", "bench", "collective", "--nproc", "2", "--min", "1KiB",
+                          "--max", "16MiB", "--ops", "all_reduce,all_gather", "--iters", "200", "--warmup", "0",
+                          "--out", str(out), "--timeout", "600"],
+                         env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    wait_for(lambda: out.exists() or p.poll() is not None, 300, "the first record")
+    tree = [p.pid, *_descendants(p.pid)]
+    p.send_signal(sig)
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode in (130, 0), stderr[-2000:]  # 0 only if the sweep ended before the signal
+    wait_for(lambda: not any(alive(x) for x in tree), 30, "torchrun and ranks to exit")
+    assert list(tmp.iterdir()) == []  # torchrun's torchelastic_* folder and ours are gone
+    assert json.loads(out.read_text())  # records already written are whole
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        for c in children(todo.pop()):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def test_a_stopped_rank_is_killed_once_named_and_a_running_one_is_not():
+    from commtax.measure.watchdog import kill_if_stopped
+
+    host = socket.gethostname()
+    stopped = subprocess.Popen(["sleep", "60"])
+    running = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(stopped.pid, signal.SIGSTOP)
+        wait_for(lambda: Path(f"/proc/{stopped.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T",
+                 what="SIGSTOP to land")
+        assert kill_if_stopped(f"node 0, local rank 1, {host} pid {stopped.pid}") is True
+        assert stopped.wait(timeout=10) == -signal.SIGKILL
+        assert kill_if_stopped(f"node 0, local rank 2, {host} pid {running.pid}") is False
+        assert kill_if_stopped(f"node 1, local rank 0, another-host pid {running.pid}") is False
+        assert running.poll() is None
+    finally:
+        for proc in (stopped, running):
+            proc.kill()
+            proc.wait()
