@@ -51,19 +51,10 @@ class Figures:
 
 
 @dataclass
-class StepFigures:
+class StepFigures(Figures):
     """The figures of one ``ProfilerStep#N`` (its own events; window = first to last of them)."""
 
     step: int
-    window_s: float
-    compute_s: float
-    comm_s: float
-    overlapped_comm_s: float
-    exposed_comm_s: float
-    idle_s: float
-    memcpy_s: float
-    comm_tax: float
-    comm_share: float
 
 
 @dataclass
