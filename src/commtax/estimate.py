@@ -19,6 +19,7 @@ import operator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from commtax.assumptions import default_assumptions
 from commtax.collectives import bus_factor, collective_cost
 from commtax.compute import ComputeModel, compute_model, op_time, overlap_slowdown_s
 from commtax.memory import memory
@@ -100,23 +101,35 @@ _cached_op_time = functools.lru_cache(maxsize=1 << 16)(op_time)
 
 # Shared across jobs (and so across the plans of a sweep): what depends only on the cluster and the parallel layout.
 # Keys hold the cluster's id, values the cluster itself, so an id is never reused while its entry lives.
-_MODELS: dict[tuple[int, str], tuple[Any, ComputeModel]] = {}  # (id(cluster), precision) -> (cluster, model)
+_MODELS: dict[tuple, tuple[Any, Any, ComputeModel]] = {}  # (id(cluster), precision, id(assumptions)) -> model
 _PLACEMENTS: dict[tuple, tuple[Any, Any]] = {}  # (id(cluster), tp, cp, dp, pp, group, op) -> (cluster, Placement)
 # (compute model, id(cluster), tp, cp, dp, pp, id(phase)) -> (cluster, phase, PhaseCost): a phase's price depends
 # on its ops, the compute model and the groups' placements (cluster and layout) only; blocks are shared between
 # plans (``workload._blocks``), so their phases are priced once.
 _PHASES: dict[tuple, tuple[Any, Phase, PhaseCost]] = {}
+# (compute model, id(cluster), tp, cp, dp, pp) -> (cluster, stage cache): ``stage_times`` keys its entries by the
+# blocks' identity and the plan fields ``_combine`` reads, the rest of what they depend on is this key
+_STAGES: dict[tuple, tuple[Any, dict]] = {}
 _SHARED_LIMIT = 1 << 14
 
 
+@functools.lru_cache(maxsize=64)
+def _prices_as_costs(cls: type) -> bool:
+    """Whether ``cls`` prices ops as ``Costs`` does (a subclass may override the pricing: then nothing is shared)."""
+    return all(getattr(cls, f) is getattr(Costs, f)
+               for f in ("_phase", "compute", "collective", "collective_time", "sent_bytes", "_placement"))
+
+
 def _shared_compute_model(cluster, precision: str) -> ComputeModel:
-    key = (id(cluster), precision)
+    """``compute_model``, once per (cluster, precision, assumptions in force)."""
+    a = default_assumptions()
+    key = (id(cluster), precision, id(a))
     hit = _MODELS.get(key)
-    if hit is None or hit[0] is not cluster:
+    if hit is None or hit[0] is not cluster or hit[1] is not a:
         if len(_MODELS) >= _SHARED_LIMIT:
             _MODELS.clear()
-        hit = _MODELS[key] = (cluster, compute_model(cluster, precision))
-    return hit[1]
+        hit = _MODELS[key] = (cluster, a, compute_model(cluster, precision))
+    return hit[2]
 
 
 class Costs:
@@ -128,13 +141,19 @@ class Costs:
         p = job.plan
         self._layout_key = (id(job.cluster), p.tp, p.cp, job.dp, p.pp)
         # the shared phase prices hold only while this class's own pricing is used (a subclass may price otherwise)
-        cls = type(self)
-        self._share_phases = all(getattr(cls, f) is getattr(Costs, f) for f in
-                                 ("_phase", "compute", "collective", "collective_time", "sent_bytes", "_placement"))
+        self._share_phases = _prices_as_costs(type(self))
         self._placements: dict[tuple[str, str], Any] = {}
         self._times: dict[tuple[str, str, float], float] = {}
         self._phases: dict[int, tuple[Phase, PhaseCost]] = {}
         self.stage_cache: dict[tuple, tuple] = {}  # stage_times: (blocks, layers, ends, overlap, tp, cp) -> StageTime
+        if self._share_phases:  # shared with every job of this compute model, cluster and layout
+            key = (self.cm, *self._layout_key)
+            hit = _STAGES.get(key)
+            if hit is None or hit[0] is not job.cluster or len(hit[1]) >= _SHARED_LIMIT:
+                if len(_STAGES) >= 256:
+                    _STAGES.clear()
+                hit = _STAGES[key] = (job.cluster, {})
+            self.stage_cache = hit[1]
 
     def _placement(self, group: str, op: str):
         """The placement of a ``group`` collective, shared by every job on this cluster with this layout."""
@@ -340,14 +359,14 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
 
     counts = stage_layer_counts(job, wl)
     whole = cache.get((base_key, counts))
-    if whole is not None and whole[0] is blocks[1]:
+    if whole is not None and all(map(operator.is_, whole[0], blocks)):
         return whole[1]
     if p == 1:
         out = [stage(counts[0], True, True)]
     else:
         middle = {n: stage(n, False, False) for n in set(counts[1:-1])}
         out = [stage(counts[0], True, False)] + [middle[n] for n in counts[1:-1]] + [stage(counts[-1], False, True)]
-    cache[base_key, counts] = (blocks[1], out)  # callers read the list, never change it
+    cache[base_key, counts] = (blocks, out)  # callers read the list, never change it
     return out
 
 

@@ -9,6 +9,7 @@ h hidden, a heads, g KV heads, d head dim, f FFN size, V vocabulary, t TP degree
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from commtax.assumptions import default_assumptions
 from commtax.comm_dtypes import bytes_per_element, powersgd_rank
@@ -520,21 +521,25 @@ def _zero3_tensors(job: Job, params: dict[str, float]) -> tuple[tuple[float, ...
 BLOCK_IRRELEVANT = frozenset({"dp", "pp", "vp", "zero", "schedule", "overlap", "zero3_gather", "stage_layers",
                               "first_stage_layers", "last_stage_layers", "account_for_embedding_in_pipeline_split",
                               "account_for_loss_in_pipeline_split"})
-_BLOCKS: dict[tuple, tuple] = {}  # key -> (model, training, (layer, embed, head)); the specs held keep their ids
+_BLOCKS: dict[tuple, tuple] = {}  # key -> (model, training, assumptions, (layer, embed, head)); held: ids kept
+
+
+@lru_cache(maxsize=8)
+def _block_fields(plan_type: type) -> tuple[str, ...]:
+    return tuple(f for f in plan_type.model_fields if f not in BLOCK_IRRELEVANT)
 
 
 def _blocks(job: Job) -> tuple[Block, Block, Block]:
     """(layer, embed, head) of the job, built once per (model, training, the plan fields they read, dropout)."""
-    p = job.plan
-    key = (id(job.model), id(job.training), job.dropout,
-           *(getattr(p, f) for f in type(p).model_fields if f not in BLOCK_IRRELEVANT))
+    p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
+    key = (id(job.model), id(job.training), id(a), job.dropout, *map(p.__getattribute__, _block_fields(type(p))))
     hit = _BLOCKS.get(key)
-    if hit is not None and hit[0] is job.model and hit[1] is job.training:
-        return hit[2]
+    if hit is not None and hit[0] is job.model and hit[1] is job.training and hit[2] is a:
+        return hit[3]
     if len(_BLOCKS) >= 4096:
         _BLOCKS.clear()
     blocks = (_layer_block(job), _embed_block(job), _head_block(job))
-    _BLOCKS[key] = (job.model, job.training, blocks)
+    _BLOCKS[key] = (job.model, job.training, a, blocks)
     return blocks
 
 
