@@ -168,3 +168,35 @@ def test_megatron_core_gradient_bucket_is_40m_params_or_1m_per_dp_rank():
     d["plan"]["grad_comm_dtype"] = "bf16"
     assert grad_bucket_bytes(load_job(d)) == 256e6 * 2
     assert grad_bucket_bytes(load_job(job_dict(framework="custom"))) == DDP_BUCKET_BYTES == 25 * 2**20
+
+
+def test_plans_that_differ_only_outside_the_blocks_share_them_and_others_get_their_own():
+    """``build_workload`` builds the layer, embedding and head blocks once per plan fields they read (a sweep over
+    dp/zero/pp/schedule reuses them); a field they read (micro_batch, grad dtype, ...) gets a block of its own,
+    equal to one built from scratch."""
+    from commtax.spec import job_with
+    from commtax.workload import _embed_block, _head_block, _layer_block
+
+    base = load_job(job_dict(tp=8, pp=4, zero=1, micro_batch=1))
+    same = job_with(base, zero=2, schedule="gpipe", overlap={"dp": False, "tp": True, "cp": False, "pp": True})
+    a, b = build_workload(base), build_workload(same)
+    assert a.layer is b.layer and a.embed is b.embed and a.head is b.head
+    for changes in ({"micro_batch": 2}, {"recompute": "full"}, {"sequence_parallel": False}, {"attention": "eager"}):
+        other = job_with(base, **changes)
+        wl = build_workload(other)
+        assert wl.layer is not a.layer
+        assert (wl.layer, wl.embed, wl.head) == (_layer_block(other), _embed_block(other), _head_block(other))
+
+
+def test_blocks_follow_the_assumptions_in_force():
+    """fp8 cast bytes come from the assumptions: a block built under other assumptions is not reused."""
+    from commtax.assumptions import default_assumptions, using_assumptions
+
+    d = job_dict(tp=8, pp=4, zero=1)
+    d["training"] = {**d["training"], "precision": "fp8"}
+    job = load_job(d)
+    casts = sum(o.bytes for o in build_workload(job).layer.fwd.computes if o.name.endswith("_cast"))
+    more = default_assumptions().with_values({"fp8_cast_bytes_delayed": 2 * default_assumptions().v("fp8_cast_bytes_delayed")})
+    with using_assumptions(more):
+        doubled = sum(o.bytes for o in build_workload(job).layer.fwd.computes if o.name.endswith("_cast"))
+    assert casts > 0 and doubled == pytest.approx(2 * casts, rel=1e-12)
