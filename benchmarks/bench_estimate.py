@@ -9,12 +9,14 @@ depends on the machine and its load.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from commtax.errors import SpecError
 from commtax.estimate import estimate
 from commtax.spec import job_with, load_job
 
@@ -41,6 +43,25 @@ def estimates_per_second(seconds: float = 3.0) -> float:
     return n / (time.perf_counter() - start)
 
 
+def distinct_plans_per_second() -> tuple[int, float]:
+    """Each plan of a sweep estimated once, in a fresh process's first pass (nothing repeats): what a sweep over
+    dp/ZeRO/schedule/gradient dtype gains from the blocks, placements and phase prices its plans share."""
+    job = load_job(JOB)
+    jobs = []
+    for tp, pp, zero, mb, rc, sched, gd in itertools.product((4, 8), (2, 4), (0, 1, 2, 3), (1, 2),
+                                                            ("none", "selective", "full"), ("1f1b", "gpipe"),
+                                                            ("bf16", "fp32")):
+        try:
+            jobs.append(job_with(job, tp=tp, pp=pp, dp=job.cluster.num_gpus // (tp * pp), zero=zero, micro_batch=mb,
+                                 recompute=rc, schedule=sched, grad_comm_dtype=gd))
+        except SpecError:
+            continue
+    start = time.perf_counter()
+    for j in jobs:
+        estimate(j)
+    return len(jobs), len(jobs) / (time.perf_counter() - start)
+
+
 def wall(cmd: list[str], repeats: int = 7) -> float:
     times = []
     for _ in range(repeats):
@@ -51,6 +72,8 @@ def wall(cmd: list[str], repeats: int = 7) -> float:
 
 
 def main() -> None:
+    n, distinct = distinct_plans_per_second()  # first: before anything is shared
+    print(f"distinct plans, each estimated once (one core): {distinct:,.0f}/s over {n} plans")
     rate = estimates_per_second()
     print(f"estimates per second (one core): {rate:,.0f}   goal ≥ {GOAL_ESTIMATES_PER_S:,}: "
           f"{verdict(rate >= GOAL_ESTIMATES_PER_S)} ({rate / GOAL_ESTIMATES_PER_S:.2f}× the goal)")

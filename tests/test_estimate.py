@@ -180,3 +180,29 @@ def test_zero2_reduces_the_gradient_shard_every_micro_batch():
     exposed = dp_step_exposed([m * r, 0.0], 0.001, 0.0, st, 1, 1, m, passes=m)
     assert exposed == pytest.approx((r - 0.004) + (m - 1) * (r - 0.007))
     assert dp_step_exposed([r, 0.0], 0.001, 0.0, st, 1, 1, m) == pytest.approx(r - 0.004)  # ZeRO-1: once
+
+
+def test_an_estimate_does_not_depend_on_what_was_estimated_before():
+    """Phase prices, placements and stage times are shared between jobs on one cluster and layout
+    (``estimate.Costs``): estimating other plans in between changes no number."""
+    from commtax.spec import job_with
+
+    job = load_job(job_dict(tp=8, pp=4, zero=1, micro_batch=1))
+    first = estimate(job).to_dict()
+    for changes in ({"zero": 2}, {"micro_batch": 2}, {"recompute": "full"}, {"pp": 2, "dp": 16}, {"schedule": "gpipe"}):
+        estimate(job_with(job, **changes))
+    assert estimate(job).to_dict() == first
+    assert estimate(load_job(job_dict(tp=8, pp=4, zero=1, micro_batch=1))).to_dict() == first  # fresh specs alike
+
+
+def test_a_costs_subclass_that_prices_otherwise_is_not_served_shared_prices():
+    from commtax.estimate import Costs
+
+    class SlowLinks(Costs):
+        def collective_time(self, group, op, nbytes):
+            return 2 * super().collective_time(group, op, nbytes)
+
+    job = load_job(job_dict(tp=8, pp=4, zero=1, micro_batch=1))
+    plain, slow = estimate(job), estimate(job, costs=SlowLinks(job))
+    assert slow.comm_time_s["tp"] == pytest.approx(2 * plain.comm_time_s["tp"], rel=1e-12)
+    assert estimate(job).to_dict() == plain.to_dict()

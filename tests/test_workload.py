@@ -168,3 +168,62 @@ def test_megatron_core_gradient_bucket_is_40m_params_or_1m_per_dp_rank():
     d["plan"]["grad_comm_dtype"] = "bf16"
     assert grad_bucket_bytes(load_job(d)) == 256e6 * 2
     assert grad_bucket_bytes(load_job(job_dict(framework="custom"))) == DDP_BUCKET_BYTES == 25 * 2**20
+
+
+def test_plans_that_differ_only_outside_the_blocks_share_them_and_others_get_their_own():
+    """``build_workload`` builds the layer, embedding and head blocks once per plan fields they read (a sweep over
+    dp/zero/pp/schedule reuses them); a field they read (micro_batch, grad dtype, ...) gets a block of its own,
+    equal to one built from scratch."""
+    from commtax.spec import job_with
+    from commtax.workload import _embed_block, _head_block, _layer_block
+
+    base = load_job(job_dict(tp=8, pp=4, zero=1, micro_batch=1))
+    same = job_with(base, zero=2, schedule="gpipe", overlap={"dp": False, "tp": True, "cp": False, "pp": True})
+    a, b = build_workload(base), build_workload(same)
+    assert a.layer is b.layer and a.embed is b.embed and a.head is b.head
+    for changes in ({"micro_batch": 2}, {"recompute": "full"}, {"sequence_parallel": False}, {"attention": "eager"}):
+        other = job_with(base, **changes)
+        wl = build_workload(other)
+        assert wl.layer is not a.layer
+        assert (wl.layer, wl.embed, wl.head) == (_layer_block(other), _embed_block(other), _head_block(other))
+
+
+def test_blocks_follow_the_assumptions_in_force():
+    """fp8 cast bytes come from the assumptions: a block built under other assumptions is not reused."""
+    from commtax.assumptions import default_assumptions, using_assumptions
+
+    d = job_dict(tp=8, pp=4, zero=1)
+    d["training"] = {**d["training"], "precision": "fp8"}
+    job = load_job(d)
+    casts = sum(o.bytes for o in build_workload(job).layer.fwd.computes if o.name.endswith("_cast"))
+    a = default_assumptions()
+    more = a.with_values({"fp8_cast_bytes_delayed": 2 * a.v("fp8_cast_bytes_delayed")})
+    with using_assumptions(more):
+        doubled = sum(o.bytes for o in build_workload(job).layer.fwd.computes if o.name.endswith("_cast"))
+    assert casts > 0 and doubled == pytest.approx(2 * casts, rel=1e-12)
+
+
+@pytest.mark.parametrize("grad_dtype", ["bf16", "int8", "powersgd_r4"])
+def test_the_fields_blocks_are_shared_across_are_fields_they_do_not_read(grad_dtype):
+    """``BLOCK_IRRELEVANT`` must hold only plan fields the blocks never read: blocks built from scratch for plans
+    that differ in each of them (dp/pp layout, ZeRO stage, schedule, overlap, stage split, ZeRO-3 gathering) are
+    equal. A block that starts to read one of them fails here, not silently in a sweep."""
+    from commtax.spec import job_with
+    from commtax.workload import BLOCK_IRRELEVANT, _embed_block, _head_block, _layer_block
+
+    def fresh(j):
+        return _layer_block(j), _embed_block(j), _head_block(j)
+
+    base = load_job(job_dict(tp=8, pp=4, dp=8, zero=1, micro_batch=1, grad_comm_dtype=grad_dtype))
+    ref = fresh(base)
+    variants = [dict(pp=2, dp=16), dict(pp=8, dp=4, vp=2), dict(zero=3, zero3_gather="per_parameter_sync"),
+                dict(zero=2), dict(zero=0), dict(schedule="gpipe"),
+                dict(overlap={"dp": False, "tp": True, "cp": True, "pp": False}),
+                dict(first_stage_layers=18, last_stage_layers=20), dict(stage_layers=(21, 19, 19, 21)),
+                dict(pp=2, dp=16, account_for_embedding_in_pipeline_split=True,
+                     account_for_loss_in_pipeline_split=True)]
+    covered = set()
+    for changes in variants:
+        covered |= set(changes)
+        assert fresh(job_with(base, **changes)) == ref, changes
+    assert covered == BLOCK_IRRELEVANT

@@ -9,6 +9,7 @@ h hidden, a heads, g KV heads, d head dim, f FFN size, V vocabulary, t TP degree
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from commtax.assumptions import default_assumptions
 from commtax.comm_dtypes import bytes_per_element, powersgd_rank
@@ -514,6 +515,34 @@ def _zero3_tensors(job: Job, params: dict[str, float]) -> tuple[tuple[float, ...
     return layer_param_tensors(job), tuple(others)
 
 
+# Plan fields the layer, embedding and head blocks never read: plans differing only in these share their blocks
+# (``_blocks``), and with them the phase prices ``estimate.Costs`` keeps by identity. Every other plan field is part
+# of the key, so a field a block starts to read later is covered unless it is listed here.
+BLOCK_IRRELEVANT = frozenset({"dp", "pp", "vp", "zero", "schedule", "overlap", "zero3_gather", "stage_layers",
+                              "first_stage_layers", "last_stage_layers", "account_for_embedding_in_pipeline_split",
+                              "account_for_loss_in_pipeline_split"})
+_BLOCKS: dict[tuple, tuple] = {}  # key -> (model, training, assumptions, (layer, embed, head)); held: ids kept
+
+
+@lru_cache(maxsize=8)
+def _block_fields(plan_type: type) -> tuple[str, ...]:
+    return tuple(f for f in plan_type.model_fields if f not in BLOCK_IRRELEVANT)
+
+
+def _blocks(job: Job) -> tuple[Block, Block, Block]:
+    """(layer, embed, head) of the job, built once per (model, training, the plan fields they read, dropout)."""
+    p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
+    key = (id(job.model), id(job.training), id(a), job.dropout, *map(p.__getattribute__, _block_fields(type(p))))
+    hit = _BLOCKS.get(key)
+    if hit is not None and hit[0] is job.model and hit[1] is job.training and hit[2] is a:
+        return hit[3]
+    if len(_BLOCKS) >= 4096:
+        _BLOCKS.clear()
+    blocks = (_layer_block(job), _embed_block(job), _head_block(job))
+    _BLOCKS[key] = (job.model, job.training, a, blocks)
+    return blocks
+
+
 def build_workload(job: Job) -> Workload:
     p, tr = job.plan, job.training
     params = params_per_gpu(job)
@@ -529,10 +558,11 @@ def build_workload(job: Job) -> Workload:
     # DeepSpeed's per-parameter hooks gather again for the recomputed forward (checkpointed layers re-enter the
     # module's pre-forward hook); FSDP keeps the unit gathered through its backward, recompute included
     sync = p.zero3_gather == "per_parameter_sync"
+    layer, embed, head = _blocks(job)
     return Workload(
-        layer=_layer_block(job),
-        embed=_embed_block(job),
-        head=_head_block(job),
+        layer=layer,
+        embed=embed,
+        head=head,
         layers_per_stage=max(job.stage_layers),
         pp_send=Collective("pp_send", "send_recv", send_bytes, "pp"),
         dp_step=dp_step,
