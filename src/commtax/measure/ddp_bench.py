@@ -376,7 +376,8 @@ def run(cfg: DDPBenchConfig, sink, cluster: dict | None = None, gemm: list[dict]
             sink.append(rec)
             pred = f" predicted {rec['predicted_step_time_s'] * 1e3:8.1f} ms" if "predicted_step_time_s" in rec else ""
             if rec.get("predicted_codec_s"):
-                pred += f" (codec {rec['predicted_codec_s'] * 1e3:.1f} ms of it; measured alone {rec['codec_s'] * 1e3:.1f})"
+                alone = f"{rec['codec_s'] * 1e3:.1f} ms" if rec["codec_s"] is not None else "not replayed"
+                pred += f" (codec {rec['predicted_codec_s'] * 1e3:.1f} ms of it; measured alone {alone})"
             log(f"{rec['hook']:>9}{' +EF' if cfg.error_feedback else ''}: step {rec['step_time_s'] * 1e3:8.1f} ms"
                 f"{pred}, exposed comm {rec['exposed_comm_s'] * 1e3:7.1f} ms, "
                 f"wire {rec['wire_bytes_per_step'] / 1e6:7.3f} MB/step, loss {rec['loss']:.3f}")
