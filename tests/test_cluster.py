@@ -47,6 +47,7 @@ def test_up_writes_the_cluster_it_built_and_down_removes_it(cluster_file):
     assert spec["num_gpus"] == 4 and spec["gpus_per_node"] == 2
     assert spec["inter_node"]["bw_Gbps"] == pytest.approx(0.2)
     assert spec["intra_node"]["bw_GBps"] > 0.2  # loopback, measured: faster than the 0.025 GB/s link
+    assert spec["gpu"]["mem_bw_GBps"] == round(spec["emulated"]["measured"]["host_copy_bw_GBps"], 3)  # not 10
     mine = {emu["switch_namespace"], *emu["namespaces"]}
     assert mine <= namespaces() and all(n.startswith(emu["name"]) and n.startswith("ctx") for n in mine)
     # the shaping is really there, and the private addresses exist only inside our namespaces
@@ -117,3 +118,11 @@ def test_ctrl_c_on_run_kills_every_rank(cluster_file):
     left = [subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
             for ns in spec["emulated"]["namespaces"]]
     assert left == [[], []]
+
+
+def test_host_copy_bandwidth_counts_read_and_write():
+    from commtax.measure.cluster import host_copy_bw_GBps
+
+    # 4 MiB copied once per try: 8 MiB moved; even a loaded core copies faster than 10 MB/s, no DRAM beyond 1 TB/s
+    bw = host_copy_bw_GBps(nbytes=4 * 2**20, iters=3)
+    assert 0.01 < bw < 1000
