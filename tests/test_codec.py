@@ -22,7 +22,8 @@ def test_cast_hooks_move_16_bytes_per_fp32_element():
 def test_int8_hook_bytes_hand_worked_from_hooks_py():
     # commtax.measure.hooks.bucket_pipeline at n = 2, per element of the bucket, b = 1 + 4/256:
     b = 1 + 4 / 256
-    quantize = (4 + 4) + 4 + (4 + 4) + (4 + 4) + (4 + 4) + (4 + 1) + 2 * b  # abs, amax, ·1/s, round_, clamp_, to(int8), cat
+    # abs, amax, ·1/s, round_, clamp_, .to(int8), cat(payload, scales)
+    quantize = (4 + 4) + 4 + (4 + 4) + (4 + 4) + (4 + 4) + (4 + 1) + 2 * b
     dequantize = (1 + 1) + (1 + 4) + (4 + 4)  # payload.contiguous(), .float(), mul_(scales)
     total = (4  # torch.zeros
              + (4 + 4)  # x[:numel] = buf

@@ -80,9 +80,10 @@ def table(d: Path) -> str:
                 rel = "—"
                 if none is not None:
                     rel = f"{m / none['step_time_s'] - 1:+.0%} / {p / none['predicted_step_time_s'] - 1:+.0%}"
-                b = p - r.get("predicted_codec_s", 0.0)  # one bucket: the codec is all exposed, so this is the old estimate
+                b = p - r.get("predicted_codec_s", 0.0)  # one bucket: the codec is all exposed (the old estimate)
                 rows.append(f"| {rate} | {run} | {label(r)} | {m * 1e3:.0f} | {p * 1e3:.0f} | {p / m - 1:+.0%} | "
-                            f"{b * 1e3:.0f} | {b / m - 1:+.0%} | {codec} | {r['exposed_comm_s'] * 1e3:.0f} / {r['predicted_exposed_comm_s'] * 1e3:.0f} | "
+                            f"{b * 1e3:.0f} | {b / m - 1:+.0%} | {codec} | {r['exposed_comm_s'] * 1e3:.0f} / "
+                            f"{r['predicted_exposed_comm_s'] * 1e3:.0f} | "
                             f"{rel} | {r['wire_bytes_per_step'] / 1e6:.3f} |")
     return "\n".join(rows)
 

@@ -145,4 +145,5 @@ def codec_bytes_per_element(name: str, n: int, grad_bytes: float = 4.0) -> float
         return 2 * grad_bytes + 8.0
     kind = "fp8" if name.startswith("fp8") else name
     q = QUANTIZE_BYTES[kind] + 2 * FORMATS[name].bytes_per_element
-    return 4.0 + (grad_bytes + 4.0) + (4.0 + grad_bytes) + 4.0 + 12.0 / n + q * (1 + 1.0 / n) + 2 * DEQUANTIZE_BYTES[kind]
+    fixed = 4.0 + (grad_bytes + 4.0) + (4.0 + grad_bytes) + 4.0 + 12.0 / n  # zeros, copy in, copy out, sum, div
+    return fixed + q * (1 + 1.0 / n) + 2 * DEQUANTIZE_BYTES[kind]
