@@ -48,6 +48,7 @@ def test_up_writes_the_cluster_it_built_and_down_removes_it(cluster_file):
     assert spec["num_gpus"] == 4 and spec["gpus_per_node"] == 2
     assert spec["inter_node"]["bw_Gbps"] == pytest.approx(0.2)
     assert spec["intra_node"]["bw_GBps"] > 0.2  # loopback, measured: faster than the 0.025 GB/s link
+    assert spec["gpu"]["mem_bw_GBps"] == round(spec["emulated"]["measured"]["host_copy_bw_GBps"], 3)  # not 10
     mine = {emu["switch_namespace"], *emu["namespaces"]}
     assert mine <= namespaces() and all(n.startswith(emu["name"]) and n.startswith("ctx") for n in mine)
     # the shaping is really there, and the private addresses exist only inside our namespaces
@@ -253,3 +254,11 @@ def test_down_all_removes_only_this_users_idle_clusters(tmp_path, monkeypatch):
         for reg, out, _ in made:
             cli("cluster", "down", "--cluster", str(out), timeout=60,
                 env={**os.environ, "COMMTAX_CLUSTER_REGISTRY": str(reg)})
+
+
+def test_host_copy_bandwidth_counts_read_and_write():
+    from commtax.measure.cluster import host_copy_bw_GBps
+
+    # 4 MiB copied once per try: 8 MiB moved; even a loaded core copies faster than 10 MB/s, no DRAM beyond 1 TB/s
+    bw = host_copy_bw_GBps(nbytes=4 * 2**20, iters=3)
+    assert 0.01 < bw < 1000

@@ -111,3 +111,39 @@ def packed_bytes(name: str, numel: int) -> int:
         return numel * f.payload_bits // 8
     chunks = -(-numel // CHUNK_ELEMS)
     return chunks * (CHUNK_ELEMS * f.payload_bits // 8 + SCALE_BYTES)
+
+
+# ----------------------------------------------------------------------------- the codec's memory traffic
+# DRAM/HBM bytes per gradient element that the hooks of commtax.measure.hooks move besides the wire, counted op by
+# op from the code they run (each elementwise torch op reads its inputs and writes its output once; per-chunk
+# scale vectors, 1/256 of the elements, are counted only where they are written into the packed buffer).
+# compression.quantize, per element of its input (b = the format's packed bytes per element):
+#   abs 4+4, amax 4, scale (mul, or div for fp8) 4+4; int: round_ 4+4, clamp_ 4+4, .to(int8) 4+1;
+#   int4 also (q + 8) 1+1, .to(uint8) 1+1, odd << 4 0.5+0.5, | 1+0.5; fp8: .to(float8) 4+1; cat(payload, scales) b+b
+QUANTIZE_BYTES = {"int8": 41.0, "int4": 47.5, "fp8": 25.0}
+# compression.dequantize, per element of its output: int8/fp8 payload.contiguous() 1+1, .float() 1+4, mul_(scales)
+# 4+4; int4: & 0x0F 0.5+0.5, >> 4 0.5+0.5, stack 1+1, .float() 1+4, sub_(8) 4+4, mul_(scales) 4+4
+DEQUANTIZE_BYTES = {"int8": 15.0, "int4": 25.0, "fp8": 15.0}
+
+
+def codec_bytes_per_element(name: str, n: int, grad_bytes: float = 4.0) -> float:
+    """Memory bytes per gradient element of the hook that sends format ``name`` among ``n`` ranks (0 for fp32).
+
+    fp16/bf16, torch default_hooks._compress_hook: ``buffer.to(dtype)`` g+2, ``.div_(n)`` 2+2, after the
+    all-reduce ``buffer.copy_(value)`` 2+g: 2g + 8 (16 B for fp32 gradients, g = ``grad_bytes``).
+    int8/int4/fp8, commtax.measure.hooks.quantized_hook, per bucket of N elements: ``torch.zeros`` 4, ``x[:N] = buf``
+    g+4, quantize Q, dequantize the received shards D, ``.view(n, -1).sum(0)`` 4 + 4/n, ``.div_(n)`` 8/n, requantize
+    the shard Q/n, dequantize the gathered shards D, ``buf.copy_`` 4+g:
+    16 + 2g + 12/n + Q·(1 + 1/n) + 2D, with Q = QUANTIZE_BYTES + 2b and D = DEQUANTIZE_BYTES.
+    PowerSGD: see ``workload.powersgd_codec_ops`` (GEMMs, not a per-element constant).
+    """
+    if name not in FORMATS:
+        raise ValueError(f"{name}: codec bytes per element are defined for {', '.join(FORMATS)}")
+    if name == "fp32":
+        return 0.0
+    if name in ("fp16", "bf16"):
+        return 2 * grad_bytes + 8.0
+    kind = "fp8" if name.startswith("fp8") else name
+    q = QUANTIZE_BYTES[kind] + 2 * FORMATS[name].bytes_per_element
+    fixed = 4.0 + (grad_bytes + 4.0) + (4.0 + grad_bytes) + 4.0 + 12.0 / n  # zeros, copy in, copy out, sum, div
+    return fixed + q * (1 + 1.0 / n) + 2 * DEQUANTIZE_BYTES[kind]

@@ -431,6 +431,11 @@ def dp_step_parts(wl: Workload, costs: Costs) -> tuple[float, float, list[float]
     reduce_op = wl.dp_step[0]
     tail = costs.collective(Collective("bucket", reduce_op.op, min(wl.bucket_bytes, reduce_op.bytes), "dp"))
     ratio = min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
+    # a compressed format's codec (``Workload.dp_codec``) runs in each bucket's pipeline, before and after its
+    # collectives (commtax.measure.hooks, torch's hooks): it lengthens the reduction and the last bucket
+    codec = sum(costs.compute(op) for op in wl.dp_codec)
+    times[0] += codec * n
+    tail += codec * min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
     return sum(times), nbytes, times, tail, (times[1] * ratio if len(times) > 1 else 0.0)
 
 

@@ -8,11 +8,12 @@ h hidden, a heads, g KV heads, d head dim, f FFN size, V vocabulary, t TP degree
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from commtax.assumptions import default_assumptions
-from commtax.comm_dtypes import bytes_per_element, powersgd_rank
+from commtax.comm_dtypes import bytes_per_element, codec_bytes_per_element, powersgd_compresses, powersgd_rank
 from commtax.spec import BYTES_PER, Job
 
 # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25): gradients are reduced in 25 MiB buckets
@@ -96,6 +97,9 @@ class Workload:
     # self.is_gradient_accumulation_boundary"; FSDP SHARD_GRAD_OP reduce-scatters in each post-backward hook);
     # ZeRO-0/1 accumulate full gradients and reduce once per step
     grads_sharded: bool = False
+    # the gradient codec of a compressed ``grad_comm_dtype`` (quantize/dequantize passes, PowerSGD's GEMMs), whole
+    # gradient of the fullest stage, per reduction (``grad_codec_ops``); on the DP reduction's critical path
+    dp_codec: tuple[Compute, ...] = ()
 
 
 def activation_bytes_per_element(precision: str) -> float:
@@ -457,6 +461,64 @@ def grad_bucket_bytes(job: Job) -> float:
     return max(fw.bucket_params, fw.bucket_params_per_dp * job.dp) * grad_bytes_per_param(job)
 
 
+def _gradient_dtype_bytes(job: Job) -> float:
+    """Bytes of one gradient element as the framework holds it before the reduction: fp32 gradients in fp32/tf32
+    training; mixed precision reduces its main gradients in fp32 (Megatron-Core accumulate_allreduce_grads_in_fp32,
+    PyTorch AMP's fp32 master gradients) unless the plan reduces bf16, which then needs no cast."""
+    return 4.0
+
+
+def grad_codec_ops(job: Job, params: float) -> tuple[Compute, ...]:
+    """Compute the gradient codec adds per reduction of ``params`` gradients: memory-bound passes
+    (``comm_dtypes.codec_bytes_per_element``, counted op by op from commtax.measure.hooks and torch's
+    fp16/bf16 hooks) or PowerSGD's GEMMs and orthogonalisation (``powersgd_codec_ops``). None when the
+    gradients travel in the dtype they are held in (fp32; bf16 reduced from a bf16 training's own gradients
+    is left uncast too: Megatron's bf16 reduction buffers hold the gradients themselves)."""
+    g = job.plan.grad_comm_dtype
+    if job.dp * job.plan.cp == 1 or g == "fp32":
+        return ()
+    if g in ("bf16", "fp16") and job.training.precision not in ("fp32", "tf32"):
+        return ()
+    rank = powersgd_rank(g)
+    if rank is not None:
+        return powersgd_codec_ops(weight_shapes(job), rank, job.dp * job.plan.cp, params)
+    per_elem = codec_bytes_per_element(g, job.dp * job.plan.cp, _gradient_dtype_bytes(job))
+    return (_mem(f"grad_codec_{g}", per_elem * params),)
+
+
+def powersgd_codec_ops(shapes: list[tuple[int, ...]], rank: int, n: int, params: float) -> tuple[Compute, ...]:
+    """torch powerSGD_hook (fp32 bucket, warm start, no error feedback), per step, scaled to ``params`` elements.
+
+    Per compressed m×k matrix M (``powersgd_compresses``): P = M·Q (torch.bmm, m×k·k×r), orthogonalise P,
+    Q = Mᵀ·P (k×m·m×r), M = P·Qᵀ (m×r·r×k), plus the warm-started Q orthogonalised first. Gram-Schmidt
+    (powerSGD_hook._orthogonalize_gram_schmidt) on an m×r matrix, column i with c = r−i−1 columns after it:
+    ``col /= norm(col)`` 4m (norm) + 8m, and for c > 0 ``rest -= sum(col * rest) * col``: col·rest 4m + 8mc,
+    sum 4mc, ·col 4m + 4mc, -= 12mc: 12m + (8m + 28mc). Vectors and matrices it does not compress: torch.cat
+    4+4, ``.div_(n)`` 4+4, copied back 4+4: 24 B per element.
+    """
+    def ortho_bytes(m: int) -> float:
+        return sum(12.0 * m + (8.0 * m + 28.0 * m * (rank - i - 1) if i + 1 < rank else 0.0) for i in range(rank))
+
+    numel = sum(math.prod(s) for s in shapes)
+    scale = params / max(1, numel)
+    ops: list[Compute] = []
+    flat, ortho, ortho_kernels = 0.0, 0.0, 0
+    for s in shapes:
+        rows, cols = s[0], math.prod(s) // s[0]
+        if len(s) < 2 or not powersgd_compresses(rows, cols, rank):
+            flat += math.prod(s)
+            continue
+        ops += [_gemm("powersgd_p", rows, rank, cols, 4.0), _gemm("powersgd_q", cols, rank, rows, 4.0),
+                _gemm("powersgd_decompress", rows, cols, rank, 4.0)]
+        ortho += ortho_bytes(rows) + ortho_bytes(cols)
+        ortho_kernels += 2 * (2 * rank + 4 * (rank - 1))
+    ops = [Compute(o.name, o.flop * scale, o.bytes * scale, o.kind, o.m, o.n, o.k) for o in ops]
+    ops.append(_mem("powersgd_orthogonalise", ortho * scale, kernels=max(1, ortho_kernels)))
+    if flat:
+        ops.append(_mem("powersgd_uncompressed", 24.0 * flat * scale))
+    return tuple(ops)
+
+
 def _dp_ops(job: Job, params: float) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
     """DP traffic (Rajbhandari et al. 2020, ZeRO §5-7): per step for stages 0-2, per micro-batch for stage 3."""
     p = job.plan
@@ -578,4 +640,5 @@ def build_workload(job: Job) -> Workload:
         zero3_other_tensors=other_tensors,
         zero3_gather_passes=3 if sync and p.recompute == "full" else 2,
         grads_sharded=p.zero == 2,
+        dp_codec=grad_codec_ops(job, fullest) if dp_step else (),
     )

@@ -167,20 +167,33 @@ def quantized_hook(state: QuantState, bucket: dist.GradBucket) -> torch.futures.
     if state.worker is None:
         state.worker = BucketWorker()
 
-    def work() -> torch.Tensor:
-        n, numel = group.size(), buf.numel()
-        x = torch.zeros(padded_numel(numel, n), dtype=torch.float32)
-        x[:numel] = buf
-        packed = _quantize_ef(state, state.worker_ef, key, x)
+    def all_to_all(packed: torch.Tensor) -> torch.Tensor:
         recv = torch.empty_like(packed)
         dist.all_to_all_single(recv, packed, group=group)
-        shard = dequantize(recv, state.fmt).view(n, -1).sum(0).div_(n)
-        mine = _quantize_ef(state, state.owner_ef, key, shard)
-        out = torch.empty(n * mine.shape[0], row_bytes(state.fmt), dtype=torch.uint8)
-        getattr(dist, ALL_GATHER)(out, mine, group=group)
-        return buf.copy_(dequantize(out, state.fmt)[:numel])
+        return recv
 
-    return state.worker.submit(work)
+    def all_gather(mine: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(group.size() * mine.shape[0], row_bytes(state.fmt), dtype=torch.uint8)
+        getattr(dist, ALL_GATHER)(out, mine, group=group)
+        return out
+
+    return state.worker.submit(lambda: bucket_pipeline(state, key, buf, group.size(), all_to_all, all_gather))
+
+
+def bucket_pipeline(state: QuantState, key: int, buf: torch.Tensor, n: int,
+                    all_to_all: Callable[[torch.Tensor], torch.Tensor],
+                    all_gather: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """One bucket through our quantized hook, the collectives passed in: what ``comm_dtypes.codec_bytes_per_element``
+    counts op by op (tests/test_codec.py replays it under a byte-counting dispatch mode)."""
+    numel = buf.numel()
+    x = torch.zeros(padded_numel(numel, n), dtype=torch.float32)
+    x[:numel] = buf
+    packed = _quantize_ef(state, state.worker_ef, key, x)
+    recv = all_to_all(packed)
+    shard = dequantize(recv, state.fmt).view(n, -1).sum(0).div_(n)
+    mine = _quantize_ef(state, state.owner_ef, key, shard)
+    out = all_gather(mine)
+    return buf.copy_(dequantize(out, state.fmt)[:numel])
 
 
 @dataclass

@@ -165,7 +165,10 @@ class StepBuilder:
         c = Collective(op.name, op.op, op.bytes * params / self.max_stage_params, op.group)
         key = (op.op, c.bytes)
         if key not in self._dp_cost:
-            self._dp_cost[key] = (self.costs.collective(c), self.costs.sent_bytes(c))
+            t = self.costs.collective(c)
+            if self.wl.dp_step and op is self.wl.dp_step[0]:  # the gradient codec runs in each bucket's pipeline
+                t += sum(self.costs.compute(x) for x in self.wl.dp_codec) * params / self.max_stage_params
+            self._dp_cost[key] = (t, self.costs.sent_bytes(c))
         return self._dp_cost[key]
 
     # ------------------------------------------------------------------ graph
