@@ -12,7 +12,7 @@ from commtax.spec import CATALOG_DIR, _builtin_catalog, load_job
 
 # added for published runs on hardware the catalog lacked (issue 8)
 NEW_GPUS = ["v100-sxm2-16gb", "v100-sxm2-32gb", "a800-sxm4-80gb", "h800-sxm5-80gb", "h20-96gb", "mi250x",
-            "mi325x-256gb", "a10-24gb", "l4-24gb", "a6000-48gb", "rtx-3090-24gb"]
+            "mi325x-256gb", "a10-24gb", "l4-24gb", "a6000-48gb", "rtx-3090-24gb", "b100-sxm-192gb"]
 NEW_LINKS = ["nvlink2", "nvlink-a800", "nvlink-h800", "xgmi-mi250x", "pcie3-x16"]
 NEW_NETWORKS = ["ib-edr", "ib-fdr", "roce-100g", "eth-10g", "eth-200g", "eth-400g", "efa-p4d", "efa-p5"]
 
@@ -75,9 +75,9 @@ def test_h800_is_the_h100_with_a_narrower_nvlink():
     h800 = _job("h800-sxm5-80gb")
     for j in (h100, h800):
         j["plan"].update(tp=8, micro_batch=1)
-    b100, b800 = estimate(load_job(h100)), estimate(load_job(h800))
-    assert b800.step_time_s > b100.step_time_s
-    assert b800.comm_tax > b100.comm_tax
+    e100, e800 = estimate(load_job(h100)), estimate(load_job(h800))
+    assert e800.step_time_s > e100.step_time_s
+    assert e800.comm_tax > e100.comm_tax
 
 
 def test_bf16_on_v100_is_one_clear_error():
