@@ -74,7 +74,8 @@ class GPU(_Spec):
     def peak_flops(self, precision: str) -> float:
         if precision not in self.peak_tflops:
             have = ", ".join(self.peak_tflops)
-            raise SpecError(f"training.precision: GPU {self.name} has no {precision} peak (has: {have}); set one of them")
+            raise SpecError(f"training.precision: GPU {self.name} has no {precision} peak (has: {have}); "
+                            "set one of them")
         return self.peak_tflops[precision] * TFLOPS
 
     def matmul_eff(self, precision: str) -> float:
