@@ -64,7 +64,7 @@ class GPU(_Spec):
     p2p: bool = Field(default=True, description="GPU peer-to-peer over the scale-up link (false: host-bounced)")
     matmul_efficiency: dict[str, float] = Field(default_factory=lambda: {"default": 0.75})
     attention_efficiency: float = Field(default=0.5, gt=0, le=1, description="unused since attention kernel tables")
-    arch: Literal["ampere", "hopper", "ada", "blackwell", "cdna3", "other"] = Field(
+    arch: Literal["volta", "ampere", "hopper", "ada", "blackwell", "cdna2", "cdna3", "other"] = Field(
         default="other", description="architecture: picks the attention kernel table (catalog/attention.yaml)")
     clock_fraction: float | None = Field(
         default=None, gt=0, le=1.5,
@@ -92,7 +92,8 @@ class GPU(_Spec):
     def peak_flops(self, precision: str) -> float:
         if precision not in self.peak_tflops:
             have = ", ".join(self.peak_tflops)
-            raise SpecError(f"training.precision: GPU {self.name} has no {precision} peak (has: {have})")
+            raise SpecError(f"training.precision: GPU {self.name} has no {precision} peak (has: {have}); "
+                            "set one of them")
         return self.peak_tflops[precision] * TFLOPS
 
     def matmul_eff(self, precision: str) -> float:
@@ -439,6 +440,12 @@ class Training(_Spec):
     )
 
 
+@lru_cache(maxsize=1)
+def eager_attention_archs() -> frozenset[str]:
+    """GPU architectures without fused attention kernels (catalog/attention.yaml ``eager_archs``)."""
+    return frozenset(read_yaml(CATALOG_DIR / "attention.yaml").get("eager_archs", []))
+
+
 class Job(_Spec):
     model: Model
     cluster: Cluster
@@ -487,6 +494,9 @@ class Job(_Spec):
         if p.sequence_parallel and t.seq_len // p.cp % p.tp:
             raise ValueError(f"sequence_parallel needs seq_len/cp ({t.seq_len // p.cp}) divisible by tp({p.tp})")
         c.gpu.peak_flops(t.precision)  # raises SpecError naming the precision
+        if p.attention != "eager" and c.gpu.arch in eager_attention_archs():
+            # no fused attention kernel runs on this architecture (catalog/attention.yaml eager_archs): eager
+            object.__setattr__(self, "plan", p.model_copy(update={"attention": "eager"}))
         return self
 
     @property

@@ -46,7 +46,8 @@ def gpu_rows(gpus: dict[str, dict]) -> list[list[str]]:
     for name, g in gpus.items():
         peak = g["peak_tflops"]
         eff = ", ".join(f"{k} {_num(v)}" for k, v in g.get("matmul_efficiency", {}).items())
-        rows.append([f"`{name}`", _num(peak["bf16"]), _num(peak["fp8"]) if "fp8" in peak else "—", _num(g["mem_GiB"]),
+        bf16 = _num(peak["bf16"]) if "bf16" in peak else f"— (fp16 {_num(peak['fp16'])})"  # Volta: no bf16
+        rows.append([f"`{name}`", bf16, _num(peak["fp8"]) if "fp8" in peak else "—", _num(g["mem_GiB"]),
                      _num(g["mem_bw_GBps"]), _num(g["tdp_W"]), eff, _source(g["source"])])
     return rows
 
