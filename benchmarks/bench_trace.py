@@ -48,7 +48,7 @@ def synthetic_events(rng: random.Random):
         step += 1
         yield {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": ts,
                "dur": 400.0, "args": {"External id": corr}}
-        for layer in range(40):
+        for _layer in range(40):
             for name in ("aten::mm", "aten::add", "aten::gelu"):
                 d = rng.uniform(1.0, 9.0)
                 yield {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": d,

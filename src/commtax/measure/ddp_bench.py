@@ -221,7 +221,7 @@ def train_all(cfg: DDPBenchConfig, group=None, dog=None) -> list[dict]:
     """Every hook, interleaved step by step (hook A step i, its compute-only step, hook B step i, …) so a
     busy host slows all alike and each hook's step and its no-communication twin share a time window."""
     trainees = [Trainee(cfg, h, group) for h in cfg.hooks]
-    for i in range(cfg.warmup):
+    for _ in range(cfg.warmup):
         for t in trainees:
             t.step()
     dist.barrier(group)
@@ -309,8 +309,9 @@ def calibrate_compute(cfg: DDPBenchConfig, warmup: int = 1, iters: int = 5) -> d
     recs = []
     for name, (m, n, k) in gemm_shapes(cfg.model.hidden, cfg.micro_batch * cfg.model.seq_len).items():
         x, w, dy = torch.randn(m, k), torch.randn(k, n), torch.randn(m, n)
-        for kind, run, shape in (("fwd", lambda: x @ w, (m, n, k)), ("dgrad", lambda: dy @ w.t(), (m, k, n)),
-                                 ("wgrad", lambda: x.t() @ dy, (k, n, m))):
+        # the lambdas run inside this iteration only: binding x, w, dy late is what is meant
+        for kind, run, shape in (("fwd", lambda: x @ w, (m, n, k)), ("dgrad", lambda: dy @ w.t(), (m, k, n)),  # noqa: B023
+                                 ("wgrad", lambda: x.t() @ dy, (k, n, m))):  # noqa: B023
             for _ in range(warmup):
                 run()
             t0 = time.perf_counter()

@@ -88,7 +88,7 @@ def breakdown_plot(rows: list[tuple[str, "Breakdown"]], path: Path | str, title:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.6 * len(rows)))
     try:
-        for i, (label, b) in enumerate(rows):
+        for i, (_label, b) in enumerate(rows):
             left = 0.0
             for key, color in BREAKDOWN_COLORS.items():
                 share = b.breakdown_s[key] / b.step_time_s

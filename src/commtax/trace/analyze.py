@@ -393,7 +393,7 @@ def stragglers(ranks: list[RankReport]) -> list[Straggler]:
     if len(ranks) < 2:
         return []
     by_step: dict[int, list[tuple[Any, StepFigures]]] = {}
-    for i, r in enumerate(ranks):
+    for r in ranks:
         who = r.rank if r.rank is not None else Path(r.file).name
         for s in r.steps:
             by_step.setdefault(s.step, []).append((who, s))

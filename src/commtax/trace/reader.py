@@ -107,7 +107,7 @@ class _Buffer:
                     raise self.fail(f"{what}: " + ("the file is cut short mid-JSON" if cut else
                                                    f"malformed JSON ({e.msg} at character {e.pos})")) from None
                 if len(self.text) - self.pos > MAX_EVENT_CHARS:
-                    raise self.fail(f"{what}: malformed JSON ({e.msg}) or an event over {MAX_EVENT_CHARS >> 20} MiB")
+                    raise self.fail(f"{what}: malformed JSON ({e.msg}) or an event over {MAX_EVENT_CHARS >> 20} MiB") from None
                 self.fill()
                 continue
             if end >= len(self.text) and not self.eof:  # a number or literal may go on in the next chunk
