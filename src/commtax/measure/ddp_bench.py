@@ -309,9 +309,9 @@ def calibrate_compute(cfg: DDPBenchConfig, warmup: int = 1, iters: int = 5) -> d
     recs = []
     for name, (m, n, k) in gemm_shapes(cfg.model.hidden, cfg.micro_batch * cfg.model.seq_len).items():
         x, w, dy = torch.randn(m, k), torch.randn(k, n), torch.randn(m, n)
-        # the lambdas run inside this iteration only: binding x, w, dy late is what is meant
-        for kind, run, shape in (("fwd", lambda: x @ w, (m, n, k)), ("dgrad", lambda: dy @ w.t(), (m, k, n)),  # noqa: B023
-                                 ("wgrad", lambda: x.t() @ dy, (k, n, m))):  # noqa: B023
+        for kind, run, shape in (("fwd", lambda x=x, w=w: x @ w, (m, n, k)),
+                                 ("dgrad", lambda dy=dy, w=w: dy @ w.t(), (m, k, n)),
+                                 ("wgrad", lambda x=x, dy=dy: x.t() @ dy, (k, n, m))):
             for _ in range(warmup):
                 run()
             t0 = time.perf_counter()
