@@ -225,7 +225,8 @@ def test_search_signalled_at_any_moment_never_hangs_and_leaves_no_worker(tmp_pat
     for moment in MOMENTS:
         out = tmp_path / f"s-{moment}.json"
         out.unlink(missing_ok=True)
-        p = commtax("search", str(job), "--workers", "2", "--out", str(out), "--json", start_new_session=True)
+        p = commtax("search", str(job), "--workers", "2", "--out", str(out), "--json", start_new_session=True,
+                    env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # a hang's SIGABRT dumps every thread's stack
         try:
             wait_for(lambda: _handles_sighup(p.pid) or p.poll() is not None, what="the CLI's signal handlers")
             if moment != "handler":
@@ -237,7 +238,10 @@ def test_search_signalled_at_any_moment_never_hangs_and_leaves_no_worker(tmp_pat
             try:
                 stdout, stderr = p.communicate(timeout=300)
             except subprocess.TimeoutExpired:
-                pytest.fail(f"search hung after {signal.Signals(sig).name} at {moment!r}")
+                wchan = {t: Path(f"/proc/{p.pid}/task/{t}/wchan").read_text() for t in os.listdir(f"/proc/{p.pid}/task")}
+                p.send_signal(signal.SIGABRT)
+                stderr = p.communicate()[1]
+                pytest.fail(f"search hung after {signal.Signals(sig).name} at {moment!r}: {wchan}\n{stderr[-6000:]}")
             assert p.returncode == 130, (moment, stderr[-2000:])
             assert "Traceback" not in stderr, (moment, stderr[-2000:])
             wait_for(lambda: not _group_alive(p.pid), 30, f"the workers to exit ({moment!r})")

@@ -727,7 +727,10 @@ def _stop_workers(ex: Any, procs: list[Any]) -> None:
             p.kill()
     for p in procs:
         p.join(timeout=30)
+    manager = getattr(ex, "_executor_manager_thread", None)
     ex.shutdown(wait=False, cancel_futures=True)
+    if manager is not None:  # it sees the dead workers and ends; joined here, not by an atexit hook a signal can cut
+        manager.join(timeout=30)
 
 
 def _eval_chunk(args: tuple[Job, list[_Base]]) -> list[_BaseResult]:
