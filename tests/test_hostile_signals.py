@@ -185,3 +185,75 @@ def test_a_stopped_rank_is_killed_once_named_and_a_running_one_is_not():
         for proc in (stopped, running):
             proc.kill()
             proc.wait()
+
+
+def _group_alive(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid``: the search and every worker it forked."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(d))
+    return out
+
+
+def _handles_sighup(pid: int) -> bool:
+    """The CLI's ``signals.install()`` has run: SIGHUP is in the caught mask of /proc/PID/status."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next((int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:")), 0)
+    return bool(mask >> (signal.SIGHUP - 1) & 1)
+
+
+# when the signal lands: as soon as the CLI handles it (modules still importing), as the pool forks its first
+# worker, then at fractions of the time the wide search's workers run on this host (the module fixture)
+MOMENTS = ["handler", "pool start-up", 0.02, 0.1, 0.25, 0.5]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT])
+def test_search_signalled_at_any_moment_never_hangs_and_leaves_no_worker(tmp_path, sig, wide_search):
+    """Issue 12: a SIGHUPped search once hung for minutes on a futex, its handler having raised inside the pool's
+    locks. Six runs per signal, from the import of the CLI to mid-search: each exits 130, leaves no process of its
+    group alive, and writes a flagged partial --out when plans were found. The 300 s limit is a hang guard only."""
+    job, seconds = wide_search
+    for moment in MOMENTS:
+        out = tmp_path / f"s-{moment}.json"
+        out.unlink(missing_ok=True)
+        p = commtax("search", str(job), "--workers", "2", "--out", str(out), "--json", start_new_session=True,
+                    env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # a hang's SIGABRT dumps every thread's stack
+        try:
+            wait_for(lambda: _handles_sighup(p.pid) or p.poll() is not None, what="the CLI's signal handlers")
+            if moment != "handler":
+                wait_for(lambda: children(p.pid) or p.poll() is not None, what="the first search worker")
+                if not isinstance(moment, str):
+                    time.sleep(seconds * moment)
+            assert p.poll() is None, f"search ended before the signal at {moment!r}"
+            p.send_signal(sig)
+            try:
+                stdout, stderr = p.communicate(timeout=300)
+            except subprocess.TimeoutExpired:
+                wchan = {t: Path(f"/proc/{p.pid}/task/{t}/wchan").read_text() for t in os.listdir(f"/proc/{p.pid}/task")}
+                p.send_signal(signal.SIGABRT)
+                stderr = p.communicate()[1]
+                pytest.fail(f"search hung after {signal.Signals(sig).name} at {moment!r}: {wchan}\n{stderr[-6000:]}")
+            assert p.returncode == 130, (moment, stderr[-2000:])
+            assert "Traceback" not in stderr, (moment, stderr[-2000:])
+            wait_for(lambda: not _group_alive(p.pid), 30, f"the workers to exit ({moment!r})")
+            if out.exists():  # plans were found before the signal: whole JSON, flagged as partial
+                data = json.loads(out.read_text())
+                assert data["interrupted"] is True, moment
+                assert json.loads(stdout) == data
+            else:
+                assert "interrupted" in stderr and stdout == "", (moment, stderr[-2000:])
+        finally:
+            for pid in _group_alive(p.pid):
+                os.kill(pid, signal.SIGKILL)
+            if p.poll() is None:
+                p.kill()
+                p.communicate()

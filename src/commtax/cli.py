@@ -326,7 +326,11 @@ def main() -> None:
 
     signals.install()  # SIGTERM/SIGHUP clean up like Ctrl-C (temp files, workers, launched ranks), exit 130
     command = sys.argv[1] if len(sys.argv) > 1 else None
-    register_commands({command} if command in COMMANDS else None)
+    try:
+        register_commands({command} if command in COMMANDS else None)
+    except KeyboardInterrupt as e:  # a signal while the command's modules import: still one line, exit 130
+        print(f"error: interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
+        sys.exit(130)  # errors.EXIT_INTERRUPTED
     app()
 
 

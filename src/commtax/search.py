@@ -46,6 +46,7 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from commtax import estimate as _est
+from commtax import signals
 from commtax.errors import Interrupted, SpecError
 from commtax.estimate import (
     BREAKDOWN_KEYS,
@@ -716,15 +717,20 @@ def _die_with_parent() -> None:
         pass
 
 
-def _stop_workers(ex: Any) -> None:
-    """Cancel what is queued and terminate the worker processes now (a chunk can run for seconds)."""
-    procs = list((getattr(ex, "_processes", None) or {}).values())
-    ex.shutdown(wait=False, cancel_futures=True)
+def _stop_workers(ex: Any, procs: list[Any]) -> None:
+    """Cancel what is queued and end the worker processes now (a chunk can run for seconds).
+
+    SIGKILL, not SIGTERM: a worker forked a moment ago may not have run ``_init_worker`` yet and still holds the
+    parent's deferring handler. Runs with signals deferred, so no lock of the pool is held by a dead frame."""
     for p in procs:
         if p.is_alive():
-            p.terminate()
+            p.kill()
     for p in procs:
-        p.join(timeout=5)
+        p.join(timeout=30)
+    manager = getattr(ex, "_executor_manager_thread", None)
+    ex.shutdown(wait=False, cancel_futures=True)
+    if manager is not None:  # it sees the dead workers and ends; joined here, not by an atexit hook a signal can cut
+        manager.join(timeout=30)
 
 
 def _eval_chunk(args: tuple[Job, list[_Base]]) -> list[_BaseResult]:
@@ -756,27 +762,36 @@ def evaluate_space(
                     progress(n + 1, len(bases))
         else:
             import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor, as_completed
+            from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
             # interleave bases so both workers get a mix of cheap and costly ones
             chunks = [bases[i::workers * 4] for i in range(workers * 4)]
             chunks = [c for c in chunks if c]
             ctx = mp.get_context("fork")
-            ex = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker)
-            try:
-                futs = [ex.submit(_eval_chunk, (job, c)) for c in chunks]
-                done = 0
-                for f in as_completed(futs):
-                    part = f.result()
-                    results.extend(part)
-                    done += len(part)
-                    if progress:
-                        progress(done, len(bases))
-            except KeyboardInterrupt:
-                _stop_workers(ex)
-                raise
-            ex.shutdown()
-    except KeyboardInterrupt:
+            with signals.deferred() as stop:  # a handler that raised inside the pool's locks could hang its shutdown
+                ex = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker)
+                pending: set[Any] = set()
+                try:
+                    for c in chunks:
+                        if stop:
+                            break
+                        pending.add(ex.submit(_eval_chunk, (job, c)))
+                    done = 0
+                    while pending and not stop:
+                        finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                        for f in finished:
+                            part = f.result()
+                            results.extend(part)
+                            done += len(part)
+                            if progress:
+                                progress(done, len(bases))
+                finally:
+                    if stop or pending:  # a signal, or an error in a chunk: end the workers, never wait on them
+                        _stop_workers(ex, list((getattr(ex, "_processes", None) or {}).values()))
+                    else:
+                        ex.shutdown()
+            interrupted = bool(stop)
+    except KeyboardInterrupt:  # one process: Ctrl-C/SIGTERM raise between plans, no pool lock to leave held
         interrupted = True
     return results, skipped, skip_examples, interrupted
 

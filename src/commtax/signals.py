@@ -48,3 +48,44 @@ def install() -> None:
         for s in TERMINATING:
             if signal.getsignal(s) in (signal.SIG_DFL, None):
                 signal.signal(s, _raise_interrupted)
+
+
+class Deferred:
+    """The first of the deferred signals that arrived inside ``deferred()`` (its name), or None."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.signal is not None
+
+    def _note(self, signum: int, frame) -> None:  # only records: never raises inside pool or lock code
+        if self.signal is None:
+            self.signal = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def deferred(signals: tuple[int, ...] = (signal.SIGINT, *TERMINATING)) -> Iterator[Deferred]:
+    """Within the block Ctrl-C, SIGTERM and SIGHUP only set a flag, which the block checks between results.
+
+    A worker pool's machinery (concurrent.futures, multiprocessing) takes non-reentrant locks in the main
+    thread (``ProcessPoolExecutor.submit`` holds ``_shutdown_lock``); an exception raised by a signal handler
+    while one is held leaves it held, and the clean-up's ``shutdown()`` then blocks on it for ever (issue 12:
+    a SIGHUPped search hung on a futex). Only Python's Ctrl-C handler and ``_raise_interrupted`` (``install``,
+    ``terminate_as_interrupt``) are replaced: a default SIGTERM still ends the process, and outside the main
+    thread nothing changes."""
+    flag = Deferred()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    old = {}
+    for s in signals:
+        current = signal.getsignal(s)
+        if current in (signal.default_int_handler, _raise_interrupted):
+            old[s] = current
+            signal.signal(s, flag._note)
+    try:
+        yield flag
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
