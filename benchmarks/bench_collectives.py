@@ -33,8 +33,21 @@ def cli(*args: str) -> None:
 
 def sweep(cluster: Path, out: Path, *bench_args: str) -> list[dict]:
     out.unlink(missing_ok=True)
-    cli("cluster", "run", "--cluster", str(cluster), "--", PY, "-m", "commtax.measure.cli", "bench", "collective",
-        "--out", str(out), *bench_args)
+    cli(
+        "cluster",
+        "run",
+        "--cluster",
+        str(cluster),
+        "--",
+        PY,
+        "-m",
+        "commtax.measure.cli",
+        "bench",
+        "collective",
+        "--out",
+        str(out),
+        *bench_args,
+    )
     return json.loads(out.read_text())
 
 
@@ -52,22 +65,53 @@ def part_a_b(d: Path) -> dict:
         profile = calibrate([r for r in a if r["impl"] == "torch"], spec, source="bench_collectives.py sweep A (torch)")
         write_profile(profile, d / "profile_4x1.yaml")
         b = sweep(cpath, d / "sweep_b.json", *common, "--impl", "torch")
-        ratio_recs = sweep(cpath, d / "ring_vs_gloo.json", "--ops", "all_reduce", "--min", "16MiB", "--max", "16MiB",
-                           "--iters", "5", "--impl", "torch,ring")
+        ratio_recs = sweep(
+            cpath,
+            d / "ring_vs_gloo.json",
+            "--ops",
+            "all_reduce",
+            "--min",
+            "16MiB",
+            "--max",
+            "16MiB",
+            "--iters",
+            "5",
+            "--impl",
+            "torch,ring",
+        )
     finally:
         cli("cluster", "down", "--cluster", str(cpath))
     busbw = {r["impl"]: r["busbw_GBps"] for r in ratio_recs}
-    return {"before": compare(a, spec), "after": compare(b, spec, profile), "profile": profile,
-            "ring_vs_gloo_busbw_16MiB": {"torch_GBps": busbw["torch"], "ring_GBps": busbw["ring"],
-                                         "ratio": busbw["ring"] / busbw["torch"]}}
+    return {
+        "before": compare(a, spec),
+        "after": compare(b, spec, profile),
+        "profile": profile,
+        "ring_vs_gloo_busbw_16MiB": {
+            "torch_GBps": busbw["torch"],
+            "ring_GBps": busbw["ring"],
+            "ratio": busbw["ring"] / busbw["torch"],
+        },
+    }
 
 
 def part_c(d: Path) -> dict:
     cpath = d / "cluster_2x4.yaml"
     spec = with_cluster(cpath, "--nodes", "2", "--ranks-per-node", "4", "--link", "300mbit")
     try:
-        recs = sweep(cpath, d / "hier_vs_ring.json", "--ops", "all_reduce", "--min", "1MiB", "--max", "8MiB",
-                     "--iters", "5", "--impl", "ring,hier")
+        recs = sweep(
+            cpath,
+            d / "hier_vs_ring.json",
+            "--ops",
+            "all_reduce",
+            "--min",
+            "1MiB",
+            "--max",
+            "8MiB",
+            "--iters",
+            "5",
+            "--impl",
+            "ring,hier",
+        )
     finally:
         cli("cluster", "down", "--cluster", str(cpath))
     rows = compare(recs, spec)
@@ -75,12 +119,22 @@ def part_c(d: Path) -> dict:
     out = []
     for size in sorted({r["message_bytes"] for r in rows}):
         ring, hier = by[("ring", size)], by[("hier", size)]
-        out.append({"message_bytes": size, "ring_s": ring["measured_s"], "hier_s": hier["measured_s"],
-                    "measured_speedup": ring["measured_s"] / hier["measured_s"],
-                    "predicted_speedup": ring["predicted_s"] / hier["predicted_s"],
-                    "ring_error": ring["error"], "hier_error": hier["error"]})
-    return {"intra_bw_GBps": spec["intra_node"]["bw_GBps"], "inter_bw_GBps": spec["inter_node"]["bw_Gbps"] / 8,
-            "rows": out}
+        out.append(
+            {
+                "message_bytes": size,
+                "ring_s": ring["measured_s"],
+                "hier_s": hier["measured_s"],
+                "measured_speedup": ring["measured_s"] / hier["measured_s"],
+                "predicted_speedup": ring["predicted_s"] / hier["predicted_s"],
+                "ring_error": ring["error"],
+                "hier_error": hier["error"],
+            }
+        )
+    return {
+        "intra_bw_GBps": spec["intra_node"]["bw_GBps"],
+        "inter_bw_GBps": spec["inter_node"]["bw_Gbps"] / 8,
+        "rows": out,
+    }
 
 
 def figures(res: dict, d: Path) -> None:
@@ -95,8 +149,12 @@ def figures(res: dict, d: Path) -> None:
             pts = [r for r in res["ab"][key] if r["op"] == op and r["impl"] == impl]
             name = "gloo" if impl == "torch" else "our ring"
             note = " (gloo: all-reduce + slice)" if op == "reduce_scatter" and impl == "torch" else ""
-            ax.plot([p["message_bytes"] / MiB for p in pts], [100 * p["error"] for p in pts], style,
-                    label=f"{op}, {name}{note}, {key} calibration")
+            ax.plot(
+                [p["message_bytes"] / MiB for p in pts],
+                [100 * p["error"] for p in pts],
+                style,
+                label=f"{op}, {name}{note}, {key} calibration",
+            )
     ax.axhspan(-10, 10, color="0.9")
     ax.axhspan(-5, 5, color="0.8")
     ax.set_xscale("log", base=2)
@@ -147,8 +205,10 @@ def main() -> None:
         print(f"worst |error| {key} calibration, ≥ 1 MiB:", {k: f"{v:.1%}" for k, v in worst.items()})
     print("ring / gloo busbw at 16 MiB:", res["ab"]["ring_vs_gloo_busbw_16MiB"])
     for r in res["c"]["rows"]:
-        print(f"hier vs ring {r['message_bytes'] / MiB:g} MiB: measured ×{r['measured_speedup']:.2f}, "
-              f"predicted ×{r['predicted_speedup']:.2f}")
+        print(
+            f"hier vs ring {r['message_bytes'] / MiB:g} MiB: measured ×{r['measured_speedup']:.2f}, "
+            f"predicted ×{r['predicted_speedup']:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -48,12 +48,23 @@ def distinct_plans_per_second() -> tuple[int, float]:
     dp/ZeRO/schedule/gradient dtype gains from the blocks, placements and phase prices its plans share."""
     job = load_job(JOB)
     jobs = []
-    for tp, pp, zero, mb, rc, sched, gd in itertools.product((4, 8), (2, 4), (0, 1, 2, 3), (1, 2),
-                                                            ("none", "selective", "full"), ("1f1b", "gpipe"),
-                                                            ("bf16", "fp32")):
+    for tp, pp, zero, mb, rc, sched, gd in itertools.product(
+        (4, 8), (2, 4), (0, 1, 2, 3), (1, 2), ("none", "selective", "full"), ("1f1b", "gpipe"), ("bf16", "fp32")
+    ):
         try:
-            jobs.append(job_with(job, tp=tp, pp=pp, dp=job.cluster.num_gpus // (tp * pp), zero=zero, micro_batch=mb,
-                                 recompute=rc, schedule=sched, grad_comm_dtype=gd))
+            jobs.append(
+                job_with(
+                    job,
+                    tp=tp,
+                    pp=pp,
+                    dp=job.cluster.num_gpus // (tp * pp),
+                    zero=zero,
+                    micro_batch=mb,
+                    recompute=rc,
+                    schedule=sched,
+                    grad_comm_dtype=gd,
+                )
+            )
         except SpecError:
             continue
     start = time.perf_counter()
@@ -75,13 +86,17 @@ def main() -> None:
     n, distinct = distinct_plans_per_second()  # first: before anything is shared
     print(f"distinct plans, each estimated once (one core): {distinct:,.0f}/s over {n} plans")
     rate = estimates_per_second()
-    print(f"estimates per second (one core): {rate:,.0f}   goal ≥ {GOAL_ESTIMATES_PER_S:,}: "
-          f"{verdict(rate >= GOAL_ESTIMATES_PER_S)} ({rate / GOAL_ESTIMATES_PER_S:.2f}× the goal)")
+    print(
+        f"estimates per second (one core): {rate:,.0f}   goal ≥ {GOAL_ESTIMATES_PER_S:,}: "
+        f"{verdict(rate >= GOAL_ESTIMATES_PER_S)} ({rate / GOAL_ESTIMATES_PER_S:.2f}× the goal)"
+    )
     python_start = wall([sys.executable, "-c", "pass"])
     cli = wall([str(Path(sys.executable).parent / "commtax"), "estimate", str(JOB), "--json"])
     print(f"python start-up (reference): {python_start * 1e3:.0f} ms")
-    print(f"`commtax estimate` CLI wall: {cli * 1e3:.0f} ms = {cli / python_start:.1f}× python start-up   "
-          f"goal < {GOAL_CLI_S * 1e3:.0f} ms: {verdict(cli < GOAL_CLI_S)}")
+    print(
+        f"`commtax estimate` CLI wall: {cli * 1e3:.0f} ms = {cli / python_start:.1f}× python start-up   "
+        f"goal < {GOAL_CLI_S * 1e3:.0f} ms: {verdict(cli < GOAL_CLI_S)}"
+    )
 
 
 if __name__ == "__main__":

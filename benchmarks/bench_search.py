@@ -95,15 +95,23 @@ def main() -> int:
     else:
         print(f"job: {args.job.name} ({job.model.name}, {job.cluster.num_gpus} x {job.cluster.gpu.name})")
         print(f"plans evaluated: {res.evaluated:,} ({int(res.valid.sum()):,} valid, {int(res.fits.sum()):,} fit)")
-        print(f"search time: {best_s:.2f} s (runs: {', '.join(f'{t:.2f}' for t in times)}) -> "
-              f"goal < {GOAL_S:g} s: {'met' if best_s < GOAL_S else 'MISSED'}")
-        print(f"plans/s: {rate:,.0f} -> goal ≥ {GOAL_PLANS_PER_S:,} plans/s: "
-              f"{'met' if rate >= GOAL_PLANS_PER_S else 'MISSED'}  (estimate() one by one: {naive_rate:,.0f} plans/s)")
-        print(f"CPU time: {min(cpu):.2f} s -> {cpu_rate:,.0f} plans per CPU-second "
-              f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
-        print(f"agreement with estimate on {int(agree['sample'])} random valid plans: step {agree['step_rel']:.2e}, "
-              f"memory {agree['mem_rel']:.2e}, fits mismatches {int(agree['fits_mismatch'])} -> "
-              f"{'OK' if ok_agree else 'FAIL'} (tolerance {TOLERANCE:g})")
+        print(
+            f"search time: {best_s:.2f} s (runs: {', '.join(f'{t:.2f}' for t in times)}) -> "
+            f"goal < {GOAL_S:g} s: {'met' if best_s < GOAL_S else 'MISSED'}"
+        )
+        print(
+            f"plans/s: {rate:,.0f} -> goal ≥ {GOAL_PLANS_PER_S:,} plans/s: "
+            f"{'met' if rate >= GOAL_PLANS_PER_S else 'MISSED'}  (estimate() one by one: {naive_rate:,.0f} plans/s)"
+        )
+        print(
+            f"CPU time: {min(cpu):.2f} s -> {cpu_rate:,.0f} plans per CPU-second "
+            f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+        )
+        print(
+            f"agreement with estimate on {int(agree['sample'])} random valid plans: step {agree['step_rel']:.2e}, "
+            f"memory {agree['mem_rel']:.2e}, fits mismatches {int(agree['fits_mismatch'])} -> "
+            f"{'OK' if ok_agree else 'FAIL'} (tolerance {TOLERANCE:g})"
+        )
         print(f"best plan: {best_plan}  step {best.step_time_s:.3f} s, MFU {best.mfu:.1%}")
     return 0 if ok_agree else 1
 

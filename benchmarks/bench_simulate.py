@@ -88,15 +88,19 @@ def main() -> int:
     one_core()
     wall, cpu, events = in_process()
     print(f"job: {JOB.relative_to(REPO)}")
-    print(f"simulate(): {wall:.2f} s wall, {cpu:.2f} s CPU, {events:,} events, {events / cpu:,.0f} events/s (CPU), "
-          f"graph building and breakdown included")
+    print(
+        f"simulate(): {wall:.2f} s wall, {cpu:.2f} s CPU, {events:,} events, {events / cpu:,.0f} events/s (CPU), "
+        f"graph building and breakdown included"
+    )
     print(f"event core alone (Sim.run): {engine_only():,.0f} events/s (CPU)")
     py_wall, py_cpu = child([sys.executable, "-c", "pass"])
     cli_wall, cli_cpu = child(cli_command())
     print(f"python -c pass: {py_wall:.2f} s wall, {py_cpu:.2f} s CPU")
     ok = cli_cpu < GOAL_S
-    print(f"commtax simulate (CLI, one core): {cli_wall:.2f} s wall, {cli_cpu:.2f} s CPU "
-          f"(goal < {GOAL_S:.0f} s: {'met' if ok else 'MISSED'})")
+    print(
+        f"commtax simulate (CLI, one core): {cli_wall:.2f} s wall, {cli_cpu:.2f} s CPU "
+        f"(goal < {GOAL_S:.0f} s: {'met' if ok else 'MISSED'})"
+    )
     return 0 if ok else 1
 
 

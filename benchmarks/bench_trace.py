@@ -46,29 +46,97 @@ def synthetic_events(rng: random.Random):
     ts, corr, step = 1_700_000_000_000_000.0, 1, 0
     while True:
         step += 1
-        yield {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": ts,
-               "dur": 400.0, "args": {"External id": corr}}
+        yield {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": f"ProfilerStep#{step}",
+            "pid": 1,
+            "tid": 1,
+            "ts": ts,
+            "dur": 400.0,
+            "args": {"External id": corr},
+        }
         for _layer in range(40):
             for name in ("aten::mm", "aten::add", "aten::gelu"):
                 d = rng.uniform(1.0, 9.0)
-                yield {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": d,
-                       "args": {"External id": corr, "Input Dims": [[1024, 4096], [4096, 4096]],
-                                "Input type": ["c10::BFloat16", "c10::BFloat16"], "Sequence number": corr}}
-                yield {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts + 1,
-                       "dur": 3.0, "args": {"External id": corr, "correlation": corr}}
+                yield {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": name,
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": ts,
+                    "dur": d,
+                    "args": {
+                        "External id": corr,
+                        "Input Dims": [[1024, 4096], [4096, 4096]],
+                        "Input type": ["c10::BFloat16", "c10::BFloat16"],
+                        "Sequence number": corr,
+                    },
+                }
+                yield {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": ts + 1,
+                    "dur": 3.0,
+                    "args": {"External id": corr, "correlation": corr},
+                }
                 kernel = f"void cutlass::Kernel<sm90_{name[6:]}_bf16_128x128>(Params)"
-                yield {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": ts + 5, "dur": d, "args": {
-                           "queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": corr,
-                           "registers per thread": 168, "shared memory": 232448, "grid": [132, 1, 1],
-                           "block": [384, 1, 1], "est. achieved occupancy %": 12}}
+                yield {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": kernel,
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": ts + 5,
+                    "dur": d,
+                    "args": {
+                        "queued": 0,
+                        "device": 0,
+                        "context": 1,
+                        "stream": 7,
+                        "correlation": corr,
+                        "registers per thread": 168,
+                        "shared memory": 232448,
+                        "grid": [132, 1, 1],
+                        "block": [384, 1, 1],
+                        "est. achieved occupancy %": 12,
+                    },
+                }
                 ts += d + 1.0
                 corr += 1
-            yield {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*)",
-                   "pid": 0, "tid": 20, "ts": ts, "dur": 25.0, "args": {
-                       "device": 0, "stream": 20, "correlation": corr, "Collective name": "allreduce",
-                       "In msg nelems": 4194304, "Out msg nelems": 4194304, "Group size": 8, "dtype": "BFloat16"}}
-            yield {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", "pid": 0, "tid": 7,
-                   "ts": ts, "dur": 2.0, "args": {"device": 0, "stream": 7, "correlation": corr, "bytes": 65536}}
+            yield {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*)",
+                "pid": 0,
+                "tid": 20,
+                "ts": ts,
+                "dur": 25.0,
+                "args": {
+                    "device": 0,
+                    "stream": 20,
+                    "correlation": corr,
+                    "Collective name": "allreduce",
+                    "In msg nelems": 4194304,
+                    "Out msg nelems": 4194304,
+                    "Group size": 8,
+                    "dtype": "BFloat16",
+                },
+            }
+            yield {
+                "ph": "X",
+                "cat": "gpu_memcpy",
+                "name": "Memcpy DtoD (Device -> Device)",
+                "pid": 0,
+                "tid": 7,
+                "ts": ts,
+                "dur": 2.0,
+                "args": {"device": 0, "stream": 7, "correlation": corr, "bytes": 65536},
+            }
             corr += 1
 
 
@@ -114,9 +182,11 @@ def main() -> None:
         for mode in modes:
             r = run(mode, path)
             grown = (r["peak_kib"] - r["base_kib"]) / 1024
-            print(f"{mode:>9}: {r['cpu_seconds'] * per:6.2f} CPU s ({r['seconds'] * per:.2f} s wall) per 100 MB; "
-                  f"peak memory +{grown * per:6.1f} MiB per 100 MB (+{grown:.1f} MiB over a "
-                  f"{r['base_kib'] / 1024:.0f} MiB baseline for the whole file)")
+            print(
+                f"{mode:>9}: {r['cpu_seconds'] * per:6.2f} CPU s ({r['seconds'] * per:.2f} s wall) per 100 MB; "
+                f"peak memory +{grown * per:6.1f} MiB per 100 MB (+{grown:.1f} MiB over a "
+                f"{r['base_kib'] / 1024:.0f} MiB baseline for the whole file)"
+            )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,10 @@ def main(path: str = "../shared/validation/public_runs.csv") -> None:
     cat = load_catalog()
     with open(path, newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["id"].startswith("meg21_t2") and r["zero"] == "3"]
-    print(f"{'row':12} {'GPUs':>5} {'measured':>9} {'compute':>8} {'gathers':>8} {'rs':>6} "
-          f"{'copies 5us':>10} {'copies 10us':>11} {'error 5us':>9} {'error 10us':>10}")
+    print(
+        f"{'row':12} {'GPUs':>5} {'measured':>9} {'compute':>8} {'gathers':>8} {'rs':>6} "
+        f"{'copies 5us':>10} {'copies 10us':>11} {'error 5us':>9} {'error 10us':>10}"
+    )
     for r in rows:
         n, h, f, L = (int(r[k]) for k in ("num_gpus", "hidden", "ffn_hidden", "layers"))
         raw, fixed, free = run_job_raw(r, cat)
@@ -56,8 +58,10 @@ def main(path: str = "../shared/validation/public_runs.csv") -> None:
         calls = L * GATHERS_PER_PARAM * len(tensors) + buckets
         copies = {t: calls * n * t for t in (5e-6, 10e-6)}
         err = {t: 100 * (measured / (compute + gathers + rs + c) - 1) for t, c in copies.items()}
-        print(f"{r['id']:12} {n:5d} {measured:8.1f}s {compute:7.1f}s {gathers:7.1f}s {rs:5.1f}s "
-              f"{copies[5e-6]:9.1f}s {copies[10e-6]:10.1f}s {err[5e-6]:+8.0f}% {err[10e-6]:+9.0f}%")
+        print(
+            f"{r['id']:12} {n:5d} {measured:8.1f}s {compute:7.1f}s {gathers:7.1f}s {rs:5.1f}s "
+            f"{copies[5e-6]:9.1f}s {copies[10e-6]:10.1f}s {err[5e-6]:+8.0f}% {err[10e-6]:+9.0f}%"
+        )
 
 
 if __name__ == "__main__":

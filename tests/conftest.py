@@ -13,13 +13,26 @@ VALIDATION_DIR = REPO.parent / "shared" / "validation"
 
 
 def job_dict(**plan) -> dict:
-    base_plan = {"tp": 8, "pp": 4, "dp": 8, "sequence_parallel": True, "zero": 1, "recompute": "selective",
-                 "micro_batch": 1}
+    base_plan = {
+        "tp": 8,
+        "pp": 4,
+        "dp": 8,
+        "sequence_parallel": True,
+        "zero": 1,
+        "recompute": "selective",
+        "micro_batch": 1,
+    }
     base_plan.update(plan)
     return {
         "model": "llama2-70b",
-        "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 256, "gpus_per_node": 8, "intra_node": "nvlink4",
-                    "inter_node": "ib-ndr", "nics_per_node": 8},
+        "cluster": {
+            "gpu": "h100-sxm5-80gb",
+            "num_gpus": 256,
+            "gpus_per_node": 8,
+            "intra_node": "nvlink4",
+            "inter_node": "ib-ndr",
+            "nics_per_node": 8,
+        },
         "plan": base_plan,
         "training": {"seq_len": 4096, "global_batch": 1024, "precision": "bf16"},
     }

@@ -18,10 +18,24 @@ def seed_job(**plan) -> dict:
     """The seed article's LLaMA-2 70B, 256 H100, DP=8 PP=4 TP=8 (examples/llama2-70b-h100.yaml)."""
     return {
         "model": "llama2-70b",
-        "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 256, "gpus_per_node": 8, "intra_node": "nvlink4",
-                    "inter_node": "ib-ndr", "nics_per_node": 8},
-        "plan": {"tp": 8, "pp": 4, "dp": 8, "sequence_parallel": True, "zero": 1, "recompute": "selective",
-                 "micro_batch": 1, **plan},
+        "cluster": {
+            "gpu": "h100-sxm5-80gb",
+            "num_gpus": 256,
+            "gpus_per_node": 8,
+            "intra_node": "nvlink4",
+            "inter_node": "ib-ndr",
+            "nics_per_node": 8,
+        },
+        "plan": {
+            "tp": 8,
+            "pp": 4,
+            "dp": 8,
+            "sequence_parallel": True,
+            "zero": 1,
+            "recompute": "selective",
+            "micro_batch": 1,
+            **plan,
+        },
         "training": {"seq_len": 4096, "global_batch": 1024, "precision": "bf16"},
     }
 
@@ -83,7 +97,8 @@ def test_sensitivities_are_central_differences(advice):
     assert s["intra"]["dstep_dbw_s_per_GBps"] == pytest.approx((up - dn) / (2 * FD_REL * bw))
     assert s["intra"]["dstep_dbw_s_per_GBps"] < 0  # more TP bandwidth, shorter step (TP is exposed here)
     assert s["intra"]["bw_elasticity"] == pytest.approx(
-        s["intra"]["dstep_dbw_s_per_GBps"] * bw / advice.breakdown.step_time_s)
+        s["intra"]["dstep_dbw_s_per_GBps"] * bw / advice.breakdown.step_time_s
+    )
     assert s["inter"]["bw_GBps"] == job.cluster.inter_node.bw_Gbps / 8
     assert s["intra"]["dstep_dlatency_s_per_us"] >= 0
 

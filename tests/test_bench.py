@@ -26,8 +26,25 @@ HANG_GUARD_S = 120  # far above --timeout 5 + the heartbeat check: only a hang r
 def test_local_sweep_writes_nccl_tests_records(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "b.json"
-    r = cli("bench", "collective", "--nproc", "2", "--ops", "all_reduce,all_gather,send_recv", "--min", "4KiB",
-            "--max", "16KiB", "--iters", "2", "--impl", "torch,ring", "--out", str(out), timeout=120)
+    r = cli(
+        "bench",
+        "collective",
+        "--nproc",
+        "2",
+        "--ops",
+        "all_reduce,all_gather,send_recv",
+        "--min",
+        "4KiB",
+        "--max",
+        "16KiB",
+        "--iters",
+        "2",
+        "--impl",
+        "torch,ring",
+        "--out",
+        str(out),
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     recs = load_records(out)
     # torch: 3 ops × 3 sizes; ring: all_reduce and all_gather × 3 sizes (it has no send_recv)
@@ -71,10 +88,37 @@ def _state(pid: int) -> str:
 def test_hung_rank_is_named_and_the_others_exit_within_the_timeout(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "h.json"
-    p = subprocess.Popen([sys.executable, "-m", "commtax.measure.cli", "bench", "collective", "--nproc", "3",
-                          "--ops", "all_reduce", "--min", "1KiB", "--max", "64KiB", "--factor", "4", "--iters", "2",
-                          "--timeout", "5", "--fault", "1:2:stop", "--out", str(out)],
-                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "commtax.measure.cli",
+            "bench",
+            "collective",
+            "--nproc",
+            "3",
+            "--ops",
+            "all_reduce",
+            "--min",
+            "1KiB",
+            "--max",
+            "64KiB",
+            "--factor",
+            "4",
+            "--iters",
+            "2",
+            "--timeout",
+            "5",
+            "--fault",
+            "1:2:stop",
+            "--out",
+            str(out),
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     # a guard against a hang, not a timing assertion: a run that outlives it is killed and the test fails below
     hung: list[bool] = []
     guard = threading.Timer(HANG_GUARD_S, lambda: (hung.append(True), os.killpg(p.pid, signal.SIGKILL)))
@@ -105,14 +149,17 @@ def test_hung_rank_is_named_and_the_others_exit_within_the_timeout(tmp_path):
     assert [x["message_bytes"] for x in json.loads(out.read_text())] == [1 * KiB, 4 * KiB]
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--ops", "allreduce"], "'--ops': unknown allreduce; choose from all_reduce"),
-    (["--impl", "nccl"], "'--impl': unknown nccl; choose from torch"),
-    (["--dtype", "fp64"], "'fp64' is not one of 'fp32', 'bf16', 'fp16', 'int64'"),
-    (["--min", "1MiB", "--max", "1KiB"], "need min ≤ max"),
-    (["--min", "lots"], "--min: cannot read size"),
-    (["--ops", "broadcast", "--impl", "tree"], "implements all_reduce"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--ops", "allreduce"], "'--ops': unknown allreduce; choose from all_reduce"),
+        (["--impl", "nccl"], "'--impl': unknown nccl; choose from torch"),
+        (["--dtype", "fp64"], "'fp64' is not one of 'fp32', 'bf16', 'fp16', 'int64'"),
+        (["--min", "1MiB", "--max", "1KiB"], "need min ≤ max"),
+        (["--min", "lots"], "--min: cannot read size"),
+        (["--ops", "broadcast", "--impl", "tree"], "implements all_reduce"),
+    ],
+)
 def test_bad_bench_input_is_one_line_and_exit_2(args, needle):
     r = CliRunner().invoke(bench_app, ["collective", *args])
     assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output
@@ -121,8 +168,18 @@ def test_bad_bench_input_is_one_line_and_exit_2(args, needle):
 def test_results_survive_as_complete_files(tmp_path):
     f = ResultFile(tmp_path / "r.json")
     for i in range(3):
-        f.append({"op": "all_reduce", "impl": "torch", "backend": "gloo", "world_size": 2, "message_bytes": 2**i,
-                  "time_s": 1.0, "algbw_GBps": 0.0, "busbw_GBps": 0.0})
+        f.append(
+            {
+                "op": "all_reduce",
+                "impl": "torch",
+                "backend": "gloo",
+                "world_size": 2,
+                "message_bytes": 2**i,
+                "time_s": 1.0,
+                "algbw_GBps": 0.0,
+                "busbw_GBps": 0.0,
+            }
+        )
         assert len(load_records(tmp_path / "r.json")) == i + 1  # every append is a whole, valid file
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv", "r.json"]  # no temp files left
     again = ResultFile(tmp_path / "r.json", append=True)
@@ -132,8 +189,22 @@ def test_results_survive_as_complete_files(tmp_path):
 @pytest.mark.torch
 def test_gemm_reports_flops_of_transformer_shapes(tmp_path):
     pytest.importorskip("torch")
-    r = CliRunner().invoke(bench_app, ["gemm", "--hidden", "64", "--tokens", "32", "--dtypes", "fp32",
-                                       "--iters", "1", "--out", str(tmp_path / "g.json")])
+    r = CliRunner().invoke(
+        bench_app,
+        [
+            "gemm",
+            "--hidden",
+            "64",
+            "--tokens",
+            "32",
+            "--dtypes",
+            "fp32",
+            "--iters",
+            "1",
+            "--out",
+            str(tmp_path / "g.json"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     recs = json.loads((tmp_path / "g.json").read_text())
     up = next(x for x in recs if x["name"] == "mlp_up")
@@ -152,6 +223,8 @@ def test_p2p_without_gpus_says_so_and_measures_memcpy(tmp_path):
 
 
 def test_dist_cli_does_not_import_torch():
-    code = ("import sys, commtax.measure.cli, commtax.measure.calibrate, commtax.measure.schedules; "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys, commtax.measure.cli, commtax.measure.calibrate, commtax.measure.schedules; "
+        "print('torch' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

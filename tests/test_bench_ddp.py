@@ -24,21 +24,44 @@ QUALITY = [*SMALL, "--optimizer", "sgd", "--lr", "0.3", "--steps", "40", "--warm
 LOSS_TOL = 0.02  # nats after 40 steps (from 5.5 at step 0; the task's floor is ≤ ln 4 = 1.39)
 CLUSTER = {
     "gpu": {"name": "cpu-gloo", "peak_tflops": {"fp32": 0.1}, "mem_GiB": 8, "mem_bw_GBps": 10, "source": "test"},
-    "num_gpus": 2, "gpus_per_node": 1,
+    "num_gpus": 2,
+    "gpus_per_node": 1,
     "intra_node": {"name": "loopback", "kind": "loopback", "bw_GBps": 1.0, "latency_us": 20, "source": "test"},
     "inter_node": {"name": "veth-300mbit", "bw_Gbps": 0.3, "latency_us": 100, "efficiency": 1.0, "source": "test"},
-    "nics_per_node": 1, "collective_library": "gloo",
+    "nics_per_node": 1,
+    "collective_library": "gloo",
 }
 
 
 @pytest.fixture(scope="module")
 def quality(tmp_path_factory):
     d = tmp_path_factory.mktemp("quality")
-    plain = cli("bench", "ddp", "--nproc", "2", "--hook", "none,fp16,bf16,fp8,int8,int4,powersgd", *QUALITY,
-                "--out", str(d / "plain.json"), timeout=900)
+    plain = cli(
+        "bench",
+        "ddp",
+        "--nproc",
+        "2",
+        "--hook",
+        "none,fp16,bf16,fp8,int8,int4,powersgd",
+        *QUALITY,
+        "--out",
+        str(d / "plain.json"),
+        timeout=900,
+    )
     assert plain.returncode == 0, plain.stderr[-3000:]
-    ef = cli("bench", "ddp", "--nproc", "2", "--hook", "int4,powersgd", "--error-feedback", *QUALITY,
-             "--out", str(d / "ef.json"), timeout=900)
+    ef = cli(
+        "bench",
+        "ddp",
+        "--nproc",
+        "2",
+        "--hook",
+        "int4,powersgd",
+        "--error-feedback",
+        *QUALITY,
+        "--out",
+        str(d / "ef.json"),
+        timeout=900,
+    )
     assert ef.returncode == 0, ef.stderr[-3000:]
     return {r["hook"]: r for r in records(d / "plain.json")}, {r["hook"]: r for r in records(d / "ef.json")}
 
@@ -84,8 +107,28 @@ def test_prediction_and_accumulation_knobs(tmp_path):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(yaml.safe_dump(CLUSTER))
     out = tmp_path / "acc.json"
-    r = cli("bench", "ddp", "--nproc", "2", "--hook", "none,int8", *SMALL, "--steps", "3", "--warmup", "1",
-            "--accumulate", "2", "--bucket-mb", "0.1", "--cluster", str(cluster), "--out", str(out), timeout=600)
+    r = cli(
+        "bench",
+        "ddp",
+        "--nproc",
+        "2",
+        "--hook",
+        "none,int8",
+        *SMALL,
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--accumulate",
+        "2",
+        "--bucket-mb",
+        "0.1",
+        "--cluster",
+        str(cluster),
+        "--out",
+        str(out),
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     recs = {x["hook"]: x for x in records(out)}
     for x in recs.values():
@@ -109,13 +152,16 @@ def test_prediction_and_accumulation_knobs(tmp_path):
     assert 0 < pe["int8"] < pe["none"] + i8["predicted_codec_s"]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--hook", "int2"], "--hook: unknown int2"),
-    (["--hook", "bf16", "--error-feedback"], "--error-feedback"),
-    (["--powersgd-rank", "3"], "--powersgd-rank"),
-    (["--hidden", "100", "--heads", "3"], "--hidden"),
-    (["--optimizer", "lamb"], "--optimizer"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--hook", "int2"], "--hook: unknown int2"),
+        (["--hook", "bf16", "--error-feedback"], "--error-feedback"),
+        (["--powersgd-rank", "3"], "--powersgd-rank"),
+        (["--hidden", "100", "--heads", "3"], "--hidden"),
+        (["--optimizer", "lamb"], "--optimizer"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     r = cli("bench", "ddp", *args, timeout=60)
     assert r.returncode == 2
@@ -123,8 +169,10 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
 
 
 def test_estimate_path_does_not_import_torch():
-    code = ("import sys, commtax.spec, commtax.estimate, commtax.comm_dtypes, commtax.advise; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, commtax.spec, commtax.estimate, commtax.comm_dtypes, commtax.advise; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
 
@@ -136,9 +184,28 @@ def test_bench_ddp_under_the_emulated_cluster(tmp_path):
     assert up.returncode == 0, up.stderr
     try:
         out = tmp_path / "m.json"
-        r = cli("cluster", "run", "--cluster", str(cluster), "--", sys.executable, "-m", "commtax.measure.cli",
-                "bench", "ddp", "--hook", "none,int8", *SMALL, "--steps", "3", "--cluster", str(cluster),
-                "--out", str(out), timeout=600)
+        r = cli(
+            "cluster",
+            "run",
+            "--cluster",
+            str(cluster),
+            "--",
+            sys.executable,
+            "-m",
+            "commtax.measure.cli",
+            "bench",
+            "ddp",
+            "--hook",
+            "none,int8",
+            *SMALL,
+            "--steps",
+            "3",
+            "--cluster",
+            str(cluster),
+            "--out",
+            str(out),
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         recs = {x["hook"]: x for x in records(out)}
         assert recs["none"]["nodes"] == 2 and recs["none"]["backend"] == "gloo"

@@ -12,9 +12,16 @@ from commtax.measure.cli import calibrate_command
 from commtax.units import GB, US, MiB
 
 CLUSTER = {
-    "gpu": {"name": "cpu-gloo", "peak_tflops": {"fp32": 0.1, "bf16": 0.1}, "mem_GiB": 8, "mem_bw_GBps": 10,
-            "tdp_W": 100, "source": "emulated: CPU rank"},
-    "num_gpus": 4, "gpus_per_node": 1,
+    "gpu": {
+        "name": "cpu-gloo",
+        "peak_tflops": {"fp32": 0.1, "bf16": 0.1},
+        "mem_GiB": 8,
+        "mem_bw_GBps": 10,
+        "tdp_W": 100,
+        "source": "emulated: CPU rank",
+    },
+    "num_gpus": 4,
+    "gpus_per_node": 1,
     "intra_node": {"name": "loopback", "bw_GBps": 5.0, "latency_us": 10.0, "efficiency": 1.0, "kind": "loopback"},
     "inter_node": {"name": "veth-tbf-300mbit", "bw_Gbps": 0.3, "latency_us": 5.0, "efficiency": 1.0},
     "nics_per_node": 1,
@@ -28,8 +35,20 @@ def synthetic(alpha_s, bw_bytes_per_s, ops=("all_reduce", "all_gather", "reduce_
     for op in ops:
         for size in (256 * 1024, MiB, 4 * MiB):
             t = model_time_s(op, "ring", size, 4, 1, intra, inter)
-            recs.append({"op": op, "impl": "ring", "backend": "gloo", "world_size": 4, "message_bytes": size,
-                         "time_s": t, "algbw_GBps": size / t / GB, "busbw_GBps": 0.0, "nodes": 4, "ranks_per_node": 1})
+            recs.append(
+                {
+                    "op": op,
+                    "impl": "ring",
+                    "backend": "gloo",
+                    "world_size": 4,
+                    "message_bytes": size,
+                    "time_s": t,
+                    "algbw_GBps": size / t / GB,
+                    "busbw_GBps": 0.0,
+                    "nodes": 4,
+                    "ranks_per_node": 1,
+                }
+            )
     return recs
 
 
@@ -74,8 +93,20 @@ def test_calibrate_cli_prints_residuals_and_writes_profile(tmp_path):
 
     app = typer.Typer()
     app.command()(calibrate_command)
-    r = CliRunner().invoke(app, [str(tmp_path / "bench.json"), "--cluster", str(tmp_path / "c.yaml"),
-                                 "--out", str(tmp_path / "p.yaml"), "--impl", "ring", "--cluster-out", str(tmp_path / "cp.yaml")])
+    r = CliRunner().invoke(
+        app,
+        [
+            str(tmp_path / "bench.json"),
+            "--cluster",
+            str(tmp_path / "c.yaml"),
+            "--out",
+            str(tmp_path / "p.yaml"),
+            "--impl",
+            "ring",
+            "--cluster-out",
+            str(tmp_path / "cp.yaml"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "+0.0%" in r.output and yaml.safe_load((tmp_path / "p.yaml").read_text())["levels"]["inter"]
     # the calibrated cluster file drives the predictor: collective_cost now sees the fitted 30 MB/s, 100 µs

@@ -11,8 +11,20 @@ from commtax.estimate import estimate
 from commtax.spec import CATALOG_DIR, _builtin_catalog, load_job
 
 # added for published runs on hardware the catalog lacked (issue 8)
-NEW_GPUS = ["v100-sxm2-16gb", "v100-sxm2-32gb", "a800-sxm4-80gb", "h800-sxm5-80gb", "h20-96gb", "mi250x",
-            "mi325x-256gb", "a10-24gb", "l4-24gb", "a6000-48gb", "rtx-3090-24gb", "b100-sxm-192gb"]
+NEW_GPUS = [
+    "v100-sxm2-16gb",
+    "v100-sxm2-32gb",
+    "a800-sxm4-80gb",
+    "h800-sxm5-80gb",
+    "h20-96gb",
+    "mi250x",
+    "mi325x-256gb",
+    "a10-24gb",
+    "l4-24gb",
+    "a6000-48gb",
+    "rtx-3090-24gb",
+    "b100-sxm-192gb",
+]
 NEW_LINKS = ["nvlink2", "nvlink-a800", "nvlink-h800", "xgmi-mi250x", "pcie3-x16"]
 NEW_NETWORKS = ["ib-edr", "ib-fdr", "roce-100g", "eth-10g", "eth-200g", "eth-400g", "efa-p4d", "efa-p5"]
 
@@ -27,13 +39,31 @@ def _job(gpu: str, precision: str | None = None, framework: str = "megatron-lm",
     node = _nodes()[gpu]
     peaks = _builtin_catalog()["gpu"][gpu]["peak_tflops"]
     return {
-        "model": {"name": "gpt-1.3b", "layers": 24, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50257,
-                  "gated_mlp": False, "tied_embeddings": True},
-        "cluster": {"gpu": gpu, "num_gpus": 8, "gpus_per_node": 8, "intra_node": node["intra_node"],
-                    "inter_node": node["inter_node"], "nics_per_node": node["nics_per_node"], **cluster},
+        "model": {
+            "name": "gpt-1.3b",
+            "layers": 24,
+            "hidden": 2048,
+            "heads": 16,
+            "ffn_hidden": 8192,
+            "vocab": 50257,
+            "gated_mlp": False,
+            "tied_embeddings": True,
+        },
+        "cluster": {
+            "gpu": gpu,
+            "num_gpus": 8,
+            "gpus_per_node": 8,
+            "intra_node": node["intra_node"],
+            "inter_node": node["inter_node"],
+            "nics_per_node": node["nics_per_node"],
+            **cluster,
+        },
         "plan": {"framework": framework, "tp": 1, "pp": 1, "zero": 1, "micro_batch": 4, "recompute": "none"},
-        "training": {"seq_len": 2048, "global_batch": 256,
-                     "precision": precision or ("bf16" if "bf16" in peaks else "fp16")},
+        "training": {
+            "seq_len": 2048,
+            "global_batch": 256,
+            "precision": precision or ("bf16" if "bf16" in peaks else "fp16"),
+        },
     }
 
 

@@ -28,11 +28,32 @@ def test_estimate_json_has_the_documented_fields(tmp_path):
     r = run("estimate", REPO / "examples" / "llama2-70b-h100.yaml", "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    for key in ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu", "comm_tax", "comm_share",
-                "breakdown_s", "comm_bytes_per_gpu", "comm_time_s", "memory_gib_per_gpu", "fits", "days_to_train"):
+    for key in (
+        "step_time_s",
+        "tokens_per_s",
+        "tflops_per_gpu",
+        "mfu",
+        "hfu",
+        "comm_tax",
+        "comm_share",
+        "breakdown_s",
+        "comm_bytes_per_gpu",
+        "comm_time_s",
+        "memory_gib_per_gpu",
+        "fits",
+        "days_to_train",
+    ):
         assert key in d
-    assert set(d["breakdown_s"]) == {"compute", "recompute", "tp_exposed", "cp_exposed", "pp_bubble",
-                                     "pp_exposed", "dp_exposed", "optimizer"}
+    assert set(d["breakdown_s"]) == {
+        "compute",
+        "recompute",
+        "tp_exposed",
+        "cp_exposed",
+        "pp_bubble",
+        "pp_exposed",
+        "dp_exposed",
+        "optimizer",
+    }
     assert set(d["comm_bytes_per_gpu"]) == set(d["comm_time_s"]) == {"tp", "cp", "pp", "dp"}
     assert set(d["memory_gib_per_gpu"]) >= {"weights", "grads", "optimizer", "activations", "total"}
     assert d["fits"] is True and d["days_to_train"] > 0
@@ -101,8 +122,19 @@ def test_plan_that_does_not_fit_is_reported_with_the_memory_table(tmp_path):
 
 
 def test_collective_prediction_and_sweep():
-    r = run("collective", "all_reduce", "--bytes", "16GiB", "--gpu", "a100-sxm4-80gb", "--intra", "nvlink3",
-            "--inter", "ib-hdr", "--json")
+    r = run(
+        "collective",
+        "all_reduce",
+        "--bytes",
+        "16GiB",
+        "--gpu",
+        "a100-sxm4-80gb",
+        "--intra",
+        "nvlink3",
+        "--inter",
+        "ib-hdr",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["busbw_GBps"] == pytest.approx(234.9, rel=0.02)  # nccl-tests on 8×A100 (stas00/ml-engineering)
@@ -114,8 +146,18 @@ def test_collective_prediction_and_sweep():
 
 def test_collective_table_reads_in_adaptive_units_with_the_protocol():
     # issue 11: "170,186.8 µs" -> "170 ms"; small bandwidths keep 3 significant digits; algorithm/protocol shown
-    r = run("collective", "all_reduce", "--bytes", "16GiB", "--gpu", "a100-sxm4-80gb", "--intra", "nvlink3",
-            "--inter", "ib-hdr")
+    r = run(
+        "collective",
+        "all_reduce",
+        "--bytes",
+        "16GiB",
+        "--gpu",
+        "a100-sxm4-80gb",
+        "--intra",
+        "nvlink3",
+        "--inter",
+        "ib-hdr",
+    )
     assert r.exit_code == 0, r.output
     assert " ms " in r.stdout and "ring/Simple" in r.stdout and "µs" not in r.stdout
     r = run("collective", "all_reduce", "--bytes", "8", "--gpus", "8")
@@ -136,8 +178,9 @@ def test_collective_bad_input():
 
 
 def test_collective_reads_a_job_files_cluster():
-    r = run("collective", "all_reduce", "--cluster", REPO / "examples" / "llama2-70b-h100.yaml", "--gpus", "64",
-            "--json")
+    r = run(
+        "collective", "all_reduce", "--cluster", REPO / "examples" / "llama2-70b-h100.yaml", "--gpus", "64", "--json"
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["gpus"] == 64
 
@@ -161,11 +204,23 @@ def test_demo_prints_the_article_comparison():
 
 def test_user_catalog_adds_and_overrides_entries(tmp_path):
     cat = tmp_path / "cat.yaml"
-    cat.write_text(yaml.safe_dump({
-        "gpu": {"h100-slow": {"peak_tflops": {"bf16": 494.7}, "mem_GiB": 79.6, "mem_bw_GBps": 3350,
-                              "source": "test: half an H100"}},
-        "inter_node": {"ib-ndr": {"bw_Gbps": 100, "latency_us": 20, "efficiency": 0.9, "source": "test: slow NDR"}},
-    }))
+    cat.write_text(
+        yaml.safe_dump(
+            {
+                "gpu": {
+                    "h100-slow": {
+                        "peak_tflops": {"bf16": 494.7},
+                        "mem_GiB": 79.6,
+                        "mem_bw_GBps": 3350,
+                        "source": "test: half an H100",
+                    }
+                },
+                "inter_node": {
+                    "ib-ndr": {"bw_Gbps": 100, "latency_us": 20, "efficiency": 0.9, "source": "test: slow NDR"}
+                },
+            }
+        )
+    )
     base = json.loads(run("estimate", write_job(tmp_path, job_dict()), "--json").stdout)
     slow = job_dict()
     slow["cluster"]["gpu"] = "h100-slow"
@@ -202,9 +257,11 @@ def test_estimate_path_imports_neither_torch_nor_matplotlib():
 
 
 def test_plots_are_written_as_png(tmp_path, validation_dir):
-    for args, name in ((["estimate", REPO / "examples" / "llama2-70b-h100.yaml"], "e.png"),
-                       (["demo"], "d.png"),
-                       (["validate", validation_dir / "public_collectives.csv"], "v.png")):
+    for args, name in (
+        (["estimate", REPO / "examples" / "llama2-70b-h100.yaml"], "e.png"),
+        (["demo"], "d.png"),
+        (["validate", validation_dir / "public_collectives.csv"], "v.png"),
+    ):
         out = tmp_path / name
         r = run(*args, "--plot", out)
         assert r.exit_code == 0, r.output
@@ -212,11 +269,19 @@ def test_plots_are_written_as_png(tmp_path, validation_dir):
 
 
 # ----------------------------------------------------------------------------- what a new user reads
-SMALL = {"model": "llama2-7b",
-         "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 16, "gpus_per_node": 8, "intra_node": "nvlink4",
-                     "inter_node": "ib-ndr", "nics_per_node": 8},
-         "plan": {"tp": 2, "pp": 2, "micro_batch": 1},
-         "training": {"seq_len": 2048, "global_batch": 64, "precision": "bf16", "tokens": 1e11}}
+SMALL = {
+    "model": "llama2-7b",
+    "cluster": {
+        "gpu": "h100-sxm5-80gb",
+        "num_gpus": 16,
+        "gpus_per_node": 8,
+        "intra_node": "nvlink4",
+        "inter_node": "ib-ndr",
+        "nics_per_node": 8,
+    },
+    "plan": {"tp": 2, "pp": 2, "micro_batch": 1},
+    "training": {"seq_len": 2048, "global_batch": 64, "precision": "bf16", "tokens": 1e11},
+}
 NARROW = ("--cp", "1", "--vp", "1", "--zero", "1", "--micro-batch", "1")  # a small space: a quick search
 
 
@@ -238,14 +303,18 @@ def assert_reads_at_80_columns(text):
     assert "…" not in text, [line for line in lines if "…" in line]  # nothing truncated
 
 
-@pytest.mark.parametrize("args", [
-    ("estimate", REPO / "examples" / "llama2-70b-h100.yaml"),
-    ("simulate", REPO / "examples" / "llama2-70b-h100.yaml"),
-    ("advise", REPO / "examples" / "llama2-70b-h100.yaml", "--no-search"),
-    ("cost", REPO / "examples" / "llama2-70b-h100.yaml"),
-    ("demo",),
-    ("collective", "all_reduce", "--sweep", "--bytes", "1MiB"),
-], ids=lambda a: a[0])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("estimate", REPO / "examples" / "llama2-70b-h100.yaml"),
+        ("simulate", REPO / "examples" / "llama2-70b-h100.yaml"),
+        ("advise", REPO / "examples" / "llama2-70b-h100.yaml", "--no-search"),
+        ("cost", REPO / "examples" / "llama2-70b-h100.yaml"),
+        ("demo",),
+        ("collective", "all_reduce", "--sweep", "--bytes", "1MiB"),
+    ],
+    ids=lambda a: a[0],
+)
 def test_every_table_reads_at_80_columns(at_80_columns, args):
     r = run(*args)
     assert r.exit_code == 0, r.output
@@ -285,8 +354,18 @@ def test_wide_adds_columns_past_80(at_80_columns, tmp_path):
 def test_plan_label_is_one_token():
     from commtax.report.table import plan_label
 
-    p = {"tp": 8, "pp": 4, "cp": 1, "dp": 8, "vp": 1, "micro_batch": 1, "zero": 0, "recompute": "none",
-         "sequence_parallel": False, "grad_comm_dtype": "bf16"}
+    p = {
+        "tp": 8,
+        "pp": 4,
+        "cp": 1,
+        "dp": 8,
+        "vp": 1,
+        "micro_batch": 1,
+        "zero": 0,
+        "recompute": "none",
+        "sequence_parallel": False,
+        "grad_comm_dtype": "bf16",
+    }
     assert plan_label(p) == "tp8·pp4·dp8·mb1"
     p.update(cp=2, vp=2, zero=1, recompute="selective", sequence_parallel=True, grad_comm_dtype="fp8")
     assert plan_label(p) == "tp8·pp4·cp2·dp8·mb1·vp2·z1·sel·sp·g:fp8"
@@ -312,16 +391,25 @@ def test_version():
     assert r.exit_code == 0 and r.stdout.strip() == f"commtax {__version__}"
 
 
-@pytest.mark.parametrize("args,message", [
-    (["search", "JOB", "--rank", "fastest"], "'--rank': Value error, 'fastest' is not one of 'step', 'cost'"),
-    (["compare", "JOB", "--power", "max"], "'--power': Value error, 'max' is not one of 'typical', 'tdp'"),
-    (["cost", "JOB", "--power", "max"], "'max' is not one of 'typical', 'tdp'"),
-    (["collective", "all_reduce", "--algorithm", "bruck"], "'--algorithm': Value error, 'bruck' is not one of 'ring'"),
-    (["search", "JOB", "--recompute", "some"], "--recompute: input should be 'none', 'selective' or 'full', got 'some'"),
-    (["search", "JOB", "--sequence-parallel", "0..1"], "--sequence-parallel: give values (a,b), not a range"),
-    (["compare", "JOB", "--num-gpus", "8,x"], "--num-gpus: expected integers, got 'x'"),
-    (["cost", "JOB", "--prices", "PRICES"], "gpus.h100-sxm5-80gb: missing field 'source'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["search", "JOB", "--rank", "fastest"], "'--rank': Value error, 'fastest' is not one of 'step', 'cost'"),
+        (["compare", "JOB", "--power", "max"], "'--power': Value error, 'max' is not one of 'typical', 'tdp'"),
+        (["cost", "JOB", "--power", "max"], "'max' is not one of 'typical', 'tdp'"),
+        (
+            ["collective", "all_reduce", "--algorithm", "bruck"],
+            "'--algorithm': Value error, 'bruck' is not one of 'ring'",
+        ),
+        (
+            ["search", "JOB", "--recompute", "some"],
+            "--recompute: input should be 'none', 'selective' or 'full', got 'some'",
+        ),
+        (["search", "JOB", "--sequence-parallel", "0..1"], "--sequence-parallel: give values (a,b), not a range"),
+        (["compare", "JOB", "--num-gpus", "8,x"], "--num-gpus: expected integers, got 'x'"),
+        (["cost", "JOB", "--prices", "PRICES"], "gpus.h100-sxm5-80gb: missing field 'source'"),
+    ],
+)
 def test_bad_options_get_one_clear_line_and_exit_2(tmp_path, args, message):
     job = write_job(tmp_path, SMALL)
     prices = tmp_path / "p.yaml"

@@ -52,13 +52,19 @@ def test_up_writes_the_cluster_it_built_and_down_removes_it(cluster_file):
     mine = {emu["switch_namespace"], *emu["namespaces"]}
     assert mine <= namespaces() and all(n.startswith(emu["name"]) and n.startswith("ctx") for n in mine)
     # the shaping is really there, and the private addresses exist only inside our namespaces
-    qdisc = subprocess.run(["ip", "netns", "exec", emu["namespaces"][0], "tc", "qdisc", "show", "dev", "eth0"],
-                           capture_output=True, text=True).stdout
+    qdisc = subprocess.run(
+        ["ip", "netns", "exec", emu["namespaces"][0], "tc", "qdisc", "show", "dev", "eth0"],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert "tbf" in qdisc and "200Mbit" in qdisc
     assert "10.213." not in subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
     # oversubscribed uplink: two leaf bridges joined by a veth shaped at 100 Mbit/s
-    uplink = subprocess.run(["ip", "netns", "exec", emu["switch_namespace"], "tc", "qdisc", "show", "dev", "u0"],
-                            capture_output=True, text=True).stdout
+    uplink = subprocess.run(
+        ["ip", "netns", "exec", emu["switch_namespace"], "tc", "qdisc", "show", "dev", "u0"],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert "tbf" in uplink and "100Mbit" in uplink and emu["leaves"] == [0, 1]
     # the job-file side reads it: 0.2 Gbit/s over 2 ranks is 12.5 MB/s per GPU
     from commtax.spec import Cluster, build, load_catalog, resolve_cluster
@@ -111,23 +117,31 @@ def test_interrupted_up_removes_what_it_made(monkeypatch):
 def test_ctrl_c_on_run_kills_every_rank(cluster_file):
     require_netns()
     path, spec = cluster_file("--nodes", "2", "--link", "100mbit")
-    p = subprocess.Popen([sys.executable, "-m", "commtax.measure.cli", "cluster", "run", "--cluster", str(path), "--",
-                          "sleep", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "commtax.measure.cli", "cluster", "run", "--cluster", str(path), "--", "sleep", "300"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(8)  # torchrun up, sleep running in both nodes
     p.send_signal(signal.SIGINT)
     assert p.wait(timeout=30) != 0
-    left = [subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-            for ns in spec["emulated"]["namespaces"]]
+    left = [
+        subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        for ns in spec["emulated"]["namespaces"]
+    ]
     assert left == [[], []]
 
 
 # ----------------------------------------------------------------------------- issue 10/12: reliability
 UPLINK_CLUSTER = {  # what `cluster up --nodes 4 --ranks-per-node 2 --link 1gbit --uplink 200mbit` writes
     "gpu": {"name": "cpu-gloo", "peak_tflops": {"fp32": 0.1}, "mem_GiB": 8, "mem_bw_GBps": 10, "source": "test"},
-    "num_gpus": 8, "gpus_per_node": 2,
+    "num_gpus": 8,
+    "gpus_per_node": 2,
     "intra_node": {"name": "loopback", "bw_GBps": 2.0, "latency_us": 20.0, "efficiency": 1.0, "kind": "loopback"},
     "inter_node": {"name": "veth", "bw_Gbps": 1.0, "latency_us": 50.0, "efficiency": 1.0},
-    "nics_per_node": 1, "uplink_Gbps": 0.2, "collective_library": "gloo",
+    "nics_per_node": 1,
+    "uplink_Gbps": 0.2,
+    "collective_library": "gloo",
 }
 
 
@@ -159,9 +173,28 @@ def test_uplink_is_written_and_priced_and_commtax_runs_on_the_nodes(cluster_file
     errors = []
     for _ in range(2):  # one re-measurement: a neighbour's CPU burst is not the model's fault
         out.unlink(missing_ok=True)
-        r = cli("cluster", "run", "--cluster", str(path), "--", "commtax", "bench", "collective", "--ops",
-                "all_reduce", "--min", "2MiB", "--max", "2MiB", "--iters", "5", "--out", str(out), timeout=300,
-                env=env)
+        r = cli(
+            "cluster",
+            "run",
+            "--cluster",
+            str(path),
+            "--",
+            "commtax",
+            "bench",
+            "collective",
+            "--ops",
+            "all_reduce",
+            "--min",
+            "2MiB",
+            "--max",
+            "2MiB",
+            "--iters",
+            "5",
+            "--out",
+            str(out),
+            timeout=300,
+            env=env,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         measured = json.loads(out.read_text())[0]["time_s"]
         pred = cli_json("collective", "all_reduce", "--bytes", "2MiB", "--cluster", str(path))["time_s"]
@@ -172,8 +205,9 @@ def test_uplink_is_written_and_priced_and_commtax_runs_on_the_nodes(cluster_file
 
 
 def cli_json(*args: str) -> dict:
-    r = subprocess.run([sys.executable, "-m", "commtax.cli", *args, "--json"], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "commtax.cli", *args, "--json"], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -191,8 +225,12 @@ def test_run_of_a_missing_program_is_one_line(cluster_file):
 def test_up_interrupted_while_building_leaves_no_namespace_and_no_record(tmp_path, sig):
     require_netns()
     out = tmp_path / "big.yaml"
-    p = subprocess.Popen([sys.executable, "-m", "commtax.measure.cli", "cluster", "up", "--nodes", "60",
-                          "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "commtax.measure.cli", "cluster", "up", "--nodes", "60", "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     end = time.monotonic() + 120
     while not out.exists() and p.poll() is None and time.monotonic() < end:
         time.sleep(0.05)  # the record is written before the first namespace
@@ -232,15 +270,29 @@ def test_down_all_removes_only_this_users_idle_clusters(tmp_path, monkeypatch):
     try:
         for reg, name in ((mine, "idle"), (theirs, "other"), (mine, "busy")):
             out = tmp_path / f"{name}.yaml"
-            r = cli("cluster", "up", "--nodes", "1", "--out", str(out), timeout=120,
-                    env={**os.environ, "COMMTAX_CLUSTER_REGISTRY": str(reg)})
+            r = cli(
+                "cluster",
+                "up",
+                "--nodes",
+                "1",
+                "--out",
+                str(out),
+                timeout=120,
+                env={**os.environ, "COMMTAX_CLUSTER_REGISTRY": str(reg)},
+            )
             assert r.returncode == 0, r.stderr
             made.append((reg, out, yaml.safe_load(out.read_text())["emulated"]))
         busy_ns = made[2][2]["namespaces"][0]
         sleeper = subprocess.Popen(["ip", "netns", "exec", busy_ns, "sleep", "120"])
         try:
-            r = cli("cluster", "down", "--all", timeout=120, env={**os.environ, "COMMTAX_CLUSTER_REGISTRY": str(mine)},
-                    stdin=subprocess.DEVNULL)
+            r = cli(
+                "cluster",
+                "down",
+                "--all",
+                timeout=120,
+                env={**os.environ, "COMMTAX_CLUSTER_REGISTRY": str(mine)},
+                stdin=subprocess.DEVNULL,
+            )
             left = namespaces()
         finally:
             sleeper.kill()
@@ -248,12 +300,20 @@ def test_down_all_removes_only_this_users_idle_clusters(tmp_path, monkeypatch):
         assert r.returncode == 0, r.stderr
         idle, other, busy = (m[2] for m in made)
         assert not any(ns.startswith(idle["name"]) for ns in left)
-        assert any(ns.startswith(other["name"]) for ns in left) and f"kept cluster {other['name']}: no record" in r.stderr
+        assert (
+            any(ns.startswith(other["name"]) for ns in left) and f"kept cluster {other['name']}: no record" in r.stderr
+        )
         assert any(ns.startswith(busy["name"]) for ns in left) and "processes are running" in r.stderr
     finally:
         for reg, out, _ in made:
-            cli("cluster", "down", "--cluster", str(out), timeout=60,
-                env={**os.environ, "COMMTAX_CLUSTER_REGISTRY": str(reg)})
+            cli(
+                "cluster",
+                "down",
+                "--cluster",
+                str(out),
+                timeout=60,
+                env={**os.environ, "COMMTAX_CLUSTER_REGISTRY": str(reg)},
+            )
 
 
 def test_host_copy_bandwidth_counts_read_and_write():

@@ -32,8 +32,23 @@ def sweep(cluster, out, *args, timeout=240):
     import sys
 
     out.unlink(missing_ok=True)
-    r = cli("cluster", "run", "--cluster", str(cluster), "--grace", "15", "--", sys.executable, "-m",
-            "commtax.measure.cli", *PY_BENCH, "--out", str(out), *args, timeout=timeout)
+    r = cli(
+        "cluster",
+        "run",
+        "--cluster",
+        str(cluster),
+        "--grace",
+        "15",
+        "--",
+        sys.executable,
+        "-m",
+        "commtax.measure.cli",
+        *PY_BENCH,
+        "--out",
+        str(out),
+        *args,
+        timeout=timeout,
+    )
     return r, records(out)
 
 
@@ -75,8 +90,20 @@ def test_model_within_10pct_before_and_5pct_after_calibration(four_nodes, tmp_pa
     from commtax.measure.calibrate import calibrate, compare
 
     cluster, spec = four_nodes
-    args = ("--ops", "all_reduce,all_gather,reduce_scatter", "--min", "1MiB", "--max", "4MiB", "--warmup", "2",
-            "--iters", "9", "--impl", "torch,ring")
+    args = (
+        "--ops",
+        "all_reduce,all_gather,reduce_scatter",
+        "--min",
+        "1MiB",
+        "--max",
+        "4MiB",
+        "--warmup",
+        "2",
+        "--iters",
+        "9",
+        "--impl",
+        "torch,ring",
+    )
     retries, quiet_failures = [], 0
     for attempt in range(3):  # a neighbour's CPU burst is not the model's fault: measure again, say why
         _, a = sweep(cluster, tmp_path / "a.json", *args)
@@ -88,8 +115,10 @@ def test_model_within_10pct_before_and_5pct_after_calibration(four_nodes, tmp_pa
             break
         busy, load = host_busy()
         quiet_failures += not busy
-        retries.append(f"attempt {attempt + 1}: before {over_tolerance(before)}, after worst {worst(after):.3f}, "
-                       f"{load}{' (host oversubscribed)' if busy else ''}")
+        retries.append(
+            f"attempt {attempt + 1}: before {over_tolerance(before)}, after worst {worst(after):.3f}, "
+            f"{load}{' (host oversubscribed)' if busy else ''}"
+        )
         print(f"re-measuring: {retries[-1]}", file=sys.stderr)
     else:
         if quiet_failures == 0:
@@ -102,8 +131,22 @@ def test_model_within_10pct_before_and_5pct_after_calibration(four_nodes, tmp_pa
 def test_our_ring_reaches_90pct_of_gloo_busbw_at_16MiB(four_nodes, tmp_path):
     cluster, _ = four_nodes
     for _attempt in range(2):
-        _, recs = sweep(cluster, tmp_path / "r.json", "--ops", "all_reduce", "--min", "16MiB", "--max", "16MiB",
-                        "--warmup", "1", "--iters", "3", "--impl", "torch,ring")
+        _, recs = sweep(
+            cluster,
+            tmp_path / "r.json",
+            "--ops",
+            "all_reduce",
+            "--min",
+            "16MiB",
+            "--max",
+            "16MiB",
+            "--warmup",
+            "1",
+            "--iters",
+            "3",
+            "--impl",
+            "torch,ring",
+        )
         busbw = {r["impl"]: r["busbw_GBps"] for r in recs}
         if busbw["ring"] >= 0.9 * busbw["torch"]:
             break
@@ -114,8 +157,20 @@ def test_our_ring_reaches_90pct_of_gloo_busbw_at_16MiB(four_nodes, tmp_path):
 def test_killed_rank_fails_the_others_fast_and_keeps_results(four_nodes, tmp_path):
     cluster, _ = four_nodes
     # never a hang: sweep() raises TimeoutExpired if the run outlives its generous guard (no timing asserted)
-    r, recs = sweep(cluster, tmp_path / "k.json", "--ops", "all_reduce", "--min", "64KiB", "--max", "4MiB",
-                    "--timeout", "10", "--fault", "2:3:kill")
+    r, recs = sweep(
+        cluster,
+        tmp_path / "k.json",
+        "--ops",
+        "all_reduce",
+        "--min",
+        "64KiB",
+        "--max",
+        "4MiB",
+        "--timeout",
+        "10",
+        "--fault",
+        "2:3:kill",
+    )
     assert r.returncode != 0
     assert "rank 2 (node 2" in r.stderr and "died or stopped" in r.stderr  # the survivors name it
     assert [x["message_bytes"] for x in recs] == [65536, 131072, 262144]  # finished ones, intact on disk
@@ -131,8 +186,20 @@ def test_hierarchical_beats_flat_ring_as_predicted(tmp_path):
     try:
         spec = yaml.safe_load(path.read_text())
         assert spec["intra_node"]["bw_GBps"] > 10 * 0.3 / 8  # loopback inside a node ≫ 10× the link
-        _, recs = sweep(path, tmp_path / "h.json", "--ops", "all_reduce", "--min", "4MiB", "--max", "4MiB",
-                        "--iters", "3", "--impl", "ring,hier")
+        _, recs = sweep(
+            path,
+            tmp_path / "h.json",
+            "--ops",
+            "all_reduce",
+            "--min",
+            "4MiB",
+            "--max",
+            "4MiB",
+            "--iters",
+            "3",
+            "--impl",
+            "ring,hier",
+        )
     finally:
         cli("cluster", "down", "--cluster", str(path))
     rows = {x["impl"]: x for x in compare(recs, spec)}

@@ -25,14 +25,17 @@ def test_int8_hook_bytes_hand_worked_from_hooks_py():
     # abs, amax, ·1/s, round_, clamp_, .to(int8), cat(payload, scales)
     quantize = (4 + 4) + 4 + (4 + 4) + (4 + 4) + (4 + 4) + (4 + 1) + 2 * b
     dequantize = (1 + 1) + (1 + 4) + (4 + 4)  # payload.contiguous(), .float(), mul_(scales)
-    total = (4  # torch.zeros
-             + (4 + 4)  # x[:numel] = buf
-             + quantize  # the whole bucket
-             + dequantize  # the received shards (n shards of N/n: N elements)
-             + (4 + 4 / 2) + (4 / 2 + 4 / 2)  # .sum(0) of n shards, .div_(n) of the result
-             + quantize / 2  # requantize the own shard
-             + dequantize  # the gathered shards
-             + (4 + 4))  # buf.copy_
+    total = (
+        4  # torch.zeros
+        + (4 + 4)  # x[:numel] = buf
+        + quantize  # the whole bucket
+        + dequantize  # the received shards (n shards of N/n: N elements)
+        + (4 + 4 / 2)
+        + (4 / 2 + 4 / 2)  # .sum(0) of n shards, .div_(n) of the result
+        + quantize / 2  # requantize the own shard
+        + dequantize  # the gathered shards
+        + (4 + 4)
+    )  # buf.copy_
     assert codec_bytes_per_element("int8", 2) == pytest.approx(total, rel=1e-12)
     assert total == pytest.approx(124.546875)
 
@@ -48,11 +51,26 @@ def test_codec_bytes_match_the_ops_our_hook_runs(fmt):
     from commtax.measure.hooks import QuantState, bucket_pipeline
 
     aten = torch.ops.aten
-    no_traffic = {aten.view.default, aten.view.dtype, aten._unsafe_view.default, aten.slice.Tensor, aten.t.default,
-                  aten.transpose.int, aten.unsqueeze.default, aten.alias.default, aten.detach.default,
-                  aten.empty.memory_format, aten.empty_like.default, aten.as_strided.default, aten.expand.default,
-                  aten.select.int, aten.reshape.default, aten.lift_fresh.default, aten.split.Tensor,
-                  aten.split_with_sizes.default}
+    no_traffic = {
+        aten.view.default,
+        aten.view.dtype,
+        aten._unsafe_view.default,
+        aten.slice.Tensor,
+        aten.t.default,
+        aten.transpose.int,
+        aten.unsqueeze.default,
+        aten.alias.default,
+        aten.detach.default,
+        aten.empty.memory_format,
+        aten.empty_like.default,
+        aten.as_strided.default,
+        aten.expand.default,
+        aten.select.int,
+        aten.reshape.default,
+        aten.lift_fresh.default,
+        aten.split.Tensor,
+        aten.split_with_sizes.default,
+    }
 
     def nbytes(t):
         return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
@@ -97,11 +115,26 @@ def test_codec_bytes_match_the_ops_our_hook_runs(fmt):
 
 def _bench_job(fmt, precision="fp32"):
     d = job_dict()
-    d["model"] = {"name": "tiny", "layers": 2, "hidden": 256, "heads": 4, "vocab": 512, "gated_mlp": False,
-                  "tied_embeddings": False}
+    d["model"] = {
+        "name": "tiny",
+        "layers": 2,
+        "hidden": 256,
+        "heads": 4,
+        "vocab": 512,
+        "gated_mlp": False,
+        "tied_embeddings": False,
+    }
     d["cluster"]["num_gpus"] = 2
-    d["plan"] = {"tp": 1, "pp": 1, "dp": 2, "zero": 0, "micro_batch": 8, "recompute": "none",
-                 "grad_comm_dtype": fmt, "overlap": {"dp": True}}
+    d["plan"] = {
+        "tp": 1,
+        "pp": 1,
+        "dp": 2,
+        "zero": 0,
+        "micro_batch": 8,
+        "recompute": "none",
+        "grad_comm_dtype": fmt,
+        "overlap": {"dp": True},
+    }
     d["training"] = {"seq_len": 64, "global_batch": 16, "precision": precision}
     return load_job(d)
 

@@ -154,8 +154,9 @@ def test_multi_node_ring_latency_counts_network_steps_and_the_plateau():
     t_128 = nccl_ring_time("all_reduce", S, p, "LL128")
     assert t_128 == pytest.approx((14.0 + 56 * 1.9 + 6 * 4.0) * US + S * 62 / 32 / (0.92 * 8 * 25 * GB))
     best = collective_cost("all_reduce", S, p)
-    assert best.time_s == pytest.approx(min(t, t_ll, t_128, nccl_tree_time(S, p, "Simple"),
-                                            nccl_tree_time(S, p, "LL"), nccl_tree_time(S, p, "LL128")))
+    assert best.time_s == pytest.approx(
+        min(t, t_ll, t_128, nccl_tree_time(S, p, "Simple"), nccl_tree_time(S, p, "LL"), nccl_tree_time(S, p, "LL128"))
+    )
 
 
 def test_tree_all_reduce_latency_and_correction_factor():

@@ -27,8 +27,14 @@ from commtax.units import SECONDS_PER_DAY
 def small_job(num_gpus: int = 16, gpu: str = "h100-sxm5-80gb", tokens: float = 1e11) -> dict:
     return {
         "model": "llama2-7b",
-        "cluster": {"gpu": gpu, "num_gpus": num_gpus, "gpus_per_node": 8, "intra_node": "nvlink4",
-                    "inter_node": "ib-ndr", "nics_per_node": 8},
+        "cluster": {
+            "gpu": gpu,
+            "num_gpus": num_gpus,
+            "gpus_per_node": 8,
+            "intra_node": "nvlink4",
+            "inter_node": "ib-ndr",
+            "nics_per_node": 8,
+        },
         "plan": {"tp": 2, "pp": 2, "micro_batch": 1},
         "training": {"seq_len": 2048, "global_batch": 64, "precision": "bf16", "tokens": tokens},
     }
@@ -48,10 +54,16 @@ def test_gpu_swap_takes_the_node_it_is_sold_in():
     job = load_job(small_job())
     h, a, r = jobs_for_gpus(job, ["h100-sxm5-80gb", "a100-sxm4-80gb", "rtx-4090-24gb"])
     assert (a.cluster.gpu.name, a.cluster.intra_node.name, a.cluster.inter_node.name) == (
-        "a100-sxm4-80gb", "nvlink3", "ib-hdr")
+        "a100-sxm4-80gb",
+        "nvlink3",
+        "ib-hdr",
+    )
     # the seed article's 4090 servers: 8 GPUs on PCIe with one 200G port
     assert (r.cluster.intra_node.name, r.cluster.inter_node.name, r.cluster.nics_per_node) == (
-        "pcie4-x16", "roce-200g", 1)
+        "pcie4-x16",
+        "roce-200g",
+        1,
+    )
     assert h.cluster.num_gpus == a.cluster.num_gpus == r.cluster.num_gpus == 16
 
 
@@ -59,8 +71,12 @@ def test_cluster_names_are_short_and_progress_reaches_the_end(rows):
     assert [r.name for r in rows] == ["16×h100-sxm5-80gb 8×ib-ndr", "16×a100-sxm4-80gb 8×ib-hdr"]
     seen = []
     job = load_job(small_job())
-    compare(jobs_for_gpus(job, ["h100-sxm5-80gb", "b200-sxm-192gb"]), space=SPACE, workers=1,
-            progress=lambda done, total: seen.append((done, total)))
+    compare(
+        jobs_for_gpus(job, ["h100-sxm5-80gb", "b200-sxm-192gb"]),
+        space=SPACE,
+        workers=1,
+        progress=lambda done, total: seen.append((done, total)),
+    )
     assert {t for _, t in seen} == {2}  # two clusters
     assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1][0] == 2  # monotonic, to the end
 
@@ -96,8 +112,9 @@ def test_h100_is_faster_than_a100_on_the_same_job(rows):
 
 def test_a_cluster_where_nothing_fits_is_a_row_with_a_reason():
     job = load_job(small_job(num_gpus=8) | {"model": "llama2-70b"})
-    (row,) = compare([job], space=Space.parse({"tp": "1", "pp": "1", "cp": "1", "zero": "0", "recompute": "none"}),
-                     workers=1)
+    (row,) = compare(
+        [job], space=Space.parse({"tp": "1", "pp": "1", "cp": "1", "zero": "0", "recompute": "none"}), workers=1
+    )
     assert row.breakdown is None and row.cost is None
     assert "no plan fits memory" in row.reason
 
@@ -146,8 +163,22 @@ def test_cli_compare_with_gpu_list_json(tmp_path):
     f = tmp_path / "job.yaml"
     f.write_text(yaml.safe_dump(small_job()))
     # `--gpu a b`: the second name arrives as a positional argument and is taken as a GPU
-    r = CliRunner().invoke(_app(), ["compare", str(f), "--gpu", "h100-sxm5-80gb", "a100-sxm4-80gb", "--json",
-                                    "--rent", "--workers", "1", "--pareto", str(tmp_path / "p.png")])
+    r = CliRunner().invoke(
+        _app(),
+        [
+            "compare",
+            str(f),
+            "--gpu",
+            "h100-sxm5-80gb",
+            "a100-sxm4-80gb",
+            "--json",
+            "--rent",
+            "--workers",
+            "1",
+            "--pareto",
+            str(tmp_path / "p.png"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert [row["gpu"] for row in data["rows"]] == ["h100-sxm5-80gb", "a100-sxm4-80gb"]
@@ -197,8 +228,24 @@ def test_gpu_counts_multiply_the_clusters():
 def test_cli_compare_sizes_and_deadline(tmp_path):
     f = tmp_path / "job.yaml"
     f.write_text(yaml.safe_dump(small_job()))
-    r = CliRunner().invoke(_app(), ["compare", str(f), "--num-gpus", "8,16", "--deadline", "1e6", "--json",
-                                    "--cp", "1", "--micro-batch", "1", "--workers", "1"])
+    r = CliRunner().invoke(
+        _app(),
+        [
+            "compare",
+            str(f),
+            "--num-gpus",
+            "8,16",
+            "--deadline",
+            "1e6",
+            "--json",
+            "--cp",
+            "1",
+            "--micro-batch",
+            "1",
+            "--workers",
+            "1",
+        ],
+    )
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert [row["num_gpus"] for row in data["rows"]] == [8, 16]

@@ -48,8 +48,9 @@ def test_packed_buffer_has_the_table_size(fmt):
     assert p.numel() == x.numel() * FORMATS[fmt].bytes_per_element
 
 
-@pytest.mark.parametrize("fmt, rel_bound", [("int8", 0.5 / 127), ("int4", 0.5 / 7), ("fp8_e4m3", 2**-4),
-                                            ("fp8_e5m2", 2**-3)])
+@pytest.mark.parametrize(
+    "fmt, rel_bound", [("int8", 0.5 / 127), ("int4", 0.5 / 7), ("fp8_e4m3", 2**-4), ("fp8_e5m2", 2**-3)]
+)
 def test_error_per_element_within_half_a_step_of_the_chunk_scale(fmt, rel_bound):
     torch.manual_seed(0)
     x = torch.randn(8 * CHUNK_ELEMS) * torch.logspace(-6, 2, 8).repeat_interleave(CHUNK_ELEMS)

@@ -17,8 +17,15 @@ from commtax.spec import load_job
 from commtax.workload import Compute
 
 # gap 3 µs per kernel on the GPU, 5 µs per kernel on the host (catalog/assumptions.yaml)
-CM = ComputeModel(peak_flops=1000e12, attention_peak_flops=1000e12, matmul_eff=0.8, mem_bw_bytes_per_s=3000e9,
-                  sms=100, kernel_gap_s=3e-6, cpu_op_s=5e-6)
+CM = ComputeModel(
+    peak_flops=1000e12,
+    attention_peak_flops=1000e12,
+    matmul_eff=0.8,
+    mem_bw_bytes_per_s=3000e9,
+    sms=100,
+    kernel_gap_s=3e-6,
+    cpu_op_s=5e-6,
+)
 
 
 def test_wave_quantisation_hand_worked():
@@ -67,7 +74,8 @@ def test_attention_tables_hand_worked():
     assert attention_efficiency("cudnn", "hopper", 4096, 128, False) == pytest.approx(518 / 989.4)
     # 3k lies between 2k (484) and 4k (518): log-linear, log2(3072) is 0.585 of the way
     assert attention_efficiency("cudnn", "hopper", 3072, 128, False) == pytest.approx(
-        (484 + 0.5849625 * (518 - 484)) / 989.4, rel=1e-6)
+        (484 + 0.5849625 * (518 - 484)) / 989.4, rel=1e-6
+    )
     # FA3 is Hopper-only: on Ampere it falls back to the FA2 A100 table (157.8 TFLOP/s at 4k of 312)
     assert attention_efficiency("fa3", "ampere", 4096, 128, False) == pytest.approx(157.8 / 312)
     # head dim 64 with FA2: x 0.876; causal backward = non-causal 322 x (335/370), the forward's causal share
@@ -77,7 +85,8 @@ def test_attention_tables_hand_worked():
     assert attention_efficiency("fa2", "blackwell", 8192, 128, False) == pytest.approx(333 / 989.4)
     # head dim 80 runs the 96 kernel: factor at 96 = 0.876 + 0.5·(1 − 0.876), and only 80/96 of it is useful
     assert attention_efficiency("fa2", "hopper", 16384, 80, True) == pytest.approx(
-        291 / 989.4 * (0.876 + 0.5 * 0.124) * 80 / 96)
+        291 / 989.4 * (0.876 + 0.5 * 0.124) * 80 / 96
+    )
 
 
 def test_fused_attention_beats_eager_at_long_sequence():
@@ -103,9 +112,11 @@ def test_power_capped_gpu_is_a_custom_peak():
 
 def test_calibration_profile_overrides_an_assumption():
     d = job_dict()
-    d["cluster"]["profile"] = {"source": "test", "levels": {"intra": {"bw_GBps": 100, "latency_us": 5},
-                                                          "inter": {"bw_GBps": 10, "latency_us": 10}},
-                               "assumptions": {"memory_efficiency": 0.5}}
+    d["cluster"]["profile"] = {
+        "source": "test",
+        "levels": {"intra": {"bw_GBps": 100, "latency_us": 5}, "inter": {"bw_GBps": 10, "latency_us": 10}},
+        "assumptions": {"memory_efficiency": 0.5},
+    }
     cm = compute_model(load_job(d).cluster, "bf16")
     gpu = load_job(d).cluster.gpu
     assert cm.mem_bw_bytes_per_s == pytest.approx(0.5 * gpu.mem_bw_bytes_per_s)

@@ -18,12 +18,28 @@ from commtax.errors import SpecError
 from commtax.units import SECONDS_PER_DAY
 
 SIMPLE = {
-    "gpus": {"h100-sxm5-80gb": {"purchase_usd": 30000, "rent_usd_per_gpu_hour": 3.0, "typical_W": 600,
-                                "source": "test", "date": "2025-01"}},
-    "nodes": {"h100-sxm5-80gb": {"purchase_usd": 80000, "power_W": 3000, "rack_units": 8, "source": "test",
-                                 "date": "2025-01"}},
-    "site": {"default": {"electricity_usd_per_kWh": 0.10, "pue": 1.25, "depreciation_years": 3, "rack_U": 42,
-                         "source": "test", "date": "2025-01"}},
+    "gpus": {
+        "h100-sxm5-80gb": {
+            "purchase_usd": 30000,
+            "rent_usd_per_gpu_hour": 3.0,
+            "typical_W": 600,
+            "source": "test",
+            "date": "2025-01",
+        }
+    },
+    "nodes": {
+        "h100-sxm5-80gb": {"purchase_usd": 80000, "power_W": 3000, "rack_units": 8, "source": "test", "date": "2025-01"}
+    },
+    "site": {
+        "default": {
+            "electricity_usd_per_kWh": 0.10,
+            "pue": 1.25,
+            "depreciation_years": 3,
+            "rack_U": 42,
+            "source": "test",
+            "date": "2025-01",
+        }
+    },
 }
 
 
@@ -85,11 +101,25 @@ def test_seed_article_formula_with_its_own_inputs(tmp_path):
     9e6 × 14 / 1095 + 256 × 0.7 kW × 336 h × $0.10 = $115,068 + $6,021 = $121,089 over 588 B tokens = $205.9/B.
     (The article prints $58/B: its own inputs do not give it.)"""
     data = {
-        "gpus": {"h100-sxm5-80gb": {"purchase_usd": 9e6 / 256, "rent_usd_per_gpu_hour": 1, "typical_W": 700,
-                                    "source": "seed article", "date": "2025"}},
+        "gpus": {
+            "h100-sxm5-80gb": {
+                "purchase_usd": 9e6 / 256,
+                "rent_usd_per_gpu_hour": 1,
+                "typical_W": 700,
+                "source": "seed article",
+                "date": "2025",
+            }
+        },
         "nodes": {"h100-sxm5-80gb": {"purchase_usd": 0, "power_W": 0, "source": "seed article", "date": "2025"}},
-        "site": {"default": {"electricity_usd_per_kWh": 0.10, "pue": 1.0, "depreciation_years": 3,
-                             "source": "seed article", "date": "2025"}},
+        "site": {
+            "default": {
+                "electricity_usd_per_kWh": 0.10,
+                "pue": 1.0,
+                "depreciation_years": 3,
+                "source": "seed article",
+                "date": "2025",
+            }
+        },
     }
     p = _prices(tmp_path, data)
     cc = cluster_cost("h100-sxm5-80gb", 256, 8, p, power="tdp", tdp_W=700)

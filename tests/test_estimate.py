@@ -67,8 +67,9 @@ def test_days_to_train():
     sp=st.booleans(),
 )
 def test_step_time_is_the_sum_of_its_parts(tp, pp, zero, recompute, mb, sp):
-    job = load_job(job_dict(tp=tp, pp=pp, dp=None, zero=zero, recompute=recompute, micro_batch=mb,
-                            sequence_parallel=sp and tp > 1))
+    job = load_job(
+        job_dict(tp=tp, pp=pp, dp=None, zero=zero, recompute=recompute, micro_batch=mb, sequence_parallel=sp and tp > 1)
+    )
     b = estimate(job)
     assert b.step_time_s == pytest.approx(sum(b.breakdown_s.values()), rel=1e-12)
     assert all(v >= 0 for v in b.breakdown_s.values())
@@ -84,8 +85,11 @@ def _with_bandwidth(intra_factor, inter_factor, **plan):
 
 @FAST
 @given(
-    intra=st.floats(0.05, 4), inter=st.floats(0.05, 4), more=st.floats(1.0, 8.0),
-    tp=st.sampled_from([2, 8]), zero=st.sampled_from([0, 1, 3]),
+    intra=st.floats(0.05, 4),
+    inter=st.floats(0.05, 4),
+    more=st.floats(1.0, 8.0),
+    tp=st.sampled_from([2, 8]),
+    zero=st.sampled_from([0, 1, 3]),
 )
 def test_more_link_bandwidth_is_never_slower(intra, inter, more, tp, zero):
     base = estimate(_with_bandwidth(intra, inter, tp=tp, dp=None, zero=zero))
@@ -110,8 +114,10 @@ def test_doubling_global_batch_never_raises_the_bubble_fraction(gb, pp, vp):
 @FAST
 @given(tp=st.sampled_from([1, 2, 8]), pp=st.sampled_from([1, 4]), recompute=st.sampled_from(["none", "full"]))
 def test_memory_decreases_with_zero_stage(tp, pp, recompute):
-    totals = [estimate(load_job(job_dict(tp=tp, pp=pp, dp=None, zero=z, recompute=recompute)))
-              .memory_gib_per_gpu["total"] for z in (0, 1, 2, 3)]
+    totals = [
+        estimate(load_job(job_dict(tp=tp, pp=pp, dp=None, zero=z, recompute=recompute))).memory_gib_per_gpu["total"]
+        for z in (0, 1, 2, 3)
+    ]
     assert all(a >= b for a, b in zip(totals, totals[1:]))
 
 
@@ -174,8 +180,7 @@ def test_zero2_reduces_the_gradient_shard_every_micro_batch():
     assert bytes2 - bytes1 == pytest.approx(127 * costs.sent_bytes(w2.dp_step[0]))
     # hand-worked exposure: one pass r = 10 ms; a micro-batch's compute (fwd 3 + bwd 4 ms) hides 7 ms of each of the
     # 127 earlier passes; the last pass hides under the last backward only (4 ms), floor = last bucket 1 ms
-    st = StageTime(compute=0.007, recompute=0.0, tp_exposed=0.0, cp_exposed=0.0, fwd=0.003, bwd=0.004,
-                   link=PhaseCost())
+    st = StageTime(compute=0.007, recompute=0.0, tp_exposed=0.0, cp_exposed=0.0, fwd=0.003, bwd=0.004, link=PhaseCost())
     r, m = 0.010, 128
     exposed = dp_step_exposed([m * r, 0.0], 0.001, 0.0, st, 1, 1, m, passes=m)
     assert exposed == pytest.approx((r - 0.004) + (m - 1) * (r - 0.007))

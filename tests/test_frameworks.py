@@ -17,8 +17,12 @@ def test_every_framework_has_a_sourced_preset():
 def test_torchtitan_preset_and_overrides():
     plan = load_job(job_dict(framework="torchtitan", zero=3)).plan
     # torchtitan: SDPA flash (FA2), eager RMSNorm/SwiGLU, per-op SAC, torchao dynamic float8, no async TP, no PP overlap
-    assert (plan.attention, plan.elementwise, plan.selective_policy, plan.fp8_recipe) == ("fa2", "eager", "per_op",
-                                                                                          "dynamic")
+    assert (plan.attention, plan.elementwise, plan.selective_policy, plan.fp8_recipe) == (
+        "fa2",
+        "eager",
+        "per_op",
+        "dynamic",
+    )
     assert (plan.overlap.tp, plan.overlap.pp, plan.overlap.dp) == (False, False, True)
     plan = load_job(job_dict(framework="torchtitan", zero=3, elementwise="compiled", overlap={"tp": True})).plan
     assert plan.elementwise == "compiled" and plan.overlap.tp and not plan.overlap.pp
@@ -34,7 +38,9 @@ def test_generation_is_a_deprecated_alias():
 
 def test_zero3_overlap_follows_the_framework():
     # DeepSpeed's stage-3 prefetch overlaps; its stage 1-2 overlap_comm is off by default
-    assert load_job(job_dict(framework="deepspeed", zero=3, tp=1, pp=1, dp=None, sequence_parallel=False)).plan.overlap.dp
+    assert load_job(
+        job_dict(framework="deepspeed", zero=3, tp=1, pp=1, dp=None, sequence_parallel=False)
+    ).plan.overlap.dp
     assert not load_job(job_dict(framework="deepspeed", zero=1)).plan.overlap.dp
 
 
@@ -79,11 +85,26 @@ def test_per_parameter_sync_zero3_hand_worked():
     from commtax.topology import group_placement
     from commtax.workload import build_workload, layer_param_tensors
 
-    d = job_dict(framework="megatron-deepspeed", tp=1, pp=1, dp=16, zero=3, recompute="full", micro_batch=1,
-                 sequence_parallel=False, zero3_gather="per_parameter_sync")
+    d = job_dict(
+        framework="megatron-deepspeed",
+        tp=1,
+        pp=1,
+        dp=16,
+        zero=3,
+        recompute="full",
+        micro_batch=1,
+        sequence_parallel=False,
+        zero3_gather="per_parameter_sync",
+    )
     d["model"] = {"layers": 24, "hidden": 2048, "heads": 16, "vocab": 51200, "gated_mlp": False}
-    d["cluster"] = {"gpu": "a100-sxm4-80gb", "num_gpus": 16, "gpus_per_node": 8, "intra_node": "nvlink3",
-                    "inter_node": "ib-hdr", "nics_per_node": 8}
+    d["cluster"] = {
+        "gpu": "a100-sxm4-80gb",
+        "num_gpus": 16,
+        "gpus_per_node": 8,
+        "intra_node": "nvlink3",
+        "inter_node": "ib-hdr",
+        "nics_per_node": 8,
+    }
     d["training"] = {"seq_len": 2048, "global_batch": 16, "precision": "fp16"}
     job = load_job(d)
     wl, costs = build_workload(job), Costs(job)
@@ -102,8 +123,10 @@ def test_per_parameter_sync_zero3_hand_worked():
     link, exposed, _ = dp_exposed(job, wl, costs, stage_times(job, wl, costs)[0])
     assert link == exposed == pytest.approx(t)
     current = load_job({**d, "plan": {**d["plan"], "zero3_gather": "bucketed_prefetch"}})
-    assert estimate(job).step_time_s > estimate(current).step_time_s + 0.9 * t - estimate(current).breakdown_s[
-        "dp_exposed"]
+    assert (
+        estimate(job).step_time_s
+        > estimate(current).step_time_s + 0.9 * t - estimate(current).breakdown_s["dp_exposed"]
+    )
 
 
 def test_fsdp_frameworks_reduce_gradients_in_fp32_by_default():
@@ -127,14 +150,17 @@ def test_megatron_reduces_bf16_gradients_in_fp32():
     assert fp32.dp_step[0].bytes == pytest.approx(2 * bf16.dp_step[0].bytes)
 
 
-@pytest.mark.parametrize("name, stages", [
-    ("megatron-core", (0, 1)),  # DistributedOptimizer = ZeRO-1; no ZeRO-2/3 (core_r0.8-0.10)
-    ("megatron-lm", (0, 1)),  # DDP all-reduce; v3.0 distributed optimizer = ZeRO-1
-    ("nemo", (0, 1, 2)),  # + apex DistributedFusedAdam (grads sharded: ZeRO-2)
-    ("fsdp", (0, 2, 3)),  # ShardingStrategy NO_SHARD / SHARD_GRAD_OP / FULL_SHARD: no ZeRO-1
-    ("torchtitan", (0, 2, 3)),  # replicate / fully_shard(reshard_after_forward=False) / fully_shard
-    ("deepspeed", (0, 1, 2, 3)),
-])
+@pytest.mark.parametrize(
+    "name, stages",
+    [
+        ("megatron-core", (0, 1)),  # DistributedOptimizer = ZeRO-1; no ZeRO-2/3 (core_r0.8-0.10)
+        ("megatron-lm", (0, 1)),  # DDP all-reduce; v3.0 distributed optimizer = ZeRO-1
+        ("nemo", (0, 1, 2)),  # + apex DistributedFusedAdam (grads sharded: ZeRO-2)
+        ("fsdp", (0, 2, 3)),  # ShardingStrategy NO_SHARD / SHARD_GRAD_OP / FULL_SHARD: no ZeRO-1
+        ("torchtitan", (0, 2, 3)),  # replicate / fully_shard(reshard_after_forward=False) / fully_shard
+        ("deepspeed", (0, 1, 2, 3)),
+    ],
+)
 def test_frameworks_name_the_zero_stages_they_run(name, stages):
     from commtax.estimate import estimate
 

@@ -101,8 +101,10 @@ def results(tmp_path_factory):
     return {h: run_ranks(tmp_path_factory.mktemp(h), _one_hook, h) for h in HOOKS}
 
 
-@pytest.mark.parametrize("hook, rel_tol", [("none", 1e-6), ("fp16", 2e-3), ("bf16", 1e-2), ("int8", 2e-2),
-                                           ("fp8", 0.1), ("fp8_e5m2", 0.2), ("int4", 0.3)])
+@pytest.mark.parametrize(
+    "hook, rel_tol",
+    [("none", 1e-6), ("fp16", 2e-3), ("bf16", 1e-2), ("int8", 2e-2), ("fp8", 0.1), ("fp8_e5m2", 0.2), ("int4", 0.3)],
+)
 def test_hook_averages_the_gradients_like_an_all_reduce(results, hook, rel_tol):
     r0, r1 = results[hook]
     exact = (r0["local"] + r1["local"]) / N

@@ -27,19 +27,28 @@ REPO = Path(__file__).resolve().parents[1]
 JOB = REPO / "examples" / "llama2-70b-h100.yaml"
 SMALL_JOB = {
     "model": "llama2-7b",
-    "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 16, "gpus_per_node": 8, "intra_node": "nvlink4",
-                "inter_node": "ib-ndr"},
+    "cluster": {
+        "gpu": "h100-sxm5-80gb",
+        "num_gpus": 16,
+        "gpus_per_node": 8,
+        "intra_node": "nvlink4",
+        "inter_node": "ib-ndr",
+    },
     "plan": {"tp": 2, "pp": 2},
     "training": {"seq_len": 4096, "global_batch": 64},
 }
-PEM = ("-----BEGIN OPENSSH PRIVATE KEY-----\n"
-       "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
-       "QyNTUxOQAAACBsZWNyZXRrZXltYXRlcmlhbHRoYXRtdXN0bmV2ZXJiZXNob3duAAAAA\n"
-       "-----END OPENSSH PRIVATE KEY-----\n")
+PEM = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
+    "QyNTUxOQAAACBsZWNyZXRrZXltYXRlcmlhbHRoYXRtdXN0bmV2ZXJiZXNob3duAAAAA\n"
+    "-----END OPENSSH PRIVATE KEY-----\n"
+)
 
 # 600 bytes that expand to 9^6 = 531,441 leaves: grows without end if anything walks it
-ALIAS_BOMB = ("model: [&a [1,2,3,4,5,6,7,8,9], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], &c [*b,*b,*b,*b,*b,*b,*b,*b,*b], "
-              "&d [*c,*c,*c,*c,*c,*c,*c,*c,*c], &e [*d,*d,*d,*d,*d,*d,*d,*d,*d], &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]]\n")
+ALIAS_BOMB = (
+    "model: [&a [1,2,3,4,5,6,7,8,9], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], &c [*b,*b,*b,*b,*b,*b,*b,*b,*b], "
+    "&d [*c,*c,*c,*c,*c,*c,*c,*c,*c], &e [*d,*d,*d,*d,*d,*d,*d,*d,*d], &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]]\n"
+)
 BAD_FILES = {  # name -> (bytes, what the one line must say)
     "latin1": ("model: llama2-7b  # café\n".encode("latin-1"), "not UTF-8"),
     "utf16": ("model: llama2-7b\n".encode("utf-16"), "UTF-16"),
@@ -134,10 +143,19 @@ def test_utf8_bom_job_file_is_read(tmp_path):
 
 
 # ----------------------------------------------------------------------------- strict numbers
-@pytest.mark.parametrize("section,field", [
-    ("cluster", "gpus_per_node"), ("cluster", "num_gpus"), ("training", "seq_len"), ("training", "global_batch"),
-    ("plan", "tp"), ("plan", "zero"), ("plan", "micro_batch"), ("cluster", "nics_per_node"),
-])
+@pytest.mark.parametrize(
+    "section,field",
+    [
+        ("cluster", "gpus_per_node"),
+        ("cluster", "num_gpus"),
+        ("training", "seq_len"),
+        ("training", "global_batch"),
+        ("plan", "tp"),
+        ("plan", "zero"),
+        ("plan", "micro_batch"),
+        ("cluster", "nics_per_node"),
+    ],
+)
 def test_true_is_not_the_number_one(section, field):
     job = json.loads(json.dumps(SMALL_JOB))
     job[section][field] = True
@@ -154,18 +172,21 @@ def test_yes_no_fields_still_take_booleans():
 
 
 # ----------------------------------------------------------------------------- absurd arguments
-@pytest.mark.parametrize("args,needle", [
-    (["collective", "all_reduce", "--gpus", "0"], "--gpus: a group has at least 1 GPU"),
-    (["collective", "all_reduce", "--gpus", "-8"], "--gpus"),
-    (["collective", "all_reduce", "--bytes", "1e400"], "at most 1 PiB"),
-    (["collective", "all_reduce", "--bytes", "1e30"], "at most 1 PiB"),
-    (["collective", "all_reduce", "--bytes", "nan"], "cannot read size"),
-    (["collective", "all_to_all", "--algorithm", "ring"], "all_to_all has one algorithm"),
-    (["collective", "send_recv", "--algorithm", "tree"], "send_recv has one algorithm"),
-    (["simulate", str(JOB), "--bucket-mb", "1e-9"], "buckets"),
-    (["simulate", str(JOB), "--bucket-mb", "nan"], "--bucket-mb"),
-    (["simulate", str(JOB), "--gantt", "x.xyz"], "use .png, .svg or .pdf"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["collective", "all_reduce", "--gpus", "0"], "--gpus: a group has at least 1 GPU"),
+        (["collective", "all_reduce", "--gpus", "-8"], "--gpus"),
+        (["collective", "all_reduce", "--bytes", "1e400"], "at most 1 PiB"),
+        (["collective", "all_reduce", "--bytes", "1e30"], "at most 1 PiB"),
+        (["collective", "all_reduce", "--bytes", "nan"], "cannot read size"),
+        (["collective", "all_to_all", "--algorithm", "ring"], "all_to_all has one algorithm"),
+        (["collective", "send_recv", "--algorithm", "tree"], "send_recv has one algorithm"),
+        (["simulate", str(JOB), "--bucket-mb", "1e-9"], "buckets"),
+        (["simulate", str(JOB), "--bucket-mb", "nan"], "--bucket-mb"),
+        (["simulate", str(JOB), "--gantt", "x.xyz"], "use .png, .svg or .pdf"),
+    ],
+)
 def test_absurd_numeric_arguments_are_one_line(args, needle):
     assert needle in one_line(runner.invoke(app, args))
 
@@ -190,8 +211,16 @@ def test_validate_refuses_a_measured_cell_that_is_not_a_positive_number(tmp_path
 
 def test_validate_refuses_duplicate_ids(tmp_path):
     p = tmp_path / "c.csv"
-    p.write_text("\n".join([COLLECTIVES_HEADER, "a,all_reduce,h100-sxm5-80gb,16,1073741824,300",
-                            "a,all_reduce,h100-sxm5-80gb,16,1073741824,310", ""]))
+    p.write_text(
+        "\n".join(
+            [
+                COLLECTIVES_HEADER,
+                "a,all_reduce,h100-sxm5-80gb,16,1073741824,300",
+                "a,all_reduce,h100-sxm5-80gb,16,1073741824,310",
+                "",
+            ]
+        )
+    )
     assert "id 'a' appears twice (lines 2 and 3)" in one_line(runner.invoke(app, ["validate", str(p)]))
 
 
@@ -238,9 +267,11 @@ def test_relative_cluster_path_is_relative_to_the_job_file(tmp_path, monkeypatch
 
 
 def _profile(**gemm: float) -> dict:
-    return {"source": "test", "levels": {"intra": {"bw_GBps": 100, "latency_us": 5},
-                                         "inter": {"bw_GBps": 10, "latency_us": 10}},
-            "gemm_efficiency": gemm}
+    return {
+        "source": "test",
+        "levels": {"intra": {"bw_GBps": 100, "latency_us": 5}, "inter": {"bw_GBps": 10, "latency_us": 10}},
+        "gemm_efficiency": gemm,
+    }
 
 
 @pytest.mark.parametrize("eff", [0.0, float("nan"), -3.0, 50.0, float("inf")])
@@ -250,8 +281,16 @@ def test_profile_gemm_efficiency_must_be_a_fraction(eff):
         load_job(job)
 
 
-@pytest.mark.parametrize("field,value", [("bw_GBps", 0.0), ("bw_GBps", float("nan")), ("bw_GBps", float("inf")),
-                                         ("latency_us", -1.0), ("latency_us", float("nan"))])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("bw_GBps", 0.0),
+        ("bw_GBps", float("nan")),
+        ("bw_GBps", float("inf")),
+        ("latency_us", -1.0),
+        ("latency_us", float("nan")),
+    ],
+)
 def test_profile_level_numbers_are_positive_and_finite(field, value):
     prof = _profile()
     prof["levels"]["inter"][field] = value
@@ -269,7 +308,7 @@ def test_a_private_key_named_as_profile_is_never_printed(tmp_path):
         assert line[:12] not in err
 
 
-@pytest.mark.parametrize("value", [PEM, "x" * 10_000, "a\x1b[31mred\x07", list(range(10**5)), {"k": 1} ])
+@pytest.mark.parametrize("value", [PEM, "x" * 10_000, "a\x1b[31mred\x07", list(range(10**5)), {"k": 1}])
 def test_excerpt_is_short_single_line_and_never_key_material(value):
     e = excerpt(value)
     assert len(e) <= 50 and "\n" not in e and "\x1b" not in e and "\x07" not in e
@@ -295,10 +334,19 @@ def test_any_bytes_as_a_job_file_load_or_raise_one_spec_error(tmp_path, data):
         assert "\n" not in str(e) and len(str(e)) < 600
 
 
-_leaf = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(), st.text(max_size=8))
-_tree = st.recursive(_leaf, lambda c: st.lists(c, max_size=3) | st.dictionaries(
-    st.sampled_from(["gpu", "num_gpus", "tp", "pp", "layers", "hidden", "seq_len", "x", "profile", "zero"]), c,
-    max_size=4), max_leaves=12)
+_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(10**20), 10**20), st.floats(), st.text(max_size=8))
+_tree = st.recursive(
+    _leaf,
+    lambda c: (
+        st.lists(c, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["gpu", "num_gpus", "tp", "pp", "layers", "hidden", "seq_len", "x", "profile", "zero"]),
+            c,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -324,6 +372,19 @@ def test_any_float_gemm_efficiency_is_accepted_only_in_0_1(eff):
 @pytest.mark.parametrize("gpus", ["a,b", "0,8", "-16"])
 def test_compare_scaling_gpu_counts_are_one_line(tmp_path, gpus):
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(SMALL_JOB))
-    r = runner.invoke(app, ["compare", str(tmp_path / "job.yaml"), "--tp", "2", "--pp", "2",
-                            "--scaling", str(tmp_path / "s.png"), "--gpus", gpus])
+    r = runner.invoke(
+        app,
+        [
+            "compare",
+            str(tmp_path / "job.yaml"),
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--scaling",
+            str(tmp_path / "s.png"),
+            "--gpus",
+            gpus,
+        ],
+    )
     assert "--gpus: expected" in one_line(r)

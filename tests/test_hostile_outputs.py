@@ -31,7 +31,7 @@ runner = CliRunner()
 JOB = Path(__file__).resolve().parents[1] / "examples" / "llama2-70b-h100.yaml"
 
 
-def estimate_out(out: Path | str) -> "object":
+def estimate_out(out: Path | str) -> object:
     return runner.invoke(app, ["estimate", str(JOB), "--out", str(out)])
 
 
@@ -111,10 +111,13 @@ def test_socket_is_refused(tmp_path):
         s.close()
 
 
-@pytest.mark.parametrize("make,needle", [
-    (lambda p: p.mkdir(), "is a directory"),
-    (lambda p: None, None),
-])
+@pytest.mark.parametrize(
+    "make,needle",
+    [
+        (lambda p: p.mkdir(), "is a directory"),
+        (lambda p: None, None),
+    ],
+)
 def test_directory_refused_regular_written(tmp_path, make, needle):
     p = tmp_path / "o.json"
     make(p)
@@ -155,13 +158,16 @@ def test_root_rewriting_a_users_file_keeps_its_owner(tmp_path):
 
 
 # ----------------------------------------------------------------------------- folders and names
-@pytest.mark.parametrize("out,needle", [
-    ("/nonexistent/x.json", "does not exist"),
-    ("{tmp}/missing/deeper/x.json", "does not exist"),
-    ("{tmp}/" + "n" * 300 + ".json", "file name too long"),
-    ("/proc/version", "cannot write"),
-    ("{tmp}/", "is a directory"),
-])
+@pytest.mark.parametrize(
+    "out,needle",
+    [
+        ("/nonexistent/x.json", "does not exist"),
+        ("{tmp}/missing/deeper/x.json", "does not exist"),
+        ("{tmp}/" + "n" * 300 + ".json", "file name too long"),
+        ("/proc/version", "cannot write"),
+        ("{tmp}/", "is a directory"),
+    ],
+)
 def test_bad_output_paths_are_one_line_and_create_nothing(tmp_path, out, needle):
     out = out.format(tmp=tmp_path)
     r = estimate_out(out)
@@ -179,9 +185,11 @@ def test_check_writable_fails_before_any_work(tmp_path):
 
 @pytest.mark.parametrize("writer", ["simulate", "search", "advise"])
 def test_every_writer_reports_missing_folders_in_one_line(tmp_path, writer):
-    args = {"simulate": ["simulate", str(JOB), "--trace", "/nonexistent/t.json"],
-            "search": ["search", str(JOB), "--out", "/nonexistent/s.json", "--tp", "8", "--pp", "4"],
-            "advise": ["advise", str(JOB), "--no-search", "--out", "/nonexistent/a.json"]}[writer]
+    args = {
+        "simulate": ["simulate", str(JOB), "--trace", "/nonexistent/t.json"],
+        "search": ["search", str(JOB), "--out", "/nonexistent/s.json", "--tp", "8", "--pp", "4"],
+        "advise": ["advise", str(JOB), "--no-search", "--out", "/nonexistent/a.json"],
+    }[writer]
     r = runner.invoke(app, args)
     assert r.exit_code == 2 and "Traceback" not in r.output and "does not exist" in r.output
     assert not Path("/nonexistent").exists()
@@ -189,9 +197,13 @@ def test_every_writer_reports_missing_folders_in_one_line(tmp_path, writer):
 
 # ----------------------------------------------------------------------------- strict JSON
 @settings(max_examples=60, deadline=None)
-@given(st.recursive(st.floats(allow_nan=True, allow_infinity=True) | st.integers() | st.text(max_size=5) | st.none(),
-                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=4), c, max_size=4),
-                    max_leaves=20))
+@given(
+    st.recursive(
+        st.floats(allow_nan=True, allow_infinity=True) | st.integers() | st.text(max_size=5) | st.none(),
+        lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=4), c, max_size=4),
+        max_leaves=20,
+    )
+)
 def test_strict_json_is_always_parseable_and_keeps_finite_values(data):
     text = strict_json(data)
     # a bare NaN/Infinity token fails here (a substring test would also flag a string such as {"NaN": null})
@@ -209,10 +221,13 @@ def test_strict_json_is_always_parseable_and_keeps_finite_values(data):
     assert same(data, back)
 
 
-@pytest.mark.parametrize("args", [
-    ["collective", "all_reduce", "--gpus", "1", "--json"],
-    ["collective", "all_reduce", "--gpus", "1", "--sweep", "--bytes", "64", "--json"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["collective", "all_reduce", "--gpus", "1", "--json"],
+        ["collective", "all_reduce", "--gpus", "1", "--sweep", "--bytes", "64", "--json"],
+    ],
+)
 def test_json_output_never_contains_nan_or_infinity(args):
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
@@ -243,7 +258,7 @@ def test_sigterm_during_an_atomic_write_leaves_no_temp_file(tmp_path):
             tmp.write_text("partial")
             print("writing", flush=True)
             time.sleep(30)
-        write_atomic_with(Path({str(tmp_path / 'big.json')!r}), slow)
+        write_atomic_with(Path({str(tmp_path / "big.json")!r}), slow)
     """)
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "writing"
@@ -254,7 +269,11 @@ def test_sigterm_during_an_atomic_write_leaves_no_temp_file(tmp_path):
 
 
 def test_out_dev_stdout_on_a_pipe_is_written_through():
-    r = subprocess.run([sys.executable, "-m", "commtax.cli", "estimate", str(JOB), "--out", "/dev/stdout", "--json"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "commtax.cli", "estimate", str(JOB), "--out", "/dev/stdout", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.count('"step_time_s"') == 2 and "Traceback" not in r.stderr  # --out, then --json

@@ -22,8 +22,9 @@ JOB = Path(__file__).resolve().parents[1] / "examples" / "compare" / "gpt3-175b-
 
 
 def commtax(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "commtax.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "commtax.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw
+    )
 
 
 def children(pid: int) -> list[int]:
@@ -144,11 +145,35 @@ def test_bench_stopped_by_a_signal_leaves_no_rank_and_no_temp_folder(tmp_path, s
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     out = tmp_path / "b.json"
-    p = subprocess.Popen([sys.executable, "-m", "commtax.cli", "bench", "collective", "--nproc", "2", "--min", "1KiB",
-                          "--max", "16MiB", "--ops", "all_reduce,all_gather", "--iters", "200", "--warmup", "0",
-                          "--out", str(out), "--timeout", "600"],
-                         env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "commtax.cli",
+            "bench",
+            "collective",
+            "--nproc",
+            "2",
+            "--min",
+            "1KiB",
+            "--max",
+            "16MiB",
+            "--ops",
+            "all_reduce,all_gather",
+            "--iters",
+            "200",
+            "--warmup",
+            "0",
+            "--out",
+            str(out),
+            "--timeout",
+            "600",
+        ],
+        env={**os.environ, "TMPDIR": str(tmp)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for(lambda: out.exists() or p.poll() is not None, 300, "the first record")
     tree = [p.pid, *_descendants(p.pid)]
     p.send_signal(sig)
@@ -176,8 +201,10 @@ def test_a_stopped_rank_is_killed_once_named_and_a_running_one_is_not():
     running = subprocess.Popen(["sleep", "60"])
     try:
         os.kill(stopped.pid, signal.SIGSTOP)
-        wait_for(lambda: Path(f"/proc/{stopped.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T",
-                 what="SIGSTOP to land")
+        wait_for(
+            lambda: Path(f"/proc/{stopped.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T",
+            what="SIGSTOP to land",
+        )
         assert kill_if_stopped(f"node 0, local rank 1, {host} pid {stopped.pid}") is True
         assert stopped.wait(timeout=10) == -signal.SIGKILL
         assert kill_if_stopped(f"node 0, local rank 2, {host} pid {running.pid}") is False
@@ -227,12 +254,21 @@ def test_search_signalled_at_any_moment_never_hangs_and_leaves_no_worker(tmp_pat
     for moment in MOMENTS:
         out = tmp_path / f"s-{moment}.json"
         out.unlink(missing_ok=True)
-        p = commtax("search", str(job), "--workers", "2", "--out", str(out), "--json", start_new_session=True,
-                    env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # a hang's SIGABRT dumps every thread's stack
+        p = commtax(
+            "search",
+            str(job),
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+            start_new_session=True,
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+        )  # a hang's SIGABRT dumps every thread's stack
         try:
-            wait_for(lambda: _handles_sighup(p.pid) or p.poll() is not None, what="the CLI's signal handlers")
+            wait_for(lambda p=p: _handles_sighup(p.pid) or p.poll() is not None, what="the CLI's signal handlers")
             if moment != "handler":
-                wait_for(lambda: children(p.pid) or p.poll() is not None, what="the first search worker")
+                wait_for(lambda p=p: children(p.pid) or p.poll() is not None, what="the first search worker")
                 if not isinstance(moment, str):
                     time.sleep(seconds * moment)
             assert p.poll() is None, f"search ended before the signal at {moment!r}"
@@ -240,13 +276,15 @@ def test_search_signalled_at_any_moment_never_hangs_and_leaves_no_worker(tmp_pat
             try:
                 stdout, stderr = p.communicate(timeout=300)
             except subprocess.TimeoutExpired:
-                wchan = {t: Path(f"/proc/{p.pid}/task/{t}/wchan").read_text() for t in os.listdir(f"/proc/{p.pid}/task")}
+                wchan = {
+                    t: Path(f"/proc/{p.pid}/task/{t}/wchan").read_text() for t in os.listdir(f"/proc/{p.pid}/task")
+                }
                 p.send_signal(signal.SIGABRT)
                 stderr = p.communicate()[1]
                 pytest.fail(f"search hung after {signal.Signals(sig).name} at {moment!r}: {wchan}\n{stderr[-6000:]}")
             assert p.returncode == 130, (moment, stderr[-2000:])
             assert "Traceback" not in stderr, (moment, stderr[-2000:])
-            wait_for(lambda: not _group_alive(p.pid), 30, f"the workers to exit ({moment!r})")
+            wait_for(lambda p=p: not _group_alive(p.pid), 30, f"the workers to exit ({moment!r})")
             if out.exists():  # plans were found before the signal: whole JSON, flagged as partial
                 data = json.loads(out.read_text())
                 assert data["interrupted"] is True, moment

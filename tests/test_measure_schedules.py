@@ -1,4 +1,5 @@
-"""The p2p schedules (torch-free): they compute the sum, take the published number of steps, and cost what collectives.py says."""
+"""The p2p schedules (torch-free): they compute the sum, take the published number of steps, and cost what
+collectives.py says."""
 
 import math
 
@@ -15,9 +16,9 @@ def simulate(schedule, buffers):
         new = [b.copy() for b in buffers]
         for t in step:
             if t.reduce:
-                new[t.dst][t.lo:t.hi] += buffers[t.src][t.lo:t.hi]
+                new[t.dst][t.lo : t.hi] += buffers[t.src][t.lo : t.hi]
             else:
-                new[t.dst][t.lo:t.hi] = buffers[t.src][t.lo:t.hi]
+                new[t.dst][t.lo : t.hi] = buffers[t.src][t.lo : t.hi]
         buffers = new
     return buffers
 
@@ -40,7 +41,7 @@ def test_reduce_scatter_then_all_gather_is_all_reduce(n):
     rs = simulate(S.ring_reduce_scatter(list(range(n)), 0, numel), bufs)
     b = S.chunk_bounds(0, numel, n)
     for r in range(n):  # rank r owns the reduced chunk r
-        assert (rs[r][b[r]:b[r + 1]] == sum(bufs)[b[r]:b[r + 1]]).all()
+        assert (rs[r][b[r] : b[r + 1]] == sum(bufs)[b[r] : b[r + 1]]).all()
     out = simulate(S.ring_all_gather(list(range(n)), 0, numel), rs)
     assert all((x == sum(bufs)).all() for x in out)
 

@@ -82,7 +82,17 @@ def test_reserve_is_context_nccl_groups_and_fragmentation():
     job = load_job(job_dict())
     m = memory(job)
     assert m.reserve == pytest.approx((0.6 + 3 * 0.25) * GiB + 0.10 * m.activations)
-    single = load_job({**job_dict(tp=1, pp=1, dp=None, sequence_parallel=False),
-                       "cluster": {"gpu": "rtx-4090-24gb", "num_gpus": 1, "gpus_per_node": 1,
-                                   "intra_node": "pcie4-x16", "inter_node": "eth-25g", "nics_per_node": 1}})
+    single = load_job(
+        {
+            **job_dict(tp=1, pp=1, dp=None, sequence_parallel=False),
+            "cluster": {
+                "gpu": "rtx-4090-24gb",
+                "num_gpus": 1,
+                "gpus_per_node": 1,
+                "intra_node": "pcie4-x16",
+                "inter_node": "eth-25g",
+                "nics_per_node": 1,
+            },
+        }
+    )
     assert memory(single).reserve == pytest.approx(0.6 * GiB + 0.10 * memory(single).activations)

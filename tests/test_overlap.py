@@ -10,8 +10,16 @@ from commtax.estimate import PhaseCost, _exposed, dp_contention, estimate, memor
 from commtax.spec import load_job
 
 # 100 SMs, 3,000 GB/s achieved HBM; NCCL holds 24 SMs, userbuffers 8; 3 HBM bytes per wire byte
-CM = ComputeModel(peak_flops=1000e12, attention_peak_flops=1000e12, matmul_eff=0.8, mem_bw_bytes_per_s=3000e9,
-                  sms=100, nccl_sms=24, userbuffers_sms=8, comm_hbm_bytes_per_wire_byte=3.0)
+CM = ComputeModel(
+    peak_flops=1000e12,
+    attention_peak_flops=1000e12,
+    matmul_eff=0.8,
+    mem_bw_bytes_per_s=3000e9,
+    sms=100,
+    nccl_sms=24,
+    userbuffers_sms=8,
+    comm_hbm_bytes_per_wire_byte=3.0,
+)
 
 
 def test_sm_share_hand_worked():
@@ -56,8 +64,14 @@ def test_catalog_channel_counts_by_node_kind():
     nv = load_job(job_dict())
     assert compute_model(nv.cluster, "bf16").nccl_sms == 24  # NVSwitch node: 24 NCCL channels
     pcie = dict(job_dict(tp=1, pp=1, dp=8, zero=3))
-    pcie["cluster"] = {"gpu": "rtx-4090-24gb", "num_gpus": 8, "gpus_per_node": 8, "intra_node": "pcie4-x16",
-                       "inter_node": "roce-200g", "nics_per_node": 1}
+    pcie["cluster"] = {
+        "gpu": "rtx-4090-24gb",
+        "num_gpus": 8,
+        "gpus_per_node": 8,
+        "intra_node": "pcie4-x16",
+        "inter_node": "roce-200g",
+        "nics_per_node": 1,
+    }
     pcie["model"] = "llama2-7b"
     assert compute_model(load_job(pcie).cluster, "bf16").nccl_sms == 4  # PCIe node: 4
 

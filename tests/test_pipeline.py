@@ -18,11 +18,25 @@ from commtax.workload import build_workload
 
 def job(layers=8, pp=4, vp=1, global_batch=16, num_gpus=None, tp=1, model=None, cluster=None, training=None, **plan):
     """A small dense model (fast to simulate); plan fields as given."""
-    mdl = {"layers": layers, "hidden": 1024, "heads": 16, "kv_heads": 4, "vocab": 32000, "gated_mlp": True,
-           "ffn_hidden": 2816, "source": "test: small llama shape"}
+    mdl = {
+        "layers": layers,
+        "hidden": 1024,
+        "heads": 16,
+        "kv_heads": 4,
+        "vocab": 32000,
+        "gated_mlp": True,
+        "ffn_hidden": 2816,
+        "source": "test: small llama shape",
+    }
     mdl.update(model or {})
-    cl = {"gpu": "h100-sxm5-80gb", "num_gpus": num_gpus or pp * tp, "gpus_per_node": 8, "intra_node": "nvlink4",
-          "inter_node": "ib-ndr", "nics_per_node": 8}
+    cl = {
+        "gpu": "h100-sxm5-80gb",
+        "num_gpus": num_gpus or pp * tp,
+        "gpus_per_node": 8,
+        "intra_node": "nvlink4",
+        "inter_node": "ib-ndr",
+        "nics_per_node": 8,
+    }
     cl.update(cluster or {})
     tr = {"seq_len": 1024, "global_batch": global_batch}
     tr.update(training or {})
@@ -33,8 +47,13 @@ def job(layers=8, pp=4, vp=1, global_batch=16, num_gpus=None, tp=1, model=None, 
 def test_llama3_405b_split_accounts_for_embedding_and_loss():
     # Llama 3 405B (Dubey et al. 2024 §3.3.2): 126 layers on 16 stages, the first and the last one layer less;
     # Megatron-Core: (126 + 2) / 16 = 8 per stage, the embedding and the loss each take one layer's place
-    j = job(layers=126, pp=16, global_batch=16, account_for_embedding_in_pipeline_split=True,
-            account_for_loss_in_pipeline_split=True)
+    j = job(
+        layers=126,
+        pp=16,
+        global_batch=16,
+        account_for_embedding_in_pipeline_split=True,
+        account_for_loss_in_pipeline_split=True,
+    )
     assert j.stage_layers == (7,) + (8,) * 14 + (7,)
 
 
@@ -55,14 +74,17 @@ def test_explicit_first_and_last_and_per_stage_layers():
     assert j.chunk_layers == (2, 4, 2, 4)
 
 
-@pytest.mark.parametrize("plan,message", [
-    ({"stage_layers": [4, 4]}, "stage_layers has 2 entries; give one per pipeline stage, pp(4)"),
-    ({"stage_layers": [1, 2, 2, 2]}, "stage_layers [1, 2, 2, 2] must be ≥ 0 each and sum to layers(8), got 7"),
-    ({"first_stage_layers": 3}, "first_stage_layers/last_stage_layers (3, None) leave 5 layers for the 3 other"),
-    ({"first_stage_layers": 1, "account_for_embedding_in_pipeline_split": True}, "drop one of them"),
-    ({"account_for_loss_in_pipeline_split": True}, "layers(8) + 1 = 9 must divide by pp(4) * vp(1) = 4"),
-    ({"stage_layers": [1, 3, 3, 1], "vp": 2}, "with vp(2) each stage's layers must divide evenly"),
-])
+@pytest.mark.parametrize(
+    "plan,message",
+    [
+        ({"stage_layers": [4, 4]}, "stage_layers has 2 entries; give one per pipeline stage, pp(4)"),
+        ({"stage_layers": [1, 2, 2, 2]}, "stage_layers [1, 2, 2, 2] must be ≥ 0 each and sum to layers(8), got 7"),
+        ({"first_stage_layers": 3}, "first_stage_layers/last_stage_layers (3, None) leave 5 layers for the 3 other"),
+        ({"first_stage_layers": 1, "account_for_embedding_in_pipeline_split": True}, "drop one of them"),
+        ({"account_for_loss_in_pipeline_split": True}, "layers(8) + 1 = 9 must divide by pp(4) * vp(1) = 4"),
+        ({"stage_layers": [1, 3, 3, 1], "vp": 2}, "with vp(2) each stage's layers must divide evenly"),
+    ],
+)
 def test_bad_splits_name_the_field_and_the_fix(plan, message):
     with pytest.raises(SpecError, match="^plan: ") as e:
         job(**plan)
@@ -97,19 +119,23 @@ def test_bubble_for_every_m_is_p_minus_1_stage_times(m, schedule):
     """(m + p − 1)·t per stage (Huang et al. 2019; Narayanan et al. 2021 §2.2), m < p included: t_f = 1, t_b = 2."""
     j = tiny_job(pp=4, schedule=schedule, global_batch=m)
     wl = uniform(j)
-    r = simulate(j, workload=wl, costs=FakeCosts(wl, send=0.0, dp=0.0), compare=False,
-                 options=SimOptions(nic_contention=False))
+    r = simulate(
+        j, workload=wl, costs=FakeCosts(wl, send=0.0, dp=0.0), compare=False, options=SimOptions(nic_contention=False)
+    )
     assert r.breakdown.step_time_s == (m + 4 - 1) * 3.0
     assert r.breakdown.breakdown_s["pp_bubble"] == (4 - 1) * 3.0
 
 
-@pytest.mark.parametrize("p,m,schedule,sends", [
-    (4, 8, "1f1b", 2 * 3 / 4 * 8 + 2 * 2),  # round trips: 2(p−1)/p per micro-batch, + 2(p−2) of the fill
-    (2, 16, "1f1b", 2 * 1 / 2 * 16 + 0),
-    (8, 32, "1f1b", 2 * 7 / 8 * 32 + 2 * 6),
-    (4, 8, "gpipe", 2 * 3),  # the fill only: GPipe's passes never wait on a round trip
-    (4, 1, "1f1b", 2 * 3),  # one micro-batch: down and back once
-])
+@pytest.mark.parametrize(
+    "p,m,schedule,sends",
+    [
+        (4, 8, "1f1b", 2 * 3 / 4 * 8 + 2 * 2),  # round trips: 2(p−1)/p per micro-batch, + 2(p−2) of the fill
+        (2, 16, "1f1b", 2 * 1 / 2 * 16 + 0),
+        (8, 32, "1f1b", 2 * 7 / 8 * 32 + 2 * 6),
+        (4, 8, "gpipe", 2 * 3),  # the fill only: GPipe's passes never wait on a round trip
+        (4, 1, "1f1b", 2 * 3),  # one micro-batch: down and back once
+    ],
+)
 def test_exposed_pipeline_sends_hand_worked(p, m, schedule, sends):
     """t_f = 1, t_b = 2, t_send = 0.5 s on uniform stages: estimate and simulator expose the same sends."""
     j = tiny_job(pp=p, global_batch=m, schedule=schedule)
@@ -138,16 +164,23 @@ def test_uneven_stages_slowest_last_hand_worked():
     step = m·T_max + Σ_{s≠max} T_s = 36 + 9 = 45 s; the estimate's formula gives the same."""
     j = tiny_job(pp=4, global_batch=4, layers=6, stage_layers=[1, 1, 1, 3])
     wl = uniform(j)
-    r = simulate(j, workload=wl, costs=FakeCosts(wl, send=0.0, dp=0.0), compare=False,
-                 options=SimOptions(nic_contention=False))
+    r = simulate(
+        j, workload=wl, costs=FakeCosts(wl, send=0.0, dp=0.0), compare=False, options=SimOptions(nic_contention=False)
+    )
     assert r.breakdown.step_time_s == 4 * 9.0 + 3 * 3.0
     assert r.busiest_stage == 3
     assert [len([t for t in r.sim.tasks if t.meta[:1] == (s,) and t.kind == "compute"]) for s in range(4)] == [8] * 4
 
 
 def test_simulator_builds_each_stage_as_it_is():
-    j = job(layers=126, pp=16, global_batch=16, account_for_embedding_in_pipeline_split=True,
-            account_for_loss_in_pipeline_split=True, model={"vocab": 512})
+    j = job(
+        layers=126,
+        pp=16,
+        global_batch=16,
+        account_for_embedding_in_pipeline_split=True,
+        account_for_loss_in_pipeline_split=True,
+        model={"vocab": 512},
+    )
     r = simulate(j, compare=False)
     units = [[name for name, _, _ in c.units] for c in r.builder.chunks]
     assert [u.count("layer") for u in units] == [7] + [8] * 14 + [7]
@@ -206,23 +239,25 @@ def test_memory_is_the_fullest_stage():
 # ----------------------------------------------------------------------------- estimate vs simulate
 PIPELINE_KEYS = ("compute", "recompute", "tp_exposed", "cp_exposed", "pp_bubble")
 
-plans = st.fixed_dictionaries({
-    "layers": st.sampled_from([5, 6, 7, 8, 10]),
-    "pp": st.sampled_from([1, 2, 3, 4]),
-    "vp": st.sampled_from([1, 1, 2]),
-    "tp": st.sampled_from([1, 2, 4]),
-    "cp": st.sampled_from([1, 1, 2]),
-    "micro_batch": st.sampled_from([1, 2]),
-    "global_batch": st.sampled_from([2, 4, 8, 16]),
-    "zero": st.sampled_from([0, 1, 2, 3]),
-    "recompute": st.sampled_from(["none", "selective", "full"]),
-    "schedule": st.sampled_from(["1f1b", "1f1b", "gpipe"]),
-    "sequence_parallel": st.booleans(),
-    "accounted": st.booleans(),
-    "precision": st.sampled_from(["bf16", "fp8"]),
-    "pcie": st.booleans(),
-    "overlap": st.fixed_dictionaries({"tp": st.booleans(), "dp": st.booleans(), "cp": st.booleans()}),
-})
+plans = st.fixed_dictionaries(
+    {
+        "layers": st.sampled_from([5, 6, 7, 8, 10]),
+        "pp": st.sampled_from([1, 2, 3, 4]),
+        "vp": st.sampled_from([1, 1, 2]),
+        "tp": st.sampled_from([1, 2, 4]),
+        "cp": st.sampled_from([1, 1, 2]),
+        "micro_batch": st.sampled_from([1, 2]),
+        "global_batch": st.sampled_from([2, 4, 8, 16]),
+        "zero": st.sampled_from([0, 1, 2, 3]),
+        "recompute": st.sampled_from(["none", "selective", "full"]),
+        "schedule": st.sampled_from(["1f1b", "1f1b", "gpipe"]),
+        "sequence_parallel": st.booleans(),
+        "accounted": st.booleans(),
+        "precision": st.sampled_from(["bf16", "fp8"]),
+        "pcie": st.booleans(),
+        "overlap": st.fixed_dictionaries({"tp": st.booleans(), "dp": st.booleans(), "cp": st.booleans()}),
+    }
+)
 
 
 def _random_job(d):
@@ -234,12 +269,19 @@ def _random_job(d):
         d["account_for_embedding_in_pipeline_split"] = d["account_for_loss_in_pipeline_split"] = True
     if d["tp"] == 1:
         d["sequence_parallel"] = False
-    cluster = ({"gpu": "l40s-48gb", "intra_node": "pcie4-x16", "inter_node": "eth-100g", "nics_per_node": 1}
-               if pcie else {})
+    cluster = (
+        {"gpu": "l40s-48gb", "intra_node": "pcie4-x16", "inter_node": "eth-100g", "nics_per_node": 1} if pcie else {}
+    )
     n = d["pp"] * d["tp"] * d["cp"] * 2  # two data-parallel replicas
     try:
-        return job(layers=layers, num_gpus=n, global_batch=gb * 2 * d["micro_batch"], cluster=cluster,
-                   training={"precision": precision}, **d)
+        return job(
+            layers=layers,
+            num_gpus=n,
+            global_batch=gb * 2 * d["micro_batch"],
+            cluster=cluster,
+            training={"precision": precision},
+            **d,
+        )
     except SpecError:
         return None  # a plan the spec (and so search) refuses
 
@@ -296,8 +338,12 @@ def agreement_rule(j, sim, est, busiest, contention=False):
     return effects
 
 
-@settings(max_examples=300, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(plans)
 def test_estimate_and_simulate_agree_or_name_the_effect(d):
     j = _random_job(d)

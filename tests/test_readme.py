@@ -22,12 +22,23 @@ def test_readme_catalog_table_lists_every_entry():
 
 def test_required_catalog_ids_exist():
     c = _builtin_catalog()
-    assert {"a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h100-pcie-80gb", "h200-sxm-141gb",
-            "b200-sxm-192gb", "rtx-4090-24gb", "l40s-48gb", "mi300x-192gb", "gb200"} <= set(c["gpu"])
+    assert {
+        "a100-sxm4-40gb",
+        "a100-sxm4-80gb",
+        "h100-sxm5-80gb",
+        "h100-pcie-80gb",
+        "h200-sxm-141gb",
+        "b200-sxm-192gb",
+        "rtx-4090-24gb",
+        "l40s-48gb",
+        "mi300x-192gb",
+        "gb200",
+    } <= set(c["gpu"])
     assert {"nvlink3", "nvlink4", "nvlink5", "pcie4-x16", "pcie5-x16"} <= set(c["intra_node"])
     assert {"eth-25g", "eth-100g", "roce-200g", "roce-400g", "ib-hdr", "ib-ndr", "ib-xdr"} <= set(c["inter_node"])
-    assert {"gpt3-175b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b",
-            "llama3-405b"} <= set(c["model"])
+    assert {"gpt3-175b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b"} <= set(
+        c["model"]
+    )
     for section in c.values():
         assert all(entry.get("source") for entry in section.values())
 

@@ -45,11 +45,21 @@ ARTEFACTS = REPO / "out"
 SCREENSHOT = ARTEFACTS / "report-screenshot.png"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BASH = shutil.which("bash") or "/bin/bash"  # moves the DevTools pipes onto fd 3 and 4 (dash takes one-digit fds only)
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--remote-debugging-pipe")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--remote-debugging-pipe",
+)
 needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)"
+)
 
 
 def run(*args):
@@ -71,9 +81,17 @@ def pages(tmp_path_factory):
     return {
         "seed": make_page(d / "seed.html", SEED, "--scale", "128,256,512"),
         "nofit": make_page(d / "nofit.html", nofit, "--scale", "256,512"),
-        "extras": make_page(d / "extras.html", SEED, "--no-search", "--bench", RESULTS / "sweep_a.json",
-                            "--bench-cluster", RESULTS / "cluster_4x1.yaml",
-                            "--compare", REPO / "examples" / "compare" / "llama2-70b-256-a100.yaml"),
+        "extras": make_page(
+            d / "extras.html",
+            SEED,
+            "--no-search",
+            "--bench",
+            RESULTS / "sweep_a.json",
+            "--bench-cluster",
+            RESULTS / "cluster_4x1.yaml",
+            "--compare",
+            REPO / "examples" / "compare" / "llama2-70b-256-a100.yaml",
+        ),
     }
 
 
@@ -185,8 +203,18 @@ def test_page_is_self_contained(pages):
 def test_every_figure_has_a_drawing_and_a_table(pages):
     f = facts(pages["seed"])
     ids = [s["id"] for s in f.svgs]
-    for fig in ("step", "comm-time", "comm-bytes", "memory", "timeline", "sim-vs-estimate", "scaling", "wall",
-                "plans", "advice"):
+    for fig in (
+        "step",
+        "comm-time",
+        "comm-bytes",
+        "memory",
+        "timeline",
+        "sim-vs-estimate",
+        "scaling",
+        "wall",
+        "plans",
+        "advice",
+    ):
         assert fig in ids, fig
     assert all(s["shapes"] > 3 for s in f.svgs), f.svgs
     assert f.figures == len(f.svgs) and min(f.tables_per_figure) >= 1  # a table view under every chart
@@ -195,7 +223,7 @@ def test_every_figure_has_a_drawing_and_a_table(pages):
 def test_embedded_estimate_json_is_the_command_output(pages):
     text = pages["seed"].read_text()
     start = text.index('id="estimate-json">') + len('id="estimate-json">')
-    embedded = json.loads(text[start:text.index("</script>", start)])
+    embedded = json.loads(text[start : text.index("</script>", start)])
     assert embedded == estimate_json(SEED)
 
 
@@ -228,7 +256,7 @@ def test_bench_model_curve_is_the_calibrate_prediction(tmp_path):
     cluster = load_cluster_file(RESULTS / "cluster_4x1.yaml")
     records = json.loads((RESULTS / "sweep_a.json").read_text())
     bs = BenchSet("sweep_a.json", records, cluster, "cluster_4x1.yaml")
-    (key, recs), = [(k, v) for k, v in bench_groups(bs).items() if k[0] == "all_reduce"]
+    ((key, recs),) = [(k, v) for k, v in bench_groups(bs).items() if k[0] == "all_reduce"]
     chart, _ = bench_chart(bs, key, recs)
     model = next(s for s in chart.series if s.label == "torch model")
     intra, inter = levels_from_cluster(cluster)
@@ -255,9 +283,11 @@ def test_plots_folder_has_svg_and_png_of_every_figure(tmp_path):
 
 
 def test_the_page_path_imports_neither_matplotlib_nor_torch():
-    code = ("import sys; from commtax.spec import load_job; from commtax.report.html import collect, render_page; "
-            f"render_page(collect(load_job({str(SEED)!r}), 'seed', scale=[256], plan_search=False)); "
-            "bad = [m for m in ('matplotlib', 'torch') if m in sys.modules]; assert not bad, bad")
+    code = (
+        "import sys; from commtax.spec import load_job; from commtax.report.html import collect, render_page; "
+        f"render_page(collect(load_job({str(SEED)!r}), 'seed', scale=[256], plan_search=False)); "
+        "bad = [m for m in ('matplotlib', 'torch') if m in sys.modules]; assert not bad, bad"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
 
@@ -265,6 +295,7 @@ def test_the_page_path_imports_neither_matplotlib_nor_torch():
 def test_trace_without_the_trace_module_says_so_in_one_line(tmp_path):
     try:
         import commtax.trace  # noqa: F401
+
         pytest.skip("commtax.trace is installed: --trace is wired to it")
     except ImportError:
         pass
@@ -296,10 +327,28 @@ def test_page_with_real_profiler_traces(tmp_path):
 
 def test_trace_section_from_plain_per_rank_figures():
     b = estimate(load_job(SEED))
-    per_rank = {"0": {"window_s": 18.0, "compute_s": 12.5, "comm_s": 5.0, "overlapped_comm_s": 0.5,
-                      "exposed_comm_s": 4.5, "idle_s": 1.0, "comm_tax": 0.25, "comm_share": 0.2857},
-                "1": {"window_s": 18.0, "compute_s": 12.0, "comm_s": 5.5, "overlapped_comm_s": 0.5,
-                      "exposed_comm_s": 5.0, "idle_s": 1.0, "comm_tax": 4.5 / 18, "comm_share": 0.3}}
+    per_rank = {
+        "0": {
+            "window_s": 18.0,
+            "compute_s": 12.5,
+            "comm_s": 5.0,
+            "overlapped_comm_s": 0.5,
+            "exposed_comm_s": 4.5,
+            "idle_s": 1.0,
+            "comm_tax": 0.25,
+            "comm_share": 0.2857,
+        },
+        "1": {
+            "window_s": 18.0,
+            "compute_s": 12.0,
+            "comm_s": 5.5,
+            "overlapped_comm_s": 0.5,
+            "exposed_comm_s": 5.0,
+            "idle_s": 1.0,
+            "comm_tax": 4.5 / 18,
+            "comm_share": 0.3,
+        },
+    }
     html = trace_section(per_rank, b)
     assert html.count("<svg") == 1 and "rank 1" in html and "predicted" in html
     assert "25.0%" in html  # rank 0's comm tax, as given
@@ -335,9 +384,13 @@ class Chromium:
         # which is unsafe while the reader threads of other browsers run)
         move = f'exec "$0" "$@" 3<&{r} 4>&{w} {r}<&- {w}>&-'
         self.log = open(profile_dir / "chromium.log", "wb")  # noqa: SIM115 (closed in close())
-        self.proc = subprocess.Popen([BASH, "-c", move, CHROMIUM, *CHROMIUM_FLAGS,
-                                      f"--user-data-dir={profile_dir / 'profile'}", "about:blank"],
-                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, pass_fds=(r, w))
+        self.proc = subprocess.Popen(
+            [BASH, "-c", move, CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile_dir / 'profile'}", "about:blank"],
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=self.log,
+            pass_fds=(r, w),
+        )
         os.close(r)
         os.close(w)
         self.events: list[dict] = []
@@ -414,8 +467,10 @@ class Tab:
         return self.b.send(method, params, self.session)
 
     def resize(self, width: int, height: int = 900):
-        self.send("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
 
     def open(self, url: str):
         self.b.events.clear()
@@ -446,9 +501,14 @@ class Tab:
 
     def screenshot(self, path: Path):
         size = self.send("Page.getLayoutMetrics")["cssContentSize"]
-        shot = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
-                                                    "clip": {"x": 0, "y": 0, "width": size["width"],
-                                                             "height": size["height"], "scale": 1}})
+        shot = self.send(
+            "Page.captureScreenshot",
+            {
+                "format": "png",
+                "captureBeyondViewport": True,
+                "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1},
+            },
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(shot["data"]))
 
@@ -503,15 +563,19 @@ def test_timeline_zoom_and_pan(pages, browser):
     tab.open(pages["seed"].resolve().as_uri())
     before = tab.eval("document.querySelector('#chart-timeline .gantt-bars').getAttribute('transform')")
     ticks0 = tab.eval(TICKS)
-    tab.eval("document.querySelector('[data-for=chart-timeline] [data-zoom=in]').click(); "
-             "document.querySelector('[data-for=chart-timeline] [data-zoom=in]').click()")
+    tab.eval(
+        "document.querySelector('[data-for=chart-timeline] [data-zoom=in]').click(); "
+        "document.querySelector('[data-for=chart-timeline] [data-zoom=in]').click()"
+    )
     after = tab.eval("document.querySelector('#chart-timeline .gantt-bars').getAttribute('transform')")
     ticks = tab.eval(TICKS)
     assert after != before and tab.eval(ZOOM_LEVEL) == "×4"
     total = float(tab.eval("document.getElementById('chart-timeline').dataset.total"))
     assert max(ticks) - min(ticks) <= total / 4 + 1e-9 and len(ticks) >= 3  # ticks of the visible quarter
-    tab.eval("const p = document.querySelector('[data-for=chart-timeline] [data-pan]'); p.value = 1000; "
-             "p.dispatchEvent(new Event('input'))")
+    tab.eval(
+        "const p = document.querySelector('[data-for=chart-timeline] [data-pan]'); p.value = 1000; "
+        "p.dispatchEvent(new Event('input'))"
+    )
     ticks_end = tab.eval(TICKS)
     assert max(ticks_end) > 0.7 * total  # panned to the end of the step
     assert len(ticks0) >= 3 and tab.problems() == []
@@ -526,10 +590,18 @@ def test_narrow_window_and_print(pages, browser):
     (ARTEFACTS / "report-screenshot-narrow.png").write_bytes(base64.b64decode(shot["data"]))
     assert tab.eval("document.documentElement.scrollWidth") <= 381  # no sideways scrolling of the page
     # charts keep a readable size and scroll sideways inside their own box; the box fits the window
-    assert tab.eval("Math.max(...Array.from(document.querySelectorAll('.chartwrap')).map(s => "
-                    "s.getBoundingClientRect().right))") <= 381
-    assert tab.eval("Math.min(...Array.from(document.querySelectorAll('svg.chart')).map(s => "
-                    "s.getBoundingClientRect().width))") >= 500
+    assert (
+        tab.eval(
+            "Math.max(...Array.from(document.querySelectorAll('.chartwrap')).map(s => s.getBoundingClientRect().right))"
+        )
+        <= 381
+    )
+    assert (
+        tab.eval(
+            "Math.min(...Array.from(document.querySelectorAll('svg.chart')).map(s => s.getBoundingClientRect().width))"
+        )
+        >= 500
+    )
     tab.send("Emulation.setEmulatedMedia", {"media": "print"})
     assert tab.eval("getComputedStyle(document.querySelector('.controls')).display") == "none"
     pdf = tab.send("Page.printToPDF", {"printBackground": False})
@@ -556,9 +628,11 @@ def test_chromium_harness_reports_console_errors_and_requests(tmp_path):
     if CHROMIUM is None:
         pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
     page = tmp_path / "bad.html"
-    page.write_text("<!DOCTYPE html><html><head><meta http-equiv=\"Content-Security-Policy\" "
-                    "content=\"default-src 'none'; script-src 'unsafe-inline'\"></head><body>"
-                    "<img src=\"http://example.invalid/x.png\"><script>console.error('boom')</script></body></html>")
+    page.write_text(
+        '<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy" '
+        "content=\"default-src 'none'; script-src 'unsafe-inline'\"></head><body>"
+        "<img src=\"http://example.invalid/x.png\"><script>console.error('boom')</script></body></html>"
+    )
     b = Chromium(tmp_path)
     try:
         tab = Tab(b)

@@ -57,13 +57,17 @@ def test_number_formats():
 
 def stacked(values=((1.0, 3.0),), limit=None) -> StackedBars:
     segs = (Segment("a", "part a", Style("#111111", "solid")), Segment("b", "part b", Style("#222222", "diag")))
-    return StackedBars("t", tuple(f"row {i}" for i in range(len(values))), segs, values, "s", limit=limit,
-                       limit_label="cap")
+    return StackedBars(
+        "t", tuple(f"row {i}" for i in range(len(values))), segs, values, "s", limit=limit, limit_label="cap"
+    )
 
 
 def widths(root: ET.Element) -> dict[str, float]:
-    return {r.get("data-key"): float(r.get("width")) for r in root.iter("{http://www.w3.org/2000/svg}rect")
-            if r.get("class") == "seg"}
+    return {
+        r.get("data-key"): float(r.get("width"))
+        for r in root.iter("{http://www.w3.org/2000/svg}rect")
+        if r.get("class") == "seg"
+    }
 
 
 def test_stacked_bar_segments_are_proportional_to_the_values():
@@ -97,7 +101,7 @@ def test_patterns_are_defined_once_per_chart_and_referenced():
     text = svg.render(c, "fig1")
     ids = re.findall(r'<pattern id="([^"]+)"', text)
     assert len(ids) == len(set(ids)) == len(segs)
-    for ref in set(re.findall(r'url\(#([^)]+)\)', text)):
+    for ref in set(re.findall(r"url\(#([^)]+)\)", text)):
         assert ref in ids
     assert all(i.startswith("fig1-") for i in ids)  # ids are unique per figure on one page
 
@@ -114,11 +118,22 @@ def test_bars_grow_both_ways_from_zero():
 
 
 def test_lines_points_sit_on_their_values():
-    c = Lines("l", (Series("s", (64.0, 256.0, 1024.0), (0.1, 0.2, 0.4)),), "GPUs", "share", x_log=2, y_min=0.0,
-              y_max=0.5, y_percent=True)
+    c = Lines(
+        "l",
+        (Series("s", (64.0, 256.0, 1024.0), (0.1, 0.2, 0.4)),),
+        "GPUs",
+        "share",
+        x_log=2,
+        y_min=0.0,
+        y_max=0.5,
+        y_percent=True,
+    )
     root = parse(svg.render(c, "l"))
-    pts = [(float(e.get("cx")), float(e.get("cy"))) for e in root.iter("{http://www.w3.org/2000/svg}circle")
-           if e.get("fill") == c.style(0).color]
+    pts = [
+        (float(e.get("cx")), float(e.get("cy")))
+        for e in root.iter("{http://www.w3.org/2000/svg}circle")
+        if e.get("fill") == c.style(0).color
+    ]
     xs = [p[0] for p in pts[:3]]
     ys = [p[1] for p in pts[:3]]
     assert xs[1] - xs[0] == pytest.approx(xs[2] - xs[1], abs=0.02)  # 64 -> 256 -> 1024: equal steps on log2
@@ -135,8 +150,12 @@ def test_lines_table_aligns_series_on_x():
 
 def gantt(**kw) -> Gantt:
     kinds = (Segment("compute", "compute", Style("#4477aa")), Segment("tp", "tp", Style("#ee6677", "diag")))
-    spans = (Span(0, 0.0, 1.0, "compute"), Span(0, 1.0, 1.0, "compute"), Span(0, 3.0, 1.0, "compute"),
-             Span(1, 2.0, 1.0, "tp"))
+    spans = (
+        Span(0, 0.0, 1.0, "compute"),
+        Span(0, 1.0, 1.0, "compute"),
+        Span(0, 3.0, 1.0, "compute"),
+        Span(1, 2.0, 1.0, "tp"),
+    )
     return Gantt("g", ("s0 compute", "s0 tp"), spans, kinds, 4.0, idle_rows=(0,), **kw)
 
 
@@ -148,8 +167,9 @@ def test_merge_spans_joins_touching_spans_of_one_kind():
 def test_gantt_draws_every_span_and_tables_idle_time():
     g = gantt()
     root = parse(svg.render(g, "g"))
-    paths = {p.get("data-kind"): p.get("d") for p in root.iter("{http://www.w3.org/2000/svg}path")
-             if p.get("data-kind")}
+    paths = {
+        p.get("data-kind"): p.get("d") for p in root.iter("{http://www.w3.org/2000/svg}path") if p.get("data-kind")
+    }
     assert paths["compute"].count("M") == 3 and paths["tp"].count("M") == 1
     # data units: the whole step is GANTT_UNITS wide; the span at 3 s starts at 3/4 of it
     assert f"M{0.75 * svg.GANTT_UNITS:.1f} " in paths["compute"]
@@ -168,13 +188,18 @@ def test_gantt_window_shows_and_tables_only_that_part():
     bars = root.find(".//s:g[@class='gantt-bars']", NS).get("transform")
     scale, shift = re.search(r"scale\(([-\d.e]+),1\) translate\(([-\d.e]+),0\)", bars).groups()
     assert float(shift) == pytest.approx(-0.5 * svg.GANTT_UNITS)
-    assert float(scale) * 0.5 * svg.GANTT_UNITS == pytest.approx(float(root.find(".//s:clipPath/s:rect", NS)
-                                                                      .get("width")), rel=1e-6)
+    assert float(scale) * 0.5 * svg.GANTT_UNITS == pytest.approx(
+        float(root.find(".//s:clipPath/s:rect", NS).get("width")), rel=1e-6
+    )
 
 
 def test_charts_are_standalone_svg_files():
-    for chart in (stacked(), gantt(), Bars("b", ("r",), ("x",), ((1.0,),)),
-                  Lines("l", (Series("s", (1.0, 2.0), (1.0, 4.0)),), "x", "y", y_log=10)):
+    for chart in (
+        stacked(),
+        gantt(),
+        Bars("b", ("r",), ("x",), ((1.0,),)),
+        Lines("l", (Series("s", (1.0, 2.0), (1.0, 4.0)),), "x", "y", y_log=10),
+    ):
         root = parse(svg.standalone(svg.render(chart, "x")).split("\n", 1)[1])
         assert root.tag == "{http://www.w3.org/2000/svg}svg"
         w, h = (float(v) for v in root.get("viewBox").split()[2:])

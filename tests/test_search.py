@@ -28,8 +28,14 @@ from commtax.units import GiB
 def small_job(num_gpus: int = 16, global_batch: int = 64, gpu: str = "h100-sxm5-80gb", **plan) -> dict:
     return {
         "model": "llama2-7b",
-        "cluster": {"gpu": gpu, "num_gpus": num_gpus, "gpus_per_node": 8, "intra_node": "nvlink4",
-                    "inter_node": "ib-ndr", "nics_per_node": 8},
+        "cluster": {
+            "gpu": gpu,
+            "num_gpus": num_gpus,
+            "gpus_per_node": 8,
+            "intra_node": "nvlink4",
+            "inter_node": "ib-ndr",
+            "nics_per_node": 8,
+        },
         "plan": {"tp": 2, "pp": 2, "micro_batch": 1, **plan},
         "training": {"seq_len": 2048, "global_batch": global_batch, "precision": "bf16"},
     }
@@ -84,8 +90,14 @@ def test_ranking_is_by_step_then_memory(small):
 
 def test_sampled_agreement_on_a_large_space():
     """LLaMA-2 70B on 256 H100 (the seed article's job), tp fixed: a random sample checked against estimate."""
-    job = load_job(small_job() | {"model": "llama2-70b", "cluster": {**small_job()["cluster"], "num_gpus": 256},
-                                  "training": {"seq_len": 4096, "global_batch": 1024}})
+    job = load_job(
+        small_job()
+        | {
+            "model": "llama2-70b",
+            "cluster": {**small_job()["cluster"], "num_gpus": 256},
+            "training": {"seq_len": 4096, "global_batch": 1024},
+        }
+    )
     res = search(job, Space.parse({"tp": "8", "cp": "1,2"}), top=3, workers=1)
     a = agreement(job, res, sample=40, seed=1)
     assert a["sample"] == 40
@@ -116,8 +128,11 @@ def test_grad_dtype_is_the_jobs_unless_asked():
     job = load_job(small_job(grad_comm_dtype="bf16"))
     res = search(job, Space.parse({"tp": "2", "pp": "2", "cp": "1", "micro_batch": "1"}), workers=1)
     assert {res.plan_dict(int(i))["grad_comm_dtype"] for i in range(res.evaluated)} == {"bf16"}
-    res = search(job, Space.parse({"tp": "2", "pp": "2", "cp": "1", "micro_batch": "1", "grad_comm_dtype": "bf16,fp8"}),
-                 workers=1)
+    res = search(
+        job,
+        Space.parse({"tp": "2", "pp": "2", "cp": "1", "micro_batch": "1", "grad_comm_dtype": "bf16,fp8"}),
+        workers=1,
+    )
     assert {res.plan_dict(int(i))["grad_comm_dtype"] for i in range(res.evaluated)} == {"bf16", "fp8"}
 
 
@@ -139,8 +154,14 @@ def test_constraint_parsing():
     assert (c.lo, c.hi) == (2, 8) and c.filter([1, 2, 4, 8, 16]) == [2, 4, 8]
     assert parse_constraint("sequence_parallel", "true").values == (True,)
     assert parse_constraint("zero", "0").values == (0,)
-    for field, bad in (("tp", "x"), ("tp", "0"), ("recompute", "some"), ("pp", "8..2"), ("grad_comm_dtype", "fp4"),
-                       ("recompute", "none..full")):
+    for field, bad in (
+        ("tp", "x"),
+        ("tp", "0"),
+        ("recompute", "some"),
+        ("pp", "8..2"),
+        ("grad_comm_dtype", "fp4"),
+        ("recompute", "none..full"),
+    ):
         with pytest.raises(SpecError):
             parse_constraint(field, bad)
     with pytest.raises(SpecError, match="cannot constrain"):
@@ -158,7 +179,9 @@ def test_fixed_dimension_that_empties_the_space_says_why():
 
 def test_nothing_fits_memory_says_how_much_is_needed():
     job = load_job(small_job(num_gpus=8, global_batch=8) | {"model": "llama2-70b"})
-    with pytest.raises(SpecError, match=r"no plan fits memory: each of the 1 valid plans .*the smallest needs [\d.]+ GiB"):
+    with pytest.raises(
+        SpecError, match=r"no plan fits memory: each of the 1 valid plans .*the smallest needs [\d.]+ GiB"
+    ):
         search(job, Space.parse({"tp": "1", "pp": "1", "cp": "1", "zero": "0", "recompute": "none"}), workers=1)
 
 
@@ -193,8 +216,26 @@ def test_cli_search_json(tmp_path):
     f.write_text(yaml.safe_dump(small_job()))
     out = tmp_path / "res.json"
     csv = tmp_path / "plans.csv"
-    r = CliRunner().invoke(_app(), ["search", str(f), "--cp", "1", "--micro-batch", "1..2", "--top", "2", "--json",
-                                    "--workers", "1", "--out", str(out), "--csv", str(csv)])
+    r = CliRunner().invoke(
+        _app(),
+        [
+            "search",
+            str(f),
+            "--cp",
+            "1",
+            "--micro-batch",
+            "1..2",
+            "--top",
+            "2",
+            "--json",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            "--csv",
+            str(csv),
+        ],
+    )
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data == json.loads(out.read_text())
@@ -202,7 +243,9 @@ def test_cli_search_json(tmp_path):
     best = data["top"][0]
     assert best["breakdown"]["step_time_s"] <= data["top"][1]["breakdown"]["step_time_s"]
     job = load_job(small_job())
-    assert estimate(job_for(job, best["plan"])).step_time_s == pytest.approx(best["breakdown"]["step_time_s"], rel=1e-12)
+    assert estimate(job_for(job, best["plan"])).step_time_s == pytest.approx(
+        best["breakdown"]["step_time_s"], rel=1e-12
+    )
     # $ per B tokens = owned $/s × 1e9 / tokens/s (cost.py); tokens per dollar is its inverse × 1e9
     assert best["usd_per_B_tokens"] * best["tokens_per_dollar"] == pytest.approx(1e9, rel=1e-12)
     assert data["evaluated"] == data["valid"] + data["invalid"]
@@ -239,9 +282,11 @@ def test_a_model_change_the_search_does_not_track_is_reported(monkeypatch):
 
     real = s._est.pp_exposed
     # pipeline sends that (wrongly) depend on the ZeRO stage: the search prices them once per (vp, mb)
-    monkeypatch.setattr(s._est, "pp_exposed",
-                        lambda job, wl, costs, stages: tuple(x * (1 + job.plan.zero)
-                                                             for x in real(job, wl, costs, stages)))
+    monkeypatch.setattr(
+        s._est,
+        "pp_exposed",
+        lambda job, wl, costs, stages: tuple(x * (1 + job.plan.zero) for x in real(job, wl, costs, stages)),
+    )
     job = load_job(small_job(zero=1))
     res = search(job, Space.parse({"pp": "2", "cp": "1", "micro_batch": "1", "zero": "2,3"}), top=3, workers=1)
     assert res.max_rel_diff > 1e-9
@@ -272,8 +317,11 @@ def test_cli_search_verify_shows_both_times(tmp_path):
 
     f = tmp_path / "job.yaml"
     f.write_text(yaml.safe_dump(small_job()))
-    r = CliRunner().invoke(_app(), ["search", str(f), "--tp", "2", "--pp", "2", "--cp", "1", "--micro-batch", "1",
-                                    "--verify", "2"], env={"COLUMNS": "160"})
+    r = CliRunner().invoke(
+        _app(),
+        ["search", str(f), "--tp", "2", "--pp", "2", "--cp", "1", "--micro-batch", "1", "--verify", "2"],
+        env={"COLUMNS": "160"},
+    )
     assert r.exit_code == 0, r.output
     assert "simulated (ranked by the simulated step)" in r.output
     assert "estimate s" in r.output and "simulate s" in r.output

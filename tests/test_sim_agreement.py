@@ -20,14 +20,29 @@ def job(vocab=64, layers=32, num_gpus=64, global_batch=256, **plan):
     base.update(plan)
     if base["dp"] is None:
         base.pop("dp")
-    return load_job({
-        "model": {"layers": layers, "hidden": 4096, "heads": 32, "vocab": vocab, "gated_mlp": True,
-                  "ffn_hidden": 11008, "source": "test: llama2-7b shape"},
-        "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": num_gpus, "gpus_per_node": 8,
-                    "intra_node": "nvlink4", "inter_node": "ib-ndr", "nics_per_node": 8},
-        "plan": base,
-        "training": {"seq_len": 4096, "global_batch": global_batch},
-    })
+    return load_job(
+        {
+            "model": {
+                "layers": layers,
+                "hidden": 4096,
+                "heads": 32,
+                "vocab": vocab,
+                "gated_mlp": True,
+                "ffn_hidden": 11008,
+                "source": "test: llama2-7b shape",
+            },
+            "cluster": {
+                "gpu": "h100-sxm5-80gb",
+                "num_gpus": num_gpus,
+                "gpus_per_node": 8,
+                "intra_node": "nvlink4",
+                "inter_node": "ib-ndr",
+                "nics_per_node": 8,
+            },
+            "plan": base,
+            "training": {"seq_len": 4096, "global_batch": global_batch},
+        }
+    )
 
 
 AGREE = {
@@ -131,7 +146,9 @@ def test_zero3_prefetch_hides_gathers_behind_compute():
     # what the hidden traffic costs the compute it runs under (SMs, HBM: estimate.dp_contention) is charged on top:
     # at most its SM share of the link time
     contention_max = r.builder.costs.cm.nccl_sms / r.builder.costs.cm.sms * link
-    assert exposed < 0.1 * link + contention_max  # prefetched one block ahead: the first gather, the last reduce-scatter
+    assert (
+        exposed < 0.1 * link + contention_max
+    )  # prefetched one block ahead: the first gather, the last reduce-scatter
     serial = simulate(job(pp=1, tp=8, num_gpus=64, zero=3, micro_batch=8, overlap={"dp": False}), NO_CONTENTION)
     assert serial.breakdown.breakdown_s["dp_exposed"] == pytest.approx(link, rel=0.01)  # nothing hidden
 
@@ -146,14 +163,16 @@ def test_dp_and_pp_sharing_a_nic_is_reported():
     assert any(line.startswith("shared NIC") for line in explain(shared))
 
 
-plans = st.fixed_dictionaries({
-    "pp": st.sampled_from([1, 2, 4]),
-    "vp": st.sampled_from([1, 2]),
-    "tp": st.sampled_from([1, 2, 8]),
-    "zero": st.sampled_from([0, 1, 2, 3]),
-    "schedule": st.sampled_from(["1f1b", "gpipe"]),
-    "overlap": st.fixed_dictionaries({"tp": st.booleans(), "dp": st.booleans()}),
-})
+plans = st.fixed_dictionaries(
+    {
+        "pp": st.sampled_from([1, 2, 4]),
+        "vp": st.sampled_from([1, 2]),
+        "tp": st.sampled_from([1, 2, 8]),
+        "zero": st.sampled_from([0, 1, 2, 3]),
+        "schedule": st.sampled_from(["1f1b", "gpipe"]),
+        "overlap": st.fixed_dictionaries({"tp": st.booleans(), "dp": st.booleans()}),
+    }
+)
 
 
 def _job(plan):
@@ -176,8 +195,13 @@ def test_breakdown_sums_to_step_time(plan):
 def test_more_network_bandwidth_is_never_slower(plan, factor):
     j = _job(plan)
     net = j.cluster.inter_node
-    faster = j.model_copy(update={"cluster": j.cluster.model_copy(
-        update={"inter_node": net.model_copy(update={"bw_Gbps": net.bw_Gbps * factor})})})
+    faster = j.model_copy(
+        update={
+            "cluster": j.cluster.model_copy(
+                update={"inter_node": net.model_copy(update={"bw_Gbps": net.bw_Gbps * factor})}
+            )
+        }
+    )
     slow = simulate(j, NO_CONTENTION, compare=False).breakdown.step_time_s
     fast = simulate(faster, NO_CONTENTION, compare=False).breakdown.step_time_s
     assert fast <= slow * (1 + 1e-12)

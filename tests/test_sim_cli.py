@@ -88,10 +88,13 @@ def test_bucket_size_changes_the_number_of_dp_collectives(app, tmp_path):
     assert buckets(small) > 10 * buckets(large) > 0
 
 
-@pytest.mark.parametrize("args,message", [
-    (["missing.yaml"], "error: missing.yaml: file not found"),
-    ([JOB, "--bucket-mb", "0"], "error: --bucket-mb must be > 0 MiB"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["missing.yaml"], "error: missing.yaml: file not found"),
+        ([JOB, "--bucket-mb", "0"], "error: --bucket-mb must be > 0 MiB"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(app, args, message):
     r = invoke(app, *args)
     assert r.exit_code == 2
@@ -108,16 +111,17 @@ def test_bad_job_field_is_one_line(app, tmp_path):
 
 
 def test_importing_the_simulator_loads_neither_matplotlib_nor_torch():
-    code = ("import sys, commtax.sim, commtax.sim.cli, commtax.sim.explain, commtax.sim.trace, commtax.sim.gantt;"
-            "print('matplotlib' in sys.modules, 'torch' in sys.modules)")
+    code = (
+        "import sys, commtax.sim, commtax.sim.cli, commtax.sim.explain, commtax.sim.trace, commtax.sim.gantt;"
+        "print('matplotlib' in sys.modules, 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 
 
 def test_the_commtax_command_runs_simulate():
     code = "import sys; from commtax.cli import main; sys.argv = ['commtax', *sys.argv[1:]]; main()"
-    out = subprocess.run([sys.executable, "-c", code, "simulate", str(JOB), "--json"],
-                         capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code, "simulate", str(JOB), "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["source"] == "simulate"
 

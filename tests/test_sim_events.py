@@ -111,7 +111,9 @@ def test_every_schedule_runs_each_pass_once_and_never_deadlocks(p, v, m, name):
     if p == 1:
         v = 1
     passes = list(schedule(name, p, m, v))
-    assert sorted(passes) == sorted(Pass(s, i, c, ph) for s in range(p) for i in range(m) for c in range(v) for ph in "FB")
+    assert sorted(passes) == sorted(
+        Pass(s, i, c, ph) for s in range(p) for i in range(m) for c in range(v) for ph in "FB"
+    )
     stages = by_stage(passes, p)
     for s in stages:  # a stage's forward of a (micro-batch, chunk) comes before its backward
         seen = set()

@@ -16,13 +16,30 @@ EMPTY = Block("empty", Phase(()), Phase(()), Phase(()))
 
 def tiny_job(pp=2, vp=1, schedule="1f1b", global_batch=2, dp=1, layers=None, zero=1, tp=1, **plan):
     layers = layers or pp * vp
-    return load_job({
-        "model": {"layers": layers, "hidden": 256, "heads": 4, "vocab": 512, "source": "test"},
-        "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": pp * dp * tp, "gpus_per_node": 1,
-                    "intra_node": "nvlink4", "inter_node": "ib-ndr", "nics_per_node": 1},
-        "plan": {"pp": pp, "vp": vp, "dp": dp, "tp": tp, "schedule": schedule, "recompute": "none", "zero": zero, **plan},
-        "training": {"seq_len": 128, "global_batch": global_batch},
-    })
+    return load_job(
+        {
+            "model": {"layers": layers, "hidden": 256, "heads": 4, "vocab": 512, "source": "test"},
+            "cluster": {
+                "gpu": "h100-sxm5-80gb",
+                "num_gpus": pp * dp * tp,
+                "gpus_per_node": 1,
+                "intra_node": "nvlink4",
+                "inter_node": "ib-ndr",
+                "nics_per_node": 1,
+            },
+            "plan": {
+                "pp": pp,
+                "vp": vp,
+                "dp": dp,
+                "tp": tp,
+                "schedule": schedule,
+                "recompute": "none",
+                "zero": zero,
+                **plan,
+            },
+            "training": {"seq_len": 128, "global_batch": global_batch},
+        }
+    )
 
 
 class FakeCosts:
@@ -59,14 +76,19 @@ def uniform(job):
 
 def run(job, **kw):
     wl = uniform(job)
-    return simulate(job, workload=wl, costs=FakeCosts(wl, **kw), compare=False, options=SimOptions(nic_contention=False))
+    return simulate(
+        job, workload=wl, costs=FakeCosts(wl, **kw), compare=False, options=SimOptions(nic_contention=False)
+    )
 
 
 def passes(r):
     """(stream, pass, stage, start) of every task but zero-length ones, by start time then creation."""
     sim = r.sim
-    return [(f"{sim.streams[t.stream].name} {t.meta[3]}{t.meta[1]}", sim.streams[t.stream].device, t.start_s)
-            for t in sorted(sim.tasks, key=lambda t: (t.start_s, t.id)) if t.duration_s > 0]
+    return [
+        (f"{sim.streams[t.stream].name} {t.meta[3]}{t.meta[1]}", sim.streams[t.stream].device, t.start_s)
+        for t in sorted(sim.tasks, key=lambda t: (t.start_s, t.id))
+        if t.duration_s > 0
+    ]
 
 
 def test_1f1b_two_stages_two_microbatches_exact_trace():
@@ -137,8 +159,13 @@ def test_gradient_buckets_overlap_backward_and_leave_a_tail():
     job = tiny_job(pp=1, layers=1, global_batch=4, dp=2, zero=0)
     wl = uniform(job)
     grads = wl.params_per_gpu["layers"] * 2  # bf16 gradients
-    r = simulate(job, workload=wl, costs=FakeCosts(wl, send=0.0, dp=0.25), compare=False,
-                 options=SimOptions(bucket_bytes=grads / 4))
+    r = simulate(
+        job,
+        workload=wl,
+        costs=FakeCosts(wl, send=0.0, dp=0.25),
+        compare=False,
+        options=SimOptions(bucket_bytes=grads / 4),
+    )
     dp = [t for t in r.sim.tasks if t.kind == "dp"]
     # 4 buckets launched at 1/4, 2/4, 3/4 and the end of the last backward (2 s, from t = 4)
     assert [t.start_s for t in dp] == [4.5, 5.0, 5.5, 6.0]
@@ -152,12 +179,23 @@ def test_breakdown_parts_sum_to_step_time():
     assert sum(r.breakdown.breakdown_s.values()) == pytest.approx(r.breakdown.step_time_s, rel=1e-12)
 
 
-@pytest.mark.parametrize("pp,vp,m,schedule", [
-    (2, 1, 2, "1f1b"), (4, 1, 8, "1f1b"), (4, 1, 8, "gpipe"), (8, 1, 32, "1f1b"),
-    (4, 2, 8, "1f1b"), (4, 3, 12, "1f1b"), (2, 4, 6, "1f1b"), (3, 2, 9, "1f1b"),
-    # fewer micro-batches than stages: (m + p − 1)·t, so the bubble is still (p − 1)/m of the ideal time
-    (4, 1, 2, "1f1b"), (4, 1, 3, "gpipe"), (8, 1, 1, "1f1b"),
-])
+@pytest.mark.parametrize(
+    "pp,vp,m,schedule",
+    [
+        (2, 1, 2, "1f1b"),
+        (4, 1, 8, "1f1b"),
+        (4, 1, 8, "gpipe"),
+        (8, 1, 32, "1f1b"),
+        (4, 2, 8, "1f1b"),
+        (4, 3, 12, "1f1b"),
+        (2, 4, 6, "1f1b"),
+        (3, 2, 9, "1f1b"),
+        # fewer micro-batches than stages: (m + p − 1)·t, so the bubble is still (p − 1)/m of the ideal time
+        (4, 1, 2, "1f1b"),
+        (4, 1, 3, "gpipe"),
+        (8, 1, 1, "1f1b"),
+    ],
+)
 def test_uniform_bubble_fraction_is_textbook(pp, vp, m, schedule):
     r = run(tiny_job(pp=pp, vp=vp, schedule=schedule, global_batch=m))
     assert r.bubble_fraction == pytest.approx((pp - 1) / (vp * m), rel=1e-9)  # Narayanan et al. 2021 §2.2
@@ -178,14 +216,33 @@ def test_interleaved_two_stages_two_chunks_two_microbatches_exact_trace():
 
     def compute(stage):
         s = next(s for s in sim.streams if s.device == stage and s.name == "compute")
-        return [(f"{t.meta[3]}{t.meta[1]}c{t.meta[2]}", t.start_s) for t in (sim.tasks[i] for i in s.tasks)
-                if t.duration_s > 0]
+        return [
+            (f"{t.meta[3]}{t.meta[1]}c{t.meta[2]}", t.start_s)
+            for t in (sim.tasks[i] for i in s.tasks)
+            if t.duration_s > 0
+        ]
 
     # stage 0 warms up with all 4 forwards (2(p−1) + (v−1)·p = 4); stage 1 with 2, then 1F1B
-    assert compute(0) == [("F0c0", 0.0), ("F1c0", 1.0), ("F0c1", 3.0), ("F1c1", 4.0),
-                          ("B0c1", 8.0), ("B1c1", 11.0), ("B0c0", 13.0), ("B1c0", 16.0)]
-    assert compute(1) == [("F0c0", 1.5), ("F1c0", 2.5), ("F0c1", 4.5), ("B0c1", 5.5),
-                          ("F1c1", 7.5), ("B1c1", 8.5), ("B0c0", 10.5), ("B1c0", 13.5)]
+    assert compute(0) == [
+        ("F0c0", 0.0),
+        ("F1c0", 1.0),
+        ("F0c1", 3.0),
+        ("F1c1", 4.0),
+        ("B0c1", 8.0),
+        ("B1c1", 11.0),
+        ("B0c0", 13.0),
+        ("B1c0", 16.0),
+    ]
+    assert compute(1) == [
+        ("F0c0", 1.5),
+        ("F1c0", 2.5),
+        ("F0c1", 4.5),
+        ("B0c1", 5.5),
+        ("F1c1", 7.5),
+        ("B1c1", 8.5),
+        ("B0c0", 10.5),
+        ("B1c0", 13.5),
+    ]
     b = r.breakdown
     assert b.step_time_s == 18.0
     assert b.breakdown_s["compute"] == 12.0  # 2 micro-batches × 2 chunks × (1 + 2)

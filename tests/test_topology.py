@@ -25,8 +25,15 @@ GB = 1e9
 def cluster(**kw) -> Cluster:
     from commtax.spec import resolve_cluster
 
-    raw = {"gpu": "h100-sxm5-80gb", "num_gpus": 32, "gpus_per_node": 8, "intra_node": "nvlink4",
-           "inter_node": "ib-ndr", "nics_per_node": 8, **kw}
+    raw = {
+        "gpu": "h100-sxm5-80gb",
+        "num_gpus": 32,
+        "gpus_per_node": 8,
+        "intra_node": "nvlink4",
+        "inter_node": "ib-ndr",
+        "nics_per_node": 8,
+        **kw,
+    }
     return build(Cluster, resolve_cluster(raw, load_catalog()), "cluster")
 
 

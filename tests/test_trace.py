@@ -18,8 +18,14 @@ from commtax.trace.cli import trace_command
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"
-SHARED = ["a100-128gpu-sampled-rank0", "a100-128gpu-sampled-rank1", "a100-1gpu-train", "a100-2gpu-allreduce-rank0",
-          "a100-8gpu-rank3", "mi250-toy-train"]
+SHARED = [
+    "a100-128gpu-sampled-rank0",
+    "a100-128gpu-sampled-rank1",
+    "a100-1gpu-train",
+    "a100-2gpu-allreduce-rank0",
+    "a100-8gpu-rank3",
+    "mi250-toy-train",
+]
 
 
 def shared(name: str) -> Path:
@@ -85,8 +91,17 @@ def test_figures_equal_an_independent_sweep(name):
     assert r.comm_tax == pytest.approx((ref["comm"] - ref["both"]) / ref["window"], rel=1e-9, abs=1e-12)
 
 
-@pytest.mark.parametrize("name", ["a100-128gpu-sampled-rank0", "a100-128gpu-sampled-rank1", "a100-1gpu-train",
-                                  "a100-2gpu-allreduce-rank0", "a100-8gpu-rank3", "mi250-toy-train"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a100-128gpu-sampled-rank0",
+        "a100-128gpu-sampled-rank1",
+        "a100-1gpu-train",
+        "a100-2gpu-allreduce-rank0",
+        "a100-8gpu-rank3",
+        "mi250-toy-train",
+    ],
+)
 def test_figures_equal_holistic_trace_analysis(name, tmp_path, monkeypatch):
     """HTA's temporal breakdown and comm-comp overlap, on the same trace: kernel_time = our window,
     idle and compute equal, overlap % = overlapped / comm. HTA rounds ns timestamps to µs unless told not to,
@@ -185,15 +200,31 @@ def test_small_chunks_give_the_same_figures(monkeypatch):
 
 
 def test_bare_array_and_plain_json(tmp_path):
-    events = [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 10, "args": {}},
-              {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL(ncclDevComm*)", "pid": 0,
-               "tid": 9, "ts": 5, "dur": 10, "args": {"Collective name": "_allgather_base", "In msg nelems": 100,
-                                                      "Out msg nelems": 400, "dtype": "BFloat16", "Group size": 4}}]
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 10, "args": {}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllGather_RING_LL(ncclDevComm*)",
+            "pid": 0,
+            "tid": 9,
+            "ts": 5,
+            "dur": 10,
+            "args": {
+                "Collective name": "_allgather_base",
+                "In msg nelems": 100,
+                "Out msg nelems": 400,
+                "dtype": "BFloat16",
+                "Group size": 4,
+            },
+        },
+    ]
     (tmp_path / "a.json").write_text(json.dumps(events))
     r = analyze(tmp_path / "a.json").ranks[0]
     # compute [0,10), comm [5,15): window 15 µs, overlap 5, exposed 5
     assert (r.window_s, r.compute_s, r.comm_s, r.overlapped_comm_s, r.exposed_comm_s) == pytest.approx(
-        (15e-6, 10e-6, 10e-6, 5e-6, 5e-6))
+        (15e-6, 10e-6, 10e-6, 5e-6, 5e-6)
+    )
     assert r.comm_tax == pytest.approx(5 / 15) and r.comm_share == pytest.approx(10 / 20)
     c = r.collectives[0]
     assert (c.kind, c.message_bytes, c.group_size) == ("all_gather", 400 * 2, 4)  # all_gather: the output buffer
@@ -202,8 +233,9 @@ def test_bare_array_and_plain_json(tmp_path):
 
 # ----------------------------------------------------------------------------- CLI
 def test_table_fits_100_columns(app):
-    res = CliRunner().invoke(app, ["trace", str(shared("a100-2gpu-allreduce-rank0")), str(shared("a100-8gpu-rank3"))],
-                             terminal_width=200)
+    res = CliRunner().invoke(
+        app, ["trace", str(shared("a100-2gpu-allreduce-rank0")), str(shared("a100-8gpu-rank3"))], terminal_width=200
+    )
     assert res.exit_code == 0, res.output
     assert "Measured per rank" in res.output and "all_reduce" in res.output
     assert max(len(line) for line in res.output.splitlines()) <= 100
@@ -214,8 +246,22 @@ def test_json_schema(app):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     rank = data["ranks"][0]
-    for key in ("file", "rank", "world_size", "device", "window_s", "compute_s", "comm_s", "overlapped_comm_s",
-                "exposed_comm_s", "idle_s", "comm_tax", "comm_share", "steps", "collectives"):
+    for key in (
+        "file",
+        "rank",
+        "world_size",
+        "device",
+        "window_s",
+        "compute_s",
+        "comm_s",
+        "overlapped_comm_s",
+        "exposed_comm_s",
+        "idle_s",
+        "comm_tax",
+        "comm_share",
+        "steps",
+        "collectives",
+    ):
         assert key in rank
     assert (rank["rank"], rank["world_size"]) == (3, 8)
     assert set(rank["steps"][0]) >= {"step", "window_s", "comm_tax", "exposed_comm_s"}
@@ -227,8 +273,14 @@ def _gz(path: Path, text: str, cut: int | None = None) -> Path:
     return path
 
 
-GOOD = json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": i * 10,
-                                    "dur": 5, "args": {}} for i in range(2000)]})
+GOOD = json.dumps(
+    {
+        "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": i * 10, "dur": 5, "args": {}}
+            for i in range(2000)
+        ]
+    }
+)
 
 
 def _text(name: str, text: str):
@@ -242,18 +294,21 @@ def _text(name: str, text: str):
 EVENT = '{"ph": "X", "name": "k", "cat": "kernel", "ts": %s, "dur": 1%s}'
 
 
-@pytest.mark.parametrize("make, problem", [
-    (_text("empty.json", ""), "empty file"),
-    (_text("prose.json", "hello, world"), "not a JSON trace"),
-    (lambda d: _gz(d / "trunc.json.gz", GOOD, cut=3000), "truncated or corrupt gzip"),
-    (_text("cut.json", GOOD[: len(GOOD) // 2]), "cut short"),
-    (_text("noev.json", '{"schemaVersion": 1}'), "no traceEvents"),
-    (_text("evstr.json", '{"traceEvents": "x"}'), "traceEvents is a str"),
-    (_text("ts.json", '{"traceEvents": [%s]}' % (EVENT % ('"12"', ""))), "'ts' is a str, expected a number"),
-    (_text("args.json", '{"traceEvents": [%s]}' % (EVENT % ("1", ', "args": [1]'))), "'args' is a list"),
-    (_text("elem.json", '{"traceEvents": [3]}'), "traceEvents[0] is a int"),
-    (lambda d: d / "missing.json", "file not found"),
-])
+@pytest.mark.parametrize(
+    "make, problem",
+    [
+        (_text("empty.json", ""), "empty file"),
+        (_text("prose.json", "hello, world"), "not a JSON trace"),
+        (lambda d: _gz(d / "trunc.json.gz", GOOD, cut=3000), "truncated or corrupt gzip"),
+        (_text("cut.json", GOOD[: len(GOOD) // 2]), "cut short"),
+        (_text("noev.json", '{"schemaVersion": 1}'), "no traceEvents"),
+        (_text("evstr.json", '{"traceEvents": "x"}'), "traceEvents is a str"),
+        (_text("ts.json", '{"traceEvents": [%s]}' % (EVENT % ('"12"', ""))), "'ts' is a str, expected a number"),
+        (_text("args.json", '{"traceEvents": [%s]}' % (EVENT % ("1", ', "args": [1]'))), "'args' is a list"),
+        (_text("elem.json", '{"traceEvents": [3]}'), "traceEvents[0] is a int"),
+        (lambda d: d / "missing.json", "file not found"),
+    ],
+)
 def test_malformed_input_is_one_line_exit_2(app, tmp_path, make, problem):
     path = make(tmp_path)
     res = CliRunner().invoke(app, ["trace", str(path)])
@@ -273,8 +328,14 @@ def test_bad_steps_option(app):
 # ----------------------------------------------------------------------------- against / calibrate
 A100_PAIR = {
     "model": "llama2-7b",
-    "cluster": {"gpu": "a100-sxm4-40gb", "num_gpus": 2, "gpus_per_node": 2, "intra_node": "nvlink3",
-                "inter_node": "ib-hdr", "nics_per_node": 1},
+    "cluster": {
+        "gpu": "a100-sxm4-40gb",
+        "num_gpus": 2,
+        "gpus_per_node": 2,
+        "intra_node": "nvlink3",
+        "inter_node": "ib-hdr",
+        "nics_per_node": 1,
+    },
     "plan": {"tp": 1, "pp": 1, "zero": 0, "micro_batch": 1},
     "training": {"seq_len": 2048, "global_batch": 2, "precision": "bf16"},
 }
@@ -301,7 +362,8 @@ def test_against_puts_prediction_beside_measurement(app, tmp_path):
 
         j = load_job(A100_PAIR)
         assert c["predicted_time_s"] == pytest.approx(
-            collective_cost("all_reduce", c["message_bytes"], group_placement(j, "dp", "all_reduce")).time_s)
+            collective_cost("all_reduce", c["message_bytes"], group_placement(j, "dp", "all_reduce")).time_s
+        )
     assert against["explanations"] and "predicted" in against["explanations"][0]
 
 
@@ -337,38 +399,57 @@ def test_measured_breakdown_is_comparable_field_by_field():
     mean = lambda name: sum(getattr(s, name) for s in r.steps) / len(r.steps)
     assert b.breakdown_s["compute"] == pytest.approx(mean("compute_s"))
     assert b.breakdown_s["dp_exposed"] + b.breakdown_s["idle"] + b.breakdown_s["compute"] == pytest.approx(
-        b.step_time_s - sum(v for k, v in b.breakdown_s.items() if k not in ("dp_exposed", "idle", "compute")))
+        b.step_time_s - sum(v for k, v in b.breakdown_s.items() if k not in ("dp_exposed", "idle", "compute"))
+    )
     assert b.comm_tax == pytest.approx(b.breakdown_s["dp_exposed"] / b.step_time_s)
     assert b.comm_bytes_per_gpu["dp"] > 0 and b.tokens_per_s == pytest.approx(2 * 2048 / b.step_time_s)
 
 
-@pytest.mark.parametrize("name, kind", [
-    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "all_reduce"),  # NCCL 2.17
-    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_gather"),  # NCCL ≥ 2.19
-    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "reduce_scatter"),
-    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", "send_recv"),
-    ("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "broadcast"),
-    ("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", None),  # the op is only in the args
-    ("rcclKernel_AllToAll(ncclDevComm*)", "all_to_all"),  # an rccl-prefixed name (RCCL also keeps nccl names)
-])
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "all_reduce"),  # NCCL 2.17
+        ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_gather"),  # NCCL ≥ 2.19
+        ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "reduce_scatter"),
+        ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", "send_recv"),
+        ("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "broadcast"),
+        ("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", None),  # the op is only in the args
+        ("rcclKernel_AllToAll(ncclDevComm*)", "all_to_all"),  # an rccl-prefixed name (RCCL also keeps nccl names)
+    ],
+)
 def test_communication_kernel_names(name, kind):
     from commtax.trace.collect import COMM_KERNEL, kernel_op
 
     assert COMM_KERNEL.match(name) and kernel_op(name) == kind
 
 
-@pytest.mark.parametrize("name", ["void cutlass::Kernel<cutlass_80_tensorop_s1688gemm>(Params)",
-                                  "Cijk_Alik_Bljk_SB_MT64x16x32_MI16x16x1", "nchwToNhwcKernel"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm>(Params)",
+        "Cijk_Alik_Bljk_SB_MT64x16x32_MI16x16x1",
+        "nchwToNhwcKernel",
+    ],
+)
 def test_compute_kernel_names(name):
     from commtax.trace.collect import COMM_KERNEL
 
     assert not COMM_KERNEL.match(name)
 
 
-@pytest.mark.parametrize("collective, kind", [("allreduce", "all_reduce"), ("_allgather_base", "all_gather"),
-                                              ("reduce_scatter_tensor_coalesced", "reduce_scatter"),
-                                              ("alltoall_base", "all_to_all"), ("send", "send_recv"),
-                                              ("recv", "send_recv"), ("broadcast", "broadcast"), ("barrier", "other")])
+@pytest.mark.parametrize(
+    "collective, kind",
+    [
+        ("allreduce", "all_reduce"),
+        ("_allgather_base", "all_gather"),
+        ("reduce_scatter_tensor_coalesced", "reduce_scatter"),
+        ("alltoall_base", "all_to_all"),
+        ("send", "send_recv"),
+        ("recv", "send_recv"),
+        ("broadcast", "broadcast"),
+        ("barrier", "other"),
+    ],
+)
 def test_c10d_collective_names(collective, kind):
     from commtax.trace.collect import op_kind
 

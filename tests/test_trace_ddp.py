@@ -41,8 +41,13 @@ def param_bytes() -> int:
 @pytest.fixture(scope="module")
 def loopback(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ddp")
-    r = subprocess.run([sys.executable, str(EXAMPLE), "--job", str(JOB), "--out", str(out), "--steps", str(STEPS)],
-                       capture_output=True, text=True, timeout=900, check=False)
+    r = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--job", str(JOB), "--out", str(out), "--steps", str(STEPS)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return out
 
@@ -118,8 +123,24 @@ def measured_and_predicted(cluster: Path, out: Path) -> tuple[float, float, obje
     from commtax.trace import analyze
     from commtax.trace.against import compare, compute_efficiency
 
-    r = cli("cluster", "run", "--cluster", str(cluster), "--grace", "15", "--", sys.executable, str(EXAMPLE),
-            "--job", str(JOB), "--out", str(out), "--steps", "3", timeout=900)
+    r = cli(
+        "cluster",
+        "run",
+        "--cluster",
+        str(cluster),
+        "--grace",
+        "15",
+        "--",
+        sys.executable,
+        str(EXAMPLE),
+        "--job",
+        str(JOB),
+        "--out",
+        str(out),
+        "--steps",
+        "3",
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     rep = analyze(out)
     spec = yaml.safe_load(JOB.read_text())
@@ -142,7 +163,9 @@ def test_measured_comm_tax_within_15pct_of_prediction_on_shaped_links(cluster, t
         if abs(measured / predicted - 1) <= 0.15:
             break
     dp = next(x for x in cmp.rows if x.metric == "dp_exposed_s")
-    print(f"comm tax measured {measured:.3f}, predicted {predicted:.3f}; exposed DP comm per step measured "
-          f"{dp.measured * 1e3:.0f} ms, predicted {dp.predicted * 1e3:.0f} ms; " + "; ".join(cmp.explanations))
+    print(
+        f"comm tax measured {measured:.3f}, predicted {predicted:.3f}; exposed DP comm per step measured "
+        f"{dp.measured * 1e3:.0f} ms, predicted {dp.predicted * 1e3:.0f} ms; " + "; ".join(cmp.explanations)
+    )
     assert measured > 0.05  # the links make communication matter
     assert measured == pytest.approx(predicted, rel=0.15), cmp.explanations

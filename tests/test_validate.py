@@ -3,11 +3,10 @@
 import json
 
 import pytest
-
 from typer.testing import CliRunner
 
 from commtax.cli import app, register_commands
-from commtax.validate import framework_of_row, generation_of, validate
+from commtax.validate import generation_of, validate
 
 register_commands()  # every command on `app` (main() registers only the one it runs)
 runner = CliRunner()
@@ -54,8 +53,11 @@ def test_zero3_2021_rows_are_priced_per_parameter(validation_dir):
 
 def test_report_by_source_and_loso(validation_dir):
     report = validate(validation_dir / "public_runs.csv", loso=True)
-    assert set(report.by_source) == {"Narayanan et al. 2021", "MosaicML llm-foundry MPT training benchmarks",
-                                     "NVIDIA NeMo Framework performance summary"}
+    assert set(report.by_source) == {
+        "Narayanan et al. 2021",
+        "MosaicML llm-foundry MPT training benchmarks",
+        "NVIDIA NeMo Framework performance summary",
+    }
     assert report.source_avg_mape_pct == pytest.approx(sum(report.by_source.values()) / 3)
     assert report.refused == []
     # no assumption is fitted on validation rows (the Hopper sustained clock is MSMF/MAMF component data):
@@ -104,7 +106,9 @@ def test_optional_software_columns_override_the_generation_rule(tmp_path, valida
     lines = (validation_dir / "public_runs.csv").read_text().splitlines()
     header, row = lines[0], next(line for line in lines if line.startswith("meg21_t1_1,"))
     csv = tmp_path / "runs.csv"
-    csv.write_text("\n".join([header + ",flash_attention,overlap_tp", row + ",true,", row.replace("meg21_t1_1", "x2") + ",,"]))
+    csv.write_text(
+        "\n".join([header + ",flash_attention,overlap_tp", row + ",true,", row.replace("meg21_t1_1", "x2") + ",,"])
+    )
     stated, rule = validate(csv).rows
     assert stated.predicted > 1.1 * rule.predicted  # 2021 Megatron materialised the scores (attention: eager)
 
@@ -114,7 +118,11 @@ def test_a_run_the_memory_model_cannot_fit_is_still_predicted(tmp_path, validati
     # hypothetical, but a published row must never be refused for memory - it did run
     lines = (validation_dir / "public_runs.csv").read_text().splitlines()
     row = next(line for line in lines if line.startswith("mpt_a100_40gb_bf16_70b_2048_64,"))
-    row = row.replace(",64,8,", ",8,8,", 1).replace(",1,1,64,1,", ",1,1,8,1,", 1).replace(",128,2048,bf16,", ",16,2048,bf16,", 1)
+    row = (
+        row.replace(",64,8,", ",8,8,", 1)
+        .replace(",1,1,64,1,", ",1,1,8,1,", 1)
+        .replace(",128,2048,bf16,", ",16,2048,bf16,", 1)
+    )
     csv = tmp_path / "runs.csv"
     csv.write_text("\n".join([lines[0], row]) + "\n")
     r = validate(csv).rows[0]
@@ -135,8 +143,10 @@ def test_a_published_table_states_plan_facts(validation_dir):
     from commtax.validate import run_job_raw, source_plan
 
     # llm-foundry's A100-40GB table runs MP Mode PURE: gradients reduced in bf16, not the fsdp preset's fp32
-    row = {"source": "MosaicML llm-foundry MPT training benchmarks; ... 'A100 40GB with 1600 Gbps node-node "
-                     "interconnect (RoCE)'"}
+    row = {
+        "source": "MosaicML llm-foundry MPT training benchmarks; ... 'A100 40GB with 1600 Gbps node-node "
+        "interconnect (RoCE)'"
+    }
     assert source_plan(row) == {"grad_comm_dtype": "bf16"}
     assert source_plan({"source": "MosaicML llm-foundry; H100 80GB"}) == {}
     rows = [r for r in csv_rows(validation_dir) if r["id"].startswith("mpt_")]

@@ -145,8 +145,9 @@ def test_zero3_workload_carries_the_gather_granularity():
     wl = build_workload(gpt_job(tp=1, zero=3, recompute="full", sequence_parallel=False))
     assert wl.zero3_gather == "bucketed_prefetch" and wl.zero3_gather_passes == 2
     # DeepSpeed < v0.6: the checkpointed forward re-enters every module's pre-forward hook: a third gather
-    legacy = build_workload(gpt_job(tp=1, zero=3, recompute="full", zero3_gather="per_parameter_sync",
-                                    sequence_parallel=False))
+    legacy = build_workload(
+        gpt_job(tp=1, zero=3, recompute="full", zero3_gather="per_parameter_sync", sequence_parallel=False)
+    )
     assert legacy.zero3_gather_passes == 3 and len(legacy.zero3_layer_tensors) == 12
     # pp = 1, untied: word embedding and LM head (51200 x 2048 each) + the final norm weight
     assert legacy.zero3_other_tensors == (51200 * 2048, 51200 * 2048, 2048)
@@ -216,12 +217,18 @@ def test_the_fields_blocks_are_shared_across_are_fields_they_do_not_read(grad_dt
 
     base = load_job(job_dict(tp=8, pp=4, dp=8, zero=1, micro_batch=1, grad_comm_dtype=grad_dtype))
     ref = fresh(base)
-    variants = [dict(pp=2, dp=16), dict(pp=8, dp=4, vp=2), dict(zero=3, zero3_gather="per_parameter_sync"),
-                dict(zero=2), dict(zero=0), dict(schedule="gpipe"),
-                dict(overlap={"dp": False, "tp": True, "cp": True, "pp": False}),
-                dict(first_stage_layers=18, last_stage_layers=20), dict(stage_layers=(21, 19, 19, 21)),
-                dict(pp=2, dp=16, account_for_embedding_in_pipeline_split=True,
-                     account_for_loss_in_pipeline_split=True)]
+    variants = [
+        dict(pp=2, dp=16),
+        dict(pp=8, dp=4, vp=2),
+        dict(zero=3, zero3_gather="per_parameter_sync"),
+        dict(zero=2),
+        dict(zero=0),
+        dict(schedule="gpipe"),
+        dict(overlap={"dp": False, "tp": True, "cp": True, "pp": False}),
+        dict(first_stage_layers=18, last_stage_layers=20),
+        dict(stage_layers=(21, 19, 19, 21)),
+        dict(pp=2, dp=16, account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True),
+    ]
     covered = set()
     for changes in variants:
         covered |= set(changes)

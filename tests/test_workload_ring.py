@@ -7,14 +7,30 @@ from commtax.workload import build_workload
 
 
 def ring_job(elementwise: str, cp: int = 4):
-    return load_job({
-        "model": "llama3-8b",  # 32 heads, 8 KV heads, head dim 128
-        "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 8, "gpus_per_node": 8, "intra_node": "nvlink4",
-                    "inter_node": "ib-ndr", "nics_per_node": 8},
-        "plan": {"framework": "megatron-core", "tp": 1, "pp": 1, "cp": cp, "zero": 1, "micro_batch": 1,
-                 "recompute": "full", "elementwise": elementwise},
-        "training": {"seq_len": 32768, "global_batch": 8 // cp, "precision": "bf16"},
-    })
+    return load_job(
+        {
+            "model": "llama3-8b",  # 32 heads, 8 KV heads, head dim 128
+            "cluster": {
+                "gpu": "h100-sxm5-80gb",
+                "num_gpus": 8,
+                "gpus_per_node": 8,
+                "intra_node": "nvlink4",
+                "inter_node": "ib-ndr",
+                "nics_per_node": 8,
+            },
+            "plan": {
+                "framework": "megatron-core",
+                "tp": 1,
+                "pp": 1,
+                "cp": cp,
+                "zero": 1,
+                "micro_batch": 1,
+                "recompute": "full",
+                "elementwise": elementwise,
+            },
+            "training": {"seq_len": 32768, "global_batch": 8 // cp, "precision": "bf16"},
+        }
+    )
 
 
 def _op(phase, name):
@@ -59,6 +75,8 @@ def test_selective_recompute_reruns_the_ring():
     # Megatron's selective recompute re-runs the core attention; under CP that is ring attention: its K/V exchange
     # and merges run again with it
     job = ring_job("fused")
-    job = load_job({**job.model_dump(mode="json"), "plan": {**job.plan.model_dump(mode="json"), "recompute": "selective"}})
+    job = load_job(
+        {**job.model_dump(mode="json"), "plan": {**job.plan.model_dump(mode="json"), "recompute": "selective"}}
+    )
     rc = build_workload(job).layer.recompute
     assert {o.name for o in rc.ops} >= {"attention_recompute", "cp_merge", "cp_kv"}

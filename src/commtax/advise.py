@@ -78,11 +78,17 @@ REMEDIES = (
     ("bf16", "bf16 gradients", "bf16_compress_hook; loss equal to fp32 within 1e-4 nats on bench ddp"),
     ("fp8_e4m3", "fp8 (e4m3) gradients with per-chunk scales", "loss within 0.001 nats of fp32 on bench ddp"),
     ("int8", "int8 gradients with error feedback", "loss within 0.001 nats of fp32 on bench ddp"),
-    ("int4", "int4 gradients with error feedback",
-     "without error feedback int4 lost 0.003 nats on bench ddp, with it none; check your loss curve"),
-    ("powersgd_r4", "PowerSGD rank 4 (torch powerSGD_hook) with error feedback",
-     "lossy: +0.3 nats after 40 steps on bench ddp's 64-wide model; torch advises vanilla all-reduce for "
-     "the first ~10% of steps (start_powerSGD_iter)"),
+    (
+        "int4",
+        "int4 gradients with error feedback",
+        "without error feedback int4 lost 0.003 nats on bench ddp, with it none; check your loss curve",
+    ),
+    (
+        "powersgd_r4",
+        "PowerSGD rank 4 (torch powerSGD_hook) with error feedback",
+        "lossy: +0.3 nats after 40 steps on bench ddp's 64-wide model; torch advises vanilla all-reduce for "
+        "the first ~10% of steps (start_powerSGD_iter)",
+    ),
 )
 
 
@@ -98,14 +104,23 @@ class Remedy:
     dp_exposed_after_s: float
 
     def text(self) -> str:
-        return (f"{self.label} cut the exposed DP time from {self.dp_exposed_before_s:.3g} s to "
-                f"{self.dp_exposed_after_s:.3g} s ({self.change.step_change:+.1%} step); quality: {self.caveat}")
+        return (
+            f"{self.label} cut the exposed DP time from {self.dp_exposed_before_s:.3g} s to "
+            f"{self.dp_exposed_after_s:.3g} s ({self.change.step_change:+.1%} step); quality: {self.caveat}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"grad_comm_dtype": self.grad_comm_dtype, "label": self.label, "caveat": self.caveat,
-                "dp_exposed_before_s": self.dp_exposed_before_s, "dp_exposed_after_s": self.dp_exposed_after_s,
-                "step_before_s": self.change.step_before_s, "step_after_s": self.change.step_after_s,
-                "step_change": self.change.step_change, "text": self.text()}
+        return {
+            "grad_comm_dtype": self.grad_comm_dtype,
+            "label": self.label,
+            "caveat": self.caveat,
+            "dp_exposed_before_s": self.dp_exposed_before_s,
+            "dp_exposed_after_s": self.dp_exposed_after_s,
+            "step_before_s": self.change.step_before_s,
+            "step_after_s": self.change.step_after_s,
+            "step_change": self.change.step_change,
+            "text": self.text(),
+        }
 
 
 def remedies(job: Job, base: Breakdown | None = None) -> list[Remedy]:
@@ -160,8 +175,9 @@ class Advice:
 def with_network(job: Job, bw: float = 1.0, latency: float = 1.0, nics: float = 1.0) -> Job:
     """The job with the inter-node network's bandwidth / latency scaled (and NICs per node multiplied)."""
     c = job.cluster
-    net = c.inter_node.model_copy(update={"bw_Gbps": c.inter_node.bw_Gbps * bw,
-                                          "latency_us": c.inter_node.latency_us * latency})
+    net = c.inter_node.model_copy(
+        update={"bw_Gbps": c.inter_node.bw_Gbps * bw, "latency_us": c.inter_node.latency_us * latency}
+    )
     upd: dict[str, Any] = {"inter_node": net, "nics_per_node": max(1, round(c.nics_per_node * nics))}
     if c.profile is not None:
         upd["profile"] = _scale_profile(c.profile, "inter", bw, latency)
@@ -171,8 +187,9 @@ def with_network(job: Job, bw: float = 1.0, latency: float = 1.0, nics: float = 
 def with_intra(job: Job, bw: float = 1.0, latency: float = 1.0) -> Job:
     """The job with the intra-node (scale-up) link's bandwidth / latency scaled."""
     c = job.cluster
-    link = c.intra_node.model_copy(update={"bw_GBps": c.intra_node.bw_GBps * bw,
-                                           "latency_us": c.intra_node.latency_us * latency})
+    link = c.intra_node.model_copy(
+        update={"bw_GBps": c.intra_node.bw_GBps * bw, "latency_us": c.intra_node.latency_us * latency}
+    )
     upd: dict[str, Any] = {"intra_node": link}
     if c.profile is not None:
         upd["profile"] = _scale_profile(c.profile, "intra", bw, latency)
@@ -210,8 +227,12 @@ def _plan_variants(job: Job) -> list[tuple[str, dict[str, Any]]]:
         if rc != p.recompute:
             out.append((f"recompute {p.recompute}→{rc}", {"recompute": rc}))
     if p.tp > 1:
-        out.append((f"sequence parallel {'on→off' if p.sequence_parallel else 'off→on'}",
-                     {"sequence_parallel": not p.sequence_parallel}))
+        out.append(
+            (
+                f"sequence parallel {'on→off' if p.sequence_parallel else 'off→on'}",
+                {"sequence_parallel": not p.sequence_parallel},
+            )
+        )
         if not p.overlap.tp:
             out.append(("TP comm-GEMM overlap on", {"overlap": {**p.overlap.model_dump(), "tp": True}}))
     if not p.overlap.dp:
@@ -260,8 +281,12 @@ def sensitivities(job: Job, base: Breakdown | None = None) -> dict[str, dict[str
     out: dict[str, dict[str, float]] = {}
     for level, vary, bw0, lat0 in (
         ("intra", with_intra, c.intra_node.bw_GBps, c.intra_node.latency_us),
-        ("inter", lambda j, bw=1.0, latency=1.0: with_network(j, bw=bw, latency=latency),
-         c.inter_node.bw_Gbps / 8, c.inter_node.latency_us),
+        (
+            "inter",
+            lambda j, bw=1.0, latency=1.0: with_network(j, bw=bw, latency=latency),
+            c.inter_node.bw_Gbps / 8,
+            c.inter_node.latency_us,
+        ),
     ):
         up = estimate(vary(job, bw=1 + FD_REL)).step_time_s
         dn = estimate(vary(job, bw=1 - FD_REL)).step_time_s
@@ -280,8 +305,9 @@ def sensitivities(job: Job, base: Breakdown | None = None) -> dict[str, dict[str
     return out
 
 
-def advise(job: Job, search_best: bool = True, workers: int | None = None,
-           progress: Callable[[int, int], None] | None = None) -> Advice:
+def advise(
+    job: Job, search_best: bool = True, workers: int | None = None, progress: Callable[[int, int], None] | None = None
+) -> Advice:
     """Dominant component, changes ranked by what they buy, and bandwidth/latency sensitivities.
 
     ``progress(done, total)`` follows the search for the best plan (most of the time)."""
@@ -323,5 +349,14 @@ def advise(job: Job, search_best: bool = True, workers: int | None = None,
         except Interrupted:  # Ctrl-C/SIGTERM before the search found any plan: the rest of the advice stands
             interrupted = True
     changes.sort(key=lambda c: (not c.fits_after, c.step_after_s))
-    return Advice(job, base, dominant, parts[dominant] / base.step_time_s, dominant_comm, changes,
-                  sensitivities(job, base), remedies(job, base), interrupted)
+    return Advice(
+        job,
+        base,
+        dominant,
+        parts[dominant] / base.step_time_s,
+        dominant_comm,
+        changes,
+        sensitivities(job, base),
+        remedies(job, base),
+        interrupted,
+    )

@@ -61,12 +61,14 @@ class Assumptions(BaseModel):
         """Fields chosen by looking at validation rows, with those rows."""
         return {k: a.fitted_on for k, a in self if a.fitted_on}
 
-    def with_values(self, overrides: dict[str, float], source: str = "calibration profile") -> "Assumptions":
+    def with_values(self, overrides: dict[str, float], source: str = "calibration profile") -> Assumptions:
         """A copy with some values replaced (a calibration profile's ``assumptions:`` section)."""
         unknown = set(overrides) - set(type(self).model_fields)
         if unknown:
-            raise SpecError(f"assumptions: unknown field(s) {', '.join(sorted(unknown))}; "
-                            f"known: {', '.join(type(self).model_fields)}")
+            raise SpecError(
+                f"assumptions: unknown field(s) {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(type(self).model_fields)}"
+            )
         changed = {k: Assumption(value=float(v), source=source) for k, v in overrides.items()}
         return self.model_copy(update=changed)
 

@@ -24,8 +24,9 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from commtax.errors import SpecError, os_error_line
 from commtax.signals import terminate_as_interrupt
@@ -40,8 +41,13 @@ def _umask() -> int:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISCHR, "character device"), (stat.S_ISFIFO, "FIFO"),
-                       (stat.S_ISSOCK, "socket"), (stat.S_ISBLK, "block device")):
+    for test, name in (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISBLK, "block device"),
+    ):
         if test(mode):
             return name
     return "special file"
@@ -57,8 +63,9 @@ def target_of(path: Path | str) -> tuple[Path, os.stat_result | None]:
     if not str(path) or str(path).endswith("/"):
         raise SpecError(f"{path}: an output path names a file, not a folder")
     if len(path.name.encode(errors="surrogateescape")) > NAME_MAX:
-        raise SpecError(f"{path}: file name too long ({len(path.name.encode(errors='surrogateescape'))} bytes; "
-                        f"at most {NAME_MAX})")
+        raise SpecError(
+            f"{path}: file name too long ({len(path.name.encode(errors='surrogateescape'))} bytes; at most {NAME_MAX})"
+        )
     try:
         st = os.stat(path)  # follows symlinks, /proc magic links too (/dev/stdout on a pipe)
     except FileNotFoundError:
@@ -176,6 +183,7 @@ def _finite(x: Any) -> Any:
 
 def strict_json(data: Any, **kwargs: Any) -> str:
     """JSON text that every parser accepts: nan and ±inf become null (never ``NaN``/``Infinity``)."""
+
     def default(o: Any) -> Any:
         if hasattr(o, "item"):  # numpy scalars
             o = o.item()

@@ -53,8 +53,9 @@ def _version(show: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", metavar="", is_eager=True, callback=_version,
-                                          help="print the version and exit")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", metavar="", is_eager=True, callback=_version, help="print the version and exit")
+    ] = False,
 ) -> None:
     """Predict, simulate, measure and reduce the communication tax of distributed LLM training."""
 
@@ -121,16 +122,26 @@ def validate(
         for name, value in report.by_source.items():
             console.print(f"MAPE by source: {name[:48]} ({report.rows_by_source[name]} rows): {value:.1f}%")
         if report.source_avg_mape_pct is not None:
-            console.print(f"MAPE averaged by source ({len(report.by_source)} sources): {report.source_avg_mape_pct:.1f}%")
+            console.print(
+                f"MAPE averaged by source ({len(report.by_source)} sources): {report.source_avg_mape_pct:.1f}%"
+            )
             console.print(f"MAPE on rows no constant was fitted on: {report.unfitted_mape_pct:.1f}%")
         if report.kind == "runs":
-            console.print(f"rows refused: {len(report.refused)}" + (f" ({', '.join(report.refused)})" if report.refused else ""))
+            console.print(
+                f"rows refused: {len(report.refused)}" + (f" ({', '.join(report.refused)})" if report.refused else "")
+            )
         if loso and report.kind == "runs":
-            console.print(f"leave-one-source-out MAPE: {report.loso_mape_pct:.1f}% ({report.loso_note})"
-                          if report.loso_mape_pct is not None else f"leave-one-source-out: {report.loso_note}")
+            console.print(
+                f"leave-one-source-out MAPE: {report.loso_mape_pct:.1f}% ({report.loso_note})"
+                if report.loso_mape_pct is not None
+                else f"leave-one-source-out: {report.loso_note}"
+            )
         n_ok = sum(r.error_pct is not None for r in report.rows)
-        console.print(f"[bold]MAPE ({report.kind}, {n_ok} rows): {report.mape_pct:.1f}%[/bold]"
-                      if report.mape_pct is not None else "no row could be predicted")
+        console.print(
+            f"[bold]MAPE ({report.kind}, {n_ok} rows): {report.mape_pct:.1f}%[/bold]"
+            if report.mape_pct is not None
+            else "no row could be predicted"
+        )
     if max_mape is not None and (report.mape_pct is None or not report.mape_pct <= max_mape):
         if report.mape_pct is None:
             fail(f"no row could be predicted, so --max-mape {max_mape:g}% cannot pass", EXIT_INFEASIBLE)
@@ -156,8 +167,10 @@ def collective(
     nics_per_node: Annotated[int, typer.Option("--nics-per-node")] = 8,
     algorithm: Annotated[
         Optional[Literal[ALGORITHMS]],
-        typer.Option("--algorithm", help="force ring, tree, nvls, nvls_tree, pat (NCCL) or recursive_doubling, "
-                     "hierarchical (MPI-style)"),
+        typer.Option(
+            "--algorithm",
+            help="force ring, tree, nvls, nvls_tree, pat (NCCL) or recursive_doubling, hierarchical (MPI-style)",
+        ),
     ] = None,
     protocol: Annotated[
         Optional[Literal[PROTOCOLS]],
@@ -186,8 +199,17 @@ def collective(
         raw = resolve_cluster(str(cluster_file), cat, field="--cluster")
     else:
         raw = resolve_cluster(
-            {"gpu": gpu, "num_gpus": gpus_per_node if gpus is None else gpus, "gpus_per_node": gpus_per_node,
-             "intra_node": intra, "inter_node": inter, "nics_per_node": nics_per_node}, cat, field="cluster")
+            {
+                "gpu": gpu,
+                "num_gpus": gpus_per_node if gpus is None else gpus,
+                "gpus_per_node": gpus_per_node,
+                "intra_node": intra,
+                "inter_node": inter,
+                "nics_per_node": nics_per_node,
+            },
+            cat,
+            field="cluster",
+        )
     cluster: Cluster = build(Cluster, raw, "cluster")
     n = cluster.num_gpus if gpus is None else gpus
     if n < 1 or n > cluster.num_gpus:
@@ -207,9 +229,19 @@ def collective(
             c = collective_cost(op, s, place, algorithm, protocol)
         except ValueError as e:
             raise SpecError(f"{'--protocol' if 'protocol' in str(e) else '--algorithm'}: {e}") from None
-        rows.append({"op": op, "message_bytes": s, "gpus": n, "time_s": c.time_s, "algorithm": c.algorithm,
-                     "protocol": c.protocol, "bottleneck": c.bottleneck, "algbw_GBps": c.algbw_bytes_per_s / GB,
-                     "busbw_GBps": c.busbw_bytes_per_s / GB})
+        rows.append(
+            {
+                "op": op,
+                "message_bytes": s,
+                "gpus": n,
+                "time_s": c.time_s,
+                "algorithm": c.algorithm,
+                "protocol": c.protocol,
+                "bottleneck": c.bottleneck,
+                "algbw_GBps": c.algbw_bytes_per_s / GB,
+                "busbw_GBps": c.busbw_bytes_per_s / GB,
+            }
+        )
     if json_out:
         emit(rows if sweep else rows[0], True)
         return
@@ -220,8 +252,14 @@ def collective(
         t.add_column(col, justify="right")
     for r in rows:
         algo = f"{r['algorithm']}/{r['protocol']}" if r["protocol"] else r["algorithm"]
-        t.add_row(f"{r['message_bytes']:.0f}", format_duration(r["time_s"]), format_sig(r["algbw_GBps"]),
-                  format_sig(r["busbw_GBps"]), algo, r["bottleneck"])
+        t.add_row(
+            f"{r['message_bytes']:.0f}",
+            format_duration(r["time_s"]),
+            format_sig(r["algbw_GBps"]),
+            format_sig(r["busbw_GBps"]),
+            algo,
+            r["bottleneck"],
+        )
     console.print(t)
 
 
@@ -238,17 +276,31 @@ def demo(json_out: JsonOpt = False, plot: PlotOpt = None) -> None:
 
         breakdown_plot([(r.name, r.breakdown) for r in rows], plot, "Seed scenario: where the step goes")
     if json_out:
-        emit({
-            "scenario": "llama2-70b, 1024×4096 tokens per step, TP=8 PP=4 DP=8, 256 GPUs",
-            "clusters": [{"name": r.name, "note": r.note, "compute_s": r.compute_s, "comm_s": r.comm_s,
-                          "article": ARTICLE[r.name].__dict__, "tokens_per_day": r.tokens_per_day,
-                          "breakdown": r.breakdown.to_dict()} for r in rows],
-            "reasons": REASONS,
-            "communication_wall": [w.__dict__ for w in wall],
-        }, True)
+        emit(
+            {
+                "scenario": "llama2-70b, 1024×4096 tokens per step, TP=8 PP=4 DP=8, 256 GPUs",
+                "clusters": [
+                    {
+                        "name": r.name,
+                        "note": r.note,
+                        "compute_s": r.compute_s,
+                        "comm_s": r.comm_s,
+                        "article": ARTICLE[r.name].__dict__,
+                        "tokens_per_day": r.tokens_per_day,
+                        "breakdown": r.breakdown.to_dict(),
+                    }
+                    for r in rows
+                ],
+                "reasons": REASONS,
+                "communication_wall": [w.__dict__ for w in wall],
+            },
+            True,
+        )
         return
-    console.print("[bold]Seed scenario:[/bold] LLaMA-2 70B, 4.19M tokens per step (1024 × 4096), "
-                  "TP=8 PP=4 DP=8, 256 GPUs, bf16, ZeRO-1, selective recompute")
+    console.print(
+        "[bold]Seed scenario:[/bold] LLaMA-2 70B, 4.19M tokens per step (1024 × 4096), "
+        "TP=8 PP=4 DP=8, 256 GPUs, bf16, ZeRO-1, selective recompute"
+    )
     t = new_table("commtax vs the seed article (one step, 256 GPUs each)")
     t.add_column("metric")
     for r in rows:
@@ -269,8 +321,10 @@ def demo(json_out: JsonOpt = False, plot: PlotOpt = None) -> None:
             cells += [ours(r), theirs(ARTICLE[r.name])]
         t.add_row(label, *cells)
     console.print(t)
-    console.print("comm s: link time, nothing overlapped; comm share = comm / (comm + compute) (the article's tax); "
-                  "comm tax = exposed comm / step")
+    console.print(
+        "comm s: link time, nothing overlapped; comm share = comm / (comm + compute) (the article's tax); "
+        "comm tax = exposed comm / step"
+    )
     for r in rows:
         if r.note != "article's plan as given":
             console.print(f"  {r.name}: {r.note}")

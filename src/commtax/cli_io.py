@@ -147,8 +147,15 @@ def progress(label: str, enabled: bool = True) -> Iterator[Callable[[int, int], 
     """A rich progress bar on stderr; yields ``update(done, total)``. Silent when stderr is not a terminal."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    prog = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err_console, transient=True, disable=not (enabled and err_console.is_terminal))
+    prog = Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=not (enabled and err_console.is_terminal),
+    )
     task = prog.add_task(label, total=None)
 
     def update(done: int, total: int) -> None:

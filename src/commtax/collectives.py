@@ -182,7 +182,8 @@ def hierarchical_time(op: str, S: float, p: Placement) -> tuple[float, str]:
 
 
 def all_to_all_time(S: float, p: Placement) -> tuple[float, str]:
-    """Pairwise exchange: each GPU keeps 1/n, sends (k-1)/n·S over NVLink; the node's k GPUs send k(n-k)/n·S over its rails."""
+    """Pairwise exchange: each GPU keeps 1/n, sends (k-1)/n·S over NVLink; the node's k GPUs send k(n-k)/n·S over
+    its rails."""
     n, k = p.n, min(p.per_node, p.n)
     intra = (k - 1) / n * S / p.intra.bw_bytes_per_s
     if not p.spans_nodes or p.inter is None:
@@ -376,8 +377,11 @@ def nccl_pat_time(S: float, p: Placement) -> float:
     """PAT all_gather/reduce_scatter (one GPU per node): latency base + log2i(nNodes)·netLat/3.5 + 2.8 µs·n;
     bandwidth 0.75·busbw, not converted to algbw (tuning.cc)."""
     T = nccl_tuning()
-    lat = T.base_us["pat"]["Simple"] * 1e-6 + log2i(p.nodes) * _hop_s(p, "net", "pat", "Simple") / T.pat[
-        "net_latency_divisor"] + p.n * T.pat["per_rank_us"] * 1e-6
+    lat = (
+        T.base_us["pat"]["Simple"] * 1e-6
+        + log2i(p.nodes) * _hop_s(p, "net", "pat", "Simple") / T.pat["net_latency_divisor"]
+        + p.n * T.pat["per_rank_us"] * 1e-6
+    )
     return lat + S / (T.factors["pat"] * p.node_inter_bw)
 
 
@@ -389,8 +393,11 @@ def nccl_protocols(p: Placement) -> tuple[str, ...]:
 def nccl_options(op: str, p: Placement) -> list[tuple[str, str]]:
     """The (algorithm, protocol) pairs NCCL's tuner weighs for ``op`` here (CollNet needs SHARP switches and
     NCCL_COLLNET_ENABLE, plain NVLS across nodes needs CollNet: neither is modelled; NVLS Tree is)."""
-    out = [("ring", pr) for pr in nccl_protocols(p)] if op in ("all_reduce", "all_gather", "reduce_scatter",
-                                                                "broadcast") else []
+    out = (
+        [("ring", pr) for pr in nccl_protocols(p)]
+        if op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+        else []
+    )
     if op == "all_reduce":
         out += [("tree", pr) for pr in nccl_protocols(p)]
         if p.nvls and not p.spans_nodes and p.nvls_bw_bytes_per_s > 0:
@@ -456,14 +463,21 @@ def collective_cost(
         t, level = all_to_all_time(message_bytes, p) if op == "all_to_all" else send_recv_time(message_bytes, p)
         algo, proto = ("pairwise" if op == "all_to_all" else "p2p"), "Simple"
     else:
-        options = [(a, pr) for a, pr in nccl_options(op, p)
-                   if (algorithm is None or a == algorithm) and (protocol is None or pr == protocol)]
+        options = [
+            (a, pr)
+            for a, pr in nccl_options(op, p)
+            if (algorithm is None or a == algorithm) and (protocol is None or pr == protocol)
+        ]
         if options:
             t, algo, proto = min((nccl_time(op, message_bytes, p, a, pr), a, pr) for a, pr in options)
             level = "intra" if algo == "nvls" else _ring_bottleneck(p)[2]
             if algo == "nvls_tree":
-                level = "inter" if p.node_inter_bw * (2 if p.nodes <= 2 else 1) < p.nvls_bw_bytes_per_s * 2 * (
-                    p.per_node - 1) / p.per_node else "intra"
+                level = (
+                    "inter"
+                    if p.node_inter_bw * (2 if p.nodes <= 2 else 1)
+                    < p.nvls_bw_bytes_per_s * 2 * (p.per_node - 1) / p.per_node
+                    else "intra"
+                )
         elif algorithm in _ALGO_FUNCS and protocol in (None, "Simple"):
             # MPI-style algorithms (and tree broadcast): Thakur's α-β formulas, no NCCL protocol
             t, level = _ALGO_FUNCS[algorithm](op, message_bytes, p)

@@ -14,8 +14,8 @@ leaves vectors and matrices it would not compress ``min_compression_rate``× unc
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 CHUNK_ELEMS = 256  # elements per scale
 SCALE_BYTES = 4  # one fp32 scale per chunk: gradients reach 1e-10, below fp16's smallest subnormal (6e-8)
@@ -55,14 +55,19 @@ def powersgd_rank(name: str) -> int | None:
     return POWERSGD.get(name)
 
 
-def powersgd_compresses(rows: int, cols: int, rank: int,
-                        min_compression_rate: float = POWERSGD_MIN_COMPRESSION_RATE) -> bool:
+def powersgd_compresses(
+    rows: int, cols: int, rank: int, min_compression_rate: float = POWERSGD_MIN_COMPRESSION_RATE
+) -> bool:
     """torch powerSGD_hook._should_compress: (rows + cols)·r · rate < rows·cols."""
     return (rows + cols) * rank * min_compression_rate < rows * cols
 
 
-def powersgd_bytes(shapes: Iterable[tuple[int, ...]], rank: int, elem_bytes: float = 4.0,
-                   min_compression_rate: float = POWERSGD_MIN_COMPRESSION_RATE) -> float:
+def powersgd_bytes(
+    shapes: Iterable[tuple[int, ...]],
+    rank: int,
+    elem_bytes: float = 4.0,
+    min_compression_rate: float = POWERSGD_MIN_COMPRESSION_RATE,
+) -> float:
     """Message bytes PowerSGD all-reduces for gradients of these shapes (Vogels et al. 2019, Alg. 1).
 
     A tensor of ≥ 2 dims is viewed as rows = shape[0], cols = the rest (as torch's hook does);

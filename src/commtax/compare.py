@@ -90,8 +90,9 @@ def label(job: Job) -> str:
     return f"{c.num_gpus}×{c.gpu.name} {c.nics_per_node}×{c.inter_node.name}"
 
 
-def jobs_for_gpus(job: Job, gpus: list[str], prices: Prices | None = None,
-                  catalog_file: str | None = None) -> list[Job]:
+def jobs_for_gpus(
+    job: Job, gpus: list[str], prices: Prices | None = None, catalog_file: str | None = None
+) -> list[Job]:
     """The job on the same number of GPUs of each kind, in the node each is sold in (prices.yaml ``nodes``)."""
     prices = prices or load_prices()
     catalog = load_catalog(catalog_file)
@@ -117,9 +118,21 @@ def _with_cluster(job: Job, cluster: dict[str, Any]) -> Job:
         return build(Job, {**base, "plan": {**job.plan.model_dump(), "dp": None}}, "")
     except SpecError:
         pass
-    keep = {k: v for k, v in job.plan.model_dump().items() if k in ("framework", "overlap", "attention", "elementwise",
-                                                                     "selective_policy", "fp8_recipe",
-                                                                     "grad_comm_dtype", "schedule")}
+    keep = {
+        k: v
+        for k, v in job.plan.model_dump().items()
+        if k
+        in (
+            "framework",
+            "overlap",
+            "attention",
+            "elementwise",
+            "selective_policy",
+            "fp8_recipe",
+            "grad_comm_dtype",
+            "schedule",
+        )
+    }
     try:
         return build(Job, {**base, "plan": keep}, "")
     except SpecError as e:
@@ -194,8 +207,9 @@ class Point:
     pareto: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
 
-def pareto_points(rows: list[Row], tokens: float | None = None, mode: str = "owned",
-                  max_per_cluster: int = 2000) -> list[Point]:
+def pareto_points(
+    rows: list[Row], tokens: float | None = None, mode: str = "owned", max_per_cluster: int = 2000
+) -> list[Point]:
     """Days-to-train and $/B tokens of every plan that fits (up to ``max_per_cluster`` best per cluster),
     with the Pareto front (no other plan is both faster and cheaper) marked across all clusters."""
     pts = []
@@ -216,7 +230,7 @@ def pareto_points(rows: list[Row], tokens: float | None = None, mode: str = "own
     front = pareto_mask(days, usd)
     start = 0
     for p in pts:
-        p.pareto = front[start:start + len(p.days)]
+        p.pareto = front[start : start + len(p.days)]
         start += len(p.days)
     return pts
 

@@ -226,8 +226,9 @@ def achieved_tflops(cm: ComputeModel, op: Compute) -> float:
 
 
 # ----------------------------------------------------------------------------- overlapped communication
-def overlap_slowdown_s(cm: ComputeModel, hidden_s: float, hidden_wire_bytes: float, memory_share: float,
-                       comm_sms: float) -> float:
+def overlap_slowdown_s(
+    cm: ComputeModel, hidden_s: float, hidden_wire_bytes: float, memory_share: float, comm_sms: float
+) -> float:
     """Extra compute seconds when a collective runs for ``hidden_s`` under compute (it is "hidden", not free).
 
     Two shared resources (Pati et al. 2024, T3, ASPLOS'24 §2-3: concurrent collectives slow the GEMMs they overlap

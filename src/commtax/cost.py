@@ -128,8 +128,14 @@ class ClusterCost:
         return self.owned_usd_per_s if mode == "owned" else self.rented_usd_per_s
 
 
-def cluster_cost(gpu_name: str, num_gpus: int, gpus_per_node: int, prices: Prices,
-                 power: PowerBasis = "typical", tdp_W: float | None = None) -> ClusterCost:
+def cluster_cost(
+    gpu_name: str,
+    num_gpus: int,
+    gpus_per_node: int,
+    prices: Prices,
+    power: PowerBasis = "typical",
+    tdp_W: float | None = None,
+) -> ClusterCost:
     g, n, s = prices.gpu(gpu_name), prices.node(gpu_name), prices.site
     nodes = max(1, math.ceil(num_gpus / gpus_per_node))
     if power == "tdp" and tdp_W is None:
@@ -212,8 +218,9 @@ def training_cost(cc: ClusterCost, tokens_per_s: float, tokens: float) -> Traini
     )
 
 
-def job_training_cost(job: Job, tokens_per_s: float, prices: Prices, tokens: float | None = None,
-                      power: PowerBasis = "typical") -> TrainingCost:
+def job_training_cost(
+    job: Job, tokens_per_s: float, prices: Prices, tokens: float | None = None, power: PowerBasis = "typical"
+) -> TrainingCost:
     """Cost of the job's training run (``training.tokens``, else ``tokens``, else one billion tokens)."""
     n = tokens or job.training.tokens or BILLION
     return training_cost(job_cluster_cost(job, prices, power), tokens_per_s, n)

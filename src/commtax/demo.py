@@ -17,24 +17,46 @@ from commtax.spec import GPU, Job, job_with, load_job
 from commtax.units import SECONDS_PER_DAY
 
 SEED_PLAN = {
-    "tp": 8, "pp": 4, "dp": 8, "cp": 1, "vp": 1, "sequence_parallel": True, "zero": 1,
-    "recompute": "selective", "micro_batch": 1, "schedule": "1f1b", "grad_comm_dtype": "bf16",
+    "tp": 8,
+    "pp": 4,
+    "dp": 8,
+    "cp": 1,
+    "vp": 1,
+    "sequence_parallel": True,
+    "zero": 1,
+    "recompute": "selective",
+    "micro_batch": 1,
+    "schedule": "1f1b",
+    "grad_comm_dtype": "bf16",
 }
 SEED_TRAINING = {"seq_len": 4096, "global_batch": 1024, "precision": "bf16", "tokens": 2.0e12}
 
 SEED_CLUSTERS = {
     "256× H100 SXM": {
-        "gpu": "h100-sxm5-80gb", "num_gpus": 256, "gpus_per_node": 8,
-        "intra_node": "nvlink4", "inter_node": "ib-ndr", "nics_per_node": 8,
+        "gpu": "h100-sxm5-80gb",
+        "num_gpus": 256,
+        "gpus_per_node": 8,
+        "intra_node": "nvlink4",
+        "inter_node": "ib-ndr",
+        "nics_per_node": 8,
     },
     "256× A100 SXM": {
-        "gpu": "a100-sxm4-80gb", "num_gpus": 256, "gpus_per_node": 8,
-        "intra_node": "nvlink3", "inter_node": "ib-hdr", "nics_per_node": 8,
+        "gpu": "a100-sxm4-80gb",
+        "num_gpus": 256,
+        "gpus_per_node": 8,
+        "intra_node": "nvlink3",
+        "inter_node": "ib-hdr",
+        "nics_per_node": 8,
     },
     # 8-card PCIe servers, one 200G NIC each; 4 cards behind each PCIe switch (host-bounced: no P2P on GeForce)
     "256× RTX 4090": {
-        "gpu": "rtx-4090-24gb", "num_gpus": 256, "gpus_per_node": 8,
-        "intra_node": "pcie4-x16", "inter_node": "roce-200g", "nics_per_node": 1, "gpus_per_pcie_switch": 4,
+        "gpu": "rtx-4090-24gb",
+        "num_gpus": 256,
+        "gpus_per_node": 8,
+        "intra_node": "pcie4-x16",
+        "inter_node": "roce-200g",
+        "nics_per_node": 1,
+        "gpus_per_pcie_switch": 4,
     },
 }
 
@@ -132,8 +154,9 @@ class WallRow:
 
 def scaled_gpu(gpu: GPU, factor: float) -> GPU:
     """The same GPU with every peak FLOP/s multiplied by ``factor`` (memory and links unchanged)."""
-    return gpu.model_copy(update={"peak_tflops": {k: v * factor for k, v in gpu.peak_tflops.items()},
-                                  "name": f"{gpu.name}×{factor:g}"})
+    return gpu.model_copy(
+        update={"peak_tflops": {k: v * factor for k, v in gpu.peak_tflops.items()}, "name": f"{gpu.name}×{factor:g}"}
+    )
 
 
 def communication_wall(job: Job, factors: tuple[float, ...] = (1.0, 2.0, 4.0)) -> list[WallRow]:

@@ -36,7 +36,16 @@ from commtax.workload import (
     weight_bytes_per_param,
 )
 
-BREAKDOWN_KEYS = ("compute", "recompute", "tp_exposed", "cp_exposed", "pp_bubble", "pp_exposed", "dp_exposed", "optimizer")
+BREAKDOWN_KEYS = (
+    "compute",
+    "recompute",
+    "tp_exposed",
+    "cp_exposed",
+    "pp_bubble",
+    "pp_exposed",
+    "dp_exposed",
+    "optimizer",
+)
 
 
 @dataclass
@@ -74,7 +83,7 @@ class PhaseCost:
     comm: dict[str, float] = field(default_factory=dict)
     comm_bytes: dict[str, float] = field(default_factory=dict)
 
-    def __add__(self, o: "PhaseCost") -> "PhaseCost":
+    def __add__(self, o: PhaseCost) -> PhaseCost:
         if not (o.compute or o.comm):
             return self
         comm, nbytes = dict(self.comm), dict(self.comm_bytes)
@@ -84,7 +93,7 @@ class PhaseCost:
             nbytes[k] = nbytes.get(k, 0.0) + v
         return PhaseCost(self.compute + o.compute, self.gemm + o.gemm, self.attention + o.attention, comm, nbytes)
 
-    def scaled(self, x: float) -> "PhaseCost":
+    def scaled(self, x: float) -> PhaseCost:
         return PhaseCost(
             self.compute * x,
             self.gemm * x,
@@ -116,8 +125,10 @@ _SHARED_LIMIT = 1 << 14
 @functools.lru_cache(maxsize=64)
 def _prices_as_costs(cls: type) -> bool:
     """Whether ``cls`` prices ops as ``Costs`` does (a subclass may override the pricing: then nothing is shared)."""
-    return all(getattr(cls, f) is getattr(Costs, f)
-               for f in ("_phase", "compute", "collective", "collective_time", "sent_bytes", "_placement"))
+    return all(
+        getattr(cls, f) is getattr(Costs, f)
+        for f in ("_phase", "compute", "collective", "collective_time", "sent_bytes", "_placement")
+    )
 
 
 def _shared_compute_model(cluster, precision: str) -> ComputeModel:
@@ -268,12 +279,15 @@ def overlap_contention(cm: ComputeModel, pc: PhaseCost, tp_hidden_s: float, cp_h
     TP overlap is Transformer Engine userbuffers (its own ``userbuffers_sms``), ring attention's K/V exchange is
     NCCL p2p (``nccl_sms``); both hide under compute-bound kernels (memory share 0): ``overlap_slowdown_s``.
     """
-    return (_hidden_cost(cm, tp_hidden_s, pc.comm.get("tp", 0.0), pc.comm_bytes.get("tp", 0.0), 0.0, cm.userbuffers_sms),
-            _hidden_cost(cm, cp_hidden_s, pc.comm.get("cp", 0.0), pc.comm_bytes.get("cp", 0.0), 0.0, cm.nccl_sms))
+    return (
+        _hidden_cost(cm, tp_hidden_s, pc.comm.get("tp", 0.0), pc.comm_bytes.get("tp", 0.0), 0.0, cm.userbuffers_sms),
+        _hidden_cost(cm, cp_hidden_s, pc.comm.get("cp", 0.0), pc.comm_bytes.get("cp", 0.0), 0.0, cm.nccl_sms),
+    )
 
 
-def _hidden_cost(cm: ComputeModel | None, hidden_s: float, link_s: float, wire_bytes: float, memory_share: float,
-                 sms: float) -> float:
+def _hidden_cost(
+    cm: ComputeModel | None, hidden_s: float, link_s: float, wire_bytes: float, memory_share: float, sms: float
+) -> float:
     """``overlap_slowdown_s`` for the hidden part of traffic of ``link_s`` seconds and ``wire_bytes`` bytes (none
     without a compute model: costs given directly, as in hand-worked schedules)."""
     if cm is None or hidden_s <= 0.0 or link_s <= 0.0:
@@ -303,8 +317,9 @@ def first_chunk(comm_s: float, ranks: int) -> float:
     return comm_s / max(1, ranks)
 
 
-def _combine(job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]],
-             cm: ComputeModel | None = None) -> StageTime:
+def _combine(
+    job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]], cm: ComputeModel | None = None
+) -> StageTime:
     fwd = bwd = rc = PhaseCost()
     for (f, b, r), count in parts:
         fwd = fwd + (f.scaled(count) if count != 1 else f)
@@ -354,7 +369,10 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
                 parts.insert(0, (tuple(costs.phase(getattr(wl.embed, w)) for w in passes), 1))
             if last:
                 parts.append((tuple(costs.phase(getattr(wl.head, w)) for w in passes), 1))
-            hit = cache[key] = (*blocks, _combine(job, parts, costs.cm))  # holding the blocks keeps their ids from reuse
+            hit = cache[key] = (
+                *blocks,
+                _combine(job, parts, costs.cm),
+            )  # holding the blocks keeps their ids from reuse
         return hit[3]
 
     counts = stage_layer_counts(job, wl)
@@ -411,8 +429,7 @@ def dp_timeline(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[fl
     link, nbytes, times, tail, first_bucket = dp_step_parts(wl, costs)
     if not ov:
         return link, link, nbytes
-    return link, dp_step_exposed(times, tail, first_bucket, st, job.plan.pp, job.plan.vp, m,
-                                 reduce_passes(wl)), nbytes
+    return link, dp_step_exposed(times, tail, first_bucket, st, job.plan.pp, job.plan.vp, m, reduce_passes(wl)), nbytes
 
 
 def reduce_passes(wl: Workload) -> int:
@@ -439,8 +456,9 @@ def dp_step_parts(wl: Workload, costs: Costs) -> tuple[float, float, list[float]
     return sum(times), nbytes, times, tail, (times[1] * ratio if len(times) > 1 else 0.0)
 
 
-def dp_step_exposed(times: list[float], tail: float, first_bucket: float, st: StageTime, pp: int, vp: int,
-                    m: int, passes: int = 1) -> float:
+def dp_step_exposed(
+    times: list[float], tail: float, first_bucket: float, st: StageTime, pp: int, vp: int, m: int, passes: int = 1
+) -> float:
     """Exposed part of overlapped per-step DP traffic: the reduction under the last backwards, the ZeRO-1/2
     gather under the first forwards. Interleaved 1F1B reduces and gathers each model chunk on its own
     (Megatron-Core schedules.py: grad_sync_func after a chunk's last backward, param_sync_func before its
@@ -564,14 +582,15 @@ def steady_cycle(totals: list[float], t_send: float) -> float:
     ends = sorted({i for i in range(n) if i in (0, n - 1) or totals[i] != totals[i - 1] or totals[i] != totals[i + 1]})
     best = max(totals)
     for x, a in enumerate(ends):
-        for b in ends[x + 1:]:
+        for b in ends[x + 1 :]:
             k = b - a
             best = max(best, (prefix[b + 1] - prefix[a] + 2 * k * t_send) / (k + 1))
     return best
 
 
-def step_parts(*, micro_batches, compute, recompute, tp_exposed, cp_exposed, bubble_s, pp_exposed, dp_exposed,
-               optimizer):
+def step_parts(
+    *, micro_batches, compute, recompute, tp_exposed, cp_exposed, bubble_s, pp_exposed, dp_exposed, optimizer
+):
     """The step's parts (BREAKDOWN_KEYS order): m × one micro-batch on the slowest stage (compute, recompute,
     exposed TP and CP), the pipeline bubble (``pipeline_bubble``), exposed PP, exposed DP, optimizer.
 
@@ -639,14 +658,18 @@ def plan_notes(job: Job, wl: Workload) -> list[str]:
     p, c = job.plan, job.cluster
     notes = []
     if p.tp > c.gpus_per_node:
-        notes.append(f"TP group ({p.tp}) is larger than the NVLink domain ({c.gpus_per_node}): TP traffic crosses the network")
+        notes.append(
+            f"TP group ({p.tp}) is larger than the NVLink domain ({c.gpus_per_node}): TP traffic crosses the network"
+        )
     if p.tp * p.cp > c.gpus_per_node and p.cp > 1:
         notes.append("CP ring spans nodes: K/V exchange crosses the network")
     if p.pp > 1 and p.tp * p.cp * job.dp >= c.gpus_per_node:
         notes.append("pipeline sends cross nodes and share the NICs with DP traffic")
     if not p.flash_attention:
-        notes.append(f"{p.framework}: attention scores materialised (attention: eager); DP reduction "
-                     f"{'overlaps backward' if p.overlap.dp else 'after backward'}")
+        notes.append(
+            f"{p.framework}: attention scores materialised (attention: eager); DP reduction "
+            f"{'overlaps backward' if p.overlap.dp else 'after backward'}"
+        )
     refusal = zero_refusal(p.framework, p.zero)
     if refusal:
         notes.append(f"{refusal}: priced as stated")
@@ -669,9 +692,17 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
     pp_link, pp_exp, pp_bytes = pp_exposed(job, wl, costs, stages)
     dp_link, dp_exp, dp_bytes = dp_exposed(job, wl, costs, slow)
     optimizer = costs.compute(wl.optimizer)
-    parts = step_parts(micro_batches=m, compute=slow.compute, recompute=slow.recompute, tp_exposed=slow.tp_exposed,
-                       cp_exposed=slow.cp_exposed, bubble_s=pipeline_bubble(job.plan.schedule, m, job.plan.vp, stages),
-                       pp_exposed=pp_exp, dp_exposed=dp_exp, optimizer=optimizer)
+    parts = step_parts(
+        micro_batches=m,
+        compute=slow.compute,
+        recompute=slow.recompute,
+        tp_exposed=slow.tp_exposed,
+        cp_exposed=slow.cp_exposed,
+        bubble_s=pipeline_bubble(job.plan.schedule, m, job.plan.vp, stages),
+        pp_exposed=pp_exp,
+        dp_exposed=dp_exp,
+        optimizer=optimizer,
+    )
     comm_time = {
         "tp": m * slow.link.comm.get("tp", 0.0),
         "cp": m * slow.link.comm.get("cp", 0.0),
@@ -685,13 +716,29 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
         "dp": dp_bytes,
     }
     mem = memory(job)
-    return make_breakdown(job, wl, parts, comm_time, comm_bytes, mem.gib(), mem.total <= job.cluster.gpu.mem_bytes,
-                          notes=plan_notes(job, wl))
+    return make_breakdown(
+        job,
+        wl,
+        parts,
+        comm_time,
+        comm_bytes,
+        mem.gib(),
+        mem.total <= job.cluster.gpu.mem_bytes,
+        notes=plan_notes(job, wl),
+    )
 
 
-def make_breakdown(job: Job, wl: Workload, parts: dict[str, float], comm_time: dict[str, float],
-                   comm_bytes: dict[str, float], memory_gib: dict[str, float], fits: bool,
-                   source: str = "estimate", notes: list[str] | None = None) -> Breakdown:
+def make_breakdown(
+    job: Job,
+    wl: Workload,
+    parts: dict[str, float],
+    comm_time: dict[str, float],
+    comm_bytes: dict[str, float],
+    memory_gib: dict[str, float],
+    fits: bool,
+    source: str = "estimate",
+    notes: list[str] | None = None,
+) -> Breakdown:
     """The Breakdown record from the step's parts: the derived rates, shares and MFU are defined once, here.
 
     Used by the analytical schedule and by the event simulator (``commtax.sim``), so the two agree

@@ -3,7 +3,8 @@ and in-flight micro-batches (the first holds the most), the largest total report
 
 Model states follow ZeRO (Rajbhandari et al. 2020, §3.1): mixed-precision Adam keeps 2 B of
 bf16/fp16 weights, 2 B of gradients (4 B when reduced in fp32) and 12 B of fp32 master
-weights + Adam moments per parameter (fp32/tf32 training: 4 B weights, 4 B grads, 8 B moments); ZeRO stage 1/2/3 shards optimizer / + gradients /
+weights + Adam moments per parameter (fp32/tf32 training: 4 B weights, 4 B grads, 8 B moments);
+ZeRO stage 1/2/3 shards optimizer / + gradients /
 + weights over the data-parallel (× context-parallel) group. Activations follow Korthikanti
 et al. 2022, eq. 1-2 and Table 2, generalised to GQA and gated MLPs.
 """
@@ -185,19 +186,28 @@ def stage_states(job: Job, stages: Iterable[int] | None = None) -> list[tuple[fl
     p, prec = job.plan, job.training.precision
     shard = job.dp * p.cp
     w_bytes = weight_bytes_per_param(prec)
-    g_bytes = max(w_bytes, grad_bytes_per_param(job))  # gradients are kept at the weights' width even if sent compressed
+    g_bytes = max(
+        w_bytes, grad_bytes_per_param(job)
+    )  # gradients are kept at the weights' width even if sent compressed
     o_bytes = optimizer_bytes_per_param(prec)
     params = stage_params(job)
-    return [(w_bytes * n / (shard if p.zero >= 3 else 1), g_bytes * n / (shard if p.zero >= 2 else 1),
-             o_bytes * n / (shard if p.zero >= 1 else 1))
-            for n in (params if stages is None else [params[s] for s in stages])]
+    return [
+        (
+            w_bytes * n / (shard if p.zero >= 3 else 1),
+            g_bytes * n / (shard if p.zero >= 2 else 1),
+            o_bytes * n / (shard if p.zero >= 1 else 1),
+        )
+        for n in (params if stages is None else [params[s] for s in stages])
+    ]
 
 
 def stage_memory(job: Job, stages: Iterable[int] | None = None) -> list[Memory]:
     """Memory of pipeline ranks ``stages`` (default: all, first to last)."""
     stages = None if stages is None else list(stages)
-    return [Memory(w, g, o, a, reserve_bytes(job, a))
-            for (w, g, o), a in zip(stage_states(job, stages), stage_activation_bytes(job, stages))]
+    return [
+        Memory(w, g, o, a, reserve_bytes(job, a))
+        for (w, g, o), a in zip(stage_states(job, stages), stage_activation_bytes(job, stages))
+    ]
 
 
 def memory(job: Job) -> Memory:

@@ -67,9 +67,15 @@ def plan_options(command: Callable) -> Callable:
     field -> text or None, ready for ``Space.parse``."""
     sig = inspect.signature(command, eval_str=True)
     own = [p for name, p in sig.parameters.items() if name != "plan"]
-    added = [inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY, default=None,
-                               annotation=Annotated[Optional[str], typer.Option(opt, metavar="V", help=help_)])
-             for field, (opt, help_) in PLAN_OPTIONS.items()]
+    added = [
+        inspect.Parameter(
+            field,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[Optional[str], typer.Option(opt, metavar="V", help=help_)],
+        )
+        for field, (opt, help_) in PLAN_OPTIONS.items()
+    ]
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -95,8 +101,15 @@ def search_command(
     ] = None,
     rank: Annotated[Literal[RANK_BY], typer.Option("--rank", help="what ranks the plans")] = "step",
     top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="plans to show")] = 5,
-    verify: Annotated[int, typer.Option("--verify", min=0, metavar="K", help="simulate the best K plans and rank "
-                                        "them by the simulated step (both times shown)")] = 0,
+    verify: Annotated[
+        int,
+        typer.Option(
+            "--verify",
+            min=0,
+            metavar="K",
+            help="simulate the best K plans and rank them by the simulated step (both times shown)",
+        ),
+    ] = 0,
     rent: RentOpt = False,
     wide: WideOpt = False,
     json_out: JsonOpt = False,
@@ -171,15 +184,16 @@ def search_command(
 def _exit_if_interrupted(interrupted: bool) -> None:
     """Partial results were shown (and flagged in --out/--json): Ctrl-C/SIGTERM still exit 130."""
     if interrupted:
-        err_console.print("interrupted: results above are partial (\"interrupted\": true in the JSON)", markup=False)
+        err_console.print('interrupted: results above are partial ("interrupted": true in the JSON)', markup=False)
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
 # ----------------------------------------------------------------------------- compare
 @plan_options
 def compare_command(
-    inputs: Annotated[list[str], typer.Argument(metavar="JOB.yaml",
-                                                help="job YAML files (with --gpu: one job, then more GPU ids)")],
+    inputs: Annotated[
+        list[str], typer.Argument(metavar="JOB.yaml", help="job YAML files (with --gpu: one job, then more GPU ids)")
+    ],
     plan: dict[str, Optional[str]],
     gpu: Annotated[
         Optional[list[str]], typer.Option("--gpu", help="GPU catalog ids to put on the first job's cluster")
@@ -195,10 +209,13 @@ def compare_command(
         Optional[Path], typer.Option("--scaling", metavar="PNG", help="write comm tax and MFU vs GPUs here")
     ] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU counts for --scaling, e.g. 64,128,256,512")] = None,
-    num_gpus: Annotated[Optional[str], typer.Option(
-        "--num-gpus", help="compare each cluster at these GPU counts too, e.g. 128,256,512")] = None,
-    deadline: Annotated[Optional[float], typer.Option(
-        "--deadline", min=0, help="days: name the cheapest cluster that trains the tokens within it")] = None,
+    num_gpus: Annotated[
+        Optional[str], typer.Option("--num-gpus", help="compare each cluster at these GPU counts too, e.g. 128,256,512")
+    ] = None,
+    deadline: Annotated[
+        Optional[float],
+        typer.Option("--deadline", min=0, help="days: name the cheapest cluster that trains the tokens within it"),
+    ] = None,
     wide: WideOpt = False,
     json_out: JsonOpt = False,
     out: OutOpt = None,
@@ -244,10 +261,21 @@ def compare_command(
         jobs = with_gpu_counts(jobs, counts)
     mode = "rented" if rent else "owned"
     with progress(f"searching {len(jobs)} clusters", enabled=not json_out) as update:
-        rows = compare(jobs, prices=price_book, space=space, tokens=tokens, mode=mode, power=power, workers=workers,
-                       progress=update)
-    data: dict[str, Any] = {"mode": mode, "tokens": tokens or jobs[0].training.tokens,
-                            "rows": [r.to_dict(mode) for r in rows]}
+        rows = compare(
+            jobs,
+            prices=price_book,
+            space=space,
+            tokens=tokens,
+            mode=mode,
+            power=power,
+            workers=workers,
+            progress=update,
+        )
+    data: dict[str, Any] = {
+        "mode": mode,
+        "tokens": tokens or jobs[0].training.tokens,
+        "rows": [r.to_dict(mode) for r in rows],
+    }
     choice = None
     if deadline is not None:
         choice = cheapest_within(rows, deadline, mode)
@@ -268,10 +296,24 @@ def compare_command(
             counts = [n // 4, n // 2, n, n * 2, n * 4]
         pts = scaling(jobs[0], [c for c in counts if c > 0], space=space, workers=workers)
         scaling_plot(pts, scaling_png)
-        data["scaling"] = [{"num_gpus": p.num_gpus, "plan": p.plan, "reason": p.reason,
-                            **({"comm_tax": p.breakdown.comm_tax, "comm_share": p.breakdown.comm_share,
-                                "mfu": p.breakdown.mfu, "step_time_s": p.breakdown.step_time_s}
-                               if p.breakdown else {})} for p in pts]
+        data["scaling"] = [
+            {
+                "num_gpus": p.num_gpus,
+                "plan": p.plan,
+                "reason": p.reason,
+                **(
+                    {
+                        "comm_tax": p.breakdown.comm_tax,
+                        "comm_share": p.breakdown.comm_share,
+                        "mfu": p.breakdown.mfu,
+                        "step_time_s": p.breakdown.step_time_s,
+                    }
+                    if p.breakdown
+                    else {}
+                ),
+            }
+            for p in pts
+        ]
         data["scaling_png"] = str(scaling_png)
     emit(data, json_out, out)
     if json_out:
@@ -285,8 +327,10 @@ def compare_command(
         if choice is None:
             console.print(f"no cluster trains {data['tokens']:.3g} tokens within {deadline:g} days")
         else:
-            console.print(f"cheapest within {deadline:g} days: {choice.name}: {choice.cost.days:.1f} days, "
-                          f"${choice.cost.usd_per_B_tokens(mode):,.0f} per B tokens ({mode})")
+            console.print(
+                f"cheapest within {deadline:g} days: {choice.name}: {choice.cost.days:.1f} days, "
+                f"${choice.cost.usd_per_B_tokens(mode):,.0f} per B tokens ({mode})"
+            )
     if pareto is not None:
         console.print(f"wrote {pareto}")
     if scaling_png is not None:
@@ -328,8 +372,11 @@ def advise_command(
     console.print(
         f"step {b.step_time_s:.3f} s, MFU {pct(b.mfu)}, comm tax {pct(b.comm_tax)}"
         f"{'' if b.fits else ' (does not fit memory)'}; dominant: {a.dominant} ({pct(a.dominant_share)} of step)"
-        + (f"; largest communication part: {a.dominant_comm} ({pct(b.breakdown_s[a.dominant_comm] / b.step_time_s)})"
-           if a.dominant_comm else ""),
+        + (
+            f"; largest communication part: {a.dominant_comm} ({pct(b.breakdown_s[a.dominant_comm] / b.step_time_s)})"
+            if a.dominant_comm
+            else ""
+        ),
     )
     t = new_table("Changes, re-estimated (best first)")
     t.add_column("#", justify="right")
@@ -344,8 +391,10 @@ def advise_command(
     s = a.sensitivities
     console.print(
         "sensitivity (elasticity d ln step / d ln x): "
-        + ", ".join(f"{lvl} bandwidth {v['bw_elasticity']:+.3f}, {lvl} latency {v['latency_elasticity']:+.3f}"
-                    for lvl, v in s.items()),
+        + ", ".join(
+            f"{lvl} bandwidth {v['bw_elasticity']:+.3f}, {lvl} latency {v['latency_elasticity']:+.3f}"
+            for lvl, v in s.items()
+        ),
     )
     _exit_if_interrupted(a.interrupted)
 
@@ -372,8 +421,13 @@ def cost_command(
         does_not_fit(b, job)
     mode = "rented" if rent else "owned"
     c = job_training_cost(job, b.tokens_per_s, load_prices(prices), tokens, power)
-    data = {"mode": mode, "power": power, **c.to_dict(), "usd": c.usd(mode),
-            "usd_per_B_tokens": c.usd_per_B_tokens(mode)}
+    data = {
+        "mode": mode,
+        "power": power,
+        **c.to_dict(),
+        "usd": c.usd(mode),
+        "usd_per_B_tokens": c.usd_per_B_tokens(mode),
+    }
     emit(data, json_out, out)
     if not json_out:
         title = f"{job_file.name}: {c.tokens / 1e9:,.0f} B tokens on {job.cluster.num_gpus} × {job.cluster.gpu.name}"

@@ -47,6 +47,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from commtax import estimate as _est
 from commtax import signals
+from commtax.assumptions import assumptions_for
 from commtax.errors import Interrupted, SpecError
 from commtax.estimate import (
     BREAKDOWN_KEYS,
@@ -58,7 +59,6 @@ from commtax.estimate import (
     stage_times,
     step_parts,
 )
-from commtax.assumptions import assumptions_for
 from commtax.memory import fixed_reserve_bytes, stage_activation_bytes, stage_kinds, stage_states
 from commtax.plans import candidates
 from commtax.spec import Job, Plan, job_with, zero_refusal
@@ -151,7 +151,7 @@ class Space:
     fix: tuple[str, ...] = ()
 
     @staticmethod
-    def parse(options: dict[str, str | None], fix: Iterable[str] = ()) -> "Space":
+    def parse(options: dict[str, str | None], fix: Iterable[str] = ()) -> Space:
         cons = {k: parse_constraint(k, v) for k, v in options.items() if v is not None}
         fix = tuple(fix)
         for f in fix:
@@ -278,7 +278,7 @@ class _MemoCosts(Costs):
     """The model's Costs with each phase priced once across all the bases that place TP and CP alike:
     by identity (the layer blocks are shared between bases, see ``_eval_base``), then by content."""
 
-    def __init__(self, job: Job, shared: "_Shared | None" = None):
+    def __init__(self, job: Job, shared: _Shared | None = None):
         super().__init__(job)
         self._shared = shared or _Shared()
         self.stage_cache = self._shared.stages
@@ -313,14 +313,20 @@ def _model_copy(job: Job, **changes: Any) -> Job:
 def _fast_copy(job: Job, **changes: Any) -> Job:
     """``_model_copy`` without pydantic's generic copy machinery (2x faster; checked against it at import)."""
     plan = object.__new__(type(job.plan))
-    for name, value in (("__dict__", {**job.plan.__dict__, **changes}),
-                        ("__pydantic_fields_set__", job.plan.__pydantic_fields_set__ | set(changes)),
-                        ("__pydantic_extra__", None), ("__pydantic_private__", None)):
+    for name, value in (
+        ("__dict__", {**job.plan.__dict__, **changes}),
+        ("__pydantic_fields_set__", job.plan.__pydantic_fields_set__ | set(changes)),
+        ("__pydantic_extra__", None),
+        ("__pydantic_private__", None),
+    ):
         object.__setattr__(plan, name, value)
     new = object.__new__(type(job))
-    for name, value in (("__dict__", {**job.__dict__, "plan": plan}),
-                        ("__pydantic_fields_set__", job.__pydantic_fields_set__),
-                        ("__pydantic_extra__", None), ("__pydantic_private__", None)):
+    for name, value in (
+        ("__dict__", {**job.__dict__, "plan": plan}),
+        ("__pydantic_fields_set__", job.__pydantic_fields_set__),
+        ("__pydantic_extra__", None),
+        ("__pydantic_private__", None),
+    ):
         object.__setattr__(new, name, value)
     return new
 
@@ -335,8 +341,10 @@ def _fast_copy_works() -> bool:
         from commtax.spec import Cluster, Model, Plan, Training
 
         probe = Job.model_construct(
-            model=Model.model_construct(), cluster=Cluster.model_construct(),
-            plan=Plan(), training=Training.model_construct(),
+            model=Model.model_construct(),
+            cluster=Cluster.model_construct(),
+            plan=Plan(),
+            training=Training.model_construct(),
         )
         a, b = _fast_copy(probe, zero=3, recompute="full"), _model_copy(probe, zero=3, recompute="full")
         return a.plan == b.plan and a.plan.model_fields_set == b.plan.model_fields_set and a.plan.zero == 3
@@ -427,8 +435,9 @@ def _valid_jobs(job: Job, base: _Base) -> tuple[dict[tuple[int, int, int], Job],
         enumerate(axes["vp"]), enumerate(axes["micro_batch"]), enumerate(axes["sequence_parallel"])
     ):
         try:
-            jobs[i, j, k] = job_with(job, tp=base.tp, pp=base.pp, cp=base.cp, dp=None, vp=vp, micro_batch=mb,
-                                     sequence_parallel=sp, **reset)
+            jobs[i, j, k] = job_with(
+                job, tp=base.tp, pp=base.pp, cp=base.cp, dp=None, vp=vp, micro_batch=mb, sequence_parallel=sp, **reset
+            )
         except SpecError as e:
             why = _reason(str(e))
             invalid[why] += others
@@ -456,8 +465,9 @@ class _Grid:
         return next(x for (sj, _, _), x in self.sample.items() if sj == si)
 
 
-def _grid(job: Job, base: _Base, jobs: dict[tuple[int, int, int], Job],
-          phase_cache: dict[Any, _Shared] | None) -> _Grid:
+def _grid(
+    job: Job, base: _Base, jobs: dict[tuple[int, int, int], Job], phase_cache: dict[Any, _Shared] | None
+) -> _Grid:
     any_job = next(iter(jobs.values()))
     shared = _Shared() if phase_cache is None else phase_cache.setdefault(_phase_key(any_job), _Shared())
     n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in base.axes["micro_batch"]], float)
@@ -493,8 +503,12 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
             template = g.shared.workloads.get(key)
             if template is None:
                 template = g.shared.workloads[key] = build_workload(job_rc)
-            wl = dataclasses.replace(template, layers_per_stage=max(job_rc.stage_layers),
-                                     chunk_layers=job_rc.chunk_layers, micro_batches=int(g.n_micro[j]))
+            wl = dataclasses.replace(
+                template,
+                layers_per_stage=max(job_rc.stage_layers),
+                chunk_layers=job_rc.chunk_layers,
+                micro_batches=int(g.n_micro[j]),
+            )
             stages = stage_times(job_rc, wl, g.costs)
             slow, _ = slowest_and_rest(stages)
             slowest[si, j, k, r] = slow
@@ -518,7 +532,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
         for (z, zero), (d, dtype) in itertools.product(enumerate(zeros), enumerate(grad_dtypes)):
             job_zd = _copy(g.sample_of_split(si), zero=zero, grad_comm_dtype=dtype)
             dp_jobs[si, z, d] = (job_zd, build_workload(job_zd))
-            states[si, z, d, :len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
+            states[si, z, d, : len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
             optimizer[si, z, d] = g.costs.compute(dp_jobs[si, z, d][1].optimizer)
     vps = g.axis("vp")
     dims = (len(vps), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
@@ -537,11 +551,13 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
             # interleaving reduces and gathers each model chunk on its own (``estimate.dp_step_exposed``)
             link, nbytes, times, tail, first = _est.dp_step_parts(counted, g.costs)
             for i in vps_here:
-                exposed = _est.dp_step_exposed(times, tail, first, slow, g.base.pp, vps[i], counted.micro_batches,
-                                               _est.reduce_passes(counted))
+                exposed = _est.dp_step_exposed(
+                    times, tail, first, slow, g.base.pp, vps[i], counted.micro_batches, _est.reduce_passes(counted)
+                )
                 # as estimate.dp_exposed: the timeline's exposed part + what the hidden part costs the compute
-                dp_exposed[i, j, k, r, z, d] = exposed + _est.dp_contention(g.costs.cm, link, exposed, nbytes,
-                                                                            slow.link)
+                dp_exposed[i, j, k, r, z, d] = exposed + _est.dp_contention(
+                    g.costs.cm, link, exposed, nbytes, slow.link
+                )
     return states, optimizer, dp_exposed
 
 
@@ -553,12 +569,19 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
     for (i, j, k), valid_job in g.jobs.items():
         stages = kinds[g.split_of_vp[i]]
         for r, rc in enumerate(recomputes):
-            acts[i, j, k, r, :len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
+            acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
     return acts
 
 
-def _fullest_memory(states_by_vp: np.ndarray, acts: np.ndarray, valid: np.ndarray, cap: float,
-                    nofit: Counter, fixed_reserve: float, fragmentation: float) -> np.ndarray:
+def _fullest_memory(
+    states_by_vp: np.ndarray,
+    acts: np.ndarray,
+    valid: np.ndarray,
+    cap: float,
+    nofit: Counter,
+    fixed_reserve: float,
+    fragmentation: float,
+) -> np.ndarray:
     """Memory of the fullest stage on the grid, computed once: states + activations + reserve (the fixed part
     and the allocator's fragmentation of the activations, ``memory.reserve_bytes``) per stage kind, the largest;
     plans over ``cap`` counted in ``nofit`` by what dominates."""
@@ -568,8 +591,9 @@ def _fullest_memory(states_by_vp: np.ndarray, acts: np.ndarray, valid: np.ndarra
     mem = np.where(valid, np.take_along_axis(per_stage, fullest, -1)[..., 0], np.nan)
     over = valid & ~(mem <= cap)  # as estimate: fits = total <= gpu.mem_bytes
     if over.any():
-        acts_fullest = np.take_along_axis(np.broadcast_to(acts[:, :, :, None, :, None, :], per_stage.shape),
-                                          fullest, -1)[..., 0]
+        acts_fullest = np.take_along_axis(
+            np.broadcast_to(acts[:, :, :, None, :, None, :], per_stage.shape), fullest, -1
+        )[..., 0]
         by_acts = over & (acts_fullest >= mem - fixed_reserve - (1 + fragmentation) * acts_fullest)
         n_acts, n_states = int(by_acts.sum()), int((over & ~by_acts).sum())
         if n_acts:
@@ -579,8 +603,9 @@ def _fullest_memory(states_by_vp: np.ndarray, acts: np.ndarray, valid: np.ndarra
     return mem
 
 
-def _framework_zero_mask(job: Job, base: _Base, valid: np.ndarray, invalid: Counter,
-                         examples: dict[str, str]) -> np.ndarray:
+def _framework_zero_mask(
+    job: Job, base: _Base, valid: np.ndarray, invalid: Counter, examples: dict[str, str]
+) -> np.ndarray:
     """Plans whose ZeRO stage the job's framework cannot run (``spec.zero_refusal``) made invalid, counted by
     reason: the zero axis is not part of the per-job validator pass (``_valid_jobs``)."""
     zero_axis = AXES.index("zero")
@@ -613,8 +638,17 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     nofit: Counter = Counter()
     if not jobs:
         nan = np.full(len(grid), np.nan)
-        return _BaseResult(_codes(job, base, grid), nan, np.full((len(grid), len(PART_KEYS)), np.nan), nan, nan,
-                           np.zeros(len(grid), bool), invalid, nofit, examples)
+        return _BaseResult(
+            _codes(job, base, grid),
+            nan,
+            np.full((len(grid), len(PART_KEYS)), np.nan),
+            nan,
+            nan,
+            np.zeros(len(grid), bool),
+            invalid,
+            nofit,
+            examples,
+        )
     valid = np.zeros(shape[:3], bool)
     for idx in jobs:
         valid[idx] = True
@@ -626,12 +660,20 @@ def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = N
     kinds = [stage_kinds(g.sample_of_split(si)) for si in range(len(g.splits))]
     states, optimizer, dp_exposed = _dp_parts(g, slowest, kinds)
     by_vp = g.split_of_vp  # the split-indexed parts, on the vp axis
-    step, parts, exposed = _assemble(g.n_micro, slow_parts[:, by_vp], bubble, pp_exposed, dp_exposed,
-                                     optimizer[by_vp])
+    step, parts, exposed = _assemble(g.n_micro, slow_parts[:, by_vp], bubble, pp_exposed, dp_exposed, optimizer[by_vp])
     a = assumptions_for(job.cluster.profile)
-    fixed_reserve = fixed_reserve_bytes(base.tp, base.pp, base.cp, job.cluster.num_gpus // (base.tp * base.pp * base.cp), a)
-    mem = _fullest_memory(states[by_vp], _activations(g, kinds), valid, job.cluster.gpu.mem_bytes, nofit,
-                          fixed_reserve, a.v("allocator_fragmentation"))
+    fixed_reserve = fixed_reserve_bytes(
+        base.tp, base.pp, base.cp, job.cluster.num_gpus // (base.tp * base.pp * base.cp), a
+    )
+    mem = _fullest_memory(
+        states[by_vp],
+        _activations(g, kinds),
+        valid,
+        job.cluster.gpu.mem_bytes,
+        nofit,
+        fixed_reserve,
+        a.v("allocator_fragmentation"),
+    )
     flat = len(grid)
     return _BaseResult(
         plans=_codes(job, base, grid),
@@ -655,7 +697,10 @@ def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
     slow = slow_parts[:, :, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, recompute, gd)
     named = step_parts(
         micro_batches=n_micro[None, :, None, None, None, None],
-        compute=slow[0], recompute=slow[1], tp_exposed=slow[2], cp_exposed=slow[3],
+        compute=slow[0],
+        recompute=slow[1],
+        tp_exposed=slow[2],
+        cp_exposed=slow[3],
         bubble_s=bubble[:, :, :, None, :, None],
         pp_exposed=pp_exposed[:, :, :, None, :, None],
         dp_exposed=np.moveaxis(dp_exposed, 3, 4),
@@ -765,7 +810,7 @@ def evaluate_space(
             from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
             # interleave bases so both workers get a mix of cheap and costly ones
-            chunks = [bases[i::workers * 4] for i in range(workers * 4)]
+            chunks = [bases[i :: workers * 4] for i in range(workers * 4)]
             chunks = [c for c in chunks if c]
             ctx = mp.get_context("fork")
             with signals.deferred() as stop:  # a handler that raised inside the pool's locks could hang its shutdown
@@ -848,7 +893,7 @@ def search(
         res.top.sort(key=lambda pb: pb[1].step_time_s)
     if verify and not interrupted:  # Ctrl-C/SIGTERM: show the partial ranking now, not after K simulations
         verify_top(job, res, verify)
-    res.top = res.top[:max(top, verify)]
+    res.top = res.top[: max(top, verify)]
     return res
 
 
@@ -863,16 +908,26 @@ def verify_top(job: Job, res: SearchResult, k: int) -> None:
     for plan, b in res.top[:k]:
         verify_job = job_for(job, plan)  # the framework's gradient bucket, as the estimate's
         sim = simulate(verify_job, SimOptions(bucket_bytes=grad_bucket_bytes(verify_job)), compare=False).breakdown
-        rows.append(((plan, b), {"plan": plan, "estimate_step_s": b.step_time_s, "simulate_step_s": sim.step_time_s,
-                                 "simulate_breakdown": sim.to_dict()}))
+        rows.append(
+            (
+                (plan, b),
+                {
+                    "plan": plan,
+                    "estimate_step_s": b.step_time_s,
+                    "simulate_step_s": sim.step_time_s,
+                    "simulate_breakdown": sim.to_dict(),
+                },
+            )
+        )
     rows.sort(key=lambda r: r[1]["simulate_step_s"])
     res.top = [r[0] for r in rows] + res.top[k:]
     res.verified = [r[1] for r in rows]
 
 
 def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: bool, rank_by: str) -> SearchResult:
-    cat = (lambda name, width=None: np.concatenate([getattr(p, name) for p in parts]) if parts else
-           np.zeros((0, width) if width else 0))
+    cat = lambda name, width=None: (
+        np.concatenate([getattr(p, name) for p in parts]) if parts else np.zeros((0, width) if width else 0)
+    )
     plans = cat("plans", len(COLUMNS)).astype(np.int64) if parts else np.zeros((0, len(COLUMNS)), np.int64)
     step = cat("step")
     mem = cat("mem")
@@ -890,9 +945,20 @@ def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: 
     # best first; ties (plans the model cannot tell apart) go to the smaller memory, then the table order
     order = idx[np.lexsort((idx, mem[idx], step[idx]))]
     return SearchResult(
-        job=job, plans=plans, step_s=step, parts_s=cat("parts", len(PART_KEYS)), exposed_s=cat("exposed"),
-        mem_bytes=mem, valid=valid, fits=fits, invalid_reasons=inv, nofit_reasons=nof, order=order,
-        rank_by=rank_by, interrupted=interrupted, invalid_examples=examples,
+        job=job,
+        plans=plans,
+        step_s=step,
+        parts_s=cat("parts", len(PART_KEYS)),
+        exposed_s=cat("exposed"),
+        mem_bytes=mem,
+        valid=valid,
+        fits=fits,
+        invalid_reasons=inv,
+        nofit_reasons=nof,
+        order=order,
+        rank_by=rank_by,
+        interrupted=interrupted,
+        invalid_examples=examples,
     )
 
 
@@ -931,8 +997,17 @@ def brute_force(job: Job, space: Space | None = None) -> list[tuple[dict[str, An
     out = []
     for b in bases:
         for vp, mb, sp, zero, rc, gd in itertools.product(*(b.axes[k] for k in AXES)):
-            plan = dict(tp=b.tp, pp=b.pp, cp=b.cp, vp=vp, micro_batch=mb, sequence_parallel=sp, zero=zero,
-                        recompute=rc, grad_comm_dtype=gd)
+            plan = dict(
+                tp=b.tp,
+                pp=b.pp,
+                cp=b.cp,
+                vp=vp,
+                micro_batch=mb,
+                sequence_parallel=sp,
+                zero=zero,
+                recompute=rc,
+                grad_comm_dtype=gd,
+            )
             try:
                 j = job_with(job, dp=None, **split_reset(job, b.pp), **plan)
             except SpecError:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Literal, get_args
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -65,12 +66,16 @@ class GPU(_Spec):
     matmul_efficiency: dict[str, float] = Field(default_factory=lambda: {"default": 0.75})
     attention_efficiency: float = Field(default=0.5, gt=0, le=1, description="unused since attention kernel tables")
     arch: Literal["volta", "ampere", "hopper", "ada", "blackwell", "cdna2", "cdna3", "other"] = Field(
-        default="other", description="architecture: picks the attention kernel table (catalog/attention.yaml)")
+        default="other", description="architecture: picks the attention kernel table (catalog/attention.yaml)"
+    )
     clock_fraction: float | None = Field(
-        default=None, gt=0, le=1.5,
+        default=None,
+        gt=0,
+        le=1.5,
         description="sustained SM clock / the clock the datasheet peak assumes (< 1 for a power-capped GPU): "
         "scales GEMM rates, not HBM bandwidth; MFU stays against the datasheet peak. Unset: 1, or for Hopper "
-        "the assumption hopper_clock_fraction")
+        "the assumption hopper_clock_fraction",
+    )
     source: str = "inline"
 
     @field_validator("peak_tflops")
@@ -92,8 +97,9 @@ class GPU(_Spec):
     def peak_flops(self, precision: str) -> float:
         if precision not in self.peak_tflops:
             have = ", ".join(self.peak_tflops)
-            raise SpecError(f"training.precision: GPU {self.name} has no {precision} peak (has: {have}); "
-                            "set one of them")
+            raise SpecError(
+                f"training.precision: GPU {self.name} has no {precision} peak (has: {have}); set one of them"
+            )
         return self.peak_tflops[precision] * TFLOPS
 
     def matmul_eff(self, precision: str) -> float:
@@ -163,8 +169,10 @@ class Profile(_Spec):
     def _efficiencies(cls, v: dict[str, float]) -> dict[str, float]:
         for k, x in v.items():
             if not (0 < x <= 1):  # also false for nan
-                raise ValueError(f"gemm_efficiency.{k} must be in (0, 1] (achieved / peak), got {x}; "
-                                 "re-measure with `commtax bench gemm` on real sizes")
+                raise ValueError(
+                    f"gemm_efficiency.{k} must be in (0, 1] (achieved / peak), got {x}; "
+                    "re-measure with `commtax bench gemm` on real sizes"
+                )
         return v
 
 
@@ -175,14 +183,19 @@ class Cluster(_Spec):
     intra_node: IntraLink
     inter_node: Network
     nics_per_node: int = Field(default=8, gt=0, le=1024)
-    gpus_per_pcie_switch: int = Field(default=1, gt=0, le=64, description="GPUs sharing one PCIe uplink (host-bounced traffic)")
+    gpus_per_pcie_switch: int = Field(
+        default=1, gt=0, le=64, description="GPUs sharing one PCIe uplink (host-bounced traffic)"
+    )
     collective_library: Literal["nccl", "gloo"] = Field(
         default="nccl",
         description="nccl: the tuner picks ring/tree/NVLS and the LL protocol; gloo (CPU): rings only, and its "
         "reduce_scatter is an all-reduce",
     )
     uplink_Gbps: float | None = Field(
-        default=None, gt=0, le=100_000, allow_inf_nan=False,
+        default=None,
+        gt=0,
+        le=100_000,
+        allow_inf_nan=False,
         description="line rate per direction of the one link joining the two halves of the nodes (an oversubscribed "
         "spine, as `commtax cluster up --uplink` builds); a group spanning more than half the nodes crosses it",
     )
@@ -190,7 +203,7 @@ class Cluster(_Spec):
     emulated: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _shape(self) -> "Cluster":
+    def _shape(self) -> Cluster:
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
             raise ValueError(
                 f"num_gpus ({self.num_gpus}) must be a multiple of gpus_per_node ({self.gpus_per_node}) "
@@ -217,7 +230,7 @@ class Model(_Spec):
     source: str = "inline"
 
     @model_validator(mode="after")
-    def _heads(self) -> "Model":
+    def _heads(self) -> Model:
         if self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
         if self.heads % self.kv_heads_:
@@ -259,8 +272,9 @@ class Overlap(_Spec):
     cp: bool = Field(default=True, description="ring-attention K/V exchange overlaps attention compute")
 
 
-FrameworkName = Literal["megatron-core", "nemo", "megatron-lm", "megatron-deepspeed", "deepspeed", "torchtitan",
-                        "fsdp", "custom"]
+FrameworkName = Literal[
+    "megatron-core", "nemo", "megatron-lm", "megatron-deepspeed", "deepspeed", "torchtitan", "fsdp", "custom"
+]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "triton", "eager"]
 # how ZeRO-3 / FSDP gathers parameters (catalog/frameworks.yaml zero3_gather): one bucketed collective per unit,
 # prefetched on a side stream, or one synchronised list-form collective per parameter tensor (DeepSpeed < v0.6)
@@ -322,8 +336,10 @@ def zero_refusal(framework: str, zero: int) -> str | None:
     stages = frameworks()[framework].zero_stages
     if zero in stages:
         return None
-    return (f"zero({zero}) is not a stage {framework} runs by default (it runs zero {', '.join(map(str, stages))}: "
-            f"catalog/frameworks.yaml zero_stages)")
+    return (
+        f"zero({zero}) is not a stage {framework} runs by default (it runs zero {', '.join(map(str, stages))}: "
+        f"catalog/frameworks.yaml zero_stages)"
+    )
 
 
 def framework_of(data: dict) -> str:
@@ -331,8 +347,9 @@ def framework_of(data: dict) -> str:
     fw, gen = data.get("framework"), data.get("generation")
     if fw is None and gen is not None:
         if gen not in GENERATION_ALIAS:
-            raise ValueError(f"generation must be one of {', '.join(GENERATION_ALIAS)} (deprecated: use framework), "
-                             f"got {gen!r}")
+            raise ValueError(
+                f"generation must be one of {', '.join(GENERATION_ALIAS)} (deprecated: use framework), got {gen!r}"
+            )
         fw = GENERATION_ALIAS[gen]
     fw = fw or "custom"
     if fw not in frameworks():
@@ -351,7 +368,9 @@ class Plan(_Spec):
     pp: int = Field(default=1, gt=0, le=4096)
     dp: int | None = Field(default=None, gt=0)
     cp: int = Field(default=1, gt=0, le=4096)
-    vp: int = Field(default=1, gt=0, le=1024, description="virtual stages per pipeline rank (interleaved 1F1B when > 1)")
+    vp: int = Field(
+        default=1, gt=0, le=1024, description="virtual stages per pipeline rank (interleaved 1F1B when > 1)"
+    )
     sequence_parallel: bool = False
     zero: Literal[0, 1, 2, 3] = 1
     recompute: Literal["none", "selective", "full"] = "selective"
@@ -359,17 +378,23 @@ class Plan(_Spec):
     schedule: Literal["gpipe", "1f1b"] = "1f1b"
     overlap: Overlap = Field(default_factory=Overlap)
     grad_comm_dtype: CommDtype = Field(
-        default="bf16", description="dtype of the DP gradient reduction (default: the framework's reduce_dtype)")
+        default="bf16", description="dtype of the DP gradient reduction (default: the framework's reduce_dtype)"
+    )
     attention: AttentionKernel = Field(default="fa2", description="attention kernel; eager materialises the s×s scores")
     elementwise: Literal["fused", "compiled", "eager"] = Field(
-        default="fused", description="norms, activations, residuals: hand-fused kernels, torch.compile, or eager ops")
+        default="fused", description="norms, activations, residuals: hand-fused kernels, torch.compile, or eager ops"
+    )
     selective_policy: Literal["attention_core", "per_op"] = Field(
-        default="attention_core", description="what recompute: selective keeps (Megatron attention core / per-op SAC)")
+        default="attention_core", description="what recompute: selective keeps (Megatron attention core / per-op SAC)"
+    )
     fp8_recipe: Literal["delayed", "dynamic"] = Field(
-        default="delayed", description="fp8 scaling: delayed (Transformer Engine) or dynamic tensorwise (torchao)")
+        default="delayed", description="fp8 scaling: delayed (Transformer Engine) or dynamic tensorwise (torchao)"
+    )
     zero3_gather: Zero3Gather = Field(
-        default="bucketed_prefetch", description="ZeRO-3/FSDP parameter movement: bucketed_prefetch (one collective "
-        "per block, prefetched) or per_parameter_sync (DeepSpeed < v0.6: one synchronised gather per tensor)")
+        default="bucketed_prefetch",
+        description="ZeRO-3/FSDP parameter movement: bucketed_prefetch (one collective "
+        "per block, prefetched) or per_parameter_sync (DeepSpeed < v0.6: one synchronised gather per tensor)",
+    )
 
     @property
     def flash_attention(self) -> bool:
@@ -382,17 +407,26 @@ class Plan(_Spec):
 
     # how the transformer layers are split over the pipeline stages (``pipeline_split``); default: the most balanced
     account_for_embedding_in_pipeline_split: bool = Field(
-        default=False, description="Megatron-Core: the embedding counts as one layer of the first stage's share")
+        default=False, description="Megatron-Core: the embedding counts as one layer of the first stage's share"
+    )
     account_for_loss_in_pipeline_split: bool = Field(
-        default=False, description="Megatron-Core: the LM head and loss count as one layer of the last stage's share")
+        default=False, description="Megatron-Core: the LM head and loss count as one layer of the last stage's share"
+    )
     first_stage_layers: int | None = Field(
-        default=None, ge=0, le=10_000,
-        description="layers on the first stage (Megatron num_layers_in_first_pipeline_stage)")
+        default=None,
+        ge=0,
+        le=10_000,
+        description="layers on the first stage (Megatron num_layers_in_first_pipeline_stage)",
+    )
     last_stage_layers: int | None = Field(
-        default=None, ge=0, le=10_000,
-        description="layers on the last stage (Megatron num_layers_in_last_pipeline_stage)")
+        default=None,
+        ge=0,
+        le=10_000,
+        description="layers on the last stage (Megatron num_layers_in_last_pipeline_stage)",
+    )
     stage_layers: tuple[int, ...] | None = Field(
-        default=None, description="layers on each pipeline stage, first to last (pp entries)")
+        default=None, description="layers on each pipeline stage, first to last (pp entries)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -424,8 +458,12 @@ class Plan(_Spec):
         overlap = data.get("overlap")
         if overlap is None or isinstance(overlap, dict):
             zero3 = data.get("zero", 1) == 3
-            defaults = {"dp": fw.overlap.dp_zero3 if zero3 else fw.overlap.dp, "tp": fw.overlap.tp,
-                        "pp": fw.overlap.pp, "cp": fw.overlap.cp}
+            defaults = {
+                "dp": fw.overlap.dp_zero3 if zero3 else fw.overlap.dp,
+                "tp": fw.overlap.tp,
+                "pp": fw.overlap.pp,
+                "cp": fw.overlap.cp,
+            }
             data["overlap"] = {**defaults, **(overlap or {})}
         return data
 
@@ -453,13 +491,11 @@ class Job(_Spec):
     training: Training
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Job":
+    def _consistent(self) -> Job:
         m, c, p, t = self.model, self.cluster, self.plan, self.training
         mp = p.tp * p.pp * p.cp
         if c.num_gpus % mp:
-            raise ValueError(
-                f"tp({p.tp}) * pp({p.pp}) * cp({p.cp}) = {mp} does not divide num_gpus({c.num_gpus})"
-            )
+            raise ValueError(f"tp({p.tp}) * pp({p.pp}) * cp({p.cp}) = {mp} does not divide num_gpus({c.num_gpus})")
         dp = c.num_gpus // mp
         if p.dp is not None and p.dp * mp != c.num_gpus:
             raise ValueError(
@@ -473,8 +509,10 @@ class Job(_Spec):
         if p.vp > 1 and p.pp == 1:
             raise ValueError("vp > 1 (interleaved 1F1B) needs pp > 1")
         if p.vp > 1 and p.schedule != "1f1b":
-            raise ValueError(f"vp({p.vp}) > 1 needs schedule 1f1b (interleaving is Megatron's interleaved 1F1B); "
-                             "set vp: 1 or schedule: 1f1b")
+            raise ValueError(
+                f"vp({p.vp}) > 1 needs schedule 1f1b (interleaving is Megatron's interleaved 1F1B); "
+                "set vp: 1 or schedule: 1f1b"
+            )
         pipeline_split(m.layers, p)  # raises naming the stage-split field and the fix
         if t.global_batch % (dp * p.micro_batch):
             raise ValueError(
@@ -540,16 +578,35 @@ def pipeline_split(layers: int, plan: Plan) -> tuple[int, ...]:
       first (the ends carry the embedding and the head), then the first, then the last; with vp > 1 in units of
       vp layers, so that a stage's chunks are equal (Megatron-Core splits a stage evenly over its chunks).
     """
-    return _split(layers, plan.pp, plan.vp, plan.stage_layers, plan.first_stage_layers, plan.last_stage_layers,
-                  plan.account_for_embedding_in_pipeline_split, plan.account_for_loss_in_pipeline_split)
+    return _split(
+        layers,
+        plan.pp,
+        plan.vp,
+        plan.stage_layers,
+        plan.first_stage_layers,
+        plan.last_stage_layers,
+        plan.account_for_embedding_in_pipeline_split,
+        plan.account_for_loss_in_pipeline_split,
+    )
 
 
 @lru_cache(maxsize=4096)
-def _split(layers: int, p: int, v: int, stage_layers: tuple[int, ...] | None, first_stage_layers: int | None,
-           last_stage_layers: int | None, embedding: bool, loss: bool) -> tuple[int, ...]:
+def _split(
+    layers: int,
+    p: int,
+    v: int,
+    stage_layers: tuple[int, ...] | None,
+    first_stage_layers: int | None,
+    last_stage_layers: int | None,
+    embedding: bool,
+    loss: bool,
+) -> tuple[int, ...]:
     n = p * v
-    given = {"stage_layers": stage_layers, "first_stage_layers": first_stage_layers,
-             "last_stage_layers": last_stage_layers}
+    given = {
+        "stage_layers": stage_layers,
+        "first_stage_layers": first_stage_layers,
+        "last_stage_layers": last_stage_layers,
+    }
     explicit = [f for f, x in given.items() if x is not None]
     accounted = embedding or loss
     if explicit and p == 1:
@@ -557,15 +614,18 @@ def _split(layers: int, p: int, v: int, stage_layers: tuple[int, ...] | None, fi
     if stage_layers is not None and len(explicit) > 1:
         raise ValueError("stage_layers: give either stage_layers or first_stage_layers/last_stage_layers, not both")
     if explicit and accounted:
-        raise ValueError(f"{explicit[0]}: Megatron-Core does not combine explicit stage layers with "
-                         "account_for_embedding/loss_in_pipeline_split; drop one of them")
+        raise ValueError(
+            f"{explicit[0]}: Megatron-Core does not combine explicit stage layers with "
+            "account_for_embedding/loss_in_pipeline_split; drop one of them"
+        )
     if stage_layers is not None:
         stages = stage_layers
         if len(stages) != p:
             raise ValueError(f"stage_layers has {len(stages)} entries; give one per pipeline stage, pp({p})")
         if any(x < 0 for x in stages) or sum(stages) != layers:
-            raise ValueError(f"stage_layers {list(stages)} must be ≥ 0 each and sum to layers({layers}), "
-                             f"got {sum(stages)}")
+            raise ValueError(
+                f"stage_layers {list(stages)} must be ≥ 0 each and sum to layers({layers}), got {sum(stages)}"
+            )
     elif first_stage_layers is not None or last_stage_layers is not None:
         first, last = first_stage_layers, last_stage_layers
         ends = [x for x in (first, last) if x is not None]
@@ -574,17 +634,20 @@ def _split(layers: int, p: int, v: int, stage_layers: tuple[int, ...] | None, fi
             raise ValueError(
                 f"first_stage_layers/last_stage_layers ({first}, {last}) leave {rest} layers for the {between} other "
                 f"stage(s); they must share them evenly (Megatron-Core): pick counts so that layers({layers}) minus "
-                "them divides by the other stages")
+                "them divides by the other stages"
+            )
         middle = rest // between if between else 0
-        stages = tuple([first if first is not None else middle] + [middle] * (p - 2)
-                       + [last if last is not None else middle])
+        stages = tuple(
+            [first if first is not None else middle] + [middle] * (p - 2) + [last if last is not None else middle]
+        )
     elif accounted:
         extra_first, extra_last = int(embedding), int(loss)
         total = layers + extra_first + extra_last
         if total % n:
             raise ValueError(
                 f"account_for_embedding/loss_in_pipeline_split: layers({layers}) + {extra_first + extra_last} = "
-                f"{total} must divide by pp({p}) * vp({v}) = {n} (Megatron-Core); change pp/vp or drop the flags")
+                f"{total} must divide by pp({p}) * vp({v}) = {n} (Megatron-Core); change pp/vp or drop the flags"
+            )
         chunks = [total // n] * n
         chunks[0] -= extra_first
         chunks[-1] -= extra_last
@@ -593,12 +656,15 @@ def _split(layers: int, p: int, v: int, stage_layers: tuple[int, ...] | None, fi
         return tuple(chunks)
     else:
         if layers < n:
-            raise ValueError(f"pp({p}) * vp({v}) = {n} virtual stages exceed layers({layers}): each needs a layer; "
-                             "lower pp or vp")
+            raise ValueError(
+                f"pp({p}) * vp({v}) = {n} virtual stages exceed layers({layers}): each needs a layer; lower pp or vp"
+            )
         if layers % v:
             # interleaving runs a stage's chunks in turn: Megatron-Core needs each stage's layers to split evenly
-            raise ValueError(f"vp({v}) must divide layers({layers}) so that each stage's chunks are equal "
-                             "(Megatron-Core); change vp or give stage_layers")
+            raise ValueError(
+                f"vp({v}) must divide layers({layers}) so that each stage's chunks are equal "
+                "(Megatron-Core); change vp or give stage_layers"
+            )
         units = layers // v  # one unit = one layer on each of a stage's v chunks
         stages = [units // p] * p
         order = list(range(1, p - 1)) + [0, p - 1]
@@ -606,8 +672,10 @@ def _split(layers: int, p: int, v: int, stage_layers: tuple[int, ...] | None, fi
             stages[s] += 1
         stages = [x * v for x in stages]
     if v > 1 and any(x % v for x in stages):
-        raise ValueError(f"stage layers {list(stages)}: with vp({v}) each stage's layers must divide evenly over its "
-                         f"{v} chunks; change the split or vp")
+        raise ValueError(
+            f"stage layers {list(stages)}: with vp({v}) each stage's layers must divide evenly over its "
+            f"{v} chunks; change the split or vp"
+        )
     return tuple(x // v for _ in range(v) for x in stages)
 
 
@@ -647,7 +715,9 @@ def read_text(path: Path | str, what: str = "file") -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise SpecError(f"{path}: not UTF-8 text (Latin-1?): byte 0x{raw[e.start]:02x} at offset {e.start}; save it as UTF-8") from None
+        raise SpecError(
+            f"{path}: not UTF-8 text (Latin-1?): byte 0x{raw[e.start]:02x} at offset {e.start}; save it as UTF-8"
+        ) from None
 
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
@@ -666,8 +736,11 @@ class _StrictLoader(_Base):  # type: ignore[misc, valid-type]
                 try:
                     if key in seen:
                         raise yaml.constructor.ConstructorError(
-                            None, None, f"duplicate key {excerpt(key)} (first on line {seen[key].line + 1})",
-                            key_node.start_mark)
+                            None,
+                            None,
+                            f"duplicate key {excerpt(key)} (first on line {seen[key].line + 1})",
+                            key_node.start_mark,
+                        )
                     seen[key] = key_node.start_mark
                 except TypeError:  # an unhashable key: the base constructor says so
                     pass
@@ -722,7 +795,9 @@ def read_yaml(path: Path) -> Any:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise SpecError(f"{path}:{where} malformed YAML ({excerpt(str(getattr(e, 'problem', '') or e), 80, quote=False)})") from None
+        raise SpecError(
+            f"{path}:{where} malformed YAML ({excerpt(str(getattr(e, 'problem', '') or e), 80, quote=False)})"
+        ) from None
     except RecursionError:
         raise SpecError(f"{path}: nested deeper than {MAX_YAML_DEPTH} levels") from None
     finally:
@@ -730,7 +805,9 @@ def read_yaml(path: Path) -> Any:
     if isinstance(data, dict):
         bad = [k for k in data if not isinstance(k, str)]
         if bad:
-            raise SpecError(f"{path}: top-level key {excerpt(bad[0])} is not a name; keys are words like model, cluster")
+            raise SpecError(
+                f"{path}: top-level key {excerpt(bad[0])} is not a name; keys are words like model, cluster"
+            )
     return data
 
 
@@ -739,8 +816,9 @@ def _builtin_catalog() -> dict[str, dict[str, dict]]:
     return {kind: read_yaml(CATALOG_DIR / f) or {} for kind, f in CATALOG_FILES.items()}
 
 
-def read_overrides(path: Path | str, sections: Iterable[str], required: tuple[str, ...] = ("source",),
-                   kind: str = "catalog") -> dict[str, dict[str, dict]]:
+def read_overrides(
+    path: Path | str, sections: Iterable[str], required: tuple[str, ...] = ("source",), kind: str = "catalog"
+) -> dict[str, dict[str, dict]]:
     """A user file adding or overriding entries: {section: {name: {field: value}}}, each entry sourced."""
     sections = tuple(sections)
     data = read_yaml(Path(path))
@@ -757,8 +835,10 @@ def read_overrides(path: Path | str, sections: Iterable[str], required: tuple[st
                 raise SpecError(f"{path}: {section}.{name}: expected a mapping of fields")
             missing = [f for f in required if f not in entry]
             if missing:
-                raise SpecError(f"{path}: {section}.{name}: missing field {missing[0]!r} "
-                                f"(every {kind} entry needs {' and '.join(required)})")
+                raise SpecError(
+                    f"{path}: {section}.{name}: missing field {missing[0]!r} "
+                    f"(every {kind} entry needs {' and '.join(required)})"
+                )
             out.setdefault(section, {})[name] = dict(entry)
     return out
 
@@ -791,9 +871,11 @@ def _format_validation_error(e: ValidationError, prefix: str = "") -> str:
     loc = ".".join(str(x) for x in err["loc"])
     field = ".".join(p for p in (prefix, loc) if p)
     msg = err["msg"].removeprefix("Value error, ")
-    extra = f" (got {excerpt(err['input'])})" if err["type"] not in ("value_error", "missing") and not isinstance(
-        err.get("input"), dict
-    ) else ""
+    extra = (
+        f" (got {excerpt(err['input'])})"
+        if err["type"] not in ("value_error", "missing") and not isinstance(err.get("input"), dict)
+        else ""
+    )
     return f"{field or 'plan'}: {msg}{extra}"  # cross-field checks of a Job are about the plan
 
 
@@ -825,8 +907,10 @@ def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field
         p = _relative_to(Path(out["profile"]), base_dir)
         out["profile"] = read_yaml(p)
         if not isinstance(out["profile"], dict):  # never echo the file: `profile:` can name any file
-            raise SpecError(f"{field}.profile: {p} is not a hardware profile (a mapping with source and levels, "
-                            "written by `commtax calibrate`)")
+            raise SpecError(
+                f"{field}.profile: {p} is not a hardware profile (a mapping with source and levels, "
+                "written by `commtax calibrate`)"
+            )
     return out
 
 

@@ -17,10 +17,20 @@ TFLOPS = 1e12
 SECONDS_PER_DAY = 86_400.0
 
 _SIZE_UNITS = {
-    "": 1, "b": 1,
-    "kb": KB, "mb": MB, "gb": GB, "tb": TB,
-    "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB,
-    "k": KiB, "m": MiB, "g": GiB, "t": TiB,
+    "": 1,
+    "b": 1,
+    "kb": KB,
+    "mb": MB,
+    "gb": GB,
+    "tb": TB,
+    "kib": KiB,
+    "mib": MiB,
+    "gib": GiB,
+    "tib": TiB,
+    "k": KiB,
+    "m": MiB,
+    "g": GiB,
+    "t": TiB,
 }
 
 

@@ -37,19 +37,36 @@ from commtax.spec import (
 from commtax.topology import placement
 from commtax.units import GB, MiB
 
-RUN_COLUMNS = ("id", "model_name", "layers", "hidden", "heads", "gpu", "num_gpus", "global_batch", "seq_len",
-               "measured_tokens_per_s_per_gpu")
+RUN_COLUMNS = (
+    "id",
+    "model_name",
+    "layers",
+    "hidden",
+    "heads",
+    "gpu",
+    "num_gpus",
+    "global_batch",
+    "seq_len",
+    "measured_tokens_per_s_per_gpu",
+)
 COLLECTIVE_COLUMNS = ("id", "op", "gpu", "num_gpus", "message_bytes", "measured_busbw_GBps")
 PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "vp", "sequence_parallel", "zero", "recompute", "micro_batch")
 # optional columns a measurement file may carry to state the software instead of leaving it to `generation`
-SOFTWARE_COLUMNS = {"flash_attention": "flash_attention", "overlap_dp": "overlap.dp", "overlap_tp": "overlap.tp",
-                    "overlap_pp": "overlap.pp"}
+SOFTWARE_COLUMNS = {
+    "flash_attention": "flash_attention",
+    "overlap_dp": "overlap.dp",
+    "overlap_tp": "overlap.tp",
+    "overlap_pp": "overlap.pp",
+}
 # optional columns naming software choices (values as in the job file's plan section)
 SOFTWARE_TEXT_COLUMNS = ("attention", "elementwise", "selective_policy", "fp8_recipe", "zero3_gather")
 LARGE_MESSAGE_BYTES = 64 * MiB  # the collectives target applies to messages ≥ 64 MiB (bandwidth-bound)
 # collectives MAPE is reported per message-size band: latency-bound, in between, bandwidth-bound
-SIZE_BANDS = (("messages_lt_1MiB", 0, MiB), ("messages_1MiB_to_64MiB", MiB, LARGE_MESSAGE_BYTES),
-              ("messages_ge_64MiB", LARGE_MESSAGE_BYTES, float("inf")))
+SIZE_BANDS = (
+    ("messages_lt_1MiB", 0, MiB),
+    ("messages_1MiB_to_64MiB", MiB, LARGE_MESSAGE_BYTES),
+    ("messages_ge_64MiB", LARGE_MESSAGE_BYTES, float("inf")),
+)
 
 
 @dataclass
@@ -90,9 +107,16 @@ class Report:
             rows.append(d)
         out = {"kind": self.kind, "mape_pct": self.mape_pct, "subsets": self.subsets, "rows": rows}
         if self.kind == "runs":
-            out.update({"by_source": self.by_source, "rows_by_source": self.rows_by_source,
-                        "source_avg_mape_pct": self.source_avg_mape_pct, "unfitted_mape_pct": self.unfitted_mape_pct,
-                        "fitted": self.fitted, "refused": self.refused})
+            out.update(
+                {
+                    "by_source": self.by_source,
+                    "rows_by_source": self.rows_by_source,
+                    "source_avg_mape_pct": self.source_avg_mape_pct,
+                    "unfitted_mape_pct": self.unfitted_mape_pct,
+                    "fitted": self.fitted,
+                    "refused": self.refused,
+                }
+            )
             if self.loso_mape_pct is not None or self.loso_note:
                 out.update({"loso_mape_pct": self.loso_mape_pct, "loso_note": self.loso_note})
         return out
@@ -284,13 +308,20 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
         fw, why = framework_of_row(row)
         legacy, legacy_why = legacy_software(row, fw)
         if legacy:
-            why += f"; before {frameworks()[fw].legacy.before_year} ({legacy_why}): " + \
-                ", ".join(f"{k}={v}" for k, v in legacy.items())
+            why += f"; before {frameworks()[fw].legacy.before_year} ({legacy_why}): " + ", ".join(
+                f"{k}={v}" for k, v in legacy.items()
+            )
     except SpecError as e:
         return RowResult(rid, measured, None, None, reason=str(e), extra={"source_key": source_key(row)})
     if choice is None:
-        return RowResult(rid, measured, None, None, reason="no plan over the empty fields is valid",
-                         extra={"source_key": source_key(row)})
+        return RowResult(
+            rid,
+            measured,
+            None,
+            None,
+            reason="no plan over the empty fields is valid",
+            extra={"source_key": source_key(row)},
+        )
     pred = choice.breakdown.tokens_per_s_per_gpu
     b = choice.breakdown
     extra = {
@@ -320,8 +351,12 @@ def predict_collective(row: dict, catalog: dict) -> RowResult:
     except (SpecError, ValueError) as e:
         return RowResult(rid, measured, None, None, reason=str(e))
     pred = cost.busbw_bytes_per_s / GB
-    extra = {"message_bytes": size, "algorithm": cost.algorithm, "protocol": cost.protocol,
-             "predicted_time_us": cost.time_s * 1e6}
+    extra = {
+        "message_bytes": size,
+        "algorithm": cost.algorithm,
+        "protocol": cost.protocol,
+        "predicted_time_us": cost.time_s * 1e6,
+    }
     return RowResult(rid, measured, pred, error_pct(pred, measured) if measured else None, extra=extra)
 
 

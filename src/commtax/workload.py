@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from commtax.assumptions import default_assumptions
 from commtax.comm_dtypes import bytes_per_element, codec_bytes_per_element, powersgd_compresses, powersgd_rank
-from commtax.spec import BYTES_PER, Job
+from commtax.spec import Job
 
 # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25): gradients are reduced in 25 MiB buckets
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -186,7 +186,8 @@ def attention_flop(job: Job, causal: bool) -> float:
 
 
 def _tp_comm(job: Job, act_bytes: float, tokens_full: int) -> list[Collective]:
-    """TP collectives of one layer-pass: 2 all-reduces, or with SP 2×(all-gather + reduce-scatter) (Korthikanti §4.2.2)."""
+    """TP collectives of one layer-pass: 2 all-reduces, or with SP 2×(all-gather + reduce-scatter)
+    (Korthikanti §4.2.2)."""
     p, h = job.plan, job.model.hidden
     if p.tp == 1:
         return []
@@ -221,8 +222,11 @@ def _cp_comm(job: Job, act_bytes: float, backward: bool) -> list[Collective]:
 # cast to fp32 (2 + 4 B), out - sigmoid(lse_b - lse)·(out - out_b) runs as three ops (10 + 8 + 12 B) and the
 # load-balanced partial update rebuilds the tensor with torch.cat (8 B): 44 B, 6 kernels; backward casts and adds
 # each gradient (6 + 10 B), 2 kernels per tensor.
-CP_MERGE = {"fused": {"fwd": (10.0, 2), "bwd": (10.0, 1)}, "compiled": {"fwd": (10.0, 2), "bwd": (10.0, 1)},
-            "eager": {"fwd": (44.0, 6), "bwd": (16.0, 2)}}
+CP_MERGE = {
+    "fused": {"fwd": (10.0, 2), "bwd": (10.0, 1)},
+    "compiled": {"fwd": (10.0, 2), "bwd": (10.0, 1)},
+    "eager": {"fwd": (44.0, 6), "bwd": (16.0, 2)},
+}
 
 
 def _cp_merge_ops(job: Job, backward: bool) -> list[Compute]:
@@ -291,8 +295,9 @@ def _attention_ops(job: Job) -> tuple[Compute, Compute, float]:
     # rate is the kernel's at that length (the causal diagonal step; the others are half-masked blocks)
     keys = tr.seq_len if p.cp == 1 or kernel == "eager" else s_local
     fwd = Compute("attention", flop, nbytes, "attention", rows, keys, m.head_dim, kernel=kernel)
-    bwd = Compute("attention_bwd", 2.5 * flop, 2 * nbytes, "attention", rows, keys, m.head_dim,
-                  kernel=kernel, backward=True)
+    bwd = Compute(
+        "attention_bwd", 2.5 * flop, 2 * nbytes, "attention", rows, keys, m.head_dim, kernel=kernel, backward=True
+    )
     return fwd, bwd, flop
 
 
@@ -324,10 +329,28 @@ def _layer_block(job: Job) -> Block:
     tokens_full = p.micro_batch * tr.seq_len // p.cp
     tp_fwd = _tp_comm(job, act_bytes, tokens_full)
     tp_bwd = _tp_comm(job, act_bytes, tokens_full)
-    fwd = Phase(tuple(fwd_gemm + [attn_fwd] + _cp_merge_ops(job, False) + ew_fwd + casts_fwd + tp_fwd
-                      + _cp_comm(job, act_bytes, False)))
-    bwd = Phase(tuple(bwd_gemm + [attn_bwd] + _cp_merge_ops(job, True) + ew_bwd + casts_bwd + tp_bwd
-                      + _cp_comm(job, act_bytes, True)))
+    fwd = Phase(
+        tuple(
+            fwd_gemm
+            + [attn_fwd]
+            + _cp_merge_ops(job, False)
+            + ew_fwd
+            + casts_fwd
+            + tp_fwd
+            + _cp_comm(job, act_bytes, False)
+        )
+    )
+    bwd = Phase(
+        tuple(
+            bwd_gemm
+            + [attn_bwd]
+            + _cp_merge_ops(job, True)
+            + ew_bwd
+            + casts_bwd
+            + tp_bwd
+            + _cp_comm(job, act_bytes, True)
+        )
+    )
     if p.recompute == "full":
         recompute = Phase(fwd.ops)
     elif p.recompute == "selective" and p.selective_policy == "per_op":
@@ -337,8 +360,18 @@ def _layer_block(job: Job) -> Block:
         recompute = Phase(tuple(ops))
     elif p.recompute == "selective":
         # selective recompute re-runs the core attention (Korthikanti §5); without flash it also rebuilds the scores
-        ops: list[Op] = [Compute("attention_recompute", attn_f, attn_fwd.bytes, "attention", attn_fwd.m, attn_fwd.n,
-                                 attn_fwd.k, kernel=attn_fwd.kernel)]
+        ops: list[Op] = [
+            Compute(
+                "attention_recompute",
+                attn_f,
+                attn_fwd.bytes,
+                "attention",
+                attn_fwd.m,
+                attn_fwd.n,
+                attn_fwd.k,
+                kernel=attn_fwd.kernel,
+            )
+        ]
         if "attn_scores" in ew:
             ops.append(_mem("attn_scores_recompute", ew["attn_scores"][0]))
         # with CP the recomputed core is ring attention: its K/V exchange and per-step merges run again
@@ -366,8 +399,12 @@ def _head_block(job: Job) -> Block:
     if p.tp > 1:
         buf = tokens * m.hidden * act_bytes
         op = "all_gather" if p.sequence_parallel else "all_reduce"
-        ops_f.insert(0, Collective("tp_head_gather", "all_gather", buf, "tp") if p.sequence_parallel else
-                     Collective("tp_loss", "all_reduce", 3 * 4.0 * tokens, "tp"))
+        ops_f.insert(
+            0,
+            Collective("tp_head_gather", "all_gather", buf, "tp")
+            if p.sequence_parallel
+            else Collective("tp_loss", "all_reduce", 3 * 4.0 * tokens, "tp"),
+        )
         ops_b.append(Collective("tp_head_grad", "reduce_scatter" if p.sequence_parallel else op, buf, "tp"))
     return Block("head", Phase(tuple(ops_f)), Phase(tuple(ops_b)), Phase(()))
 
@@ -496,6 +533,7 @@ def powersgd_codec_ops(shapes: list[tuple[int, ...]], rank: int, n: int, params:
     sum 4mc, ·col 4m + 4mc, -= 12mc: 12m + (8m + 28mc). Vectors and matrices it does not compress: torch.cat
     4+4, ``.div_(n)`` 4+4, copied back 4+4: 24 B per element.
     """
+
     def ortho_bytes(m: int) -> float:
         return sum(12.0 * m + (8.0 * m + 28.0 * m * (rank - i - 1) if i + 1 < rank else 0.0) for i in range(rank))
 
@@ -508,8 +546,11 @@ def powersgd_codec_ops(shapes: list[tuple[int, ...]], rank: int, n: int, params:
         if len(s) < 2 or not powersgd_compresses(rows, cols, rank):
             flat += math.prod(s)
             continue
-        ops += [_gemm("powersgd_p", rows, rank, cols, 4.0), _gemm("powersgd_q", cols, rank, rows, 4.0),
-                _gemm("powersgd_decompress", rows, cols, rank, 4.0)]
+        ops += [
+            _gemm("powersgd_p", rows, rank, cols, 4.0),
+            _gemm("powersgd_q", cols, rank, rows, 4.0),
+            _gemm("powersgd_decompress", rows, cols, rank, 4.0),
+        ]
         ortho += ortho_bytes(rows) + ortho_bytes(cols)
         ortho_kernels += 2 * (2 * rank + 4 * (rank - 1))
     ops = [Compute(o.name, o.flop * scale, o.bytes * scale, o.kind, o.m, o.n, o.k) for o in ops]
@@ -559,8 +600,20 @@ def layer_param_tensors(job: Job) -> tuple[float, ...]:
     mats = (h * qkv_out / t, h * h / t, h * fc1_out / t, f * h / t)
     if m.gated_mlp:
         return (float(h), mats[0], mats[1], float(h), mats[2], mats[3])
-    return (float(h), float(h), mats[0], qkv_out / t, mats[1], float(h), float(h), float(h), mats[2], fc1_out / t,
-            mats[3], float(h))
+    return (
+        float(h),
+        float(h),
+        mats[0],
+        qkv_out / t,
+        mats[1],
+        float(h),
+        float(h),
+        float(h),
+        mats[2],
+        fc1_out / t,
+        mats[3],
+        float(h),
+    )
 
 
 def _zero3_tensors(job: Job, params: dict[str, float]) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -580,9 +633,22 @@ def _zero3_tensors(job: Job, params: dict[str, float]) -> tuple[tuple[float, ...
 # Plan fields the layer, embedding and head blocks never read: plans differing only in these share their blocks
 # (``_blocks``), and with them the phase prices ``estimate.Costs`` keeps by identity. Every other plan field is part
 # of the key, so a field a block starts to read later is covered unless it is listed here.
-BLOCK_IRRELEVANT = frozenset({"dp", "pp", "vp", "zero", "schedule", "overlap", "zero3_gather", "stage_layers",
-                              "first_stage_layers", "last_stage_layers", "account_for_embedding_in_pipeline_split",
-                              "account_for_loss_in_pipeline_split"})
+BLOCK_IRRELEVANT = frozenset(
+    {
+        "dp",
+        "pp",
+        "vp",
+        "zero",
+        "schedule",
+        "overlap",
+        "zero3_gather",
+        "stage_layers",
+        "first_stage_layers",
+        "last_stage_layers",
+        "account_for_embedding_in_pipeline_split",
+        "account_for_loss_in_pipeline_split",
+    }
+)
 _BLOCKS: dict[tuple, tuple] = {}  # key -> (model, training, assumptions, (layer, embed, head)); held: ids kept
 
 

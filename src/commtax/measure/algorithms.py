@@ -30,14 +30,14 @@ def run_schedule(flat: torch.Tensor, schedule: Schedule, rank: int | None = None
             continue
         scratch = [torch.empty(t.hi - t.lo, dtype=flat.dtype, device=flat.device) for t in recvs]
         works = [dist.irecv(x, src=t.src, tag=tag) for t, x in zip(recvs, scratch)]
-        works += [dist.isend(flat[t.lo:t.hi], dst=t.dst, tag=tag) for t in sends]
+        works += [dist.isend(flat[t.lo : t.hi], dst=t.dst, tag=tag) for t in sends]
         for w in works:
             w.wait()
         for t, x in zip(recvs, scratch):
             if t.reduce:
-                flat[t.lo:t.hi].add_(x)
+                flat[t.lo : t.hi].add_(x)
             else:
-                flat[t.lo:t.hi].copy_(x)
+                flat[t.lo : t.hi].copy_(x)
     return flat
 
 
@@ -61,7 +61,7 @@ def reduce_scatter(tensor: torch.Tensor) -> torch.Tensor:
     n, r = dist.get_world_size(), dist.get_rank()
     run_schedule(flat, schedules.ring_reduce_scatter(list(range(n)), 0, flat.numel()))
     b = chunk_bounds(0, flat.numel(), n)
-    return flat[b[r]:b[r + 1]]
+    return flat[b[r] : b[r + 1]]
 
 
 def all_gather(output: torch.Tensor, local: torch.Tensor | None = None) -> torch.Tensor:
@@ -70,6 +70,6 @@ def all_gather(output: torch.Tensor, local: torch.Tensor | None = None) -> torch
     n, r = dist.get_world_size(), dist.get_rank()
     b = chunk_bounds(0, flat.numel(), n)
     if local is not None:
-        flat[b[r]:b[r + 1]].copy_(local.reshape(-1))
+        flat[b[r] : b[r + 1]].copy_(local.reshape(-1))
     run_schedule(flat, schedules.ring_all_gather(list(range(n)), 0, flat.numel()))
     return output

@@ -14,9 +14,9 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -139,21 +139,32 @@ def time_op(run: Callable[[], None], warmup: int, iters: int, device: torch.devi
     return float(stats[0].item()), float(stats[1].item())
 
 
-def record(op: str, impl: str, backend: str, message_bytes: int, time_s: float, dtype: str, iters: int,
-           time_mean_s: float) -> dict:
+def record(
+    op: str, impl: str, backend: str, message_bytes: int, time_s: float, dtype: str, iters: int, time_mean_s: float
+) -> dict:
     n = dist.get_world_size()
     algbw = message_bytes / time_s
     return {
-        "op": op, "impl": impl, "backend": backend, "world_size": n, "message_bytes": message_bytes,
-        "time_s": time_s, "algbw_GBps": algbw / GB, "busbw_GBps": algbw * bus_factor(op, n) / GB,
+        "op": op,
+        "impl": impl,
+        "backend": backend,
+        "world_size": n,
+        "message_bytes": message_bytes,
+        "time_s": time_s,
+        "algbw_GBps": algbw / GB,
+        "busbw_GBps": algbw * bus_factor(op, n) / GB,
         "nodes": n // int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
         "ranks_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-        "dtype": dtype, "iters": iters, "time_mean_s": time_mean_s, "unix_time": time.time(),
+        "dtype": dtype,
+        "iters": iters,
+        "time_mean_s": time_mean_s,
+        "unix_time": time.time(),
     }
 
 
 def _where() -> str:
-    return f"node {os.environ.get('GROUP_RANK', '?')}, local rank {os.environ.get('LOCAL_RANK', '?')}, {socket.gethostname()} pid {os.getpid()}"
+    node, local = os.environ.get("GROUP_RANK", "?"), os.environ.get("LOCAL_RANK", "?")
+    return f"node {node}, local rank {local}, {socket.gethostname()} pid {os.getpid()}"
 
 
 def _numel(op: str, nbytes: int, elem_bytes: int, n: int) -> int:
@@ -174,8 +185,14 @@ def _progress(enabled: bool):
         TimeElapsedColumn,
     )
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True, width=120), disable=not enabled)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True, width=120),
+        disable=not enabled,
+    )
 
 
 def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] | None = None) -> list[dict]:
@@ -203,8 +220,10 @@ def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] |
             done.append(rec)
             if rank == 0:
                 out.append(rec)
-                bar.console.print(f"{op:>14} {impl:>5} {numel * elem:>12d} B {t * 1e3:10.3f} ms "
-                                  f"algbw {rec['algbw_GBps']:8.4f} busbw {rec['busbw_GBps']:8.4f} GB/s")
+                bar.console.print(
+                    f"{op:>14} {impl:>5} {numel * elem:>12d} B {t * 1e3:10.3f} ms "
+                    f"algbw {rec['algbw_GBps']:8.4f} busbw {rec['busbw_GBps']:8.4f} GB/s"
+                )
             bar.advance(task)
     dog.disarm()
     dist.barrier()
@@ -215,9 +234,19 @@ def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] |
 
 def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
     """This same command, relaunched as ``nproc`` local ranks under torchrun."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "--max-restarts=0", "--shutdown-timeout=2", "-m",
-            "--", "commtax.measure.cli", *module_argv]  # "--": torchrun would read --max as its own --max-restarts
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "--max-restarts=0",
+        "--shutdown-timeout=2",
+        "-m",
+        "--",
+        "commtax.measure.cli",
+        *module_argv,
+    ]  # "--": torchrun would read --max as its own --max-restarts
 
 
 def run_local(nproc: int, module_argv: list[str]) -> int:

@@ -46,8 +46,16 @@ def _placement(n: int, per_node: int, intra: C.Level, inter: C.Level | None) -> 
     return C.Placement(n=n, per_node=min(per_node, n), intra=intra, inter=inter if n > per_node else None)
 
 
-def model_time_s(op: str, impl: str, message_bytes: float, n: int, per_node: int, intra: C.Level, inter: C.Level,
-                 backend: str = "gloo") -> float:
+def model_time_s(
+    op: str,
+    impl: str,
+    message_bytes: float,
+    n: int,
+    per_node: int,
+    intra: C.Level,
+    inter: C.Level,
+    backend: str = "gloo",
+) -> float:
     """Simple-protocol α-β time of ``op`` with the algorithm ``impl`` ran (no NCCL LL: gloo has none)."""
     p = _placement(n, per_node, intra, inter)
     if op == "all_to_all":
@@ -57,8 +65,12 @@ def model_time_s(op: str, impl: str, message_bytes: float, n: int, per_node: int
     if impl == "torch" and backend == "gloo":  # the library's own collectives: the predictor's gloo mode
         return C.collective_cost(op, message_bytes, dataclasses.replace(p, library="gloo")).time_s
     alg = IMPL_ALGORITHM[impl]
-    funcs = {"ring": C.ring_time, "tree": C.tree_time, "recursive_doubling": C.recursive_doubling_time,
-             "hierarchical": C.hierarchical_time}
+    funcs = {
+        "ring": C.ring_time,
+        "tree": C.tree_time,
+        "recursive_doubling": C.recursive_doubling_time,
+        "hierarchical": C.hierarchical_time,
+    }
     return funcs[alg](op, message_bytes, p)[0]
 
 
@@ -84,8 +96,16 @@ def level_of(rec: dict) -> str:
 
 
 def predicted_s(rec: dict, intra: C.Level, inter: C.Level) -> float:
-    return model_time_s(rec["op"], rec["impl"], rec["message_bytes"], rec["world_size"],
-                        rec.get("ranks_per_node", rec["world_size"]), intra, inter, rec.get("backend", "gloo"))
+    return model_time_s(
+        rec["op"],
+        rec["impl"],
+        rec["message_bytes"],
+        rec["world_size"],
+        rec.get("ranks_per_node", rec["world_size"]),
+        intra,
+        inter,
+        rec.get("backend", "gloo"),
+    )
 
 
 def _linearize(rec: dict, level: str, intra: C.Level, inter: C.Level, alpha: float, beta: float):
@@ -121,7 +141,9 @@ def fit_level(records: list[dict], level: str, intra: C.Level, inter: C.Level, r
         (alpha, beta), *_ = np.linalg.lstsq(A, y, rcond=None)
         alpha, beta = max(float(alpha), 0.0), max(float(beta), 1e-15)
     lv = C.Level(level, 1.0 / beta, alpha)
-    pred = np.array([predicted_s(r, lv if level == "intra" else intra, lv if level == "inter" else inter) for r in records])
+    pred = np.array(
+        [predicted_s(r, lv if level == "intra" else intra, lv if level == "inter" else inter) for r in records]
+    )
     rel = pred / times - 1
     return LevelFit(1.0 / beta, alpha, float(np.sqrt(np.mean(rel**2))), float(np.abs(rel).max()), len(records))
 
@@ -133,17 +155,29 @@ def _numbers(fit: LevelFit) -> dict:
 def calibrate(records: list[dict], cluster: dict, gemm: list[dict] | None = None, source: str = "") -> dict:
     """A hardware profile (the schema ``spec.Profile`` reads) from bench records on ``cluster``."""
     intra0, inter0 = levels_from_cluster(cluster)
-    usable = [r for r in records if r.get("op") in FIT_OPS and r["message_bytes"] >= MIN_FIT_BYTES
-              and r["world_size"] > 1 and r["impl"] in IMPL_ALGORITHM]
+    usable = [
+        r
+        for r in records
+        if r.get("op") in FIT_OPS
+        and r["message_bytes"] >= MIN_FIT_BYTES
+        and r["world_size"] > 1
+        and r["impl"] in IMPL_ALGORITHM
+    ]
     levels, ops, residuals = {}, {}, {}
     intra_fit = fit_level([r for r in usable if level_of(r) == "intra"], "intra", intra0, inter0)
     intra = C.Level("intra", intra_fit.bw_bytes_per_s, intra_fit.latency_s) if intra_fit else intra0
-    levels["intra"] = _numbers(intra_fit) if intra_fit else {"bw_GBps": float(intra0.bw_bytes_per_s / GB),
-                                                             "latency_us": float(intra0.latency_s / US)}
+    levels["intra"] = (
+        _numbers(intra_fit)
+        if intra_fit
+        else {"bw_GBps": float(intra0.bw_bytes_per_s / GB), "latency_us": float(intra0.latency_s / US)}
+    )
     inter_recs = [r for r in usable if level_of(r) == "inter"]
     inter_fit = fit_level(inter_recs, "inter", intra, inter0)
-    levels["inter"] = _numbers(inter_fit) if inter_fit else {"bw_GBps": float(inter0.bw_bytes_per_s / GB),
-                                                             "latency_us": float(inter0.latency_s / US)}
+    levels["inter"] = (
+        _numbers(inter_fit)
+        if inter_fit
+        else {"bw_GBps": float(inter0.bw_bytes_per_s / GB), "latency_us": float(inter0.latency_s / US)}
+    )
     for op in sorted({r["op"] for r in inter_recs}):
         f = fit_level([r for r in inter_recs if r["op"] == op], "inter", intra, inter0)
         if f:
@@ -153,9 +187,14 @@ def calibrate(records: list[dict], cluster: dict, gemm: list[dict] | None = None
         "source": source or f"commtax calibrate, {_dt.date.today().isoformat()}",
         "levels": levels,
         "ops": ops,
-        "residuals": {"per_op_inter": residuals,
-                      "levels": {k: {"rms_rel": round(f.rms_rel, 4), "max_rel": round(f.max_rel, 4), "records": f.count}
-                                 for k, f in (("intra", intra_fit), ("inter", inter_fit)) if f}},
+        "residuals": {
+            "per_op_inter": residuals,
+            "levels": {
+                k: {"rms_rel": round(f.rms_rel, 4), "max_rel": round(f.max_rel, 4), "records": f.count}
+                for k, f in (("intra", intra_fit), ("inter", inter_fit))
+                if f
+            },
+        },
     }
     if gemm:
         profile["gemm_efficiency"] = gemm_efficiency(gemm, cluster.get("gpu", {}).get("peak_tflops", {}))
@@ -170,8 +209,10 @@ def gemm_efficiency(gemm: list[dict], peak_tflops: dict) -> dict:
             achieved = float(np.median([g["tflops"] for g in gemm if g["dtype"] == dtype]))
             eff = achieved / peak_tflops[dtype]
             if not 0 < eff <= 1:
-                raise SpecError(f"--gemm: {dtype} achieved {achieved:g} TFLOP/s against a peak of {peak_tflops[dtype]:g}: "
-                                "an efficiency must be in (0, 1]; fix the cluster's gpu.peak_tflops or re-measure")
+                raise SpecError(
+                    f"--gemm: {dtype} achieved {achieved:g} TFLOP/s against a peak of {peak_tflops[dtype]:g}: "
+                    "an efficiency must be in (0, 1]; fix the cluster's gpu.peak_tflops or re-measure"
+                )
             out[dtype] = max(round(eff, 4), 1e-4)
     return out
 
@@ -184,8 +225,16 @@ def compare(records: list[dict], cluster: dict, profile: dict | None = None) -> 
             continue
         intra, inter = levels_from_profile(profile, r["op"]) if profile else levels_from_cluster(cluster)
         t = predicted_s(r, intra, inter)
-        rows.append({"op": r["op"], "impl": r["impl"], "message_bytes": r["message_bytes"], "measured_s": r["time_s"],
-                     "predicted_s": t, "error": t / r["time_s"] - 1})
+        rows.append(
+            {
+                "op": r["op"],
+                "impl": r["impl"],
+                "message_bytes": r["message_bytes"],
+                "measured_s": r["time_s"],
+                "predicted_s": t,
+                "error": t / r["time_s"] - 1,
+            }
+        )
     return rows
 
 

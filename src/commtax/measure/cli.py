@@ -22,10 +22,12 @@ from commtax.cli_io import (  # user_errors: SpecError/OSError: one line, exit 2
 )
 from commtax.collectives import OPS
 
-cluster_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
-                          help="Emulated multi-node cluster: network namespaces + tc")
-bench_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
-                        help="Measure collectives, p2p copies and GEMMs (torch.distributed)")
+cluster_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Emulated multi-node cluster: network namespaces + tc"
+)
+bench_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Measure collectives, p2p copies and GEMMs (torch.distributed)"
+)
 IMPLS = ("torch", "ring", "rhd", "tree", "hier")  # torch: the library's own; the rest: commtax.measure.algorithms
 GEMM_DTYPES = ("fp32", "bf16", "fp16")
 
@@ -80,8 +82,10 @@ def _refuse_live_record(out: Path) -> None:
     except Exception:  # not a cluster record: an ordinary file the user chose to replace
         return
     if set(old.namespaces) & set(existing_namespaces()):
-        fail(f"--out: {out} records cluster {old.name}, which still exists; `commtax cluster down --cluster {out}` "
-             "first, or choose another --out")
+        fail(
+            f"--out: {out} records cluster {old.name}, which still exists; `commtax cluster down --cluster {out}` "
+            "first, or choose another --out"
+        )
 
 
 # ---------------------------------------------------------------------------- cluster
@@ -96,8 +100,8 @@ def cluster_up(
         str, typer.Option("--link", help="each node's link rate per direction, tc units: 300mbit, 1gbit")
     ] = "1gbit",
     uplink: Annotated[
-        Optional[str], typer.Option("--uplink",
-            help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit"),
+        Optional[str],
+        typer.Option("--uplink", help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit"),
     ] = None,
     mtu: Annotated[int, typer.Option("--mtu", min=576, max=65000, help="MTU of every veth")] = 9000,
     out: Annotated[Path, typer.Option("--out", help="cluster YAML to write")] = DEFAULT_CLUSTER_FILE,
@@ -124,8 +128,16 @@ def cluster_up(
     _refuse_live_record(out)
 
     def record(c: EmulatedCluster) -> None:  # before the first namespace: even a SIGKILL leaves the record
-        write_atomic(out, yaml.safe_dump({**c.spec(), "status": "building (cluster up did not finish: "
-                                          "`commtax cluster down --cluster` this file)"}, sort_keys=False))
+        write_atomic(
+            out,
+            yaml.safe_dump(
+                {
+                    **c.spec(),
+                    "status": "building (cluster up did not finish: `commtax cluster down --cluster` this file)",
+                },
+                sort_keys=False,
+            ),
+        )
         set_cluster_file(c.name, out)
 
     try:
@@ -138,9 +150,11 @@ def cluster_up(
         raise
     write_atomic(out, yaml.safe_dump(cluster.spec(), sort_keys=False))
     m = cluster.measured
-    typer.echo(f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links {link_bit_s / 1e6:g} Mbit/s"
-               f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
-               f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {out}")
+    typer.echo(
+        f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links {link_bit_s / 1e6:g} Mbit/s"
+        f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
+        f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {out}"
+    )
 
 
 @cluster_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -186,9 +200,13 @@ def cluster_run(
 def cluster_down(
     cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
     all_: Annotated[
-        bool, typer.Option("--all", metavar="",
+        bool,
+        typer.Option(
+            "--all",
+            metavar="",
             help="remove the clusters your `cluster up` built that nothing runs in "
-                 "(others: asks on a terminal, else lists them)"),
+            "(others: asks on a terminal, else lists them)",
+        ),
     ] = False,
 ) -> None:
     """Kill what runs in the cluster and delete its namespaces, bridge, veths and qdiscs."""
@@ -243,23 +261,30 @@ def _mine_to_remove() -> list[str]:
 @bench_app.command("collective")
 @user_errors
 def bench_collective(
-    ops: Annotated[tuple, typer.Option("--ops", parser=choice_list(OPS), metavar="OP,...",
-                                       help=f"comma list of: {', '.join(OPS)}")] = ("all_reduce",),
+    ops: Annotated[
+        tuple, typer.Option("--ops", parser=choice_list(OPS), metavar="OP,...", help=f"comma list of: {', '.join(OPS)}")
+    ] = ("all_reduce",),
     min_size: Annotated[str, typer.Option("--min", metavar="SIZE", help="smallest message (nccl-tests -b)")] = "1KiB",
     max_size: Annotated[str, typer.Option("--max", metavar="SIZE", help="largest message (nccl-tests -e)")] = "16MiB",
     factor: Annotated[float, typer.Option("--factor", help="size multiplier per row (nccl-tests -f)")] = 2.0,
     warmup: Annotated[int, typer.Option("--warmup", min=0)] = 2,
     iters: Annotated[int, typer.Option("--iters", min=1)] = 5,
-    impl: Annotated[tuple, typer.Option("--impl", parser=choice_list(IMPLS), metavar="IMPL,...",
-                                        help="comma list: torch (the library's); ours: ring, rhd, tree, hier")
-                    ] = ("torch",),
+    impl: Annotated[
+        tuple,
+        typer.Option(
+            "--impl",
+            parser=choice_list(IMPLS),
+            metavar="IMPL,...",
+            help="comma list: torch (the library's); ours: ring, rhd, tree, hier",
+        ),
+    ] = ("torch",),
     dtype: Annotated[Literal["fp32", "bf16", "fp16", "int64"], typer.Option("--dtype")] = "fp32",
     backend: Annotated[
         Literal["auto", "gloo", "nccl"], typer.Option("--backend", help="auto: nccl with GPUs, else gloo")
     ] = "auto",
     timeout: Annotated[
-        float, typer.Option("--timeout", min=1,
-            help="seconds one measurement may take before a peer is declared dead/hung"),
+        float,
+        typer.Option("--timeout", min=1, help="seconds one measurement may take before a peer is declared dead/hung"),
     ] = 60.0,
     out: Annotated[
         Optional[Path], typer.Option("--out", metavar="FILE", help="JSON list of records (a .csv is written beside it)")
@@ -277,8 +302,10 @@ def bench_collective(
     from commtax.measure.schedules import impl_supports
 
     if not any(impl_supports(i, o) for o in ops for i in impl):
-        fail(f"--impl {','.join(impl)}: implements all_reduce (and ring: all_gather, reduce_scatter), "
-             f"not {','.join(ops)}")
+        fail(
+            f"--impl {','.join(impl)}: implements all_reduce (and ring: all_gather, reduce_scatter), "
+            f"not {','.join(ops)}"
+        )
     _check_sweep(lo, hi, factor, timeout, nproc, backend, fault)
     if "RANK" not in os.environ:  # not under torchrun: become it, locally (arguments checked once, here)
         if out is not None:
@@ -380,8 +407,10 @@ def bench_p2p(
     nbytes = _bytes("--bytes", size)
     avail = _mem_available_bytes()
     if nbytes > MAX_BENCH_BYTES or (avail and 4 * nbytes > avail):
-        fail(f"--bytes: {nbytes:,} B per copy is too large here (at most {MAX_BENCH_BYTES // 2**30} GiB, and 4 copies "
-             f"must fit the {avail / 2**30:.1f} GiB free)")
+        fail(
+            f"--bytes: {nbytes:,} B per copy is too large here (at most {MAX_BENCH_BYTES // 2**30} GiB, and 4 copies "
+            f"must fit the {avail / 2**30:.1f} GiB free)"
+        )
     if out is not None:
         _check_out(out)
     from commtax.measure.p2p import p2p_matrix
@@ -404,8 +433,12 @@ MAX_GEMM_HIDDEN = 32_768  # the MLP GEMM is tokens × h × 4h: 32k already needs
 def bench_gemm(
     hidden: Annotated[str, typer.Option("--hidden", help="comma list of hidden sizes")] = "512,1024",
     tokens: Annotated[int, typer.Option("--tokens", min=1, help="tokens per micro-batch (GEMM m)")] = 512,
-    dtypes: Annotated[tuple, typer.Option("--dtypes", parser=choice_list(GEMM_DTYPES), metavar="DTYPE,...",
-                                          help="comma list of: fp32, bf16, fp16")] = ("fp32", "bf16"),
+    dtypes: Annotated[
+        tuple,
+        typer.Option(
+            "--dtypes", parser=choice_list(GEMM_DTYPES), metavar="DTYPE,...", help="comma list of: fp32, bf16, fp16"
+        ),
+    ] = ("fp32", "bf16"),
     warmup: Annotated[int, typer.Option("--warmup", min=0)] = 1,
     iters: Annotated[int, typer.Option("--iters", min=1)] = 3,
     out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records")] = None,
@@ -434,11 +467,20 @@ def bench_gemm(
 
 @bench_app.command("ddp")
 def bench_ddp(
-    hook: Annotated[str, typer.Option("--hook", help="comma list: none, fp16, bf16, fp8, fp8_e5m2, int8, int4, powersgd")] = "none",
-    error_feedback: Annotated[bool, typer.Option("--error-feedback", help="carry the quantization residual to the next step (fp8/int8/int4/powersgd)")] = False,
+    hook: Annotated[
+        str, typer.Option("--hook", help="comma list: none, fp16, bf16, fp8, fp8_e5m2, int8, int4, powersgd")
+    ] = "none",
+    error_feedback: Annotated[
+        bool,
+        typer.Option(
+            "--error-feedback", help="carry the quantization residual to the next step (fp8/int8/int4/powersgd)"
+        ),
+    ] = False,
     stochastic: Annotated[bool, typer.Option("--stochastic", help="stochastic rounding (int8/int4)")] = False,
     bucket_mb: Annotated[float, typer.Option("--bucket-mb", min=0.01, help="DDP bucket_cap_mb")] = 25.0,
-    accumulate: Annotated[int, typer.Option("--accumulate", min=1, help="micro-batches per step (all but the last under no_sync)")] = 1,
+    accumulate: Annotated[
+        int, typer.Option("--accumulate", min=1, help="micro-batches per step (all but the last under no_sync)")
+    ] = 1,
     steps: Annotated[int, typer.Option("--steps", min=1, help="timed steps per hook")] = 20,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="untimed steps first")] = 3,
     micro_batch: Annotated[int, typer.Option("--micro-batch", min=1, help="sequences per micro-batch per rank")] = 8,
@@ -447,16 +489,27 @@ def bench_ddp(
     heads: Annotated[int, typer.Option("--heads", min=1)] = 4,
     vocab: Annotated[int, typer.Option("--vocab", min=8)] = 512,
     seq_len: Annotated[int, typer.Option("--seq-len", min=2)] = 64,
-    powersgd_rank: Annotated[int, typer.Option("--powersgd-rank", help="PowerSGD matrix approximation rank: 1, 2, 4 or 8")] = 4,
+    powersgd_rank: Annotated[
+        int, typer.Option("--powersgd-rank", help="PowerSGD matrix approximation rank: 1, 2, 4 or 8")
+    ] = 4,
     lr: Annotated[float, typer.Option("--lr", min=0)] = 3e-3,
     optimizer: Annotated[str, typer.Option("--optimizer", help="adamw or sgd (momentum 0.9)")] = "adamw",
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    cluster_file: Annotated[Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_step_time_s from estimate")] = None,
-    gemm_json: Annotated[Optional[Path], typer.Option("--gemm", help="`commtax bench gemm --out` records: calibrates the predicted compute")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")] = 300.0,
+    cluster_file: Annotated[
+        Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_step_time_s from estimate")
+    ] = None,
+    gemm_json: Annotated[
+        Optional[Path],
+        typer.Option("--gemm", help="`commtax bench gemm --out` records: calibrates the predicted compute"),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")
+    ] = 300.0,
     out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records, one per hook")] = None,
     append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
-    nproc: Annotated[int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")] = 2,
+    nproc: Annotated[
+        int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")
+    ] = 2,
 ) -> None:
     """Train a small GPT with DDP under each comm hook: step time, exposed comm, bytes on the wire, loss, prediction."""
     from commtax.comm_dtypes import POWERSGD_RANKS
@@ -482,7 +535,10 @@ def bench_ddp(
         except (OSError, ValueError) as e:
             fail(f"--gemm: cannot read {gemm_json}: {e}")
         if not gemm:
-            fail(f"--gemm: {gemm_json} has no fp32 gemm records; run `commtax bench gemm --dtypes fp32 --out {gemm_json}`")
+            fail(
+                f"--gemm: {gemm_json} has no fp32 gemm records; "
+                f"run `commtax bench gemm --dtypes fp32 --out {gemm_json}`"
+            )
     if "RANK" not in os.environ:  # not under torchrun: become it, locally (the output checked once, here)
         if out is not None:
             _check_out(out)
@@ -492,9 +548,22 @@ def bench_ddp(
     from commtax.measure.ddp_bench import DDPBenchConfig, GPTConfig, run
     from commtax.measure.results import ResultFile
 
-    cfg = DDPBenchConfig(hooks, error_feedback, stochastic, bucket_mb, accumulate, steps, warmup, micro_batch=micro_batch,
-                         lr=lr, optimizer=optimizer, powersgd_rank=powersgd_rank, seed=seed, timeout_s=timeout,
-                         model=GPTConfig(vocab, hidden, layers, heads, seq_len))
+    cfg = DDPBenchConfig(
+        hooks,
+        error_feedback,
+        stochastic,
+        bucket_mb,
+        accumulate,
+        steps,
+        warmup,
+        micro_batch=micro_batch,
+        lr=lr,
+        optimizer=optimizer,
+        powersgd_rank=powersgd_rank,
+        seed=seed,
+        timeout_s=timeout,
+        model=GPTConfig(vocab, hidden, layers, heads, seq_len),
+    )
     sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
     run(cfg, sink, cluster, gemm, log=lambda s: typer.echo(s, err=True))
 
@@ -502,9 +571,7 @@ def bench_ddp(
 # ---------------------------------------------------------------------------- calibrate
 @user_errors
 def calibrate_command(
-    bench_json: Annotated[
-        Optional[Path], typer.Argument(help="records from `commtax bench collective --out`")
-    ] = None,
+    bench_json: Annotated[Optional[Path], typer.Argument(help="records from `commtax bench collective --out`")] = None,
     cluster_file: Annotated[
         Path, typer.Option("--cluster", help="the cluster YAML the bench ran on")
     ] = DEFAULT_CLUSTER_FILE,
@@ -514,8 +581,8 @@ def calibrate_command(
         str, typer.Option("--impl", help="fit the records of this implementation (torch: the library's)")
     ] = "torch",
     cluster_out: Annotated[
-        Optional[Path], typer.Option("--cluster-out",
-            help="also write the cluster YAML with `profile:` pointing at --out"),
+        Optional[Path],
+        typer.Option("--cluster-out", help="also write the cluster YAML with `profile:` pointing at --out"),
     ] = None,
     trace: Annotated[
         Optional[list[Path]], typer.Option("--trace", help="calibrate from profiler traces of a real job (with --job)")
@@ -571,14 +638,21 @@ def calibrate_command(
         write_atomic(cluster_out, yaml.safe_dump({**cluster, "profile": str(out.resolve())}, sort_keys=False))
     before, after = compare(records, cluster), compare(records, cluster, profile)
     # 77 columns: reads at 80
-    typer.echo(f"{'op':>14} {'impl':>5} {'bytes':>9} {'measured ms':>11} {'model ms':>8} {'err':>6} "
-               f"{'calibrated':>10} {'err':>6}")
+    typer.echo(
+        f"{'op':>14} {'impl':>5} {'bytes':>9} {'measured ms':>11} {'model ms':>8} {'err':>6} "
+        f"{'calibrated':>10} {'err':>6}"
+    )
     for b, a in zip(before, after):
-        typer.echo(f"{b['op']:>14} {b['impl']:>5} {b['message_bytes']:>9} {b['measured_s'] * 1e3:11.3f} "
-                   f"{b['predicted_s'] * 1e3:8.3f} {b['error']:+6.1%} {a['predicted_s'] * 1e3:10.3f} "
-                   f"{a['error']:+6.1%}")
-    typer.echo(f"wrote {out}" + (f" and {cluster_out}" if cluster_out else "")
-               + f"; in a job file: `cluster: {{..., profile: {out}}}` replaces the catalog link numbers")
+        typer.echo(
+            f"{b['op']:>14} {b['impl']:>5} {b['message_bytes']:>9} {b['measured_s'] * 1e3:11.3f} "
+            f"{b['predicted_s'] * 1e3:8.3f} {b['error']:+6.1%} {a['predicted_s'] * 1e3:10.3f} "
+            f"{a['error']:+6.1%}"
+        )
+    typer.echo(
+        f"wrote {out}"
+        + (f" and {cluster_out}" if cluster_out else "")
+        + f"; in a job file: `cluster: {{..., profile: {out}}}` replaces the catalog link numbers"
+    )
 
 
 def _argv_tail(sub: str = "collective") -> list[str]:
@@ -586,8 +660,9 @@ def _argv_tail(sub: str = "collective") -> list[str]:
     argv = sys.argv[1:]
     for i in range(len(argv) - 1):
         if argv[i] == "bench" and argv[i + 1] == sub:
-            return argv[i + 2:]
+            return argv[i + 2 :]
     return argv
+
 
 if __name__ == "__main__":
     from commtax import signals

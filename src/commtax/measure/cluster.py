@@ -24,9 +24,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from commtax.errors import excerpt
 from commtax.signals import terminate_as_interrupt
@@ -38,7 +39,6 @@ TBF_QUEUE_MS = 100  # tbf queue limit expressed as latency: deep enough that TCP
 MAX_NODES = 200  # namespaces per cluster: `up --nodes` and a cluster file's `emulated.nodes` alike
 MAX_RANKS_PER_NODE = 64
 DEFAULT_MTU = 9000  # jumbo frames: headers are 0.7% of a frame instead of 4.4% at 1500
-
 
 
 def host_copy_bw_GBps(nbytes: int = 64 * 2**20, iters: int = 5) -> float:
@@ -53,6 +53,7 @@ def host_copy_bw_GBps(nbytes: int = 64 * 2**20, iters: int = 5) -> float:
         b[:] = a
         best = min(best, time.perf_counter() - t0)
     return 2 * nbytes / best / 1e9
+
 
 class ClusterError(RuntimeError):
     """The host cannot build the cluster (no root, no netns, no tc); the CLI exits 2 with the message."""
@@ -96,8 +97,25 @@ def _sh(*args: str) -> str:
 def _tbf(ns: str, dev: str, rate_bit_s: float, mtu: int) -> None:
     """Token bucket at rate_bit_s: bucket of max(4 frames, 1 ms of traffic), queue up to TBF_QUEUE_MS."""
     burst_bytes = int(max(4 * (mtu + 14), rate_bit_s / 8 * 1e-3))
-    _sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
-        "rate", f"{int(rate_bit_s)}bit", "burst", str(burst_bytes), "latency", f"{TBF_QUEUE_MS}ms")
+    _sh(
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "tc",
+        "qdisc",
+        "replace",
+        "dev",
+        dev,
+        "root",
+        "tbf",
+        "rate",
+        f"{int(rate_bit_s)}bit",
+        "burst",
+        str(burst_bytes),
+        "latency",
+        f"{TBF_QUEUE_MS}ms",
+    )
 
 
 @dataclass
@@ -125,7 +143,7 @@ class EmulatedCluster:
         return [self.switch_ns] + [self.node_ns(i) for i in range(self.nodes)]
 
     # ------------------------------------------------------------------ build / tear down
-    def up(self, record: Callable[["EmulatedCluster"], None] | None = None) -> "EmulatedCluster":
+    def up(self, record: Callable[[EmulatedCluster], None] | None = None) -> EmulatedCluster:
         """Create namespaces, bridge, shaped veths; measure; on any failure, Ctrl-C, SIGTERM or SIGHUP remove it all.
 
         Ownership is recorded (``registry``) before the first namespace exists, and ``record(self)``
@@ -155,7 +173,23 @@ class EmulatedCluster:
             _sh("ip", "-n", sw, "link", "add", br, "type", "bridge")
             _sh("ip", "-n", sw, "link", "set", br, "up")
         if len(leaves) == 2:
-            _sh("ip", "-n", sw, "link", "add", "u0", "mtu", str(self.mtu), "type", "veth", "peer", "name", "u1", "mtu", str(self.mtu))
+            _sh(
+                "ip",
+                "-n",
+                sw,
+                "link",
+                "add",
+                "u0",
+                "mtu",
+                str(self.mtu),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "u1",
+                "mtu",
+                str(self.mtu),
+            )
             for dev, br in (("u0", "br0"), ("u1", "br1")):
                 _sh("ip", "-n", sw, "link", "set", dev, "master", br, "up")
                 _tbf(sw, dev, self.uplink_bit_s, self.mtu)
@@ -163,8 +197,25 @@ class EmulatedCluster:
             ns, port = self.node_ns(i), f"p{i}"
             _sh("ip", "netns", "add", ns)
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
-            _sh("ip", "link", "add", "eth0", "netns", ns, "mtu", str(self.mtu), "type", "veth",
-                "peer", "name", port, "netns", sw, "mtu", str(self.mtu))
+            _sh(
+                "ip",
+                "link",
+                "add",
+                "eth0",
+                "netns",
+                ns,
+                "mtu",
+                str(self.mtu),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                port,
+                "netns",
+                sw,
+                "mtu",
+                str(self.mtu),
+            )
             _sh("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
             _sh("ip", "-n", sw, "link", "set", port, "master", leaves[self.leaf(i)], "up")
@@ -184,17 +235,44 @@ class EmulatedCluster:
 
     # ------------------------------------------------------------------ measure
     def _probe(self, ns: str, *args: str, timeout_s: float = 60) -> dict:
-        out = _sh("ip", "netns", "exec", ns, "timeout", str(int(timeout_s)), sys.executable, "-m", "commtax.measure.netprobe", *args)
+        out = _sh(
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "timeout",
+            str(int(timeout_s)),
+            sys.executable,
+            "-m",
+            "commtax.measure.netprobe",
+            *args,
+        )
         return json.loads(out.strip().splitlines()[-1])
 
     def _measure(self) -> dict:
         """Loopback bandwidth and latency inside node 0; small-message latency node 0 → node 1."""
         loop = self._probe(self.node_ns(0), "loop")
-        out = {"loopback_bw_GBps": loop["bw_GBps"], "loopback_latency_us": loop["latency_us"],
-               "host_copy_bw_GBps": host_copy_bw_GBps()}
+        out = {
+            "loopback_bw_GBps": loop["bw_GBps"],
+            "loopback_latency_us": loop["latency_us"],
+            "host_copy_bw_GBps": host_copy_bw_GBps(),
+        }
         if self.nodes > 1:
-            server = subprocess.Popen(["ip", "netns", "exec", self.node_ns(1), sys.executable, "-m",
-                                       "commtax.measure.netprobe", "serve", "29399"], stdout=subprocess.PIPE, text=True)
+            server = subprocess.Popen(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    self.node_ns(1),
+                    sys.executable,
+                    "-m",
+                    "commtax.measure.netprobe",
+                    "serve",
+                    "29399",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             try:
                 server.stdout.readline()
                 bulk = int(self.link_bit_s / 8 * 0.4)  # 0.4 s of traffic at the link rate: the tbf bucket is noise
@@ -210,33 +288,54 @@ class EmulatedCluster:
         m = self.measured
         link_Gbps = self.link_bit_s / 1e9
         return {
-            "gpu": {"name": "cpu-gloo", "peak_tflops": {"fp32": 0.1, "bf16": 0.1}, "mem_GiB": 8,
-                    "mem_bw_GBps": round(m.get("host_copy_bw_GBps", 10.0), 3), "tdp_W": 100,
-                    "source": "emulated: CPU rank; mem_bw_GBps = host memory copy (read + write) measured by "
-                              "commtax cluster up (10 if not measured); peak_tflops a placeholder: bench gemm"},
+            "gpu": {
+                "name": "cpu-gloo",
+                "peak_tflops": {"fp32": 0.1, "bf16": 0.1},
+                "mem_GiB": 8,
+                "mem_bw_GBps": round(m.get("host_copy_bw_GBps", 10.0), 3),
+                "tdp_W": 100,
+                "source": "emulated: CPU rank; mem_bw_GBps = host memory copy (read + write) measured by "
+                "commtax cluster up (10 if not measured); peak_tflops a placeholder: bench gemm",
+            },
             "num_gpus": self.nodes * self.ranks_per_node,
             "gpus_per_node": self.ranks_per_node,
-            "intra_node": {"name": "loopback", "bw_GBps": round(m.get("loopback_bw_GBps", 1.0), 4),
-                           "latency_us": round(m.get("loopback_latency_us", 20.0), 2), "efficiency": 1.0,
-                           "kind": "loopback", "source": "measured by commtax cluster up"},
-            "inter_node": {"name": f"veth-tbf-{self.link_bit_s / 1e6:g}mbit", "bw_Gbps": link_Gbps,
-                           "latency_us": round(m.get("link_latency_us", 50.0), 2), "efficiency": 1.0,
-                           "source": "tc tbf rate set by commtax cluster up; latency measured (TCP ping-pong / 2)"},
+            "intra_node": {
+                "name": "loopback",
+                "bw_GBps": round(m.get("loopback_bw_GBps", 1.0), 4),
+                "latency_us": round(m.get("loopback_latency_us", 20.0), 2),
+                "efficiency": 1.0,
+                "kind": "loopback",
+                "source": "measured by commtax cluster up",
+            },
+            "inter_node": {
+                "name": f"veth-tbf-{self.link_bit_s / 1e6:g}mbit",
+                "bw_Gbps": link_Gbps,
+                "latency_us": round(m.get("link_latency_us", 50.0), 2),
+                "efficiency": 1.0,
+                "source": "tc tbf rate set by commtax cluster up; latency measured (TCP ping-pong / 2)",
+            },
             "nics_per_node": 1,
             **({"uplink_Gbps": self.uplink_bit_s / 1e9} if self.uplink_bit_s and self.nodes > 1 else {}),
             "collective_library": "gloo",
             "emulated": {
-                "name": self.name, "nodes": self.nodes, "ranks_per_node": self.ranks_per_node,
-                "switch_namespace": self.switch_ns, "namespaces": [self.node_ns(i) for i in range(self.nodes)],
-                "bridge": "br0" if not self.uplink_bit_s else "br0+br1", "mtu": self.mtu,
+                "name": self.name,
+                "nodes": self.nodes,
+                "ranks_per_node": self.ranks_per_node,
+                "switch_namespace": self.switch_ns,
+                "namespaces": [self.node_ns(i) for i in range(self.nodes)],
+                "bridge": "br0" if not self.uplink_bit_s else "br0+br1",
+                "mtu": self.mtu,
                 "addresses": {self.node_ns(i): self.address(i) for i in range(self.nodes)},
-                "link_Gbps": link_Gbps, "uplink_Gbps": self.uplink_bit_s / 1e9 if self.uplink_bit_s else None,
-                "leaves": [self.leaf(i) for i in range(self.nodes)], "measured": m, "python": sys.executable,
+                "link_Gbps": link_Gbps,
+                "uplink_Gbps": self.uplink_bit_s / 1e9 if self.uplink_bit_s else None,
+                "leaves": [self.leaf(i) for i in range(self.nodes)],
+                "measured": m,
+                "python": sys.executable,
             },
         }
 
     @classmethod
-    def from_spec(cls, spec: Any) -> "EmulatedCluster":
+    def from_spec(cls, spec: Any) -> EmulatedCluster:
         """The cluster a YAML describes; a missing or crafted ``emulated:`` field is one ValueError line."""
         e = spec.get("emulated") if isinstance(spec, dict) else None
         if not isinstance(e, dict) or "name" not in e:
@@ -260,8 +359,15 @@ class EmulatedCluster:
         if up is not None:
             up = number("uplink_Gbps", 1e-4, 100.0)
         measured = e.get("measured") if isinstance(e.get("measured"), dict) else {}
-        return cls(nodes=nodes, ranks_per_node=ranks, link_bit_s=link * 1e9, uplink_bit_s=up * 1e9 if up else None,
-                   mtu=number("mtu", 576, 65000, True, DEFAULT_MTU), name=name, measured=measured)
+        return cls(
+            nodes=nodes,
+            ranks_per_node=ranks,
+            link_bit_s=link * 1e9,
+            uplink_bit_s=up * 1e9 if up else None,
+            mtu=number("mtu", 576, 65000, True, DEFAULT_MTU),
+            name=name,
+            measured=measured,
+        )
 
     # ------------------------------------------------------------------ run
     def torchrun_argv(self, node: int, cmd: list[str], port: int = MASTER_PORT, tmpdir: str | None = None) -> list[str]:
@@ -272,13 +378,35 @@ class EmulatedCluster:
         torchrun's log folders, removed after the run; a stopped rank is SIGKILLed 2 s after
         torchrun's SIGTERM, not 30 s.
         """
-        env = ["env", "GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", f"COMMTAX_CLUSTER={self.name}",
-               "TORCH_CPP_LOG_LEVEL=ERROR",  # no reverse-DNS warnings for our private addresses
-               f"PATH={launch_path()}", *([f"TMPDIR={tmpdir}"] if tmpdir else [])]
-        return ["ip", "netns", "exec", self.node_ns(node), *env, sys.executable, "-m", "torch.distributed.run",
-                f"--nnodes={self.nodes}", f"--node-rank={node}", f"--nproc-per-node={self.ranks_per_node}",
-                f"--master-addr={self.address(0)}", f"--master-port={port}", "--max-restarts=0",
-                "--shutdown-timeout=2", "--no-python", "--", *resolve_command(cmd)]
+        env = [
+            "env",
+            "GLOO_SOCKET_IFNAME=eth0",
+            "OMP_NUM_THREADS=1",
+            f"COMMTAX_CLUSTER={self.name}",
+            "TORCH_CPP_LOG_LEVEL=ERROR",  # no reverse-DNS warnings for our private addresses
+            f"PATH={launch_path()}",
+            *([f"TMPDIR={tmpdir}"] if tmpdir else []),
+        ]
+        return [
+            "ip",
+            "netns",
+            "exec",
+            self.node_ns(node),
+            *env,
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={self.nodes}",
+            f"--node-rank={node}",
+            f"--nproc-per-node={self.ranks_per_node}",
+            f"--master-addr={self.address(0)}",
+            f"--master-port={port}",
+            "--max-restarts=0",
+            "--shutdown-timeout=2",
+            "--no-python",
+            "--",
+            *resolve_command(cmd),
+        ]
 
     def run(self, cmd: list[str], grace_s: float = 60.0, log=print) -> int:
         """Run ``cmd`` on every rank; returns 0 or the first failing node's exit code.
@@ -301,8 +429,10 @@ class EmulatedCluster:
                 for i, p in enumerate(procs):
                     if p.returncode not in (None, 0) and first_fail is None:
                         first_fail, fail_time = (i, p.returncode), time.monotonic()
-                        log(f"commtax cluster: node {i} ({self.node_ns(i)}) exited with code {p.returncode}; "
-                            f"waiting up to {grace_s:g} s for the other nodes")
+                        log(
+                            f"commtax cluster: node {i} ({self.node_ns(i)}) exited with code {p.returncode}; "
+                            f"waiting up to {grace_s:g} s for the other nodes"
+                        )
                 if first_fail and time.monotonic() - fail_time > grace_s:
                     log(f"commtax cluster: killing the nodes still running after {grace_s:g} s")
                     break
@@ -313,7 +443,9 @@ class EmulatedCluster:
         finally:
             with _signals_blocked():
                 _kill_all(procs)
-                kill_namespace_processes([self.node_ns(i) for i in range(self.nodes)])  # workers torchrun left (stopped)
+                kill_namespace_processes(
+                    [self.node_ns(i) for i in range(self.nodes)]
+                )  # workers torchrun left (stopped)
                 shutil.rmtree(tmp, ignore_errors=True)  # torchrun's /tmp/torchelastic_* log folders
             signal.signal(signal.SIGTERM, old)
             signal.signal(signal.SIGHUP, old_hup)
@@ -350,8 +482,11 @@ def existing_namespaces() -> list[str]:
 def kill_namespace_processes(names: list[str]) -> None:
     """SIGTERM, then SIGKILL, every process still inside these namespaces (SIGKILL also ends stopped ones)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = [int(p) for ns in names
-                for p in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()]
+        pids = [
+            int(p)
+            for ns in names
+            for p in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        ]
         for pid in pids:
             try:
                 os.kill(pid, sig)
@@ -433,11 +568,17 @@ def owner_uid() -> int:
     return int(sudo) if sudo.isdigit() else os.getuid()
 
 
-def register(cluster: "EmulatedCluster", cluster_file: Path | str | None = None) -> None:
+def register(cluster: EmulatedCluster, cluster_file: Path | str | None = None) -> None:
     d = registry_dir()
     d.mkdir(parents=True, exist_ok=True, mode=0o755)
-    rec = {"name": cluster.name, "uid": owner_uid(), "pid": os.getpid(), "created_unix": time.time(),
-           "nodes": cluster.nodes, "cluster_file": str(Path(cluster_file).resolve()) if cluster_file else None}
+    rec = {
+        "name": cluster.name,
+        "uid": owner_uid(),
+        "pid": os.getpid(),
+        "created_unix": time.time(),
+        "nodes": cluster.nodes,
+        "cluster_file": str(Path(cluster_file).resolve()) if cluster_file else None,
+    }
     (d / f"{cluster.name}.json").write_text(json.dumps(rec) + "\n")
 
 
@@ -489,7 +630,9 @@ def why_not_mine(name: str, names: list[str]) -> str | None:
         return f"built by uid {rec.get('uid')}"
     if rec.get("pid") != os.getpid() and _alive(rec.get("pid")) and _process_is_commtax(rec.get("pid")):
         return f"being built or used by process {rec.get('pid')}"
-    busy = [ns for ns in names if subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()]
+    busy = [
+        ns for ns in names if subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+    ]
     if busy:
         return f"processes are running in {busy[0]}"
     return None

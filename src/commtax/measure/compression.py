@@ -49,8 +49,9 @@ def _safe(scales: torch.Tensor) -> torch.Tensor:
     return torch.where(scales > 0, scales, torch.ones_like(scales))
 
 
-def quantize(x: torch.Tensor, fmt: str, stochastic: bool = False, generator: torch.Generator | None = None
-             ) -> torch.Tensor:
+def quantize(
+    x: torch.Tensor, fmt: str, stochastic: bool = False, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """A flat float tensor (numel a multiple of CHUNK_ELEMS) → packed uint8 rows (chunks × row_bytes)."""
     if fmt not in QUANTIZED:
         raise ValueError(f"quantize: {fmt!r} is not a scaled format; choose from {', '.join(QUANTIZED)}")
@@ -90,8 +91,9 @@ def dequantize(packed: torch.Tensor, fmt: str) -> torch.Tensor:
     return y.mul_(scales).reshape(-1)  # scales: (rows, 1), one per chunk
 
 
-def roundtrip(x: torch.Tensor, fmt: str, stochastic: bool = False, generator: torch.Generator | None = None
-              ) -> torch.Tensor:
+def roundtrip(
+    x: torch.Tensor, fmt: str, stochastic: bool = False, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Q(x) for a flat tensor of any length (padded with zeros, then cut back); casts for fp32/bf16/fp16."""
     if fmt in CAST_DTYPES:
         return x.to(CAST_DTYPES[fmt]).to(x.dtype)

@@ -58,10 +58,10 @@ def check_all(sizes: tuple[int, ...], per_node: int = 1) -> list[str]:
                     failures.append(f"all_reduce {alg} {dtype} numel={numel} n={n}")
             b = chunk_bounds(0, numel, n)
             got_rs = algorithms.reduce_scatter(x.clone())
-            if not _same(got_rs, want[b[r]:b[r + 1]]):
+            if not _same(got_rs, want[b[r] : b[r + 1]]):
                 failures.append(f"reduce_scatter ring {dtype} numel={numel} n={n}")
-            full = torch.cat([_data(numel, dtype, k)[b[k]:b[k + 1]] for k in range(n)])
-            got_ag = algorithms.all_gather(torch.zeros_like(x), x[b[r]:b[r + 1]])
+            full = torch.cat([_data(numel, dtype, k)[b[k] : b[k + 1]] for k in range(n)])
+            got_ag = algorithms.all_gather(torch.zeros_like(x), x[b[r] : b[r + 1]])
             if not torch.equal(got_ag, full):
                 failures.append(f"all_gather ring {dtype} numel={numel} n={n}")
     return failures

@@ -46,9 +46,16 @@ class GPTConfig:
 
     def model_spec(self) -> dict:
         """The commtax ``Model`` this network is (spec.Model fields)."""
-        return {"name": f"tiny-gpt-{self.layers}x{self.hidden}", "layers": self.layers, "hidden": self.hidden,
-                "heads": self.heads, "vocab": self.vocab, "gated_mlp": False, "tied_embeddings": False,
-                "source": "commtax.measure.ddp_bench.TinyGPT"}
+        return {
+            "name": f"tiny-gpt-{self.layers}x{self.hidden}",
+            "layers": self.layers,
+            "hidden": self.hidden,
+            "heads": self.heads,
+            "vocab": self.vocab,
+            "gated_mlp": False,
+            "tied_embeddings": False,
+            "source": "commtax.measure.ddp_bench.TinyGPT",
+        }
 
 
 @dataclass(frozen=True)
@@ -201,19 +208,32 @@ class Trainee:
         curve /= n
         step_s, compute_s, mean_s = (float(v) for v in maxed)
         return {
-            "hook": self.hook, "format": hook_format(self.hook, cfg.powersgd_rank),
+            "hook": self.hook,
+            "format": hook_format(self.hook, cfg.powersgd_rank),
             "error_feedback": cfg.error_feedback,
-            "stochastic": cfg.stochastic, "optimizer": cfg.optimizer, "lr": cfg.lr, "bucket_mb": cfg.bucket_mb,
-            "accumulate": cfg.accumulate, "steps": cfg.steps, "world_size": n,
+            "stochastic": cfg.stochastic,
+            "optimizer": cfg.optimizer,
+            "lr": cfg.lr,
+            "bucket_mb": cfg.bucket_mb,
+            "accumulate": cfg.accumulate,
+            "steps": cfg.steps,
+            "world_size": n,
             "nodes": n // int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-            "ranks_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")), "backend": dist.get_backend(self.group),
-            "params": params_of(self.model), "micro_batch": cfg.micro_batch, "seq_len": cfg.model.seq_len,
-            "step_time_s": step_s, "step_time_mean_s": mean_s, "compute_step_s": compute_s,
+            "ranks_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+            "backend": dist.get_backend(self.group),
+            "params": params_of(self.model),
+            "micro_batch": cfg.micro_batch,
+            "seq_len": cfg.model.seq_len,
+            "step_time_s": step_s,
+            "step_time_mean_s": mean_s,
+            "compute_step_s": compute_s,
             "exposed_comm_s": max(0.0, step_s - compute_s),
             "wire_bytes_per_step": self.counter.wire_bytes(n) / cfg.steps,
             "message_bytes_per_step": self.counter.message_bytes() / cfg.steps,
-            "loss": float(curve[-5:].mean()), "loss_curve": [float(v) for v in curve],
-            "model": cfg.model.model_spec(), "unix_time": time.time(),
+            "loss": float(curve[-5:].mean()),
+            "loss_curve": [float(v) for v in curve],
+            "model": cfg.model.model_spec(),
+            "unix_time": time.time(),
         }
 
 
@@ -258,29 +278,47 @@ def predict(record: dict, cluster: dict, gemm: list[dict] | None = None, mem_bw_
     if gemm:
         # invert compute.gemm_efficiency at each measured shape, so the model reproduces the measured GEMMs
         peak = gpu["peak_tflops"]["fp32"]
-        implied = sorted(g["tflops"] / (peak * short_k_efficiency(g["k"]) * quantisation_efficiency(g["m"], g["n"], 1))
-                         for g in gemm)
+        implied = sorted(
+            g["tflops"] / (peak * short_k_efficiency(g["k"]) * quantisation_efficiency(g["m"], g["n"], 1)) for g in gemm
+        )
         gpu["matmul_efficiency"] = {"fp32": min(1.0, implied[len(implied) // 2])}
     if mem_bw_GBps:
         gpu["mem_bw_GBps"] = mem_bw_GBps
     n, acc, mb = record["world_size"], record["accumulate"], record["micro_batch"]
-    c = resolve_cluster({**cluster, "gpu": gpu, "num_gpus": n, "gpus_per_node": record["ranks_per_node"]},
-                        load_catalog())
-    job = build(Job, {
-        "model": record["model"], "cluster": c,
-        "plan": {"tp": 1, "pp": 1, "dp": n, "zero": 0, "micro_batch": mb, "recompute": "none",
-                 "grad_comm_dtype": record["format"], "overlap": {"dp": True}},
-        "training": {"seq_len": record["seq_len"], "global_batch": n * mb * acc, "precision": "fp32"},
-    }, "bench ddp")
+    c = resolve_cluster(
+        {**cluster, "gpu": gpu, "num_gpus": n, "gpus_per_node": record["ranks_per_node"]}, load_catalog()
+    )
+    job = build(
+        Job,
+        {
+            "model": record["model"],
+            "cluster": c,
+            "plan": {
+                "tp": 1,
+                "pp": 1,
+                "dp": n,
+                "zero": 0,
+                "micro_batch": mb,
+                "recompute": "none",
+                "grad_comm_dtype": record["format"],
+                "overlap": {"dp": True},
+            },
+            "training": {"seq_len": record["seq_len"], "global_batch": n * mb * acc, "precision": "fp32"},
+        },
+        "bench ddp",
+    )
     # DDP's bucket_cap_mb counts fp32 gradient bytes; on the wire a bucket is b/4 of that
     wire_bucket = record["bucket_mb"] * 2**20 * grad_bytes_per_param(job) / 4
     wl = dataclasses.replace(build_workload(job), bucket_bytes=wire_bucket)
     b = estimate(job, workload=wl)
     # the codec (quantize/dequantize passes, PowerSGD's GEMMs) is inside the estimate (Workload.dp_codec); its part
     costs = Costs(job)
-    return {"predicted_step_time_s": b.step_time_s, "predicted_exposed_comm_s": b.breakdown_s.get("dp_exposed", 0.0),
-            "predicted_breakdown_s": dict(b.breakdown_s),
-            "predicted_codec_s": sum(costs.compute(op) for op in wl.dp_codec)}
+    return {
+        "predicted_step_time_s": b.step_time_s,
+        "predicted_exposed_comm_s": b.breakdown_s.get("dp_exposed", 0.0),
+        "predicted_breakdown_s": dict(b.breakdown_s),
+        "predicted_codec_s": sum(costs.compute(op) for op in wl.dp_codec),
+    }
 
 
 def memcpy_bw_GBps(nbytes: int = 64 * 2**20, iters: int = 5) -> float:
@@ -309,16 +347,28 @@ def calibrate_compute(cfg: DDPBenchConfig, warmup: int = 1, iters: int = 5) -> d
     recs = []
     for name, (m, n, k) in gemm_shapes(cfg.model.hidden, cfg.micro_batch * cfg.model.seq_len).items():
         x, w, dy = torch.randn(m, k), torch.randn(k, n), torch.randn(m, n)
-        for kind, run, shape in (("fwd", lambda x=x, w=w: x @ w, (m, n, k)),
-                                 ("dgrad", lambda dy=dy, w=w: dy @ w.t(), (m, k, n)),
-                                 ("wgrad", lambda x=x, dy=dy: x.t() @ dy, (k, n, m))):
+        for kind, run, shape in (
+            ("fwd", lambda x=x, w=w: x @ w, (m, n, k)),
+            ("dgrad", lambda dy=dy, w=w: dy @ w.t(), (m, k, n)),
+            ("wgrad", lambda x=x, dy=dy: x.t() @ dy, (k, n, m)),
+        ):
             for _ in range(warmup):
                 run()
             t0 = time.perf_counter()
             for _ in range(iters):
                 run()
-            recs.append({"op": "gemm", "name": f"{name}_{kind}", "m": shape[0], "n": shape[1], "k": shape[2],
-                         "dtype": "fp32", "flop": 2 * m * n * k, "time_s": (time.perf_counter() - t0) / iters})
+            recs.append(
+                {
+                    "op": "gemm",
+                    "name": f"{name}_{kind}",
+                    "m": shape[0],
+                    "n": shape[1],
+                    "k": shape[2],
+                    "dtype": "fp32",
+                    "flop": 2 * m * n * k,
+                    "time_s": (time.perf_counter() - t0) / iters,
+                }
+            )
     times = torch.tensor([r["time_s"] for r in recs] + [1.0 / memcpy_bw_GBps()], dtype=torch.float64)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     for r, t in zip(recs, times[:-1].tolist()):
@@ -339,18 +389,23 @@ def codec_times(cfg: DDPBenchConfig, numel: int) -> dict[str, float | None]:
 
 def merge_calibrations(a: dict, b: dict) -> dict:
     """The mean of two calibrations (before and after the run), GEMM by GEMM."""
-    gemm = [{**x, "time_s": (x["time_s"] + y["time_s"]) / 2,
-             "tflops": 2 * x["flop"] / (x["time_s"] + y["time_s"]) / 1e12} for x, y in zip(a["gemm"], b["gemm"])]
+    gemm = [
+        {**x, "time_s": (x["time_s"] + y["time_s"]) / 2, "tflops": 2 * x["flop"] / (x["time_s"] + y["time_s"]) / 1e12}
+        for x, y in zip(a["gemm"], b["gemm"])
+    ]
     return {"gemm": gemm, "mem_bw_GBps": 2 / (1 / a["mem_bw_GBps"] + 1 / b["mem_bw_GBps"])}
 
 
 def _where() -> str:
-    return f"node {os.environ.get('GROUP_RANK', '?')}, local rank {os.environ.get('LOCAL_RANK', '?')}, " \
-           f"{socket.gethostname()} pid {os.getpid()}"
+    return (
+        f"node {os.environ.get('GROUP_RANK', '?')}, local rank {os.environ.get('LOCAL_RANK', '?')}, "
+        f"{socket.gethostname()} pid {os.getpid()}"
+    )
 
 
-def run(cfg: DDPBenchConfig, sink, cluster: dict | None = None, gemm: list[dict] | None = None,
-        log=print) -> list[dict]:
+def run(
+    cfg: DDPBenchConfig, sink, cluster: dict | None = None, gemm: list[dict] | None = None, log=print
+) -> list[dict]:
     """Under torchrun: all hooks, interleaved; rank 0 appends the records (with the prediction) to ``sink``."""
     from commtax.measure.bench import init_distributed
     from commtax.measure.watchdog import Watchdog
@@ -370,18 +425,22 @@ def run(cfg: DDPBenchConfig, sink, cluster: dict | None = None, gemm: list[dict]
         rec["codec_s"] = codec[rec["hook"]]
         if cluster is not None:
             rec.update(predict(rec, cluster, gemm or calib["gemm"], calib["mem_bw_GBps"]))
-            rec["calibration"] = {"mem_bw_GBps": calib["mem_bw_GBps"],
-                                  "gemm_tflops": [g["tflops"] for g in gemm or calib["gemm"]],
-                                  "gemm_source": "--gemm file" if gemm else "measured in this run, before and after"}
+            rec["calibration"] = {
+                "mem_bw_GBps": calib["mem_bw_GBps"],
+                "gemm_tflops": [g["tflops"] for g in gemm or calib["gemm"]],
+                "gemm_source": "--gemm file" if gemm else "measured in this run, before and after",
+            }
         if rank == 0:
             sink.append(rec)
             pred = f" predicted {rec['predicted_step_time_s'] * 1e3:8.1f} ms" if "predicted_step_time_s" in rec else ""
             if rec.get("predicted_codec_s"):
                 alone = f"{rec['codec_s'] * 1e3:.1f} ms" if rec["codec_s"] is not None else "not replayed"
                 pred += f" (codec {rec['predicted_codec_s'] * 1e3:.1f} ms of it; measured alone {alone})"
-            log(f"{rec['hook']:>9}{' +EF' if cfg.error_feedback else ''}: step {rec['step_time_s'] * 1e3:8.1f} ms"
+            log(
+                f"{rec['hook']:>9}{' +EF' if cfg.error_feedback else ''}: step {rec['step_time_s'] * 1e3:8.1f} ms"
                 f"{pred}, exposed comm {rec['exposed_comm_s'] * 1e3:7.1f} ms, "
-                f"wire {rec['wire_bytes_per_step'] / 1e6:7.3f} MB/step, loss {rec['loss']:.3f}")
+                f"wire {rec['wire_bytes_per_step'] / 1e6:7.3f} MB/step, loss {rec['loss']:.3f}"
+            )
     dog.stop()
     dist.barrier()
     dist.destroy_process_group()

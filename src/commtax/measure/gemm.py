@@ -47,7 +47,20 @@ def gemm_sweep(hiddens: list[int], tokens: int, dtypes: list[str], warmup: int, 
             for name, (m, n, k) in gemm_shapes(h, tokens).items():
                 t = time_gemm(m, n, k, DTYPES[dtype], device, warmup, iters)
                 flop = 2 * m * n * k  # multiply + add per term
-                out.append({"op": "gemm", "impl": "torch", "backend": device.type, "world_size": 1,
-                            "name": name, "m": m, "n": n, "k": k, "dtype": dtype, "time_s": t,
-                            "flop": flop, "tflops": flop / t / 1e12})
+                out.append(
+                    {
+                        "op": "gemm",
+                        "impl": "torch",
+                        "backend": device.type,
+                        "world_size": 1,
+                        "name": name,
+                        "m": m,
+                        "n": n,
+                        "k": k,
+                        "dtype": dtype,
+                        "time_s": t,
+                        "flop": flop,
+                        "tflops": flop / t / 1e12,
+                    }
+                )
     return out

@@ -32,8 +32,8 @@ import contextlib
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -46,8 +46,15 @@ from commtax.measure.compression import QUANTIZED, ErrorFeedback, dequantize, pa
 ALL_GATHER = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
 HOOKS = ("none", "fp16", "bf16", "fp8", "fp8_e5m2", "int8", "int4", "powersgd")
 # the commtax.comm_dtypes format each hook sends (powersgd: powersgd_r{rank})
-HOOK_FORMAT = {"none": "fp32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
-               "int8": "int8", "int4": "int4"}
+HOOK_FORMAT = {
+    "none": "fp32",
+    "fp16": "fp16",
+    "bf16": "bf16",
+    "fp8": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2",
+    "int8": "int8",
+    "int4": "int4",
+}
 EF_HOOKS = ("fp8", "fp8_e5m2", "int8", "int4", "powersgd")
 
 
@@ -83,15 +90,18 @@ class WireCounter:
     @contextlib.contextmanager
     def patch(self):
         """Count every ``dist.all_reduce`` / ``all_gather_single`` / ``all_to_all_single`` call meanwhile."""
+
         def nbytes(t: torch.Tensor) -> int:
             return t.numel() * t.element_size()
 
         wrappers = {
             "all_reduce": lambda f: lambda t, *a, **k: (self.add("all_reduce", nbytes(t)), f(t, *a, **k))[1],
-            ALL_GATHER: lambda f: lambda out, inp, *a, **k: (self.add("all_gather", nbytes(out)),
-                                                             f(out, inp, *a, **k))[1],
-            "all_to_all_single": lambda f: lambda out, inp, *a, **k: (self.add("all_to_all", nbytes(inp)),
-                                                                     f(out, inp, *a, **k))[1],
+            ALL_GATHER: lambda f: (
+                lambda out, inp, *a, **k: (self.add("all_gather", nbytes(out)), f(out, inp, *a, **k))[1]
+            ),
+            "all_to_all_single": lambda f: (
+                lambda out, inp, *a, **k: (self.add("all_to_all", nbytes(inp)), f(out, inp, *a, **k))[1]
+            ),
         }
         saved = {name: getattr(dist, name) for name in wrappers}
         try:
@@ -180,9 +190,14 @@ def quantized_hook(state: QuantState, bucket: dist.GradBucket) -> torch.futures.
     return state.worker.submit(lambda: bucket_pipeline(state, key, buf, group.size(), all_to_all, all_gather))
 
 
-def bucket_pipeline(state: QuantState, key: int, buf: torch.Tensor, n: int,
-                    all_to_all: Callable[[torch.Tensor], torch.Tensor],
-                    all_gather: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+def bucket_pipeline(
+    state: QuantState,
+    key: int,
+    buf: torch.Tensor,
+    n: int,
+    all_to_all: Callable[[torch.Tensor], torch.Tensor],
+    all_gather: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
     """One bucket through our quantized hook, the collectives passed in: what ``comm_dtypes.codec_bytes_per_element``
     counts op by op (tests/test_codec.py replays it under a byte-counting dispatch mode)."""
     numel = buf.numel()
@@ -253,9 +268,15 @@ def codec_seconds(hook: str, numel: int, n: int, error_feedback: bool = False, i
 
 
 # ----------------------------------------------------------------------------- choosing a hook
-def make_hook(name: str, group: dist.ProcessGroup | None = None, error_feedback: bool = False,
-              stochastic: bool = False, powersgd_rank: int = 4, start_powersgd_iter: int = 2,
-              seed: int = 0) -> tuple[Callable, object]:
+def make_hook(
+    name: str,
+    group: dist.ProcessGroup | None = None,
+    error_feedback: bool = False,
+    stochastic: bool = False,
+    powersgd_rank: int = 4,
+    start_powersgd_iter: int = 2,
+    seed: int = 0,
+) -> tuple[Callable, object]:
     """``(hook, state)`` for ``ddp.register_comm_hook(state, hook)``; torch's own hooks where they exist."""
     if name not in HOOKS:
         raise ValueError(f"hook {name!r}: choose from {', '.join(HOOKS)}")
@@ -269,8 +290,13 @@ def make_hook(name: str, group: dist.ProcessGroup | None = None, error_feedback:
         return bf16_hook, group
     if name == "powersgd":
         # torch needs start_powerSGD_iter ≥ 2 with error feedback or warm start: vanilla all-reduce before
-        state = powerSGD_hook.PowerSGDState(group, matrix_approximation_rank=powersgd_rank,
-                                            start_powerSGD_iter=max(2, start_powersgd_iter),
-                                            use_error_feedback=error_feedback, warm_start=True, random_seed=seed)
+        state = powerSGD_hook.PowerSGDState(
+            group,
+            matrix_approximation_rank=powersgd_rank,
+            start_powerSGD_iter=max(2, start_powersgd_iter),
+            use_error_feedback=error_feedback,
+            warm_start=True,
+            random_seed=seed,
+        )
         return powersgd_ordered_hook, OrderedState(state)
     return quantized_hook, QuantState(HOOK_FORMAT[name], group, stochastic, error_feedback, seed)

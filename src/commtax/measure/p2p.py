@@ -62,8 +62,18 @@ def p2p_matrix(nbytes: int, warmup: int, iters: int) -> tuple[list[dict], str]:
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
         t = host_memcpy_s(nbytes, warmup, iters)
-        rec = {"op": "p2p", "impl": "host_memcpy", "backend": "cpu", "world_size": 1, "message_bytes": nbytes,
-               "time_s": t, "algbw_GBps": nbytes / t / GB, "busbw_GBps": nbytes / t / GB, "src": -1, "dst": -1}
+        rec = {
+            "op": "p2p",
+            "impl": "host_memcpy",
+            "backend": "cpu",
+            "world_size": 1,
+            "message_bytes": nbytes,
+            "time_s": t,
+            "algbw_GBps": nbytes / t / GB,
+            "busbw_GBps": nbytes / t / GB,
+            "src": -1,
+            "dst": -1,
+        }
         return [rec], "no CUDA GPUs on this machine: measured host memcpy instead of GPU-to-GPU copies"
     out = []
     for src in range(count):
@@ -71,7 +81,18 @@ def p2p_matrix(nbytes: int, warmup: int, iters: int) -> tuple[list[dict], str]:
             for both in (False, True):
                 t = _gpu_copy_s(src, dst, nbytes, warmup, iters, both)
                 moved = nbytes * (2 if both else 1)
-                out.append({"op": "p2p", "impl": "bidirectional" if both else "unidirectional", "backend": "cuda",
-                            "world_size": count, "message_bytes": moved, "time_s": t,
-                            "algbw_GBps": moved / t / GB, "busbw_GBps": moved / t / GB, "src": src, "dst": dst})
+                out.append(
+                    {
+                        "op": "p2p",
+                        "impl": "bidirectional" if both else "unidirectional",
+                        "backend": "cuda",
+                        "world_size": count,
+                        "message_bytes": moved,
+                        "time_s": t,
+                        "algbw_GBps": moved / t / GB,
+                        "busbw_GBps": moved / t / GB,
+                        "src": src,
+                        "dst": dst,
+                    }
+                )
     return out, f"{count} CUDA GPUs"

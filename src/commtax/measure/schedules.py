@@ -14,19 +14,25 @@ nccl-tests doc/PERFORMANCE.md (message-size and busbw conventions).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
-from typing import Sequence
 
 ALGORITHMS = ("ring", "recursive_doubling", "tree", "hierarchical")
 # bench --impl name → algorithm, and the ops each of ours implements ("torch" = the library's own, all ops)
 IMPL_ALGORITHM = {"ring": "ring", "rhd": "recursive_doubling", "tree": "tree", "hier": "hierarchical"}
-IMPL_OPS = {"ring": ("all_reduce", "all_gather", "reduce_scatter"), "rhd": ("all_reduce",), "tree": ("all_reduce",),
-            "hier": ("all_reduce",)}
+IMPL_OPS = {
+    "ring": ("all_reduce", "all_gather", "reduce_scatter"),
+    "rhd": ("all_reduce",),
+    "tree": ("all_reduce",),
+    "hier": ("all_reduce",),
+}
 
 
 def impl_supports(impl: str, op: str) -> bool:
     return impl == "torch" or op in IMPL_OPS.get(impl, ())
+
+
 TREE_CHUNK_BYTES = 512 * 1024  # pipelining granularity of the binary tree
 
 
@@ -94,7 +100,7 @@ def recursive_halving_doubling_all_reduce(ranks: Sequence[int], lo: int, hi: int
     p = 1 << (n.bit_length() - 1)
     r = n - p
     pre = _step(Transfer(ranks[2 * i], ranks[2 * i + 1], lo, hi, True) for i in range(r))
-    active = [ranks[2 * i + 1] for i in range(r)] + list(ranks[2 * r:])
+    active = [ranks[2 * i + 1] for i in range(r)] + list(ranks[2 * r :])
     ranges = [(lo, hi)] * p
     steps: Schedule = [pre] if pre else []
     history = []
@@ -164,7 +170,7 @@ def hierarchical_all_reduce(ranks: Sequence[int], lo: int, hi: int, per_node: in
     ``ranks`` are node-major: ranks[k·per_node:(k+1)·per_node] share node k.
     """
     assert len(ranks) % per_node == 0, "hierarchical all-reduce needs whole nodes"
-    nodes = [list(ranks[k:k + per_node]) for k in range(0, len(ranks), per_node)]
+    nodes = [list(ranks[k : k + per_node]) for k in range(0, len(ranks), per_node)]
     b = chunk_bounds(lo, hi, per_node)
     rails = [[node[l] for node in nodes] for l in range(per_node)]
     return (
@@ -189,7 +195,9 @@ def all_reduce_schedule(algorithm: str, n: int, numel: int, elem_bytes: int = 4,
 
 
 def op_schedule(op: str, algorithm: str, n: int, numel: int, elem_bytes: int = 4, per_node: int = 1) -> Schedule:
-    """Schedule of ``op`` on a buffer of ``numel`` elements (nccl-tests sizes: all_gather output, reduce_scatter input)."""
+    """Schedule of ``op`` on a buffer of ``numel`` elements.
+
+    Sizes as nccl-tests counts them: the all_gather output, the reduce_scatter input."""
     if op == "all_reduce":
         return all_reduce_schedule(algorithm, n, numel, elem_bytes, per_node)
     if algorithm != "ring":
@@ -227,7 +235,11 @@ def step_time_s(step: Step, elem_bytes: int, links: TwoLevelLinks) -> float:
         nbytes = (t.hi - t.lo) * elem_bytes
         a, b = links.node(t.src), links.node(t.dst)
         if a == b:
-            keys, bw, alpha = [("tx", t.src), ("rx", t.dst)], links.intra_bw_bytes_per_s, max(alpha, links.intra_latency_s)
+            keys, bw, alpha = (
+                [("tx", t.src), ("rx", t.dst)],
+                links.intra_bw_bytes_per_s,
+                max(alpha, links.intra_latency_s),
+            )
         else:
             keys, bw, alpha = [("nic_tx", a), ("nic_rx", b)], links.nic_bw_bytes_per_s, max(alpha, links.nic_latency_s)
         for k in keys:
@@ -240,7 +252,9 @@ def schedule_time_s(schedule: Schedule, elem_bytes: int, links: TwoLevelLinks) -
     return sum(step_time_s(step, elem_bytes, links) for step in schedule if step)
 
 
-def predict_time_s(op: str, algorithm: str, n: int, message_bytes: float, links: TwoLevelLinks, elem_bytes: int = 4) -> float:
+def predict_time_s(
+    op: str, algorithm: str, n: int, message_bytes: float, links: TwoLevelLinks, elem_bytes: int = 4
+) -> float:
     """Predicted time of ``op`` with our ``algorithm`` on ``links``, priced from the very schedule that runs."""
     numel = max(1, int(message_bytes // elem_bytes))
     return schedule_time_s(op_schedule(op, algorithm, n, numel, elem_bytes, links.per_node), elem_bytes, links)

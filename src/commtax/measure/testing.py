@@ -10,8 +10,9 @@ from pathlib import Path
 
 def cli(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
     """``python -m commtax.measure.cli ARGS`` (the module ``commtax bench|cluster|calibrate`` run), output captured."""
-    return subprocess.run([sys.executable, "-m", "commtax.measure.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "commtax.measure.cli", *args], capture_output=True, text=True, timeout=timeout, **kw
+    )
 
 
 def require_netns() -> None:

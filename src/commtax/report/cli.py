@@ -34,8 +34,10 @@ def _bench_sets(paths: list[Path], cluster_file: Path | None, job):
         except OSError as e:
             raise SpecError(f"--bench-cluster: cannot read {cluster_file}: {e.strerror}") from None
         if not isinstance(cluster, dict) or "intra_node" not in cluster or "inter_node" not in cluster:
-            raise SpecError(f"--bench-cluster: {cluster_file} is not a cluster YAML (needs intra_node and inter_node "
-                            "with numbers, e.g. the file `commtax cluster up` writes)")
+            raise SpecError(
+                f"--bench-cluster: {cluster_file} is not a cluster YAML (needs intra_node and inter_node "
+                "with numbers, e.g. the file `commtax cluster up` writes)"
+            )
         label = f"{cluster_file.name}"
     else:
         cluster = job.cluster.model_dump()
@@ -55,23 +57,45 @@ def _bench_sets(paths: list[Path], cluster_file: Path | None, job):
 def report(
     job_file: JobArg,
     out: Annotated[Path, typer.Option("--out", "-o", metavar="HTML", help="page to write (atomically)")] = Path(
-        "report.html"),
-    bench: Annotated[Optional[list[Path]], typer.Option(
-        "--bench", metavar="FILE", help="bench JSON from `commtax bench collective --out` (repeat for several)"),
+        "report.html"
+    ),
+    bench: Annotated[
+        Optional[list[Path]],
+        typer.Option(
+            "--bench", metavar="FILE", help="bench JSON from `commtax bench collective --out` (repeat for several)"
+        ),
     ] = None,
-    bench_cluster: Annotated[Optional[Path], typer.Option(
-        "--bench-cluster", metavar="FILE",
-        help="cluster YAML the bench ran on, for the model curve (default: the job's cluster)")] = None,
-    trace: Annotated[Optional[list[Path]], typer.Option(
-        "--trace", metavar="FILE", help="profiler trace of one rank (repeat for each rank); needs commtax.trace"),
+    bench_cluster: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--bench-cluster",
+            metavar="FILE",
+            help="cluster YAML the bench ran on, for the model curve (default: the job's cluster)",
+        ),
     ] = None,
-    compare: Annotated[Optional[list[Path]], typer.Option(
-        "--compare", metavar="JOB.yaml", help="another job to show side by side (repeat for several)")] = None,
-    plots: Annotated[Optional[Path], typer.Option(
-        "--plots", metavar="DIR", help="also write every figure as SVG and PNG (matplotlib) into this folder")] = None,
+    trace: Annotated[
+        Optional[list[Path]],
+        typer.Option(
+            "--trace", metavar="FILE", help="profiler trace of one rank (repeat for each rank); needs commtax.trace"
+        ),
+    ] = None,
+    compare: Annotated[
+        Optional[list[Path]],
+        typer.Option("--compare", metavar="JOB.yaml", help="another job to show side by side (repeat for several)"),
+    ] = None,
+    plots: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--plots", metavar="DIR", help="also write every figure as SVG and PNG (matplotlib) into this folder"
+        ),
+    ] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=50, metavar="N", help="plans from search to show")] = 5,
-    scale: Annotated[Optional[str], typer.Option(
-        "--scale", metavar="N,N,...", help="GPU counts for the scaling chart (default: ¼× to 4× the job's)")] = None,
+    scale: Annotated[
+        Optional[str],
+        typer.Option(
+            "--scale", metavar="N,N,...", help="GPU counts for the scaling chart (default: ¼× to 4× the job's)"
+        ),
+    ] = None,
     no_search: Annotated[bool, flag("--no-search", "skip search, advise and best-plan scaling (a quick page)")] = False,
     catalog: CatalogOpt = None,
 ) -> None:
@@ -94,8 +118,16 @@ def report(
             per_rank = load_trace([str(p) for p in trace])
         except TraceUnavailable as e:
             fail(str(e), EXIT_BAD_INPUT)
-    data = collect(job, job_file.stem, top=top, scale=counts, bench=bench_sets, trace=per_rank, others=others,
-                   plan_search=not no_search)
+    data = collect(
+        job,
+        job_file.stem,
+        top=top,
+        scale=counts,
+        bench=bench_sets,
+        trace=per_rank,
+        others=others,
+        plan_search=not no_search,
+    )
     figs = figures(data)
     write_atomic(out, render_page(data, figs))
     _shareable(out)
@@ -106,8 +138,10 @@ def report(
         written = write_figures(figs, plots)
         console.print(f"wrote {len(written)} files to {plots}/ (SVG and PNG)")
     if not data.breakdown.fits:
-        console.print(f"note: the plan does not fit GPU memory ({data.breakdown.memory_gib_per_gpu['total']:.1f} GiB "
-                      f"needed, {job.cluster.gpu.mem_GiB:.1f} GiB per GPU); the page says so")
+        console.print(
+            f"note: the plan does not fit GPU memory ({data.breakdown.memory_gib_per_gpu['total']:.1f} GiB "
+            f"needed, {job.cluster.gpu.mem_GiB:.1f} GiB per GPU); the page says so"
+        )
 
 
 def _shareable(path: Path) -> None:
@@ -117,4 +151,3 @@ def _shareable(path: Path) -> None:
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(path, 0o666 & ~mask)
-

@@ -32,25 +32,43 @@ from commtax.spec import Job
 from commtax.units import GB
 
 PART_LABELS = {
-    "compute": "compute", "recompute": "recompute", "tp_exposed": "TP exposed", "cp_exposed": "CP exposed",
-    "pp_bubble": "pipeline bubble", "pp_exposed": "PP exposed", "dp_exposed": "DP exposed", "optimizer": "optimizer",
+    "compute": "compute",
+    "recompute": "recompute",
+    "tp_exposed": "TP exposed",
+    "cp_exposed": "CP exposed",
+    "pp_bubble": "pipeline bubble",
+    "pp_exposed": "PP exposed",
+    "dp_exposed": "DP exposed",
+    "optimizer": "optimizer",
 }
-GROUP_LABELS = {"tp": "tensor parallel (TP)", "cp": "context parallel (CP)", "pp": "pipeline (PP)",
-                "dp": "data parallel (DP)"}
+GROUP_LABELS = {
+    "tp": "tensor parallel (TP)",
+    "cp": "context parallel (CP)",
+    "pp": "pipeline (PP)",
+    "dp": "data parallel (DP)",
+}
 EXPOSED_KEY = {"tp": "tp_exposed", "cp": "cp_exposed", "pp": "pp_exposed", "dp": "dp_exposed"}
-TRACE_FIELDS = ("window_s", "compute_s", "comm_s", "overlapped_comm_s", "exposed_comm_s", "idle_s", "comm_tax",
-                "comm_share")
+TRACE_FIELDS = (
+    "window_s",
+    "compute_s",
+    "comm_s",
+    "overlapped_comm_s",
+    "exposed_comm_s",
+    "idle_s",
+    "comm_tax",
+    "comm_share",
+)
 DEFINITION_NAMES = {"comm_tax": "comm tax", "comm_share": "comm share", "mfu": "MFU, HFU", "step": "step time"}
 DEFINITIONS = {
     "comm_tax": "comm tax = exposed communication time / step time: the share of the step the GPUs wait for data. "
-                "This is what the job pays.",
+    "This is what the job pays.",
     "comm_share": "comm share = total communication time / (total communication time + compute time), as if nothing "
-                  "overlapped: what the seed articles call the “communication tax”. It is an upper bound on what "
-                  "communication could cost, not what the job pays.",
+    "overlapped: what the seed articles call the “communication tax”. It is an upper bound on what "
+    "communication could cost, not what the job pays.",
     "mfu": "MFU = model FLOPs per second per GPU / dense peak FLOP/s of the training precision; model FLOPs exclude "
-           "recompute. HFU counts the recompute pass too.",
+    "recompute. HFU counts the recompute pass too.",
     "step": "step time = compute + recompute + exposed TP + exposed CP + pipeline bubble + exposed PP + exposed DP + "
-            "optimizer.",
+    "optimizer.",
 }
 SEGMENTS = tuple(Segment(k, PART_LABELS[k], BREAKDOWN_STYLES[k]) for k in BREAKDOWN_KEYS)
 GANTT_KINDS = (
@@ -209,32 +227,53 @@ class Fig:
 
 
 def step_chart(rows: Sequence[tuple[str, Breakdown]], title: str) -> svg.StackedBars:
-    return svg.StackedBars(title, tuple(r for r, _ in rows), SEGMENTS,
-                           tuple(tuple(b.breakdown_s[k] for k in BREAKDOWN_KEYS) for _, b in rows), "s")
+    return svg.StackedBars(
+        title,
+        tuple(r for r, _ in rows),
+        SEGMENTS,
+        tuple(tuple(b.breakdown_s[k] for k in BREAKDOWN_KEYS) for _, b in rows),
+        "s",
+    )
 
 
 def comm_chart(b: Breakdown) -> svg.Bars:
     groups = [g for g in ("tp", "cp", "pp", "dp") if b.comm_time_s[g] > 0 or b.comm_bytes_per_gpu[g] > 0] or ["tp"]
-    return svg.Bars("Communication per GPU per step: link time vs exposed time",
-                    tuple(GROUP_LABELS[g] for g in groups), ("link time (wire busy)", "exposed (step waits)"),
-                    tuple((b.comm_time_s[g], b.breakdown_s[EXPOSED_KEY[g]]) for g in groups), "s",
-                    styles=(Style("#4477aa", "solid"), Style("#ee6677", "diag")))
+    return svg.Bars(
+        "Communication per GPU per step: link time vs exposed time",
+        tuple(GROUP_LABELS[g] for g in groups),
+        ("link time (wire busy)", "exposed (step waits)"),
+        tuple((b.comm_time_s[g], b.breakdown_s[EXPOSED_KEY[g]]) for g in groups),
+        "s",
+        styles=(Style("#4477aa", "solid"), Style("#ee6677", "diag")),
+    )
 
 
 def bytes_chart(b: Breakdown) -> svg.Bars:
     groups = [g for g in ("tp", "cp", "pp", "dp") if b.comm_bytes_per_gpu[g] > 0] or ["tp"]
-    return svg.Bars("Bytes sent per GPU per step, by group", tuple(GROUP_LABELS[g] for g in groups),
-                    ("GB sent",), tuple((b.comm_bytes_per_gpu[g] / GB,) for g in groups), "GB",
-                    styles=(Style("#228833", "vlines"),))
+    return svg.Bars(
+        "Bytes sent per GPU per step, by group",
+        tuple(GROUP_LABELS[g] for g in groups),
+        ("GB sent",),
+        tuple((b.comm_bytes_per_gpu[g] / GB,) for g in groups),
+        "GB",
+        styles=(Style("#228833", "vlines"),),
+    )
 
 
 def memory_chart(b: Breakdown, capacity_gib: float) -> svg.StackedBars:
     keys = [k for k in b.memory_gib_per_gpu if k != "total"]
     styles = svg.SERIES_STYLES
     segs = tuple(Segment(f"m{i}", k, styles[i % len(styles)]) for i, k in enumerate(keys))
-    return svg.StackedBars("Memory per GPU (busiest pipeline stage)", ("needed",), segs,
-                           (tuple(b.memory_gib_per_gpu[k] for k in keys),), "GiB", digits=3,
-                           limit=capacity_gib, limit_label="GPU memory")
+    return svg.StackedBars(
+        "Memory per GPU (busiest pipeline stage)",
+        ("needed",),
+        segs,
+        (tuple(b.memory_gib_per_gpu[k] for k in keys),),
+        "GiB",
+        digits=3,
+        limit=capacity_gib,
+        limit_label="GPU memory",
+    )
 
 
 def gantt_chart(sim_result: Any) -> svg.Gantt:
@@ -251,9 +290,15 @@ def gantt_chart(sim_result: Any) -> svg.Gantt:
     merged = svg.merge_spans(raw, total * 1e-6)
     idle = tuple(row_of[s] for s in used if sim.streams[s].name == "compute")
     p = sim_result.builder.p
-    return svg.Gantt(f"Simulated step of one pipeline replica ({p} stage{'s' if p > 1 else ''})", rows,
-                     tuple(merged), GANTT_KINDS, total, idle,
-                     row_groups=tuple(sim.streams[s].device for s in used))
+    return svg.Gantt(
+        f"Simulated step of one pipeline replica ({p} stage{'s' if p > 1 else ''})",
+        rows,
+        tuple(merged),
+        GANTT_KINDS,
+        total,
+        idle,
+        row_groups=tuple(sim.streams[s].device for s in used),
+    )
 
 
 def gantt_windows(g: svg.Gantt, stages: int) -> list[tuple[str, svg.Gantt, str]]:
@@ -264,14 +309,33 @@ def gantt_windows(g: svg.Gantt, stages: int) -> list[tuple[str, svg.Gantt, str]]
     width = min(0.5 * g.total_s, max(0.02 * g.total_s, 4 * first))
     out = []
     if stages > 1:
-        out.append(("timeline-start", replace(g, title=f"Start of the step: pipeline fill (first {width:.3g} s)",
-                                               window=(0.0, width), zoomable=False),
-                    "Close-up: later stages wait (hatched) for the first micro-batch to reach them."))
-    out.append(("timeline-end", replace(g, title=f"End of the step: drain, DP gradient reduction, optimizer "
-                                              f"(last {width:.3g} s)", window=(g.total_s - width, g.total_s),
-                                         zoomable=False),
-                ("Close-up: earlier stages finish first and wait; the last gradient buckets and the optimizer "
-                 "close the step.")))
+        out.append(
+            (
+                "timeline-start",
+                replace(
+                    g,
+                    title=f"Start of the step: pipeline fill (first {width:.3g} s)",
+                    window=(0.0, width),
+                    zoomable=False,
+                ),
+                "Close-up: later stages wait (hatched) for the first micro-batch to reach them.",
+            )
+        )
+    out.append(
+        (
+            "timeline-end",
+            replace(
+                g,
+                title=f"End of the step: drain, DP gradient reduction, optimizer (last {width:.3g} s)",
+                window=(g.total_s - width, g.total_s),
+                zoomable=False,
+            ),
+            (
+                "Close-up: earlier stages finish first and wait; the last gradient buckets and the optimizer "
+                "close the step."
+            ),
+        )
+    )
     return out
 
 
@@ -282,17 +346,28 @@ def scaling_chart(data: ReportData) -> svg.Lines | None:
     st = svg.SERIES_STYLES
     if best:
         xs = tuple(float(n) for n, _ in best)
-        series += [Series("comm tax, best plan", xs, tuple(b.comm_tax for _, b in best), st[1]),
-                   Series("MFU, best plan", xs, tuple(b.mfu for _, b in best), st[0])]
+        series += [
+            Series("comm tax, best plan", xs, tuple(b.comm_tax for _, b in best), st[1]),
+            Series("MFU, best plan", xs, tuple(b.mfu for _, b in best), st[0]),
+        ]
     if own:
         xs = tuple(float(n) for n, _ in own)
-        series += [Series("comm tax, this plan", xs, tuple(b.comm_tax for _, b in own), st[3]),
-                   Series("comm share, this plan", xs, tuple(b.comm_share for _, b in own), st[5]),
-                   Series("MFU, this plan", xs, tuple(b.mfu for _, b in own), st[2])]
+        series += [
+            Series("comm tax, this plan", xs, tuple(b.comm_tax for _, b in own), st[3]),
+            Series("comm share, this plan", xs, tuple(b.comm_share for _, b in own), st[5]),
+            Series("MFU, this plan", xs, tuple(b.mfu for _, b in own), st[2]),
+        ]
     if not series:
         return None
-    return svg.Lines("Comm tax and MFU against the number of GPUs", tuple(series), "GPUs", "% of step / of peak",
-                     x_log=2, y_min=0.0, y_percent=True)
+    return svg.Lines(
+        "Comm tax and MFU against the number of GPUs",
+        tuple(series),
+        "GPUs",
+        "% of step / of peak",
+        x_log=2,
+        y_min=0.0,
+        y_percent=True,
+    )
 
 
 def wall_chart(data: ReportData) -> svg.StackedBars:
@@ -312,9 +387,14 @@ def advice_chart(data: ReportData, limit: int = 12) -> svg.Bars | None:
     if data.advice is None or not data.advice.changes:
         return None
     changes = [c for c in data.advice.changes if c.fits_after][:limit] or data.advice.changes[:limit]
-    return svg.Bars("Each change re-estimated: step time change", tuple(c.label for c in changes),
-                    ("step time",), tuple((c.step_change,) for c in changes), percent=True,
-                    styles=(Style("#4477aa", "diag"),))
+    return svg.Bars(
+        "Each change re-estimated: step time change",
+        tuple(c.label for c in changes),
+        ("step time",),
+        tuple((c.step_change,) for c in changes),
+        percent=True,
+        styles=(Style("#4477aa", "diag"),),
+    )
 
 
 def plan_label(p: dict[str, Any]) -> str:
@@ -351,24 +431,40 @@ def bench_chart(bs: BenchSet, key: tuple, records: list[dict]) -> tuple[svg.Line
         rs = sorted((r for r in records if r["impl"] == impl), key=lambda r: r["message_bytes"])
         st = svg.series_style(i)
         xs = tuple(float(r["message_bytes"]) for r in rs)
-        series.append(Series(f"{impl} measured", xs, tuple(float(r["busbw_GBps"]) for r in rs),
-                             Style(st.color, st.pattern, "", st.marker), points_only=True))
+        series.append(
+            Series(
+                f"{impl} measured",
+                xs,
+                tuple(float(r["busbw_GBps"]) for r in rs),
+                Style(st.color, st.pattern, "", st.marker),
+                points_only=True,
+            )
+        )
         if impl in IMPL_ALGORITHM or op in ("all_to_all", "send_recv"):
             pred = [predicted_s(r, intra, inter) for r in rs]
             bf = bus_factor(op, n)
-            series.append(Series(f"{impl} model", xs, tuple(r["message_bytes"] / t * bf / GB for r, t in zip(rs, pred)),
-                                 Style(st.color, st.pattern, "6 3", "none")))
+            series.append(
+                Series(
+                    f"{impl} model",
+                    xs,
+                    tuple(r["message_bytes"] / t * bf / GB for r, t in zip(rs, pred)),
+                    Style(st.color, st.pattern, "6 3", "none"),
+                )
+            )
             errors += [f"{impl} {100 * (t / r['time_s'] - 1):+.1f}%" for r, t in zip(rs, pred)][-1:]
     title = f"{op} on {n} ranks ({nodes} node{'s' if nodes > 1 else ''}): measured vs model"
-    note = (f"Model: commtax.collectives on {bs.cluster_label}; error of the model at the largest size: "
-            + (", ".join(errors) or "—"))
+    note = f"Model: commtax.collectives on {bs.cluster_label}; error of the model at the largest size: " + (
+        ", ".join(errors) or "—"
+    )
     return svg.Lines(title, tuple(series), "message size", "busbw (GB/s)", x_log=2, x_fmt="bytes", digits=3), note
 
 
 def trace_chart(per_rank: dict[str, dict[str, float]], predicted: Breakdown | None) -> svg.StackedBars:
-    segs = (Segment("compute", "compute", BREAKDOWN_STYLES["compute"]),
-            Segment("exposed", "exposed communication", BREAKDOWN_STYLES["tp_exposed"]),
-            Segment("idle", "idle / bubble", BREAKDOWN_STYLES["pp_bubble"]))
+    segs = (
+        Segment("compute", "compute", BREAKDOWN_STYLES["compute"]),
+        Segment("exposed", "exposed communication", BREAKDOWN_STYLES["tp_exposed"]),
+        Segment("idle", "idle / bubble", BREAKDOWN_STYLES["pp_bubble"]),
+    )
     rows, vals = [], []
     if predicted is not None:
         b = predicted.breakdown_s
@@ -384,28 +480,59 @@ def trace_chart(per_rank: dict[str, dict[str, float]], predicted: Breakdown | No
 def figures(data: ReportData) -> list[Fig]:
     """Every chart of the page, in page order (``--plots`` writes the same list)."""
     b, job = data.breakdown, data.job
-    figs = [Fig("step", step_chart([(data.name, b)], "Where the step goes"), DEFINITIONS["step"]),
-            Fig("comm-time", comm_chart(b), "Link time: how long each group's traffic keeps the wire busy per step "
-                                              "(before overlap). Exposed: how much of it the step waits for."),
-            Fig("comm-bytes", bytes_chart(b), "Bytes one GPU sends per step (message × bus factor, nccl-tests)."),
-            Fig("memory", memory_chart(b, job.cluster.gpu.mem_GiB),
-                f"Dashed line: {job.cluster.gpu.name} memory as the driver reports it.")]
+    figs = [
+        Fig("step", step_chart([(data.name, b)], "Where the step goes"), DEFINITIONS["step"]),
+        Fig(
+            "comm-time",
+            comm_chart(b),
+            "Link time: how long each group's traffic keeps the wire busy per step "
+            "(before overlap). Exposed: how much of it the step waits for.",
+        ),
+        Fig("comm-bytes", bytes_chart(b), "Bytes one GPU sends per step (message × bus factor, nccl-tests)."),
+        Fig(
+            "memory",
+            memory_chart(b, job.cluster.gpu.mem_GiB),
+            f"Dashed line: {job.cluster.gpu.name} memory as the driver reports it.",
+        ),
+    ]
     if data.sim is not None:
         gantt = gantt_chart(data.sim)
-        figs.append(Fig("timeline", gantt,
-                        "One data-parallel replica as the event simulator runs it (other replicas are identical). "
-                        "Hatched: the compute stream is idle — the pipeline bubble at the ends, waits for "
-                        "communication in between."))
+        figs.append(
+            Fig(
+                "timeline",
+                gantt,
+                "One data-parallel replica as the event simulator runs it (other replicas are identical). "
+                "Hatched: the compute stream is idle — the pipeline bubble at the ends, waits for "
+                "communication in between.",
+            )
+        )
         figs += [Fig(fid, chart, caption) for fid, chart, caption in gantt_windows(gantt, data.sim.builder.p)]
-        figs.append(Fig("sim-vs-estimate", step_chart([("estimate", b), ("simulate", data.sim.breakdown)],
-                                                      "Analytical estimate vs event simulation"),
-                        "The same Breakdown fields from both schedules."))
+        figs.append(
+            Fig(
+                "sim-vs-estimate",
+                step_chart(
+                    [("estimate", b), ("simulate", data.sim.breakdown)], "Analytical estimate vs event simulation"
+                ),
+                "The same Breakdown fields from both schedules.",
+            )
+        )
     sc = scaling_chart(data)
     if sc is not None:
-        figs.append(Fig("scaling", sc, "Best plan: commtax search at each size (same model, batch and cluster kind). "
-                                       "This plan: the job's tp, pp, cp, vp, micro-batch and ZeRO stage, DP growing."))
-    figs.append(Fig("wall", wall_chart(data), "Every GPU peak FLOP/s ×2 and ×4, links unchanged (the second seed "
-                                              "article's communication wall)."))
+        figs.append(
+            Fig(
+                "scaling",
+                sc,
+                "Best plan: commtax search at each size (same model, batch and cluster kind). "
+                "This plan: the job's tp, pp, cp, vp, micro-batch and ZeRO stage, DP growing.",
+            )
+        )
+    figs.append(
+        Fig(
+            "wall",
+            wall_chart(data),
+            "Every GPU peak FLOP/s ×2 and ×4, links unchanged (the second seed article's communication wall).",
+        )
+    )
     pc = plans_chart(data)
     if pc is not None:
         figs.append(Fig("plans", pc, "Top plans that fit memory, ranked by step time."))
@@ -422,8 +549,9 @@ def figures(data: ReportData) -> list[Fig]:
         figs.append(Fig("trace", trace_chart(data.trace, b), "Per rank, from the profiler traces."))
     if data.others:
         rows = [(data.name, b)] + [(o.name, o.breakdown) for o in data.others]
-        figs.append(Fig("compare", step_chart(rows, "This job and the others, side by side"),
-                        "Each job with its own plan."))
+        figs.append(
+            Fig("compare", step_chart(rows, "This job and the others, side by side"), "Each job with its own plan.")
+        )
     return figs
 
 
@@ -452,15 +580,27 @@ def secs(x: float) -> str:
 NUMERIC = re.compile(r"^\s*(?:[-+−×$#~]|—\s*$)?\s*[\d.,]*\d?")
 
 
-def table(head: Sequence[str], rows: Sequence[Sequence[str]], caption: str = "", raw: bool = False,
-          cls: str = "") -> str:
+def table(
+    head: Sequence[str], rows: Sequence[Sequence[str]], caption: str = "", raw: bool = False, cls: str = ""
+) -> str:
     """A table; ``raw`` cells are HTML already (e.g. ``num`` spans), others are escaped."""
     cell = (lambda s: s) if raw else escape
     h = "".join(f'<th scope="col">{escape(x)}</th>' for x in head)
-    body = "".join("<tr>" + "".join((f'<th scope="row">{cell(r[0])}</th>' if i == 0 else
-                                     f"<td>{cell(c)}</td>" if raw or NUMERIC.match(c) else
-                                     f'<td class="t">{cell(c)}</td>')
-                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            (
+                f'<th scope="row">{cell(r[0])}</th>'
+                if i == 0
+                else f"<td>{cell(c)}</td>"
+                if raw or NUMERIC.match(c)
+                else f'<td class="t">{cell(c)}</td>'
+            )
+            for i, c in enumerate(r)
+        )
+        + "</tr>"
+        for r in rows
+    )
     cap = f"<caption>{escape(caption)}</caption>" if caption else ""
     c = f' class="{cls}"' if cls else ""
     return f'<div class="tablewrap"><table{c}>{cap}<thead><tr>{h}</tr></thead><tbody>{body}</tbody></table></div>'
@@ -471,17 +611,21 @@ def figure(fig: Fig, extra: str = "", table_html: str | None = None) -> str:
     head, rows = fig.chart.table()
     controls = ""
     if isinstance(fig.chart, svg.Gantt) and fig.chart.zoomable:
-        controls = (f'<div class="controls" data-for="chart-{fig.id}" role="group" aria-label="timeline zoom">'
-                    '<button type="button" data-zoom="in">zoom in</button>'
-                    '<button type="button" data-zoom="out">zoom out</button>'
-                    '<button type="button" data-zoom="reset">whole step</button>'
-                    '<label>pan <input type="range" min="0" max="1000" value="0" data-pan="1"></label>'
-                    '<span class="zoomlevel" aria-live="polite">×1</span></div>')
+        controls = (
+            f'<div class="controls" data-for="chart-{fig.id}" role="group" aria-label="timeline zoom">'
+            '<button type="button" data-zoom="in">zoom in</button>'
+            '<button type="button" data-zoom="out">zoom out</button>'
+            '<button type="button" data-zoom="reset">whole step</button>'
+            '<label>pan <input type="range" min="0" max="1000" value="0" data-pan="1"></label>'
+            '<span class="zoomlevel" aria-live="polite">×1</span></div>'
+        )
     drawing = svg.render(fig.chart, f"chart-{fig.id}")
-    return (f'<figure id="fig-{fig.id}">{controls}<div class="chartwrap">{drawing}</div>'
-            f'<figcaption>{escape(fig.caption)}</figcaption>{extra}'
-            f'<details class="tableview" open><summary>Table: {escape(fig.chart.title)}</summary>'
-            f'{table_html if table_html is not None else table(head, rows)}</details></figure>')
+    return (
+        f'<figure id="fig-{fig.id}">{controls}<div class="chartwrap">{drawing}</div>'
+        f"<figcaption>{escape(fig.caption)}</figcaption>{extra}"
+        f'<details class="tableview" open><summary>Table: {escape(fig.chart.title)}</summary>'
+        f"{table_html if table_html is not None else table(head, rows)}</details></figure>"
+    )
 
 
 def section(sid: str, title: str, body: str) -> str:
@@ -490,148 +634,293 @@ def section(sid: str, title: str, body: str) -> str:
 
 def job_description(job: Job) -> str:
     m, c, p, t = job.model, job.cluster, job.plan, job.training
-    return (f"{m.name} ({m.layers} layers, hidden {m.hidden}) · {c.num_gpus}× {c.gpu.name}, "
-            f"{c.gpus_per_node} per node, {c.intra_node.name} + {c.nics_per_node}× {c.inter_node.name} · "
-            f"TP={p.tp} PP={p.pp} DP={job.dp} CP={p.cp} "
-            f"VP={p.vp}, ZeRO-{p.zero}, recompute {p.recompute}, micro-batch {p.micro_batch}, {p.schedule} · "
-            f"{t.global_batch} × {t.seq_len} tokens per step, {t.precision}")
+    return (
+        f"{m.name} ({m.layers} layers, hidden {m.hidden}) · {c.num_gpus}× {c.gpu.name}, "
+        f"{c.gpus_per_node} per node, {c.intra_node.name} + {c.nics_per_node}× {c.inter_node.name} · "
+        f"TP={p.tp} PP={p.pp} DP={job.dp} CP={p.cp} "
+        f"VP={p.vp}, ZeRO-{p.zero}, recompute {p.recompute}, micro-batch {p.micro_batch}, {p.schedule} · "
+        f"{t.global_batch} × {t.seq_len} tokens per step, {t.precision}"
+    )
 
 
 def summary_section(data: ReportData) -> str:
     b, job = data.breakdown, data.job
     cap = job.cluster.gpu.mem_GiB
     mem = b.memory_gib_per_gpu["total"]
-    fit = (f'<p class="fit ok">✓ {num("fits", b.fits, "Fits in memory")}: '
-           f'{num("memory_gib_per_gpu.total", mem, f"{mem:.1f} GiB")} of {cap:.1f} GiB per GPU.</p>' if b.fits else
-           f'<p class="fit bad" role="alert">✗ {num("fits", b.fits, "Does NOT fit in memory")}: '
-           f'{num("memory_gib_per_gpu.total", mem, f"{mem:.1f} GiB")} needed per GPU, {cap:.1f} GiB on '
-           f'{escape(job.cluster.gpu.name)}. Try a higher plan.zero, recompute: full, a smaller micro-batch or larger '
-           "tp/pp — the plans below fit.</p>")
+    fit = (
+        f'<p class="fit ok">✓ {num("fits", b.fits, "Fits in memory")}: '
+        f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} of {cap:.1f} GiB per GPU.</p>"
+        if b.fits
+        else f'<p class="fit bad" role="alert">✗ {num("fits", b.fits, "Does NOT fit in memory")}: '
+        f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} needed per GPU, {cap:.1f} GiB on "
+        f"{escape(job.cluster.gpu.name)}. Try a higher plan.zero, recompute: full, a smaller micro-batch or larger "
+        "tp/pp — the plans below fit.</p>"
+    )
     cards = [
         ("step time", num("step_time_s", b.step_time_s, secs(b.step_time_s)), "one optimizer step"),
-        ("tokens/s", num("tokens_per_s", b.tokens_per_s, f"{b.tokens_per_s:,.0f}"),
-         num("tokens_per_s_per_gpu", b.tokens_per_s_per_gpu, f"{b.tokens_per_s_per_gpu:,.1f}") + " per GPU"),
-        ("MFU", num("mfu", b.mfu, pct(b.mfu)),
-         "HFU " + num("hfu", b.hfu, pct(b.hfu)) + " · " +
-         num("tflops_per_gpu", b.tflops_per_gpu, f"{b.tflops_per_gpu:.1f}") + " model TFLOP/s per GPU"),
+        (
+            "tokens/s",
+            num("tokens_per_s", b.tokens_per_s, f"{b.tokens_per_s:,.0f}"),
+            num("tokens_per_s_per_gpu", b.tokens_per_s_per_gpu, f"{b.tokens_per_s_per_gpu:,.1f}") + " per GPU",
+        ),
+        (
+            "MFU",
+            num("mfu", b.mfu, pct(b.mfu)),
+            "HFU "
+            + num("hfu", b.hfu, pct(b.hfu))
+            + " · "
+            + num("tflops_per_gpu", b.tflops_per_gpu, f"{b.tflops_per_gpu:.1f}")
+            + " model TFLOP/s per GPU",
+        ),
         ("comm tax", num("comm_tax", b.comm_tax, pct(b.comm_tax)), "exposed communication / step — what the job pays"),
-        ("comm share", num("comm_share", b.comm_share, pct(b.comm_share)),
-         "communication / (communication + compute), no overlap — the seed articles' “tax”"),
-        ("memory per GPU", num("memory_gib_per_gpu.total", mem, f"{mem:.1f} GiB"),
-         f"of {cap:.1f} GiB — " + ("fits" if b.fits else "<strong>does not fit</strong>")),
+        (
+            "comm share",
+            num("comm_share", b.comm_share, pct(b.comm_share)),
+            "communication / (communication + compute), no overlap — the seed articles' “tax”",
+        ),
+        (
+            "memory per GPU",
+            num("memory_gib_per_gpu.total", mem, f"{mem:.1f} GiB"),
+            f"of {cap:.1f} GiB — " + ("fits" if b.fits else "<strong>does not fit</strong>"),
+        ),
     ]
     if b.days_to_train is not None:
-        cards.append(("days to train", num("days_to_train", b.days_to_train, f"{b.days_to_train:,.1f}"),
-                      f"{tokens_text(job.training.tokens)} tokens at this rate" + ("" if b.fits else ", if it fit")))
+        cards.append(
+            (
+                "days to train",
+                num("days_to_train", b.days_to_train, f"{b.days_to_train:,.1f}"),
+                f"{tokens_text(job.training.tokens)} tokens at this rate" + ("" if b.fits else ", if it fit"),
+            )
+        )
     if data.cost is not None:
         c = data.cost
-        cards.append(("$ per billion tokens", f'<span class="num-cost">${c.owned_usd_per_B_tokens:,.2f}</span>',
-                      f"owned (depreciation + power); ${c.rented_usd_per_B_tokens:,.2f} rented"
-                      + ("" if b.fits else "; if it fit")))
+        cards.append(
+            (
+                "$ per billion tokens",
+                f'<span class="num-cost">${c.owned_usd_per_B_tokens:,.2f}</span>',
+                f"owned (depreciation + power); ${c.rented_usd_per_B_tokens:,.2f} rented"
+                + ("" if b.fits else "; if it fit"),
+            )
+        )
     html = ['<div class="cards">']
     for title, value, sub in cards:
-        html.append(f'<div class="card"><div class="label">{escape(title)}</div><div class="value">{value}</div>'
-                    f'<div class="sub">{sub}</div></div>')
+        html.append(
+            f'<div class="card"><div class="label">{escape(title)}</div><div class="value">{value}</div>'
+            f'<div class="sub">{sub}</div></div>'
+        )
     html.append("</div>")
     html.append(fit)
-    html.append('<dl class="defs">' + "".join(
-        f"<dt>{escape(DEFINITION_NAMES[k])}</dt><dd>{escape(v)}</dd>" for k, v in DEFINITIONS.items()) + "</dl>")
+    html.append(
+        '<dl class="defs">'
+        + "".join(f"<dt>{escape(DEFINITION_NAMES[k])}</dt><dd>{escape(v)}</dd>" for k, v in DEFINITIONS.items())
+        + "</dl>"
+    )
     html.append('<div class="tables">')
-    rows = [[PART_LABELS[k], num(f"breakdown_s.{k}", b.breakdown_s[k], f"{b.breakdown_s[k]:.4f}"),
-             pct(b.breakdown_s[k] / b.step_time_s if b.step_time_s else 0.0)] for k in BREAKDOWN_KEYS]
+    rows = [
+        [
+            PART_LABELS[k],
+            num(f"breakdown_s.{k}", b.breakdown_s[k], f"{b.breakdown_s[k]:.4f}"),
+            pct(b.breakdown_s[k] / b.step_time_s if b.step_time_s else 0.0),
+        ]
+        for k in BREAKDOWN_KEYS
+    ]
     rows.append(["step time", num("step_time_s", b.step_time_s, f"{b.step_time_s:.4f}"), "100.0%"])
     html.append(table(["component", "seconds", "share of step"], rows, "The step, part by part", raw=True))
-    comm_rows = [[GROUP_LABELS[g], num(f"comm_bytes_per_gpu.{g}", b.comm_bytes_per_gpu[g],
-                                       f"{b.comm_bytes_per_gpu[g] / GB:,.2f} GB"),
-                  num(f"comm_time_s.{g}", b.comm_time_s[g], f"{b.comm_time_s[g]:.4f}"),
-                  f"{b.breakdown_s[EXPOSED_KEY[g]]:.4f}"] for g in ("tp", "cp", "pp", "dp")]
-    html.append(table(["group", "bytes sent per GPU", "link time (s)", "exposed (s)"], comm_rows,
-                      "Communication per GPU per step", raw=True))
+    comm_rows = [
+        [
+            GROUP_LABELS[g],
+            num(f"comm_bytes_per_gpu.{g}", b.comm_bytes_per_gpu[g], f"{b.comm_bytes_per_gpu[g] / GB:,.2f} GB"),
+            num(f"comm_time_s.{g}", b.comm_time_s[g], f"{b.comm_time_s[g]:.4f}"),
+            f"{b.breakdown_s[EXPOSED_KEY[g]]:.4f}",
+        ]
+        for g in ("tp", "cp", "pp", "dp")
+    ]
+    html.append(
+        table(
+            ["group", "bytes sent per GPU", "link time (s)", "exposed (s)"],
+            comm_rows,
+            "Communication per GPU per step",
+            raw=True,
+        )
+    )
     mem_rows = [[k, num(f"memory_gib_per_gpu.{k}", v, f"{v:.2f}")] for k, v in b.memory_gib_per_gpu.items()]
     mem_rows.append(["GPU memory", f"{cap:.2f}"])
     html.append(table(["part", "GiB"], mem_rows, "Memory per GPU", raw=True))
     html.append("</div>")
     if data.cost is not None:
         c = data.cost
-        crows = [["tokens", tokens_text(c.tokens)], ["days", f"{c.days:,.1f}"], ["GPU-hours", f"{c.gpu_hours:,.0f}"],
-                 ["energy (MWh, facility)", f"{c.energy_MWh:,.1f}"], ["$ owned", f"{c.owned_usd:,.0f}"],
-                 ["$ rented", f"{c.rented_usd:,.0f}"], ["$ per B tokens, owned", f"{c.owned_usd_per_B_tokens:,.2f}"],
-                 ["$ per B tokens, rented", f"{c.rented_usd_per_B_tokens:,.2f}"],
-                 ["cluster capex ($)", f"{c.capex_usd:,.0f}"], ["racks", f"{c.racks}"]]
-        html.append(table(["cost of the run", "value"], crows,
-                          "Cost (commtax.cost, prices from catalog/prices.yaml with sources)"))
+        crows = [
+            ["tokens", tokens_text(c.tokens)],
+            ["days", f"{c.days:,.1f}"],
+            ["GPU-hours", f"{c.gpu_hours:,.0f}"],
+            ["energy (MWh, facility)", f"{c.energy_MWh:,.1f}"],
+            ["$ owned", f"{c.owned_usd:,.0f}"],
+            ["$ rented", f"{c.rented_usd:,.0f}"],
+            ["$ per B tokens, owned", f"{c.owned_usd_per_B_tokens:,.2f}"],
+            ["$ per B tokens, rented", f"{c.rented_usd_per_B_tokens:,.2f}"],
+            ["cluster capex ($)", f"{c.capex_usd:,.0f}"],
+            ["racks", f"{c.racks}"],
+        ]
+        html.append(
+            table(
+                ["cost of the run", "value"], crows, "Cost (commtax.cost, prices from catalog/prices.yaml with sources)"
+            )
+        )
     elif data.cost_note:
         html.append(f'<p class="note">Cost not computed: {escape(data.cost_note)}</p>')
     if b.notes:
-        html.append("<ul class=\"notes\">" + "".join(f"<li>{escape(n)}</li>" for n in b.notes) + "</ul>")
+        html.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in b.notes) + "</ul>")
     return section("summary", "Summary", "".join(html))
 
 
 def wall_table(data: ReportData) -> str:
     rows = [[f"×{w.compute_speedup:g}", f"{w.step_s:.3f}", f"×{w.speedup:.2f}", pct(w.comm_tax)] for w in data.wall]
-    return table(["compute speed-up", "step (s)", "step speed-up", "comm tax"], rows,
-                 "Speed-up of the step when only compute gets faster")
+    return table(
+        ["compute speed-up", "step (s)", "step speed-up", "comm tax"],
+        rows,
+        "Speed-up of the step when only compute gets faster",
+    )
 
 
 def plans_table(data: ReportData) -> str:
     res = data.search
-    head = ["rank", "tp", "pp", "dp", "cp", "vp", "micro-batch", "ZeRO", "recompute", "seq. par.", "grad dtype",
-            "step (s)", "vs this plan", "MFU", "comm tax", "memory GiB"]
+    head = [
+        "rank",
+        "tp",
+        "pp",
+        "dp",
+        "cp",
+        "vp",
+        "micro-batch",
+        "ZeRO",
+        "recompute",
+        "seq. par.",
+        "grad dtype",
+        "step (s)",
+        "vs this plan",
+        "MFU",
+        "comm tax",
+        "memory GiB",
+    ]
     rows = []
     for i, (p, b) in enumerate(res.top):
-        rows.append([f"#{i + 1}", *(str(p[k]) for k in ("tp", "pp", "dp", "cp", "vp", "micro_batch", "zero",
-                                                        "recompute", "sequence_parallel", "grad_comm_dtype")),
-                     f"{b.step_time_s:.3f}", f"{b.step_time_s / data.breakdown.step_time_s - 1:+.1%}", pct(b.mfu),
-                     pct(b.comm_tax), f"{b.memory_gib_per_gpu['total']:.1f}"])
+        rows.append(
+            [
+                f"#{i + 1}",
+                *(
+                    str(p[k])
+                    for k in (
+                        "tp",
+                        "pp",
+                        "dp",
+                        "cp",
+                        "vp",
+                        "micro_batch",
+                        "zero",
+                        "recompute",
+                        "sequence_parallel",
+                        "grad_comm_dtype",
+                    )
+                ),
+                f"{b.step_time_s:.3f}",
+                f"{b.step_time_s / data.breakdown.step_time_s - 1:+.1%}",
+                pct(b.mfu),
+                pct(b.comm_tax),
+                f"{b.memory_gib_per_gpu['total']:.1f}",
+            ]
+        )
     s = res.summary()
-    cap = (f"Top {len(res.top)} of {s['fit']:,} plans that fit ({s['evaluated']:,} evaluated, {s['invalid']:,} "
-           f"invalid, {s['do_not_fit']:,} do not fit memory)")
+    cap = (
+        f"Top {len(res.top)} of {s['fit']:,} plans that fit ({s['evaluated']:,} evaluated, {s['invalid']:,} "
+        f"invalid, {s['do_not_fit']:,} do not fit memory)"
+    )
     return table(head, rows, cap)
 
 
 def advice_table(data: ReportData) -> str:
     a = data.advice
-    rows = [[c.label, c.kind, f"{c.step_after_s:.3f}", f"{c.step_change:+.1%}",
-             f"{pct(c.comm_tax_before)} → {pct(c.comm_tax_after)}", "yes" if c.fits_after else "no",
-             c.text().split("; ", 1)[1] if "; " in c.text() else "—"]
-            for c in a.changes]
-    intro = (f"<p>Largest part of the step: <strong>{escape(PART_LABELS.get(a.dominant, a.dominant))}</strong> "
-             f"({pct(a.dominant_share)}). "
-             + (f"Largest communication part: <strong>{escape(PART_LABELS.get(a.dominant_comm, a.dominant_comm))}"
-                "</strong>." if a.dominant_comm else "") + "</p>")
-    sens = [[lvl, f"{d['bw_elasticity']:+.3f}", f"{d['latency_elasticity']:+.4f}"]
-            for lvl, d in a.sensitivities.items()]
-    return (intro + table(["change", "kind", "step after (s)", "step change", "comm tax", "fits", "what moves"], rows,
-                          "Every change tried, best first (re-estimated, not a rule of thumb)")
-            + table(["level", "bandwidth elasticity", "latency elasticity"], sens,
-                    "d ln(step) / d ln(bandwidth or latency): −0.3 means +10% bandwidth → −3% step"))
+    rows = [
+        [
+            c.label,
+            c.kind,
+            f"{c.step_after_s:.3f}",
+            f"{c.step_change:+.1%}",
+            f"{pct(c.comm_tax_before)} → {pct(c.comm_tax_after)}",
+            "yes" if c.fits_after else "no",
+            c.text().split("; ", 1)[1] if "; " in c.text() else "—",
+        ]
+        for c in a.changes
+    ]
+    intro = (
+        f"<p>Largest part of the step: <strong>{escape(PART_LABELS.get(a.dominant, a.dominant))}</strong> "
+        f"({pct(a.dominant_share)}). "
+        + (
+            f"Largest communication part: <strong>{escape(PART_LABELS.get(a.dominant_comm, a.dominant_comm))}</strong>."
+            if a.dominant_comm
+            else ""
+        )
+        + "</p>"
+    )
+    sens = [
+        [lvl, f"{d['bw_elasticity']:+.3f}", f"{d['latency_elasticity']:+.4f}"] for lvl, d in a.sensitivities.items()
+    ]
+    return (
+        intro
+        + table(
+            ["change", "kind", "step after (s)", "step change", "comm tax", "fits", "what moves"],
+            rows,
+            "Every change tried, best first (re-estimated, not a rule of thumb)",
+        )
+        + table(
+            ["level", "bandwidth elasticity", "latency elasticity"],
+            sens,
+            "d ln(step) / d ln(bandwidth or latency): −0.3 means +10% bandwidth → −3% step",
+        )
+    )
 
 
 def scaling_table(data: ReportData) -> str:
     rows = []
     best = {p.num_gpus: p for p in data.scaling}
     if not best:  # no search: the job's own plan only
-        rows = [[str(n), pct(b.comm_tax) if b else f"— ({why})", pct(b.comm_share) if b else "—",
-                 pct(b.mfu) if b else "—", f"{b.step_time_s:.3f}" if b else "—"] for n, b, why in data.own_scaling]
+        rows = [
+            [
+                str(n),
+                pct(b.comm_tax) if b else f"— ({why})",
+                pct(b.comm_share) if b else "—",
+                pct(b.mfu) if b else "—",
+                f"{b.step_time_s:.3f}" if b else "—",
+            ]
+            for n, b, why in data.own_scaling
+        ]
         return table(["GPUs", "comm tax", "comm share", "MFU", "step (s)"], rows, "Scaling of this plan")
     for n, b, why in data.own_scaling:
         p = best.get(n)
         bb = p.breakdown if p is not None else None
-        rows.append([str(n),
-                     pct(b.comm_tax) if b else f"— ({why})" if why else "—",
-                     pct(b.mfu) if b else "—",
-                     pct(bb.comm_tax) if bb else ("—" if p is None else f"— ({p.reason})"),
-                     pct(bb.mfu) if bb else "—",
-                     plan_label(p.plan) if p is not None and p.plan else "—"])
-    return table(["GPUs", "comm tax, this plan", "MFU, this plan", "comm tax, best plan", "MFU, best plan",
-                  "best plan"], rows, "Scaling")
+        rows.append(
+            [
+                str(n),
+                pct(b.comm_tax) if b else f"— ({why})" if why else "—",
+                pct(b.mfu) if b else "—",
+                pct(bb.comm_tax) if bb else ("—" if p is None else f"— ({p.reason})"),
+                pct(bb.mfu) if bb else "—",
+                plan_label(p.plan) if p is not None and p.plan else "—",
+            ]
+        )
+    return table(
+        ["GPUs", "comm tax, this plan", "MFU, this plan", "comm tax, best plan", "MFU, best plan", "best plan"],
+        rows,
+        "Scaling",
+    )
 
 
 def bench_section(data: ReportData, figs: dict[str, Fig]) -> str:
     body = []
     for bs in data.bench:
-        body.append(f"<p>Records: <code>{escape(bs.path)}</code> ({len(bs.records)}); model curve on "
-                    f"{escape(bs.cluster_label)}.</p>")
+        body.append(
+            f"<p>Records: <code>{escape(bs.path)}</code> ({len(bs.records)}); model curve on "
+            f"{escape(bs.cluster_label)}.</p>"
+        )
     body += [figure(f) for k, f in figs.items() if k.startswith("bench-")]
     if not any(k.startswith("bench-") for k in figs):
         body.append("<p>No multi-rank collective records in these files.</p>")
@@ -648,42 +937,71 @@ def trace_section(per_rank: dict[str, dict[str, float]], predicted: Breakdown | 
     head = ["rank"] + [f.replace("_", " ") for f in TRACE_FIELDS]
     rows = []
     for rank, f in per_rank.items():
-        rows.append([str(rank)] + [pct(f[k]) if k in ("comm_tax", "comm_share") and k in f else
-                                   (f"{f[k]:.4f}" if k in f else "—") for k in TRACE_FIELDS])
+        rows.append(
+            [str(rank)]
+            + [
+                pct(f[k]) if k in ("comm_tax", "comm_share") and k in f else (f"{f[k]:.4f}" if k in f else "—")
+                for k in TRACE_FIELDS
+            ]
+        )
     if predicted is not None:
         b = predicted.breakdown_s
         exposed = b["tp_exposed"] + b["cp_exposed"] + b["pp_exposed"] + b["dp_exposed"]
         comm = sum(predicted.comm_time_s.values())
-        rows.append(["predicted", f"{predicted.step_time_s:.4f}", f"{b['compute'] + b['recompute']:.4f}",
-                     f"{comm:.4f}", f"{max(0.0, comm - exposed):.4f}", f"{exposed:.4f}", f"{b['pp_bubble']:.4f}",
-                     pct(predicted.comm_tax), pct(predicted.comm_share)])
-    return section("trace", "Measured (profiler traces) vs predicted",
-                   figure(fig) + table(head, rows, "Per-rank measured figures and the prediction"))
+        rows.append(
+            [
+                "predicted",
+                f"{predicted.step_time_s:.4f}",
+                f"{b['compute'] + b['recompute']:.4f}",
+                f"{comm:.4f}",
+                f"{max(0.0, comm - exposed):.4f}",
+                f"{exposed:.4f}",
+                f"{b['pp_bubble']:.4f}",
+                pct(predicted.comm_tax),
+                pct(predicted.comm_share),
+            ]
+        )
+    return section(
+        "trace",
+        "Measured (profiler traces) vs predicted",
+        figure(fig) + table(head, rows, "Per-rank measured figures and the prediction"),
+    )
 
 
 def compare_section(data: ReportData, fig: Fig | None) -> str:
-    jobs = [(data.name, data.job, data.breakdown, data.cost)] + [(o.name, o.job, o.breakdown, o.cost)
-                                                                 for o in data.others]
+    jobs = [(data.name, data.job, data.breakdown, data.cost)] + [
+        (o.name, o.job, o.breakdown, o.cost) for o in data.others
+    ]
     metrics = [
         ("cluster", lambda j, b, c: f"{j.cluster.num_gpus}× {j.cluster.gpu.name}"),
-        ("network",
-         lambda j, b, c: f"{j.cluster.intra_node.name} + {j.cluster.nics_per_node}× {j.cluster.inter_node.name}"),
+        (
+            "network",
+            lambda j, b, c: f"{j.cluster.intra_node.name} + {j.cluster.nics_per_node}× {j.cluster.inter_node.name}",
+        ),
         ("plan", lambda j, b, c: f"TP={j.plan.tp} PP={j.plan.pp} DP={j.dp} CP={j.plan.cp} VP={j.plan.vp}"),
         ("step (s)", lambda j, b, c: f"{b.step_time_s:.3f}"),
         ("tokens/s per GPU", lambda j, b, c: f"{b.tokens_per_s_per_gpu:,.1f}"),
         ("MFU", lambda j, b, c: pct(b.mfu)),
         ("comm tax", lambda j, b, c: pct(b.comm_tax)),
         ("comm share", lambda j, b, c: pct(b.comm_share)),
-        ("memory GiB / GPU", lambda j, b, c: f"{b.memory_gib_per_gpu['total']:.1f} of {j.cluster.gpu.mem_GiB:.1f}"
-                                             + ("" if b.fits else " (does not fit)")),
+        (
+            "memory GiB / GPU",
+            lambda j, b, c: (
+                f"{b.memory_gib_per_gpu['total']:.1f} of {j.cluster.gpu.mem_GiB:.1f}"
+                + ("" if b.fits else " (does not fit)")
+            ),
+        ),
         ("tokens trained", lambda j, b, c: tokens_text(c.tokens) if c else "—"),
         ("days", lambda j, b, c: f"{c.days:,.1f}" if c else "—"),
         ("$ / B tokens owned", lambda j, b, c: f"{c.owned_usd_per_B_tokens:,.2f}" if c else "—"),
         ("$ / B tokens rented", lambda j, b, c: f"{c.rented_usd_per_B_tokens:,.2f}" if c else "—"),
     ]
     rows = [[label] + [f(j, b, c) for _, j, b, c in jobs] for label, f in metrics]
-    body = table(["metric"] + [n for n, *_ in jobs], rows,
-                 "Side by side (each job with its own plan; days and $ for this job's token count)")
+    body = table(
+        ["metric"] + [n for n, *_ in jobs],
+        rows,
+        "Side by side (each job with its own plan; days and $ for this job's token count)",
+    )
     return section("compare", "Other clusters side by side", (figure(fig) if fig else "") + body)
 
 
@@ -777,17 +1095,23 @@ def render_page(data: ReportData, figs: list[Fig] | None = None) -> str:
     step_body = "".join(figure(by_id[k]) for k in ("step", "comm-time", "comm-bytes", "memory"))
     sections.append(section("step", "The step: compute, communication, bubble, memory", step_body))
     if "timeline" in by_id:
-        tl = "".join(figure(by_id[k]) for k in ("timeline", "timeline-start", "timeline-end", "sim-vs-estimate")
-                     if k in by_id)
+        tl = "".join(
+            figure(by_id[k]) for k in ("timeline", "timeline-start", "timeline-end", "sim-vs-estimate") if k in by_id
+        )
         sim = data.sim
-        tl += (f"<p>Simulated step {sim.breakdown.step_time_s:.4f} s vs estimate {b.step_time_s:.4f} s "
-               f"({sim.breakdown.step_time_s / b.step_time_s - 1:+.2%}); {sim.events:,} events; pipeline bubble "
-               f"{pct(sim.bubble_fraction)} of the ideal time on the busiest stage ({sim.busiest_stage}).</p>")
+        tl += (
+            f"<p>Simulated step {sim.breakdown.step_time_s:.4f} s vs estimate {b.step_time_s:.4f} s "
+            f"({sim.breakdown.step_time_s / b.step_time_s - 1:+.2%}); {sim.events:,} events; pipeline bubble "
+            f"{pct(sim.bubble_fraction)} of the ideal time on the busiest stage ({sim.busiest_stage}).</p>"
+        )
     else:
         tl = f'<p class="note">{escape(data.sim_note or "not simulated")}</p>'
     sections.append(section("timeline", "Timeline of one pipeline replica (simulated)", tl))
-    sc = (figure(by_id["scaling"], table_html=scaling_table(data)) if "scaling" in by_id
-          else '<p class="note">No size could be evaluated.</p>')
+    sc = (
+        figure(by_id["scaling"], table_html=scaling_table(data))
+        if "scaling" in by_id
+        else '<p class="note">No size could be evaluated.</p>'
+    )
     sc += figure(by_id["wall"], wall_table(data))
     sections.append(section("scaling", "Scaling and the communication wall", sc))
     plans = []
@@ -807,18 +1131,28 @@ def render_page(data: ReportData, figs: list[Fig] | None = None) -> str:
         sections.append(trace_section(data.trace, b, by_id.get("trace")))
     if data.others:
         sections.append(compare_section(data, by_id.get("compare")))
-    nav = "".join(f'<li><a href="#{sid}">{escape(t)}</a></li>' for sid, t in (
-        ("summary", "Summary"), ("step", "Step"), ("timeline", "Timeline"), ("scaling", "Scaling"),
-        ("plans", "Plans"), ("bench", "Collectives"), ("trace", "Traces"), ("compare", "Side by side"))
-        if f'id="{sid}"' in "".join(sections))
+    nav = "".join(
+        f'<li><a href="#{sid}">{escape(t)}</a></li>'
+        for sid, t in (
+            ("summary", "Summary"),
+            ("step", "Step"),
+            ("timeline", "Timeline"),
+            ("scaling", "Scaling"),
+            ("plans", "Plans"),
+            ("bench", "Collectives"),
+            ("trace", "Traces"),
+            ("compare", "Side by side"),
+        )
+        if f'id="{sid}"' in "".join(sections)
+    )
     estimate_json = json.dumps(b.to_dict(), default=float).replace("</", "<\\/")
     title = f"commtax report: {data.name}"
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
-        f"<header><h1>{escape(title)}</h1><p class=\"job\">{escape(job_description(data.job))}</p>"
+        f'<header><h1>{escape(title)}</h1><p class="job">{escape(job_description(data.job))}</p>'
         f'<nav aria-label="sections"><ol>{nav}</ol></nav></header><main>{"".join(sections)}</main>'
         f"<footer>commtax {__version__} · analytical estimate ({escape(b.source)}); every number above comes from "
         "the commtax library (estimate, sim, search, advise, cost). This page loads nothing from the network."
@@ -848,8 +1182,11 @@ def trace_figures(result: Any) -> dict[str, dict[str, float]]:
             f = f.to_dict()
         elif not isinstance(f, dict):
             f = vars(f)
-        out[str(rank)] = {k: float(f[k]) for k in TRACE_FIELDS if k in f and isinstance(f[k], (int, float))
-                          and math.isfinite(float(f[k]))}
+        out[str(rank)] = {
+            k: float(f[k])
+            for k in TRACE_FIELDS
+            if k in f and isinstance(f[k], (int, float)) and math.isfinite(float(f[k]))
+        }
     return out
 
 

@@ -29,7 +29,7 @@ def _pyplot():
     return plt
 
 
-def pareto_plot(points: list["Point"], path: Path | str, title: str = "", mode: str = "owned") -> Path:
+def pareto_plot(points: list[Point], path: Path | str, title: str = "", mode: str = "owned") -> Path:
     """Every fitting plan of every cluster; the front (nothing both faster and cheaper) joined by a line."""
     import numpy as np
 
@@ -55,7 +55,7 @@ def pareto_plot(points: list["Point"], path: Path | str, title: str = "", mode: 
         plt.close(fig)
 
 
-def scaling_plot(points: list["ScalePoint"], path: Path | str, title: str = "") -> Path:
+def scaling_plot(points: list[ScalePoint], path: Path | str, title: str = "") -> Path:
     """Comm tax and MFU of the best plan at each GPU count."""
     plt = _pyplot()
     ok = [p for p in points if p.breakdown is not None]
@@ -78,12 +78,18 @@ def scaling_plot(points: list["ScalePoint"], path: Path | str, title: str = "") 
 
 
 BREAKDOWN_COLORS = {
-    "compute": "#4c72b0", "recompute": "#8fa9d6", "tp_exposed": "#dd8452", "cp_exposed": "#e8b07f",
-    "pp_bubble": "#bbbbbb", "pp_exposed": "#c44e52", "dp_exposed": "#8172b3", "optimizer": "#55a868",
+    "compute": "#4c72b0",
+    "recompute": "#8fa9d6",
+    "tp_exposed": "#dd8452",
+    "cp_exposed": "#e8b07f",
+    "pp_bubble": "#bbbbbb",
+    "pp_exposed": "#c44e52",
+    "dp_exposed": "#8172b3",
+    "optimizer": "#55a868",
 }
 
 
-def breakdown_plot(rows: list[tuple[str, "Breakdown"]], path: Path | str, title: str = "") -> Path:
+def breakdown_plot(rows: list[tuple[str, Breakdown]], path: Path | str, title: str = "") -> Path:
     """One horizontal bar per job: the step split into its parts, communication in warm colours."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.6 * len(rows)))
@@ -106,7 +112,7 @@ def breakdown_plot(rows: list[tuple[str, "Breakdown"]], path: Path | str, title:
         plt.close(fig)
 
 
-def parity_plot(report: "Report", path: Path | str, title: str = "") -> Path:
+def parity_plot(report: Report, path: Path | str, title: str = "") -> Path:
     """Predicted vs measured for every predicted validation row, log-log, with the ±10% band."""
     import numpy as np
 

@@ -15,8 +15,16 @@ from commtax.report import svg
 if TYPE_CHECKING:  # pragma: no cover
     from commtax.report.html import Fig
 
-HATCH = {"solid": "", "diag": "///", "back": "\\\\\\", "cross": "xx", "dots": "..", "hlines": "--", "vlines": "||",
-         "grid": "++"}
+HATCH = {
+    "solid": "",
+    "diag": "///",
+    "back": "\\\\\\",
+    "cross": "xx",
+    "dots": "..",
+    "hlines": "--",
+    "vlines": "||",
+    "grid": "++",
+}
 MARKER = {"circle": "o", "square": "s", "triangle": "^", "diamond": "D", "none": ""}
 
 
@@ -24,8 +32,15 @@ def _stacked(ax, c: svg.StackedBars) -> None:
     for r in range(len(c.rows)):
         left = 0.0
         for s, v in zip(c.segments, c.values[r]):
-            ax.barh(r, v, left=left, color=s.style.color, hatch=HATCH[s.style.pattern], edgecolor="white",
-                    label=s.label if r == 0 else None)
+            ax.barh(
+                r,
+                v,
+                left=left,
+                color=s.style.color,
+                hatch=HATCH[s.style.pattern],
+                edgecolor="white",
+                label=s.label if r == 0 else None,
+            )
             left += v
         ax.text(left, r, f"  {svg.fmt(left, c.digits)} {c.unit}", va="center", fontsize=8)
     if c.limit is not None:
@@ -43,8 +58,9 @@ def _bars(ax, c: svg.Bars) -> None:
         st = c.style(i)
         ys = [r + (i - (n - 1) / 2) * h for r in range(len(c.rows))]
         vals = [row[i] * (100 if c.percent else 1) for row in c.values]
-        ax.barh(ys, vals, height=h, color=st.color, hatch=HATCH[st.pattern], edgecolor="black", linewidth=0.4,
-                label=name)
+        ax.barh(
+            ys, vals, height=h, color=st.color, hatch=HATCH[st.pattern], edgecolor="black", linewidth=0.4, label=name
+        )
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(range(len(c.rows)), list(c.rows))
     ax.invert_yaxis()
@@ -82,8 +98,9 @@ def _gantt(ax, c: svg.Gantt) -> None:
     styles = {k.key: k.style for k in c.kinds}
     t0, t1 = c.shown
     for row in c.idle_rows:  # hatched where the compute stream has nothing to do (bubble, waits)
-        ax.barh(row, t1 - t0, left=t0, height=0.8, color="white", hatch="\\\\", edgecolor="#999999", linewidth=0,
-                zorder=0)
+        ax.barh(
+            row, t1 - t0, left=t0, height=0.8, color="white", hatch="\\\\", edgecolor="#999999", linewidth=0, zorder=0
+        )
     bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for s in c.spans:
         bars.setdefault((s.row, s.kind), []).append((s.start_s, s.dur_s))

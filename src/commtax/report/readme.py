@@ -47,27 +47,60 @@ def gpu_rows(gpus: dict[str, dict]) -> list[list[str]]:
         peak = g["peak_tflops"]
         eff = ", ".join(f"{k} {_num(v)}" for k, v in g.get("matmul_efficiency", {}).items())
         bf16 = _num(peak["bf16"]) if "bf16" in peak else f"— (fp16 {_num(peak['fp16'])})"  # Volta: no bf16
-        rows.append([f"`{name}`", bf16, _num(peak["fp8"]) if "fp8" in peak else "—", _num(g["mem_GiB"]),
-                     _num(g["mem_bw_GBps"]), _num(g["tdp_W"]), eff, _source(g["source"])])
+        rows.append(
+            [
+                f"`{name}`",
+                bf16,
+                _num(peak["fp8"]) if "fp8" in peak else "—",
+                _num(g["mem_GiB"]),
+                _num(g["mem_bw_GBps"]),
+                _num(g["tdp_W"]),
+                eff,
+                _source(g["source"]),
+            ]
+        )
     return rows
 
 
 def link_rows(links: dict[str, dict]) -> list[list[str]]:
-    return [[f"`{name}`", ln["kind"], _num(ln["bw_GBps"]), _num(ln["efficiency"]), _num(ln["latency_us"]),
-             "yes" if ln.get("nvls") else "no", _source(ln["source"])] for name, ln in links.items()]
+    return [
+        [
+            f"`{name}`",
+            ln["kind"],
+            _num(ln["bw_GBps"]),
+            _num(ln["efficiency"]),
+            _num(ln["latency_us"]),
+            "yes" if ln.get("nvls") else "no",
+            _source(ln["source"]),
+        ]
+        for name, ln in links.items()
+    ]
 
 
 def network_rows(nets: dict[str, dict]) -> list[list[str]]:
-    return [[f"`{name}`", _num(n["bw_Gbps"]), _num(n["efficiency"]), _num(n["latency_us"]), _source(n["source"])]
-            for name, n in nets.items()]
+    return [
+        [f"`{name}`", _num(n["bw_Gbps"]), _num(n["efficiency"]), _num(n["latency_us"]), _source(n["source"])]
+        for name, n in nets.items()
+    ]
 
 
 def model_rows(models: dict[str, dict]) -> list[list[str]]:
     rows = []
     for name, raw in models.items():
         m = build(Model, {**raw, "name": name}, f"model.{name}")
-        rows.append([f"`{name}`", str(m.layers), str(m.hidden), str(m.heads), str(m.kv_heads_), str(m.ffn),
-                     str(m.vocab), "yes" if m.gated_mlp else "no", f"{m.params() / 1e9:.1f}B"])
+        rows.append(
+            [
+                f"`{name}`",
+                str(m.layers),
+                str(m.hidden),
+                str(m.heads),
+                str(m.kv_heads_),
+                str(m.ffn),
+                str(m.vocab),
+                "yes" if m.gated_mlp else "no",
+                f"{m.params() / 1e9:.1f}B",
+            ]
+        )
     return rows
 
 
@@ -75,24 +108,45 @@ def price_rows() -> list[list[str]]:
     from commtax.cost import load_prices
 
     p = load_prices()
-    return [[f"`{name}`", f"{g.purchase_usd:,.0f}", f"{g.rent_usd_per_gpu_hour:.2f}", _num(g.typical_W),
-             f"{p.node(name).purchase_usd:,.0f}" if name in p.nodes else "—", g.date] for name, g in p.gpus.items()]
+    return [
+        [
+            f"`{name}`",
+            f"{g.purchase_usd:,.0f}",
+            f"{g.rent_usd_per_gpu_hour:.2f}",
+            _num(g.typical_W),
+            f"{p.node(name).purchase_usd:,.0f}" if name in p.nodes else "—",
+            g.date,
+        ]
+        for name, g in p.gpus.items()
+    ]
 
 
 def catalog_tables() -> str:
     c = _builtin_catalog()
     parts = [
-        "**GPUs** (dense peaks, TFLOP/s; memory as the driver reports it)", "",
-        *_table(["id", "bf16", "fp8", "memory GiB", "HBM GB/s", "TDP W", "matmul efficiency", "source"],
-                gpu_rows(c["gpu"])), "",
-        "**Scale-up links** (per GPU, per direction)", "",
-        *_table(["id", "kind", "GB/s", "efficiency", "latency µs", "NVLS", "source"], link_rows(c["intra_node"])), "",
-        "**Networks** (per NIC, per direction)", "",
-        *_table(["id", "Gb/s", "efficiency", "latency µs", "source"], network_rows(c["inter_node"])), "",
-        "**Models**", "",
-        *_table(["id", "layers", "hidden", "heads", "kv heads", "FFN", "vocab", "gated MLP", "parameters"],
-                model_rows(c["model"])), "",
-        "**Prices** (`catalog/prices.yaml`, each with its sources; override with `--prices FILE`)", "",
+        "**GPUs** (dense peaks, TFLOP/s; memory as the driver reports it)",
+        "",
+        *_table(
+            ["id", "bf16", "fp8", "memory GiB", "HBM GB/s", "TDP W", "matmul efficiency", "source"], gpu_rows(c["gpu"])
+        ),
+        "",
+        "**Scale-up links** (per GPU, per direction)",
+        "",
+        *_table(["id", "kind", "GB/s", "efficiency", "latency µs", "NVLS", "source"], link_rows(c["intra_node"])),
+        "",
+        "**Networks** (per NIC, per direction)",
+        "",
+        *_table(["id", "Gb/s", "efficiency", "latency µs", "source"], network_rows(c["inter_node"])),
+        "",
+        "**Models**",
+        "",
+        *_table(
+            ["id", "layers", "hidden", "heads", "kv heads", "FFN", "vocab", "gated MLP", "parameters"],
+            model_rows(c["model"]),
+        ),
+        "",
+        "**Prices** (`catalog/prices.yaml`, each with its sources; override with `--prices FILE`)",
+        "",
         *_table(["GPU", "purchase $", "rent $/GPU-h", "typical W", "node $ (less GPUs)", "read"], price_rows()),
     ]
     return "\n".join(parts)
@@ -133,25 +187,40 @@ def accuracy_tables() -> str:
     n_unfitted = sum(1 for r in runs.rows if r.error_pct is not None and r.id not in fitted_rows)
     rows += [
         ["**all rows**", str(n_ok), f"**{_pct(runs.mape_pct)}**"],
-        ["**averaged by source** (each source weighs the same)", str(len(runs.by_source)),
-         f"**{_pct(runs.source_avg_mape_pct)}**"],
-        ["**leave-one-source-out**, averaged by source (each source with the constants fitted without it)",
-         str(len(runs.by_source)),
-         f"**{_pct(runs.loso_mape_pct)}**"],
+        [
+            "**averaged by source** (each source weighs the same)",
+            str(len(runs.by_source)),
+            f"**{_pct(runs.source_avg_mape_pct)}**",
+        ],
+        [
+            "**leave-one-source-out**, averaged by source (each source with the constants fitted without it)",
+            str(len(runs.by_source)),
+            f"**{_pct(runs.loso_mape_pct)}**",
+        ],
         ["rows no constant was fitted on", str(n_unfitted), _pct(runs.unfitted_mape_pct)],
         ["rows refused", str(len(runs.refused)), "—"],
     ]
     coll = validate(VALIDATION / "public_collectives.csv")
-    band_names = {"messages_lt_1MiB": "< 1 MiB", "messages_1MiB_to_64MiB": "1 MiB to 64 MiB",
-                  "messages_ge_64MiB": "≥ 64 MiB"}
+    band_names = {
+        "messages_lt_1MiB": "< 1 MiB",
+        "messages_1MiB_to_64MiB": "1 MiB to 64 MiB",
+        "messages_ge_64MiB": "≥ 64 MiB",
+    }
     bands = [[band_names.get(name, name), _pct(v)] for name, v in coll.subsets.items()]
     bands.append([f"all {len(coll.rows)} rows", _pct(coll.mape_pct)])
-    return "\n".join([
-        "Training runs (`public_runs.csv`, tokens/s per GPU):", "",
-        *_table(["source", "rows", "MAPE"], rows), "", f"Leave-one-source-out: {runs.loso_note}.", "",
-        "Collectives (`public_collectives.csv`, busbw) by message size:", "",
-        *_table(["messages", "MAPE"], bands),
-    ])
+    return "\n".join(
+        [
+            "Training runs (`public_runs.csv`, tokens/s per GPU):",
+            "",
+            *_table(["source", "rows", "MAPE"], rows),
+            "",
+            f"Leave-one-source-out: {runs.loso_note}.",
+            "",
+            "Collectives (`public_collectives.csv`, busbw) by message size:",
+            "",
+            *_table(["messages", "MAPE"], bands),
+        ]
+    )
 
 
 BLOCKS = {"catalog tables": catalog_tables, "worked example": estimate_example, "accuracy tables": accuracy_tables}

@@ -89,8 +89,9 @@ class StackedBars:
         rows = []
         for r, name in enumerate(self.rows):
             tot = self.total(r)
-            cells = [f"{fmt(v, self.digits)} ({100 * v / tot:.1f}%)" if tot else fmt(v, self.digits)
-                     for v in self.values[r]]
+            cells = [
+                f"{fmt(v, self.digits)} ({100 * v / tot:.1f}%)" if tot else fmt(v, self.digits) for v in self.values[r]
+            ]
             rows.append([name] + cells + [fmt(tot, self.digits)])
         if self.limit is not None:
             rows.append([self.limit_label or "limit"] + [""] * len(self.segments) + [fmt(self.limit, self.digits)])
@@ -298,8 +299,9 @@ class Axis:
         return log_ticks(self.lo, self.hi, self.log) if self.log else nice_ticks(self.lo, self.hi)
 
 
-def axis_range(values: Sequence[float], log: int, lo: float | None = None,
-               hi: float | None = None) -> tuple[float, float]:
+def axis_range(
+    values: Sequence[float], log: int, lo: float | None = None, hi: float | None = None
+) -> tuple[float, float]:
     vals = [v for v in values if math.isfinite(v) and (v > 0 or not log)]
     if not vals:
         return (1.0, 10.0) if log else (0.0, 1.0)
@@ -324,12 +326,22 @@ def _n(x: float) -> str:
     return s if s != "-0" else "0"
 
 
-def text(x: float, y: float, s: str, anchor: str = "start", size: int = 12, weight: str = "normal",
-         cls: str = "", fill: str = INK) -> str:
+def text(
+    x: float,
+    y: float,
+    s: str,
+    anchor: str = "start",
+    size: int = 12,
+    weight: str = "normal",
+    cls: str = "",
+    fill: str = INK,
+) -> str:
     c = f' class="{cls}"' if cls else ""
     w = f' font-weight="{weight}"' if weight != "normal" else ""
-    return (f'<text x="{_n(x)}" y="{_n(y)}" text-anchor="{anchor}" font-size="{size}" fill="{fill}"{w}{c}>'
-            f"{escape(s)}</text>")
+    return (
+        f'<text x="{_n(x)}" y="{_n(y)}" text-anchor="{anchor}" font-size="{size}" fill="{fill}"{w}{c}>'
+        f"{escape(s)}</text>"
+    )
 
 
 PATTERN_PATHS = {
@@ -353,8 +365,10 @@ def patterns(fig_id: str, items: Sequence[tuple[str, Style]]) -> str:
         pid = pattern_id(fig_id, key)
         body = f'<rect width="8" height="8" fill="{st.color}"/>'
         if st.pattern == "dots":
-            body += f'<circle cx="2" cy="2" r="1.1" fill="{INK}" fill-opacity="0.55"/>' \
-                    f'<circle cx="6" cy="6" r="1.1" fill="{INK}" fill-opacity="0.55"/>'
+            body += (
+                f'<circle cx="2" cy="2" r="1.1" fill="{INK}" fill-opacity="0.55"/>'
+                f'<circle cx="6" cy="6" r="1.1" fill="{INK}" fill-opacity="0.55"/>'
+            )
         elif st.pattern in PATTERN_PATHS:
             body += f'<path d="{PATTERN_PATHS[st.pattern]}" stroke="{INK}" stroke-opacity="0.55" stroke-width="1"/>'
         out.append(f'<pattern id="{pid}" width="8" height="8" patternUnits="userSpaceOnUse">{body}</pattern>')
@@ -371,24 +385,31 @@ def marker(shape: str, x: float, y: float, color: str, r: float = 3.5) -> str:
     if shape == "square":
         return f'<rect x="{_n(x - r)}" y="{_n(y - r)}" width="{_n(2 * r)}" height="{_n(2 * r)}" fill="{color}"/>'
     if shape == "triangle":
-        return (f'<path d="M{_n(x)},{_n(y - r * 1.2)} L{_n(x + r * 1.1)},{_n(y + r * 0.8)} '
-                f'L{_n(x - r * 1.1)},{_n(y + r * 0.8)} Z" fill="{color}"/>')
+        return (
+            f'<path d="M{_n(x)},{_n(y - r * 1.2)} L{_n(x + r * 1.1)},{_n(y + r * 0.8)} '
+            f'L{_n(x - r * 1.1)},{_n(y + r * 0.8)} Z" fill="{color}"/>'
+        )
     if shape == "diamond":
-        return (f'<path d="M{_n(x)},{_n(y - r * 1.3)} L{_n(x + r)},{_n(y)} L{_n(x)},{_n(y + r * 1.3)} '
-                f'L{_n(x - r)},{_n(y)} Z" fill="{color}"/>')
+        return (
+            f'<path d="M{_n(x)},{_n(y - r * 1.3)} L{_n(x + r)},{_n(y)} L{_n(x)},{_n(y + r * 1.3)} '
+            f'L{_n(x - r)},{_n(y)} Z" fill="{color}"/>'
+        )
     return f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{_n(r)}" fill="{color}"/>'
 
 
 def _open(fig_id: str, title: str, desc: str, width: float, height: float, kind: str, extra: str = "") -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" id="{fig_id}" class="chart chart-{kind}" role="img" '
-            f'viewBox="0 0 {_n(width)} {_n(height)}" width="{_n(width)}" height="{_n(height)}" '
-            f'font-family="{escape(FONT, quote=True)}" aria-labelledby="{fig_id}-t {fig_id}-d"{extra}>'
-            f'<title id="{fig_id}-t">{escape(title)}</title><desc id="{fig_id}-d">{escape(desc)}</desc>'
-            f'<rect width="100%" height="100%" fill="#ffffff"/>')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" id="{fig_id}" class="chart chart-{kind}" role="img" '
+        f'viewBox="0 0 {_n(width)} {_n(height)}" width="{_n(width)}" height="{_n(height)}" '
+        f'font-family="{escape(FONT, quote=True)}" aria-labelledby="{fig_id}-t {fig_id}-d"{extra}>'
+        f'<title id="{fig_id}-t">{escape(title)}</title><desc id="{fig_id}-d">{escape(desc)}</desc>'
+        f'<rect width="100%" height="100%" fill="#ffffff"/>'
+    )
 
 
-def _legend(fig_id: str, items: Sequence[tuple[str, str, Style]], x0: float, y0: float, width: float,
-            line: bool = False) -> tuple[str, float]:
+def _legend(
+    fig_id: str, items: Sequence[tuple[str, str, Style]], x0: float, y0: float, width: float, line: bool = False
+) -> tuple[str, float]:
     """Swatches (or line samples) with labels, wrapped to ``width``; returns (svg, height used)."""
     out, x, y = [], x0, y0
     for key, label, st in items:
@@ -396,11 +417,15 @@ def _legend(fig_id: str, items: Sequence[tuple[str, str, Style]], x0: float, y0:
         if x + w > x0 + width and x > x0:
             x, y = x0, y + 18
         if line:
-            out.append(f'<line x1="{_n(x)}" y1="{_n(y + 6)}" x2="{_n(x + 18)}" y2="{_n(y + 6)}" stroke="{st.color}" '
-                       f'stroke-width="2"{_dash(st)}/>' + marker(st.marker, x + 9, y + 6, st.color))
+            out.append(
+                f'<line x1="{_n(x)}" y1="{_n(y + 6)}" x2="{_n(x + 18)}" y2="{_n(y + 6)}" stroke="{st.color}" '
+                f'stroke-width="2"{_dash(st)}/>' + marker(st.marker, x + 9, y + 6, st.color)
+            )
         else:
-            out.append(f'<rect x="{_n(x)}" y="{_n(y)}" width="16" height="12" fill="{fill_of(fig_id, key, st)}" '
-                       f'stroke="{INK}" stroke-width="0.6"/>')
+            out.append(
+                f'<rect x="{_n(x)}" y="{_n(y)}" width="16" height="12" fill="{fill_of(fig_id, key, st)}" '
+                f'stroke="{INK}" stroke-width="0.6"/>'
+            )
         out.append(text(x + 22, y + 10.5, label, size=11))
         x += w
     return "".join(out), (y - y0) + 18
@@ -456,15 +481,20 @@ def render_stacked(c: StackedBars, fig_id: str) -> str:
     lo, hi = axis_range([0.0, hi], 0)
     ax = Axis(lo, hi, left, WIDTH - right)
     plot_bottom = top + len(c.rows) * (bar_h + gap)
-    legend, lh = _legend(fig_id, [(s.key, s.label, s.style) for s in c.segments], left, plot_bottom + 44,
-                         WIDTH - left - 10)
+    legend, lh = _legend(
+        fig_id, [(s.key, s.label, s.style) for s in c.segments], left, plot_bottom + 44, WIDTH - left - 10
+    )
     height = plot_bottom + 44 + lh + 6
-    desc = "; ".join(f"{row}: " + ", ".join(f"{s.label} {fmt(v, c.digits)} {c.unit}" for s, v in zip(c.segments, vals)
-                                            if v) for row, vals in zip(c.rows, c.values))
-    out = [_open(fig_id, c.title, desc, WIDTH, height, "stacked"),
-           patterns(fig_id, [(s.key, s.style) for s in c.segments]),
-           text(left, 20, c.title, size=14, weight="bold"),
-           _x_axis(ax, plot_bottom, c.unit, lambda t: fmt(t, 3), top - 6)]
+    desc = "; ".join(
+        f"{row}: " + ", ".join(f"{s.label} {fmt(v, c.digits)} {c.unit}" for s, v in zip(c.segments, vals) if v)
+        for row, vals in zip(c.rows, c.values)
+    )
+    out = [
+        _open(fig_id, c.title, desc, WIDTH, height, "stacked"),
+        patterns(fig_id, [(s.key, s.style) for s in c.segments]),
+        text(left, 20, c.title, size=14, weight="bold"),
+        _x_axis(ax, plot_bottom, c.unit, lambda t: fmt(t, 3), top - 6),
+    ]
     for r, row in enumerate(c.rows):
         y = top + r * (bar_h + gap)
         out.append(text(left - 8, y + bar_h / 2 + 4, clip_label(row), "end"))
@@ -473,22 +503,29 @@ def render_stacked(c: StackedBars, fig_id: str) -> str:
             w = ax(v) - ax(0)
             if w <= 0:
                 continue
-            out.append(f'<rect class="seg" data-key="{escape(s.key)}" x="{_n(x)}" y="{_n(y)}" width="{_n(w)}" '
-                       f'height="{_n(bar_h)}" fill="{fill_of(fig_id, s.key, s.style)}" stroke="#ffffff" '
-                       f'stroke-width="0.8"><title>{escape(f"{row}: {s.label} {fmt(v, c.digits)} {c.unit}")}'
-                       "</title></rect>")
+            out.append(
+                f'<rect class="seg" data-key="{escape(s.key)}" x="{_n(x)}" y="{_n(y)}" width="{_n(w)}" '
+                f'height="{_n(bar_h)}" fill="{fill_of(fig_id, s.key, s.style)}" stroke="#ffffff" '
+                f'stroke-width="0.8"><title>{escape(f"{row}: {s.label} {fmt(v, c.digits)} {c.unit}")}'
+                "</title></rect>"
+            )
             if w > 34 and totals[r] and v / totals[r] >= 0.04:
-                out.append(f'<rect x="{_n(x + w / 2 - 18)}" y="{_n(y + bar_h / 2 - 8)}" width="36" height="15" rx="3" '
-                           f'fill="#ffffff" fill-opacity="0.85"/>')
+                out.append(
+                    f'<rect x="{_n(x + w / 2 - 18)}" y="{_n(y + bar_h / 2 - 8)}" width="36" height="15" rx="3" '
+                    f'fill="#ffffff" fill-opacity="0.85"/>'
+                )
                 out.append(text(x + w / 2, y + bar_h / 2 + 4, f"{100 * v / totals[r]:.0f}%", "middle", 11))
             x += w
         out.append(text(ax(totals[r]) + 6, y + bar_h / 2 + 4, f"{fmt(totals[r], c.digits)} {c.unit}", size=11))
     if c.limit is not None:
         x = ax(c.limit)
-        out.append(f'<line x1="{_n(x)}" y1="{_n(top - 8)}" x2="{_n(x)}" y2="{_n(plot_bottom)}" stroke="{INK}" '
-                   f'stroke-width="2" stroke-dasharray="5 3"/>')
-        out.append(text(x, top - 12 + 0, f"{c.limit_label} {fmt(c.limit, c.digits)} {c.unit}", "middle", 11,
-                        weight="bold"))
+        out.append(
+            f'<line x1="{_n(x)}" y1="{_n(top - 8)}" x2="{_n(x)}" y2="{_n(plot_bottom)}" stroke="{INK}" '
+            f'stroke-width="2" stroke-dasharray="5 3"/>'
+        )
+        out.append(
+            text(x, top - 12 + 0, f"{c.limit_label} {fmt(c.limit, c.digits)} {c.unit}", "middle", 11, weight="bold")
+        )
     out.append(legend)
     out.append("</svg>")
     return "".join(out)
@@ -507,17 +544,22 @@ def render_bars(c: Bars, fig_id: str) -> str:
         lo = math.floor(lo / step) * step
     ax = Axis(lo, hi, left + (40 if lo < 0 else 0), WIDTH - right)
     plot_bottom = top + len(c.rows) * group_h
-    legend, lh = _legend(fig_id, [(f"s{i}", s, c.style(i)) for i, s in enumerate(c.series)], left,
-                         plot_bottom + 44, WIDTH - left - 10)
+    legend, lh = _legend(
+        fig_id, [(f"s{i}", s, c.style(i)) for i, s in enumerate(c.series)], left, plot_bottom + 44, WIDTH - left - 10
+    )
     height = plot_bottom + 44 + (lh if ns > 1 else 0) + 6
-    desc = "; ".join(f"{row}: " + ", ".join(f"{s} {c.text(v)}" for s, v in zip(c.series, vals_))
-                     for row, vals_ in zip(c.rows, c.values))
+    desc = "; ".join(
+        f"{row}: " + ", ".join(f"{s} {c.text(v)}" for s, v in zip(c.series, vals_))
+        for row, vals_ in zip(c.rows, c.values)
+    )
     tick = (lambda t: f"{100 * t:.0f}%") if c.percent else (lambda t: fmt(t, 3))
     unit = "" if c.percent else c.unit
-    out = [_open(fig_id, c.title, desc, WIDTH, height, "bars"),
-           patterns(fig_id, [(f"s{i}", c.style(i)) for i in range(ns)]),
-           text(left, 20, c.title, size=14, weight="bold"),
-           _x_axis(ax, plot_bottom, unit, tick, top - 6)]
+    out = [
+        _open(fig_id, c.title, desc, WIDTH, height, "bars"),
+        patterns(fig_id, [(f"s{i}", c.style(i)) for i in range(ns)]),
+        text(left, 20, c.title, size=14, weight="bold"),
+        _x_axis(ax, plot_bottom, unit, tick, top - 6),
+    ]
     x0 = ax(0.0)
     out.append(f'<line x1="{_n(x0)}" y1="{_n(top - 6)}" x2="{_n(x0)}" y2="{_n(plot_bottom)}" stroke="{INK}"/>')
     for r, row in enumerate(c.rows):
@@ -528,9 +570,11 @@ def render_bars(c: Bars, fig_id: str) -> str:
             xa, xb = sorted((x0, ax(v)))
             yy = y + i * bar_h
             label = f"{row}: {c.series[i]} {c.text(v)}"
-            out.append(f'<rect class="bar" x="{_n(xa)}" y="{_n(yy + 1)}" width="{_n(max(xb - xa, 0.5))}" '
-                       f'height="{_n(bar_h - 2)}" fill="{fill_of(fig_id, f"s{i}", st)}" stroke="{INK}" '
-                       f'stroke-width="0.5"><title>{escape(label)}</title></rect>')
+            out.append(
+                f'<rect class="bar" x="{_n(xa)}" y="{_n(yy + 1)}" width="{_n(max(xb - xa, 0.5))}" '
+                f'height="{_n(bar_h - 2)}" fill="{fill_of(fig_id, f"s{i}", st)}" stroke="{INK}" '
+                f'stroke-width="0.5"><title>{escape(label)}</title></rect>'
+            )
             tx, anchor = (xb + 4, "start") if v >= 0 else (xa - 4, "end")
             out.append(text(tx, yy + bar_h / 2 + 4, c.text(v), anchor, 10))
     if ns > 1:
@@ -553,23 +597,36 @@ def render_lines(c: Lines, fig_id: str) -> str:
     ax = Axis(xlo, xhi, left, WIDTH - right, c.x_log)
     ay = Axis(ylo, yhi, top + plot_h, top, c.y_log)
     bottom = top + plot_h
-    legend, lh = _legend(fig_id, [(f"s{i}", s.label, c.style(i)) for i, s in enumerate(c.series)], left,
-                         bottom + 44, WIDTH - left - 10, line=True)
+    legend, lh = _legend(
+        fig_id,
+        [(f"s{i}", s.label, c.style(i)) for i, s in enumerate(c.series)],
+        left,
+        bottom + 44,
+        WIDTH - left - 10,
+        line=True,
+    )
     height = bottom + 44 + lh + 6
-    desc = "; ".join(f"{s.label}: " + ", ".join(f"({c.xtext(x)}, {c.ytext(y)})" for x, y in zip(s.xs, s.ys))
-                     for s in c.series)
+    desc = "; ".join(
+        f"{s.label}: " + ", ".join(f"({c.xtext(x)}, {c.ytext(y)})" for x, y in zip(s.xs, s.ys)) for s in c.series
+    )
     ytick = (lambda t: f"{100 * t:.0f}%") if c.y_percent else (lambda t: fmt(t, 3))
     xtick = fmt_bytes if c.x_fmt == "bytes" else (lambda t: fmt(t, 3))
-    out = [_open(fig_id, c.title, desc, WIDTH, height, "lines"), text(left, 20, c.title, size=14, weight="bold"),
-           _x_axis(ax, bottom, c.x_label, xtick, top)]
+    out = [
+        _open(fig_id, c.title, desc, WIDTH, height, "lines"),
+        text(left, 20, c.title, size=14, weight="bold"),
+        _x_axis(ax, bottom, c.x_label, xtick, top),
+    ]
     out.append(f'<line x1="{_n(left)}" y1="{_n(top)}" x2="{_n(left)}" y2="{_n(bottom)}" stroke="{INK}"/>')
     for t in ay.ticks():
         y = ay(t)
-        out.append(f'<line x1="{_n(left)}" y1="{_n(y)}" x2="{_n(ax.b)}" y2="{_n(y)}" stroke="{GRID}" '
-                   'stroke-width="0.8"/>')
+        out.append(
+            f'<line x1="{_n(left)}" y1="{_n(y)}" x2="{_n(ax.b)}" y2="{_n(y)}" stroke="{GRID}" stroke-width="0.8"/>'
+        )
         out.append(text(left - 6, y + 4, ytick(t), "end", 11))
-    out.append(f'<text x="14" y="{_n((top + bottom) / 2)}" transform="rotate(-90 14 {_n((top + bottom) / 2)})" '
-               f'text-anchor="middle" font-size="12" fill="{INK}">{escape(c.y_label)}</text>')
+    out.append(
+        f'<text x="14" y="{_n((top + bottom) / 2)}" transform="rotate(-90 14 {_n((top + bottom) / 2)})" '
+        f'text-anchor="middle" font-size="12" fill="{INK}">{escape(c.y_label)}</text>'
+    )
     for i, s in enumerate(c.series):
         st = c.style(i)
         pts = [(ax(x), ay(y)) for x, y in zip(s.xs, s.ys) if math.isfinite(y) and (y > 0 or not c.y_log)]
@@ -577,8 +634,10 @@ def render_lines(c: Lines, fig_id: str) -> str:
             d = " ".join(f"{'M' if k == 0 else 'L'}{_n(x)},{_n(y)}" for k, (x, y) in enumerate(pts))
             out.append(f'<path class="series" d="{d}" fill="none" stroke="{st.color}" stroke-width="2"{_dash(st)}/>')
         for (x, y), xv, yv in zip(pts, s.xs, s.ys):
-            out.append(f'<g class="point"><title>{escape(f"{s.label}: {c.xtext(xv)}, {c.ytext(yv)}")}</title>'
-                       f'{marker(st.marker, x, y, st.color)}</g>')
+            out.append(
+                f'<g class="point"><title>{escape(f"{s.label}: {c.xtext(xv)}, {c.ytext(yv)}")}</title>'
+                f"{marker(st.marker, x, y, st.color)}</g>"
+            )
     out.append(legend)
     out.append("</svg>")
     return "".join(out)
@@ -620,25 +679,40 @@ def render_gantt(c: Gantt, fig_id: str) -> str:
     spans = [s for s in c.spans if s.start_s <= t1 and s.start_s + s.dur_s >= t0]
     busy = c.busy()
     desc = f"{len(c.spans)} spans over {fmt(total, 4)} s, {fmt(t0, 4)} to {fmt(t1, 4)} s shown; " + "; ".join(
-        f"{row}: " + ", ".join(f"{kind} {fmt(v, 3)} s" for kind, v in busy[r].items()) for r, row in enumerate(c.rows))
-    extra = (f' data-gantt="1" data-left="{_n(left)}" data-plotw="{_n(plot_w)}" data-total="{total!r}" '
-             f'data-units="{GANTT_UNITS:g}" data-top="{_n(top)}" data-bottom="{_n(bottom)}"') if c.zoomable else ""
-    out = [_open(fig_id, c.title, desc, WIDTH, height, "gantt", extra),
-           patterns(fig_id, [(kk.key, kk.style) for kk in c.kinds] + [("idle", Style("#ffffff", "back"))]),
-           (f'<clipPath id="{fig_id}-clip"><rect x="{_n(left)}" y="{_n(top - 2)}" width="{_n(plot_w)}" '
-            f'height="{_n(bottom - top + 4)}"/></clipPath>'),
-           text(left, 20, c.title, size=14, weight="bold")]
+        f"{row}: " + ", ".join(f"{kind} {fmt(v, 3)} s" for kind, v in busy[r].items()) for r, row in enumerate(c.rows)
+    )
+    extra = (
+        (
+            f' data-gantt="1" data-left="{_n(left)}" data-plotw="{_n(plot_w)}" data-total="{total!r}" '
+            f'data-units="{GANTT_UNITS:g}" data-top="{_n(top)}" data-bottom="{_n(bottom)}"'
+        )
+        if c.zoomable
+        else ""
+    )
+    out = [
+        _open(fig_id, c.title, desc, WIDTH, height, "gantt", extra),
+        patterns(fig_id, [(kk.key, kk.style) for kk in c.kinds] + [("idle", Style("#ffffff", "back"))]),
+        (
+            f'<clipPath id="{fig_id}-clip"><rect x="{_n(left)}" y="{_n(top - 2)}" width="{_n(plot_w)}" '
+            f'height="{_n(bottom - top + 4)}"/></clipPath>'
+        ),
+        text(left, 20, c.title, size=14, weight="bold"),
+    ]
     for r, row in enumerate(c.rows):
         y = top + r * row_h
         if r < len(c.row_groups) and c.row_groups[r] % 2:
             out.append(f'<rect x="0" y="{_n(y)}" width="{_n(WIDTH)}" height="{_n(row_h)}" fill="#eef1f5"/>')
         if r in c.idle_rows:
-            out.append(f'<rect x="{_n(left)}" y="{_n(y + 1)}" width="{_n(plot_w)}" height="{_n(row_h - 2)}" '
-                       f'fill="url(#{pattern_id(fig_id, "idle")})" fill-opacity="0.7"/>')
+            out.append(
+                f'<rect x="{_n(left)}" y="{_n(y + 1)}" width="{_n(plot_w)}" height="{_n(row_h - 2)}" '
+                f'fill="url(#{pattern_id(fig_id, "idle")})" fill-opacity="0.7"/>'
+            )
         else:
-            out.append(f'<line x1="{_n(left)}" y1="{_n(y + row_h / 2)}" x2="{_n(left + plot_w)}" '
-                       f'y2="{_n(y + row_h / 2)}" '
-                       f'stroke="{GRID}" stroke-width="0.6"/>')
+            out.append(
+                f'<line x1="{_n(left)}" y1="{_n(y + row_h / 2)}" x2="{_n(left + plot_w)}" '
+                f'y2="{_n(y + row_h / 2)}" '
+                f'stroke="{GRID}" stroke-width="0.6"/>'
+            )
         out.append(text(left - 6, y + row_h / 2 + 4, clip_label(row, 11), "end", 11))
     # bars: one path per (row, kind), in data units; the group's transform maps them onto the plot
     paths: dict[tuple[int, str], list[str]] = {}
@@ -650,9 +724,11 @@ def render_gantt(c: Gantt, fig_id: str) -> str:
         x0, w = s.start_s * k, max(s.dur_s * k, 1e-3)
         paths.setdefault((s.row, s.kind), []).append(f"M{x0:.1f} {_n(y + 1)}h{w:.1f}v{_n(h)}h-{w:.1f}z")
     styles = {kk.key: kk.style for kk in c.kinds}
-    out.append(f'<g clip-path="url(#{fig_id}-clip)"><g class="gantt-bars" '
-               f'transform="translate({_n(left)},0) scale({plot_w / ((t1 - t0) * k):.8g},1) '
-               f'translate({-t0 * k:.8g},0)">')
+    out.append(
+        f'<g clip-path="url(#{fig_id}-clip)"><g class="gantt-bars" '
+        f'transform="translate({_n(left)},0) scale({plot_w / ((t1 - t0) * k):.8g},1) '
+        f'translate({-t0 * k:.8g},0)">'
+    )
     for (_, kind), ds in sorted(paths.items()):
         st = styles.get(kind, Style("#000000"))
         out.append(f'<path data-kind="{escape(kind)}" d="{"".join(ds)}" fill="{st.color}"/>')
@@ -673,4 +749,3 @@ def render_gantt(c: Gantt, fig_id: str) -> str:
 def standalone(svg: str) -> str:
     """The chart as an .svg file."""
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + svg + "\n"
-

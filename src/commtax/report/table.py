@@ -23,9 +23,17 @@ def pct(x: float) -> str:
 
 def new_table(title: str | None = None, show_header: bool = True) -> Table:
     """The house style: a rule under the header, no vertical borders (two characters between columns)."""
-    return Table(title=title, box=box.SIMPLE_HEAD, show_header=show_header, header_style="bold", title_style="bold",
-                 title_justify="left", show_edge=False, collapse_padding=True,
-                 min_width=len(title) if title else None)
+    return Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        show_header=show_header,
+        header_style="bold",
+        title_style="bold",
+        title_justify="left",
+        show_edge=False,
+        collapse_padding=True,
+        min_width=len(title) if title else None,
+    )
 
 
 def plan_label(p: dict[str, Any]) -> str:
@@ -106,8 +114,12 @@ def memory_table(b: Breakdown, capacity_gib: float | None = None) -> Table:
 
 def render_breakdown(b: Breakdown, console: Console, capacity_gib: float | None = None) -> None:
     """The four tables of one step, then its notes (each printed once)."""
-    for table in (breakdown_table(b, f"One training step ({b.source})"), summary_table(b), comm_table(b),
-                  memory_table(b, capacity_gib)):
+    for table in (
+        breakdown_table(b, f"One training step ({b.source})"),
+        summary_table(b),
+        comm_table(b),
+        memory_table(b, capacity_gib),
+    ):
         console.print(table)
         console.print()
     for note in b.notes:
@@ -134,8 +146,12 @@ def validation_table(report: Any, wide: bool = False) -> Table:
     t.add_column("id", no_wrap=True, min_width=max((len(r.id) for r in report.rows), default=2))
     for col, width in (("measured", 8), ("predicted", 9), ("error", 6)):
         t.add_column(col, justify="right", no_wrap=True, min_width=width)
-    t.add_column("chosen, framework" if runs else "algorithm", no_wrap=not wide, overflow="ellipsis",
-                 max_width=None if wide else 16)
+    t.add_column(
+        "chosen, framework" if runs else "algorithm",
+        no_wrap=not wide,
+        overflow="ellipsis",
+        max_width=None if wide else 16,
+    )
     for r in report.rows:
         if r.predicted is None:
             t.add_row(r.id, f"{r.measured}", "—", "—", f"[yellow]{escape(str(r.reason))}[/yellow]")
@@ -186,11 +202,20 @@ def search_table(res: Any, mode: str, usd_per_s: float | None, n: int, wide: boo
         t.add_column("$/B tok", justify="right")
     for k, (p, b) in enumerate(res.top[:n], 1):
         parts = b.breakdown_s
-        row = [str(k), plan_label(p), f"{b.step_time_s:.3f}", pct(b.mfu), pct(b.comm_tax),
-               pct(parts["pp_bubble"] / b.step_time_s)]
+        row = [
+            str(k),
+            plan_label(p),
+            f"{b.step_time_s:.3f}",
+            pct(b.mfu),
+            pct(b.comm_tax),
+            pct(parts["pp_bubble"] / b.step_time_s),
+        ]
         if wide:
-            row += [pct(parts["dp_exposed"] / b.step_time_s), pct(parts["tp_exposed"] / b.step_time_s),
-                    f"{b.memory_gib_per_gpu['total']:.1f}"]
+            row += [
+                pct(parts["dp_exposed"] / b.step_time_s),
+                pct(parts["tp_exposed"] / b.step_time_s),
+                f"{b.memory_gib_per_gpu['total']:.1f}",
+            ]
         if usd_per_s is not None:
             row.append(f"{usd_per_B_tokens(usd_per_s, b.tokens_per_s):,.0f}")
         t.add_row(*row)
@@ -210,8 +235,12 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
         cols += ["MWh", "capex M$"]
     for c in cols:
         left = c in ("cluster", "best plan")
-        t.add_column(c if wide else c.replace(" ", "\n"), justify="left" if left else "right",
-                     no_wrap=c != "cluster", overflow="fold")
+        t.add_column(
+            c if wide else c.replace(" ", "\n"),
+            justify="left" if left else "right",
+            no_wrap=c != "cluster",
+            overflow="fold",
+        )
     if article:
         t.add_column("article share·B/day·days·$/B" if wide else "article\ndays, $/B", justify="right", no_wrap=True)
     for r in rows:
@@ -219,11 +248,19 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
             cells = [r.name, f"— ({r.reason})"] + [""] * (len(cols) - 2)
         else:
             b, c = r.breakdown, r.cost
-            values = {"cluster": r.name, "best plan": plan_label(r.plan), "step s": f"{b.step_time_s:.2f}",
-                      "MFU": pct(b.mfu), "tax": pct(b.comm_tax), "share": pct(b.comm_share),
-                      "B tok/day": f"{c.tokens_per_day / 1e9:.1f}", "days": f"{c.days:.1f}",
-                      "$/B tok": f"{c.usd_per_B_tokens(mode):,.0f}", "MWh": f"{c.energy_MWh:,.0f}",
-                      "capex M$": f"{c.capex_usd / 1e6:.2f}"}
+            values = {
+                "cluster": r.name,
+                "best plan": plan_label(r.plan),
+                "step s": f"{b.step_time_s:.2f}",
+                "MFU": pct(b.mfu),
+                "tax": pct(b.comm_tax),
+                "share": pct(b.comm_share),
+                "B tok/day": f"{c.tokens_per_day / 1e9:.1f}",
+                "days": f"{c.days:.1f}",
+                "$/B tok": f"{c.usd_per_B_tokens(mode):,.0f}",
+                "MWh": f"{c.energy_MWh:,.0f}",
+                "capex M$": f"{c.capex_usd / 1e6:.2f}",
+            }
             cells = [values[col] for col in cols]
         if article:
             a = ARTICLE_256.get(r.job.cluster.gpu.name)

@@ -24,7 +24,8 @@ def simulate_cmd(
     json_out: JsonOpt = False,
     out: OutOpt = None,
     trace: Annotated[
-        Optional[Path], typer.Option("--trace", metavar="FILE", help="write a Chrome trace (Perfetto, chrome://tracing)")
+        Optional[Path],
+        typer.Option("--trace", metavar="FILE", help="write a Chrome trace (Perfetto, chrome://tracing)"),
     ] = None,
     gantt: Annotated[
         Optional[Path], typer.Option("--gantt", metavar="FILE", help="write a Gantt chart (PNG/SVG/PDF by suffix)")
@@ -32,9 +33,14 @@ def simulate_cmd(
     explain_: Annotated[
         bool, typer.Option("--explain", metavar="", help="say why the simulation differs from the estimate")
     ] = False,
-    bucket_mb: Annotated[Optional[float], typer.Option(
-        "--bucket-mb", help="gradient bucket in MiB (default: the framework's: PyTorch DDP bucket_cap_mb 25 MiB, "
-        "Megatron-Core max(40e6, 1e6*dp) parameters)")] = None,
+    bucket_mb: Annotated[
+        Optional[float],
+        typer.Option(
+            "--bucket-mb",
+            help="gradient bucket in MiB (default: the framework's: PyTorch DDP bucket_cap_mb 25 MiB, "
+            "Megatron-Core max(40e6, 1e6*dp) parameters)",
+        ),
+    ] = None,
     catalog: CatalogOpt = None,
 ) -> None:
     """Simulate one training step event by event: the same Breakdown as estimate, plus a timeline."""

@@ -15,8 +15,8 @@ makes the critical path a walk over ``cause`` links.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 Tail = tuple[tuple[str, str, float], ...]  # (stream name, kind, seconds) at the end of a task
 
@@ -40,11 +40,39 @@ class Stream:
 class Task:
     """One piece of work on one stream; times are filled in by ``Sim.run``."""
 
-    __slots__ = ("id", "name", "stream", "duration_s", "deps", "kind", "priority", "channel", "meta", "tail",
-                 "succ", "waiting", "ready_s", "start_s", "end_s", "cause", "channel_prev")
+    __slots__ = (
+        "id",
+        "name",
+        "stream",
+        "duration_s",
+        "deps",
+        "kind",
+        "priority",
+        "channel",
+        "meta",
+        "tail",
+        "succ",
+        "waiting",
+        "ready_s",
+        "start_s",
+        "end_s",
+        "cause",
+        "channel_prev",
+    )
 
-    def __init__(self, id: int, name: str, stream: int, duration_s: float, deps: tuple[int, ...], kind: str,
-                 priority: int = 0, channel: int | None = None, meta: tuple = (), tail: Tail = ()):
+    def __init__(
+        self,
+        id: int,
+        name: str,
+        stream: int,
+        duration_s: float,
+        deps: tuple[int, ...],
+        kind: str,
+        priority: int = 0,
+        channel: int | None = None,
+        meta: tuple = (),
+        tail: Tail = (),
+    ):
         self.id, self.name, self.stream, self.duration_s, self.deps = id, name, stream, duration_s, deps
         self.kind = kind  # what the time is: compute | recompute | optimizer | tp | cp | pp | dp
         self.priority, self.channel = priority, channel

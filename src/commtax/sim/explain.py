@@ -77,8 +77,10 @@ def explain(r: SimResult) -> list[str]:
             f"for even stages)"
         )
     elif p > 1 and abs(sb["pp_bubble"] - eb["pp_bubble"]) > small:
-        out.append(f"bubble: simulated {_ms(sb['pp_bubble'])} vs estimated {_ms(eb['pp_bubble'])} "
-                   f"((p−1)/(v·m) = {(p - 1) / (v * m):.2%} of the ideal time; simulated {r.bubble_fraction:.2%})")
+        out.append(
+            f"bubble: simulated {_ms(sb['pp_bubble'])} vs estimated {_ms(eb['pp_bubble'])} "
+            f"((p−1)/(v·m) = {(p - 1) / (v * m):.2%} of the ideal time; simulated {r.bubble_fraction:.2%})"
+        )
     # ---- pipeline sends
     if p > 1 and abs(sb["pp_exposed"] - eb["pp_exposed"]) > small:
         line = (
@@ -86,18 +88,23 @@ def explain(r: SimResult) -> list[str]:
             f"(one send {_ms(bld.t_send)}). The estimate exposes "
         )
         if v == 1 and bld.job.plan.schedule == "1f1b":
-            line += ("the fill and the steady state's round trips (a backward waits for the gradient of the "
-                     "forward it sent on, up to 2(p−1)/p sends per micro-batch)")
+            line += (
+                "the fill and the steady state's round trips (a backward waits for the gradient of the "
+                "forward it sent on, up to 2(p−1)/p sends per micro-batch)"
+            )
         elif v > 1:
             line += f"the fill over every virtual-stage boundary, 2(p·v−1) = {2 * (p * v - 1)} sends"
         else:
             line += f"the fill, 2(p−1) = {2 * (p - 1)} sends"
-        line += (f"; in the schedule stage {r.busiest_stage} stalls whenever the next micro-batch's activation or "
-                 f"gradient is still on the wire")
+        line += (
+            f"; in the schedule stage {r.busiest_stage} stalls whenever the next micro-batch's activation or "
+            f"gradient is still on the wire"
+        )
         out.append(line)
     # ---- DP buckets
-    if bld.wl.dp_step and (abs(sb["dp_exposed"] - eb["dp_exposed"]) > small
-                           or abs(b.comm_time_s["dp"] - e.comm_time_s["dp"]) > small):
+    if bld.wl.dp_step and (
+        abs(sb["dp_exposed"] - eb["dp_exposed"]) > small or abs(b.comm_time_s["dp"] - e.comm_time_s["dp"]) > small
+    ):
         dev = bld.devices[r.busiest_stage]
         size = bld.options.bucket_bytes
         est_bucket = bld.wl.bucket_bytes
@@ -112,9 +119,11 @@ def explain(r: SimResult) -> list[str]:
         if bld.ov.dp:
             line += f"; the optimizer waited {_ms(_tail_s(r))} after the last backward for the last buckets"
         if bld.wl.grads_sharded and bld.wl.micro_batches > 1:
-            line += (f"; ZeRO-2 reduces the gradient shard after each of the {bld.wl.micro_batches} micro-batches "
-                     f"(DeepSpeed partition_gradients): the simulator bucket by bucket under each backward, the "
-                     f"estimate what one micro-batch's compute cannot hide")
+            line += (
+                f"; ZeRO-2 reduces the gradient shard after each of the {bld.wl.micro_batches} micro-batches "
+                f"(DeepSpeed partition_gradients): the simulator bucket by bucket under each backward, the "
+                f"estimate what one micro-batch's compute cannot hide"
+            )
         out.append(line)
     elif bld.wl.dp_microbatch and abs(sb["dp_exposed"] - eb["dp_exposed"]) > small:
         out.append(
@@ -125,7 +134,9 @@ def explain(r: SimResult) -> list[str]:
     # ---- shared NIC
     waited = {k: w for k, w in r.contention_wait_s.items() if w > 0}
     if waited:
-        parts = ", ".join(f"{'DP collectives' if k == 'dp' else 'PP sends'} {_ms(w)}" for k, w in sorted(waited.items()))
+        parts = ", ".join(
+            f"{'DP collectives' if k == 'dp' else 'PP sends'} {_ms(w)}" for k, w in sorted(waited.items())
+        )
         out.append(
             f"shared NIC: DP and PP traffic of a GPU both leave the node over its NIC share and queue behind "
             f"each other ({parts} of waiting, all stages); the estimate assumes they never collide"

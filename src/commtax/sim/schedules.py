@@ -18,7 +18,8 @@ then stage 1's, and so on. ``chunk`` is the model chunk on the stage (virtual st
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 
 class Pass(NamedTuple):

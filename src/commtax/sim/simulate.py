@@ -19,9 +19,9 @@ a max-plus system, so "free" is one pass of longest paths over the task graph.)
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 from commtax.estimate import BREAKDOWN_KEYS, Breakdown, Costs, estimate, make_breakdown
 from commtax.memory import memory
@@ -196,11 +196,19 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
     return SimResult(bd, builder, busiest, stage_end, work, waited, est)
 
 
-def _breakdown(job: Job, wl: Workload, step: float, parts: dict[str, float], comm_time: dict[str, float],
-               comm_bytes: dict[str, float], est: Breakdown | None) -> Breakdown:
+def _breakdown(
+    job: Job,
+    wl: Workload,
+    step: float,
+    parts: dict[str, float],
+    comm_time: dict[str, float],
+    comm_bytes: dict[str, float],
+    est: Breakdown | None,
+) -> Breakdown:
     """The simulated parts as a Breakdown: every derived field is defined once, in ``make_breakdown``."""
     mem = memory(job)  # schedule-independent: the estimate's memory model
-    b = make_breakdown(job, wl, parts, comm_time, comm_bytes, mem.gib(), mem.total <= job.cluster.gpu.mem_bytes,
-                       source="simulate")
+    b = make_breakdown(
+        job, wl, parts, comm_time, comm_bytes, mem.gib(), mem.total <= job.cluster.gpu.mem_bytes, source="simulate"
+    )
     assert abs(b.step_time_s - step) <= 1e-9 * max(1.0, step), (b.step_time_s, step)
     return b

@@ -149,7 +149,11 @@ class StepBuilder:
         if k == self.V - 1:
             units.append(("head", wl.head, 0.0))
         params = wl.params_per_gpu
-        per = {"layer": params["layers"] / max(1, wl.layers_per_stage), "embed": params["embed"], "head": params["head"]}
+        per = {
+            "layer": params["layers"] / max(1, wl.layers_per_stage),
+            "embed": params["embed"],
+            "head": params["head"],
+        }
         units = [(name, b, per[name]) for name, b, _ in units]
         counts: dict[str, tuple[Block, int]] = {}
         for name, b, _ in units:
@@ -216,19 +220,29 @@ class StepBuilder:
         sim, wl = self.sim, self.wl
         c = self._dp_contention_s()
         if c > 0:  # what the hidden DP traffic took from the passes it ran under (estimate.dp_contention)
-            dev.prev = (sim.task("dp contention", dev.streams["compute"], c, tuple(dev.prev), "dp",
-                                 meta=(dev.stage, -1, -1, "C")),)
+            dev.prev = (
+                sim.task(
+                    "dp contention", dev.streams["compute"], c, tuple(dev.prev), "dp", meta=(dev.stage, -1, -1, "C")
+                ),
+            )
         deps = list(dev.prev)
         if wl.dp_step and not self.ov.dp:  # one reduction of all gradients after the last backward
             reduce = dev.prev
             for _ in range(self.m if wl.grads_sharded else 1):  # ZeRO-2: each micro-batch's reduction, in turn
-                reduce = (self._dp_task(dev, "dp", "grad reduce", wl.dp_step[0], dev.params, reduce,
-                                        (dev.stage, -1, -1, "R")),)
+                reduce = (
+                    self._dp_task(
+                        dev, "dp", "grad reduce", wl.dp_step[0], dev.params, reduce, (dev.stage, -1, -1, "R")
+                    ),
+                )
             deps.extend(reduce)
         adam = wl.optimizer
         op = Compute(adam.name, adam.flop, adam.bytes * dev.params / self.max_stage_params, adam.kind)
         dev.optimizer = sim.task(
-            "optimizer", dev.streams["compute"], self.costs.compute(op), deps + dev.grads, "optimizer",
+            "optimizer",
+            dev.streams["compute"],
+            self.costs.compute(op),
+            deps + dev.grads,
+            "optimizer",
             meta=(dev.stage, -1, -1, "O"),
         )
         dev.prev = (dev.optimizer,)
@@ -244,21 +258,26 @@ class StepBuilder:
             self._dp_contention = 0.0
             if cm is not None and (self.wl.dp_step or self.wl.dp_microbatch):
                 slow = max(stage_times(self.job, self.wl, self.costs), key=lambda st: st.total)
-                self._dp_contention = (dp_exposed(self.job, self.wl, self.costs, slow)[1]
-                                       - dp_timeline(self.job, self.wl, self.costs, slow)[1])
+                self._dp_contention = (
+                    dp_exposed(self.job, self.wl, self.costs, slow)[1]
+                    - dp_timeline(self.job, self.wl, self.costs, slow)[1]
+                )
         return self._dp_contention
 
     def _buckets(self, params: float) -> list[float]:
         size = self.options.bucket_bytes / self.grad_bytes
         n = max(1, math.ceil(params / size - 1e-9))
         if n > MAX_BUCKETS:
-            raise SimError(f"bucket size {self.options.bucket_bytes:g} B splits a stage's gradients into {n:,} buckets "
-                           f"(at most {MAX_BUCKETS:,}); use a bucket of at least "
-                           f"{params * self.grad_bytes / MAX_BUCKETS / 2**20:.3g} MiB")
+            raise SimError(
+                f"bucket size {self.options.bucket_bytes:g} B splits a stage's gradients into {n:,} buckets "
+                f"(at most {MAX_BUCKETS:,}); use a bucket of at least "
+                f"{params * self.grad_bytes / MAX_BUCKETS / 2**20:.3g} MiB"
+            )
         return [size] * (n - 1) + [params - size * (n - 1)]
 
-    def _dp_task(self, dev: Device, stream: str, name: str, op: Collective, params: float, deps, meta,
-                 priority: int = 1) -> int:
+    def _dp_task(
+        self, dev: Device, stream: str, name: str, op: Collective, params: float, deps, meta, priority: int = 1
+    ) -> int:
         t, nbytes = self._dp(op, params)
         dev.bytes["dp"] += nbytes
         return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority, dev.dp_link, meta + (nbytes,))
@@ -309,7 +328,9 @@ class StepBuilder:
                 name, s, dur, kind, tail = step[0]
                 deps = (task(name, st[s], dur, deps, kind, 0, None, meta, tail),)
             else:
-                deps = tuple([task(name, st[s], dur, deps, kind, 0, None, meta, tail) for name, s, dur, kind, tail in step])
+                deps = tuple(
+                    [task(name, st[s], dur, deps, kind, 0, None, meta, tail) for name, s, dur, kind, tail in step]
+                )
         return deps
 
     def _pass_template(self, k: int, which: str, frac: float) -> Template:
@@ -318,7 +339,9 @@ class StepBuilder:
             if tmpl is not None:
                 return tmpl
         pc = getattr(self.chunks[k], which)
-        tmpl = self._template(pc if frac == 1.0 else pc.scaled(frac), "recompute" if which == "recompute" else "compute")
+        tmpl = self._template(
+            pc if frac == 1.0 else pc.scaled(frac), "recompute" if which == "recompute" else "compute"
+        )
         if frac == 1.0:
             self._templates[(k, which)] = tmpl
         return tmpl
@@ -351,25 +374,37 @@ class StepBuilder:
         return pieces
 
     def _pieces(self, dev: Device, x: Pass, chunk: Chunk) -> list[tuple[float, tuple[int, ...], float, list[float]]]:
-        """Cut a pass into (time fraction, tasks to wait for, ZeRO-3 params to gather, gradient buckets to launch after)."""
+        """Cut a pass into (time fraction, tasks to wait for, ZeRO-3 params to gather, gradient buckets to launch
+        after)."""
         wl = self.wl
         first_fwd = x.phase == "F" and x.chunk in dev.gathers
         # ZeRO-2 keeps only its gradient shard: every backward reduces its buckets (``Workload.grads_sharded``)
-        last_bwd = (x.phase == "B" and wl.dp_step and self.ov.dp
-                    and (wl.grads_sharded or self.last_bwd.get((x.stage, x.chunk)) == x.mb))
+        last_bwd = (
+            x.phase == "B"
+            and wl.dp_step
+            and self.ov.dp
+            and (wl.grads_sharded or self.last_bwd.get((x.stage, x.chunk)) == x.mb)
+        )
         if not (wl.dp_microbatch or first_fwd or last_bwd):
             return ONE_PIECE
         units = chunk.units if x.phase == "F" else chunk.units[::-1]
         which = "fwd" if x.phase == "F" else "bwd"
-        weights = [self._phase(b, which).compute + (self._phase(b, "recompute").compute if which == "bwd" else 0.0)
-                   for _, b, _ in units]
+        weights = [
+            self._phase(b, which).compute + (self._phase(b, "recompute").compute if which == "bwd" else 0.0)
+            for _, b, _ in units
+        ]
         params = [n for _, _, n in units]
         total = sum(weights) or 1.0
-        if wl.dp_microbatch:  # FSDP unit = one block: gather its parameters before it, reduce-scatter its gradients after
+        if (
+            wl.dp_microbatch
+        ):  # FSDP unit = one block: gather its parameters before it, reduce-scatter its gradients after
             return [(w / total, (), n, [n] if x.phase == "B" else []) for w, n in zip(weights, params)]
         if first_fwd:  # first forward of the step: wait for each bucket's gather
             gathers = dev.gathers.pop(x.chunk)
-            return [(w, tuple(gathers[i] for i in idx), 0.0, []) for w, idx in self._cut(weights, params, self._buckets(chunk.params))]
+            return [
+                (w, tuple(gathers[i] for i in idx), 0.0, [])
+                for w, idx in self._cut(weights, params, self._buckets(chunk.params))
+            ]
         if last_bwd:  # last micro-batch: a bucket's reduction is launched when backward has produced its last gradient
             buckets = self._buckets(chunk.params)
             return [(w, (), 0.0, [buckets[i] for i in idx]) for w, idx in self._cut(weights, params, buckets)]
@@ -390,7 +425,9 @@ class StepBuilder:
         for frac, wait, gather_params, reduce_params in self._pieces(dev, x, chunk):
             deps += wait
             if z3:
-                prefetch = dev.piece_ends[-2] if self.ov.dp and len(dev.piece_ends) >= 2 else (() if self.ov.dp else deps)
+                prefetch = (
+                    dev.piece_ends[-2] if self.ov.dp and len(dev.piece_ends) >= 2 else (() if self.ov.dp else deps)
+                )
                 op = z3[0] if x.phase == "F" else z3[1]
                 # a gather the compute waits for goes before a reduce-scatter ready at the same time
                 deps += (self._dp_task(dev, "dp", "gather", op, gather_params, prefetch, meta, priority=0),)

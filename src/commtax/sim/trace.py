@@ -9,8 +9,9 @@ events draw an arrow from each pipeline send to the pass that receives it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from commtax.atomic import write_atomic_with as write_atomic
 from commtax.sim.events import Sim, Task
@@ -54,8 +55,9 @@ def trace_events(sim: Sim, v: int = 1) -> list[dict[str, Any]]:
         if s.id in used:
             tid = tids[s.id]
             events.append({"name": "thread_name", "ph": "M", "pid": s.device, "tid": tid, "args": {"name": s.name}})
-            events.append({"name": "thread_sort_index", "ph": "M", "pid": s.device, "tid": tid,
-                           "args": {"sort_index": tid}})
+            events.append(
+                {"name": "thread_sort_index", "ph": "M", "pid": s.device, "tid": tid, "args": {"sort_index": tid}}
+            )
     for t, sid, start, dur, kind in drawn:
         device = sim.streams[sid].device
         args: dict[str, Any] = {}
@@ -66,10 +68,18 @@ def trace_events(sim: Sim, v: int = 1) -> list[dict[str, Any]]:
         if t.start_s > t.ready_s >= 0:
             args["waited_for_nic_us"] = (t.start_s - t.ready_s) * US_PER_S
         name = label(t, v) if kind == t.kind else label(t, v).replace(t.name, kind, 1)
-        events.append({
-            "name": name, "cat": kind, "ph": "X", "pid": device, "tid": tids[sid],
-            "ts": start * US_PER_S, "dur": dur * US_PER_S, "args": args,
-        })
+        events.append(
+            {
+                "name": name,
+                "cat": kind,
+                "ph": "X",
+                "pid": device,
+                "tid": tids[sid],
+                "ts": start * US_PER_S,
+                "dur": dur * US_PER_S,
+                "args": args,
+            }
+        )
         if t.kind == "pp":  # an arrow from each send to the pass that receives it
             for u in (sim.tasks[i] for i in t.succ):
                 to = sim.streams[u.stream]
@@ -77,8 +87,9 @@ def trace_events(sim: Sim, v: int = 1) -> list[dict[str, Any]]:
                     continue
                 flow = {"name": "send", "cat": "pp", "id": t.id}
                 events.append({**flow, "ph": "s", "pid": device, "tid": tids[sid], "ts": start * US_PER_S})
-                events.append({**flow, "ph": "f", "bp": "e", "pid": to.device, "tid": tids[u.stream],
-                               "ts": u.start_s * US_PER_S})
+                events.append(
+                    {**flow, "ph": "f", "bp": "e", "pid": to.device, "tid": tids[u.stream], "ts": u.start_s * US_PER_S}
+                )
     return events
 
 

@@ -124,9 +124,20 @@ def collective_rows(job: Job, ranks: list[RankReport]) -> list[CollectiveRow]:
             cost = _predicted_collective(job, group, c.kind, n, c.message_bytes)
             if cost is None:
                 continue
-            out.append(CollectiveRow(c.kind, group, n, c.message_bytes, c.count, c.mean_time_s, cost.time_s,
-                                     c.busbw_GBps if c.busbw_GBps is not None else c.algbw_GBps,
-                                     cost.busbw_bytes_per_s / GB, c.count / steps_in(r)))
+            out.append(
+                CollectiveRow(
+                    c.kind,
+                    group,
+                    n,
+                    c.message_bytes,
+                    c.count,
+                    c.mean_time_s,
+                    cost.time_s,
+                    c.busbw_GBps if c.busbw_GBps is not None else c.algbw_GBps,
+                    cost.busbw_bytes_per_s / GB,
+                    c.count / steps_in(r),
+                )
+            )
     return out
 
 
@@ -143,8 +154,10 @@ def compare(report: TraceReport, job: Job) -> Comparison:
     b = estimate(job)
     ranks = report.ranks
     mean = lambda name: statistics.fmean(per_step(r, name) for r in ranks)
-    exposed = {g: statistics.fmean(measured_exposed_by_group(job, r).get(g, 0.0) for r in ranks)
-               for g in ("tp", "cp", "pp", "dp", "?")}
+    exposed = {
+        g: statistics.fmean(measured_exposed_by_group(job, r).get(g, 0.0) for r in ranks)
+        for g in ("tp", "cp", "pp", "dp", "?")
+    }
     rows = [
         Row("step_time_s", statistics.fmean(r.step_time_s for r in ranks), b.step_time_s),
         Row("compute_s", mean("compute_s"), predicted_compute_s(b)),
@@ -153,19 +166,25 @@ def compare(report: TraceReport, job: Job) -> Comparison:
     for g in ("tp", "cp", "pp", "dp"):
         if exposed[g] > 0 or b.breakdown_s[f"{g}_exposed"] > 0:
             rows.append(Row(f"{g}_exposed_s", exposed[g], b.breakdown_s[f"{g}_exposed"]))
-    rows += [Row("exposed_comm_s", mean("exposed_comm_s"), sum(b.breakdown_s[f"{g}_exposed"] for g in GROUPS)),
-             Row("idle_s", mean("idle_s"), None),
-             Row("comm_tax", mean("comm_tax"), b.comm_tax),
-             Row("comm_share", mean("comm_share"), b.comm_share)]
+    rows += [
+        Row("exposed_comm_s", mean("exposed_comm_s"), sum(b.breakdown_s[f"{g}_exposed"] for g in GROUPS)),
+        Row("idle_s", mean("idle_s"), None),
+        Row("comm_tax", mean("comm_tax"), b.comm_tax),
+        Row("comm_share", mean("comm_share"), b.comm_share),
+    ]
     colls = collective_rows(job, ranks)
     notes = []
     worlds = {r.world_size for r in ranks if r.world_size is not None}
     if worlds and worlds != {job.cluster.num_gpus}:
-        notes.append(f"the trace's world size ({', '.join(map(str, sorted(worlds)))}) is not the job's num_gpus "
-                     f"({job.cluster.num_gpus}): is this the job that ran?")
+        notes.append(
+            f"the trace's world size ({', '.join(map(str, sorted(worlds)))}) is not the job's num_gpus "
+            f"({job.cluster.num_gpus}): is this the job that ran?"
+        )
     if exposed["?"] > 0:
-        notes.append(f"{exposed['?'] * 1e3:.2f} ms of exposed communication per step ran on groups the plan "
-                     "does not name (sizes do not match tp/cp/dp)")
+        notes.append(
+            f"{exposed['?'] * 1e3:.2f} ms of exposed communication per step ran on groups the plan "
+            "does not name (sizes do not match tp/cp/dp)"
+        )
     measured = measured_breakdown(report, job)
     rows.insert(3, Row("mfu", measured.mfu, b.mfu))
     return Comparison(rows, colls, explain(rows, colls), b, measured, notes)
@@ -186,8 +205,16 @@ def measured_breakdown(report: TraceReport, job: Job) -> Breakdown:
     mean = lambda name: statistics.fmean(per_step(r, name) for r in ranks)
     exposed = {g: statistics.fmean(measured_exposed_by_group(job, r).get(g, 0.0) for r in ranks) for g in GROUPS}
     compute, idle = mean("compute_s"), mean("idle_s")
-    parts = {"compute": compute, "recompute": 0.0, "tp_exposed": exposed["tp"], "cp_exposed": exposed["cp"],
-             "pp_bubble": 0.0, "pp_exposed": exposed["pp"], "dp_exposed": exposed["dp"], "optimizer": 0.0}
+    parts = {
+        "compute": compute,
+        "recompute": 0.0,
+        "tp_exposed": exposed["tp"],
+        "cp_exposed": exposed["cp"],
+        "pp_bubble": 0.0,
+        "pp_exposed": exposed["pp"],
+        "dp_exposed": exposed["dp"],
+        "optimizer": 0.0,
+    }
     # what the step holds beyond compute and exposed communication on known groups: idle, memcpy, unmatched comm
     parts["idle"] = max(0.0, statistics.fmean(r.step_time_s for r in ranks) - sum(parts.values()))
     link = {g: 0.0 for g in GROUPS}
@@ -199,10 +226,21 @@ def measured_breakdown(report: TraceReport, job: Job) -> Breakdown:
                 link[g] += c.time_s / steps_in(r) / len(ranks)
                 nbytes[g] += (c.message_bytes or 0.0) * c.count / steps_in(r) / len(ranks)
     mem = memory(job)
-    notes = [f"measured from {len(ranks)} rank(s), mean per step; idle {idle * 1e3:.3g} ms per step; "
-             "comm_time_s is the summed kernel time per group; memory is the prediction's"]
-    return make_breakdown(job, build_workload(job), parts, link, nbytes, mem.gib(),
-                          mem.total <= job.cluster.gpu.mem_bytes, source="trace", notes=notes)
+    notes = [
+        f"measured from {len(ranks)} rank(s), mean per step; idle {idle * 1e3:.3g} ms per step; "
+        "comm_time_s is the summed kernel time per group; memory is the prediction's"
+    ]
+    return make_breakdown(
+        job,
+        build_workload(job),
+        parts,
+        link,
+        nbytes,
+        mem.gib(),
+        mem.total <= job.cluster.gpu.mem_bytes,
+        source="trace",
+        notes=notes,
+    )
 
 
 def predicted_compute_s(b: Breakdown) -> float:
@@ -217,15 +255,19 @@ def explain(rows: list[Row], colls: list[CollectiveRow], top: int = 4) -> list[s
         if r.ratio is None or r.metric in ("comm_tax", "comm_share", "step_time_s") or not r.measured:
             continue
         what = r.metric.removesuffix("_s").replace("_", " ")
-        text = (f"{what} took {r.ratio:.3g}× the predicted time ({r.measured * 1e3:.3g} ms measured, "
-                f"{r.predicted * 1e3:.3g} ms predicted per step)")
+        text = (
+            f"{what} took {r.ratio:.3g}× the predicted time ({r.measured * 1e3:.3g} ms measured, "
+            f"{r.predicted * 1e3:.3g} ms predicted per step)"
+        )
         items.append((abs(r.measured - r.predicted), text))
     for c in colls:
         if c.busbw_ratio is None or c.busbw_ratio <= 0:
             continue
-        text = (f"{c.kind} of {c.message_bytes / MB:.3g} MB over {c.group_size} ranks ({c.group}) reached "
-                f"{100 * c.busbw_ratio:.0f}% of the predicted busbw ({c.measured_busbw_GBps:.3g} vs "
-                f"{c.predicted_busbw_GBps:.3g} GB/s; a kernel's time includes waiting for late peers)")
+        text = (
+            f"{c.kind} of {c.message_bytes / MB:.3g} MB over {c.group_size} ranks ({c.group}) reached "
+            f"{100 * c.busbw_ratio:.0f}% of the predicted busbw ({c.measured_busbw_GBps:.3g} vs "
+            f"{c.predicted_busbw_GBps:.3g} GB/s; a kernel's time includes waiting for late peers)"
+        )
         items.append((abs(c.measured_time_s - c.predicted_time_s) * c.calls_per_step, text))
     items.sort(key=lambda x: -x[0])
     return [text for _, text in items[:top]]
@@ -242,9 +284,19 @@ def calibration_records(report: TraceReport, job: Job) -> list[dict]:
             if s.message_bytes is None or n is None or n < 2 or s.kind not in OPS:
                 continue
             per_node = min(n, c.gpus_per_node)
-            out.append({"op": s.kind, "impl": "torch", "message_bytes": s.message_bytes, "world_size": n,
-                        "ranks_per_node": per_node, "nodes": math.ceil(n / per_node), "time_s": s.mean_time_s,
-                        "backend": c.collective_library, "count": s.count})
+            out.append(
+                {
+                    "op": s.kind,
+                    "impl": "torch",
+                    "message_bytes": s.message_bytes,
+                    "world_size": n,
+                    "ranks_per_node": per_node,
+                    "nodes": math.ceil(n / per_node),
+                    "time_s": s.mean_time_s,
+                    "backend": c.collective_library,
+                    "count": s.count,
+                }
+            )
     return out
 
 
@@ -281,15 +333,24 @@ def profile_from_trace(report: TraceReport, job: Job, source: str) -> dict:
     eff, measured, predicted = compute_efficiency(report, job)
     profile["gemm_efficiency"] = {job.training.precision: round(eff, 6)}
     if abs(predicted / measured - 1) > 0.02 if measured > 0 else False:
-        profile["compute_fit"] = (f"predicted compute stays {predicted * 1e3:.3g} ms per step against "
-                                  f"{measured * 1e3:.3g} ms measured at GEMM efficiency {eff:.3g}: the GPU entry's "
-                                  "peak_tflops, mem_bw_GBps or sms do not describe this device")
+        profile["compute_fit"] = (
+            f"predicted compute stays {predicted * 1e3:.3g} ms per step against "
+            f"{measured * 1e3:.3g} ms measured at GEMM efficiency {eff:.3g}: the GPU entry's "
+            "peak_tflops, mem_bw_GBps or sms do not describe this device"
+        )
     profile["measured_compute_s_per_step"] = round(measured, 9)
     profile["measured_busbw"] = [
-        {"op": r["op"], "group_size": r["world_size"], "message_bytes": r["message_bytes"], "calls": r["count"],
-         "time_s": round(r["time_s"], 9),
-         "busbw_GBps": round(r["message_bytes"] / r["time_s"] / GB * _bus(r["op"], r["world_size"]), 6)}
-        for r in records if r["time_s"] > 0]
+        {
+            "op": r["op"],
+            "group_size": r["world_size"],
+            "message_bytes": r["message_bytes"],
+            "calls": r["count"],
+            "time_s": round(r["time_s"], 9),
+            "busbw_GBps": round(r["message_bytes"] / r["time_s"] / GB * _bus(r["op"], r["world_size"]), 6),
+        }
+        for r in records
+        if r["time_s"] > 0
+    ]
     return profile
 
 

@@ -120,13 +120,21 @@ class TraceReport:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ranks": [r.to_dict() for r in self.ranks], "stragglers": [asdict(s) for s in self.stragglers],
-                "notes": list(self.notes)}
+        return {
+            "ranks": [r.to_dict() for r in self.ranks],
+            "stragglers": [asdict(s) for s in self.stragglers],
+            "notes": list(self.notes),
+        }
 
 
 # ----------------------------------------------------------------------------- figures
-def figures(lane_start: np.ndarray, lane_end: np.ndarray, cls: np.ndarray, compute_mask: np.ndarray | None = None,
-            comm_mask: np.ndarray | None = None) -> dict[str, float]:
+def figures(
+    lane_start: np.ndarray,
+    lane_end: np.ndarray,
+    cls: np.ndarray,
+    compute_mask: np.ndarray | None = None,
+    comm_mask: np.ndarray | None = None,
+) -> dict[str, float]:
     """Interval figures (µs in, seconds out) of a set of events; masks pick compute and comm events."""
     compute_mask = cls == COMPUTE if compute_mask is None else compute_mask
     comm_mask = cls == COMM if comm_mask is None else comm_mask
@@ -141,22 +149,28 @@ def figures(lane_start: np.ndarray, lane_end: np.ndarray, cls: np.ndarray, compu
     t_compute, t_comm = iv.length(compute), iv.length(comm)
     overlapped = iv.intersection_length(comm, compute)
     exposed = t_comm - overlapped
-    return asdict(Figures(
-        window_s=window * US_TO_S,
-        compute_s=t_compute * US_TO_S,
-        comm_s=t_comm * US_TO_S,
-        overlapped_comm_s=overlapped * US_TO_S,
-        exposed_comm_s=exposed * US_TO_S,
-        idle_s=(window - iv.length(everything)) * US_TO_S,
-        memcpy_s=iv.length(memcpy) * US_TO_S,
-        comm_tax=exposed / window if window > 0 else 0.0,
-        comm_share=t_comm / (t_comm + t_compute) if t_comm + t_compute > 0 else 0.0,
-    ))
+    return asdict(
+        Figures(
+            window_s=window * US_TO_S,
+            compute_s=t_compute * US_TO_S,
+            comm_s=t_comm * US_TO_S,
+            overlapped_comm_s=overlapped * US_TO_S,
+            exposed_comm_s=exposed * US_TO_S,
+            idle_s=(window - iv.length(everything)) * US_TO_S,
+            memcpy_s=iv.length(memcpy) * US_TO_S,
+            comm_tax=exposed / window if window > 0 else 0.0,
+            comm_share=t_comm / (t_comm + t_compute) if t_comm + t_compute > 0 else 0.0,
+        )
+    )
 
 
 def _arrays(lane: Lane) -> dict[str, np.ndarray]:
-    return {k: np.frombuffer(getattr(lane, k), dtype=getattr(lane, k).typecode).astype(
-        float if k in ("start", "end") else np.int64) for k in ("start", "end", "cls", "corr", "tid", "comm")}
+    return {
+        k: np.frombuffer(getattr(lane, k), dtype=getattr(lane, k).typecode).astype(
+            float if k in ("start", "end") else np.int64
+        )
+        for k in ("start", "end", "cls", "corr", "tid", "comm")
+    }
 
 
 def _step_of(times: np.ndarray, windows: list[tuple[int, float, float]]) -> np.ndarray:
@@ -223,8 +237,14 @@ def message_bytes(kind: str, info: dict) -> float | None:
     return info["in_bytes"] or info["out_bytes"]
 
 
-def collective_stats(c: Collected, start: np.ndarray, end: np.ndarray, comm_idx: np.ndarray,
-                     compute: iv.Intervals, default_group: int | None) -> list[CollectiveStat]:
+def collective_stats(
+    c: Collected,
+    start: np.ndarray,
+    end: np.ndarray,
+    comm_idx: np.ndarray,
+    compute: iv.Intervals,
+    default_group: int | None,
+) -> list[CollectiveStat]:
     rows: dict[tuple, list] = {}
     for s, e, j in zip(start, end, comm_idx):
         info = c.comm_info[int(j)]
@@ -259,9 +279,18 @@ def _default_group(c: Collected) -> tuple[int | None, str | None]:
     return None, "collectives whose args name no group have no group size (the trace lists no single process group)"
 
 
-def _rank_report(c: Collected, device: str, a: dict[str, np.ndarray], compute_mask: np.ndarray,
-                 comm_mask: np.ndarray, step_of: np.ndarray, steps: list[tuple[int, float, float]],
-                 device_name: str, missing: list[str], step_range: tuple[int, int] | None = None) -> RankReport:
+def _rank_report(
+    c: Collected,
+    device: str,
+    a: dict[str, np.ndarray],
+    compute_mask: np.ndarray,
+    comm_mask: np.ndarray,
+    step_of: np.ndarray,
+    steps: list[tuple[int, float, float]],
+    device_name: str,
+    missing: list[str],
+    step_range: tuple[int, int] | None = None,
+) -> RankReport:
     d = c.distributed
     if step_range is not None:  # only the events of steps a..b
         numbers = np.array([n for n, _, _ in steps] + [-1])
@@ -271,8 +300,10 @@ def _rank_report(c: Collected, device: str, a: dict[str, np.ndarray], compute_ma
             from commtax.trace.reader import TraceFormatError
 
             have = ", ".join(str(n) for n, _, _ in steps) or "none"
-            raise TraceFormatError(f"--steps {step_range[0]}:{step_range[1]}: {c.path} has no events in those "
-                                   f"steps (its ProfilerStep numbers: {have})")
+            raise TraceFormatError(
+                f"--steps {step_range[0]}:{step_range[1]}: {c.path} has no events in those "
+                f"steps (its ProfilerStep numbers: {have})"
+            )
         a = {k: v[keep] for k, v in a.items()}
         compute_mask, comm_mask, step_of = compute_mask[keep], comm_mask[keep], step_of[keep]
     whole = figures(a["start"], a["end"], a["cls"], compute_mask, comm_mask)
@@ -280,7 +311,7 @@ def _rank_report(c: Collected, device: str, a: dict[str, np.ndarray], compute_ma
     order = np.argsort(step_of, kind="stable")  # events grouped by step: one slice each, not one scan each
     bounds = np.searchsorted(step_of[order], np.arange(len(steps) + 1))
     for k, (n, _, _) in enumerate(steps):
-        sel = order[bounds[k]:bounds[k + 1]]
+        sel = order[bounds[k] : bounds[k + 1]]
         if sel.size == 0:
             continue
         f = figures(a["start"][sel], a["end"][sel], a["cls"][sel], compute_mask[sel], comm_mask[sel])
@@ -298,8 +329,10 @@ def _rank_report(c: Collected, device: str, a: dict[str, np.ndarray], compute_ma
         exposed_time[kind] = (iv.length(u) - iv.intersection_length(u, compute)) * US_TO_S
     unknown = sum(s.count for s in stats if s.message_bytes is None)
     if unknown:
-        missing.append(f"{unknown} of {sum(s.count for s in stats)} collectives carry no message size (neither in "
-                       "their kernel args nor in a linked record_param_comms op): no algbw/busbw for them")
+        missing.append(
+            f"{unknown} of {sum(s.count for s in stats)} collectives carry no message size (neither in "
+            "their kernel args nor in a linked record_param_comms op): no algbw/busbw for them"
+        )
     if group_note and any(s.group_size is None for s in stats):
         missing.append(group_note)
     if not steps:
@@ -307,10 +340,18 @@ def _rank_report(c: Collected, device: str, a: dict[str, np.ndarray], compute_ma
     step_time = statistics.fmean(s.window_s for s in step_rows) if step_rows else whole["window_s"]
     rank, world = d.get("rank"), d.get("world_size")
     return RankReport(
-        file=str(c.path), rank=rank if isinstance(rank, int) else None,
-        world_size=world if isinstance(world, int) else None, device=device, device_name=device_name,
-        **whole, step_time_s=step_time, comm_by_kind_s=comm_time, exposed_by_kind_s=exposed_time,
-        steps=step_rows, collectives=stats, missing=missing,
+        file=str(c.path),
+        rank=rank if isinstance(rank, int) else None,
+        world_size=world if isinstance(world, int) else None,
+        device=device,
+        device_name=device_name,
+        **whole,
+        step_time_s=step_time,
+        comm_by_kind_s=comm_time,
+        exposed_by_kind_s=exposed_time,
+        steps=step_rows,
+        collectives=stats,
+        missing=missing,
     )
 
 
@@ -331,8 +372,20 @@ def _gpu_reports(c: Collected, step_range: tuple[int, int] | None = None) -> lis
         else:  # the step whose CPU annotation holds the kernel's launch
             steps = cpu_step_windows
             step_of = _step_of(launch_ts, steps)
-        out.append(_rank_report(c, f"gpu:{device}", a, a["cls"] == COMPUTE, comm_mask, step_of, steps,
-                                names.get(device, ""), missing, step_range))
+        out.append(
+            _rank_report(
+                c,
+                f"gpu:{device}",
+                a,
+                a["cls"] == COMPUTE,
+                comm_mask,
+                step_of,
+                steps,
+                names.get(device, ""),
+                missing,
+                step_range,
+            )
+        )
     return out
 
 
@@ -349,10 +402,15 @@ def _cpu_report(c: Collected, step_range: tuple[int, int] | None = None) -> Rank
     keep = compute_mask | comm_mask
     a = {k: v[keep] for k, v in a.items()}
     steps = sorted({(n, s, e) for n, s, e, _ in c.cpu_steps}, key=lambda w: w[1])
-    missing = [("no GPU kernels: the CPU timeline of a CPU-only job (compute = ops of the step thread, "
-                "comm = gloo/mpi collectives on their threads)")]
-    return _rank_report(c, "cpu", a, compute_mask[keep], comm_mask[keep], _step_of(a["start"], steps), steps,
-                        "", missing, step_range)
+    missing = [
+        (
+            "no GPU kernels: the CPU timeline of a CPU-only job (compute = ops of the step thread, "
+            "comm = gloo/mpi collectives on their threads)"
+        )
+    ]
+    return _rank_report(
+        c, "cpu", a, compute_mask[keep], comm_mask[keep], _step_of(a["start"], steps), steps, "", missing, step_range
+    )
 
 
 def analyze_file(path: Path | str, step_range: tuple[int, int] | None = None) -> list[RankReport]:
@@ -403,6 +461,15 @@ def stragglers(ranks: list[RankReport]) -> list[Straggler]:
             continue
         slow_who, slow = max(rows, key=lambda x: x[1].compute_s)
         waits = [max(0.0, s.exposed_comm_s - slow.exposed_comm_s) for who, s in rows if s is not slow]
-        out.append(Straggler(n, len(rows), slow_who, slow.compute_s, statistics.median(s.compute_s for _, s in rows),
-                             statistics.fmean(waits), max(waits)))
+        out.append(
+            Straggler(
+                n,
+                len(rows),
+                slow_who,
+                slow.compute_s,
+                statistics.median(s.compute_s for _, s in rows),
+                statistics.fmean(waits),
+                max(waits),
+            )
+        )
     return out

@@ -48,8 +48,18 @@ def rank_table(report) -> Table:
     for col in ("rank", "device", "window", "compute", "comm", "overlap", "exposed", "idle", "tax", "share"):
         t.add_column(col, justify="right" if col not in ("device",) else "left")
     for r in report.ranks:
-        t.add_row("?" if r.rank is None else str(r.rank), r.device, _ms(r.window_s), _ms(r.compute_s), _ms(r.comm_s),
-                  _ms(r.overlapped_comm_s), _ms(r.exposed_comm_s), _ms(r.idle_s), _pct(r.comm_tax), _pct(r.comm_share))
+        t.add_row(
+            "?" if r.rank is None else str(r.rank),
+            r.device,
+            _ms(r.window_s),
+            _ms(r.compute_s),
+            _ms(r.comm_s),
+            _ms(r.overlapped_comm_s),
+            _ms(r.exposed_comm_s),
+            _ms(r.idle_s),
+            _pct(r.comm_tax),
+            _pct(r.comm_share),
+        )
     return t
 
 
@@ -61,8 +71,17 @@ def step_table(report) -> Table | None:
     for col in ("rank", "step", "window", "compute", "comm", "exposed", "idle", "tax", "share"):
         t.add_column(col, justify="right")
     for r, s in rows:
-        t.add_row("?" if r.rank is None else str(r.rank), str(s.step), _ms(s.window_s), _ms(s.compute_s),
-                  _ms(s.comm_s), _ms(s.exposed_comm_s), _ms(s.idle_s), _pct(s.comm_tax), _pct(s.comm_share))
+        t.add_row(
+            "?" if r.rank is None else str(r.rank),
+            str(s.step),
+            _ms(s.window_s),
+            _ms(s.compute_s),
+            _ms(s.comm_s),
+            _ms(s.exposed_comm_s),
+            _ms(s.idle_s),
+            _pct(s.comm_tax),
+            _pct(s.comm_share),
+        )
     return t
 
 
@@ -74,24 +93,40 @@ def collective_table(report) -> Table | None:
     for col in ("rank", "kind", "group", "size MB", "calls", "mean ms", "exposed ms", "algbw GB/s", "busbw GB/s"):
         t.add_column(col, justify="right" if col not in ("kind",) else "left")
     for r, c in rows:
-        t.add_row("?" if r.rank is None else str(r.rank), c.kind, "?" if c.group_size is None else str(c.group_size),
-                  "?" if c.message_bytes is None else f"{c.message_bytes / MB:.3g}", str(c.count),
-                  f"{c.mean_time_s * 1e3:.3f}", _ms(c.exposed_s),
-                  "—" if c.algbw_GBps is None else f"{c.algbw_GBps:.3g}",
-                  "—" if c.busbw_GBps is None else f"{c.busbw_GBps:.3g}")
+        t.add_row(
+            "?" if r.rank is None else str(r.rank),
+            c.kind,
+            "?" if c.group_size is None else str(c.group_size),
+            "?" if c.message_bytes is None else f"{c.message_bytes / MB:.3g}",
+            str(c.count),
+            f"{c.mean_time_s * 1e3:.3f}",
+            _ms(c.exposed_s),
+            "—" if c.algbw_GBps is None else f"{c.algbw_GBps:.3g}",
+            "—" if c.busbw_GBps is None else f"{c.busbw_GBps:.3g}",
+        )
     return t
 
 
 def straggler_table(report) -> Table | None:
     if not report.stragglers:
         return None
-    t = Table(title="Stragglers: slowest compute per step, and the others' wait in collectives", header_style="bold",
-              width=WIDTH)
+    t = Table(
+        title="Stragglers: slowest compute per step, and the others' wait in collectives",
+        header_style="bold",
+        width=WIDTH,
+    )
     for col in ("step", "ranks", "slowest", "its compute ms", "median ms", "others wait ms", "max wait ms"):
         t.add_column(col, justify="right")
     for s in report.stragglers:
-        t.add_row(str(s.step), str(s.ranks), str(s.slowest_rank), _ms(s.slowest_compute_s), _ms(s.median_compute_s),
-                  _ms(s.others_wait_s), _ms(s.max_wait_s))
+        t.add_row(
+            str(s.step),
+            str(s.ranks),
+            str(s.slowest_rank),
+            _ms(s.slowest_compute_s),
+            _ms(s.median_compute_s),
+            _ms(s.others_wait_s),
+            _ms(s.max_wait_s),
+        )
     return t
 
 
@@ -104,31 +139,44 @@ def comparison_tables(cmp) -> list[Table]:
         if r.metric in ("comm_tax", "comm_share", "mfu"):
             t.add_row(r.metric, _pct(r.measured), _pct(r.predicted), ratio)
         else:
-            t.add_row(r.metric.removesuffix("_s") + " ms", "—" if r.measured is None else _ms(r.measured),
-                      "—" if r.predicted is None else _ms(r.predicted), ratio)
+            t.add_row(
+                r.metric.removesuffix("_s") + " ms",
+                "—" if r.measured is None else _ms(r.measured),
+                "—" if r.predicted is None else _ms(r.predicted),
+                ratio,
+            )
     out = [t]
     if cmp.collectives:
         c = Table(title="Collectives: measured vs predicted", header_style="bold", width=WIDTH)
         for col in ("kind", "group", "n", "size MB", "meas ms", "pred ms", "meas busbw", "pred busbw", "ratio"):
             c.add_column(col, justify="right" if col != "kind" else "left")
         for x in cmp.collectives:
-            c.add_row(x.kind, x.group, str(x.group_size), f"{x.message_bytes / MB:.3g}",
-                      f"{x.measured_time_s * 1e3:.3f}", f"{x.predicted_time_s * 1e3:.3f}",
-                      "—" if x.measured_busbw_GBps is None else f"{x.measured_busbw_GBps:.3g}",
-                      "—" if x.predicted_busbw_GBps is None else f"{x.predicted_busbw_GBps:.3g}",
-                      "—" if x.busbw_ratio is None else f"{100 * x.busbw_ratio:.0f}%")
+            c.add_row(
+                x.kind,
+                x.group,
+                str(x.group_size),
+                f"{x.message_bytes / MB:.3g}",
+                f"{x.measured_time_s * 1e3:.3f}",
+                f"{x.predicted_time_s * 1e3:.3f}",
+                "—" if x.measured_busbw_GBps is None else f"{x.measured_busbw_GBps:.3g}",
+                "—" if x.predicted_busbw_GBps is None else f"{x.predicted_busbw_GBps:.3g}",
+                "—" if x.busbw_ratio is None else f"{100 * x.busbw_ratio:.0f}%",
+            )
         out.append(c)
     return out
 
 
 def trace_command(
-    traces: Annotated[list[Path], typer.Argument(
-        metavar="TRACE", help="Kineto trace files (.json or .json.gz), one per rank, or directories")],
+    traces: Annotated[
+        list[Path],
+        typer.Argument(metavar="TRACE", help="Kineto trace files (.json or .json.gz), one per rank, or directories"),
+    ],
     json_out: JsonOpt = False,
-    against: Annotated[Optional[Path], typer.Option(
-        "--against", metavar="JOB.yaml", help="job YAML: show its prediction next to the measurement")] = None,
-    steps: Annotated[Optional[str], typer.Option("--steps", metavar="A:B",
-                                                 help="only ProfilerStep#A … #B")] = None,
+    against: Annotated[
+        Optional[Path],
+        typer.Option("--against", metavar="JOB.yaml", help="job YAML: show its prediction next to the measurement"),
+    ] = None,
+    steps: Annotated[Optional[str], typer.Option("--steps", metavar="A:B", help="only ProfilerStep#A … #B")] = None,
     out: OutOpt = None,
     catalog: CatalogOpt = None,
 ) -> None:
@@ -158,8 +206,9 @@ def trace_command(
             console.print(table)
     for r in report.ranks:
         for m in r.missing:
-            console.print(f"[yellow]rank {'?' if r.rank is None else r.rank} ({Path(r.file).name}):[/yellow] {m}",
-                          highlight=False)
+            console.print(
+                f"[yellow]rank {'?' if r.rank is None else r.rank} ({Path(r.file).name}):[/yellow] {m}", highlight=False
+            )
     if cmp is not None:
         for table in comparison_tables(cmp):
             console.print(table)
@@ -170,8 +219,9 @@ def trace_command(
             console.print(f"  note: {line}", highlight=False)
 
 
-def calibrate_from_trace(traces: list[Path], job_file: Path | None, out: Path, steps: str | None = None,
-                         catalog: Path | None = None) -> dict:
+def calibrate_from_trace(
+    traces: list[Path], job_file: Path | None, out: Path, steps: str | None = None, catalog: Path | None = None
+) -> dict:
     """``commtax calibrate --trace …``: the profile YAML a trace implies (needs the job that ran)."""
     from commtax.measure.calibrate import write_profile
     from commtax.spec import load_job
@@ -179,8 +229,10 @@ def calibrate_from_trace(traces: list[Path], job_file: Path | None, out: Path, s
     from commtax.trace.analyze import analyze
 
     if job_file is None:
-        raise SpecError("--job: calibrating from a trace needs the job YAML that ran (its model gives the FLOPs, "
-                        "its cluster the topology)")
+        raise SpecError(
+            "--job: calibrating from a trace needs the job YAML that ran (its model gives the FLOPs, "
+            "its cluster the topology)"
+        )
     job = load_job(job_file, catalog)
     report = analyze(traces, parse_steps(steps))
     profile = profile_from_trace(report, job, f"commtax calibrate --trace {', '.join(p.name for p in traces)}")
@@ -194,9 +246,10 @@ def print_profile_summary(profile: dict, out: Path) -> None:
     if "compute_fit" in profile:
         typer.echo(f"warning: {profile['compute_fit']}")
     for m in profile.get("measured_busbw", []):
-        typer.echo(f"{m['op']:>14} n={m['group_size']:<4} {m['message_bytes'] / MB:10.3g} MB  "
-                   f"{m['time_s'] * 1e3:9.3f} ms  busbw {m['busbw_GBps']:.3g} GB/s")
+        typer.echo(
+            f"{m['op']:>14} n={m['group_size']:<4} {m['message_bytes'] / MB:10.3g} MB  "
+            f"{m['time_s'] * 1e3:9.3f} ms  busbw {m['busbw_GBps']:.3g} GB/s"
+        )
     lv = profile.get("levels", {})
-    typer.echo("links: " + ", ".join(f"{k} {v['bw_GBps']:.3g} GB/s α {v['latency_us']:.1f} µs"
-                                     for k, v in lv.items()))
+    typer.echo("links: " + ", ".join(f"{k} {v['bw_GBps']:.3g} GB/s α {v['latency_us']:.1f} µs" for k, v in lv.items()))
     typer.echo(f"wrote {out}; in a job file: `cluster: {{..., profile: {out}}}`")

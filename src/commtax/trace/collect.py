@@ -37,19 +37,49 @@ STEP = re.compile(r"^ProfilerStep#(\d+)$")
 # element sizes of the dtype names that appear in kernel args and record_param_comms (c10 ScalarType names
 # and the C type names of "Input type")
 DTYPE_BYTES = {
-    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "c10::half": 2, "float16": 2,
-    "bfloat16": 2, "c10::bfloat16": 2, "int": 4, "int32": 4, "long": 8, "long int": 8, "int64": 8,
-    "short": 2, "int16": 2, "char": 1, "byte": 1, "unsigned char": 1, "signed char": 1, "int8": 1, "uint8": 1,
-    "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
+    "float": 4,
+    "float32": 4,
+    "double": 8,
+    "float64": 8,
+    "half": 2,
+    "c10::half": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "c10::bfloat16": 2,
+    "int": 4,
+    "int32": 4,
+    "long": 8,
+    "long int": 8,
+    "int64": 8,
+    "short": 2,
+    "int16": 2,
+    "char": 1,
+    "byte": 1,
+    "unsigned char": 1,
+    "signed char": 1,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1,
 }
 
 
 def op_kind(name: str) -> str:
     """A collective's kind from a kernel token (AllReduce) or a c10d name (allreduce, _allgather_base, …)."""
     n = name.lower().replace("_", "")
-    for key, kind in (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
-                      ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("sendrecv", "send_recv"),
-                      ("send", "send_recv"), ("recv", "send_recv")):
+    for key, kind in (
+        ("allreduce", "all_reduce"),
+        ("allgather", "all_gather"),
+        ("reducescatter", "reduce_scatter"),
+        ("alltoall", "all_to_all"),
+        ("broadcast", "broadcast"),
+        ("sendrecv", "send_recv"),
+        ("send", "send_recv"),
+        ("recv", "send_recv"),
+    ):
         if key in n:
             return kind
     return "other"

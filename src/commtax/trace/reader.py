@@ -73,7 +73,7 @@ class _Buffer:
             raise self.fail("not a text (UTF-8 JSON) trace file") from None
         if not chunk:
             self.eof = True
-        self.text = self.text[self.pos:] + chunk
+        self.text = self.text[self.pos :] + chunk
         self.pos = 0
 
     def skip_ws(self) -> str:
@@ -90,8 +90,10 @@ class _Buffer:
         c = self.skip_ws()
         if c == "" or c not in chars:
             found = "the end of the file" if c == "" else repr(c)
-            raise self.fail(f"not a JSON trace: expected {' or '.join(repr(x) for x in chars)} {where}, found {found}"
-                            + (" (the file is cut short)" if c == "" else ""))
+            raise self.fail(
+                f"not a JSON trace: expected {' or '.join(repr(x) for x in chars)} {where}, found {found}"
+                + (" (the file is cut short)" if c == "" else "")
+            )
         self.pos += 1
         return c
 
@@ -104,10 +106,18 @@ class _Buffer:
             except json.JSONDecodeError as e:
                 if self.eof:
                     cut = e.pos >= len(self.text) - 1 or "Unterminated" in e.msg
-                    raise self.fail(f"{what}: " + ("the file is cut short mid-JSON" if cut else
-                                                   f"malformed JSON ({e.msg} at character {e.pos})")) from None
+                    raise self.fail(
+                        f"{what}: "
+                        + (
+                            "the file is cut short mid-JSON"
+                            if cut
+                            else f"malformed JSON ({e.msg} at character {e.pos})"
+                        )
+                    ) from None
                 if len(self.text) - self.pos > MAX_EVENT_CHARS:
-                    raise self.fail(f"{what}: malformed JSON ({e.msg}) or an event over {MAX_EVENT_CHARS >> 20} MiB") from None
+                    raise self.fail(
+                        f"{what}: malformed JSON ({e.msg}) or an event over {MAX_EVENT_CHARS >> 20} MiB"
+                    ) from None
                 self.fill()
                 continue
             if end >= len(self.text) and not self.eof:  # a number or literal may go on in the next chunk
@@ -144,7 +154,7 @@ def iter_events(path: Path | str, meta: TraceMeta | None = None) -> Iterator[Any
             yield from _array(buf, meta)
             return
         if first != "{":
-            raise buf.fail(f"not a JSON trace (starts with {buf.text[buf.pos:buf.pos + 20]!r})")
+            raise buf.fail(f"not a JSON trace (starts with {buf.text[buf.pos : buf.pos + 20]!r})")
         buf.pos += 1
         if buf.skip_ws() == "}":
             buf.pos += 1
