@@ -87,7 +87,8 @@ def wide_search(tmp_path_factory) -> tuple[Path, float]:
 def test_search_interrupted_exits_130_flags_the_result_and_reaps_its_workers(tmp_path, sig, wide_search):
     job, seconds = wide_search
     out = tmp_path / "s.json"
-    p = commtax("search", str(job), "--workers", "2", "--out", str(out), "--json")
+    # its own session, as a shell starts a job: signal dispositions and the process group are the search's own
+    p = commtax("search", str(job), "--workers", "2", "--out", str(out), "--json", start_new_session=True)
     wait_for(lambda: len(children(p.pid)) >= 2 or p.poll() is not None, what="search workers")
     assert p.poll() is None, "search finished before it could be interrupted"
     workers = children(p.pid)

@@ -382,6 +382,8 @@ def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else None
     try:
         register_commands({command} if command in COMMANDS else None)
+        if signals.RECEIVED:  # raised inside an import-lock callback, where Python ignores exceptions
+            raise KeyboardInterrupt(signals.RECEIVED[0])
     except KeyboardInterrupt as e:  # a signal while the command's modules import: still one line, exit 130
         print(f"error: interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
         sys.exit(130)  # errors.EXIT_INTERRUPTED

@@ -772,6 +772,12 @@ def _stop_workers(ex: Any, procs: list[Any]) -> None:
             p.kill()
     for p in procs:
         p.join(timeout=30)
+    # A worker killed while writing its result leaves half a message in the result pipe, and the pool's manager
+    # thread then blocks reading the rest forever (interpreter exit joins it: the hang seen with py-spy). The
+    # parent holds the pipe's other write end; closing it gives that read EOF, and the thread ends as "broken".
+    writer = getattr(getattr(ex, "_result_queue", None), "_writer", None)
+    if writer is not None:
+        writer.close()
     manager = getattr(ex, "_executor_manager_thread", None)
     ex.shutdown(wait=False, cancel_futures=True)
     if manager is not None:  # it sees the dead workers and ends; joined here, not by an atexit hook a signal can cut

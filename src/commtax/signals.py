@@ -19,8 +19,13 @@ from commtax.errors import Interrupted
 TERMINATING = (signal.SIGTERM, signal.SIGHUP)
 
 
+RECEIVED: list[str] = []  # every signal _raise_interrupted saw: Python drops an exception raised inside a
+# weakref or import-lock callback ("Exception ignored in ..."), so the CLI also checks this list
+
+
 def _raise_interrupted(signum: int, frame) -> None:
-    raise Interrupted(signal.Signals(signum).name)
+    RECEIVED.append(signal.Signals(signum).name)
+    raise Interrupted(RECEIVED[-1])
 
 
 @contextlib.contextmanager
@@ -75,6 +80,8 @@ def deferred(signals: tuple[int, ...] = (signal.SIGINT, *TERMINATING)) -> Iterat
     ``terminate_as_interrupt``) are replaced: a default SIGTERM still ends the process, and outside the main
     thread nothing changes."""
     flag = Deferred()
+    if RECEIVED:  # one arrived earlier and its exception was dropped (an import-lock callback): stop at once
+        flag.signal = RECEIVED[0]
     if threading.current_thread() is not threading.main_thread():
         yield flag
         return
