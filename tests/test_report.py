@@ -292,21 +292,6 @@ def test_the_page_path_imports_neither_matplotlib_nor_torch():
     assert r.returncode == 0, r.stderr
 
 
-def test_trace_without_the_trace_module_says_so_in_one_line(tmp_path):
-    try:
-        import commtax.trace  # noqa: F401
-
-        pytest.skip("commtax.trace is installed: --trace is wired to it")
-    except ImportError:
-        pass
-    trace = tmp_path / "rank0.json"
-    trace.write_text("{}")
-    r = run("report", SEED, "-o", tmp_path / "r.html", "--trace", trace)
-    assert r.exit_code == 2
-    assert "trace support (commtax.trace) is not installed" in r.output and "Traceback" not in r.output
-    assert not (tmp_path / "r.html").exists()
-
-
 def test_page_with_real_profiler_traces(tmp_path):
     """``--trace`` through ``commtax.trace``: the two sampled ranks of the shared 128-GPU A100 job."""
     from commtax.trace import analyze
