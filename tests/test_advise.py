@@ -7,37 +7,15 @@ import json
 
 import pytest
 import yaml
+from conftest import job_dict
 from typer.testing import CliRunner
 
 from commtax.advise import FD_REL, advise, sensitivities, with_intra, with_network
 from commtax.estimate import estimate
 from commtax.spec import job_with, load_job
 
-
-def seed_job(**plan) -> dict:
-    """The seed article's LLaMA-2 70B, 256 H100, DP=8 PP=4 TP=8 (examples/llama2-70b-h100.yaml)."""
-    return {
-        "model": "llama2-70b",
-        "cluster": {
-            "gpu": "h100-sxm5-80gb",
-            "num_gpus": 256,
-            "gpus_per_node": 8,
-            "intra_node": "nvlink4",
-            "inter_node": "ib-ndr",
-            "nics_per_node": 8,
-        },
-        "plan": {
-            "tp": 8,
-            "pp": 4,
-            "dp": 8,
-            "sequence_parallel": True,
-            "zero": 1,
-            "recompute": "selective",
-            "micro_batch": 1,
-            **plan,
-        },
-        "training": {"seq_len": 4096, "global_batch": 1024, "precision": "bf16"},
-    }
+# the seed article's LLaMA-2 70B, 256 H100, DP=8 PP=4 TP=8 (examples/llama2-70b-h100.yaml)
+seed_job = job_dict
 
 
 @pytest.fixture(scope="module")
