@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 from conftest import job_dict
 
-from commtax.comm_dtypes import codec_bytes_per_element
+from commtax.comm_dtypes import codec_bytes_per_element, codec_conversions
 from commtax.estimate import Costs, estimate
-from commtax.spec import load_job
+from commtax.spec import SpecError, load_job
 from commtax.workload import build_workload, powersgd_codec_ops, stage_params
 
 
@@ -40,8 +40,9 @@ def test_int8_hook_bytes_hand_worked_from_hooks_py():
     assert total == pytest.approx(124.546875)
 
 
+@pytest.mark.parametrize("error_feedback", [False, True])
 @pytest.mark.parametrize("fmt", ["int8", "int4", "fp8"])
-def test_codec_bytes_match_the_ops_our_hook_runs(fmt):
+def test_codec_bytes_match_the_ops_our_hook_runs(fmt, error_feedback):
     """Replay one bucket of hooks.bucket_pipeline (collectives stood in, not counted) under a torch dispatch mode
     that adds up the bytes every non-view aten op reads and writes; per-chunk scale vectors (1/256 of the
     elements) are counted there but not in the table, so the two agree to within 2%."""
@@ -76,7 +77,7 @@ def test_codec_bytes_match_the_ops_our_hook_runs(fmt):
         return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
 
     class Count(TorchDispatchMode):
-        total, paused = 0, False
+        total, fp8_casts, paused = 0, 0, False
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
@@ -85,6 +86,8 @@ def test_codec_bytes_match_the_ops_our_hook_runs(fmt):
             flat = [a for a in args if isinstance(a, torch.Tensor)]
             flat += [t for a in args if isinstance(a, (list, tuple)) for t in a if isinstance(t, torch.Tensor)]
             outs = out if isinstance(out, (list, tuple)) else [out]
+            if func == aten._to_copy.default and "float8" in f"{args[0].dtype}{kwargs.get('dtype')}":
+                self.fp8_casts += args[0].numel()
             if func in (aten.zero_.default, aten.fill_.Scalar):
                 self.total += nbytes(args[0])  # written, not read
             elif func == aten.copy_.default:
@@ -95,7 +98,7 @@ def test_codec_bytes_match_the_ops_our_hook_runs(fmt):
 
     n, numel = 2, 256 * 2 * 64
     buf = torch.randn(numel)
-    state = QuantState(fmt)  # no process group needed: the collectives are stood in
+    state = QuantState(fmt, error_feedback=error_feedback)  # no process group needed: the collectives are stood in
     counter = Count()
 
     def all_to_all(p):
@@ -107,10 +110,45 @@ def test_codec_bytes_match_the_ops_our_hook_runs(fmt):
         counter.paused = False
         return out
 
+    bucket_pipeline(state, 0, buf.clone(), n, all_to_all, all_gather)  # a first step: residuals exist from now on
     with counter:
         bucket_pipeline(state, 0, buf, n, all_to_all, all_gather)
     per_elem = counter.total / numel
-    assert per_elem == pytest.approx(codec_bytes_per_element(fmt, n), rel=0.02)
+    assert per_elem == pytest.approx(codec_bytes_per_element(fmt, n, error_feedback=error_feedback), rel=0.02)
+    # fp8 conversions, counted by the elements each cast reads: e4m3 to fp32 runs 2 + (1 + 1/n with feedback) per element
+    assert counter.fp8_casts / numel == pytest.approx(sum(codec_conversions(fmt, n, error_feedback).values()))
+
+
+def test_error_feedback_adds_two_passes_and_a_dequantize_per_owner():
+    # worker: compensate 12 B + update 12 B + dequantize 15 B; the owner does the same on its 1/n shard
+    assert codec_bytes_per_element("int8", 2, error_feedback=True) - codec_bytes_per_element("int8", 2) == 58.5
+    assert codec_conversions("fp8", 4, error_feedback=True) == {"fp32->fp8_e4m3": 1.25, "fp8_e4m3->fp32": 3.25}
+
+
+def test_fp8_conversions_run_at_the_device_s_rate_where_it_lists_one():
+    job = _bench_job("fp8_e4m3")
+    wl = build_workload(job)
+    params = max(stage_params(job))
+    names = [op.name for op in wl.dp_codec]
+    assert names == ["grad_codec_fp8_e4m3", "grad_codec_fp32->fp8_e4m3", "grad_codec_fp8_e4m3->fp32"]
+    assert sum(op.bytes for op in wl.dp_codec) == pytest.approx(codec_bytes_per_element("fp8_e4m3", 2) * params)
+    back = wl.dp_codec[2]
+    cm = Costs(job).cm  # a GPU converts in hardware: the pass is memory-bound (plus one kernel's launch gap)
+    assert Costs(job).compute(back) == pytest.approx(back.bytes / cm.mem_bw_bytes_per_s + cm.kernel_gap_s)
+    d = job.model_dump()
+    d["cluster"]["gpu"]["convert_Gelem_s"] = {"fp8_e4m3->fp32": 0.25}  # torch on this CPU: 0.23-0.25 Gelem/s
+    slow_job = load_job(d)
+    assert Costs(slow_job).compute(back) == pytest.approx(2 * params / 0.25e9, rel=1e-3)  # 2 elems per param
+
+
+def test_error_feedback_is_a_plan_field_and_refused_without_compression():
+    d = _bench_job("int8").model_dump()
+    d["plan"]["grad_error_feedback"] = True
+    ef = build_workload(load_job(d))
+    assert sum(op.bytes for op in ef.dp_codec) > sum(op.bytes for op in build_workload(_bench_job("int8")).dp_codec)
+    d["plan"]["grad_comm_dtype"] = "bf16"
+    with pytest.raises(SpecError, match="grad_error_feedback"):
+        load_job(d)
 
 
 def _bench_job(fmt, precision="fp32"):

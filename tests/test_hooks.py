@@ -130,9 +130,9 @@ def test_bytes_on_the_wire_match_the_table(results, hook):
         assert calls == [("all_reduce", NUMEL * bytes_per_element(fmt))]
     elif hook == "powersgd":
         assert counter.message_bytes() == powersgd_bytes(SHAPES, 4)  # P (m×r) + Q (n×r) per matrix, bias whole
-    else:  # all_to_all + all_gather of the packed bucket, padded to whole chunks per rank
-        packed = packed_bytes(fmt, padded_numel(NUMEL, N))
-        assert calls == [("all_to_all", packed), ("all_gather", packed)]
+    else:  # all_to_all + all_gather of the packed bucket (padded to whole chunks per rank), on gloo as sends
+        packed = packed_bytes(fmt, padded_numel(NUMEL, N))  # to each peer: its shard, then this rank's shard
+        assert calls == [("send_recv", packed // N)] * (N - 1) + [("send_recv", packed // N)] * (N - 1)
     # and per rank on the wire, what the estimator charges (padding to whole chunks per rank: 0.2% here)
     assert counter.wire_bytes(N) == pytest.approx(_wire_bytes_table(fmt), rel=3e-3)
 

@@ -131,7 +131,37 @@ QUANTIZE_BYTES = {"int8": 41.0, "int4": 47.5, "fp8": 25.0}
 DEQUANTIZE_BYTES = {"int8": 15.0, "int4": 25.0, "fp8": 15.0}
 
 
-def codec_bytes_per_element(name: str, n: int, grad_bytes: float = 4.0) -> float:
+# Error feedback (commtax.measure.compression.ErrorFeedback), per element it applies to: ``compensate`` x + e 4+4+4,
+# ``update`` dequantize(packed) D and compensated − sent 4+4+4; applied to the worker's whole bucket and to the
+# shard the rank owns (1/n of it). torch's powerSGD_hook with use_error_feedback, per bucket element:
+# ``input_tensor.add_(error)`` 4+4+4, ``input_tensor.detach().clone()`` 4+4, ``input_tensor_cp - input_tensor`` 4+4+4.
+ERROR_FEEDBACK_BYTES = 24.0
+POWERSGD_ERROR_FEEDBACK_BYTES = 32.0
+# Conversions between fp32 and the fp8 formats: on GPUs one instruction per pair of elements (PTX cvt.rn.satfinite
+# .e4m3x2.f32, sm_89+), so memory-bound; torch on CPU converts element by element in scalar code, measured 0.23
+# Gelem/s for e4m3 → fp32 where a copy streams 2.5 Gelem/s. A device lists its rates in ``GPU.convert_Gelem_s``.
+CONVERSIONS = ("fp32->fp8_e4m3", "fp8_e4m3->fp32", "fp32->fp8_e5m2", "fp8_e5m2->fp32")
+CONVERT_BYTES = 5.0  # fp32 read + fp8 written, or fp8 read + fp32 written
+
+
+def _fp8_name(name: str) -> str:
+    return "fp8_e4m3" if name == "fp8" else name
+
+
+def codec_conversions(name: str, n: int, error_feedback: bool = False) -> dict[str, float]:
+    """fp8 conversions per gradient element of our quantized hook (empty for other formats).
+
+    quantize casts the bucket and, after the average, the owned shard: 1 + 1/n to fp8; dequantize casts the received
+    shards and the gathered ones: 2 back to fp32; error feedback dequantizes what it sent once more: + (1 + 1/n).
+    """
+    if not name.startswith("fp8"):
+        return {}
+    f = _fp8_name(name)
+    back = 2.0 + ((1 + 1.0 / n) if error_feedback else 0.0)
+    return {f"fp32->{f}": 1 + 1.0 / n, f"{f}->fp32": back}
+
+
+def codec_bytes_per_element(name: str, n: int, grad_bytes: float = 4.0, error_feedback: bool = False) -> float:
     """Memory bytes per gradient element of the hook that sends format ``name`` among ``n`` ranks (0 for fp32).
 
     fp16/bf16, torch default_hooks._compress_hook: ``buffer.to(dtype)`` g+2, ``.div_(n)`` 2+2, after the
@@ -139,8 +169,8 @@ def codec_bytes_per_element(name: str, n: int, grad_bytes: float = 4.0) -> float
     int8/int4/fp8, commtax.measure.hooks.quantized_hook, per bucket of N elements: ``torch.zeros`` 4, ``x[:N] = buf``
     g+4, quantize Q, dequantize the received shards D, ``.view(n, -1).sum(0)`` 4 + 4/n, ``.div_(n)`` 8/n, requantize
     the shard Q/n, dequantize the gathered shards D, ``buf.copy_`` 4+g:
-    16 + 2g + 12/n + Q·(1 + 1/n) + 2D, with Q = QUANTIZE_BYTES + 2b and D = DEQUANTIZE_BYTES.
-    PowerSGD: see ``workload.powersgd_codec_ops`` (GEMMs, not a per-element constant).
+    16 + 2g + 12/n + Q·(1 + 1/n) + 2D, with Q = QUANTIZE_BYTES + 2b and D = DEQUANTIZE_BYTES; error feedback adds
+    (ERROR_FEEDBACK_BYTES + D)·(1 + 1/n). PowerSGD: see ``workload.powersgd_codec_ops`` (GEMMs, not a constant).
     """
     if name not in FORMATS:
         raise ValueError(f"{name}: codec bytes per element are defined for {', '.join(FORMATS)}")
@@ -151,4 +181,5 @@ def codec_bytes_per_element(name: str, n: int, grad_bytes: float = 4.0) -> float
     kind = "fp8" if name.startswith("fp8") else name
     q = QUANTIZE_BYTES[kind] + 2 * FORMATS[name].bytes_per_element
     fixed = 4.0 + (grad_bytes + 4.0) + (4.0 + grad_bytes) + 4.0 + 12.0 / n  # zeros, copy in, copy out, sum, div
-    return fixed + q * (1 + 1.0 / n) + 2 * DEQUANTIZE_BYTES[kind]
+    ef = (ERROR_FEEDBACK_BYTES + DEQUANTIZE_BYTES[kind]) * (1 + 1.0 / n) if error_feedback else 0.0
+    return fixed + q * (1 + 1.0 / n) + 2 * DEQUANTIZE_BYTES[kind] + ef

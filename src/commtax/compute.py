@@ -30,6 +30,7 @@ from functools import lru_cache
 from typing import Any
 
 from commtax.assumptions import Assumptions, assumptions_for
+from commtax.comm_dtypes import CONVERT_BYTES
 from commtax.spec import CATALOG_DIR, GPU, Cluster, read_yaml
 from commtax.units import TFLOPS
 from commtax.workload import Compute
@@ -60,6 +61,7 @@ class ComputeModel:
     nccl_sms: float = 24.0  # SMs an NCCL collective holds while it runs (one CTA per channel)
     userbuffers_sms: float = 8.0  # SMs a comm-GEMM overlap (TE userbuffers) collective holds, mean per collective
     comm_hbm_bytes_per_wire_byte: float = 3.0  # HBM traffic of a collective per byte it puts on the wire
+    convert_elems_per_s: tuple[tuple[str, float], ...] = ()  # dtype conversions slower than memory (GPU.convert_Gelem_s)
 
     def __hash__(self) -> int:
         """The fields' hash, computed once: every op time is cached under (model, op) (``estimate.Costs``)."""
@@ -98,6 +100,7 @@ def compute_model(cluster: Cluster, precision: str, assumptions: Assumptions | N
         nccl_sms=a.v("nccl_ctas_nvlink") if cluster.intra_node.kind in ("nvlink", "xgmi") else a.v("nccl_ctas_pcie"),
         userbuffers_sms=a.v("userbuffers_sms"),
         comm_hbm_bytes_per_wire_byte=a.v("comm_hbm_bytes_per_wire_byte"),
+        convert_elems_per_s=tuple((k, v * 1e9) for k, v in sorted(gpu.convert_Gelem_s.items())),
     )
 
 
@@ -217,7 +220,15 @@ def op_time(cm: ComputeModel, op: Compute) -> float:
         return launch_floor(cm, max(t_flop, t_mem), op.kernels)
     if op.kind == "attention":
         return launch_floor(cm, max(attention_time(cm, op), t_mem), op.kernels)
+    if op.convert:
+        return launch_floor(cm, max(t_mem, convert_time(cm, op)), op.kernels)
     return launch_floor(cm, t_mem, op.kernels)
+
+
+def convert_time(cm: ComputeModel, op: Compute) -> float:
+    """Elements / the device's conversion rate, where it lists one (else 0: the conversion streams with memory)."""
+    rate = dict(cm.convert_elems_per_s).get(op.convert)
+    return op.bytes / CONVERT_BYTES / rate if rate else 0.0
 
 
 def achieved_tflops(cm: ComputeModel, op: Compute) -> float:

@@ -76,7 +76,25 @@ class GPU(_Spec):
         "scales GEMM rates, not HBM bandwidth; MFU stays against the datasheet peak. Unset: 1, or for Hopper "
         "the assumption hopper_clock_fraction",
     )
+    convert_Gelem_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="dtype conversions slower than the memory stream, Gelem/s, keyed fp32->fp8_e4m3, "
+        "fp8_e4m3->fp32, fp32->fp8_e5m2, fp8_e5m2->fp32 (CPU ranks: torch converts fp8 in scalar code; "
+        "GPUs convert in hardware: leave empty)",
+    )
     source: str = "inline"
+
+    @field_validator("convert_Gelem_s")
+    @classmethod
+    def _conversions(cls, v: dict[str, float]) -> dict[str, float]:
+        from commtax.comm_dtypes import CONVERSIONS
+
+        for k, x in v.items():
+            if k not in CONVERSIONS:
+                raise ValueError(f"convert_Gelem_s.{k}: not a conversion; use one of {', '.join(CONVERSIONS)}")
+            if not (0 < x < 1e4):
+                raise ValueError(f"convert_Gelem_s.{k} must be in (0, 1e4) Gelem/s, got {x}")
+        return v
 
     @field_validator("peak_tflops")
     @classmethod
@@ -380,6 +398,11 @@ class Plan(_Spec):
     grad_comm_dtype: CommDtype = Field(
         default="bf16", description="dtype of the DP gradient reduction (default: the framework's reduce_dtype)"
     )
+    grad_error_feedback: bool = Field(
+        default=False,
+        description="error feedback on a compressed grad_comm_dtype (int8, int4, fp8, PowerSGD): the residual is "
+        "carried to the next step; its passes over the gradient are priced",
+    )
     attention: AttentionKernel = Field(default="fa2", description="attention kernel; eager materialises the s×s scores")
     elementwise: Literal["fused", "compiled", "eager"] = Field(
         default="fused", description="norms, activations, residuals: hand-fused kernels, torch.compile, or eager ops"
@@ -427,6 +450,15 @@ class Plan(_Spec):
     stage_layers: tuple[int, ...] | None = Field(
         default=None, description="layers on each pipeline stage, first to last (pp entries)"
     )
+
+    @model_validator(mode="after")
+    def _error_feedback_needs_compression(self) -> Plan:
+        if self.grad_error_feedback and self.grad_comm_dtype in ("fp32", "bf16", "fp16"):
+            raise ValueError(
+                f"grad_error_feedback applies to a quantized grad_comm_dtype (int8, int4, fp8_e4m3, fp8_e5m2, "
+                f"powersgd_rN), not {self.grad_comm_dtype}: drop it or choose such a format"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

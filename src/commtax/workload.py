@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from commtax.assumptions import default_assumptions
-from commtax.comm_dtypes import bytes_per_element, codec_bytes_per_element, powersgd_compresses, powersgd_rank
+from commtax.comm_dtypes import (
+    CONVERT_BYTES,
+    POWERSGD_ERROR_FEEDBACK_BYTES,
+    bytes_per_element,
+    codec_bytes_per_element,
+    codec_conversions,
+    powersgd_compresses,
+    powersgd_rank,
+)
 from commtax.spec import Job
 
 # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25): gradients are reduced in 25 MiB buckets
@@ -33,6 +41,7 @@ class Compute:
     kernel: str = ""  # attention: the kernel (fa2, fa3, cudnn, triton, eager)
     backward: bool = False  # attention: the backward kernel
     fp8: bool = False  # GEMM with fp8 inputs
+    convert: str = ""  # memory op that converts dtypes (comm_dtypes.CONVERSIONS; CONVERT_BYTES per element)
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,9 +527,18 @@ def grad_codec_ops(job: Job, params: float) -> tuple[Compute, ...]:
         return ()
     rank = powersgd_rank(g)
     if rank is not None:
-        return powersgd_codec_ops(weight_shapes(job), rank, job.dp * job.plan.cp, params)
-    per_elem = codec_bytes_per_element(g, job.dp * job.plan.cp, _gradient_dtype_bytes(job))
-    return (_mem(f"grad_codec_{g}", per_elem * params),)
+        ops = powersgd_codec_ops(weight_shapes(job), rank, job.dp * job.plan.cp, params)
+        if job.plan.grad_error_feedback:
+            ops += (_mem("powersgd_error_feedback", POWERSGD_ERROR_FEEDBACK_BYTES * params),)
+        return ops
+    n, ef = job.dp * job.plan.cp, job.plan.grad_error_feedback
+    per_elem = codec_bytes_per_element(g, n, _gradient_dtype_bytes(job), ef)
+    # fp8 conversions apart: a device may convert slower than it streams memory (GPU.convert_Gelem_s)
+    casts = tuple(
+        Compute(f"grad_codec_{c}", 0.0, k * CONVERT_BYTES * params, "memory", convert=c)
+        for c, k in codec_conversions(g, n, ef).items()
+    )
+    return (_mem(f"grad_codec_{g}", per_elem * params - sum(c.bytes for c in casts)), *casts)
 
 
 def powersgd_codec_ops(shapes: list[tuple[int, ...]], rank: int, n: int, params: float) -> tuple[Compute, ...]:
@@ -642,6 +660,7 @@ BLOCK_IRRELEVANT = frozenset(
         "schedule",
         "overlap",
         "zero3_gather",
+        "grad_error_feedback",
         "stage_layers",
         "first_stage_layers",
         "last_stage_layers",

@@ -259,12 +259,19 @@ def train_all(cfg: DDPBenchConfig, group=None, dog=None) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- prediction
-def predict(record: dict, cluster: dict, gemm: list[dict] | None = None, mem_bw_GBps: float | None = None) -> dict:
+def predict(
+    record: dict,
+    cluster: dict,
+    gemm: list[dict] | None = None,
+    mem_bw_GBps: float | None = None,
+    convert_Gelem_s: dict[str, float] | None = None,
+) -> dict:
     """What ``commtax.estimate`` predicts for the record's model, plan and cluster file (torch-free).
 
     Compute is calibrated on the same machine: matmul efficiency from a ``bench gemm`` at the model's
     shapes (the median over GEMMs of achieved / (peak × the model's shape factors), so the model
-    reproduces the measured GEMMs), memory bandwidth = a measured copy bandwidth, and one
+    reproduces the measured GEMMs), memory bandwidth = a measured copy bandwidth, fp32↔fp8 conversion rates
+    measured with torch (``convert_Gelem_s``: scalar code on CPU, slower than memory), and one
     compute unit per rank (``sms: 1``: a CPU rank runs one GEMM tile at a time with OMP_NUM_THREADS=1,
     so GPU wave quantisation does not apply).
     """
@@ -284,6 +291,8 @@ def predict(record: dict, cluster: dict, gemm: list[dict] | None = None, mem_bw_
         gpu["matmul_efficiency"] = {"fp32": min(1.0, implied[len(implied) // 2])}
     if mem_bw_GBps:
         gpu["mem_bw_GBps"] = mem_bw_GBps
+    if convert_Gelem_s:
+        gpu["convert_Gelem_s"] = convert_Gelem_s
     n, acc, mb = record["world_size"], record["accumulate"], record["micro_batch"]
     c = resolve_cluster(
         {**cluster, "gpu": gpu, "num_gpus": n, "gpus_per_node": record["ranks_per_node"]}, load_catalog()
@@ -301,6 +310,7 @@ def predict(record: dict, cluster: dict, gemm: list[dict] | None = None, mem_bw_
                 "micro_batch": mb,
                 "recompute": "none",
                 "grad_comm_dtype": record["format"],
+                "grad_error_feedback": bool(record.get("error_feedback")),
                 "overlap": {"dp": True},
             },
             "training": {"seq_len": record["seq_len"], "global_batch": n * mb * acc, "precision": "fp32"},
@@ -369,11 +379,36 @@ def calibrate_compute(cfg: DDPBenchConfig, warmup: int = 1, iters: int = 5) -> d
                     "time_s": (time.perf_counter() - t0) / iters,
                 }
             )
-    times = torch.tensor([r["time_s"] for r in recs] + [1.0 / memcpy_bw_GBps()], dtype=torch.float64)
+    conv = convert_seconds_per_elem()
+    times = torch.tensor(
+        [r["time_s"] for r in recs] + list(conv.values()) + [1.0 / memcpy_bw_GBps()], dtype=torch.float64
+    )
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
-    for r, t in zip(recs, times[:-1].tolist()):
+    for r, t in zip(recs, times[: len(recs)].tolist()):
         r["time_s"], r["tflops"] = t, r["flop"] / t / 1e12
-    return {"gemm": recs, "mem_bw_GBps": 1.0 / float(times[-1])}
+    rates = {c: 1e-9 / t for c, t in zip(conv, times[len(recs) : -1].tolist())}
+    return {"gemm": recs, "mem_bw_GBps": 1.0 / float(times[-1]), "convert_Gelem_s": rates}
+
+
+def convert_seconds_per_elem(numel: int = 2**21, iters: int = 5) -> dict[str, float]:
+    """Seconds per element of each fp32↔fp8 conversion (comm_dtypes.CONVERSIONS) with torch on this rank, median."""
+    from commtax.comm_dtypes import CONVERSIONS
+    from commtax.measure.compression import FP8_DTYPES
+
+    x = torch.randn(numel)
+    out = {}
+    for c in CONVERSIONS:
+        src, dst = c.split("->")
+        a = x if src == "fp32" else x.to(FP8_DTYPES[src])
+        dtype = torch.float32 if dst == "fp32" else FP8_DTYPES[dst]
+        a.to(dtype)
+        ts = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            a.to(dtype)
+            ts.append(time.perf_counter() - t0)
+        out[c] = sorted(ts)[len(ts) // 2] / numel
+    return out
 
 
 def codec_times(cfg: DDPBenchConfig, numel: int) -> dict[str, float | None]:
@@ -393,7 +428,8 @@ def merge_calibrations(a: dict, b: dict) -> dict:
         {**x, "time_s": (x["time_s"] + y["time_s"]) / 2, "tflops": 2 * x["flop"] / (x["time_s"] + y["time_s"]) / 1e12}
         for x, y in zip(a["gemm"], b["gemm"])
     ]
-    return {"gemm": gemm, "mem_bw_GBps": 2 / (1 / a["mem_bw_GBps"] + 1 / b["mem_bw_GBps"])}
+    conv = {c: 2 / (1 / a["convert_Gelem_s"][c] + 1 / b["convert_Gelem_s"][c]) for c in a["convert_Gelem_s"]}
+    return {"gemm": gemm, "mem_bw_GBps": 2 / (1 / a["mem_bw_GBps"] + 1 / b["mem_bw_GBps"]), "convert_Gelem_s": conv}
 
 
 def _where() -> str:
@@ -424,9 +460,10 @@ def run(
     for rec in out:
         rec["codec_s"] = codec[rec["hook"]]
         if cluster is not None:
-            rec.update(predict(rec, cluster, gemm or calib["gemm"], calib["mem_bw_GBps"]))
+            rec.update(predict(rec, cluster, gemm or calib["gemm"], calib["mem_bw_GBps"], calib["convert_Gelem_s"]))
             rec["calibration"] = {
                 "mem_bw_GBps": calib["mem_bw_GBps"],
+                "convert_Gelem_s": calib["convert_Gelem_s"],
                 "gemm_tflops": [g["tflops"] for g in gemm or calib["gemm"]],
                 "gemm_source": "--gemm file" if gemm else "measured in this run, before and after",
             }
