@@ -106,7 +106,7 @@ def test_remedies_are_re_estimates_with_exposed_dp_time_and_caveat():
     rs = {r.grad_comm_dtype: r for r in advise(job, search_best=False).remedies}
     assert "bf16" not in rs  # the plan already sends bf16: not a saving
     int8 = rs["int8"]
-    after = estimate(job_with(job, grad_comm_dtype="int8"))
+    after = estimate(job_with(job, grad_comm_dtype="int8", grad_error_feedback=True))  # its passes are priced
     assert int8.dp_exposed_before_s == base.breakdown_s["dp_exposed"] > 0
     assert int8.dp_exposed_after_s == after.breakdown_s["dp_exposed"] < int8.dp_exposed_before_s
     assert int8.change.step_after_s == after.step_time_s

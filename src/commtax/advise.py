@@ -72,19 +72,21 @@ class Change:
 
 
 # Gradient-communication remedies, each a DDP comm hook in commtax.measure.hooks (``commtax bench ddp --hook``):
-# (grad_comm_dtype, label, quality caveat). Caveats: measured by `commtax bench ddp` (tests/test_bench_ddp.py,
-# docs/remedies.md) on a small GPT; on your model, check the loss curve.
+# (grad_comm_dtype, error feedback, label, quality caveat). Caveats: measured by `commtax bench ddp`
+# (tests/test_bench_ddp.py, docs/remedies.md) on a small GPT; on your model, check the loss curve.
 REMEDIES = (
-    ("bf16", "bf16 gradients", "bf16_compress_hook; loss equal to fp32 within 1e-4 nats on bench ddp"),
-    ("fp8_e4m3", "fp8 (e4m3) gradients with per-chunk scales", "loss within 0.001 nats of fp32 on bench ddp"),
-    ("int8", "int8 gradients with error feedback", "loss within 0.001 nats of fp32 on bench ddp"),
+    ("bf16", False, "bf16 gradients", "bf16_compress_hook; loss equal to fp32 within 1e-4 nats on bench ddp"),
+    ("fp8_e4m3", False, "fp8 (e4m3) gradients with per-chunk scales", "loss within 0.001 nats of fp32 on bench ddp"),
+    ("int8", True, "int8 gradients with error feedback", "loss within 0.001 nats of fp32 on bench ddp"),
     (
         "int4",
+        True,
         "int4 gradients with error feedback",
         "without error feedback int4 lost 0.003 nats on bench ddp, with it none; check your loss curve",
     ),
     (
         "powersgd_r4",
+        True,
         "PowerSGD rank 4 (torch powerSGD_hook) with error feedback",
         "lossy: +0.3 nats after 40 steps on bench ddp's 64-wide model; torch advises vanilla all-reduce for "
         "the first ~10% of steps (start_powerSGD_iter)",
@@ -128,17 +130,19 @@ def remedies(job: Job, base: Breakdown | None = None) -> list[Remedy]:
     base = base or estimate(job)
     now = grad_bytes_per_param(job)
     out = []
-    for fmt, label, caveat in REMEDIES:
+    for fmt, error_feedback, label, caveat in REMEDIES:
         if powersgd_rank(fmt) and job.plan.zero != 0:
             continue  # PowerSGD's low-rank P and Q are all-reduced: a DDP (ZeRO-0) hook, no reduce-scatter form
         try:
-            j = job_with(job, grad_comm_dtype=fmt)
+            j = job_with(job, grad_comm_dtype=fmt, grad_error_feedback=error_feedback)
         except SpecError:
             continue
         if (bytes_per_element(fmt) if not powersgd_rank(fmt) else grad_bytes_per_param(j)) >= now:
             continue  # not a saving over the plan's own format
         after = estimate(j)
-        change = _change(label, "remedy", base, after, {"grad_comm_dtype": fmt})
+        change = _change(
+            label, "remedy", base, after, {"grad_comm_dtype": fmt, "grad_error_feedback": error_feedback}
+        )
         out.append(Remedy(fmt, label, caveat, change, base.breakdown_s["dp_exposed"], after.breakdown_s["dp_exposed"]))
     return sorted(out, key=lambda r: r.change.step_after_s)
 
