@@ -101,7 +101,7 @@ def test_cli_advise_json(tmp_path):
 
 def test_remedies_are_re_estimates_with_exposed_dp_time_and_caveat():
     # legacy software (no DP overlap) at ZeRO-0: the gradient all-reduce is exposed, compression shows
-    job = load_job(seed_job(zero=0, generation="legacy"))
+    job = with_network(load_job(seed_job(zero=0, generation="legacy")), bw=0.1)  # 1/10 of the fabric's bandwidth
     base = estimate(job)
     rs = {r.grad_comm_dtype: r for r in advise(job, search_best=False).remedies}
     assert "bf16" not in rs  # the plan already sends bf16: not a saving
@@ -114,6 +114,10 @@ def test_remedies_are_re_estimates_with_exposed_dp_time_and_caveat():
     text = int8.text()
     assert text.startswith("int8 gradients with error feedback cut the exposed DP time from ")
     assert "step); quality:" in text
+    # on the full fabric the int8 codec (124.5 B per element, + 58.5 B for error feedback) costs more than it saves
+    fast = {r.grad_comm_dtype: r for r in advise(load_job(seed_job(zero=0, generation="legacy")), False).remedies}
+    assert fast["int8"].dp_exposed_after_s > fast["int8"].dp_exposed_before_s
+    assert "int8 gradients with error feedback would raise the exposed DP time" in fast["int8"].text()
 
 
 def test_powersgd_remedy_only_for_ddp_all_reduce():

@@ -222,3 +222,17 @@ def test_powersgd_codec_is_three_gemms_per_compressed_matrix():
     assert ortho.bytes == per_m * (256 + 1024)
     flat = next(o for o in ops if o.name == "powersgd_uncompressed")
     assert flat.bytes == 24 * 256  # torch.cat 4+4, .div_ 4+4, copied back 4+4
+
+
+def test_pytorch_ddp_copies_gradients_into_buckets_and_back():
+    # gradient_as_bucket_view=False (DDP's default): copy in (4 + 4 B) and out (4 + 4 B) per fp32 gradient
+    d = _bench_job("fp32").model_dump()
+    d["plan"]["framework"] = "pytorch-ddp"
+    job = load_job(d)
+    params = max(stage_params(job))
+    (copies,) = build_workload(job).dp_codec
+    assert copies.name == "ddp_bucket_copies" and copies.bytes == pytest.approx(16 * params)
+    d["plan"]["grad_comm_dtype"] = "int8"  # on top of the format's codec
+    names = [op.name for op in build_workload(load_job(d)).dp_codec]
+    assert names == ["grad_codec_int8", "ddp_bucket_copies"]
+    assert build_workload(_bench_job("fp32")).dp_codec == ()  # Megatron-style grad buffers: no copies

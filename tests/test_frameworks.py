@@ -6,7 +6,17 @@ from conftest import job_dict
 from commtax.errors import SpecError
 from commtax.spec import frameworks, load_job
 
-NAMES = {"megatron-core", "nemo", "megatron-lm", "megatron-deepspeed", "deepspeed", "torchtitan", "fsdp", "custom"}
+NAMES = {
+    "megatron-core",
+    "nemo",
+    "megatron-lm",
+    "megatron-deepspeed",
+    "deepspeed",
+    "torchtitan",
+    "fsdp",
+    "pytorch-ddp",
+    "custom",
+}
 
 
 def test_every_framework_has_a_sourced_preset():

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gradient-compression remedies, measured and predicted: bench ddp on 2-node emulated clusters at two
+# Gradient-compression remedies, measured and predicted: bench ddp on 2-node emulated clusters at three
 # link rates (all hooks, then the error-feedback variants), the quality run, and the figures.
 # Needs root (network namespaces + tc) and the dist extra (torch); the plot needs matplotlib.
 set -euo pipefail
@@ -9,17 +9,17 @@ out=${OUT:-$(cd "$(dirname "$0")" && pwd)/results}
 mkdir -p "$out"
 # the host is shared: every hook runs interleaved in one process, and each rate is run twice (run 2: *_rep2.json)
 for rep in 1 2; do
-for rate in 100mbit 1gbit; do
+for rate in 100mbit 300mbit 1gbit; do
   sfx=$([ $rep = 1 ] && echo "" || echo "_rep$rep")
   c="$out/cluster_$rate$sfx.yaml"
   $CT cluster up --nodes 2 --ranks-per-node 1 --link $rate --out "$c"
   trap '$CT cluster down --cluster "$c"' EXIT
   echo "$rate run $rep: load average $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"
   $CT cluster run --cluster "$c" -- "$PY" -m commtax.measure.cli bench ddp --hook none,fp16,bf16,fp8,int8,int4,powersgd \
-      --steps 10 --cluster "$c" --out "$out/ddp_$rate$sfx.json"
+      --steps 12 --cluster "$c" --out "$out/ddp_$rate$sfx.json"
   if [ $rep = 1 ]; then
     $CT cluster run --cluster "$c" -- "$PY" -m commtax.measure.cli bench ddp --hook int8,int4,powersgd --error-feedback \
-        --steps 10 --cluster "$c" --out "$out/ddp_ef_$rate.json"
+        --steps 12 --cluster "$c" --out "$out/ddp_ef_$rate.json"
   fi
   echo "$rate run $rep done: load average $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"
   $CT cluster down --cluster "$c"

@@ -291,7 +291,15 @@ class Overlap(_Spec):
 
 
 FrameworkName = Literal[
-    "megatron-core", "nemo", "megatron-lm", "megatron-deepspeed", "deepspeed", "torchtitan", "fsdp", "custom"
+    "megatron-core",
+    "nemo",
+    "megatron-lm",
+    "megatron-deepspeed",
+    "deepspeed",
+    "torchtitan",
+    "fsdp",
+    "pytorch-ddp",
+    "custom",
 ]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "triton", "eager"]
 # how ZeRO-3 / FSDP gathers parameters (catalog/frameworks.yaml zero3_gather): one bucketed collective per unit,
@@ -336,6 +344,9 @@ class Framework(_Spec):
     bucket_params: int | None = None
     bucket_params_per_dp: int = 0
     bucket_source: str = ""
+    # PyTorch DDP with gradient_as_bucket_view=False (its default): each gradient is copied into its bucket before the
+    # reduction and the reduced bucket back into the gradient after it
+    grad_bucket_copies: bool = False
     plan_defaults: dict[str, Any] = Field(default_factory=dict)
     legacy: LegacySoftware | None = None
     source: str

@@ -519,11 +519,20 @@ def grad_codec_ops(job: Job, params: float) -> tuple[Compute, ...]:
     (``comm_dtypes.codec_bytes_per_element``, counted op by op from commtax.measure.hooks and torch's
     fp16/bf16 hooks) or PowerSGD's GEMMs and orthogonalisation (``powersgd_codec_ops``). None when the
     gradients travel in the dtype they are held in (fp32; bf16 reduced from a bf16 training's own gradients
-    is left uncast too: Megatron's bf16 reduction buffers hold the gradients themselves)."""
-    g = job.plan.grad_comm_dtype
-    if job.dp * job.plan.cp == 1 or g == "fp32":
+    is left uncast too: Megatron's bf16 reduction buffers hold the gradients themselves). A framework that copies
+    gradients into its buckets and back (PyTorch DDP, ``Framework.grad_bucket_copies``) adds those passes."""
+    if job.dp * job.plan.cp == 1:
         return ()
-    if g in ("bf16", "fp16") and job.training.precision not in ("fp32", "tf32"):
+    copies = ()
+    if job.plan.zero == 0 and job.plan.preset.grad_bucket_copies:
+        # PyTorch DDP (gradient_as_bucket_view=False): gradient → bucket before, bucket → gradient after, g + g each
+        copies = (_mem("ddp_bucket_copies", 4 * _gradient_dtype_bytes(job) * params),)
+    return _format_codec_ops(job, params) + copies
+
+
+def _format_codec_ops(job: Job, params: float) -> tuple[Compute, ...]:
+    g = job.plan.grad_comm_dtype
+    if g == "fp32" or (g in ("bf16", "fp16") and job.training.precision not in ("fp32", "tf32")):
         return ()
     rank = powersgd_rank(g)
     if rank is not None:

@@ -307,6 +307,7 @@ def predict(
             "model": record["model"],
             "cluster": c,
             "plan": {
+                "framework": "pytorch-ddp",
                 "tp": 1,
                 "pp": 1,
                 "dp": n,
