@@ -156,8 +156,7 @@ def test_interleaving_hides_more_dp_reduction_under_the_cool_down():
         wl, costs = build_workload(job), Costs(job)
         st = max(stage_times(job, wl, costs), key=lambda s: s.total)
         _, exp, _ = dp_timeline(job, wl, costs, st)  # what the schedule leaves exposed (no contention)
-        _, _, times, tail, first = dp_step_parts(wl, costs)
-        assert exp == pytest.approx(dp_step_exposed(times, tail, first, st, 8, vp, wl.micro_batches))
+        assert exp == pytest.approx(dp_step_exposed(dp_step_parts(wl, costs), st, 8, vp, wl.micro_batches))
         exposed[vp] = exp
     # without interleaving the whole reduction waits for the first rank's last backward
     assert exposed[6] < 0.5 * exposed[1]
@@ -167,24 +166,38 @@ def test_zero2_reduces_the_gradient_shard_every_micro_batch():
     # DeepSpeed stage_1_and_2.py reduce_ready_partitions_and_remove_grads: "if self.partition_gradients or
     # self.is_gradient_accumulation_boundary" -> ZeRO-2 (partitioned grads) reduces after every micro-batch's backward,
     # ZeRO-1 only after the last one. Llama-2 70B, tp 8, pp 4, dp 8, global batch 1024 -> 128 micro-batches.
-    from commtax.estimate import Costs, PhaseCost, StageTime, dp_step_exposed, dp_step_parts, reduce_passes
+    from commtax.estimate import (
+        Costs,
+        DPStepParts,
+        PhaseCost,
+        StageTime,
+        dp_step_exposed,
+        dp_step_parts,
+        reduce_passes,
+    )
     from commtax.workload import build_workload
 
     z1, z2 = (load_job(job_dict(zero=z)) for z in (1, 2))
     w1, w2 = build_workload(z1), build_workload(z2)
     costs = Costs(z2)
     assert (reduce_passes(w1), reduce_passes(w2)) == (1, 128)
-    link1, bytes1, times1, _, _ = dp_step_parts(w1, costs)
-    link2, bytes2, times2, _, _ = dp_step_parts(w2, costs)
+    p1, p2 = dp_step_parts(w1, costs), dp_step_parts(w2, costs)
+    times1, times2 = p1.times, p2.times
     assert times2[0] == pytest.approx(128 * times1[0]) and times2[1] == pytest.approx(times1[1])  # gather: once
-    assert bytes2 - bytes1 == pytest.approx(127 * costs.sent_bytes(w2.dp_step[0]))
+    assert p2.nbytes - p1.nbytes == pytest.approx(127 * costs.sent_bytes(w2.dp_step[0]))
     # hand-worked exposure: one pass r = 10 ms; a micro-batch's compute (fwd 3 + bwd 4 ms) hides 7 ms of each of the
     # 127 earlier passes; the last pass hides under the last backward only (4 ms), floor = last bucket 1 ms
     st = StageTime(compute=0.007, recompute=0.0, tp_exposed=0.0, cp_exposed=0.0, fwd=0.003, bwd=0.004, link=PhaseCost())
     r, m = 0.010, 128
-    exposed = dp_step_exposed([m * r, 0.0], 0.001, 0.0, st, 1, 1, m, passes=m)
+
+    def parts(reduce_s: float, codec: float = 0.0) -> DPStepParts:
+        return DPStepParts(reduce_s, 0.0, [reduce_s, 0.0], 0.001, 0.0, codec)
+
+    exposed = dp_step_exposed(parts(m * r), st, 1, 1, m, passes=m)
     assert exposed == pytest.approx((r - 0.004) + (m - 1) * (r - 0.007))
-    assert dp_step_exposed([r, 0.0], 0.001, 0.0, st, 1, 1, m) == pytest.approx(r - 0.004)  # ZeRO-1: once
+    assert dp_step_exposed(parts(r), st, 1, 1, m) == pytest.approx(r - 0.004)  # ZeRO-1: once
+    # a 2 ms codec per pass is device work: it never hides, whatever the wire does (128 passes: 256 ms more)
+    assert dp_step_exposed(parts(m * r, 0.002), st, 1, 1, m, passes=m) == pytest.approx(exposed + m * 0.002)
 
 
 def test_an_estimate_does_not_depend_on_what_was_estimated_before():

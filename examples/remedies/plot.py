@@ -1,6 +1,6 @@
 """Figures of examples/remedies/run.sh: loss curves per hook, and step time vs link rate per hook.
 
-    python plot.py RESULTS_DIR      # writes loss_curves.png and step_vs_link.png there
+python plot.py RESULTS_DIR      # writes loss_curves.png and step_vs_link.png there
 """
 
 from __future__ import annotations
@@ -51,24 +51,28 @@ def step_vs_link(d: Path) -> None:
         color = f"C{i % 10}"
         x = [p[0] for p in pts]
         ax.plot(x, [p[1]["step_time_s"] * 1e3 for p in pts], "o-", color=color, label=f"{name} measured")
-        ax.plot(x, [p[1]["predicted_step_time_s"] * 1e3 for p in pts], ":",
-                color=color)
-    ax.set(xscale="log", xlabel="link rate per node (Mbit/s, tc tbf)", ylabel="step time (ms)",
-           title="bench ddp, 2 nodes × 1 rank: measured (o-) vs estimate, codec inside (dotted)")
+        ax.plot(x, [p[1]["predicted_step_time_s"] * 1e3 for p in pts], ":", color=color)
+    ax.set(
+        xscale="log",
+        xlabel="link rate per node (Mbit/s, tc tbf)",
+        ylabel="step time (ms)",
+        title="bench ddp, 2 nodes × 1 rank: measured (o-) vs estimate, codec inside (dotted)",
+    )
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(d / "step_vs_link.png", dpi=120)
-
-
 
 
 def table(d: Path) -> str:
     """The markdown table of docs/remedies.md: measured vs predicted per link rate, run and hook (codec and error
     feedback inside the estimate: ``predicted_codec_s``), the codec predicted vs timed alone, exposed communication,
     and each hook's step relative to the uncompressed one of the same run, measured vs predicted."""
-    rows = ["| link | run | hook | step ms measured | estimate | err | codec ms predicted / timed alone | "
-            "exposed comm ms measured / estimate | compute-only ms measured / estimate | step vs none: measured / "
-            "predicted | wire MB/step |", "|" + "---|" * 11]
+    rows = [
+        "| link | run | hook | step ms measured | estimate | err | codec ms predicted / timed alone | "
+        "exposed comm ms measured / estimate | compute-only ms measured / estimate | step vs none: measured / "
+        "predicted | wire MB/step |",
+        "|" + "---|" * 11,
+    ]
     within = total = 0
     for rate in RATES:
         for run, files in (("1", (f"ddp_{rate}.json", f"ddp_ef_{rate}.json")), ("2", (f"ddp_{rate}_rep2.json",))):
@@ -83,10 +87,12 @@ def table(d: Path) -> str:
                 if none is not None:
                     rel = f"{m / none['step_time_s'] - 1:+.0%} / {p / none['predicted_step_time_s'] - 1:+.0%}"
                 pb = r["predicted_breakdown_s"]
-                rows.append(f"| {rate} | {run} | {label(r)} | {m * 1e3:.0f} | {p * 1e3:.0f} | {p / m - 1:+.0%} | "
-                            f"{codec} | {r['exposed_comm_s'] * 1e3:.0f} / {r['predicted_exposed_comm_s'] * 1e3:.0f} | "
-                            f"{r['compute_step_s'] * 1e3:.0f} / {(pb['compute'] + pb['optimizer']) * 1e3:.0f} | "
-                            f"{rel} | {r['wire_bytes_per_step'] / 1e6:.3f} |")
+                rows.append(
+                    f"| {rate} | {run} | {label(r)} | {m * 1e3:.0f} | {p * 1e3:.0f} | {p / m - 1:+.0%} | "
+                    f"{codec} | {r['exposed_comm_s'] * 1e3:.0f} / {r['predicted_exposed_comm_s'] * 1e3:.0f} | "
+                    f"{r['compute_step_s'] * 1e3:.0f} / {(pb['compute'] + pb['optimizer']) * 1e3:.0f} | "
+                    f"{rel} | {r['wire_bytes_per_step'] / 1e6:.3f} |"
+                )
     return "\n".join(rows) + f"\n\nWithin 10% of the measurement: {within} of {total} rows."
 
 
@@ -95,9 +101,11 @@ def quality_table(d: Path) -> str:
     none = next(r for r in recs if r["hook"] == "none" and not r.get("error_feedback"))
     rows = ["| hook | loss after 40 steps | vs fp32 | wire bytes/step |", "|---|---|---|---|"]
     for r in recs:
-        rows.append(f"| {label(r)} | {r['loss']:.4f} | {r['loss'] - none['loss']:+.4f} | "
-                    f"{r['wire_bytes_per_step']:.0f} |")
+        rows.append(
+            f"| {label(r)} | {r['loss']:.4f} | {r['loss'] - none['loss']:+.4f} | {r['wire_bytes_per_step']:.0f} |"
+        )
     return "\n".join(rows)
+
 
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "results")

@@ -68,9 +68,12 @@ def worker(rank: int, world: int, job: dict, out: str, steps: int, init_method: 
     gen = torch.Generator().manual_seed(rank)
     tokens = torch.randint(0, m["vocab"], (p.get("micro_batch", 1), t["seq_len"] + 1), generator=gen)
     path = os.path.join(out, f"rank{rank}.json")
-    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
-                                  schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
-                                  on_trace_ready=lambda p: p.export_chrome_trace(path))
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        record_shapes=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
+        on_trace_ready=lambda p: p.export_chrome_trace(path),
+    )
     with prof:
         for _ in range(steps + 1):
             opt.zero_grad(set_to_none=True)
@@ -99,8 +102,14 @@ if __name__ == "__main__":
     a = ap.parse_args()
     if "RANK" in os.environ:  # under torchrun (e.g. `commtax cluster run -- python tiny_ddp.py …`): this is one rank
         a.out.mkdir(parents=True, exist_ok=True)
-        worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), yaml.safe_load(a.job.read_text()), str(a.out),
-               a.steps, "env://")
+        worker(
+            int(os.environ["RANK"]),
+            int(os.environ["WORLD_SIZE"]),
+            yaml.safe_load(a.job.read_text()),
+            str(a.out),
+            a.steps,
+            "env://",
+        )
     else:
         for f in run(a.job, a.out, a.steps):
             print(f)

@@ -142,9 +142,7 @@ def remedies(job: Job, base: Breakdown | None = None) -> list[Remedy]:
         if (bytes_per_element(fmt) if not powersgd_rank(fmt) else grad_bytes_per_param(j)) >= now:
             continue  # not a saving over the plan's own format
         after = estimate(j)
-        change = _change(
-            label, "remedy", base, after, {"grad_comm_dtype": fmt, "grad_error_feedback": error_feedback}
-        )
+        change = _change(label, "remedy", base, after, {"grad_comm_dtype": fmt, "grad_error_feedback": error_feedback})
         out.append(Remedy(fmt, label, caveat, change, base.breakdown_s["dp_exposed"], after.breakdown_s["dp_exposed"]))
     return sorted(out, key=lambda r: r.change.step_after_s)
 

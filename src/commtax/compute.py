@@ -61,7 +61,9 @@ class ComputeModel:
     nccl_sms: float = 24.0  # SMs an NCCL collective holds while it runs (one CTA per channel)
     userbuffers_sms: float = 8.0  # SMs a comm-GEMM overlap (TE userbuffers) collective holds, mean per collective
     comm_hbm_bytes_per_wire_byte: float = 3.0  # HBM traffic of a collective per byte it puts on the wire
-    convert_elems_per_s: tuple[tuple[str, float], ...] = ()  # dtype conversions slower than memory (GPU.convert_Gelem_s)
+    convert_elems_per_s: tuple[
+        tuple[str, float], ...
+    ] = ()  # dtype conversions slower than memory (GPU.convert_Gelem_s)
 
     def __hash__(self) -> int:
         """The fields' hash, computed once: every op time is cached under (model, op) (``estimate.Costs``)."""
@@ -97,11 +99,19 @@ def compute_model(cluster: Cluster, precision: str, assumptions: Assumptions | N
         kernel_gap_s=a.v("kernel_gap_s"),
         cpu_op_s=a.v("cpu_op_s"),
         bf16_matmul_eff=gpu.matmul_eff(attn_precision),
-        nccl_sms=a.v("nccl_ctas_nvlink") if cluster.intra_node.kind in ("nvlink", "xgmi") else a.v("nccl_ctas_pcie"),
+        nccl_sms=_comm_sms(cluster, a),
         userbuffers_sms=a.v("userbuffers_sms"),
         comm_hbm_bytes_per_wire_byte=a.v("comm_hbm_bytes_per_wire_byte"),
         convert_elems_per_s=tuple((k, v * 1e9) for k, v in sorted(gpu.convert_Gelem_s.items())),
     )
+
+
+def _comm_sms(cluster: Cluster, a: Assumptions) -> float:
+    """Compute units a collective holds while it runs: NCCL one CTA per channel (src/enqueue.cc); gloo none — it
+    runs on host threads (TCP sends, its sums), whose memory traffic ``overlap_slowdown_s``'s HBM term prices."""
+    if cluster.collective_library == "gloo":
+        return 0.0
+    return a.v("nccl_ctas_nvlink") if cluster.intra_node.kind in ("nvlink", "xgmi") else a.v("nccl_ctas_pcie")
 
 
 def clock_fraction(gpu: GPU, a: Assumptions) -> float:

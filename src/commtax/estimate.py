@@ -426,10 +426,10 @@ def dp_timeline(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[fl
         return link, per_mb * m + last_rs, nbytes
     if not wl.dp_step:
         return 0.0, 0.0, 0.0
-    link, nbytes, times, tail, first_bucket = dp_step_parts(wl, costs)
+    parts = dp_step_parts(wl, costs)
     if not ov:
-        return link, link, nbytes
-    return link, dp_step_exposed(times, tail, first_bucket, st, job.plan.pp, job.plan.vp, m, reduce_passes(wl)), nbytes
+        return parts.link, parts.link, parts.nbytes
+    return parts.link, dp_step_exposed(parts, st, job.plan.pp, job.plan.vp, m, reduce_passes(wl)), parts.nbytes
 
 
 def reduce_passes(wl: Workload) -> int:
@@ -438,27 +438,33 @@ def reduce_passes(wl: Workload) -> int:
     return wl.micro_batches if wl.grads_sharded else 1
 
 
-def dp_step_parts(wl: Workload, costs: Costs) -> tuple[float, float, list[float], float, float]:
-    """Per-step DP traffic (ZeRO 0-2): (link time, bytes, [reduce time, gather time], last reduce bucket's time,
-    first gather bucket's time); bucketed as PyTorch DDP / Megatron-Core do. ZeRO-2 reduces every micro-batch
-    (``reduce_passes``): the reduce time and bytes are per step, all passes."""
+@dataclass(frozen=True)
+class DPStepParts:
+    """Per-step DP traffic of ZeRO 0-2, bucketed as PyTorch DDP / Megatron-Core do (``dp_step_parts``)."""
+
+    link: float  # the reduction and gather on the link, plus the codec: the DP time of the step
+    nbytes: float  # bytes sent
+    times: list[float]  # [reduce time (all passes), gather time] on the link, the codec apart
+    tail: float  # the last reduce bucket on the link
+    first_bucket: float  # the first gather bucket
+    codec: float  # the gradient codec of one reduction pass, whole gradient (``Workload.dp_codec``)
+
+
+def dp_step_parts(wl: Workload, costs: Costs) -> DPStepParts:
+    """Per-step DP traffic (ZeRO 0-2): reduce and gather time, bytes, last reduce bucket, first gather bucket, codec.
+    ZeRO-2 reduces every micro-batch (``reduce_passes``): the reduce time and bytes are per step, all passes."""
     n = reduce_passes(wl)
     nbytes = sum(costs.sent_bytes(c) * (n if i == 0 else 1) for i, c in enumerate(wl.dp_step))
     times = [bucketed_time(costs, c, wl.bucket_bytes) * (n if i == 0 else 1) for i, c in enumerate(wl.dp_step)]
     reduce_op = wl.dp_step[0]
     tail = costs.collective(Collective("bucket", reduce_op.op, min(wl.bucket_bytes, reduce_op.bytes), "dp"))
     ratio = min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
-    # a compressed format's codec (``Workload.dp_codec``) runs in each bucket's pipeline, before and after its
-    # collectives (commtax.measure.hooks, torch's hooks): it lengthens the reduction and the last bucket
     codec = sum(costs.compute(op) for op in wl.dp_codec)
-    times[0] += codec * n
-    tail += codec * min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
-    return sum(times), nbytes, times, tail, (times[1] * ratio if len(times) > 1 else 0.0)
+    first = times[1] * ratio if len(times) > 1 else 0.0
+    return DPStepParts(sum(times) + codec * n, nbytes, times, tail, first, codec)
 
 
-def dp_step_exposed(
-    times: list[float], tail: float, first_bucket: float, st: StageTime, pp: int, vp: int, m: int, passes: int = 1
-) -> float:
+def dp_step_exposed(parts: DPStepParts, st: StageTime, pp: int, vp: int, m: int, passes: int = 1) -> float:
     """Exposed part of overlapped per-step DP traffic: the reduction under the last backwards, the ZeRO-1/2
     gather under the first forwards. Interleaved 1F1B reduces and gathers each model chunk on its own
     (Megatron-Core schedules.py: grad_sync_func after a chunk's last backward, param_sync_func before its
@@ -466,14 +472,19 @@ def dp_step_exposed(
 
     With ``passes`` > 1 (ZeRO-2: one reduction per micro-batch, ``reduce_passes``) the last pass is exposed as
     above and each earlier one runs under the compute of one micro-batch (its forward and backward): what it
-    takes beyond that is exposed, (passes − 1) · max(0, r − (fwd + bwd)), r = one pass."""
+    takes beyond that is exposed, (passes − 1) · max(0, r − (fwd + bwd)), r = one pass.
+
+    The gradient codec (``Workload.dp_codec``: quantize/dequantize passes, PowerSGD's GEMMs, DDP's bucket copies)
+    is the device's own work — memory-bound kernels sharing HBM with the backward they overlap; on a CPU rank,
+    the core backward runs on — so it never hides: all of it is charged. Only the wire hides under compute."""
     v = vp if pp > 1 else 1
     spacing = min(m, pp) if v > 1 else 0
-    r = times[0] / passes
-    exposed = chunked_reduce_exposed(r, v, st.bwd / v, spacing * st.bwd / v, tail)
+    r = parts.times[0] / passes
+    exposed = chunked_reduce_exposed(r, v, st.bwd / v, spacing * st.bwd / v, parts.tail)
     exposed += (passes - 1) * max(0.0, r - (st.fwd + st.bwd))
-    if len(times) > 1:
-        exposed += chunked_gather_exposed(times[1], v, st.fwd / v, spacing * st.fwd / v, first_bucket)
+    exposed += parts.codec * passes
+    if len(parts.times) > 1:
+        exposed += chunked_gather_exposed(parts.times[1], v, st.fwd / v, spacing * st.fwd / v, parts.first_bucket)
     return exposed
 
 

@@ -549,14 +549,14 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                 dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow)[1]
                 continue
             # interleaving reduces and gathers each model chunk on its own (``estimate.dp_step_exposed``)
-            link, nbytes, times, tail, first = _est.dp_step_parts(counted, g.costs)
+            parts = _est.dp_step_parts(counted, g.costs)
             for i in vps_here:
                 exposed = _est.dp_step_exposed(
-                    times, tail, first, slow, g.base.pp, vps[i], counted.micro_batches, _est.reduce_passes(counted)
+                    parts, slow, g.base.pp, vps[i], counted.micro_batches, _est.reduce_passes(counted)
                 )
                 # as estimate.dp_exposed: the timeline's exposed part + what the hidden part costs the compute
                 dp_exposed[i, j, k, r, z, d] = exposed + _est.dp_contention(
-                    g.costs.cm, link, exposed, nbytes, slow.link
+                    g.costs.cm, parts.link, exposed, parts.nbytes, slow.link
                 )
     return states, optimizer, dp_exposed
 

@@ -289,7 +289,9 @@ def predict(
         # invert compute.gemm_efficiency at each measured shape, so the model reproduces the measured GEMMs: the rate
         # a shape-free GEMM would need, x = achieved / shape factors; the peak is raised to the largest x where the
         # cluster file's placeholder is lower (an efficiency above 1 would be clipped), the efficiency is median(x)/peak
-        x = sorted(g["tflops"] / (short_k_efficiency(g["k"]) * quantisation_efficiency(g["m"], g["n"], 1)) for g in gemm)
+        x = sorted(
+            g["tflops"] / (short_k_efficiency(g["k"]) * quantisation_efficiency(g["m"], g["n"], 1)) for g in gemm
+        )
         peak = max(gpu["peak_tflops"]["fp32"], x[-1])
         gpu["peak_tflops"] = {**gpu["peak_tflops"], "fp32": peak}
         gpu["matmul_efficiency"] = {"fp32": x[len(x) // 2] / peak}

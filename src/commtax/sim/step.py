@@ -164,16 +164,21 @@ class StepBuilder:
 
         return Chunk(tuple(units), total("fwd"), total("bwd"), total("recompute"))
 
-    def _dp(self, op: Collective, params: float) -> tuple[float, float]:
-        """(time, sent bytes) of a DP collective of the workload, cut to ``params`` parameters."""
+    def _dp(self, op: Collective, params: float, codec: bool = True) -> tuple[float, float]:
+        """(time, sent bytes) of a DP collective of the workload, cut to ``params`` parameters; with ``codec``, a
+        gradient reduction's codec runs in line with it (a reduction after backward: nothing to overlap)."""
         c = Collective(op.name, op.op, op.bytes * params / self.max_stage_params, op.group)
-        key = (op.op, c.bytes)
+        key = (op.op, c.bytes, codec)
         if key not in self._dp_cost:
             t = self.costs.collective(c)
-            if self.wl.dp_step and op is self.wl.dp_step[0]:  # the gradient codec runs in each bucket's pipeline
-                t += sum(self.costs.compute(x) for x in self.wl.dp_codec) * params / self.max_stage_params
+            if codec and self.wl.dp_step and op is self.wl.dp_step[0]:
+                t += self._codec_s(params)
             self._dp_cost[key] = (t, self.costs.sent_bytes(c))
         return self._dp_cost[key]
+
+    def _codec_s(self, params: float) -> float:
+        """The gradient codec of ``params`` gradients (``Workload.dp_codec``)."""
+        return sum(self.costs.compute(x) for x in self.wl.dp_codec) * params / self.max_stage_params
 
     # ------------------------------------------------------------------ graph
     def build(self) -> Sim:
@@ -276,9 +281,18 @@ class StepBuilder:
         return [size] * (n - 1) + [params - size * (n - 1)]
 
     def _dp_task(
-        self, dev: Device, stream: str, name: str, op: Collective, params: float, deps, meta, priority: int = 1
+        self,
+        dev: Device,
+        stream: str,
+        name: str,
+        op: Collective,
+        params: float,
+        deps,
+        meta,
+        priority: int = 1,
+        codec: bool = True,
     ) -> int:
-        t, nbytes = self._dp(op, params)
+        t, nbytes = self._dp(op, params, codec)
         dev.bytes["dp"] += nbytes
         return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority, dev.dp_link, meta + (nbytes,))
 
@@ -443,7 +457,12 @@ class StepBuilder:
                     if not self.ov.dp:
                         deps += (rs,)
                 else:
-                    dev.grads.append(self._dp_task(dev, "dp", "grad bucket", wl.dp_step[0], n, deps, meta))
+                    codec = self._codec_s(n)
+                    if (
+                        codec > 0
+                    ):  # the device runs the bucket's codec: backward goes on after it (estimate.dp_step_exposed)
+                        deps = (self.sim.task("grad codec", st["compute"], codec, deps, "dp", meta=meta),)
+                    dev.grads.append(self._dp_task(dev, "dp", "grad bucket", wl.dp_step[0], n, deps, meta, codec=False))
                     dev.buckets += 1
             if z3:
                 dev.piece_ends.append(deps)
