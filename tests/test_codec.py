@@ -115,7 +115,7 @@ def test_codec_bytes_match_the_ops_our_hook_runs(fmt, error_feedback):
         bucket_pipeline(state, 0, buf, n, all_to_all, all_gather)
     per_elem = counter.total / numel
     assert per_elem == pytest.approx(codec_bytes_per_element(fmt, n, error_feedback=error_feedback), rel=0.02)
-    # fp8 conversions, counted by the elements each cast reads: e4m3 to fp32 runs 2 + (1 + 1/n with feedback) per element
+    # fp8 conversions, counted by the elements each cast reads: e4m3 → fp32 2 + (1 + 1/n with feedback) per element
     assert counter.fp8_casts / numel == pytest.approx(sum(codec_conversions(fmt, n, error_feedback).values()))
 
 

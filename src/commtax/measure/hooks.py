@@ -99,7 +99,7 @@ class WireCounter:
 
     @contextlib.contextmanager
     def patch(self):
-        """Count every ``dist.all_reduce`` / ``all_gather_single`` / ``all_to_all_single`` / ``isend`` call meanwhile."""
+        """Count every ``dist.all_reduce`` / ``all_gather_single`` / ``all_to_all_single`` / ``isend`` meanwhile."""
 
         def nbytes(t: torch.Tensor) -> int:
             return t.numel() * t.element_size()
