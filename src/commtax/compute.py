@@ -61,9 +61,8 @@ class ComputeModel:
     nccl_sms: float = 24.0  # SMs an NCCL collective holds while it runs (one CTA per channel)
     userbuffers_sms: float = 8.0  # SMs a comm-GEMM overlap (TE userbuffers) collective holds, mean per collective
     comm_hbm_bytes_per_wire_byte: float = 3.0  # HBM traffic of a collective per byte it puts on the wire
-    convert_elems_per_s: tuple[
-        tuple[str, float], ...
-    ] = ()  # dtype conversions slower than memory (GPU.convert_Gelem_s)
+    # dtype conversions slower than the memory stream (GPU.convert_Gelem_s), elements/s
+    convert_elems_per_s: tuple[tuple[str, float], ...] = ()
 
     def __hash__(self) -> int:
         """The fields' hash, computed once: every op time is cached under (model, op) (``estimate.Costs``)."""
