@@ -13,3 +13,4 @@ for knobs in "--bucket-mb 25" "--bucket-mb 1" "--accumulate 4"; do
   $CT cluster run --cluster "$c" -- "$PY" -m commtax.measure.cli bench ddp --hook none,bf16,int8 $knobs \
       --steps 10 --cluster "$c" --out "$out/knobs_$tag.json"
 done
+"$PY" "$(dirname "$0")/plot.py" "$out"

@@ -96,6 +96,20 @@ def table(d: Path) -> str:
     return "\n".join(rows) + f"\n\nWithin 10% of the measurement: {within} of {total} rows."
 
 
+def knobs_table(d: Path) -> str:
+    """The knobs run (knobs.sh): bucket size and accumulation, measured vs predicted."""
+    rows = ["| knobs | hook | step ms measured / estimate | err | exposed comm ms measured / estimate | "
+            "compute-only ms measured / estimate |", "|---|---|---|---|---|---|"]
+    for tag, name in (("bucketmb25", "bucket 25 MiB (one bucket)"), ("bucketmb1", "bucket 1 MiB"),
+                      ("accumulate4", "accumulate 4 (4× the tokens per step)")):
+        for i, r in enumerate(load(d / f"knobs_{tag}.json")):
+            m, p, pb = r["step_time_s"], r["predicted_step_time_s"], r["predicted_breakdown_s"]
+            rows.append(f"| {name if i == 0 else ''} | {label(r)} | {m * 1e3:.0f} / {p * 1e3:.0f} | {p / m - 1:+.0%} | "
+                        f"{r['exposed_comm_s'] * 1e3:.0f} / {r['predicted_exposed_comm_s'] * 1e3:.0f} | "
+                        f"{r['compute_step_s'] * 1e3:.0f} / {(pb['compute'] + pb['optimizer']) * 1e3:.0f} |")
+    return "\n".join(rows)
+
+
 def quality_table(d: Path) -> str:
     recs = load(d / "quality.json") + load(d / "quality_ef.json")
     none = next(r for r in recs if r["hook"] == "none" and not r.get("error_feedback"))
@@ -111,5 +125,5 @@ if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "results")
     loss_curves(out)
     step_vs_link(out)
-    (out / "table.md").write_text(table(out) + "\n\n" + quality_table(out) + "\n")
+    (out / "table.md").write_text(table(out) + "\n\n" + knobs_table(out) + "\n\n" + quality_table(out) + "\n")
     print(f"wrote {out / 'loss_curves.png'}, {out / 'step_vs_link.png'} and {out / 'table.md'}")
