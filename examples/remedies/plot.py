@@ -98,15 +98,23 @@ def table(d: Path) -> str:
 
 def knobs_table(d: Path) -> str:
     """The knobs run (knobs.sh): bucket size and accumulation, measured vs predicted."""
-    rows = ["| knobs | hook | step ms measured / estimate | err | exposed comm ms measured / estimate | "
-            "compute-only ms measured / estimate |", "|---|---|---|---|---|---|"]
-    for tag, name in (("bucketmb25", "bucket 25 MiB (one bucket)"), ("bucketmb1", "bucket 1 MiB"),
-                      ("accumulate4", "accumulate 4 (4× the tokens per step)")):
+    rows = [
+        "| knobs | hook | step ms measured / estimate | err | exposed comm ms measured / estimate | "
+        "compute-only ms measured / estimate |",
+        "|---|---|---|---|---|---|",
+    ]
+    for tag, name in (
+        ("bucketmb25", "bucket 25 MiB (one bucket)"),
+        ("bucketmb1", "bucket 1 MiB"),
+        ("accumulate4", "accumulate 4 (4× the tokens per step)"),
+    ):
         for i, r in enumerate(load(d / f"knobs_{tag}.json")):
             m, p, pb = r["step_time_s"], r["predicted_step_time_s"], r["predicted_breakdown_s"]
-            rows.append(f"| {name if i == 0 else ''} | {label(r)} | {m * 1e3:.0f} / {p * 1e3:.0f} | {p / m - 1:+.0%} | "
-                        f"{r['exposed_comm_s'] * 1e3:.0f} / {r['predicted_exposed_comm_s'] * 1e3:.0f} | "
-                        f"{r['compute_step_s'] * 1e3:.0f} / {(pb['compute'] + pb['optimizer']) * 1e3:.0f} |")
+            rows.append(
+                f"| {name if i == 0 else ''} | {label(r)} | {m * 1e3:.0f} / {p * 1e3:.0f} | {p / m - 1:+.0%} | "
+                f"{r['exposed_comm_s'] * 1e3:.0f} / {r['predicted_exposed_comm_s'] * 1e3:.0f} | "
+                f"{r['compute_step_s'] * 1e3:.0f} / {(pb['compute'] + pb['optimizer']) * 1e3:.0f} |"
+            )
     return "\n".join(rows)
 
 
