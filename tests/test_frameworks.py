@@ -1,22 +1,14 @@
 """Frameworks as facts: presets from catalog/frameworks.yaml set the plan's software defaults; fields win."""
 
+from typing import get_args
+
 import pytest
 from conftest import job_dict
 
 from commtax.errors import SpecError
-from commtax.spec import frameworks, load_job
+from commtax.spec import FrameworkName, frameworks, load_job
 
-NAMES = {
-    "megatron-core",
-    "nemo",
-    "megatron-lm",
-    "megatron-deepspeed",
-    "deepspeed",
-    "torchtitan",
-    "fsdp",
-    "pytorch-ddp",
-    "custom",
-}
+NAMES = set(get_args(FrameworkName))  # the plan field's choices: the catalog must hold exactly these
 
 
 def test_every_framework_has_a_sourced_preset():

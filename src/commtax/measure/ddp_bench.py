@@ -24,6 +24,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -338,17 +339,28 @@ def predict(
     }
 
 
+def median_seconds(
+    run: Callable[[], object], iters: int, warmup: int = 1, before: Callable[[], object] | None = None
+) -> float:
+    """Median wall time of ``run()`` over ``iters`` timed calls, after ``warmup`` untimed ones; ``before()`` runs
+    untimed ahead of each timed call."""
+    for _ in range(warmup):
+        run()
+    ts = []
+    for _ in range(iters):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        run()
+        ts.append(time.perf_counter() - t0)
+    return sorted(ts)[len(ts) // 2]
+
+
 def memcpy_bw_GBps(nbytes: int = 64 * 2**20, iters: int = 5) -> float:
     """Read + write bandwidth of a large tensor copy on this rank (the roofline's memory term), GB/s."""
     a = torch.ones(nbytes // 4)
     b = torch.empty_like(a)
-    b.copy_(a)
-    ts = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        b.copy_(a)
-        ts.append(time.perf_counter() - t0)
-    return 2 * nbytes / sorted(ts)[len(ts) // 2] / 1e9
+    return 2 * nbytes / median_seconds(lambda: b.copy_(a), iters) / 1e9
 
 
 LLC_FLUSH_BYTES = 256 * 2**20  # larger than any last-level cache the bench runs on
@@ -376,14 +388,7 @@ def calibrate_compute(cfg: DDPBenchConfig, warmup: int = 1, iters: int = 7) -> d
             ("dgrad", lambda dy=dy, w=w: dy @ w.t(), (m, k, n)),
             ("wgrad", lambda x=x, dy=dy: x.t() @ dy, (k, n, m)),
         ):
-            for _ in range(warmup):
-                run()
-            ts = []
-            for _ in range(iters):
-                flush.zero_()
-                t0 = time.perf_counter()
-                run()
-                ts.append(time.perf_counter() - t0)
+            t = median_seconds(run, iters, warmup, before=flush.zero_)
             recs.append(
                 {
                     "op": "gemm",
@@ -393,7 +398,7 @@ def calibrate_compute(cfg: DDPBenchConfig, warmup: int = 1, iters: int = 7) -> d
                     "k": shape[2],
                     "dtype": "fp32",
                     "flop": 2 * m * n * k,
-                    "time_s": sorted(ts)[len(ts) // 2],
+                    "time_s": t,
                 }
             )
     conv = convert_seconds_per_elem()
@@ -418,13 +423,7 @@ def convert_seconds_per_elem(numel: int = 2**21, iters: int = 5) -> dict[str, fl
         src, dst = c.split("->")
         a = x if src == "fp32" else x.to(FP8_DTYPES[src])
         dtype = torch.float32 if dst == "fp32" else FP8_DTYPES[dst]
-        a.to(dtype)
-        ts = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            a.to(dtype)
-            ts.append(time.perf_counter() - t0)
-        out[c] = sorted(ts)[len(ts) // 2] / numel
+        out[c] = median_seconds(lambda a=a, dtype=dtype: a.to(dtype), iters) / numel
     return out
 
 
