@@ -29,10 +29,10 @@ for N in (2 * 2**20, 8 * 2**20):
     out = torch.zeros_like(full)
     part = torch.zeros(N // n, dtype=torch.uint8)
     f32 = torch.zeros(N // 4)
-    res[f"a2a {N >> 20}MiB"] = t(lambda: dist.all_to_all_single(out, full))
-    res[f"ag_into {N >> 20}MiB"] = t(lambda: dist.all_gather_into_tensor(out, part))
-    res[f"ag list {N >> 20}MiB"] = t(lambda: dist.all_gather(list(out.chunk(n)), part))
-    res[f"ar {N >> 20}MiB"] = t(lambda: dist.all_reduce(f32))
+    res[f"a2a {N >> 20}MiB"] = t(lambda out=out, full=full: dist.all_to_all_single(out, full))
+    res[f"ag_into {N >> 20}MiB"] = t(lambda out=out, part=part: dist.all_gather_into_tensor(out, part))
+    res[f"ag list {N >> 20}MiB"] = t(lambda out=out, part=part: dist.all_gather(list(out.chunk(n)), part))
+    res[f"ar {N >> 20}MiB"] = t(lambda f32=f32: dist.all_reduce(f32))
     res[f"bus wire {N >> 20}MiB"] = (n - 1) / n * N / 12.5e6
     res[f"bus wire ar {N >> 20}MiB"] = 2 * (n - 1) / n * N / 12.5e6
 if r == 0:
