@@ -148,6 +148,22 @@ def test_search_refuses_zero_stages_the_framework_cannot_run():
     assert int((zeros >= 2).sum()) == 2 * 2 * 3 * 2  # zero 2,3 x micro-batch 1,2 x recompute x sequence_parallel
 
 
+def test_a_zero_stage_the_user_names_is_searched_as_asked():
+    # estimate prices a plan that states zero 3 under megatron-core (with a note); --fix zero / --zero 3 must not
+    # then find "no valid plan": the stage the user named is searched, the ones the defaults add are still refused
+    d = small_job(framework="megatron-core")
+    d["plan"]["zero"] = 3
+    job = load_job(d)
+    base = {"tp": "2", "pp": "2", "cp": "1", "vp": "1", "micro_batch": "1"}
+    fixed = search(job, Space.parse(base, fix=("zero",)), workers=1)
+    assert fixed.valid.any() and set(fixed.plans[:, COLUMNS.index("zero")]) == {3}
+    listed = search(job, Space.parse({**base, "zero": "2,3"}), workers=1)
+    assert listed.valid[listed.plans[:, COLUMNS.index("zero")] == 3].all()
+    assert listed.valid[listed.plans[:, COLUMNS.index("zero")] == 2].all()
+    default = search(job, Space.parse(base), workers=1)
+    assert not default.valid[default.plans[:, COLUMNS.index("zero")] >= 2].any()
+
+
 def test_constraint_parsing():
     assert parse_constraint("tp", "1,2,4").values == (1, 2, 4)
     c = parse_constraint("pp", "2..8")

@@ -159,6 +159,13 @@ class Space:
                 raise SpecError(f"--fix: unknown field {f!r}; searchable fields: {', '.join(SEARCH_FIELDS)}")
         return Space(cons, fix)
 
+    def asked(self, fieldname: str, job: Job) -> frozenset:
+        """Values of ``fieldname`` the user named: pinned with ``fix`` or listed in a constraint (not a range)."""
+        if fieldname in self.fix:
+            return frozenset({getattr(job.plan, fieldname)})
+        c = self.constraints.get(fieldname)
+        return frozenset(c.values) if c is not None and c.values is not None else frozenset()
+
     def values(self, job: Job, fieldname: str, fixed: dict[str, Any], raw: dict) -> list[Any]:
         if fieldname in self.fix:
             return [getattr(job.plan, fieldname)]
@@ -366,6 +373,7 @@ class _Base:
     pp: int
     cp: int
     axes: dict[str, list[Any]]  # vp, micro_batch, sequence_parallel, zero, recompute, grad_comm_dtype
+    asked_zero: frozenset[int] = frozenset()  # stages the user named (--fix zero, --zero 3): searched as asked
 
 
 AXES = ("vp", "micro_batch", "sequence_parallel", "zero", "recompute", "grad_comm_dtype")
@@ -398,7 +406,7 @@ def _bases(job: Job, space: Space) -> tuple[list[_Base], Counter, dict[str, str]
         }
         if any(not v for v in axes.values()):
             continue
-        out.append(_Base(tp, pp, cp, axes))
+        out.append(_Base(tp, pp, cp, axes, space.asked("zero", job)))
     return out, skipped, examples
 
 
@@ -607,11 +615,12 @@ def _framework_zero_mask(
     job: Job, base: _Base, valid: np.ndarray, invalid: Counter, examples: dict[str, str]
 ) -> np.ndarray:
     """Plans whose ZeRO stage the job's framework cannot run (``spec.zero_refusal``) made invalid, counted by
-    reason: the zero axis is not part of the per-job validator pass (``_valid_jobs``)."""
+    reason: the zero axis is not part of the per-job validator pass (``_valid_jobs``). A stage the user named
+    (``--fix zero``, ``--zero 3``) is searched as asked, as ``estimate`` prices a plan that states it."""
     zero_axis = AXES.index("zero")
     for z, zero in enumerate(base.axes["zero"]):
         msg = zero_refusal(job.plan.framework, zero)
-        if msg is None:
+        if msg is None or zero in base.asked_zero:
             continue
         index = [slice(None)] * valid.ndim
         index[zero_axis] = z
