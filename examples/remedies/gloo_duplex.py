@@ -14,13 +14,6 @@ import time
 import torch
 import torch.distributed as dist
 
-dist.init_process_group("gloo")
-rank, n = dist.get_rank(), dist.get_world_size()
-up, down = dist.new_group(list(range(n))), dist.new_group(list(range(n)))
-N = 4 * 2**20  # bytes per rank; each rank keeps 1/n and sends the rest
-S = N // n
-full, out = torch.zeros(N, dtype=torch.uint8), torch.zeros(N, dtype=torch.uint8)
-
 
 def timed(fn, iters: int = 7) -> float:
     fn()
@@ -34,34 +27,49 @@ def timed(fn, iters: int = 7) -> float:
     return statistics.median(ts)
 
 
-def p2p(segment: int | None = None, two_groups: bool = False):
+def p2p(rank: int, n: int, full: torch.Tensor, out: torch.Tensor, segment: int | None = None, groups=None):
+    """Send block p of ``full`` to every rank p and receive its block into ``out``, all at once; ``groups``:
+    (up, down), the lower rank of a pair sending on ``up``, the higher on ``down``."""
+    size = full.numel() // n
+
     def run():
         works = []
         for p in range(n):
             if p == rank:
                 continue
-            step = segment or S
-            for o in range(0, S, step):
-                send_group = (up if rank < p else down) if two_groups else None
-                recv_group = (up if p < rank else down) if two_groups else None
-                works.append(dist.isend(full[p * S + o : p * S + o + step], p, group=send_group))
-                works.append(dist.irecv(out[p * S + o : p * S + o + step], p, group=recv_group))
+            step = segment or size
+            for o in range(0, size, step):
+                send_group = (groups[0] if rank < p else groups[1]) if groups else None
+                recv_group = (groups[0] if p < rank else groups[1]) if groups else None
+                works.append(dist.isend(full[p * size + o : p * size + o + step], p, group=send_group))
+                works.append(dist.irecv(out[p * size + o : p * size + o + step], p, group=recv_group))
         for w in works:
             w.wait()
 
     return run
 
 
-rows = {
-    "all_reduce fp32, 4 MiB (ring: 2 MiB each way, twice)": lambda: dist.all_reduce(full.view(torch.float32)),
-    "all_to_all_single, equal splits": lambda: dist.all_to_all_single(out, full),
-    "all_to_all_single, explicit splits": lambda: dist.all_to_all_single(out, full, [S] * n, [S] * n),
-    "isend/irecv, one group": p2p(),
-    "isend/irecv, one group, 64 KiB pieces": p2p(64 * 1024),
-    "isend/irecv, one group per direction": p2p(two_groups=True),
-}
-res = {name: timed(fn) for name, fn in rows.items()}
-if rank == 0:
-    for name, t in res.items():
-        print(f"{name:55s} {t * 1e3:8.1f} ms")
-dist.destroy_process_group()
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    up, down = dist.new_group(list(range(n))), dist.new_group(list(range(n)))
+    N = 4 * 2**20  # bytes per rank; each rank keeps 1/n and sends the rest
+    S = N // n
+    full, out = torch.zeros(N, dtype=torch.uint8), torch.zeros(N, dtype=torch.uint8)
+    rows = {
+        "all_reduce fp32, 4 MiB (ring: 2 MiB each way, twice)": lambda: dist.all_reduce(full.view(torch.float32)),
+        "all_to_all_single, equal splits": lambda: dist.all_to_all_single(out, full),
+        "all_to_all_single, explicit splits": lambda: dist.all_to_all_single(out, full, [S] * n, [S] * n),
+        "isend/irecv, one group": p2p(rank, n, full, out),
+        "isend/irecv, one group, 64 KiB pieces": p2p(rank, n, full, out, 64 * 1024),
+        "isend/irecv, one group per direction": p2p(rank, n, full, out, groups=(up, down)),
+    }
+    res = {name: timed(fn) for name, fn in rows.items()}
+    if rank == 0:
+        for name, t in res.items():
+            print(f"{name:55s} {t * 1e3:8.1f} ms")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

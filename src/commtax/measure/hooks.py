@@ -17,13 +17,12 @@ Our quantized hooks: a sum of quantized values cannot be all-reduced in the quan
     → dequantize, sum, average (fp32) → requantize → all_gather of the packed shards → dequantize
 
 On gloo the two exchanges are point-to-point sends and receives over ``DuplexPairs``: two gloo
-groups over the same ranks, so that each TCP connection carries one direction of a pair. gloo
-moves one message at a time per pair and direction on a connection (measured on a 2-node
-100 Mbit/s emulated cluster, 2 MiB each way: 335 ms through ``all_to_all_single``, equal splits
-or not, and through isend/irecv on one group; 173 ms with one group per direction; the ring model
-says 168 ms, and a plain TCP socket pair moves both directions in 169 ms), so the collectives
-ran at half the link rate. NCCL is full duplex: there the hook calls ``all_to_all_single`` and
-the flat all-gather.
+groups over the same ranks, so that each TCP connection carries one direction of a pair. Over one
+connection gloo does not give both directions the link (2-node emulated cluster, 2 MiB each way:
+at 100 Mbit/s 335 ms through ``all_to_all_single`` or isend/irecv on one group, 173 ms with one
+group per direction, 168 ms on the wire, 169 ms for a plain TCP socket pair; at 300 Mbit/s
+``all_to_all_single`` 113 ms, one group 65 ms, two groups 57 ms, wire 56 ms; docs/remedies.md).
+NCCL is full duplex: there the hook calls ``all_to_all_single`` and the flat all-gather.
 
 Each rank sends (n−1)/n of its packed bucket in the all_to_all and (n−1)/n in the all_gather:
 2(n−1)/n · numel · b bytes, exactly a ring all-reduce's traffic at b = bytes per element of the
@@ -148,10 +147,10 @@ class QuantState:
 class DuplexPairs:
     """Point-to-point exchanges among a group's ranks, each direction of a pair on its own gloo connection.
 
-    gloo keeps one TCP connection per pair of ranks in a group and moves one message at a time per
-    connection (the reader and the writer of a pair take turns), so when two ranks send to each other
-    at once each direction gets half the link (module doc). Two groups over the same ranks give every
-    pair two connections: the lower rank sends on ``up``, the higher on ``down``.
+    gloo keeps one TCP connection per pair of ranks in a group; when two ranks send to each other at once
+    over it, the directions do not both get the link (half of it each at 100 Mbit/s: module doc). Two
+    groups over the same ranks give every pair two connections: the lower rank sends on ``up``, the
+    higher on ``down``.
     Must be built on every rank of the default group, in the same order (``dist.new_group``).
     """
 
