@@ -28,7 +28,7 @@ MiB = 2**20
 
 
 def cli(*args: str) -> None:
-    subprocess.run([PY, "-m", "commtax.measure.cli", *args], check=True)
+    subprocess.run([PY, "-m", "commtax.cli.measure", *args], check=True)
 
 
 def sweep(cluster: Path, out: Path, *bench_args: str) -> list[dict]:
@@ -41,7 +41,7 @@ def sweep(cluster: Path, out: Path, *bench_args: str) -> list[dict]:
         "--",
         PY,
         "-m",
-        "commtax.measure.cli",
+        "commtax.cli.measure",
         "bench",
         "collective",
         "--out",

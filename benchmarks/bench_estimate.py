@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from commtax.errors import SpecError
-from commtax.estimate import estimate
+from commtax.schedule.analytical import estimate
 from commtax.spec import job_with, load_job
 
 REPO = Path(__file__).resolve().parents[1]

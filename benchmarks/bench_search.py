@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from commtax.estimate import estimate  # noqa: E402
-from commtax.search import Space, agreement, job_for, search  # noqa: E402
+from commtax.decide.search import Space, agreement, job_for, search  # noqa: E402
+from commtax.schedule.analytical import estimate  # noqa: E402
 from commtax.spec import load_job  # noqa: E402
 
 DEFAULT_JOB = REPO / "examples" / "compare" / "gpt3-175b-4096-h100.yaml"

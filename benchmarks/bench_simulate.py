@@ -33,7 +33,7 @@ def one_core() -> None:
 
 def engine_only(repeats: int = 3) -> float:
     """Events per CPU second of the event core alone (Sim.run on a built graph)."""
-    from commtax.sim.step import StepBuilder
+    from commtax.schedule.sim.step import StepBuilder
     from commtax.spec import load_job
 
     job = load_job(JOB)
@@ -48,7 +48,7 @@ def engine_only(repeats: int = 3) -> float:
 
 def in_process(repeats: int = 3) -> tuple[float, float, int]:
     """(best wall s, best CPU s, events) of simulate(job), after one warm-up run."""
-    from commtax.sim import simulate
+    from commtax.schedule.sim import simulate
     from commtax.spec import load_job
 
     job = load_job(JOB)
@@ -81,7 +81,7 @@ def cli_command() -> list[str]:
     exe = Path(sys.executable).with_name("commtax")
     if exe.exists():
         return [str(exe), "simulate", str(JOB)]
-    return [sys.executable, "-m", "commtax.sim.cli", str(JOB)]
+    return [sys.executable, "-m", "commtax.cli.simulate", str(JOB)]
 
 
 def main() -> int:

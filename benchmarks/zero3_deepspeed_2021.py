@@ -13,7 +13,7 @@ forward (full activation checkpointing) and again for the backward. Gradients ar
 
 Exposed DP time per step
     = Σ_gathers [NCCL all_gather(tensor) + n · t_copy] + Σ_buckets [reduce_scatter + n · t_copy]
-with NCCL's times from commtax.collectives (DP group = all GPUs, all NICs of a node) and t_copy the host
+with NCCL's times from commtax.costs.collectives (DP group = all GPUs, all NICs of a node) and t_copy the host
 cost of one small eager ``copy_`` launch (5-10 µs; not fitted here: both ends are printed). The estimate
 now carries it as a framework fact (catalog/frameworks.yaml ``zero3_gather: per_parameter_sync``, applied by
 ``validate`` to DeepSpeed runs published before 2022; ``estimate.per_parameter_sync_time``), with the
@@ -26,11 +26,11 @@ from __future__ import annotations
 import csv
 import sys
 
-from commtax.collectives import collective_cost
-from commtax.plans import best_plan
+from commtax.costs.collectives import collective_cost
+from commtax.costs.topology import placement
+from commtax.decide.plans import best_plan
+from commtax.decide.validate import run_job_raw
 from commtax.spec import Cluster, build, load_catalog, resolve_cluster
-from commtax.topology import placement
-from commtax.validate import run_job_raw
 
 BUCKET_ELEMENTS = 5e8  # DeepSpeed reduce_bucket_size default
 GATHERS_PER_PARAM = 3  # forward, recomputed forward, backward

@@ -10,8 +10,8 @@ import yaml
 from conftest import job_dict
 from typer.testing import CliRunner
 
-from commtax.advise import FD_REL, advise, sensitivities, with_intra, with_network
-from commtax.estimate import estimate
+from commtax.decide.advise import FD_REL, advise, sensitivities, with_intra, with_network
+from commtax.schedule.analytical import estimate
 from commtax.spec import job_with, load_job
 
 # the seed article's LLaMA-2 70B, 256 H100, DP=8 PP=4 TP=8 (examples/llama2-70b-h100.yaml)
@@ -82,7 +82,7 @@ def test_sensitivities_are_central_differences(advice):
 
 
 def test_cli_advise_json(tmp_path):
-    from commtax.cli import app, register_commands
+    from commtax.cli.main import app, register_commands
 
     register_commands()
     f = tmp_path / "job.yaml"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from commtax.measure.cli import bench_app
+from commtax.cli.measure import bench_app
 from commtax.measure.results import ResultFile, load_records
 from commtax.measure.testing import cli
 
@@ -92,7 +92,7 @@ def test_hung_rank_is_named_and_the_others_exit_within_the_timeout(tmp_path):
         [
             sys.executable,
             "-m",
-            "commtax.measure.cli",
+            "commtax.cli.measure",
             "bench",
             "collective",
             "--nproc",
@@ -224,7 +224,7 @@ def test_p2p_without_gpus_says_so_and_measures_memcpy(tmp_path):
 
 def test_dist_cli_does_not_import_torch():
     code = (
-        "import sys, commtax.measure.cli, commtax.measure.calibrate, commtax.measure.schedules; "
+        "import sys, commtax.cli.measure, commtax.measure.calibrate, commtax.measure.schedules; "
         "print('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

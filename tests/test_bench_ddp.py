@@ -13,8 +13,8 @@ import sys
 import pytest
 import yaml
 
-from commtax.comm_dtypes import bytes_per_element
 from commtax.measure.testing import cli, records, require_netns
+from commtax.spec.wire_dtypes import bytes_per_element
 
 pytest.importorskip("torch")
 
@@ -143,8 +143,8 @@ def test_prediction_and_accumulation_knobs(tmp_path):
     # the codec: bytes per element over the measured copy bandwidth × memory efficiency — DDP's copies of the
     # gradients into their buckets and back (framework pytorch-ddp: 16 B per fp32 element) for every hook, and
     # int8's own passes (comm_dtypes.codec_bytes_per_element) on top
-    from commtax.assumptions import default_assumptions
-    from commtax.comm_dtypes import codec_bytes_per_element
+    from commtax.spec.assumptions import default_assumptions
+    from commtax.spec.wire_dtypes import codec_bytes_per_element
 
     i8, none = recs["int8"], recs["none"]
     bw = i8["calibration"]["mem_bw_GBps"] * 1e9 * default_assumptions().v("memory_efficiency")
@@ -175,7 +175,7 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
 
 def test_estimate_path_does_not_import_torch():
     code = (
-        "import sys, commtax.spec, commtax.estimate, commtax.comm_dtypes, commtax.advise; "
+        "import sys, commtax.spec, commtax.schedule.analytical, commtax.spec.wire_dtypes, commtax.decide.advise; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
@@ -197,7 +197,7 @@ def test_bench_ddp_under_the_emulated_cluster(tmp_path):
             "--",
             sys.executable,
             "-m",
-            "commtax.measure.cli",
+            "commtax.cli.measure",
             "bench",
             "ddp",
             "--hook",

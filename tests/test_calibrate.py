@@ -6,9 +6,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from commtax import collectives as C
+from commtax.cli.measure import calibrate_command
+from commtax.costs import collectives as C
 from commtax.measure.calibrate import calibrate, compare, levels_from_cluster, model_time_s
-from commtax.measure.cli import calibrate_command
 from commtax.units import GB, US, MiB
 
 CLUSTER = {
@@ -68,8 +68,8 @@ def test_before_calibration_error_is_the_bandwidth_gap():
 
 
 def test_profile_is_what_the_spec_and_topology_read(tmp_path):
+    from commtax.costs.topology import inter_level
     from commtax.spec import Cluster, build, load_catalog, resolve_cluster
-    from commtax.topology import inter_level
 
     prof = calibrate(synthetic(150 * US, 30e6), CLUSTER, source="test")
     (tmp_path / "profile.yaml").write_text(yaml.safe_dump(prof))
@@ -110,9 +110,9 @@ def test_calibrate_cli_prints_residuals_and_writes_profile(tmp_path):
     assert r.exit_code == 0, r.output
     assert "+0.0%" in r.output and yaml.safe_load((tmp_path / "p.yaml").read_text())["levels"]["inter"]
     # the calibrated cluster file drives the predictor: collective_cost now sees the fitted 30 MB/s, 100 µs
-    from commtax.collectives import collective_cost
+    from commtax.costs.collectives import collective_cost
+    from commtax.costs.topology import placement
     from commtax.spec import Cluster, build, load_catalog, resolve_cluster
-    from commtax.topology import placement
 
     cluster = build(Cluster, resolve_cluster(str(tmp_path / "cp.yaml"), load_catalog()), "cluster")
     t = collective_cost("all_reduce", 4 * MiB, placement(cluster, 4, 1, "all_reduce"), "ring").time_s

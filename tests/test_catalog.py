@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from commtax.errors import SpecError
-from commtax.estimate import estimate
+from commtax.schedule.analytical import estimate
 from commtax.spec import CATALOG_DIR, _builtin_catalog, load_job
 
 # added for published runs on hardware the catalog lacked (issue 8)
@@ -120,7 +120,7 @@ def test_bf16_on_v100_is_one_clear_error():
 def test_bf16_on_v100_exits_2_with_one_line(tmp_path):
     from typer.testing import CliRunner
 
-    from commtax.cli import app, register_commands
+    from commtax.cli.main import app, register_commands
 
     register_commands()
     path = tmp_path / "job.yaml"

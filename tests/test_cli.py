@@ -8,7 +8,7 @@ import yaml
 from conftest import REPO, job_dict
 from typer.testing import CliRunner
 
-from commtax.cli import app, register_commands
+from commtax.cli.main import app, register_commands
 
 register_commands()
 runner = CliRunner()
@@ -246,7 +246,7 @@ def test_estimate_path_imports_neither_torch_nor_matplotlib():
     import sys
 
     code = (
-        "import sys; from commtax.cli import main; sys.argv=['commtax','estimate',"
+        "import sys; from commtax.cli.main import main; sys.argv=['commtax','estimate',"
         f"{str(REPO / 'examples' / 'llama2-70b-h100.yaml')!r},'--json'];\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "bad = [m for m in ('torch', 'matplotlib') if m in sys.modules]\n"
@@ -287,7 +287,7 @@ NARROW = ("--cp", "1", "--vp", "1", "--zero", "1", "--micro-batch", "1")  # a sm
 
 @pytest.fixture
 def at_80_columns():
-    from commtax.cli_io import console
+    from commtax.cli.io import console
 
     width = console.width
     console.width = 80
@@ -352,7 +352,7 @@ def test_wide_adds_columns_past_80(at_80_columns, tmp_path):
 
 
 def test_plan_label_is_one_token():
-    from commtax.report.table import plan_label
+    from commtax.decide.plans import plan_label
 
     p = {
         "tp": 8,
@@ -428,8 +428,8 @@ def test_max_mape_is_printed_to_one_decimal(validation_dir):
 
 # ----------------------------------------------------------------------------- cost
 def test_cost_of_one_job(tmp_path):
-    from commtax.cost import HOUR_S, load_prices
-    from commtax.estimate import estimate as run_estimate
+    from commtax.decide.cost import HOUR_S, load_prices
+    from commtax.schedule.analytical import estimate as run_estimate
     from commtax.spec import load_job
 
     job_file = write_job(tmp_path, SMALL)

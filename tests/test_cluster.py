@@ -67,8 +67,8 @@ def test_up_writes_the_cluster_it_built_and_down_removes_it(cluster_file):
     ).stdout
     assert "tbf" in uplink and "100Mbit" in uplink and emu["leaves"] == [0, 1]
     # the job-file side reads it: 0.2 Gbit/s over 2 ranks is 12.5 MB/s per GPU
+    from commtax.costs.topology import inter_level
     from commtax.spec import Cluster, build, load_catalog, resolve_cluster
-    from commtax.topology import inter_level
 
     cluster = build(Cluster, resolve_cluster(str(path), load_catalog()), "cluster")
     assert inter_level(cluster).bw_bytes_per_s == pytest.approx(0.2e9 / 8 / 2)
@@ -84,7 +84,7 @@ def test_measured_link_bandwidth_is_the_tc_rate(cluster_file):
 
 
 def test_without_root_says_so_and_exits_2(monkeypatch):
-    from commtax.measure.cli import cluster_app
+    from commtax.cli.measure import cluster_app
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     r = CliRunner().invoke(cluster_app, ["up", "--nodes", "2"])
@@ -92,7 +92,7 @@ def test_without_root_says_so_and_exits_2(monkeypatch):
 
 
 def test_bad_link_rate_exits_2():
-    from commtax.measure.cli import cluster_app
+    from commtax.cli.measure import cluster_app
 
     r = CliRunner().invoke(cluster_app, ["up", "--link", "fast"])
     assert r.exit_code == 2 and "--link" in r.output and "300mbit" in r.output
@@ -118,7 +118,7 @@ def test_ctrl_c_on_run_kills_every_rank(cluster_file):
     require_netns()
     path, spec = cluster_file("--nodes", "2", "--link", "100mbit")
     p = subprocess.Popen(
-        [sys.executable, "-m", "commtax.measure.cli", "cluster", "run", "--cluster", str(path), "--", "sleep", "300"],
+        [sys.executable, "-m", "commtax.cli.measure", "cluster", "run", "--cluster", str(path), "--", "sleep", "300"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -146,9 +146,9 @@ UPLINK_CLUSTER = {  # what `cluster up --nodes 4 --ranks-per-node 2 --link 1gbit
 
 
 def test_uplink_caps_a_ring_that_spans_both_halves():
-    from commtax.collectives import collective_cost
+    from commtax.costs.collectives import collective_cost
+    from commtax.costs.topology import placement
     from commtax.spec import Cluster
-    from commtax.topology import placement
 
     c = Cluster.model_validate(UPLINK_CLUSTER)
     S = 2 * 2**20
@@ -226,7 +226,7 @@ def test_up_interrupted_while_building_leaves_no_namespace_and_no_record(tmp_pat
     require_netns()
     out = tmp_path / "big.yaml"
     p = subprocess.Popen(
-        [sys.executable, "-m", "commtax.measure.cli", "cluster", "up", "--nodes", "60", "--out", str(out)],
+        [sys.executable, "-m", "commtax.cli.measure", "cluster", "up", "--nodes", "60", "--out", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -42,7 +42,7 @@ def sweep(cluster, out, *args, timeout=240):
         "--",
         sys.executable,
         "-m",
-        "commtax.measure.cli",
+        "commtax.cli.measure",
         *PY_BENCH,
         "--out",
         str(out),

@@ -6,10 +6,12 @@ import dataclasses
 import pytest
 from conftest import job_dict
 
-from commtax.comm_dtypes import codec_bytes_per_element, codec_conversions
-from commtax.estimate import Costs, estimate
-from commtax.spec import SpecError, load_job
-from commtax.workload import build_workload, powersgd_codec_ops, stage_params
+from commtax.costs.pricing import Costs
+from commtax.errors import SpecError
+from commtax.schedule.analytical import estimate
+from commtax.spec import load_job
+from commtax.spec.wire_dtypes import codec_bytes_per_element, codec_conversions
+from commtax.workload.step import build_workload, powersgd_codec_ops, stage_params
 
 
 def test_cast_hooks_move_16_bytes_per_fp32_element():
@@ -201,7 +203,7 @@ def test_codec_lengthens_the_exposed_reduction_by_its_memory_time():
 
 
 def test_simulator_sees_the_codec_too():
-    from commtax.sim import simulate
+    from commtax.schedule.sim import simulate
 
     job = _bench_job("int4")
     wl = build_workload(job)

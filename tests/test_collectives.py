@@ -6,7 +6,7 @@ import math
 import pytest
 import yaml
 
-from commtax.collectives import (
+from commtax.costs.collectives import (
     NCCL_TUNING_FILE,
     Level,
     Placement,

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from commtax.compare import (
+from commtax.decide.compare import (
     ARTICLE_256,
     compare,
     jobs_for_gpus,
@@ -17,9 +17,9 @@ from commtax.compare import (
     pareto_points,
     scaling,
 )
-from commtax.cost import load_prices
-from commtax.estimate import estimate
-from commtax.search import Space, job_for, search
+from commtax.decide.cost import load_prices
+from commtax.decide.search import Space, job_for, search
+from commtax.schedule.analytical import estimate
 from commtax.spec import load_job
 from commtax.units import SECONDS_PER_DAY
 
@@ -153,7 +153,7 @@ def test_article_numbers_are_recorded():
 
 
 def _app():
-    from commtax.cli import app, register_commands
+    from commtax.cli.main import app, register_commands
 
     register_commands()
     return app
@@ -202,7 +202,7 @@ def test_cli_compare_bad_input(tmp_path):
 
 
 def test_cheapest_cluster_within_a_deadline(rows):
-    from commtax.compare import cheapest_within
+    from commtax.decide.compare import cheapest_within
 
     h, a = rows
     assert h.cost.days < a.cost.days
@@ -215,7 +215,7 @@ def test_cheapest_cluster_within_a_deadline(rows):
 
 
 def test_gpu_counts_multiply_the_clusters():
-    from commtax.compare import with_gpu_counts
+    from commtax.decide.compare import with_gpu_counts
     from commtax.errors import SpecError
 
     job = load_job(small_job())

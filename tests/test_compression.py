@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from commtax.comm_dtypes import CHUNK_ELEMS, FORMATS, bytes_per_element, packed_bytes, powersgd_bytes
+from commtax.spec.wire_dtypes import CHUNK_ELEMS, FORMATS, bytes_per_element, packed_bytes, powersgd_bytes
 
 torch = pytest.importorskip("torch")
 from commtax.measure.compression import (  # noqa: E402

@@ -3,8 +3,7 @@
 import pytest
 from conftest import job_dict
 
-from commtax.assumptions import default_assumptions
-from commtax.compute import (
+from commtax.costs.compute import (
     ComputeModel,
     attention_efficiency,
     compute_model,
@@ -14,7 +13,8 @@ from commtax.compute import (
     short_k_efficiency,
 )
 from commtax.spec import load_job
-from commtax.workload import Compute
+from commtax.spec.assumptions import default_assumptions
+from commtax.workload.step import Compute
 
 # gap 3 µs per kernel on the GPU, 5 µs per kernel on the host (catalog/assumptions.yaml)
 CM = ComputeModel(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from commtax.cost import (
+from commtax.decide.cost import (
     HOUR_S,
     KWH_J,
     YEAR_DAYS,

@@ -5,7 +5,8 @@ from conftest import job_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commtax.estimate import BREAKDOWN_KEYS, estimate
+from commtax.schedule.analytical import estimate
+from commtax.schedule.breakdown import BREAKDOWN_KEYS
 from commtax.spec import load_job
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -124,7 +125,7 @@ def test_memory_decreases_with_zero_stage(tp, pp, recompute):
 def test_interleaved_dp_reduces_and_gathers_each_model_chunk_on_its_own():
     # Megatron-Core schedules.py: grad_sync_func[chunk] after a chunk's last backward, param_sync_func before its
     # first forward. Worked by hand: 4 chunks, 8 s of reduction (2 s each), 1 s of own backward per chunk.
-    from commtax.estimate import chunked_gather_exposed, chunked_reduce_exposed
+    from commtax.schedule.analytical import chunked_gather_exposed, chunked_reduce_exposed
 
     # chunks 3..0 ready at -10, -7, -4, -1 s (3 s apart): they end at -8, -5, -2, +1 -> 1 s exposed
     assert chunked_reduce_exposed(8.0, 4, 1.0, 3.0, 0.1) == pytest.approx(1.0)
@@ -137,14 +138,9 @@ def test_interleaved_dp_reduces_and_gathers_each_model_chunk_on_its_own():
 
 
 def test_interleaving_hides_more_dp_reduction_under_the_cool_down():
-    from commtax.estimate import (
-        Costs,
-        dp_step_exposed,
-        dp_step_parts,
-        dp_timeline,
-        stage_times,
-    )
-    from commtax.workload import build_workload
+    from commtax.costs.pricing import Costs
+    from commtax.schedule.analytical import dp_step_exposed, dp_step_parts, dp_timeline, stage_times
+    from commtax.workload.step import build_workload
 
     d = job_dict(framework="megatron-core", tp=8, pp=8, dp=None, zero=1, sequence_parallel=True, micro_batch=1)
     d["model"], d["cluster"]["num_gpus"] = "gpt3-175b", 1024
@@ -166,16 +162,9 @@ def test_zero2_reduces_the_gradient_shard_every_micro_batch():
     # DeepSpeed stage_1_and_2.py reduce_ready_partitions_and_remove_grads: "if self.partition_gradients or
     # self.is_gradient_accumulation_boundary" -> ZeRO-2 (partitioned grads) reduces after every micro-batch's backward,
     # ZeRO-1 only after the last one. Llama-2 70B, tp 8, pp 4, dp 8, global batch 1024 -> 128 micro-batches.
-    from commtax.estimate import (
-        Costs,
-        DPStepParts,
-        PhaseCost,
-        StageTime,
-        dp_step_exposed,
-        dp_step_parts,
-        reduce_passes,
-    )
-    from commtax.workload import build_workload
+    from commtax.costs.pricing import Costs, PhaseCost
+    from commtax.schedule.analytical import DPStepParts, StageTime, dp_step_exposed, dp_step_parts, reduce_passes
+    from commtax.workload.step import build_workload
 
     z1, z2 = (load_job(job_dict(zero=z)) for z in (1, 2))
     w1, w2 = build_workload(z1), build_workload(z2)
@@ -214,7 +203,7 @@ def test_an_estimate_does_not_depend_on_what_was_estimated_before():
 
 
 def test_a_costs_subclass_that_prices_otherwise_is_not_served_shared_prices():
-    from commtax.estimate import Costs
+    from commtax.costs.pricing import Costs
 
     class SlowLinks(Costs):
         def collective_time(self, group, op, nbytes):

@@ -54,7 +54,7 @@ def test_unknown_framework_names_the_choices():
 
 
 def test_eager_elementwise_moves_more_bytes_than_fused():
-    from commtax.estimate import estimate
+    from commtax.schedule.analytical import estimate
 
     fused = estimate(load_job(job_dict(framework="megatron-core")))
     eager = estimate(load_job(job_dict(framework="megatron-core", elementwise="eager")))
@@ -76,16 +76,11 @@ def test_per_parameter_sync_zero3_hand_worked():
     # 2 nodes x 8 A100 (8 HDR NICs each), GPT 24 x 2048, TP = PP = 1, ZeRO-3, full recompute, one micro-batch.
     # DeepSpeed v0.3.13: every tensor gathered 3x (fwd, recomputed fwd, bwd) and reduce-scattered once, each call
     # NCCL(op, bytes, 16 ranks) + 16 per-rank host ops (narrow views + ProcessGroupNCCL copies) at cpu_op_s.
-    from commtax.collectives import collective_cost
-    from commtax.estimate import (
-        Costs,
-        dp_exposed,
-        estimate,
-        per_parameter_sync_time,
-        stage_times,
-    )
-    from commtax.topology import group_placement
-    from commtax.workload import build_workload, layer_param_tensors
+    from commtax.costs.collectives import collective_cost
+    from commtax.costs.pricing import Costs
+    from commtax.costs.topology import group_placement
+    from commtax.schedule.analytical import dp_exposed, estimate, per_parameter_sync_time, stage_times
+    from commtax.workload.step import build_workload, layer_param_tensors
 
     d = job_dict(
         framework="megatron-deepspeed",
@@ -143,7 +138,7 @@ def test_fsdp_frameworks_reduce_gradients_in_fp32_by_default():
 def test_megatron_reduces_bf16_gradients_in_fp32():
     # megatron/training/arguments.py: --bf16 sets accumulate_allreduce_grads_in_fp32 (DDP grad_reduce_in_fp32):
     # the reduce-scatter moves 4-byte main grads, twice the bytes of a bf16 reduction
-    from commtax.workload import build_workload
+    from commtax.workload.step import build_workload
 
     for name in ("megatron-core", "nemo"):
         assert frameworks()[name].reduce_dtype == "fp32" and "fp32" in frameworks()[name].reduce_source
@@ -164,7 +159,7 @@ def test_megatron_reduces_bf16_gradients_in_fp32():
     ],
 )
 def test_frameworks_name_the_zero_stages_they_run(name, stages):
-    from commtax.estimate import estimate
+    from commtax.schedule.analytical import estimate
 
     assert frameworks()[name].zero_stages == stages
     for zero in (0, 1, 2, 3):
@@ -185,8 +180,9 @@ def test_fsdp_frameworks_without_zero_default_to_their_own_stage():
 def test_fsdp_exposes_the_first_gather_and_the_last_reduce_scatter():
     # PyTorch FSDP notes: the 1st all-gather overlaps nothing; the last unit's reduce-scatter ends the backward.
     # Llama-2 70B, TP 8, ZeRO-3 over 32 GPUs, micro-batch 8: compute hides the rest of the per-unit traffic.
-    from commtax.estimate import Costs, dp_timeline, stage_times
-    from commtax.workload import build_workload
+    from commtax.costs.pricing import Costs
+    from commtax.schedule.analytical import dp_timeline, stage_times
+    from commtax.workload.step import build_workload
 
     job = load_job(job_dict(framework="fsdp", tp=8, pp=1, dp=None, zero=3, sequence_parallel=True, micro_batch=8))
     wl, costs = build_workload(job), Costs(job)

@@ -8,7 +8,7 @@ import traceback
 
 import pytest
 
-from commtax.comm_dtypes import bytes_per_element, packed_bytes, powersgd_bytes
+from commtax.spec.wire_dtypes import bytes_per_element, packed_bytes, powersgd_bytes
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from commtax.cli import app, register_commands
+from commtax.cli.main import app, register_commands
 from commtax.errors import SpecError, excerpt
 from commtax.spec import load_job, read_yaml
 

@@ -18,8 +18,8 @@ import yaml
 from test_calibrate import CLUSTER, synthetic
 from typer.testing import CliRunner
 
+from commtax.cli.measure import bench_app, calibrate_command, cluster_app
 from commtax.measure.calibrate import calibrate
-from commtax.measure.cli import bench_app, calibrate_command, cluster_app
 from commtax.measure.cluster import EmulatedCluster, load_cluster_file, resolve_command
 
 runner = CliRunner()

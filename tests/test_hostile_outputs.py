@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from commtax.atomic import check_writable, strict_json, write_atomic
-from commtax.cli import app, register_commands
+from commtax.cli.main import app, register_commands
 from commtax.errors import SpecError
 
 register_commands()  # every command on `app` (main() registers only the one it runs)

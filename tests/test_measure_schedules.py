@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from commtax import collectives as C
+from commtax.costs import collectives as C
 from commtax.measure import schedules as S
 
 

@@ -3,9 +3,9 @@
 import pytest
 from conftest import job_dict
 
-from commtax.memory import in_flight_micro_batches, layer_activation_bytes, memory
 from commtax.spec import load_job
-from commtax.workload import params_per_gpu
+from commtax.workload.memory import in_flight_micro_batches, layer_activation_bytes, memory
+from commtax.workload.step import params_per_gpu
 
 
 def gpt(**plan):

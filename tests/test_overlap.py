@@ -1,13 +1,14 @@
 """Overlapped communication is not free: the SMs and HBM bandwidth a hidden collective takes from the compute it
-runs under (commtax.compute.overlap_slowdown_s; estimate's overlap_contention and dp_contention)."""
+runs under (commtax.costs.compute.overlap_slowdown_s; estimate's overlap_contention and dp_contention)."""
 
 import pytest
 from conftest import job_dict
 
-from commtax.assumptions import default_assumptions, using_assumptions
-from commtax.compute import ComputeModel, compute_model, overlap_slowdown_s
-from commtax.estimate import PhaseCost, _exposed, dp_contention, estimate, memory_share
+from commtax.costs.compute import ComputeModel, compute_model, overlap_slowdown_s
+from commtax.costs.pricing import PhaseCost
+from commtax.schedule.analytical import _exposed, dp_contention, estimate, memory_share
 from commtax.spec import load_job
+from commtax.spec.assumptions import default_assumptions, using_assumptions
 
 # 100 SMs, 3,000 GB/s achieved HBM; NCCL holds 24 SMs, userbuffers 8; 3 HBM bytes per wire byte
 CM = ComputeModel(
@@ -94,7 +95,7 @@ def test_overlapped_dp_is_charged_in_the_step():
 def test_simulate_charges_what_estimate_charges():
     # the simulator pays the DP contention as one task per stage at the end of the passes (kind dp), so its timeline
     # still ends at the step time and it agrees with the estimate's charge
-    from commtax.sim import simulate
+    from commtax.schedule.sim import simulate
 
     job = load_job(job_dict(tp=8, pp=1, dp=32, zero=3, micro_batch=4))
     r = simulate(job)

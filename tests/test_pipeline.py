@@ -8,12 +8,13 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from test_sim_step import FakeCosts, tiny_job, uniform
 
+from commtax.costs.pricing import Costs
 from commtax.errors import SpecError
-from commtax.estimate import Costs, estimate, slowest_and_rest, stage_times
-from commtax.memory import layer_activation_bytes, stage_memory
-from commtax.sim import SimOptions, simulate
+from commtax.schedule.analytical import estimate, slowest_and_rest, stage_times
+from commtax.schedule.sim import SimOptions, simulate
 from commtax.spec import load_job
-from commtax.workload import build_workload
+from commtax.workload.memory import layer_activation_bytes, stage_memory
+from commtax.workload.step import build_workload
 
 
 def job(layers=8, pp=4, vp=1, global_batch=16, num_gpus=None, tp=1, model=None, cluster=None, training=None, **plan):
@@ -189,7 +190,7 @@ def test_simulator_builds_each_stage_as_it_is():
 
 
 def test_search_offers_vp_for_uneven_layers():
-    from commtax.plans import candidates
+    from commtax.decide.plans import candidates
 
     raw = {"model": {"layers": 126}, "cluster": {"num_gpus": 128}, "training": {"global_batch": 64}}
     assert candidates("vp", {"pp": 16}, raw) == [1, 2, 3, 6, 7]  # divisors of 126 with 16·vp ≤ 126
@@ -287,7 +288,7 @@ def _random_job(d):
 
 
 def agreement_rule(j, sim, est, busiest, contention=False):
-    """The explicit rule estimate and simulate must meet, and the documented effects (``commtax.sim.explain``)
+    """The explicit rule estimate and simulate must meet, and the documented effects (``commtax.schedule.sim.explain``)
     that separate them:
 
     1. compute and recompute are schedule-independent: the pacing stage's, equal (1e-6);

@@ -71,7 +71,7 @@ KNOWN_MISSES = {  # the row each figure of the README's "Known misses" paragraph
 
 
 def test_readme_known_misses_are_what_validate_prints(validation_dir):
-    from commtax.validate import validate
+    from commtax.decide.validate import validate
 
     errors = {r.id: r.error_pct for r in validate(validation_dir / "public_runs.csv").rows}
     text = " ".join(README.split()).replace("−", "-")

@@ -32,9 +32,9 @@ import yaml
 from conftest import REPO, job_dict
 from typer.testing import CliRunner
 
-from commtax.cli import app, register_commands
-from commtax.estimate import estimate
+from commtax.cli.main import app, register_commands
 from commtax.report.html import TRACE_FIELDS, trace_figures, trace_section
+from commtax.schedule.analytical import estimate
 from commtax.spec import load_job
 
 register_commands()

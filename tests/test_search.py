@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from commtax.errors import SpecError
-from commtax.estimate import estimate
-from commtax.search import (
+from commtax.decide.search import (
     COLUMNS,
     Space,
     agreement,
@@ -21,6 +19,8 @@ from commtax.search import (
     parse_constraint,
     search,
 )
+from commtax.errors import SpecError
+from commtax.schedule.analytical import estimate
 from commtax.spec import load_job
 from commtax.units import GiB
 
@@ -219,7 +219,7 @@ def test_interrupt_keeps_the_best_found_so_far():
 
 # ----------------------------------------------------------------------------- CLI
 def _app():
-    from commtax.cli import app, register_commands
+    from commtax.cli.main import app, register_commands
 
     register_commands()
     return app
@@ -294,7 +294,7 @@ def test_cli_search_bad_input_is_one_line_exit_2(tmp_path):
 def test_a_model_change_the_search_does_not_track_is_reported(monkeypatch):
     """If a part of the model starts to depend on a field the search groups over, the re-estimated top
     plans disagree with the assembled numbers: the search says so and ranks the top plans by estimate."""
-    import commtax.search as s
+    import commtax.decide.search as s
 
     real = s._est.pp_exposed
     # pipeline sends that (wrongly) depend on the ZeRO stage: the search prices them once per (vp, mb)
@@ -312,7 +312,7 @@ def test_a_model_change_the_search_does_not_track_is_reported(monkeypatch):
 
 
 def test_verify_ranks_the_top_plans_by_the_simulated_step():
-    from commtax.sim import simulate
+    from commtax.schedule.sim import simulate
 
     job = load_job(small_job())
     space = Space.parse({"tp": "2,4", "pp": "2", "cp": "1", "micro_batch": "1,2", "zero": "1"})

@@ -6,10 +6,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commtax.estimate import BREAKDOWN_KEYS, estimate
-from commtax.sim import SimOptions, simulate
+from commtax.schedule.analytical import estimate
+from commtax.schedule.breakdown import BREAKDOWN_KEYS
+from commtax.schedule.sim import SimOptions, simulate
 from commtax.spec import load_job
-from commtax.workload import build_workload
+from commtax.workload.step import build_workload
 
 NO_CONTENTION = SimOptions(nic_contention=False)
 
@@ -124,13 +125,13 @@ def test_logits_stage_shows_up_as_unbalanced():
     assert r.busiest_stage == 3  # and sets the pace: the breakdown is its view
     textbook = (4 - 1) / r.builder.m
     assert (r.breakdown.step_time_s - busy[1]) / busy[1] > 1.2 * textbook  # a middle stage idles beyond the bubble
-    from commtax.sim.explain import explain
+    from commtax.schedule.sim.explain import explain
 
     assert any(line.startswith("uneven stages") and "logits" in line for line in explain(r))
 
 
 def test_explain_on_uniform_stages_finds_nothing_to_explain():
-    from commtax.sim.explain import explain
+    from commtax.schedule.sim.explain import explain
 
     lines = explain(simulate(job(pp=1, tp=8, num_gpus=8), NO_CONTENTION))
     assert lines[-1].startswith("no part differs")
@@ -158,7 +159,7 @@ def test_dp_and_pp_sharing_a_nic_is_reported():
     shared, alone = simulate(j), simulate(j, NO_CONTENTION)
     assert shared.breakdown.step_time_s >= alone.breakdown.step_time_s
     assert sum(shared.contention_wait_s.values()) > 0
-    from commtax.sim.explain import explain
+    from commtax.schedule.sim.explain import explain
 
     assert any(line.startswith("shared NIC") for line in explain(shared))
 

@@ -11,8 +11,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from commtax.estimate import estimate
-from commtax.sim.cli import register
+from commtax.cli.simulate import register
+from commtax.schedule.analytical import estimate
 from commtax.spec import load_job
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,7 +112,8 @@ def test_bad_job_field_is_one_line(app, tmp_path):
 
 def test_importing_the_simulator_loads_neither_matplotlib_nor_torch():
     code = (
-        "import sys, commtax.sim, commtax.sim.cli, commtax.sim.explain, commtax.sim.trace, commtax.sim.gantt;"
+        "import sys, commtax.schedule.sim, commtax.cli.simulate, commtax.schedule.sim.explain, "
+        "commtax.schedule.sim.chrome_trace, commtax.schedule.sim.gantt;"
         "print('matplotlib' in sys.modules, 'torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -120,7 +121,7 @@ def test_importing_the_simulator_loads_neither_matplotlib_nor_torch():
 
 
 def test_the_commtax_command_runs_simulate():
-    code = "import sys; from commtax.cli import main; sys.argv = ['commtax', *sys.argv[1:]]; main()"
+    code = "import sys; from commtax.cli.main import main; sys.argv = ['commtax', *sys.argv[1:]]; main()"
     out = subprocess.run([sys.executable, "-c", code, "simulate", str(JOB), "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["source"] == "simulate"

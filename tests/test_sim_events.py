@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commtax.sim.events import Sim, SimError
-from commtax.sim.schedules import (
+from commtax.schedule.sim.events import Sim, SimError
+from commtax.schedule.sim.pipeline import (
     Pass,
     by_stage,
     dependency_order,

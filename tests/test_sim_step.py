@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from commtax.estimate import PhaseCost
-from commtax.sim import SimOptions, simulate
+from commtax.costs.pricing import PhaseCost
+from commtax.schedule.sim import SimOptions, simulate
 from commtax.spec import load_job
-from commtax.workload import Block, Phase, build_workload
+from commtax.workload.step import Block, Phase, build_workload
 
 EMPTY = Block("empty", Phase(()), Phase(()), Phase(()))
 

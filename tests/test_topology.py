@@ -8,9 +8,8 @@ network at k shares, as NCCL's one-ring-per-rail layout does (nccl-tests multi-n
 import pytest
 from conftest import job_dict
 
-from commtax.collectives import collective_cost
-from commtax.spec import Cluster, build, load_catalog, load_job
-from commtax.topology import (
+from commtax.costs.collectives import collective_cost
+from commtax.costs.topology import (
     group_placement,
     inter_level,
     intra_level,
@@ -18,6 +17,7 @@ from commtax.topology import (
     members_per_node,
     placement,
 )
+from commtax.spec import Cluster, build, load_catalog, load_job
 
 GB = 1e9
 

@@ -13,8 +13,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from commtax.cli.trace import trace_command
 from commtax.trace import analyze, reader
-from commtax.trace.cli import trace_command
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"
@@ -356,9 +356,9 @@ def test_against_puts_prediction_beside_measurement(app, tmp_path):
     ar = [c for c in against["collectives"] if c["kind"] == "all_reduce"]
     assert {c["group"] for c in ar} == {"dp"} and all(c["group_size"] == 2 for c in ar)
     for c in ar:  # the predicted column is `commtax collective` for that size on that group
-        from commtax.collectives import collective_cost
+        from commtax.costs.collectives import collective_cost
+        from commtax.costs.topology import group_placement
         from commtax.spec import load_job
-        from commtax.topology import group_placement
 
         j = load_job(A100_PAIR)
         assert c["predicted_time_s"] == pytest.approx(
@@ -370,9 +370,9 @@ def test_against_puts_prediction_beside_measurement(app, tmp_path):
 def test_calibrate_from_a_gpu_trace(tmp_path):
     import yaml
 
-    from commtax.estimate import estimate
+    from commtax.cli.trace import calibrate_from_trace
+    from commtax.schedule.analytical import estimate
     from commtax.spec import load_job
-    from commtax.trace.cli import calibrate_from_trace
 
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(A100_PAIR))

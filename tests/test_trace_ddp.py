@@ -72,7 +72,7 @@ def test_ddp_trace_on_cpu_is_measured(loopback):
 def test_ddp_trace_against_its_job(loopback):
     from typer.testing import CliRunner
 
-    from commtax.cli import app, register_commands
+    from commtax.cli.main import app, register_commands
 
     register_commands()
     res = CliRunner().invoke(app, ["trace", str(loopback), "--against", str(JOB)], terminal_width=200)
@@ -82,8 +82,8 @@ def test_ddp_trace_against_its_job(loopback):
 
 
 def test_calibrate_from_trace_writes_a_profile_estimate_accepts(loopback, tmp_path):
-    from commtax.estimate import estimate
     from commtax.measure.testing import cli
+    from commtax.schedule.analytical import estimate
     from commtax.spec import load_job
     from commtax.trace import analyze
     from commtax.trace.against import per_step, predicted_compute_s

@@ -5,8 +5,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from commtax.cli import app, register_commands
-from commtax.validate import generation_of, validate
+from commtax.cli.main import app, register_commands
+from commtax.decide.validate import generation_of, validate
 
 register_commands()  # every command on `app` (main() registers only the one it runs)
 runner = CliRunner()
@@ -139,8 +139,8 @@ def test_software_text_columns_state_the_kernel(tmp_path, validation_dir):
 
 
 def test_a_published_table_states_plan_facts(validation_dir):
+    from commtax.decide.validate import run_job_raw, source_plan
     from commtax.spec import load_catalog
-    from commtax.validate import run_job_raw, source_plan
 
     # llm-foundry's A100-40GB table runs MP Mode PURE: gradients reduced in bf16, not the fsdp preset's fp32
     row = {
@@ -154,7 +154,7 @@ def test_a_published_table_states_plan_facts(validation_dir):
 
 
 def test_legacy_release_of_the_framework_from_generation_or_source_year():
-    from commtax.validate import legacy_software
+    from commtax.decide.validate import legacy_software
 
     ds = "megatron-deepspeed"
     legacy = {"zero3_gather": "per_parameter_sync"}

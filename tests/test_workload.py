@@ -4,7 +4,7 @@ import pytest
 from conftest import job_dict
 
 from commtax.spec import load_job
-from commtax.workload import (
+from commtax.workload.step import (
     Collective,
     Compute,
     attention_flop,
@@ -106,7 +106,7 @@ def test_grad_comm_dtype_scales_dp_bytes():
 @pytest.mark.parametrize("precision,act", [("fp32", 4.0), ("tf32", 4.0), ("bf16", 2.0), ("fp16", 2.0), ("fp8", 2.0)])
 def test_one_activation_dtype_rule_everywhere(precision, act):
     """TP collectives, pipeline sends, embeddings and the LM head all move activations at one width."""
-    from commtax.workload import activation_bytes_per_element
+    from commtax.workload.step import activation_bytes_per_element
 
     d = job_dict()
     d["training"]["precision"] = precision
@@ -126,7 +126,7 @@ def test_one_activation_dtype_rule_everywhere(precision, act):
 
 def test_layer_parameter_tensors_as_megatron_registers_them():
     # Megatron GPT layer (add_bias_linear, LayerNorm with bias): ln1 w/b, qkv w/b, proj w/b, ln2 w/b, fc1 w/b, fc2 w/b
-    from commtax.workload import layer_param_tensors
+    from commtax.workload.step import layer_param_tensors
 
     job = gpt_job(tp=2, zero=3, sequence_parallel=False)
     h, f = 2048, 4 * 2048
@@ -160,7 +160,7 @@ def test_megatron_core_gradient_bucket_is_40m_params_or_1m_per_dp_rank():
     from conftest import job_dict
 
     from commtax.spec import load_job
-    from commtax.workload import DDP_BUCKET_BYTES, grad_bucket_bytes
+    from commtax.workload.step import DDP_BUCKET_BYTES, grad_bucket_bytes
 
     d = job_dict(framework="megatron-core", tp=8, pp=4, dp=None)  # 256 GPUs: dp 8
     assert grad_bucket_bytes(load_job(d)) == 40e6 * 4
@@ -176,7 +176,7 @@ def test_plans_that_differ_only_outside_the_blocks_share_them_and_others_get_the
     dp/zero/pp/schedule reuses them); a field they read (micro_batch, grad dtype, ...) gets a block of its own,
     equal to one built from scratch."""
     from commtax.spec import job_with
-    from commtax.workload import _embed_block, _head_block, _layer_block
+    from commtax.workload.step import _embed_block, _head_block, _layer_block
 
     base = load_job(job_dict(tp=8, pp=4, zero=1, micro_batch=1))
     same = job_with(base, zero=2, schedule="gpipe", overlap={"dp": False, "tp": True, "cp": False, "pp": True})
@@ -191,7 +191,7 @@ def test_plans_that_differ_only_outside_the_blocks_share_them_and_others_get_the
 
 def test_blocks_follow_the_assumptions_in_force():
     """fp8 cast bytes come from the assumptions: a block built under other assumptions is not reused."""
-    from commtax.assumptions import default_assumptions, using_assumptions
+    from commtax.spec.assumptions import default_assumptions, using_assumptions
 
     d = job_dict(tp=8, pp=4, zero=1)
     d["training"] = {**d["training"], "precision": "fp8"}
@@ -210,7 +210,7 @@ def test_the_fields_blocks_are_shared_across_are_fields_they_do_not_read(grad_dt
     that differ in each of them (dp/pp layout, ZeRO stage, schedule, overlap, stage split, ZeRO-3 gathering) are
     equal. A block that starts to read one of them fails here, not silently in a sweep."""
     from commtax.spec import job_with
-    from commtax.workload import BLOCK_IRRELEVANT, _embed_block, _head_block, _layer_block
+    from commtax.workload.step import BLOCK_IRRELEVANT, _embed_block, _head_block, _layer_block
 
     def fresh(j):
         return _layer_block(j), _embed_block(j), _head_block(j)

@@ -3,7 +3,7 @@
 import pytest
 
 from commtax.spec import load_job
-from commtax.workload import build_workload
+from commtax.workload.step import build_workload
 
 
 def ring_job(elementwise: str, cp: int = 4):

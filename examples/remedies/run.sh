@@ -4,7 +4,7 @@
 # Needs root (network namespaces + tc) and the dist extra (torch); the plot needs matplotlib.
 set -euo pipefail
 PY=${PY:-$(cd "$(dirname "$0")/../.." && pwd)/.venv/bin/python}
-CT="$PY -m commtax.measure.cli"
+CT="$PY -m commtax.cli.measure"
 out=${OUT:-$(cd "$(dirname "$0")" && pwd)/results}
 mkdir -p "$out"
 # the host is shared: every hook runs interleaved in one process, and each rate is run twice (run 2: *_rep2.json)
@@ -15,10 +15,10 @@ for rate in 100mbit 300mbit 1gbit; do
   $CT cluster up --nodes 2 --ranks-per-node 1 --link $rate --out "$c"
   trap '$CT cluster down --cluster "$c"' EXIT
   echo "$rate run $rep: load average $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"
-  $CT cluster run --cluster "$c" -- "$PY" -m commtax.measure.cli bench ddp --hook none,fp16,bf16,fp8,int8,int4,powersgd \
+  $CT cluster run --cluster "$c" -- "$PY" -m commtax.cli.measure bench ddp --hook none,fp16,bf16,fp8,int8,int4,powersgd \
       --steps 12 --cluster "$c" --out "$out/ddp_$rate$sfx.json"
   if [ $rep = 1 ]; then
-    $CT cluster run --cluster "$c" -- "$PY" -m commtax.measure.cli bench ddp --hook int8,int4,powersgd --error-feedback \
+    $CT cluster run --cluster "$c" -- "$PY" -m commtax.cli.measure bench ddp --hook int8,int4,powersgd --error-feedback \
         --steps 12 --cluster "$c" --out "$out/ddp_ef_$rate.json"
   fi
   echo "$rate run $rep done: load average $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/load.txt"

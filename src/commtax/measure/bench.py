@@ -21,7 +21,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from commtax.collectives import bus_factor
+from commtax.costs.collectives import bus_factor
 from commtax.measure import algorithms
 from commtax.measure.results import ResultFile
 from commtax.measure.schedules import IMPL_ALGORITHM, impl_supports
@@ -61,6 +61,11 @@ def message_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
 def supported(op: str, impl: str) -> bool:
     """Our own algorithms implement all_reduce (all four) and ring all_gather / reduce_scatter."""
     return impl_supports(impl, op)
+
+
+def cuda_available() -> bool:
+    """Whether the NCCL backend has a GPU to run on."""
+    return torch.cuda.is_available()
 
 
 def init_distributed(backend: str, timeout_s: float) -> tuple[str, torch.device]:
@@ -244,7 +249,7 @@ def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
         "--shutdown-timeout=2",
         "-m",
         "--",
-        "commtax.measure.cli",
+        "commtax.cli.measure",
         *module_argv,
     ]  # "--": torchrun would read --max as its own --max-restarts
 

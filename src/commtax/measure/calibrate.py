@@ -1,7 +1,7 @@
 """Model vs measurement, and α/β fits that make them agree: ``commtax calibrate``.
 
-Predictions come from the project's cost model (``commtax.collectives``) on the placement the
-cluster file describes (``commtax.topology``), with the algorithm that actually ran: gloo's
+Predictions come from the project's cost model (``commtax.costs.collectives``) on the placement the
+cluster file describes (``commtax.costs.topology``), with the algorithm that actually ran: gloo's
 built-in all_reduce/all_gather/reduce_scatter are rings, ``--impl`` names ours.
 
 The fit: for one level, every algorithm's time is linear in α and β = 1/B
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from commtax import collectives as C
+from commtax.costs import collectives as C
 from commtax.errors import SpecError, excerpt
 from commtax.measure import schedules as S
 from commtax.units import GB, US
@@ -75,7 +75,7 @@ def model_time_s(
 
 
 def levels_from_cluster(spec: dict) -> tuple[C.Level, C.Level]:
-    """Intra and inter Level of a cluster YAML (as ``commtax.topology`` reads it: the inter share is per GPU)."""
+    """Intra and inter Level of a cluster YAML (as ``commtax.costs.topology`` reads it: the inter share is per GPU)."""
     ln, net = spec["intra_node"], spec["inter_node"]
     intra = C.Level("intra", ln["bw_GBps"] * GB * ln.get("efficiency", 1.0), ln.get("latency_us", 0.0) * US)
     node_bw = spec.get("nics_per_node", 1) * net["bw_Gbps"] * 1e9 / 8 * net.get("efficiency", 1.0)

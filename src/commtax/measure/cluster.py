@@ -528,7 +528,7 @@ def launch_path() -> str:
 
 def resolve_command(cmd: list[str]) -> list[str]:
     """``cmd`` with its program made absolute as the nodes will run it: ``python``/``python3`` are this
-    Python, ``commtax`` this commtax (its console script, else ``python -m commtax.cli``). A program not
+    Python, ``commtax`` this commtax (its console script, else ``python -m commtax.cli.main``). A program not
     found is a ValueError naming it (one line, before any torchrun starts)."""
     prog, args = cmd[0], list(cmd[1:])
     if prog in ("python", "python3", Path(sys.executable).name):

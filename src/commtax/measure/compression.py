@@ -1,6 +1,6 @@
 """Gradient quantizers with per-chunk scales, packed into uint8 for the wire, and error feedback.
 
-Formats and their bytes per element come from ``commtax.comm_dtypes`` (the one table). A packed
+Formats and their bytes per element come from ``commtax.spec.wire_dtypes`` (the one table). A packed
 buffer is a ``(chunks, CHUNK_ELEMS · bits / 8 + SCALE_BYTES)`` uint8 tensor: each row holds one
 chunk's payload followed by its fp32 scale, so any split at row boundaries (one shard per rank)
 is itself a valid packed buffer, and gloo (which has no float8 or int4 types) moves plain bytes.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from commtax.comm_dtypes import CHUNK_ELEMS, FORMATS, SCALE_BYTES
+from commtax.spec.wire_dtypes import CHUNK_ELEMS, FORMATS, SCALE_BYTES
 
 INT_MAX = {"int8": 127, "int4": 7}  # symmetric ranges: -q_max … q_max
 FP8_DTYPES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}

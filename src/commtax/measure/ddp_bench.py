@@ -270,7 +270,7 @@ def predict(
     mem_bw_GBps: float | None = None,
     convert_Gelem_s: dict[str, float] | None = None,
 ) -> dict:
-    """What ``commtax.estimate`` predicts for the record's model, plan and cluster file (torch-free).
+    """What ``commtax.schedule.analytical`` predicts for the record's model, plan and cluster file (torch-free).
 
     Compute is calibrated on the same machine: matmul efficiency from a ``bench gemm`` at the model's
     shapes (the median over GEMMs of achieved / (peak × the model's shape factors), so the model
@@ -279,10 +279,11 @@ def predict(
     compute unit per rank (``sms: 1``: a CPU rank runs one GEMM tile at a time with OMP_NUM_THREADS=1,
     so GPU wave quantisation does not apply).
     """
-    from commtax.compute import quantisation_efficiency, short_k_efficiency
-    from commtax.estimate import Costs, estimate
+    from commtax.costs.compute import quantisation_efficiency, short_k_efficiency
+    from commtax.costs.pricing import Costs
+    from commtax.schedule.analytical import estimate
     from commtax.spec import Job, build, load_catalog, resolve_cluster
-    from commtax.workload import build_workload, grad_bytes_per_param
+    from commtax.workload.step import build_workload, grad_bytes_per_param
 
     gpu = dict(cluster["gpu"])
     gpu["sms"] = 1
@@ -371,7 +372,7 @@ def calibrate_compute(cfg: DDPBenchConfig, warmup: int = 1, iters: int = 7) -> d
 
     The ``bench gemm`` shapes of one layer (hidden h, micro_batch·seq tokens: QKV, attention out,
     MLP up, down), each as the workload charges it: forward (m×k)·(k×n), dgrad (m×n)·(n×k) and
-    wgrad (k×m)·(m×n) with the transposed operand autograd passes (commtax.workload._layer_block).
+    wgrad (k×m)·(m×n) with the transposed operand autograd passes (commtax.workload.step._layer_block).
     The slowest rank's times (MAX) are kept: it sets the pace of a DDP step.
     """
     from commtax.measure.gemm import gemm_shapes
@@ -414,8 +415,8 @@ def calibrate_compute(cfg: DDPBenchConfig, warmup: int = 1, iters: int = 7) -> d
 
 def convert_seconds_per_elem(numel: int = 2**21, iters: int = 5) -> dict[str, float]:
     """Seconds per element of each fp32↔fp8 conversion (comm_dtypes.CONVERSIONS) with torch on this rank, median."""
-    from commtax.comm_dtypes import CONVERSIONS
     from commtax.measure.compression import FP8_DTYPES
+    from commtax.spec.wire_dtypes import CONVERSIONS
 
     x = torch.randn(numel)
     out = {}

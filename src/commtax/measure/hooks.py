@@ -26,7 +26,7 @@ NCCL is full duplex: there the hook calls ``all_to_all_single`` and the flat all
 
 Each rank sends (n−1)/n of its packed bucket in the all_to_all and (n−1)/n in the all_gather:
 2(n−1)/n · numel · b bytes, exactly a ring all-reduce's traffic at b = bytes per element of the
-format (``commtax.comm_dtypes``: int8 1 + 4/256, int4 0.5 + 4/256, fp8 1 + 4/256). That is why
+format (``commtax.spec.wire_dtypes``: int8 1 + 4/256, int4 0.5 + 4/256, fp8 1 + 4/256). That is why
 the estimator prices them as an all-reduce of ``params · b`` bytes. The alternative, an
 all_gather of everyone's whole packed bucket, sends (n−1) · numel · b: equal at n = 2, n/2×
 more beyond. Packed buffers are uint8 (gloo has no float8 or 4-bit types). Error feedback keeps
@@ -47,13 +47,13 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
-from commtax.collectives import bus_factor
+from commtax.costs.collectives import bus_factor
 from commtax.measure.compression import QUANTIZED, ErrorFeedback, dequantize, padded_numel, quantize, row_bytes
 
 # torch ≥ 2.13 names the flat all-gather all_gather_single (all_gather_into_tensor is deprecated there)
 ALL_GATHER = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
 HOOKS = ("none", "fp16", "bf16", "fp8", "fp8_e5m2", "int8", "int4", "powersgd")
-# the commtax.comm_dtypes format each hook sends (powersgd: powersgd_r{rank})
+# the commtax.spec.wire_dtypes format each hook sends (powersgd: powersgd_r{rank})
 HOOK_FORMAT = {
     "none": "fp32",
     "fp16": "fp16",
@@ -67,7 +67,7 @@ EF_HOOKS = ("fp8", "fp8_e5m2", "int8", "int4", "powersgd")
 
 
 def hook_format(hook: str, powersgd_rank: int = 4) -> str:
-    """The ``grad_comm_dtype`` (a key of commtax.comm_dtypes) that the estimator uses for ``hook``."""
+    """The ``grad_comm_dtype`` (a key of commtax.spec.wire_dtypes) that the estimator uses for ``hook``."""
     return f"powersgd_r{powersgd_rank}" if hook == "powersgd" else HOOK_FORMAT[hook]
 
 

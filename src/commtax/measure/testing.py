@@ -9,9 +9,9 @@ from pathlib import Path
 
 
 def cli(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
-    """``python -m commtax.measure.cli ARGS`` (the module ``commtax bench|cluster|calibrate`` run), output captured."""
+    """``python -m commtax.cli.measure ARGS`` (the module ``commtax bench|cluster|calibrate`` run), output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "commtax.measure.cli", *args], capture_output=True, text=True, timeout=timeout, **kw
+        [sys.executable, "-m", "commtax.cli.measure", *args], capture_output=True, text=True, timeout=timeout, **kw
     )
 
 

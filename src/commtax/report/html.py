@@ -25,9 +25,10 @@ from typing import Any
 
 from commtax import __version__
 from commtax.errors import SpecError
-from commtax.estimate import BREAKDOWN_KEYS, Breakdown, estimate
 from commtax.report import svg
 from commtax.report.svg import BREAKDOWN_STYLES, Segment, Series, Style
+from commtax.schedule.analytical import estimate
+from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
 from commtax.spec import Job
 from commtax.units import GB
 
@@ -136,7 +137,7 @@ def default_scale(job: Job) -> list[int]:
 
 
 def _cost(job: Job, b: Breakdown, prices: Any | None, tokens: float | None = None) -> tuple[Any | None, str]:
-    from commtax.cost import job_training_cost, load_prices
+    from commtax.decide.cost import job_training_cost, load_prices
 
     try:
         return job_training_cost(job, b.tokens_per_s, prices or load_prices(), tokens), ""
@@ -151,7 +152,7 @@ def _same_plan(a: Job, b: Job) -> bool:
 
 def own_plan_scaling(job: Job, counts: Sequence[int]) -> list[tuple[int, Breakdown | None, str]]:
     """The job's own plan (tp, pp, cp, …) at each GPU count, DP taking up the difference."""
-    from commtax.compare import with_gpu_counts
+    from commtax.decide.compare import with_gpu_counts
 
     out = []
     for n in counts:
@@ -180,13 +181,13 @@ def collect(
     plan_search: bool = True,
 ) -> ReportData:
     """Run everything the page shows. Parts that cannot be computed for this job say why instead."""
-    from commtax.demo import communication_wall, scaled_gpu
+    from commtax.decide.demo import communication_wall, scaled_gpu
 
     b = estimate(job)
     data = ReportData(name, job, b, bench=list(bench), trace=trace)
     data.cost, data.cost_note = _cost(job, b, prices)
     try:
-        from commtax.sim import simulate
+        from commtax.schedule.sim import simulate
 
         data.sim = simulate(job, compare=False)
     except (SpecError, ValueError) as e:  # SimError: a plan the simulator cannot run; the page says so
@@ -198,9 +199,9 @@ def collect(
     counts = list(scale or default_scale(job))
     data.own_scaling = own_plan_scaling(job, counts)
     if plan_search:
-        from commtax.advise import advise
-        from commtax.compare import scaling
-        from commtax.search import search
+        from commtax.decide.advise import advise
+        from commtax.decide.compare import scaling
+        from commtax.decide.search import search
 
         data.scaling = scaling(job, counts, workers=workers)
         try:
@@ -278,7 +279,7 @@ def memory_chart(b: Breakdown, capacity_gib: float) -> svg.StackedBars:
 
 def gantt_chart(sim_result: Any) -> svg.Gantt:
     """The simulated replica: one row per stage and stream that has work (the bubble is the compute rows' idle)."""
-    from commtax.sim.trace import spans
+    from commtax.schedule.sim.chrome_trace import spans
 
     sim = sim_result.sim
     drawn = [(sid, start, dur, kind) for _, sid, start, dur, kind in spans(sim) if dur > 0]
@@ -420,7 +421,7 @@ def bench_groups(bs: BenchSet) -> dict[tuple, list[dict]]:
 
 def bench_chart(bs: BenchSet, key: tuple, records: list[dict]) -> tuple[svg.Lines, str]:
     """Measured busbw (markers) and the model's (line, same colour) per implementation, against message size."""
-    from commtax.collectives import bus_factor
+    from commtax.costs.collectives import bus_factor
     from commtax.measure.calibrate import IMPL_ALGORITHM, levels_from_cluster, predicted_s
 
     op, n, nodes, _ = key
@@ -453,7 +454,7 @@ def bench_chart(bs: BenchSet, key: tuple, records: list[dict]) -> tuple[svg.Line
             )
             errors += [f"{impl} {100 * (t / r['time_s'] - 1):+.1f}%" for r, t in zip(rs, pred)][-1:]
     title = f"{op} on {n} ranks ({nodes} node{'s' if nodes > 1 else ''}): measured vs model"
-    note = f"Model: commtax.collectives on {bs.cluster_label}; error of the model at the largest size: " + (
+    note = f"Model: commtax.costs.collectives on {bs.cluster_label}; error of the model at the largest size: " + (
         ", ".join(errors) or "—"
     )
     return svg.Lines(title, tuple(series), "message size", "busbw (GB/s)", x_log=2, x_fmt="bytes", digits=3), note
@@ -763,7 +764,9 @@ def summary_section(data: ReportData) -> str:
         ]
         html.append(
             table(
-                ["cost of the run", "value"], crows, "Cost (commtax.cost, prices from catalog/prices.yaml with sources)"
+                ["cost of the run", "value"],
+                crows,
+                "Cost (commtax.decide.cost, prices from catalog/prices.yaml with sources)",
             )
         )
     elif data.cost_note:

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 from commtax.atomic import write_atomic_with
 
 if TYPE_CHECKING:  # pragma: no cover
-    from commtax.compare import Point, ScalePoint
-    from commtax.estimate import Breakdown
-    from commtax.validate import Report
+    from commtax.decide.compare import Point, ScalePoint
+    from commtax.decide.validate import Report
+    from commtax.schedule.breakdown import Breakdown
 
 
 def _save(fig, path: Path | str) -> Path:

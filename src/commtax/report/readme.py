@@ -105,7 +105,7 @@ def model_rows(models: dict[str, dict]) -> list[list[str]]:
 
 
 def price_rows() -> list[list[str]]:
-    from commtax.cost import load_prices
+    from commtax.decide.cost import load_prices
 
     p = load_prices()
     return [
@@ -156,8 +156,8 @@ def estimate_example() -> str:
     """``commtax estimate`` of the seed scenario, as a user sees it at 80 columns."""
     from rich.console import Console
 
-    from commtax.estimate import estimate
     from commtax.report.table import render_breakdown
+    from commtax.schedule.analytical import estimate
     from commtax.spec import load_job
 
     job = load_job(REPO / EXAMPLE)
@@ -178,7 +178,7 @@ def _pct(x: float | None) -> str:
 
 def accuracy_tables() -> str:
     """``commtax validate`` of the public runs (with ``--loso``) and collectives, as README tables."""
-    from commtax.validate import validate
+    from commtax.decide.validate import validate
 
     runs = validate(VALIDATION / "public_runs.csv", loso=True)
     rows = [[name, str(runs.rows_by_source[name]), _pct(mape)] for name, mape in runs.by_source.items()]

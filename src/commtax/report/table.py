@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from commtax.estimate import BREAKDOWN_KEYS, Breakdown
+from commtax.decide.plans import plan_label
+from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
 from commtax.units import GB
 
 
@@ -34,27 +35,6 @@ def new_table(title: str | None = None, show_header: bool = True) -> Table:
         collapse_padding=True,
         min_width=len(title) if title else None,
     )
-
-
-def plan_label(p: dict[str, Any]) -> str:
-    """A plan in one token: ``tp8·pp4·dp8·mb1``, then what differs from the defaults (cp/vp > 1, ZeRO stage,
-    recompute, sequence parallelism, a gradient dtype other than bf16): ``tp8·pp4·dp8·mb1·vp2·z1·sel·sp``."""
-    parts = [f"tp{p['tp']}", f"pp{p['pp']}", f"dp{p['dp']}", f"mb{p['micro_batch']}"]
-    if p.get("cp", 1) > 1:
-        parts.insert(2, f"cp{p['cp']}")
-    if p.get("vp", 1) > 1:
-        parts.append(f"vp{p['vp']}")
-    if p.get("zero"):
-        parts.append(f"z{p['zero']}")
-    parts.append({"none": "", "selective": "sel", "full": "full"}.get(p.get("recompute", "none"), p.get("recompute")))
-    if p.get("sequence_parallel"):
-        parts.append("sp")
-    if p.get("grad_comm_dtype", "bf16") != "bf16":
-        parts.append(f"g:{p['grad_comm_dtype']}")
-    return "·".join(x for x in parts if x)
-
-
-PLAN_LABEL_KEY = "plan: tp·pp·(cp)·dp·mb, then vp, z=ZeRO stage, sel/full=recompute, sp, g:=grad dtype"
 
 
 # ----------------------------------------------------------------------------- a Breakdown
@@ -169,7 +149,7 @@ def validation_table(report: Any, wide: bool = False) -> Table:
 
 # ----------------------------------------------------------------------------- cost
 def cost_table(c: Any, mode: str, title: str) -> Table:
-    """Days, GPU-hours, energy and dollars of one training run (``commtax.cost.TrainingCost``)."""
+    """Days, GPU-hours, energy and dollars of one training run (``commtax.decide.cost.TrainingCost``)."""
     t = new_table(title, show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -191,7 +171,7 @@ def cost_table(c: Any, mode: str, title: str) -> Table:
 # ----------------------------------------------------------------------------- search and compare
 def search_table(res: Any, mode: str, usd_per_s: float | None, n: int, wide: bool = False) -> Table:
     """The best ``n`` plans of a search; ``wide`` adds the exposed DP/TP shares and memory."""
-    from commtax.cost import usd_per_B_tokens
+    from commtax.decide.cost import usd_per_B_tokens
 
     price = f"; $/B tok {mode}" if usd_per_s is not None else ""
     t = new_table(f"Top {min(n, len(res.top))} of {int(res.fits.sum()):,} plans that fit (by {res.rank_by}{price})")
@@ -225,7 +205,7 @@ def search_table(res: Any, mode: str, usd_per_s: float | None, n: int, wide: boo
 def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False) -> Table:
     """Clusters side by side, each with its best plan. 80 columns: the essentials; ``wide`` adds the plan,
     comm share, energy and capex; ``article`` adds the seed article's comm share, B tokens/day, days and $/B."""
-    from commtax.compare import ARTICLE_256
+    from commtax.decide.compare import ARTICLE_256
 
     t = new_table(f"Clusters, each with its best plan ($ {mode})")
     cols = ["cluster", "step s", "MFU", "tax", "B tok/day", "days", "$/B tok"]

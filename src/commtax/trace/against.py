@@ -14,10 +14,11 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from commtax.collectives import OPS, collective_cost
-from commtax.estimate import Breakdown, estimate, make_breakdown
+from commtax.costs.collectives import OPS, collective_cost
+from commtax.costs.topology import GROUPS, group_placement, layout, placement
+from commtax.schedule.analytical import estimate
+from commtax.schedule.breakdown import Breakdown, make_breakdown
 from commtax.spec import Job
-from commtax.topology import GROUPS, group_placement, layout, placement
 from commtax.trace.analyze import RankReport, TraceReport
 from commtax.units import GB, MB
 
@@ -198,8 +199,8 @@ def measured_breakdown(report: TraceReport, job: Job) -> Breakdown:
     extra ``idle`` key (so the parts still add up to the step); MFU from the job's model FLOPs over the
     measured step. Memory is the prediction's: a trace of kernels does not measure it.
     """
-    from commtax.memory import memory
-    from commtax.workload import build_workload
+    from commtax.workload.memory import memory
+    from commtax.workload.step import build_workload
 
     ranks = report.ranks
     mean = lambda name: statistics.fmean(per_step(r, name) for r in ranks)
@@ -355,6 +356,6 @@ def profile_from_trace(report: TraceReport, job: Job, source: str) -> dict:
 
 
 def _bus(op: str, n: int) -> float:
-    from commtax.collectives import bus_factor
+    from commtax.costs.collectives import bus_factor
 
     return bus_factor(op, n)

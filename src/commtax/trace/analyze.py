@@ -13,7 +13,7 @@ collectives torch records as CPU ops (``gloo:all_reduce`` …) on gloo's threads
 
 Per collective: count, message size (nccl-tests convention: the whole buffer, all_gather's output,
 reduce_scatter's input), time, algbw = bytes / time and busbw = algbw × the bus factor of
-``commtax.collectives.bus_factor``. A kernel's time includes any wait for late peers, so the achieved
+``commtax.costs.collectives.bus_factor``. A kernel's time includes any wait for late peers, so the achieved
 busbw is a lower bound on what the links deliver.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from commtax.collectives import bus_factor
+from commtax.costs.collectives import bus_factor
 from commtax.trace import intervals as iv
 from commtax.trace.collect import COMM, COMPUTE, KINDS, Collected, Lane, collect
 from commtax.trace.reader import trace_files

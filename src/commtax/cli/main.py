@@ -1,0 +1,394 @@
+"""The ``commtax`` command: thin typer sub-commands over the library API.
+
+Every command is registered in one place, :data:`COMMANDS` (one line each: name -> ``module:function``);
+a command's module is imported only when that command runs (or for ``--help``), so ``commtax estimate``
+starts without loading the simulator or torch. Errors, JSON and output files: :mod:`commtax.cli.io`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import typer
+
+from commtax import __version__
+from commtax.cli.io import (
+    EXIT_INFEASIBLE,
+    CatalogOpt,
+    JobArg,
+    JsonOpt,
+    OutOpt,
+    PlotOpt,
+    WideOpt,
+    console,
+    does_not_fit,
+    emit,
+    fail,
+    flag,
+    print_table,
+    progress,
+    user_errors,
+)
+from commtax.costs.collectives import ALGORITHMS, OPS, PROTOCOLS
+from commtax.errors import SpecError
+
+app = typer.Typer(
+    name="commtax",
+    help="Predict, simulate, measure and reduce the communication tax of distributed LLM training.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(show: bool) -> None:
+    if show:
+        typer.echo(f"commtax {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", metavar="", is_eager=True, callback=_version, help="print the version and exit")
+    ] = False,
+) -> None:
+    """Predict, simulate, measure and reduce the communication tax of distributed LLM training."""
+
+
+# ----------------------------------------------------------------------------- estimate
+def estimate(
+    job_file: JobArg,
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+    plot: PlotOpt = None,
+    catalog: CatalogOpt = None,
+) -> None:
+    """Predict one training step: step time, MFU, comm tax, breakdown, memory."""
+    from commtax.report.table import render_breakdown
+    from commtax.schedule.analytical import estimate as run_estimate
+    from commtax.spec import load_job
+
+    job = load_job(job_file, catalog)
+    b = run_estimate(job)
+    if plot is not None:
+        from commtax.report.plots import breakdown_plot
+
+        breakdown_plot([(job_file.stem, b)], plot)
+    emit(b.to_dict(), json_out, out)
+    if not json_out:
+        render_breakdown(b, console, job.cluster.gpu.mem_GiB)
+    if not b.fits:
+        does_not_fit(b, job)
+
+
+# ----------------------------------------------------------------------------- validate
+def validate(
+    csv_file: Annotated[Path, typer.Argument(metavar="FILE.csv", help="published measurements (runs or collectives)")],
+    json_out: JsonOpt = False,
+    catalog: CatalogOpt = None,
+    max_mape: Annotated[
+        Optional[float], typer.Option("--max-mape", metavar="PCT", help="exit 1 when the MAPE (%) is above this")
+    ] = None,
+    plot: PlotOpt = None,
+    loso: Annotated[bool, flag("--loso", "leave-one-source-out MAPE of fitted assumptions")] = False,
+    wide: WideOpt = False,
+) -> None:
+    """Predict published measurements and report the error per row and the MAPE."""
+    from commtax.decide.validate import read_rows
+    from commtax.decide.validate import validate as run_validate
+    from commtax.report.table import validation_table
+
+    if max_mape is not None and not (0 <= max_mape < float("inf")):
+        raise SpecError(f"--max-mape: a percentage ≥ 0, got {max_mape}")
+    n = len(read_rows(csv_file))
+    with progress("predicting", enabled=not json_out) as update:
+        done = iter(range(1, n + 1))
+        report = run_validate(csv_file, catalog, progress=lambda: update(next(done, n), n), loso=loso)
+    if plot is not None:
+        from commtax.report.plots import parity_plot
+
+        parity_plot(report, plot)
+    if json_out:
+        emit(report.to_dict(), True)
+    else:
+        print_table(validation_table(report, wide), wide)
+        for name, value in report.subsets.items():
+            console.print(f"MAPE {name}: {value:.1f}%")
+        for name, value in report.by_source.items():
+            console.print(f"MAPE by source: {name[:48]} ({report.rows_by_source[name]} rows): {value:.1f}%")
+        if report.source_avg_mape_pct is not None:
+            console.print(
+                f"MAPE averaged by source ({len(report.by_source)} sources): {report.source_avg_mape_pct:.1f}%"
+            )
+            console.print(f"MAPE on rows no constant was fitted on: {report.unfitted_mape_pct:.1f}%")
+        if report.kind == "runs":
+            console.print(
+                f"rows refused: {len(report.refused)}" + (f" ({', '.join(report.refused)})" if report.refused else "")
+            )
+        if loso and report.kind == "runs":
+            console.print(
+                f"leave-one-source-out MAPE: {report.loso_mape_pct:.1f}% ({report.loso_note})"
+                if report.loso_mape_pct is not None
+                else f"leave-one-source-out: {report.loso_note}"
+            )
+        n_ok = sum(r.error_pct is not None for r in report.rows)
+        console.print(
+            f"[bold]MAPE ({report.kind}, {n_ok} rows): {report.mape_pct:.1f}%[/bold]"
+            if report.mape_pct is not None
+            else "no row could be predicted"
+        )
+    if max_mape is not None and (report.mape_pct is None or not report.mape_pct <= max_mape):
+        if report.mape_pct is None:
+            fail(f"no row could be predicted, so --max-mape {max_mape:g}% cannot pass", EXIT_INFEASIBLE)
+        fail(f"MAPE {report.mape_pct:.1f}% is above --max-mape {max_mape:g}%", EXIT_INFEASIBLE)
+
+
+# ----------------------------------------------------------------------------- collective
+def collective(
+    op: Annotated[Literal[OPS], typer.Argument(metavar="OP", help=f"the collective: {', '.join(OPS)}")],
+    size: Annotated[
+        str, typer.Option("--bytes", help="message size (nccl-tests convention): 4096, 16MiB, 1GB")
+    ] = "256MiB",
+    cluster_file: Annotated[
+        Optional[Path], typer.Option("--cluster", metavar="FILE", help="cluster YAML, or a job file (its cluster:)")
+    ] = None,
+    gpus: Annotated[
+        Optional[int], typer.Option("--gpus", help="GPUs in the group (default: all of the cluster)")
+    ] = None,
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU catalog id (without --cluster)")] = "h100-sxm5-80gb",
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="NVLink domain size (without --cluster)")] = 8,
+    intra: Annotated[str, typer.Option("--intra", help="intra-node link id (without --cluster)")] = "nvlink4",
+    inter: Annotated[str, typer.Option("--inter", help="network id (without --cluster)")] = "ib-ndr",
+    nics_per_node: Annotated[int, typer.Option("--nics-per-node")] = 8,
+    algorithm: Annotated[
+        Optional[Literal[ALGORITHMS]],
+        typer.Option(
+            "--algorithm",
+            help="force ring, tree, nvls, nvls_tree, pat (NCCL) or recursive_doubling, hierarchical (MPI-style)",
+        ),
+    ] = None,
+    protocol: Annotated[
+        Optional[Literal[PROTOCOLS]],
+        typer.Option("--protocol", help="force an NCCL protocol: LL, LL128 or Simple (as NCCL_PROTO)"),
+    ] = None,
+    sweep: Annotated[bool, flag("--sweep", "nccl-tests-style table from 8 B to --bytes, ×2 per row")] = False,
+    json_out: JsonOpt = False,
+    catalog: CatalogOpt = None,
+) -> None:
+    """Predict one collective: time, algbw, busbw, algorithm and the link that bounds it."""
+    from commtax.costs.collectives import collective_cost
+    from commtax.costs.topology import placement
+    from commtax.spec import Cluster, build, load_catalog, resolve_cluster
+    from commtax.units import GB, format_duration, format_sig, parse_bytes
+
+    if gpus is not None and gpus < 1:
+        raise SpecError(f"--gpus: a group has at least 1 GPU, got {gpus}")
+    if algorithm is not None and op in ("all_to_all", "send_recv"):
+        raise SpecError(f"--algorithm: {op} has one algorithm (pairwise exchange); drop --algorithm")
+    try:
+        nbytes = parse_bytes(size)
+    except ValueError as e:
+        raise SpecError(f"--bytes: {e}") from None
+    cat = load_catalog(catalog)
+    if cluster_file is not None:
+        raw = resolve_cluster(str(cluster_file), cat, field="--cluster")
+    else:
+        raw = resolve_cluster(
+            {
+                "gpu": gpu,
+                "num_gpus": gpus_per_node if gpus is None else gpus,
+                "gpus_per_node": gpus_per_node,
+                "intra_node": intra,
+                "inter_node": inter,
+                "nics_per_node": nics_per_node,
+            },
+            cat,
+            field="cluster",
+        )
+    cluster: Cluster = build(Cluster, raw, "cluster")
+    n = cluster.num_gpus if gpus is None else gpus
+    if n < 1 or n > cluster.num_gpus:
+        raise SpecError(f"--gpus: must be between 1 and the cluster's num_gpus ({cluster.num_gpus}), got {n}")
+    if n > cluster.gpus_per_node and n % cluster.gpus_per_node:
+        raise SpecError(f"--gpus: a group spanning nodes must be a multiple of gpus_per_node ({cluster.gpus_per_node})")
+    place = placement(cluster, n, 1, op)
+    sizes = [nbytes]
+    if sweep:
+        sizes, s = [], 8.0
+        while s <= nbytes:
+            sizes.append(s)
+            s *= 2
+    rows = []
+    for s in sizes:
+        try:
+            c = collective_cost(op, s, place, algorithm, protocol)
+        except ValueError as e:
+            raise SpecError(f"{'--protocol' if 'protocol' in str(e) else '--algorithm'}: {e}") from None
+        rows.append(
+            {
+                "op": op,
+                "message_bytes": s,
+                "gpus": n,
+                "time_s": c.time_s,
+                "algorithm": c.algorithm,
+                "protocol": c.protocol,
+                "bottleneck": c.bottleneck,
+                "algbw_GBps": c.algbw_bytes_per_s / GB,
+                "busbw_GBps": c.busbw_bytes_per_s / GB,
+            }
+        )
+    if json_out:
+        emit(rows if sweep else rows[0], True)
+        return
+    from commtax.report.table import new_table
+
+    t = new_table(f"{op} over {n} GPUs ({place.per_node} per node) — predicted")
+    for col in ("size (B)", "time", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "bound by"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        algo = f"{r['algorithm']}/{r['protocol']}" if r["protocol"] else r["algorithm"]
+        t.add_row(
+            f"{r['message_bytes']:.0f}",
+            format_duration(r["time_s"]),
+            format_sig(r["algbw_GBps"]),
+            format_sig(r["busbw_GBps"]),
+            algo,
+            r["bottleneck"],
+        )
+    console.print(t)
+
+
+# ----------------------------------------------------------------------------- demo
+def demo(json_out: JsonOpt = False, plot: PlotOpt = None) -> None:
+    """The seed article's LLaMA-2 70B / 256-GPU scenario, recomputed next to the article's numbers."""
+    from commtax.decide.demo import ARTICLE, REASONS, communication_wall, seed_rows
+    from commtax.report.table import new_table
+
+    rows = seed_rows()
+    wall = communication_wall(rows[0].job)
+    if plot is not None:
+        from commtax.report.plots import breakdown_plot
+
+        breakdown_plot([(r.name, r.breakdown) for r in rows], plot, "Seed scenario: where the step goes")
+    if json_out:
+        emit(
+            {
+                "scenario": "llama2-70b, 1024×4096 tokens per step, TP=8 PP=4 DP=8, 256 GPUs",
+                "clusters": [
+                    {
+                        "name": r.name,
+                        "note": r.note,
+                        "compute_s": r.compute_s,
+                        "comm_s": r.comm_s,
+                        "article": ARTICLE[r.name].__dict__,
+                        "tokens_per_day": r.tokens_per_day,
+                        "breakdown": r.breakdown.to_dict(),
+                    }
+                    for r in rows
+                ],
+                "reasons": REASONS,
+                "communication_wall": [w.__dict__ for w in wall],
+            },
+            True,
+        )
+        return
+    console.print(
+        "[bold]Seed scenario:[/bold] LLaMA-2 70B, 4.19M tokens per step (1024 × 4096), "
+        "TP=8 PP=4 DP=8, 256 GPUs, bf16, ZeRO-1, selective recompute"
+    )
+    t = new_table("commtax vs the seed article (one step, 256 GPUs each)")
+    t.add_column("metric")
+    for r in rows:
+        t.add_column(r.name.removeprefix("256× "), justify="right")
+        t.add_column("article", justify="right", style="dim")
+    metrics = [
+        ("compute s", lambda r: f"{r.compute_s:.1f}", lambda a: f"{a.compute_s:.2f}"),
+        ("comm s", lambda r: f"{r.comm_s:.1f}", lambda a: f"{a.comm_s:.2f}"),
+        ("comm share", lambda r: f"{100 * r.breakdown.comm_share:.0f}%", lambda a: f"{100 * a.comm_tax:.0f}%"),
+        ("comm tax", lambda r: f"{100 * r.breakdown.comm_tax:.0f}%", lambda a: "—"),
+        ("step s", lambda r: f"{r.breakdown.step_time_s:.1f}", lambda a: "—"),
+        ("MFU", lambda r: f"{100 * r.breakdown.mfu:.0f}%", lambda a: "—"),
+        ("B tokens/day", lambda r: f"{r.tokens_per_day / 1e9:.1f}", lambda a: f"{a.tokens_per_day / 1e9:.1f}"),
+    ]
+    for label, ours, theirs in metrics:
+        cells = []
+        for r in rows:
+            cells += [ours(r), theirs(ARTICLE[r.name])]
+        t.add_row(label, *cells)
+    console.print(t)
+    console.print(
+        "comm s: link time, nothing overlapped; comm share = comm / (comm + compute) (the article's tax); "
+        "comm tax = exposed comm / step"
+    )
+    for r in rows:
+        if r.note != "article's plan as given":
+            console.print(f"  {r.name}: {r.note}")
+    console.print("[bold]Why the numbers differ[/bold]")
+    for key, reason in REASONS.items():
+        console.print(f"  • {key}: {reason}")
+    w = new_table(f"The communication wall ({rows[0].name}, fixed network)")
+    for col in ("compute ×", "step s", "step speed-up", "comm tax"):
+        w.add_column(col, justify="right")
+    for row in wall:
+        w.add_row(f"{row.compute_speedup:g}×", f"{row.step_s:.2f}", f"{row.speedup:.2f}×", f"{100 * row.comm_tax:.0f}%")
+    console.print(w)
+
+
+# ----------------------------------------------------------------------------- every command, one line each
+# name -> "module:attribute": a command function, or a typer app for a command group. The module is imported
+# only when its command runs (or for --help), so `commtax estimate` stays instant.
+COMMANDS: dict[str, str] = {
+    "estimate": "commtax.cli.main:estimate",
+    "simulate": "commtax.cli.simulate:simulate_cmd",
+    "search": "commtax.cli.planning:search_command",
+    "compare": "commtax.cli.planning:compare_command",
+    "advise": "commtax.cli.planning:advise_command",
+    "cost": "commtax.cli.planning:cost_command",
+    "validate": "commtax.cli.main:validate",
+    "collective": "commtax.cli.main:collective",
+    "demo": "commtax.cli.main:demo",
+    "bench": "commtax.cli.measure:bench_app",
+    "cluster": "commtax.cli.measure:cluster_app",
+    "calibrate": "commtax.cli.measure:calibrate_command",
+    "report": "commtax.cli.report:report",
+    "trace": "commtax.cli.trace:trace_command",
+}
+_registered: set[str] = set()
+
+
+def register_commands(names: set[str] | None = None) -> None:
+    """Add the named commands (default: all) to ``app``; each command function is wrapped in ``user_errors``."""
+    for name, target in COMMANDS.items():
+        if name in _registered or (names is not None and name not in names):
+            continue
+        module, attr = target.split(":")
+        obj = getattr(importlib.import_module(module), attr)
+        if isinstance(obj, typer.Typer):
+            app.add_typer(obj, name=name)
+        else:
+            app.command(name)(user_errors(obj))
+        _registered.add(name)
+
+
+def main() -> None:
+    from commtax import signals
+
+    signals.install()  # SIGTERM/SIGHUP clean up like Ctrl-C (temp files, workers, launched ranks), exit 130
+    command = sys.argv[1] if len(sys.argv) > 1 else None
+    try:
+        register_commands({command} if command in COMMANDS else None)
+        if signals.RECEIVED:  # raised inside an import-lock callback, where Python ignores exceptions
+            raise KeyboardInterrupt(signals.RECEIVED[0])
+    except KeyboardInterrupt as e:  # a signal while the command's modules import: still one line, exit 130
+        print(f"error: interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
+        sys.exit(130)  # errors.EXIT_INTERRUPTED
+    app()
+
+
+if __name__ == "__main__":
+    main()

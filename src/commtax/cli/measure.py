@@ -1,0 +1,675 @@
+"""``commtax cluster``, ``commtax bench`` and ``commtax calibrate``: thin typer commands over commtax.measure.
+
+Importing this module does not import torch (the estimate path stays instant); each command
+imports what it needs. Bad input prints one line naming the option and the fix, exit 2.
+Also runnable as ``python -m commtax.cli.measure …`` (that is how torchrun relaunches a sweep).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import typer
+
+from commtax.cli.io import (  # user_errors: SpecError/OSError: one line, exit 2; Ctrl-C/SIGTERM: exit 130
+    choice_list,
+    fail,
+    user_errors,
+)
+from commtax.costs.collectives import OPS
+
+cluster_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Emulated multi-node cluster: network namespaces + tc"
+)
+bench_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Measure collectives, p2p copies and GEMMs (torch.distributed)"
+)
+IMPLS = ("torch", "ring", "rhd", "tree", "hier")  # torch: the library's own; the rest: commtax.measure.algorithms
+GEMM_DTYPES = ("fp32", "bf16", "fp16")
+
+DEFAULT_CLUSTER_FILE = Path("emulated_cluster.yaml")
+ClusterFile = Annotated[Path, typer.Option("--cluster", help="cluster YAML written by `commtax cluster up`")]
+
+
+def _bytes(option: str, text: str) -> int:
+    from commtax.units import parse_bytes
+
+    try:
+        return int(parse_bytes(text))
+    except ValueError as e:
+        fail(f"{option}: {e}")
+
+
+def _read_cluster(path: Path) -> dict:
+    from commtax.errors import SpecError
+    from commtax.measure.cluster import load_cluster_file
+
+    if not path.exists():
+        fail(f"--cluster: {path} does not exist; create it with `commtax cluster up --out {path}`")
+    try:
+        return load_cluster_file(path)
+    except (SpecError, ValueError) as e:  # unreadable, not UTF-8, an alias bomb, not a mapping: one line
+        fail(f"--cluster: {e}")
+
+
+def _check_out(out: Path) -> None:
+    """An output that cannot be written fails now, before any cluster is built or rank launched."""
+    from commtax.atomic import check_writable
+    from commtax.errors import SpecError
+
+    try:
+        check_writable(out)
+    except SpecError as e:
+        fail(f"--out: {e}")
+
+
+def _refuse_live_record(out: Path) -> None:
+    """`up --out F` must not overwrite the only record of a cluster that still exists."""
+    from commtax.measure.cluster import (
+        EmulatedCluster,
+        existing_namespaces,
+        load_cluster_file,
+    )
+
+    if not out.is_file():
+        return
+    try:
+        old = EmulatedCluster.from_spec(load_cluster_file(out))
+    except Exception:  # not a cluster record: an ordinary file the user chose to replace
+        return
+    if set(old.namespaces) & set(existing_namespaces()):
+        fail(
+            f"--out: {out} records cluster {old.name}, which still exists; `commtax cluster down --cluster {out}` "
+            "first, or choose another --out"
+        )
+
+
+# ---------------------------------------------------------------------------- cluster
+@cluster_app.command("up")
+@user_errors
+def cluster_up(
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=200, help="network namespaces, one per node")] = 2,
+    ranks_per_node: Annotated[
+        int, typer.Option("--ranks-per-node", min=1, max=64, help="torchrun processes per node")
+    ] = 1,
+    link: Annotated[
+        str, typer.Option("--link", help="each node's link rate per direction, tc units: 300mbit, 1gbit")
+    ] = "1gbit",
+    uplink: Annotated[
+        Optional[str],
+        typer.Option("--uplink", help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit"),
+    ] = None,
+    mtu: Annotated[int, typer.Option("--mtu", min=576, max=65000, help="MTU of every veth")] = 9000,
+    out: Annotated[Path, typer.Option("--out", help="cluster YAML to write")] = DEFAULT_CLUSTER_FILE,
+) -> None:
+    """Build the cluster, measure it, write the cluster YAML that `estimate`, `collective` and `bench` share."""
+    from commtax.measure.cluster import (
+        ClusterError,
+        EmulatedCluster,
+        check_host,
+        parse_rate_bit_s,
+    )
+    from commtax.measure.results import write_atomic
+
+    try:
+        link_bit_s = parse_rate_bit_s(link)
+        uplink_bit_s = parse_rate_bit_s(uplink) if uplink else None
+    except ValueError as e:
+        fail(f"--link/--uplink: {e}")
+    import yaml
+
+    from commtax.measure.cluster import set_cluster_file
+
+    _check_out(out)
+    _refuse_live_record(out)
+
+    def record(c: EmulatedCluster) -> None:  # before the first namespace: even a SIGKILL leaves the record
+        write_atomic(
+            out,
+            yaml.safe_dump(
+                {
+                    **c.spec(),
+                    "status": "building (cluster up did not finish: `commtax cluster down --cluster` this file)",
+                },
+                sort_keys=False,
+            ),
+        )
+        set_cluster_file(c.name, out)
+
+    try:
+        check_host()
+        cluster = EmulatedCluster(nodes, ranks_per_node, link_bit_s, uplink_bit_s, mtu).up(record)
+    except ClusterError as e:
+        fail(f"commtax cluster: {e}")
+    except BaseException:
+        out.unlink(missing_ok=True)  # the cluster it recorded is gone again
+        raise
+    write_atomic(out, yaml.safe_dump(cluster.spec(), sort_keys=False))
+    m = cluster.measured
+    typer.echo(
+        f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links {link_bit_s / 1e6:g} Mbit/s"
+        f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
+        f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {out}"
+    )
+
+
+@cluster_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@user_errors
+def cluster_run(
+    ctx: typer.Context,
+    cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
+    grace: Annotated[
+        float, typer.Option("--grace", min=0, help="seconds the other nodes get to exit after one fails")
+    ] = 30.0,
+) -> None:
+    """Run `-- CMD ARGS` under torchrun on every node (gloo over the shaped links, loopback inside a node)."""
+    from commtax.measure.cluster import (
+        ClusterError,
+        EmulatedCluster,
+        check_host,
+        existing_namespaces,
+    )
+
+    cmd = list(ctx.args)
+    if not cmd:
+        fail("cluster run: give the command after --, e.g. `commtax cluster run -- python train.py`")
+    spec = _read_cluster(cluster_file)
+    try:
+        check_host()
+        cluster = EmulatedCluster.from_spec(spec)
+    except (ClusterError, ValueError) as e:
+        fail(f"commtax cluster: {e}")
+    missing = set(cluster.namespaces) - set(existing_namespaces())
+    if missing:
+        fail(f"--cluster: namespaces {', '.join(sorted(missing))} are gone; run `commtax cluster up` again")
+    from commtax.measure.cluster import resolve_command
+
+    try:
+        resolve_command(cmd)
+    except ValueError as e:
+        fail(str(e))
+    raise typer.Exit(cluster.run(cmd, grace_s=grace, log=lambda s: typer.echo(s, err=True)))
+
+
+@cluster_app.command("down")
+@user_errors
+def cluster_down(
+    cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
+    all_: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            metavar="",
+            help="remove the clusters your `cluster up` built that nothing runs in "
+            "(others: asks on a terminal, else lists them)",
+        ),
+    ] = False,
+) -> None:
+    """Kill what runs in the cluster and delete its namespaces, bridge, veths and qdiscs."""
+    from commtax.measure.cluster import (
+        ClusterError,
+        EmulatedCluster,
+        check_host,
+        down_namespaces,
+        existing_namespaces,
+    )
+
+    try:
+        check_host()
+    except ClusterError as e:
+        fail(f"commtax cluster: {e}")
+    if all_:
+        names = _mine_to_remove()
+    else:
+        try:
+            names = EmulatedCluster.from_spec(_read_cluster(cluster_file)).namespaces
+        except ValueError as e:
+            fail(f"--cluster: {e}")
+    removed = down_namespaces(names)
+    from commtax.measure.cluster import forget
+
+    for name in {ns.split("-")[0] for ns in names}:
+        if not any(ns.startswith(name + "-") for ns in existing_namespaces()):
+            forget(name)
+    typer.echo(f"removed {len(removed)} namespaces" + (f": {', '.join(removed)}" if removed else ""))
+
+
+def _mine_to_remove() -> list[str]:
+    """Namespaces of the clusters this user's `cluster up` built and nothing runs in; the others are asked
+    about on a terminal and listed (kept) otherwise."""
+    import sys
+
+    from commtax.measure.cluster import clusters_on_host, why_not_mine
+
+    names: list[str] = []
+    for cid, nss in sorted(clusters_on_host().items()):
+        why = why_not_mine(cid, nss)
+        if why is None:
+            names += nss
+        elif sys.stdin.isatty() and typer.confirm(f"cluster {cid} ({why}): remove it anyway?", default=False):
+            names += nss
+        else:
+            typer.echo(f"kept cluster {cid}: {why}", err=True)
+    return names
+
+
+# ---------------------------------------------------------------------------- bench
+@bench_app.command("collective")
+@user_errors
+def bench_collective(
+    ops: Annotated[
+        tuple, typer.Option("--ops", parser=choice_list(OPS), metavar="OP,...", help=f"comma list of: {', '.join(OPS)}")
+    ] = ("all_reduce",),
+    min_size: Annotated[str, typer.Option("--min", metavar="SIZE", help="smallest message (nccl-tests -b)")] = "1KiB",
+    max_size: Annotated[str, typer.Option("--max", metavar="SIZE", help="largest message (nccl-tests -e)")] = "16MiB",
+    factor: Annotated[float, typer.Option("--factor", help="size multiplier per row (nccl-tests -f)")] = 2.0,
+    warmup: Annotated[int, typer.Option("--warmup", min=0)] = 2,
+    iters: Annotated[int, typer.Option("--iters", min=1)] = 5,
+    impl: Annotated[
+        tuple,
+        typer.Option(
+            "--impl",
+            parser=choice_list(IMPLS),
+            metavar="IMPL,...",
+            help="comma list: torch (the library's); ours: ring, rhd, tree, hier",
+        ),
+    ] = ("torch",),
+    dtype: Annotated[Literal["fp32", "bf16", "fp16", "int64"], typer.Option("--dtype")] = "fp32",
+    backend: Annotated[
+        Literal["auto", "gloo", "nccl"], typer.Option("--backend", help="auto: nccl with GPUs, else gloo")
+    ] = "auto",
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", min=1, help="seconds one measurement may take before a peer is declared dead/hung"),
+    ] = 60.0,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", metavar="FILE", help="JSON list of records (a .csv is written beside it)")
+    ] = None,
+    append: Annotated[bool, typer.Option("--append", metavar="", help="add to the records already in --out")] = False,
+    nproc: Annotated[
+        int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")
+    ] = 2,
+    fault: Annotated[str, typer.Option("--fault", hidden=True, help="test hook: RANK:INDEX:kill|stop")] = "",
+) -> None:
+    """nccl-tests-style sweep: time, algbw, busbw per size, from rank 0."""
+    lo, hi = _bytes("--min", min_size), _bytes("--max", max_size)
+    if lo > hi or not factor > 1:
+        fail(f"--min/--max/--factor: need min ≤ max and factor > 1 (got {lo} B, {hi} B, {factor:g})")
+    from commtax.measure.schedules import impl_supports
+
+    if not any(impl_supports(i, o) for o in ops for i in impl):
+        fail(
+            f"--impl {','.join(impl)}: implements all_reduce (and ring: all_gather, reduce_scatter), "
+            f"not {','.join(ops)}"
+        )
+    _check_sweep(lo, hi, factor, timeout, nproc, backend, fault)
+    if "RANK" not in os.environ:  # not under torchrun: become it, locally (arguments checked once, here)
+        if out is not None:
+            _check_out(out)
+            _check_out(out.with_suffix(".csv"))
+            if append and out.exists():
+                _check_records(out, "--append")
+        from commtax.measure.bench import run_local
+
+        raise typer.Exit(run_local(nproc, ["bench", "collective", *_argv_tail()]))
+    from commtax.measure.bench import SweepConfig, collective_sweep
+    from commtax.measure.results import ResultFile
+
+    cfg = SweepConfig(ops, lo, hi, factor, warmup, iters, impl, dtype, timeout, backend)
+    crash = _fault(fault)
+    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
+    collective_sweep(cfg, sink, crash)
+
+
+MAX_SIZES = 1000  # rows of one sweep (nccl-tests' default 8 B..128 MiB ×2 is 25)
+MAX_BENCH_BYTES = 2**36  # 64 GiB per message buffer
+
+
+def _check_sweep(lo: int, hi: int, factor: float, timeout: float, nproc: int, backend: str, fault: str) -> None:
+    """Everything a rank would trip over, checked once in the launcher: one line, exit 2, no rank started."""
+    import math
+
+    if not math.isfinite(factor):
+        fail(f"--factor: a finite multiplier > 1, got {factor}")
+    rows = math.floor(math.log(hi / lo) / math.log(factor) + 1e-9) + 1
+    if rows > MAX_SIZES:
+        fail(f"--factor {factor:g}: {rows:,} message sizes from {lo} B to {hi} B (at most {MAX_SIZES}); use e.g. 2")
+    if hi > MAX_BENCH_BYTES:
+        fail(f"--max: {hi:,} B is above {MAX_BENCH_BYTES // 2**30} GiB per message")
+    if not math.isfinite(timeout):
+        fail(f"--timeout: seconds, finite, got {timeout}")
+    avail = _mem_available_bytes()
+    if backend != "nccl" and avail and 3 * hi * nproc > avail:  # each CPU rank holds ~3 buffers of the message
+        fail(f"--max: {nproc} ranks × 3 buffers × {hi:,} B do not fit the {avail / 2**30:.1f} GiB of free memory")
+    if backend == "nccl":
+        from commtax.measure.bench import cuda_available
+
+        if not cuda_available():
+            fail("--backend nccl: no CUDA GPU here; use --backend gloo (or auto)")
+    try:
+        _fault_parts(fault)
+    except ValueError as e:
+        fail(f"--fault: {e}")
+
+
+def _mem_available_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _check_records(path: Path, option: str) -> None:
+    from commtax.measure.results import load_records
+
+    try:
+        load_records(path)
+    except (OSError, ValueError) as e:
+        fail(f"{option}: {e}")
+
+
+def _fault_parts(spec: str) -> tuple[int, int, str] | None:
+    if not spec:
+        return None
+    parts = spec.split(":")
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() or parts[2] not in ("kill", "stop"):
+        raise ValueError(f"expected RANK:INDEX:kill|stop, got {spec[:40]!r}")
+    return int(parts[0]), int(parts[1]), parts[2]
+
+
+def _fault(spec: str):
+    """Test hook ``RANK:INDEX:kill|stop``: that rank kills (or SIGSTOPs) itself at measurement INDEX."""
+    parts = _fault_parts(spec)
+    if parts is None:
+        return None
+    rank, index, how = parts
+    if int(os.environ.get("RANK", "-1")) != int(rank):
+        return None
+    return (int(index), how)
+
+
+@bench_app.command("p2p")
+@user_errors
+def bench_p2p(
+    size: Annotated[str, typer.Option("--bytes", help="bytes per copy")] = "64MiB",
+    warmup: Annotated[int, typer.Option("--warmup", min=0)] = 3,
+    iters: Annotated[int, typer.Option("--iters", min=1)] = 10,
+    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records")] = None,
+) -> None:
+    """GPU-to-GPU copy bandwidth matrix (uni- and bidirectional); host memcpy without GPUs."""
+    nbytes = _bytes("--bytes", size)
+    avail = _mem_available_bytes()
+    if nbytes > MAX_BENCH_BYTES or (avail and 4 * nbytes > avail):
+        fail(
+            f"--bytes: {nbytes:,} B per copy is too large here (at most {MAX_BENCH_BYTES // 2**30} GiB, and 4 copies "
+            f"must fit the {avail / 2**30:.1f} GiB free)"
+        )
+    if out is not None:
+        _check_out(out)
+    from commtax.measure.p2p import p2p_matrix
+    from commtax.measure.results import ResultFile
+
+    records, note = p2p_matrix(nbytes, warmup, iters)
+    typer.echo(note)
+    sink = ResultFile(out)
+    for r in records:
+        sink.append(r)
+        pair = "host memory" if r["src"] < 0 else f"cuda:{r['src']} -> cuda:{r['dst']}"
+        typer.echo(f"{r['impl']:>15} {pair:<18} {r['algbw_GBps']:8.2f} GB/s")
+
+
+MAX_GEMM_HIDDEN = 32_768  # the MLP GEMM is tokens × h × 4h: 32k already needs 4·h² = 4 Gi elements of weights
+
+
+@bench_app.command("gemm")
+@user_errors
+def bench_gemm(
+    hidden: Annotated[str, typer.Option("--hidden", help="comma list of hidden sizes")] = "512,1024",
+    tokens: Annotated[int, typer.Option("--tokens", min=1, help="tokens per micro-batch (GEMM m)")] = 512,
+    dtypes: Annotated[
+        tuple,
+        typer.Option(
+            "--dtypes", parser=choice_list(GEMM_DTYPES), metavar="DTYPE,...", help="comma list of: fp32, bf16, fp16"
+        ),
+    ] = ("fp32", "bf16"),
+    warmup: Annotated[int, typer.Option("--warmup", min=0)] = 1,
+    iters: Annotated[int, typer.Option("--iters", min=1)] = 3,
+    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records")] = None,
+) -> None:
+    """Achieved TFLOP/s of a transformer layer's four GEMMs per dtype."""
+    try:
+        hiddens = [int(h) for h in hidden.split(",")]
+    except ValueError:
+        fail(f"--hidden: expected comma-separated integers, got {hidden[:40]!r}")
+    bad = [h for h in hiddens if not 1 <= h <= MAX_GEMM_HIDDEN]
+    if bad:
+        fail(f"--hidden: sizes from 1 to {MAX_GEMM_HIDDEN}, got {bad[0]}")
+    if tokens > 2**20:
+        fail(f"--tokens: at most {2**20}, got {tokens}")
+    if out is not None:
+        _check_out(out)
+    dts = list(dtypes)
+    from commtax.measure.gemm import gemm_sweep
+    from commtax.measure.results import ResultFile
+
+    sink = ResultFile(out)
+    for r in gemm_sweep(hiddens, tokens, dts, warmup, iters):
+        sink.append(r)
+        typer.echo(f"{r['dtype']:>5} {r['name']:>9} {r['m']}×{r['k']}·{r['k']}×{r['n']}: {r['tflops']:.3f} TFLOP/s")
+
+
+@bench_app.command("ddp")
+def bench_ddp(
+    hook: Annotated[
+        str, typer.Option("--hook", help="comma list: none, fp16, bf16, fp8, fp8_e5m2, int8, int4, powersgd")
+    ] = "none",
+    error_feedback: Annotated[
+        bool,
+        typer.Option(
+            "--error-feedback", help="carry the quantization residual to the next step (fp8/int8/int4/powersgd)"
+        ),
+    ] = False,
+    stochastic: Annotated[bool, typer.Option("--stochastic", help="stochastic rounding (int8/int4)")] = False,
+    bucket_mb: Annotated[float, typer.Option("--bucket-mb", min=0.01, help="DDP bucket_cap_mb")] = 25.0,
+    accumulate: Annotated[
+        int, typer.Option("--accumulate", min=1, help="micro-batches per step (all but the last under no_sync)")
+    ] = 1,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="timed steps per hook")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="untimed steps first")] = 3,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", min=1, help="sequences per micro-batch per rank")] = 8,
+    hidden: Annotated[int, typer.Option("--hidden", min=8)] = 256,
+    layers: Annotated[int, typer.Option("--layers", min=1)] = 2,
+    heads: Annotated[int, typer.Option("--heads", min=1)] = 4,
+    vocab: Annotated[int, typer.Option("--vocab", min=8)] = 512,
+    seq_len: Annotated[int, typer.Option("--seq-len", min=2)] = 64,
+    powersgd_rank: Annotated[
+        int, typer.Option("--powersgd-rank", help="PowerSGD matrix approximation rank: 1, 2, 4 or 8")
+    ] = 4,
+    lr: Annotated[float, typer.Option("--lr", min=0)] = 3e-3,
+    optimizer: Annotated[str, typer.Option("--optimizer", help="adamw or sgd (momentum 0.9)")] = "adamw",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    cluster_file: Annotated[
+        Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_step_time_s from estimate")
+    ] = None,
+    gemm_json: Annotated[
+        Optional[Path],
+        typer.Option("--gemm", help="`commtax bench gemm --out` records: calibrates the predicted compute"),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")
+    ] = 300.0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records, one per hook")] = None,
+    append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
+    nproc: Annotated[
+        int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")
+    ] = 2,
+) -> None:
+    """Train a small GPT with DDP under each comm hook: step time, exposed comm, bytes on the wire, loss, prediction."""
+    from commtax.spec.wire_dtypes import POWERSGD_RANKS
+
+    hooks = tuple(h.strip() for h in hook.split(",") if h.strip())
+    known = ("none", "fp16", "bf16", "fp8", "fp8_e5m2", "int8", "int4", "powersgd")
+    bad = [h for h in hooks if h not in known]
+    if bad or not hooks:
+        fail(f"--hook: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(known)}")
+    if error_feedback and any(h in ("none", "fp16", "bf16") for h in hooks):
+        fail("--error-feedback: applies to fp8, fp8_e5m2, int8, int4 and powersgd; drop none/fp16/bf16 from --hook")
+    if powersgd_rank not in POWERSGD_RANKS:
+        fail(f"--powersgd-rank: choose from {', '.join(map(str, POWERSGD_RANKS))}")
+    if hidden % heads:
+        fail(f"--hidden ({hidden}) must be divisible by --heads ({heads})")
+    if optimizer not in ("adamw", "sgd"):
+        fail(f"--optimizer: choose adamw or sgd, got {optimizer!r}")
+    cluster = _read_cluster(cluster_file) if cluster_file is not None else None
+    gemm = None
+    if gemm_json is not None:
+        try:
+            gemm = [r for r in json.loads(gemm_json.read_text()) if r.get("op") == "gemm" and r.get("dtype") == "fp32"]
+        except (OSError, ValueError) as e:
+            fail(f"--gemm: cannot read {gemm_json}: {e}")
+        if not gemm:
+            fail(
+                f"--gemm: {gemm_json} has no fp32 gemm records; "
+                f"run `commtax bench gemm --dtypes fp32 --out {gemm_json}`"
+            )
+    if "RANK" not in os.environ:  # not under torchrun: become it, locally (the output checked once, here)
+        if out is not None:
+            _check_out(out)
+        from commtax.measure.bench import run_local
+
+        raise typer.Exit(run_local(nproc, ["bench", "ddp", *_argv_tail("ddp")]))
+    from commtax.measure.ddp_bench import DDPBenchConfig, GPTConfig, run
+    from commtax.measure.results import ResultFile
+
+    cfg = DDPBenchConfig(
+        hooks,
+        error_feedback,
+        stochastic,
+        bucket_mb,
+        accumulate,
+        steps,
+        warmup,
+        micro_batch=micro_batch,
+        lr=lr,
+        optimizer=optimizer,
+        powersgd_rank=powersgd_rank,
+        seed=seed,
+        timeout_s=timeout,
+        model=GPTConfig(vocab, hidden, layers, heads, seq_len),
+    )
+    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
+    run(cfg, sink, cluster, gemm, log=lambda s: typer.echo(s, err=True))
+
+
+# ---------------------------------------------------------------------------- calibrate
+@user_errors
+def calibrate_command(
+    bench_json: Annotated[Optional[Path], typer.Argument(help="records from `commtax bench collective --out`")] = None,
+    cluster_file: Annotated[
+        Path, typer.Option("--cluster", help="the cluster YAML the bench ran on")
+    ] = DEFAULT_CLUSTER_FILE,
+    gemm_json: Annotated[Optional[Path], typer.Option("--gemm", help="records from `commtax bench gemm --out`")] = None,
+    out: Annotated[Path, typer.Option("--out", help="hardware profile YAML to write")] = Path("profile.yaml"),
+    impl: Annotated[
+        str, typer.Option("--impl", help="fit the records of this implementation (torch: the library's)")
+    ] = "torch",
+    cluster_out: Annotated[
+        Optional[Path],
+        typer.Option("--cluster-out", help="also write the cluster YAML with `profile:` pointing at --out"),
+    ] = None,
+    trace: Annotated[
+        Optional[list[Path]], typer.Option("--trace", help="calibrate from profiler traces of a real job (with --job)")
+    ] = None,
+    job_file: Annotated[Optional[Path], typer.Option("--job", help="with --trace: the job YAML that ran")] = None,
+    steps: Annotated[
+        Optional[str], typer.Option("--steps", help="with --trace: only ProfilerStep#a … #b, as a:b")
+    ] = None,
+) -> None:
+    """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
+    if trace:
+        from commtax.cli.trace import calibrate_from_trace, print_profile_summary
+        from commtax.errors import SpecError
+
+        try:
+            profile = calibrate_from_trace(trace, job_file, out, steps)
+        except SpecError as e:
+            fail(str(e))
+        print_profile_summary(profile, out)
+        return
+    if bench_json is None:
+        fail("calibrate: give the bench records file, or --trace TRACE --job JOB.yaml")
+    from commtax.measure.calibrate import (
+        calibrate,
+        check_cluster,
+        check_gemm,
+        check_records,
+        compare,
+        write_profile,
+    )
+    from commtax.spec import read_text
+
+    for path in (out, cluster_out):  # both checked before anything is written
+        if path is not None:
+            _check_out(path)
+    try:
+        records = check_records(json.loads(read_text(bench_json, "JSON file")), bench_json)
+        gemm = check_gemm(json.loads(read_text(gemm_json, "JSON file")), gemm_json) if gemm_json else None
+        cluster = check_cluster(_read_cluster(cluster_file), cluster_file)
+        records = [r for r in records if r.get("impl") == impl]
+        profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
+    except ValueError as e:  # SpecError, or JSON that does not parse
+        fail(f"calibrate: {e}")
+    levels = profile["residuals"]["levels"]
+    if not profile["ops"] and "inter" not in levels and "intra" not in levels:
+        fail(f"calibrate: {bench_json} has no multi-rank collective records ≥ 64 KiB to fit")
+    write_profile(profile, out)
+    if cluster_out is not None:
+        import yaml
+
+        from commtax.measure.results import write_atomic
+
+        write_atomic(cluster_out, yaml.safe_dump({**cluster, "profile": str(out.resolve())}, sort_keys=False))
+    before, after = compare(records, cluster), compare(records, cluster, profile)
+    # 77 columns: reads at 80
+    typer.echo(
+        f"{'op':>14} {'impl':>5} {'bytes':>9} {'measured ms':>11} {'model ms':>8} {'err':>6} "
+        f"{'calibrated':>10} {'err':>6}"
+    )
+    for b, a in zip(before, after):
+        typer.echo(
+            f"{b['op']:>14} {b['impl']:>5} {b['message_bytes']:>9} {b['measured_s'] * 1e3:11.3f} "
+            f"{b['predicted_s'] * 1e3:8.3f} {b['error']:+6.1%} {a['predicted_s'] * 1e3:10.3f} "
+            f"{a['error']:+6.1%}"
+        )
+    typer.echo(
+        f"wrote {out}"
+        + (f" and {cluster_out}" if cluster_out else "")
+        + f"; in a job file: `cluster: {{..., profile: {out}}}` replaces the catalog link numbers"
+    )
+
+
+def _argv_tail(sub: str = "collective") -> list[str]:
+    """The arguments after `bench SUB` in this process's command line."""
+    argv = sys.argv[1:]
+    for i in range(len(argv) - 1):
+        if argv[i] == "bench" and argv[i + 1] == sub:
+            return argv[i + 2 :]
+    return argv
+
+
+if __name__ == "__main__":
+    from commtax import signals
+
+    signals.install()  # SIGTERM/SIGHUP clean up like Ctrl-C
+    app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
+    app.add_typer(cluster_app, name="cluster")
+    app.add_typer(bench_app, name="bench")
+    app.command("calibrate")(calibrate_command)
+    app()

@@ -1,0 +1,433 @@
+"""``commtax search``, ``compare``, ``advise`` and ``cost``: thin typer commands over search, compare, advise and
+cost. Errors, JSON and progress: :mod:`commtax.cli.io`; tables: :mod:`commtax.report.table`."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+import typer
+
+from commtax.atomic import write_atomic
+from commtax.cli.io import (
+    CatalogOpt,
+    JobArg,
+    JsonOpt,
+    OutOpt,
+    PricesOpt,
+    RentOpt,
+    WideOpt,
+    WorkersOpt,
+    console,
+    does_not_fit,
+    emit,
+    err_console,
+    flag,
+    print_table,
+    progress,
+)
+from commtax.decide.cost import PowerBasis
+from commtax.decide.plans import PLAN_LABEL_KEY, plan_label
+from commtax.decide.search import GRAD_DTYPES, RANK_BY, RECOMPUTE
+from commtax.errors import EXIT_INTERRUPTED, SpecError
+from commtax.report.table import (
+    compare_table,
+    cost_table,
+    new_table,
+    pct,
+    render_breakdown,
+    search_table,
+)
+
+TokensOpt = Annotated[Optional[float], typer.Option("--tokens", min=1, help="training tokens (default: the job's)")]
+PowerOpt = Annotated[PowerBasis, typer.Option("--power", help="GPU power used for energy")]
+
+# ----------------------------------------------------------------------------- the plan fields, declared once
+# Each is a string typer passes through and ``Space.parse`` reads: values (``8``, ``1,2,4``) for every field, ranges
+# (``2..16``) for the integer ones. ``@plan_options`` adds them all to a command and hands it ``plan: dict``.
+PLAN_OPTIONS: dict[str, tuple[str, str]] = {  # field -> (option, help)
+    "tp": ("--tp", "tensor parallel sizes: 8 or 1,2,4, or a range a..b"),
+    "pp": ("--pp", "pipeline stages: 4 or 1,2,4,8, or a range a..b"),
+    "cp": ("--cp", "context parallel sizes: 1 or 1,2, or a range a..b"),
+    "vp": ("--vp", "virtual stages per pipeline rank: 1,2, or a range a..b"),
+    "micro_batch": ("--micro-batch", "micro-batch sizes: 1,2,4, or a range a..b"),
+    "zero": ("--zero", "ZeRO stages: 1 or 0,1,3, or a range 0..2"),
+    "recompute": ("--recompute", f"activation recompute, one or more of: {','.join(RECOMPUTE)}"),
+    "sequence_parallel": ("--sequence-parallel", "sequence parallelism: true, false or true,false"),
+    "grad_comm_dtype": ("--grad-comm-dtype", f"gradient all-reduce dtypes, of: {','.join(GRAD_DTYPES)}"),
+}
+
+
+def plan_options(command: Callable) -> Callable:
+    """Add one option per plan field (``PLAN_OPTIONS``) to ``command``, which receives them as ``plan``: a dict of
+    field -> text or None, ready for ``Space.parse``."""
+    sig = inspect.signature(command, eval_str=True)
+    own = [p for name, p in sig.parameters.items() if name != "plan"]
+    added = [
+        inspect.Parameter(
+            field,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[Optional[str], typer.Option(opt, metavar="V", help=help_)],
+        )
+        for field, (opt, help_) in PLAN_OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        plan = {field: kwargs.pop(field, None) for field in PLAN_OPTIONS}
+        return command(*args, plan=plan, **kwargs)
+
+    # the job argument first, then the plan fields (the options every search shares), then the command's own
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    params = params[:1] + added + params[1:]
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    del wrapper.__wrapped__  # typer must read the new signature, not the command's own
+    return wrapper
+
+
+# ----------------------------------------------------------------------------- search
+@plan_options
+def search_command(
+    job_file: JobArg,
+    plan: dict[str, Optional[str]],
+    fix: Annotated[
+        Optional[str], typer.Option("--fix", metavar="FIELDS", help="comma list of fields pinned to the job's plan")
+    ] = None,
+    rank: Annotated[Literal[RANK_BY], typer.Option("--rank", help="what ranks the plans")] = "step",
+    top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="plans to show")] = 5,
+    verify: Annotated[
+        int,
+        typer.Option(
+            "--verify",
+            min=0,
+            metavar="K",
+            help="simulate the best K plans and rank them by the simulated step (both times shown)",
+        ),
+    ] = 0,
+    rent: RentOpt = False,
+    wide: WideOpt = False,
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+    csv_out: Annotated[
+        Optional[Path], typer.Option("--csv", metavar="FILE", help="write every valid plan here")
+    ] = None,
+    workers: WorkersOpt = None,
+    catalog: CatalogOpt = None,
+    prices: PricesOpt = None,
+) -> None:
+    """Every valid plan for the job's model and cluster, ranked; the best ones with their breakdowns."""
+    from commtax.decide.cost import job_cluster_cost, load_prices
+    from commtax.decide.search import Space, search
+    from commtax.spec import load_job
+
+    job = load_job(job_file, catalog)
+    space = Space.parse(plan, [f.strip() for f in fix.split(",") if f.strip()] if fix else [])
+    mode = "rented" if rent else "owned"
+    usd_per_s = None
+    price_error = None
+    try:
+        usd_per_s = job_cluster_cost(job, load_prices(prices)).usd_per_s(mode)
+    except SpecError as e:
+        if prices is not None or rank != "step":
+            raise
+        price_error = str(e)
+    with progress("searching plans", enabled=not json_out) as update:
+        res = search(job, space, rank_by=rank, top=top, workers=workers, progress=update, verify=verify)
+    data = res.to_dict()
+    if usd_per_s is not None:
+        for entry, (_, b) in zip(data["top"], res.top):
+            entry["usd_per_B_tokens"] = usd_per_s * 1e9 / b.tokens_per_s
+            entry["tokens_per_dollar"] = b.tokens_per_s / usd_per_s
+        data["price_mode"] = mode
+    if csv_out is not None:
+        write_atomic(csv_out, res.to_csv())
+    emit(data, json_out, out)
+    if json_out:
+        _exit_if_interrupted(res.interrupted)
+        return
+    s = res.summary()
+    console.print(
+        f"{s['evaluated']:,} plans in {s['elapsed_s']:.2f} s ({s['plans_per_s']:,.0f}/s): {s['valid']:,} valid, "
+        f"{s['fit']:,} fit memory, {s['do_not_fit']:,} do not fit, {s['invalid']:,} invalid",
+    )
+    for title, reasons in (("invalid", s["invalid_reasons"]), ("do not fit", s["do_not_fit_reasons"])):
+        for why, count in list(reasons.items())[:4]:
+            console.print(f"  {title}: {count:,} × {why}", markup=False)
+    if res.interrupted:
+        console.print("[yellow]interrupted: the best of the plans evaluated so far[/yellow]")
+    for w in res.warnings:
+        err_console.print(f"warning: {w}", markup=False)
+    if price_error:
+        console.print(f"(no $ column: {price_error})", markup=False)
+    print_table(search_table(res, mode, usd_per_s, max(top, verify), wide), wide)
+    console.print(PLAN_LABEL_KEY, style="dim")
+    if res.verified:
+        t = new_table(f"Top {len(res.verified)} simulated (ranked by the simulated step)")
+        for col in ("#", "plan", "estimate s", "simulate s", "diff"):
+            t.add_column(col, justify="left" if col == "plan" else "right")
+        for k, v in enumerate(res.verified, 1):
+            est, sim = v["estimate_step_s"], v["simulate_step_s"]
+            t.add_row(str(k), plan_label(v["plan"]), f"{est:.3f}", f"{sim:.3f}", f"{(sim - est) / est:+.1%}")
+        print_table(t, wide)
+    best_plan, best = res.top[0]
+    console.print(f"\n[bold]Best plan[/bold] {plan_label(best_plan)}:")
+    render_breakdown(best, console, job.cluster.gpu.mem_GiB)
+    _exit_if_interrupted(res.interrupted)
+
+
+def _exit_if_interrupted(interrupted: bool) -> None:
+    """Partial results were shown (and flagged in --out/--json): Ctrl-C/SIGTERM still exit 130."""
+    if interrupted:
+        err_console.print('interrupted: results above are partial ("interrupted": true in the JSON)', markup=False)
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+# ----------------------------------------------------------------------------- compare
+@plan_options
+def compare_command(
+    inputs: Annotated[
+        list[str], typer.Argument(metavar="JOB.yaml", help="job YAML files (with --gpu: one job, then more GPU ids)")
+    ],
+    plan: dict[str, Optional[str]],
+    gpu: Annotated[
+        Optional[list[str]], typer.Option("--gpu", help="GPU catalog ids to put on the first job's cluster")
+    ] = None,
+    tokens: TokensOpt = None,
+    rent: RentOpt = False,
+    power: PowerOpt = "typical",
+    article: Annotated[bool, flag("--article", "show the seed article's 256-GPU numbers alongside")] = False,
+    pareto: Annotated[
+        Optional[Path], typer.Option("--pareto", metavar="PNG", help="write the Pareto plot here")
+    ] = None,
+    scaling_png: Annotated[
+        Optional[Path], typer.Option("--scaling", metavar="PNG", help="write comm tax and MFU vs GPUs here")
+    ] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU counts for --scaling, e.g. 64,128,256,512")] = None,
+    num_gpus: Annotated[
+        Optional[str], typer.Option("--num-gpus", help="compare each cluster at these GPU counts too, e.g. 128,256,512")
+    ] = None,
+    deadline: Annotated[
+        Optional[float],
+        typer.Option("--deadline", min=0, help="days: name the cheapest cluster that trains the tokens within it"),
+    ] = None,
+    wide: WideOpt = False,
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+    workers: WorkersOpt = None,
+    catalog: CatalogOpt = None,
+    prices: PricesOpt = None,
+) -> None:
+    """Side-by-side clusters: step time, MFU, comm tax, days, $/B tokens, energy, each with its best plan.
+
+    Plan options (--tp, --pp, ...) restrict every cluster's search, e.g. to one fixed plan.
+    """
+    from commtax.decide.compare import (
+        cheapest_within,
+        compare,
+        jobs_for_gpus,
+        pareto_points,
+        scaling,
+        with_gpu_counts,
+    )
+    from commtax.decide.cost import load_prices
+    from commtax.decide.search import Space
+    from commtax.spec import load_catalog, load_job
+
+    space = Space.parse(plan)
+    price_book = load_prices(prices)
+    gpu_names = [g.strip() for item in (gpu or []) for g in item.split(",") if g.strip()]
+    files = list(inputs)
+    if gpu_names:
+        # `--gpu a b c`: names after the first job that are not files are more GPUs
+        known = load_catalog(catalog)["gpu"]
+        extra = [x for x in files[1:] if not Path(x).exists() and x in known]
+        files = [x for x in files if x not in extra]
+        gpu_names += extra
+    if not files:
+        raise SpecError("compare: give at least one job file")
+    jobs = [load_job(f, catalog) for f in files]
+    if gpu_names:
+        if len(jobs) != 1:
+            raise SpecError("compare --gpu: give exactly one job file (its cluster gets each GPU in turn)")
+        jobs = jobs_for_gpus(jobs[0], gpu_names, price_book, catalog)
+    if num_gpus:
+        counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()]
+        jobs = with_gpu_counts(jobs, counts)
+    mode = "rented" if rent else "owned"
+    with progress(f"searching {len(jobs)} clusters", enabled=not json_out) as update:
+        rows = compare(
+            jobs,
+            prices=price_book,
+            space=space,
+            tokens=tokens,
+            mode=mode,
+            power=power,
+            workers=workers,
+            progress=update,
+        )
+    data: dict[str, Any] = {
+        "mode": mode,
+        "tokens": tokens or jobs[0].training.tokens,
+        "rows": [r.to_dict(mode) for r in rows],
+    }
+    choice = None
+    if deadline is not None:
+        choice = cheapest_within(rows, deadline, mode)
+        data["deadline_days"] = deadline
+        data["deadline_choice"] = choice.name if choice else None
+    if pareto is not None:
+        from commtax.report.plots import pareto_plot
+
+        pts = pareto_points(rows, tokens, mode)
+        pareto_plot(pts, pareto, mode=mode)
+        data["pareto_png"] = str(pareto)
+    if scaling_png is not None:
+        from commtax.report.plots import scaling_plot
+
+        counts = [_count(x, "--gpus") for x in (gpus or "").split(",") if x.strip()]
+        if not counts:
+            n = jobs[0].cluster.num_gpus
+            counts = [n // 4, n // 2, n, n * 2, n * 4]
+        pts = scaling(jobs[0], [c for c in counts if c > 0], space=space, workers=workers)
+        scaling_plot(pts, scaling_png)
+        data["scaling"] = [
+            {
+                "num_gpus": p.num_gpus,
+                "plan": p.plan,
+                "reason": p.reason,
+                **(
+                    {
+                        "comm_tax": p.breakdown.comm_tax,
+                        "comm_share": p.breakdown.comm_share,
+                        "mfu": p.breakdown.mfu,
+                        "step_time_s": p.breakdown.step_time_s,
+                    }
+                    if p.breakdown
+                    else {}
+                ),
+            }
+            for p in pts
+        ]
+        data["scaling_png"] = str(scaling_png)
+    emit(data, json_out, out)
+    if json_out:
+        return
+    print_table(compare_table(rows, mode, article, wide), wide)
+    if not wide:
+        for r in rows:
+            if r.plan is not None:
+                console.print(f"  {r.name}: {plan_label(r.plan)}", markup=False)
+    if deadline is not None:
+        if choice is None:
+            console.print(f"no cluster trains {data['tokens']:.3g} tokens within {deadline:g} days")
+        else:
+            console.print(
+                f"cheapest within {deadline:g} days: {choice.name}: {choice.cost.days:.1f} days, "
+                f"${choice.cost.usd_per_B_tokens(mode):,.0f} per B tokens ({mode})"
+            )
+    if pareto is not None:
+        console.print(f"wrote {pareto}")
+    if scaling_png is not None:
+        console.print(f"wrote {scaling_png}")
+
+
+def _count(text: str, option: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise SpecError(f"{option}: expected integers, got {text[:40]!r}") from None
+    if n <= 0:
+        raise SpecError(f"{option}: expected positive integers, got {n}")
+    return n
+
+
+# ----------------------------------------------------------------------------- advise
+def advise_command(
+    job_file: JobArg,
+    top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="changes to show")] = 8,
+    no_search: Annotated[bool, flag("--no-search", "skip the search for the best plan")] = False,
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+    workers: WorkersOpt = None,
+    catalog: CatalogOpt = None,
+) -> None:
+    """What dominates the step, and the changes that cut the comm tax, each re-estimated."""
+    from commtax.decide.advise import advise
+    from commtax.spec import load_job
+
+    job = load_job(job_file, catalog)
+    with progress("re-estimating changes", enabled=not json_out) as update:
+        a = advise(job, search_best=not no_search, workers=workers, progress=update)
+    emit(a.to_dict(), json_out, out)
+    if json_out:
+        _exit_if_interrupted(a.interrupted)
+        return
+    b = a.breakdown
+    console.print(
+        f"step {b.step_time_s:.3f} s, MFU {pct(b.mfu)}, comm tax {pct(b.comm_tax)}"
+        f"{'' if b.fits else ' (does not fit memory)'}; dominant: {a.dominant} ({pct(a.dominant_share)} of step)"
+        + (
+            f"; largest communication part: {a.dominant_comm} ({pct(b.breakdown_s[a.dominant_comm] / b.step_time_s)})"
+            if a.dominant_comm
+            else ""
+        ),
+    )
+    t = new_table("Changes, re-estimated (best first)")
+    t.add_column("#", justify="right")
+    t.add_column("change")
+    t.add_column("step", justify="right", no_wrap=True)
+    t.add_column("what moves")
+    for k, c in enumerate(a.changes[:top], 1):
+        t.add_row(str(k), c.label, f"{c.step_change:+.1%}", c.text().split(": ", 1)[-1].split("; ", 1)[-1])
+    console.print(t)
+    for r in a.remedies:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
+        console.print(f"remedy: {r.text()}", highlight=False)
+    s = a.sensitivities
+    console.print(
+        "sensitivity (elasticity d ln step / d ln x): "
+        + ", ".join(
+            f"{lvl} bandwidth {v['bw_elasticity']:+.3f}, {lvl} latency {v['latency_elasticity']:+.3f}"
+            for lvl, v in s.items()
+        ),
+    )
+    _exit_if_interrupted(a.interrupted)
+
+
+# ----------------------------------------------------------------------------- cost
+def cost_command(
+    job_file: JobArg,
+    rent: RentOpt = False,
+    tokens: TokensOpt = None,
+    power: PowerOpt = "typical",
+    json_out: JsonOpt = False,
+    out: OutOpt = None,
+    catalog: CatalogOpt = None,
+    prices: PricesOpt = None,
+) -> None:
+    """Days, GPU-hours, energy and $ per billion tokens of one job's training run (its own plan)."""
+    from commtax.decide.cost import job_training_cost, load_prices
+    from commtax.schedule.analytical import estimate as run_estimate
+    from commtax.spec import load_job
+
+    job = load_job(job_file, catalog)
+    b = run_estimate(job)
+    if not b.fits:
+        does_not_fit(b, job)
+    mode = "rented" if rent else "owned"
+    c = job_training_cost(job, b.tokens_per_s, load_prices(prices), tokens, power)
+    data = {
+        "mode": mode,
+        "power": power,
+        **c.to_dict(),
+        "usd": c.usd(mode),
+        "usd_per_B_tokens": c.usd_per_B_tokens(mode),
+    }
+    emit(data, json_out, out)
+    if not json_out:
+        title = f"{job_file.name}: {c.tokens / 1e9:,.0f} B tokens on {job.cluster.num_gpus} × {job.cluster.gpu.name}"
+        console.print(cost_table(c, mode, title))

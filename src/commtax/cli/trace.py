@@ -1,0 +1,255 @@
+"""``commtax trace``: a thin typer command over ``commtax.trace.analyze`` (and ``against.compare``).
+
+Importing this module imports neither torch nor matplotlib. Bad input (a malformed trace, a bad
+``--steps``) prints one line naming the file or option and the problem, exit 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from commtax.cli.io import CatalogOpt, JsonOpt, OutOpt, emit, fail
+from commtax.errors import SpecError
+from commtax.units import MB
+
+WIDTH = 100  # the table view fits 100 columns
+
+
+def parse_steps(text: str | None) -> tuple[int, int] | None:
+    """``a:b`` (inclusive ProfilerStep numbers), ``a:`` or ``:b``, or one step ``a``."""
+    if not text:
+        return None
+    try:
+        lo, _, hi = text.partition(":") if ":" in text else (text, ":", text)
+        a = int(lo) if lo.strip() else 0
+        b = int(hi) if hi.strip() else 2**62
+    except ValueError:
+        raise SpecError(f"--steps: expected a:b with ProfilerStep numbers (e.g. 3:7), got {text!r}") from None
+    if a > b:
+        raise SpecError(f"--steps: the first step ({a}) is after the last ({b})")
+    return a, b
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.2f}"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def rank_table(report) -> Table:
+    t = Table(title="Measured per rank (ms over the traced window)", header_style="bold", width=WIDTH)
+    for col in ("rank", "device", "window", "compute", "comm", "overlap", "exposed", "idle", "tax", "share"):
+        t.add_column(col, justify="right" if col not in ("device",) else "left")
+    for r in report.ranks:
+        t.add_row(
+            "?" if r.rank is None else str(r.rank),
+            r.device,
+            _ms(r.window_s),
+            _ms(r.compute_s),
+            _ms(r.comm_s),
+            _ms(r.overlapped_comm_s),
+            _ms(r.exposed_comm_s),
+            _ms(r.idle_s),
+            _pct(r.comm_tax),
+            _pct(r.comm_share),
+        )
+    return t
+
+
+def step_table(report) -> Table | None:
+    rows = [(r, s) for r in report.ranks for s in r.steps]
+    if not rows:
+        return None
+    t = Table(title="Per step (ms)", header_style="bold", width=WIDTH)
+    for col in ("rank", "step", "window", "compute", "comm", "exposed", "idle", "tax", "share"):
+        t.add_column(col, justify="right")
+    for r, s in rows:
+        t.add_row(
+            "?" if r.rank is None else str(r.rank),
+            str(s.step),
+            _ms(s.window_s),
+            _ms(s.compute_s),
+            _ms(s.comm_s),
+            _ms(s.exposed_comm_s),
+            _ms(s.idle_s),
+            _pct(s.comm_tax),
+            _pct(s.comm_share),
+        )
+    return t
+
+
+def collective_table(report) -> Table | None:
+    rows = [(r, c) for r in report.ranks for c in r.collectives]
+    if not rows:
+        return None
+    t = Table(title="Collectives (size: nccl-tests convention)", header_style="bold", width=WIDTH)
+    for col in ("rank", "kind", "group", "size MB", "calls", "mean ms", "exposed ms", "algbw GB/s", "busbw GB/s"):
+        t.add_column(col, justify="right" if col not in ("kind",) else "left")
+    for r, c in rows:
+        t.add_row(
+            "?" if r.rank is None else str(r.rank),
+            c.kind,
+            "?" if c.group_size is None else str(c.group_size),
+            "?" if c.message_bytes is None else f"{c.message_bytes / MB:.3g}",
+            str(c.count),
+            f"{c.mean_time_s * 1e3:.3f}",
+            _ms(c.exposed_s),
+            "—" if c.algbw_GBps is None else f"{c.algbw_GBps:.3g}",
+            "—" if c.busbw_GBps is None else f"{c.busbw_GBps:.3g}",
+        )
+    return t
+
+
+def straggler_table(report) -> Table | None:
+    if not report.stragglers:
+        return None
+    t = Table(
+        title="Stragglers: slowest compute per step, and the others' wait in collectives",
+        header_style="bold",
+        width=WIDTH,
+    )
+    for col in ("step", "ranks", "slowest", "its compute ms", "median ms", "others wait ms", "max wait ms"):
+        t.add_column(col, justify="right")
+    for s in report.stragglers:
+        t.add_row(
+            str(s.step),
+            str(s.ranks),
+            str(s.slowest_rank),
+            _ms(s.slowest_compute_s),
+            _ms(s.median_compute_s),
+            _ms(s.others_wait_s),
+            _ms(s.max_wait_s),
+        )
+    return t
+
+
+def comparison_tables(cmp) -> list[Table]:
+    t = Table(title="Measured vs predicted (per step)", header_style="bold", width=WIDTH)
+    for col in ("metric", "measured", "predicted", "measured/predicted"):
+        t.add_column(col, justify="right" if col != "metric" else "left")
+    for r in cmp.rows:
+        ratio = "—" if r.ratio is None else f"{r.ratio:.3g}×"
+        if r.metric in ("comm_tax", "comm_share", "mfu"):
+            t.add_row(r.metric, _pct(r.measured), _pct(r.predicted), ratio)
+        else:
+            t.add_row(
+                r.metric.removesuffix("_s") + " ms",
+                "—" if r.measured is None else _ms(r.measured),
+                "—" if r.predicted is None else _ms(r.predicted),
+                ratio,
+            )
+    out = [t]
+    if cmp.collectives:
+        c = Table(title="Collectives: measured vs predicted", header_style="bold", width=WIDTH)
+        for col in ("kind", "group", "n", "size MB", "meas ms", "pred ms", "meas busbw", "pred busbw", "ratio"):
+            c.add_column(col, justify="right" if col != "kind" else "left")
+        for x in cmp.collectives:
+            c.add_row(
+                x.kind,
+                x.group,
+                str(x.group_size),
+                f"{x.message_bytes / MB:.3g}",
+                f"{x.measured_time_s * 1e3:.3f}",
+                f"{x.predicted_time_s * 1e3:.3f}",
+                "—" if x.measured_busbw_GBps is None else f"{x.measured_busbw_GBps:.3g}",
+                "—" if x.predicted_busbw_GBps is None else f"{x.predicted_busbw_GBps:.3g}",
+                "—" if x.busbw_ratio is None else f"{100 * x.busbw_ratio:.0f}%",
+            )
+        out.append(c)
+    return out
+
+
+def trace_command(
+    traces: Annotated[
+        list[Path],
+        typer.Argument(metavar="TRACE", help="Kineto trace files (.json or .json.gz), one per rank, or directories"),
+    ],
+    json_out: JsonOpt = False,
+    against: Annotated[
+        Optional[Path],
+        typer.Option("--against", metavar="JOB.yaml", help="job YAML: show its prediction next to the measurement"),
+    ] = None,
+    steps: Annotated[Optional[str], typer.Option("--steps", metavar="A:B", help="only ProfilerStep#A … #B")] = None,
+    out: OutOpt = None,
+    catalog: CatalogOpt = None,
+) -> None:
+    """Measured communication tax of a real job from PyTorch profiler traces; with --against, vs the prediction."""
+    from commtax.trace.analyze import analyze
+
+    try:
+        step_range = parse_steps(steps)
+        report = analyze(traces, step_range)
+        cmp = None
+        if against is not None:
+            from commtax.spec import load_job
+            from commtax.trace.against import compare
+
+            cmp = compare(report, load_job(against, catalog))
+    except SpecError as e:
+        fail(str(e))
+    data = report.to_dict()
+    if cmp is not None:
+        data["against"] = cmp.to_dict()
+    emit(data, json_out, out)
+    if json_out:
+        return
+    console = Console(width=WIDTH)
+    for table in (rank_table(report), step_table(report), collective_table(report), straggler_table(report)):
+        if table is not None:
+            console.print(table)
+    for r in report.ranks:
+        for m in r.missing:
+            console.print(
+                f"[yellow]rank {'?' if r.rank is None else r.rank} ({Path(r.file).name}):[/yellow] {m}", highlight=False
+            )
+    if cmp is not None:
+        for table in comparison_tables(cmp):
+            console.print(table)
+        console.print("[bold]Largest differences[/bold]")
+        for line in cmp.explanations:
+            console.print(f"  • {line}", highlight=False)
+        for line in cmp.notes:
+            console.print(f"  note: {line}", highlight=False)
+
+
+def calibrate_from_trace(
+    traces: list[Path], job_file: Path | None, out: Path, steps: str | None = None, catalog: Path | None = None
+) -> dict:
+    """``commtax calibrate --trace …``: the profile YAML a trace implies (needs the job that ran)."""
+    from commtax.measure.calibrate import write_profile
+    from commtax.spec import load_job
+    from commtax.trace.against import profile_from_trace
+    from commtax.trace.analyze import analyze
+
+    if job_file is None:
+        raise SpecError(
+            "--job: calibrating from a trace needs the job YAML that ran (its model gives the FLOPs, "
+            "its cluster the topology)"
+        )
+    job = load_job(job_file, catalog)
+    report = analyze(traces, parse_steps(steps))
+    profile = profile_from_trace(report, job, f"commtax calibrate --trace {', '.join(p.name for p in traces)}")
+    write_profile(profile, out)
+    return profile
+
+
+def print_profile_summary(profile: dict, out: Path) -> None:
+    eff = ", ".join(f"{k} {v:.3f}" for k, v in profile.get("gemm_efficiency", {}).items())
+    typer.echo(f"GEMM efficiency: {eff}; measured compute {profile['measured_compute_s_per_step'] * 1e3:.2f} ms/step")
+    if "compute_fit" in profile:
+        typer.echo(f"warning: {profile['compute_fit']}")
+    for m in profile.get("measured_busbw", []):
+        typer.echo(
+            f"{m['op']:>14} n={m['group_size']:<4} {m['message_bytes'] / MB:10.3g} MB  "
+            f"{m['time_s'] * 1e3:9.3f} ms  busbw {m['busbw_GBps']:.3g} GB/s"
+        )
+    lv = profile.get("levels", {})
+    typer.echo("links: " + ", ".join(f"{k} {v['bw_GBps']:.3g} GB/s α {v['latency_us']:.1f} µs" for k, v in lv.items()))
+    typer.echo(f"wrote {out}; in a job file: `cluster: {{..., profile: {out}}}`")

@@ -1,0 +1,489 @@
+"""Cost of one collective on a two-level topology.
+
+Under NCCL the algorithm and protocol are chosen, and timed, by NCCL's own tuning model
+(NVIDIA/nccl src/graph/tuning.cc, NCCL 2.30.7; constants in catalog/nccl.yaml): see
+``nccl_options`` / ``nccl_time`` and docs/collectives.md. The α-β formulas of Thakur, Rabenseifner
+& Gropp, "Optimization of Collective Communication Operations in MPICH" (IJHPCA 2005) — a message
+of m bytes over a link costs α + m/B — price gloo's rings, the MPI-style algorithms asked for by
+name (recursive halving-doubling, hierarchical), point-to-point sends, and the schedules
+``commtax.measure`` runs. Sizes follow nccl-tests (doc/PERFORMANCE.md): ``message_bytes`` is the
+whole buffer (all_gather: the output, reduce_scatter: the input), and busbw = algbw × bus factor.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
+# NCCL picks among ring, tree, nvls, nvls_tree and pat (its tuning model, below); recursive_doubling (Rabenseifner, as
+# MPI and gloo-style libraries run it) and hierarchical are there to be asked for by name.
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat", "recursive_doubling", "hierarchical")
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of the topology as one GPU sees it (bandwidth already derated)."""
+
+    name: str  # "intra" | "inter"
+    bw_bytes_per_s: float  # per GPU, per direction, effective
+    latency_s: float  # per message step (α)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a process group sits: n GPUs, ``per_node`` of them on each node."""
+
+    n: int
+    per_node: int
+    intra: Level
+    inter: Level | None  # this GPU's share of its node's NICs; None when the group fits a node
+    nvls: bool = False  # NVLink SHARP (in-switch reduction) available inside a node
+    nvls_bw_bytes_per_s: float = 0.0  # effective per-GPU rate of an NVLS all-reduce
+    rails: int | None = None  # NIC rails a ring spreads its node crossings over (default: per_node)
+    library: str = "nccl"  # "gloo": rings only, no LL protocol, reduce_scatter done as an all-reduce
+    arch: str = "hopper"  # NCCL's GPU-architecture column: volta | ampere | hopper | blackwell
+    intra_hw: str = "nvlink"  # NCCL's intra-node hardware class: "nvlink" (NVLink, xGMI) | "pci"
+    measured: bool = False  # levels from a calibrated profile: Simple ring/tree priced as calibrate fits them
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.n // max(1, self.per_node))
+
+    @property
+    def rails_(self) -> int:
+        return self.per_node if self.rails is None else max(1, min(self.rails, self.per_node))
+
+    @property
+    def node_inter_bw(self) -> float:
+        """Rate at which the group's members on one node together cross the network: r · B_inter."""
+        return self.rails_ * self.inter.bw_bytes_per_s if self.inter is not None else float("inf")
+
+    @property
+    def spans_nodes(self) -> bool:
+        return self.n > self.per_node
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    time_s: float
+    algorithm: str
+    bottleneck: str  # the level whose bandwidth bounds the time
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    protocol: str = "Simple"  # NCCL protocol (LL, LL128, Simple); "" for gloo and MPI-style algorithms
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests doc/PERFORMANCE.md: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n."""
+    if n <= 1:
+        return 0.0 if op != "send_recv" else 1.0
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def _ring_bottleneck(p: Placement) -> tuple[float, float, str]:
+    """Bandwidth and per-step latency of a ring over the group.
+
+    NCCL builds one ring per NIC rail; each ring leaves a node once, so the node's k ring
+    members together push at k × (per-GPU NIC share) while NVLink carries the rest:
+    rate = min(B_intra, r · B_inter) with r = k rails (``Placement.rails`` may say fewer).
+    """
+    if not p.spans_nodes or p.inter is None:
+        return p.intra.bw_bytes_per_s, p.intra.latency_s, "intra"
+    inter_rate = p.node_inter_bw
+    latency = max(p.intra.latency_s, p.inter.latency_s)
+    if inter_rate < p.intra.bw_bytes_per_s:
+        return inter_rate, latency, "inter"
+    return p.intra.bw_bytes_per_s, latency, "intra"
+
+
+def ring_time(op: str, S: float, p: Placement) -> tuple[float, str]:
+    """Ring: all_reduce 2(n-1)α + 2(n-1)/n·S/B; all_gather/reduce_scatter (n-1)α + (n-1)/n·S/B (Thakur 2005)."""
+    n = p.n
+    B, alpha, level = _ring_bottleneck(p)
+    if op == "all_reduce":
+        return 2 * (n - 1) * alpha + 2 * (n - 1) / n * S / B, level
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) * alpha + (n - 1) / n * S / B, level
+    if op == "broadcast":  # pipelined chain: the message streams through n-1 hops
+        return (n - 1) * alpha + S / B, level
+    raise ValueError(f"ring has no {op}")
+
+
+def tree_time(op: str, S: float, p: Placement) -> tuple[float, str]:
+    """Pipelined (double) binary tree all_reduce: reduce up + broadcast down, 2·⌈log2 n⌉·α + 2·S/B (NCCL 2.4 trees)."""
+    if op not in ("all_reduce", "broadcast"):
+        raise ValueError(f"tree has no {op}")
+    depth = math.ceil(math.log2(p.n))
+    if p.spans_nodes and p.inter is not None:
+        # one tree edge per node crosses the network, carried by the node's k GPUs in parallel (one per rail)
+        B = min(p.intra.bw_bytes_per_s, p.node_inter_bw)
+        alpha = p.inter.latency_s
+        level = "inter" if B < p.intra.bw_bytes_per_s else "intra"
+    else:
+        B, alpha, level = p.intra.bw_bytes_per_s, p.intra.latency_s, "intra"
+    passes = 2 if op == "all_reduce" else 1
+    return passes * (depth * alpha + S / B), level
+
+
+def _halving_steps(S: float, p: Placement) -> tuple[float, str]:
+    """Recursive halving reduce-scatter: step i swaps S/2^i with the partner n/2^i ranks away (Thakur 2005, §4)."""
+    steps = int(math.log2(p.n))
+    total, worst = 0.0, "intra"
+    for i in range(1, steps + 1):
+        distance = p.n >> i
+        crosses = p.spans_nodes and distance >= p.per_node and p.inter is not None
+        if crosses:  # all k members of a node exchange S/2^i at once over the node's rails
+            total += p.inter.latency_s + p.per_node * (S / 2**i) / p.node_inter_bw
+            worst = "inter"
+        else:
+            total += p.intra.latency_s + (S / 2**i) / p.intra.bw_bytes_per_s
+    return total, worst
+
+
+def recursive_doubling_time(op: str, S: float, p: Placement) -> tuple[float, str]:
+    """Rabenseifner: all_reduce = recursive-halving reduce-scatter + recursive-doubling all-gather (power-of-2 n)."""
+    if p.n & (p.n - 1):
+        raise ValueError("recursive halving-doubling needs a power-of-two group")
+    half, level = _halving_steps(S, p)
+    if op == "all_reduce":
+        return 2 * half, level
+    if op in ("all_gather", "reduce_scatter"):
+        return half, level
+    raise ValueError(f"recursive_doubling has no {op}")
+
+
+def hierarchical_time(op: str, S: float, p: Placement) -> tuple[float, str]:
+    """Intra-node reduce-scatter → inter-node all-reduce of S/k per rail → intra-node all-gather.
+
+    all_reduce: 2·[(k-1)α_i + (k-1)/k·S/B_i] + 2(N-1)α_o + 2(N-1)/N·S/(r·B_o)  (k GPUs per node, N nodes,
+    r rails: with r = k each GPU moves its S/k shard over its own NIC share B_o).
+    """
+    if not p.spans_nodes or p.inter is None:
+        raise ValueError("hierarchical needs a group that spans nodes")
+    k, N = p.per_node, p.nodes
+    Bi, ai = p.intra.bw_bytes_per_s, p.intra.latency_s
+    node_rate, ao = p.node_inter_bw, p.inter.latency_s  # the node's k shards of S/k share its rails
+    intra_half = (k - 1) * ai + (k - 1) / k * S / Bi
+    if op == "all_reduce":
+        inter = 2 * (N - 1) * ao + 2 * (N - 1) / N * S / node_rate
+        return 2 * intra_half + inter, "inter" if inter > 2 * intra_half else "intra"
+    if op in ("all_gather", "reduce_scatter"):
+        inter = (N - 1) * ao + (N - 1) / N * S / node_rate
+        # all_gather: inter-node gather of each rail's shard, then intra-node gather of the rest
+        return intra_half + inter, "inter" if inter > intra_half else "intra"
+    raise ValueError(f"hierarchical has no {op}")
+
+
+def all_to_all_time(S: float, p: Placement) -> tuple[float, str]:
+    """Pairwise exchange: each GPU keeps 1/n, sends (k-1)/n·S over NVLink; the node's k GPUs send k(n-k)/n·S over
+    its rails."""
+    n, k = p.n, min(p.per_node, p.n)
+    intra = (k - 1) / n * S / p.intra.bw_bytes_per_s
+    if not p.spans_nodes or p.inter is None:
+        return (n - 1) * p.intra.latency_s + intra, "intra"
+    inter = k * (n - k) / n * S / p.node_inter_bw
+    return (n - 1) * p.inter.latency_s + max(intra, inter), "inter" if inter >= intra else "intra"
+
+
+def send_recv_time(S: float, p: Placement) -> tuple[float, str]:
+    """Point-to-point: α + S/B over the level that joins the two GPUs (inter when the pair spans nodes)."""
+    lvl = p.inter if (p.spans_nodes and p.inter is not None) else p.intra
+    return lvl.latency_s + S / lvl.bw_bytes_per_s, lvl.name
+
+
+_ALGO_FUNCS = {
+    "ring": ring_time,
+    "tree": tree_time,
+    "recursive_doubling": recursive_doubling_time,
+    "hierarchical": hierarchical_time,
+}
+
+
+def applicable_algorithms(op: str, p: Placement) -> list[str]:
+    """Algorithms that implement ``op`` on this placement (NCCL's own, then the ones asked for by name)."""
+    out = list(dict.fromkeys(a for a, _ in nccl_options(op, p)))
+    if op == "broadcast":
+        out.append("tree")
+    if op in ("all_reduce", "all_gather", "reduce_scatter") and p.n > 1 and not p.n & (p.n - 1):
+        out.append("recursive_doubling")
+    if op in ("all_reduce", "all_gather", "reduce_scatter") and _multi(p):
+        out.append("hierarchical")
+    return out
+
+
+# ----------------------------------------------------------------------------- NCCL's tuning model
+# NCCL prices every (algorithm, protocol) pair with its own α-β model and runs the fastest
+# (NVIDIA/nccl src/graph/tuning.cc, NCCL 2.30.7: ncclTopoTuneModel, ncclTopoGetAlgoTime). Its constants are
+# data in catalog/nccl.yaml, each with its source; the Simple protocol's bus bandwidth and per-step latency
+# are the catalog's (links.yaml, networks.yaml, shared among a node's GPUs by commtax.costs.topology).
+PROTOCOLS = ("LL", "LL128", "Simple")
+ARCHS = ("volta", "ampere", "hopper", "blackwell")
+NCCL_TUNING_FILE = Path(__file__).parents[1] / "catalog" / "nccl.yaml"
+
+
+@dataclass(frozen=True)
+class NcclTuning:
+    """The constants of NCCL's tuning model (catalog/nccl.yaml), in µs and GB/s as tuning.cc writes them."""
+
+    version: str
+    base_us: dict  # algorithm -> protocol -> µs
+    hop_us: dict  # "nvlink" | "pci" | "net" -> algorithm -> protocol -> µs
+    ll_max_GBps: dict
+    factors: dict
+    tree_correction: dict  # protocol -> 24 multipliers, index log2(bytes/64)
+    plateau: dict
+    pat: dict
+    net_overhead_us: dict
+    compute_capability: dict  # catalog GPU id prefix -> architecture
+    simple_hop_from: str = "catalog"  # "catalog": a Simple step costs the level's latency_us; "nccl": hwLatencies
+
+
+@functools.cache
+def nccl_tuning(path: str | None = None) -> NcclTuning:
+    import yaml
+
+    with open(path or NCCL_TUNING_FILE) as fh:
+        d = yaml.safe_load(fh)
+    return NcclTuning(
+        version=str(d["nccl_version"]),
+        base_us=d["base_latency_us"]["values"],
+        hop_us=d["hop_latency_us"]["values"],
+        ll_max_GBps=d["ll_max_busbw_GBps"]["values"],
+        factors=d["bandwidth_factors"]["values"],
+        tree_correction=d["tree_correction"]["values"],
+        plateau=d["ring_plateau"]["values"],
+        pat=d["pat"]["values"],
+        net_overhead_us=d["net_overhead_us"]["values"],
+        compute_capability=d["compute_capability"]["values"],
+        simple_hop_from=d["simple_hop_latency"]["values"]["from"],
+    )
+
+
+def gpu_arch(gpu_name: str) -> str:
+    """NCCL's architecture column for a catalog GPU id (longest matching prefix; Hopper when unknown)."""
+    table = nccl_tuning().compute_capability
+    hits = [k for k in table if gpu_name.lower().startswith(k)]
+    return table[max(hits, key=len)] if hits else "hopper"
+
+
+def log2i(x: float) -> int:
+    """NCCL's log2i: floor(log2 x) for x ≥ 1, −1 for x < 1."""
+    return int(x).bit_length() - 1 if x >= 1 else -1
+
+
+def _hop_s(p: Placement, hw: str, algo: str, proto: str) -> float:
+    """Latency of one step over ``hw``: NCCL's hwLatencies; a Simple step costs the level's own α when
+    catalog/nccl.yaml simple_hop_latency says "catalog"."""
+    if proto == "Simple" and algo != "nvls" and nccl_tuning().simple_hop_from == "catalog":
+        level = p.inter if hw == "net" and p.inter is not None else p.intra
+        return level.latency_s
+    return nccl_tuning().hop_us[hw][algo][proto] * 1e-6
+
+
+def ll_max_busbw(p: Placement) -> float:
+    """llMaxBws (bytes/s): one node by GPU architecture, several by the CPU (Intel assumed)."""
+    t = nccl_tuning().ll_max_GBps
+    if p.nodes == 1:
+        return t["single_node"][p.arch] * 1e9
+    return t["intel"]["two_nodes" if p.nodes == 2 else "more_nodes"] * 1e9
+
+
+def _multi(p: Placement) -> bool:
+    return p.spans_nodes and p.inter is not None
+
+
+def nccl_ring_time(op: str, S: float, p: Placement, proto: str) -> float:
+    """NCCL ring: latency base + (nsteps − nInter)·intraLat + nInter·interLat, algbw = busbw·n/nsteps.
+
+    busbw: Simple = the ring's bottleneck rate; LL = min(llMaxBw, 0.5·that); LL128 = 0.92·that
+    (tuning.cc ncclTopoTuneModel). nsteps: all_reduce 2(n−1), all_gather/reduce_scatter n−1, broadcast n.
+    """
+    if p.measured and proto == "Simple":  # calibrate fits α, β to Thakur's ring: price it the same way
+        return ring_time(op, S, p)[0]
+    T, f = nccl_tuning(), nccl_tuning().factors
+    n, N = p.n, p.nodes
+    nsteps = {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1, "broadcast": n}[op]
+    B = _ring_bottleneck(p)[0]
+    bus = {"LL": min(ll_max_busbw(p), f["ring_LL"] * B), "LL128": f["ring_LL128"] * B, "Simple": B}[proto]
+    algbw = bus * n / nsteps
+    base = T.base_us["ring"][proto] * 1e-6
+    if op == "broadcast":  # chunks of the message pass every rank: nsteps hops of the level the ring crosses
+        return base + nsteps * _hop_s(p, "net" if _multi(p) else p.intra_hw, "ring", proto) + S / algbw
+    intra = _hop_s(p, p.intra_hw, "ring", proto)
+    n_inter, inter = 0, 0.0
+    if _multi(p):
+        overhead = T.net_overhead_us["intel"] * (T.net_overhead_us["simple_factor"] if proto == "Simple" else 1)
+        intra = max(intra, overhead * 1e-6)
+        n_inter = 2 * (N - 1) if op == "all_reduce" else N - 1
+        # one GPU per node: every step is a network step, priced at the tree's network latency
+        inter = _hop_s(p, "net", "tree" if p.per_node == 1 else "ring", proto)
+    lat = base + (nsteps - n_inter) * intra + n_inter * inter
+    pl = T.plateau
+    big = S / (pl["channels"] * n) >= pl["min_bytes_per_channel_rank"]
+    if proto == "Simple" and _multi(p) and op == "all_reduce" and big:
+        lat *= pl["factor_pre_ampere"] if p.arch == "volta" else pl["factor"]  # "plateau effect of ring"
+    return lat + S / algbw
+
+
+def nccl_tree_time(S: float, p: Placement, proto: str) -> float:
+    """NCCL tree all_reduce: latency base + 2·((ppn−1)·intraLat + log2i(nNodes)·interLat);
+    busbw 0.92·B (LL: /3.8 capped at llMaxBw; LL128: ×7/9 on one node, ×120/128 across), algbw = busbw/2,
+    × treeCorrectionFactor[proto][log2(S/64)] (tuning.cc)."""
+    if p.measured and proto == "Simple":  # as calibrate fits it
+        return tree_time("all_reduce", S, p)[0]
+    T, f = nccl_tuning(), nccl_tuning().factors
+    multi = _multi(p)
+    B = min(p.intra.bw_bytes_per_s, p.node_inter_bw) if multi else p.intra.bw_bytes_per_s
+    bus = f["tree_all_reduce"] * B
+    if proto == "LL":
+        bus = min(bus / f["tree_LL_divisor"], ll_max_busbw(p))
+    elif proto == "LL128":
+        bus *= f["tree_LL128_multi_node"] if multi else f["tree_LL128_single_node"]
+    algbw = bus * f["tree_algbw_ratio"]
+    k = log2i(S / 64)
+    if 0 <= k < 23:
+        algbw *= T.tree_correction[proto][k]
+    hops = (p.per_node - 1) * _hop_s(p, p.intra_hw, "tree", proto)
+    if multi:
+        hops += log2i(p.nodes) * _hop_s(p, "net", "tree", proto)
+    return T.base_us["tree"][proto] * 1e-6 + 2 * hops + S / algbw
+
+
+def nccl_nvls_time(S: float, p: Placement) -> float:
+    """NVLS all_reduce inside one NVLink domain: NCCL's latency is hwLatencies[NVLINK][NVLS][Simple] (25 µs);
+    the bandwidth is the catalog's measured NVLS all-reduce algbw (links.yaml nvls_efficiency)."""
+    return nccl_tuning().hop_us["nvlink"]["nvls"]["Simple"] * 1e-6 + S / p.nvls_bw_bytes_per_s
+
+
+def nccl_nvls_tree_time(S: float, p: Placement) -> float:
+    """NVLS Tree all_reduce (NVLS inside each node, a tree between nodes; tuning.cc): latency
+    intraLat + 2·log2i(nNodes)·interLat; busbw = min(the node's NVLS all-reduce busbw, its NIC rate, ×2 with
+    two nodes: "Handle 2 node case of NVLSTree"), algbw = busbw·n/(2(n−1)) as for ring and NVLS."""
+    T, k, N = nccl_tuning(), p.per_node, p.nodes
+    nvls_bus = p.nvls_bw_bytes_per_s * 2 * (k - 1) / k  # the catalog's NVLS algbw as NCCL's busbw (nsteps/ppn)
+    bus = min(nvls_bus, p.node_inter_bw * (2 if N <= 2 else 1))
+    lat = T.hop_us["nvlink"]["nvls_tree"]["Simple"] + 2 * log2i(N) * T.hop_us["net"]["nvls_tree"]["Simple"]
+    return lat * 1e-6 + S / (bus * p.n / (2 * (p.n - 1)))
+
+
+def nccl_pat_time(S: float, p: Placement) -> float:
+    """PAT all_gather/reduce_scatter (one GPU per node): latency base + log2i(nNodes)·netLat/3.5 + 2.8 µs·n;
+    bandwidth 0.75·busbw, not converted to algbw (tuning.cc)."""
+    T = nccl_tuning()
+    lat = (
+        T.base_us["pat"]["Simple"] * 1e-6
+        + log2i(p.nodes) * _hop_s(p, "net", "pat", "Simple") / T.pat["net_latency_divisor"]
+        + p.n * T.pat["per_rank_us"] * 1e-6
+    )
+    return lat + S / (T.factors["pat"] * p.node_inter_bw)
+
+
+def nccl_protocols(p: Placement) -> tuple[str, ...]:
+    """LL128 is on by default only over NVLink-class paths (tuning.cc: typeIntra <= PATH_NVB)."""
+    return PROTOCOLS if p.intra_hw == "nvlink" else ("LL", "Simple")
+
+
+def nccl_options(op: str, p: Placement) -> list[tuple[str, str]]:
+    """The (algorithm, protocol) pairs NCCL's tuner weighs for ``op`` here (CollNet needs SHARP switches and
+    NCCL_COLLNET_ENABLE, plain NVLS across nodes needs CollNet: neither is modelled; NVLS Tree is)."""
+    out = (
+        [("ring", pr) for pr in nccl_protocols(p)]
+        if op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+        else []
+    )
+    if op == "all_reduce":
+        out += [("tree", pr) for pr in nccl_protocols(p)]
+        if p.nvls and not p.spans_nodes and p.nvls_bw_bytes_per_s > 0:
+            out.append(("nvls", "Simple"))
+        if p.nvls and _multi(p) and p.per_node > 1 and p.nvls_bw_bytes_per_s > 0:
+            out.append(("nvls_tree", "Simple"))  # NVLS Tree needs no CollNet, only NVLS inside the nodes
+    if op in ("all_gather", "reduce_scatter") and p.per_node == 1 and _multi(p) and p.arch != "volta":
+        out.append(("pat", "Simple"))
+    return out
+
+
+def nccl_time(op: str, S: float, p: Placement, algo: str, proto: str) -> float:
+    if algo == "ring":
+        return nccl_ring_time(op, S, p, proto)
+    if algo == "tree":
+        return nccl_tree_time(S, p, proto)
+    if algo == "nvls":
+        return nccl_nvls_time(S, p)
+    if algo == "nvls_tree":
+        return nccl_nvls_tree_time(S, p)
+    if algo == "pat":
+        return nccl_pat_time(S, p)
+    raise ValueError(f"NCCL has no {algo}")
+
+
+def _gloo_cost(op: str, S: float, p: Placement, algorithm: str | None) -> CollectiveCost:
+    """gloo (torch.distributed on CPU) runs rings with no low-latency protocol; its reduce_scatter reduces
+    the whole buffer (an all-reduce, then a slice), measured on the emulated cluster (docs/measure.md)."""
+    if op in ("all_to_all", "send_recv"):
+        t, level = all_to_all_time(S, p) if op == "all_to_all" else send_recv_time(S, p)
+        algo = "pairwise" if op == "all_to_all" else "p2p"
+    else:
+        algo = algorithm or "ring"
+        if algo not in _ALGO_FUNCS:
+            raise ValueError(f"gloo has no {algo!r}; choose one of {', '.join(_ALGO_FUNCS)}")
+        t, level = _ALGO_FUNCS[algo]("all_reduce" if op == "reduce_scatter" and algo == "ring" else op, S, p)
+    algbw = S / t
+    return CollectiveCost(t, algo, level, algbw, algbw * bus_factor(op, p.n), "")
+
+
+def collective_cost(
+    op: str, message_bytes: float, placement: Placement, algorithm: str | None = None, protocol: str | None = None
+) -> CollectiveCost:
+    """Time of one collective. Under NCCL, ``algorithm=None`` picks the fastest (algorithm, protocol) pair of
+    NCCL's tuning model, as NCCL does; a named NCCL algorithm gets its fastest protocol (or ``protocol``).
+    ``recursive_doubling`` and ``hierarchical`` (never picked by NCCL) are priced by their α-β formulas;
+    under gloo every collective is a ring with no protocol choice.
+    """
+    if op not in OPS:
+        raise ValueError(f"unknown collective op {op!r}; choose one of {', '.join(OPS)}")
+    if message_bytes < 0:
+        raise ValueError(f"message_bytes must be ≥ 0, got {message_bytes}")
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+    p = placement
+    if p.n <= 1 or message_bytes == 0:
+        return CollectiveCost(0.0, algorithm or "none", "none", math.inf, math.inf, "")
+    if p.library == "gloo":
+        return _gloo_cost(op, message_bytes, p, algorithm)
+    if op in ("all_to_all", "send_recv"):
+        t, level = all_to_all_time(message_bytes, p) if op == "all_to_all" else send_recv_time(message_bytes, p)
+        algo, proto = ("pairwise" if op == "all_to_all" else "p2p"), "Simple"
+    else:
+        options = [
+            (a, pr)
+            for a, pr in nccl_options(op, p)
+            if (algorithm is None or a == algorithm) and (protocol is None or pr == protocol)
+        ]
+        if options:
+            t, algo, proto = min((nccl_time(op, message_bytes, p, a, pr), a, pr) for a, pr in options)
+            level = "intra" if algo == "nvls" else _ring_bottleneck(p)[2]
+            if algo == "nvls_tree":
+                level = (
+                    "inter"
+                    if p.node_inter_bw * (2 if p.nodes <= 2 else 1)
+                    < p.nvls_bw_bytes_per_s * 2 * (p.per_node - 1) / p.per_node
+                    else "intra"
+                )
+        elif algorithm in _ALGO_FUNCS and protocol in (None, "Simple"):
+            # MPI-style algorithms (and tree broadcast): Thakur's α-β formulas, no NCCL protocol
+            t, level = _ALGO_FUNCS[algorithm](op, message_bytes, p)
+            algo, proto = algorithm, ""
+        else:
+            what = f"{algorithm or 'any algorithm'}" + (f" with protocol {protocol}" if protocol else "")
+            raise ValueError(f"{what} cannot run {op} on this placement")
+    algbw = message_bytes / t
+    return CollectiveCost(t, algo, level, algbw, algbw * bus_factor(op, p.n), proto)

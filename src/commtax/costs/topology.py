@@ -1,0 +1,117 @@
+"""Where each process group of a plan sits on the cluster, as a collectives ``Placement``.
+
+Ranks are laid out as Megatron-LM does (``--rank-order tp-cp-dp-pp``): TP fastest, then CP,
+then DP, then PP, so a group of stride ``s`` has ``min(n, G // s)`` members per node of G GPUs.
+
+NIC sharing: the groups of one kind (all DP groups, all PP pairs, …) run their collectives at the
+same time, one per slice of the node, so a node's NICs are shared among its GPUs: each GPU's share
+is nics·B_nic / G (no more than its PCIe path when the NIC traffic crosses PCIe). A group with k
+members on a node crosses the network at k shares (NCCL opens one ring per NIC rail, every member's
+ring leaves the node through its own rail): with TP=8 each of the node's 8 DP groups gets one
+NIC; with TP=1 the single DP group spanning the node gets all of them (a 4-node × 8 B200 all-reduce
+on 8 × 400 Gb/s is priced at ~368 GB/s busbw, the node's NIC rate). Groups of different kinds that
+overlap in time (PP sends or CP exchanges during an overlapped DP reduction) are not split further.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commtax.costs.collectives import Level, Placement, gpu_arch
+from commtax.spec import Cluster, Job
+from commtax.units import GB, GBIT, US
+
+GROUPS = ("tp", "cp", "dp", "pp")  # "dp" is the gradient-reduction group: DP × CP ranks
+
+
+def members_per_node(n: int, stride: int, gpus_per_node: int) -> int:
+    """Members of a group (n ranks, ``stride`` apart) that share one node."""
+    if stride >= gpus_per_node:
+        return 1
+    return max(1, min(n, gpus_per_node // stride))
+
+
+def profiled_level(cluster: Cluster, name: str, op: str | None) -> Level | None:
+    """A calibrated profile's numbers for this level (an op's own override first), when there is a profile."""
+    prof = cluster.profile
+    if prof is None:
+        return None
+    nums = (prof.ops.get(op or "", {}) or {}).get(name) or prof.levels.get(name)
+    return Level(name, nums.bw_GBps * GB, nums.latency_us * US) if nums is not None else None
+
+
+def intra_level(cluster: Cluster, op: str | None = None) -> Level:
+    measured = profiled_level(cluster, "intra", op)
+    if measured is not None:
+        return measured
+    link = cluster.intra_node
+    bw = link.bw_bytes_per_s
+    if link.kind == "pcie" and not cluster.gpu.p2p:
+        # host-bounced: every GPU behind one PCIe switch shares its uplink to the CPU
+        bw /= cluster.gpus_per_pcie_switch
+    return Level("intra", bw, link.latency_s)
+
+
+def inter_level(cluster: Cluster, op: str | None = None) -> Level:
+    measured = profiled_level(cluster, "inter", op)
+    if measured is not None:
+        return measured
+    net = cluster.inter_node
+    share = cluster.nics_per_node * net.bw_bytes_per_s / cluster.gpus_per_node
+    if cluster.intra_node.kind == "pcie":
+        # NIC traffic crosses the same PCIe fabric: end-to-end = min(network, PCIe) (seed article §3.3)
+        share = min(share, intra_level(cluster).bw_bytes_per_s)
+    return Level("inter", share, net.latency_s)
+
+
+def uplink_capped(inter: Level, uplink_Gbps: float, rails: int) -> Level:
+    """A group spanning both halves of the nodes crosses the uplink between them: a ring crosses it once per
+    direction, so a node's r rails together move no faster than the uplink's line rate (r · B ≤ B_uplink)."""
+    return Level("inter", min(inter.bw_bytes_per_s, uplink_Gbps * GBIT / rails), inter.latency_s)
+
+
+def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rails: int | None = None) -> Placement:
+    """Placement of a group of n ranks spaced ``stride`` apart in the global rank order."""
+    per_node = members_per_node(n, stride, cluster.gpus_per_node)
+    spans = n > per_node
+    link = cluster.intra_node
+    nvls_bw = link.bw_GBps * GB * link.nvls_efficiency if link.nvls else 0.0
+    inter = inter_level(cluster, op) if spans else None
+    if inter is not None and cluster.uplink_Gbps and n // per_node > (cluster.nodes + 1) // 2:
+        inter = uplink_capped(inter, cluster.uplink_Gbps, per_node if rails is None else max(1, min(rails, per_node)))
+    return Placement(
+        n=n,
+        per_node=per_node,
+        intra=intra_level(cluster, op),
+        inter=inter,
+        nvls=link.nvls and cluster.profile is None,
+        nvls_bw_bytes_per_s=nvls_bw,
+        rails=rails,
+        library=cluster.collective_library,
+        arch=gpu_arch(cluster.gpu.name),
+        intra_hw="nvlink" if link.kind in ("nvlink", "xgmi") else "pci",
+        measured=cluster.profile is not None,
+    )
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """Size and stride of each parallel group of a job."""
+
+    size: dict[str, int]
+    stride: dict[str, int]
+
+
+def layout(job: Job) -> GroupLayout:
+    p = job.plan
+    # gradients are reduced over DP × CP (Megatron-Core's data-parallel-with-context-parallel group)
+    size = {"tp": p.tp, "cp": p.cp, "dp": job.dp * p.cp, "pp": p.pp}
+    stride = {"tp": 1, "cp": p.tp, "dp": p.tp, "pp": p.tp * p.cp * job.dp}
+    return GroupLayout(size, stride)
+
+
+def group_placement(job: Job, group: str, op: str | None = None) -> Placement:
+    lay = layout(job)
+    if group == "pp":  # neighbouring stages: a pair, one stride apart
+        return placement(job.cluster, 2, lay.stride["pp"], op) if job.plan.pp > 1 else placement(job.cluster, 1, 1, op)
+    return placement(job.cluster, lay.size[group], lay.stride[group], op)

@@ -1,0 +1,272 @@
+"""Compare clusters for one training job: each with its own best plan from search, and what it costs.
+
+``compare(jobs)`` takes jobs that differ in cluster (or anything else); ``jobs_for_gpus(job, gpus)``
+makes them from one job by swapping the GPU and the node it is sold in (links, NICs: ``prices.yaml``
+``nodes``). ``scaling(job, counts)`` re-searches the job at several GPU counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from commtax.decide.cost import (
+    ClusterCost,
+    PowerBasis,
+    Prices,
+    TrainingCost,
+    job_cluster_cost,
+    job_training_cost,
+    load_prices,
+    usd_per_B_tokens,
+)
+from commtax.decide.search import SearchResult, Space, search
+from commtax.errors import Interrupted, SpecError
+from commtax.schedule.breakdown import Breakdown
+from commtax.spec import Job, build, load_catalog, resolve_entry
+from commtax.units import SECONDS_PER_DAY
+
+# The seed article's 256-GPU LLaMA-2 70B comparison (§4.2 table and §5.2 table). Its 通信税 is the comm share
+# (T_comm / (T_comm + T_comp), nothing overlapped), not the comm tax; tokens/day from §4.2, days and $/B from §5.2.
+ARTICLE_256 = {
+    "h100-sxm5-80gb": {"comm_share": 0.67, "tokens_per_day": 42e9, "days": 14, "usd_per_B": 58, "price_usd": 35000},
+    "a100-sxm4-80gb": {"comm_share": 0.50, "tokens_per_day": 33e9, "days": 21, "usd_per_B": 42, "price_usd": 15000},
+    "rtx-4090-24gb": {"comm_share": 0.96, "tokens_per_day": 2.5e9, "days": 280, "usd_per_B": 105, "price_usd": 1600},
+}
+
+
+@dataclass
+class Row:
+    """One cluster: its best plan and breakdown (None when nothing fits), and the cost of the run."""
+
+    name: str
+    job: Job
+    plan: dict[str, Any] | None
+    breakdown: Breakdown | None
+    cost: TrainingCost | None
+    cluster_cost: ClusterCost
+    search: SearchResult | None
+    reason: str | None = None
+
+    def to_dict(self, mode: str = "owned") -> dict[str, Any]:
+        c = self.job.cluster
+        out: dict[str, Any] = {
+            "name": self.name,
+            "gpu": c.gpu.name,
+            "num_gpus": c.num_gpus,
+            "intra_node": c.intra_node.name,
+            "inter_node": c.inter_node.name,
+            "nics_per_node": c.nics_per_node,
+            "plan": self.plan,
+            "reason": self.reason,
+        }
+        if self.breakdown is not None and self.cost is not None:
+            b = self.breakdown
+            out.update(
+                step_time_s=b.step_time_s,
+                mfu=b.mfu,
+                comm_tax=b.comm_tax,
+                comm_share=b.comm_share,
+                tokens_per_day=self.cost.tokens_per_day,
+                days=self.cost.days,
+                usd_per_B_tokens=self.cost.usd_per_B_tokens(mode),
+                owned_usd_per_B_tokens=self.cost.owned_usd_per_B_tokens,
+                rented_usd_per_B_tokens=self.cost.rented_usd_per_B_tokens,
+                energy_MWh=self.cost.energy_MWh,
+                gpu_hours=self.cost.gpu_hours,
+                capex_usd=self.cost.capex_usd,
+                racks=self.cost.racks,
+                breakdown=b.to_dict(),
+            )
+        return out
+
+
+def label(job: Job) -> str:
+    """``256×h100-sxm5-80gb 8×ib-ndr``: GPUs and network (the scale-up link follows from the GPU's node)."""
+    c = job.cluster
+    return f"{c.num_gpus}×{c.gpu.name} {c.nics_per_node}×{c.inter_node.name}"
+
+
+def jobs_for_gpus(
+    job: Job, gpus: list[str], prices: Prices | None = None, catalog_file: str | None = None
+) -> list[Job]:
+    """The job on the same number of GPUs of each kind, in the node each is sold in (prices.yaml ``nodes``)."""
+    prices = prices or load_prices()
+    catalog = load_catalog(catalog_file)
+    out = []
+    for g in gpus:
+        node = prices.node(resolve_entry("gpu", g, catalog, "--gpu")["name"])
+        cluster = {
+            **job.cluster.model_dump(exclude={"gpu", "intra_node", "inter_node", "profile"}),
+            "gpu": resolve_entry("gpu", g, catalog, "--gpu"),
+            "intra_node": resolve_entry("intra_node", node.intra_node, catalog, f"prices.nodes.{g}.intra_node"),
+            "inter_node": resolve_entry("inter_node", node.inter_node, catalog, f"prices.nodes.{g}.inter_node"),
+            "gpus_per_node": node.gpus_per_node,
+            "nics_per_node": node.nics_per_node,
+        }
+        out.append(_with_cluster(job, cluster))
+    return out
+
+
+def _with_cluster(job: Job, cluster: dict[str, Any]) -> Job:
+    """The job on another cluster; its plan kept if still valid there, else the simplest valid plan."""
+    base = {"model": job.model, "cluster": cluster, "training": job.training}
+    try:
+        return build(Job, {**base, "plan": {**job.plan.model_dump(), "dp": None}}, "")
+    except SpecError:
+        pass
+    keep = {
+        k: v
+        for k, v in job.plan.model_dump().items()
+        if k
+        in (
+            "framework",
+            "overlap",
+            "attention",
+            "elementwise",
+            "selective_policy",
+            "fp8_recipe",
+            "grad_comm_dtype",
+            "schedule",
+        )
+    }
+    try:
+        return build(Job, {**base, "plan": keep}, "")
+    except SpecError as e:
+        raise SpecError(f"{cluster['gpu'].get('name', 'gpu')}: no valid starting plan on this cluster ({e})") from None
+
+
+def compare(
+    jobs: list[Job],
+    names: list[str] | None = None,
+    prices: Prices | None = None,
+    space: Space | None = None,
+    tokens: float | None = None,
+    mode: str = "owned",
+    power: PowerBasis = "typical",
+    workers: int | None = None,
+    progress: Callable[[float, int], None] | None = None,
+) -> list[Row]:
+    """Each job's best plan (search, ranked by step time) and the cost of its training run.
+
+    ``progress(done, total)`` is told how many of the jobs are done (fractions within a job's search)."""
+    prices = prices or load_prices()
+    rows = []
+    for k, job in enumerate(jobs):
+        name = names[k] if names else label(job)
+        cc = job_cluster_cost(job, prices, power)
+        within = (lambda d, t, k=k: progress(k + d / max(t, 1), len(jobs))) if progress else None
+        try:
+            res = search(job, space, top=1, workers=workers, progress=within)
+        except SpecError as e:
+            rows.append(Row(name, job, None, None, None, cc, None, reason=str(e)))
+            continue
+        if res.interrupted:  # a partial search's best is not this cluster's best: stop, exit 130
+            raise Interrupted("compare")
+        plan, b = res.top[0]
+        cost = job_training_cost(job, b.tokens_per_s, prices, tokens, power)
+        rows.append(Row(name, job, plan, b, cost, cc, res))
+    return rows
+
+
+def with_gpu_counts(jobs: list[Job], counts: list[int]) -> list[Job]:
+    """Each job at each GPU count (same model, batch and cluster kind); counts that make no valid job are skipped
+    with their reason."""
+    out = []
+    errors = []
+    for job in jobs:
+        for n in counts:
+            try:
+                out.append(_with_cluster(job, {**job.cluster.model_dump(), "num_gpus": n}))
+            except SpecError as e:
+                errors.append(f"{n} x {job.cluster.gpu.name}: {e}")
+    if not out:
+        raise SpecError("no valid cluster size: " + "; ".join(errors[:3]))
+    return out
+
+
+def cheapest_within(rows: list[Row], deadline_days: float, mode: str = "owned") -> Row | None:
+    """The cluster with the lowest $/B tokens among those that finish within ``deadline_days``.
+
+    Within one cluster the best plan is also the cheapest (cost per token = $/s × s per token), so the
+    cheapest way to meet a deadline is always some cluster's best plan."""
+    ok = [r for r in rows if r.cost is not None and r.cost.days <= deadline_days]
+    return min(ok, key=lambda r: r.cost.usd_per_B_tokens(mode)) if ok else None
+
+
+@dataclass
+class Point:
+    """One plan of one cluster on the (days, $/B tokens) plane."""
+
+    cluster: str
+    days: np.ndarray
+    usd_per_B: np.ndarray
+    pareto: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+
+
+def pareto_points(
+    rows: list[Row], tokens: float | None = None, mode: str = "owned", max_per_cluster: int = 2000
+) -> list[Point]:
+    """Days-to-train and $/B tokens of every plan that fits (up to ``max_per_cluster`` best per cluster),
+    with the Pareto front (no other plan is both faster and cheaper) marked across all clusters."""
+    pts = []
+    for r in rows:
+        if r.search is None:
+            continue
+        res = r.search
+        job = r.job
+        idx = res.order[:max_per_cluster]
+        tok_step = job.training.global_batch * job.training.seq_len
+        tps = tok_step / res.step_s[idx]
+        n = tokens or job.training.tokens or 1e9
+        pts.append(Point(r.name, n / tps / SECONDS_PER_DAY, usd_per_B_tokens(r.cluster_cost.usd_per_s(mode), tps)))
+    if not pts:
+        return pts
+    days = np.concatenate([p.days for p in pts])
+    usd = np.concatenate([p.usd_per_B for p in pts])
+    front = pareto_mask(days, usd)
+    start = 0
+    for p in pts:
+        p.pareto = front[start : start + len(p.days)]
+        start += len(p.days)
+    return pts
+
+
+def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """True where no other point has x' ≤ x and y' ≤ y with one strictly smaller (minimise both)."""
+    order = np.lexsort((y, x))
+    mask = np.zeros(len(x), bool)
+    best_y = np.inf
+    for i in order:
+        if y[i] < best_y:
+            mask[i] = True
+            best_y = y[i]
+    return mask
+
+
+@dataclass
+class ScalePoint:
+    num_gpus: int
+    plan: dict[str, Any] | None
+    breakdown: Breakdown | None
+    reason: str | None = None
+
+
+def scaling(job: Job, counts: list[int], space: Space | None = None, workers: int | None = None) -> list[ScalePoint]:
+    """The job's best plan at each GPU count (same model, batch and cluster kind): comm tax and MFU vs scale."""
+    out = []
+    for n in counts:
+        cluster = {**job.cluster.model_dump(), "num_gpus": n}
+        try:
+            j = _with_cluster(job, cluster)
+            res = search(j, space, top=1, workers=workers)
+            if res.interrupted:
+                raise Interrupted("compare --scaling")
+            plan, b = res.top[0]
+            out.append(ScalePoint(n, plan, b))
+        except SpecError as e:
+            out.append(ScalePoint(n, None, None, str(e)))
+    return out

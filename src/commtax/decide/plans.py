@@ -1,0 +1,128 @@
+"""The plan space: candidate values per plan field, and the best plan for a job's free fields.
+
+A flat product over typed candidate lists plus a feasibility filter (STYLE.md: no nested
+loops). Used by ``validate`` to fill the plan cells a publication leaves out, "as the authors
+tuned them", and by ``search``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from commtax.errors import SpecError
+from commtax.schedule.analytical import estimate
+from commtax.schedule.breakdown import Breakdown
+from commtax.spec import Job, build
+
+MAX_MICRO_BATCH = 32
+
+
+def divisors(n: int, limit: int | None = None) -> list[int]:
+    return [d for d in range(1, (limit or n) + 1) if n % d == 0 and d <= n]
+
+
+def candidates(field: str, fixed: dict[str, Any], raw: dict[str, Any]) -> list[Any]:
+    """Values worth trying for one empty plan field, given the ones already fixed."""
+    model, cluster, training = raw["model"], raw["cluster"], raw["training"]
+    n_gpus = cluster["num_gpus"]
+    if field == "sequence_parallel":
+        return [False, True] if fixed.get("tp", 1) > 1 else [False]
+    if field == "recompute":
+        return ["none", "selective", "full"]
+    if field == "zero":
+        return [0, 1, 2, 3]
+    if field == "schedule":
+        return ["1f1b"]
+    if field == "tp":
+        return [d for d in divisors(n_gpus, min(n_gpus, cluster.get("gpus_per_node", 8)))]
+    if field in ("pp", "cp"):
+        return divisors(n_gpus, min(n_gpus, 64))
+    if field == "dp":
+        return [None]
+    if field == "vp":
+        pp = fixed.get("pp", 1)
+        if pp == 1:
+            return [1]
+        layers = model["layers"]
+        if layers % pp == 0:
+            return divisors(layers // pp)
+        # uneven stages: the balanced split gives each stage a multiple of vp layers (spec.pipeline_split)
+        return [v for v in divisors(layers) if pp * v <= layers]
+    if field == "micro_batch":
+        mp = fixed.get("tp", 1) * fixed.get("pp", 1) * fixed.get("cp", 1)
+        dp = fixed.get("dp") or max(1, n_gpus // mp)
+        per_replica = training["global_batch"] // dp if training["global_batch"] % dp == 0 else 1
+        return divisors(per_replica, MAX_MICRO_BATCH) or [1]
+    raise SpecError(f"plan.{field}: cannot search over this field")
+
+
+# order matters: later fields' candidates depend on earlier ones (vp on pp, micro_batch on dp)
+_SEARCH_ORDER = ("tp", "pp", "cp", "dp", "zero", "recompute", "sequence_parallel", "schedule", "vp", "micro_batch")
+
+
+@dataclass(frozen=True)
+class Choice:
+    job: Job
+    breakdown: Breakdown
+    chosen: dict[str, Any]
+
+
+def _expand(raw: dict, fixed: dict, free: list[str]) -> Iterator[dict]:
+    if not free:
+        yield dict(fixed)
+        return
+    head, rest = free[0], free[1:]
+    for value in candidates(head, fixed, raw):
+        yield from _expand(raw, {**fixed, head: value}, rest)
+
+
+def plan_space(raw: dict, fixed: dict[str, Any], free: Iterable[str]) -> Iterator[dict]:
+    """Every assignment of the free fields (in dependency order) on top of the fixed ones."""
+    order = [f for f in _SEARCH_ORDER if f in set(free)]
+    yield from _expand(raw, dict(fixed), order)
+
+
+def feasible_jobs(raw: dict, plans: Iterable[dict]) -> Iterator[Job]:
+    for plan in plans:
+        try:
+            yield build(Job, {**raw, "plan": {k: v for k, v in plan.items() if v is not None}}, "")
+        except SpecError:
+            continue
+
+
+def best_plan(raw: dict, fixed: dict[str, Any], free: Iterable[str], require_fit: bool = True) -> Choice | None:
+    """Fastest plan (tokens/s) over the free fields that fits memory (any valid plan when ``require_fit`` is
+    false); None when none qualifies."""
+    free = list(free)
+    best: Choice | None = None
+    for job in feasible_jobs(raw, plan_space(raw, fixed, free)):
+        b = estimate(job)
+        if require_fit and not b.fits:
+            continue
+        if best is None or b.tokens_per_s > best.breakdown.tokens_per_s:
+            plan = job.plan
+            best = Choice(job, b, {f: getattr(plan, f) if f != "dp" else job.dp for f in free})
+    return best
+
+
+def plan_label(p: dict[str, Any]) -> str:
+    """A plan in one token: ``tp8·pp4·dp8·mb1``, then what differs from the defaults (cp/vp > 1, ZeRO stage,
+    recompute, sequence parallelism, a gradient dtype other than bf16): ``tp8·pp4·dp8·mb1·vp2·z1·sel·sp``."""
+    parts = [f"tp{p['tp']}", f"pp{p['pp']}", f"dp{p['dp']}", f"mb{p['micro_batch']}"]
+    if p.get("cp", 1) > 1:
+        parts.insert(2, f"cp{p['cp']}")
+    if p.get("vp", 1) > 1:
+        parts.append(f"vp{p['vp']}")
+    if p.get("zero"):
+        parts.append(f"z{p['zero']}")
+    parts.append({"none": "", "selective": "sel", "full": "full"}.get(p.get("recompute", "none"), p.get("recompute")))
+    if p.get("sequence_parallel"):
+        parts.append("sp")
+    if p.get("grad_comm_dtype", "bf16") != "bf16":
+        parts.append(f"g:{p['grad_comm_dtype']}")
+    return "·".join(x for x in parts if x)
+
+
+PLAN_LABEL_KEY = "plan: tp·pp·(cp)·dp·mb, then vp, z=ZeRO stage, sel/full=recompute, sp, g:=grad dtype"

@@ -1,0 +1,1024 @@
+"""Plan search: every valid plan of a job's model on its cluster, evaluated by the one model, ranked.
+
+How it stays fast without a second copy of the model
+----------------------------------------------------
+``estimate(job)`` is a sum of parts, each computed by one of the lead's functions that reads only a
+few plan fields.  The search groups plans by *base* (tp, pp, cp; dp follows) and, inside a base,
+evaluates each part once per distinct sub-configuration, with the model's own functions:
+
+============================  =====================================  ==========================
+part                          model function                         depends on (within a base)
+============================  =====================================  ==========================
+validity                      ``Job`` validator (``spec``)           vp, micro_batch, sp
+stage times, bubble           ``stage_times``, ``pipeline_bubble``   split (*), micro_batch, sp, recompute; vp
+pipeline sends                ``estimate.pp_exposed``                vp, micro_batch, sp, recompute
+DP traffic                    ``estimate.dp_exposed``                split, micro_batch, sp, recompute, zero, gd
+optimizer step                ``Costs.compute(wl.optimizer)``        split, zero, grad dtype
+model-state memory per stage  ``memory.stage_states``                split, zero, grad dtype
+activations per stage         ``memory.stage_activation_bytes``      vp, micro_batch, sp, recompute
+============================  =====================================  ==========================
+
+(*) the split is the layers of each pipeline rank (``Job.stage_layers``): it depends on vp only when the
+layers do not divide evenly. Memory is the fullest stage's: (states + activations) per stage, the largest.
+The layer, embedding and head blocks of ``build_workload`` do not depend on pp or dp, so one workload
+per (micro_batch, sp, recompute) serves every base with the same TP and CP placement, and their phases are
+priced once (``_Shared``). The search then assembles the step on the plan grid with NumPy broadcasting
+(``_assemble``: the same sum, in the same order, as ``estimate``). Every search re-estimates its top plans
+with ``estimate`` and reports the largest relative difference (``max_rel_diff``, a warning above 1e-9);
+the tests and the benchmark check it on random samples, so a change of the model's dependencies shows
+up at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+import re
+import signal
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, get_args
+
+import numpy as np
+from pydantic import TypeAdapter, ValidationError
+
+from commtax import signals
+from commtax.costs.pricing import Costs
+from commtax.costs.topology import layout
+from commtax.decide.plans import candidates
+from commtax.errors import Interrupted, SpecError
+from commtax.schedule import analytical as _est
+from commtax.schedule.analytical import estimate, pipeline_bubble, slowest_and_rest, stage_times, step_parts
+from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
+from commtax.spec import Job, Plan, job_with, zero_refusal
+from commtax.spec.assumptions import assumptions_for
+from commtax.units import GiB
+from commtax.workload.memory import fixed_reserve_bytes, stage_activation_bytes, stage_kinds, stage_states
+from commtax.workload.step import build_workload
+
+# the allowed values, as the spec declares them
+RECOMPUTE: tuple[str, ...] = get_args(Plan.model_fields["recompute"].annotation)
+GRAD_DTYPES: tuple[str, ...] = get_args(Plan.model_fields["grad_comm_dtype"].annotation)
+# the explicit split of a plan's layers over its pp stages: dropped when the search changes pp
+STAGE_SPLIT_FIELDS = ("stage_layers", "first_stage_layers", "last_stage_layers")
+SEARCH_FIELDS = ("tp", "pp", "cp", "vp", "micro_batch", "zero", "recompute", "sequence_parallel", "grad_comm_dtype")
+PART_KEYS = BREAKDOWN_KEYS
+RANK_BY = ("step", "cost", "tokens_per_dollar")
+AGREEMENT_TOL = 1e-9  # relative: the search's numbers must be estimate's
+# columns of the plan table: integer codes (recompute and grad dtype as indices into the tuples above)
+COLUMNS = ("tp", "pp", "cp", "dp", "vp", "micro_batch", "sequence_parallel", "zero", "recompute", "grad_comm_dtype")
+
+
+# ----------------------------------------------------------------------------- the space
+@dataclass(frozen=True)
+class Constraint:
+    """What the user allows for one field: explicit values, or a closed range over the default candidates."""
+
+    values: tuple[Any, ...] | None = None
+    lo: float | None = None
+    hi: float | None = None
+
+    def filter(self, default: Sequence[Any]) -> list[Any]:
+        if self.values is not None:
+            return list(self.values)
+        return [v for v in default if (self.lo is None or v >= self.lo) and (self.hi is None or v <= self.hi)]
+
+    def describe(self) -> str:
+        if self.values is not None:
+            return ",".join(str(v) for v in self.values)
+        return f"{'' if self.lo is None else self.lo}..{'' if self.hi is None else self.hi}"
+
+
+def _field_adapter(fieldname: str) -> TypeAdapter:
+    """The spec's own type and constraints of a plan field (``Plan.model_fields``)."""
+    info = Plan.model_fields[fieldname]
+    return TypeAdapter(Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation)
+
+
+def _convert(fieldname: str, text: str) -> Any:
+    """One command-line value of a plan field, parsed and checked by the spec's own type (pydantic)."""
+    text = text.strip()
+    flag = f"--{fieldname.replace('_', '-')}"
+    value: Any = text
+    choices = get_args(Plan.model_fields[fieldname].annotation)
+    if choices and all(isinstance(c, int) for c in choices):  # an integer Literal (zero): "2" -> 2
+        try:
+            value = int(text)
+        except ValueError:
+            raise SpecError(f"{flag}: expected one of {', '.join(map(str, choices))}, got {text!r}") from None
+    try:
+        return _field_adapter(fieldname).validate_python(value)
+    except ValidationError as e:
+        raise SpecError(f"{flag}: {e.errors()[0]['msg'].lower()}, got {text!r}") from None
+
+
+def parse_constraint(fieldname: str, text: str) -> Constraint:
+    """``"8"`` / ``"1,2,4"`` (values) or ``"2..16"``, ``"..8"``, ``"4.."`` (range over the default candidates)."""
+    if fieldname not in SEARCH_FIELDS:
+        raise SpecError(f"cannot constrain {fieldname!r}; searchable fields: {', '.join(SEARCH_FIELDS)}")
+    text = text.strip()
+    if ".." in text:
+        if fieldname in ("recompute", "sequence_parallel", "grad_comm_dtype"):
+            raise SpecError(f"--{fieldname.replace('_', '-')}: give values (a,b), not a range")
+        lo_s, hi_s = text.split("..", 1)
+        lo = _convert(fieldname, lo_s) if lo_s.strip() else None
+        hi = _convert(fieldname, hi_s) if hi_s.strip() else None
+        if lo is not None and hi is not None and lo > hi:
+            raise SpecError(f"--{fieldname.replace('_', '-')}: empty range {text!r}")
+        return Constraint(lo=lo, hi=hi)
+    return Constraint(values=tuple(dict.fromkeys(_convert(fieldname, t) for t in text.split(",") if t.strip())))
+
+
+@dataclass(frozen=True)
+class Space:
+    """Constraints per field; an unconstrained field takes the plan space's default candidates.
+
+    ``grad_comm_dtype`` defaults to the job's own (compression changes the numerics: opt in).
+    ``fix`` pins fields to the job file's values.
+    """
+
+    constraints: dict[str, Constraint] = field(default_factory=dict)
+    fix: tuple[str, ...] = ()
+
+    @staticmethod
+    def parse(options: dict[str, str | None], fix: Iterable[str] = ()) -> Space:
+        cons = {k: parse_constraint(k, v) for k, v in options.items() if v is not None}
+        fix = tuple(fix)
+        for f in fix:
+            if f not in SEARCH_FIELDS:
+                raise SpecError(f"--fix: unknown field {f!r}; searchable fields: {', '.join(SEARCH_FIELDS)}")
+        return Space(cons, fix)
+
+    def asked(self, fieldname: str, job: Job) -> frozenset:
+        """Values of ``fieldname`` the user named: pinned with ``fix`` or listed in a constraint (not a range)."""
+        if fieldname in self.fix:
+            return frozenset({getattr(job.plan, fieldname)})
+        c = self.constraints.get(fieldname)
+        return frozenset(c.values) if c is not None and c.values is not None else frozenset()
+
+    def values(self, job: Job, fieldname: str, fixed: dict[str, Any], raw: dict) -> list[Any]:
+        if fieldname in self.fix:
+            return [getattr(job.plan, fieldname)]
+        if fieldname == "grad_comm_dtype":
+            c = self.constraints.get(fieldname)
+            return list(c.values) if c and c.values is not None else [job.plan.grad_comm_dtype]
+        c = self.constraints.get(fieldname, Constraint())
+        return c.filter(candidates(fieldname, fixed, raw))
+
+
+def _raw(job: Job) -> dict:
+    return {
+        "model": job.model.model_dump(),
+        "cluster": job.cluster.model_dump(),
+        "training": job.training.model_dump(),
+    }
+
+
+# ----------------------------------------------------------------------------- result
+@dataclass
+class SearchResult:
+    """All evaluated plans of one job, as columns; ``order`` ranks the ones that are valid and fit."""
+
+    job: Job
+    plans: np.ndarray  # (n, len(COLUMNS)) int codes
+    step_s: np.ndarray  # (n,) nan where invalid
+    parts_s: np.ndarray  # (n, len(PART_KEYS))
+    exposed_s: np.ndarray
+    mem_bytes: np.ndarray
+    valid: np.ndarray  # bool
+    fits: np.ndarray  # bool (False where invalid)
+    invalid_reasons: Counter
+    nofit_reasons: Counter
+    order: np.ndarray  # indices of valid, fitting plans, best first
+    rank_by: str = "step"
+    interrupted: bool = False
+    elapsed_s: float = 0.0
+    top: list[tuple[dict[str, Any], Breakdown]] = field(default_factory=list)
+    max_rel_diff: float = 0.0
+    invalid_examples: dict[str, str] = field(default_factory=dict)  # reason -> one full validator message
+    warnings: list[str] = field(default_factory=list)
+    verified: list[dict[str, Any]] = field(default_factory=list)  # --verify: plan, estimate and simulated step
+
+    @property
+    def evaluated(self) -> int:
+        return int(len(self.step_s))
+
+    @property
+    def plans_per_s(self) -> float:
+        return self.evaluated / self.elapsed_s if self.elapsed_s > 0 else math.inf
+
+    def plan_dict(self, i: int) -> dict[str, Any]:
+        return plan_from_row(self.plans[i])
+
+    def best(self) -> tuple[dict[str, Any], Breakdown] | None:
+        return self.top[0] if self.top else None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "evaluated": self.evaluated,
+            "valid": int(self.valid.sum()),
+            "fit": int(self.fits.sum()),
+            "invalid": int((~self.valid).sum()),
+            "do_not_fit": int((self.valid & ~self.fits).sum()),
+            "invalid_reasons": dict(self.invalid_reasons.most_common()),
+            "do_not_fit_reasons": dict(self.nofit_reasons.most_common()),
+            "rank_by": self.rank_by,
+            "interrupted": self.interrupted,
+            "elapsed_s": self.elapsed_s,
+            "plans_per_s": self.plans_per_s,
+            "max_rel_diff_vs_estimate": self.max_rel_diff,
+            "warnings": self.warnings,
+        }
+
+    def to_csv(self) -> str:
+        """Every valid plan, one row each: plan fields, step and its parts (s), memory (GiB), fits."""
+        head = list(COLUMNS) + ["step_time_s"] + [f"{k}_s" for k in PART_KEYS] + ["memory_GiB", "fits"]
+        lines = [",".join(head)]
+        for i in np.flatnonzero(self.valid):
+            p = self.plan_dict(int(i))
+            vals = [str(p[c]) for c in COLUMNS] + [repr(float(self.step_s[i]))]
+            vals += [repr(float(x)) for x in self.parts_s[i]]
+            vals += [repr(float(self.mem_bytes[i] / GiB)), str(bool(self.fits[i]))]
+            lines.append(",".join(vals))
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            **self.summary(),
+            "top": [{"plan": p, "breakdown": b.to_dict()} for p, b in self.top],
+        }
+        if self.verified:
+            out["verified"] = self.verified
+        return out
+
+
+def plan_from_row(row: Sequence[int]) -> dict[str, Any]:
+    d = dict(zip(COLUMNS, (int(x) for x in row)))
+    d["sequence_parallel"] = bool(d["sequence_parallel"])
+    d["recompute"] = RECOMPUTE[d["recompute"]]
+    d["grad_comm_dtype"] = GRAD_DTYPES[d["grad_comm_dtype"]]
+    return d
+
+
+def job_for(job: Job, plan: dict[str, Any]) -> Job:
+    """The job with a searched plan (validated by the spec)."""
+    return job_with(job, **split_reset(job, plan["pp"]), **plan)
+
+
+def split_reset(job: Job, pp: int) -> dict[str, None]:
+    """An explicit stage split belongs to the job's pp: a plan with another pp takes the balanced split."""
+    return {} if pp == job.plan.pp else dict.fromkeys(STAGE_SPLIT_FIELDS)
+
+
+# ----------------------------------------------------------------------------- one base (tp, pp, cp)
+class _MemoCosts(Costs):
+    """The model's Costs with each phase priced once across all the bases that place TP and CP alike:
+    by identity (the layer blocks are shared between bases, see ``_eval_base``), then by content."""
+
+    def __init__(self, job: Job, shared: _Shared | None = None):
+        super().__init__(job)
+        self._shared = shared or _Shared()
+        self.stage_cache = self._shared.stages
+
+    def phase(self, ph):  # type: ignore[override]
+        ids = self._shared.phase_ids
+        hit = ids.get(id(ph))
+        if hit is not None and hit[0] is ph:
+            return hit[1]
+        try:
+            v = self._shared.phases[ph]
+        except KeyError:
+            v = self._shared.phases[ph] = super().phase(ph)
+        ids[id(ph)] = (ph, v)  # holding ph keeps its id from being reused
+        return v
+
+
+@dataclass
+class _Shared:
+    """What bases with the same TP and CP placement share: phase prices and per-micro-batch workloads."""
+
+    phases: dict[Any, Any] = field(default_factory=dict)
+    phase_ids: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    workloads: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute) -> Workload
+    stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
+
+
+def _model_copy(job: Job, **changes: Any) -> Job:
+    return job.model_copy(update={"plan": job.plan.model_copy(update=changes)})
+
+
+def _fast_copy(job: Job, **changes: Any) -> Job:
+    """``_model_copy`` without pydantic's generic copy machinery (2x faster; checked against it at import)."""
+    plan = object.__new__(type(job.plan))
+    for name, value in (
+        ("__dict__", {**job.plan.__dict__, **changes}),
+        ("__pydantic_fields_set__", job.plan.__pydantic_fields_set__ | set(changes)),
+        ("__pydantic_extra__", None),
+        ("__pydantic_private__", None),
+    ):
+        object.__setattr__(plan, name, value)
+    new = object.__new__(type(job))
+    for name, value in (
+        ("__dict__", {**job.__dict__, "plan": plan}),
+        ("__pydantic_fields_set__", job.__pydantic_fields_set__),
+        ("__pydantic_extra__", None),
+        ("__pydantic_private__", None),
+    ):
+        object.__setattr__(new, name, value)
+    return new
+
+
+def _copy(job: Job, **changes: Any) -> Job:
+    """A plan variant of a job already validated for the fields that the validator reads (no re-validation)."""
+    return (_fast_copy if _FAST_COPY_OK else _model_copy)(job, **changes)
+
+
+def _fast_copy_works() -> bool:
+    try:
+        from commtax.spec import Cluster, Model, Plan, Training
+
+        probe = Job.model_construct(
+            model=Model.model_construct(),
+            cluster=Cluster.model_construct(),
+            plan=Plan(),
+            training=Training.model_construct(),
+        )
+        a, b = _fast_copy(probe, zero=3, recompute="full"), _model_copy(probe, zero=3, recompute="full")
+        return a.plan == b.plan and a.plan.model_fields_set == b.plan.model_fields_set and a.plan.zero == 3
+    except Exception:  # pragma: no cover - a pydantic without these internals
+        return False
+
+
+_FAST_COPY_OK = _fast_copy_works()
+
+
+def _reason(msg: str) -> str:
+    """Group validator messages by their text with the numbers taken out."""
+    return re.sub(r"\d+", "n", msg).strip()
+
+
+@dataclass
+class _Base:
+    tp: int
+    pp: int
+    cp: int
+    axes: dict[str, list[Any]]  # vp, micro_batch, sequence_parallel, zero, recompute, grad_comm_dtype
+    asked_zero: frozenset[int] = frozenset()  # stages the user named (--fix zero, --zero 3): searched as asked
+
+
+AXES = ("vp", "micro_batch", "sequence_parallel", "zero", "recompute", "grad_comm_dtype")
+
+
+def _bases(job: Job, space: Space) -> tuple[list[_Base], Counter, dict[str, str]]:
+    """The (tp, pp, cp) combinations of the space whose product divides the GPU count, with their axes;
+    skipped ones counted by reason (with one full message per reason)."""
+    raw = _raw(job)
+    n = job.cluster.num_gpus
+    out: list[_Base] = []
+    skipped: Counter = Counter()
+    examples: dict[str, str] = {}
+    for tp, pp, cp in itertools.product(
+        space.values(job, "tp", {}, raw), space.values(job, "pp", {}, raw), space.values(job, "cp", {}, raw)
+    ):
+        if n % (tp * pp * cp):
+            msg = f"tp({tp}) * pp({pp}) * cp({cp}) = {tp * pp * cp} does not divide num_gpus({n})"
+            skipped[_reason(msg)] += 1
+            examples.setdefault(_reason(msg), msg)
+            continue
+        fixed = {"tp": tp, "pp": pp, "cp": cp}
+        axes = {
+            "vp": space.values(job, "vp", fixed, raw),
+            "micro_batch": space.values(job, "micro_batch", fixed, raw),
+            "sequence_parallel": space.values(job, "sequence_parallel", fixed, raw),
+            "zero": space.values(job, "zero", fixed, raw),
+            "recompute": space.values(job, "recompute", fixed, raw),
+            "grad_comm_dtype": space.values(job, "grad_comm_dtype", fixed, raw),
+        }
+        if any(not v for v in axes.values()):
+            continue
+        out.append(_Base(tp, pp, cp, axes, space.asked("zero", job)))
+    return out, skipped, examples
+
+
+@dataclass
+class _BaseResult:
+    plans: np.ndarray
+    step: np.ndarray
+    parts: np.ndarray
+    exposed: np.ndarray
+    mem: np.ndarray
+    valid: np.ndarray
+    invalid_reasons: Counter
+    nofit_reasons: Counter
+    examples: dict[str, str] = field(default_factory=dict)
+
+
+def _phase_key(job: Job) -> tuple:
+    """Layer, embedding and head phases hold only TP and CP collectives: their prices depend on where those
+    two groups sit (size, stride), so bases that share them share phase prices."""
+    lay = layout(job)
+    return tuple((lay.size[g], lay.stride[g]) for g in ("tp", "cp"))
+
+
+def _valid_jobs(job: Job, base: _Base) -> tuple[dict[tuple[int, int, int], Job], Counter, dict[str, str]]:
+    """The spec's own validator on every (vp, micro_batch, sequence_parallel) of a base: the valid jobs by index,
+    and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans)."""
+    axes = base.axes
+    others = len(axes["zero"]) * len(axes["recompute"]) * len(axes["grad_comm_dtype"])
+    reset = split_reset(job, base.pp)
+    jobs: dict[tuple[int, int, int], Job] = {}
+    invalid: Counter = Counter()
+    examples: dict[str, str] = {}
+    for (i, vp), (j, mb), (k, sp) in itertools.product(
+        enumerate(axes["vp"]), enumerate(axes["micro_batch"]), enumerate(axes["sequence_parallel"])
+    ):
+        try:
+            jobs[i, j, k] = job_with(
+                job, tp=base.tp, pp=base.pp, cp=base.cp, dp=None, vp=vp, micro_batch=mb, sequence_parallel=sp, **reset
+            )
+        except SpecError as e:
+            why = _reason(str(e))
+            invalid[why] += others
+            examples.setdefault(why, str(e))
+    return jobs, invalid, examples
+
+
+@dataclass
+class _Grid:
+    """One base's plan grid while it is evaluated: the axes' values, the valid jobs, and the stage splits."""
+
+    base: _Base
+    jobs: dict[tuple[int, int, int], Job]  # valid (vp, micro_batch, sequence_parallel) -> its job
+    costs: _MemoCosts
+    shared: _Shared
+    n_micro: np.ndarray  # micro-batches per replica, per micro-batch size
+    splits: list[tuple[int, ...]]  # distinct layers-per-rank tuples among the valid jobs
+    split_of_vp: np.ndarray  # vp index -> split index
+    sample: dict[tuple[int, int, int], Job]  # (split, micro_batch, sp) -> one valid job with that split
+
+    def axis(self, name: str) -> list[Any]:
+        return self.base.axes[name]
+
+    def sample_of_split(self, si: int) -> Job:
+        return next(x for (sj, _, _), x in self.sample.items() if sj == si)
+
+
+def _grid(
+    job: Job, base: _Base, jobs: dict[tuple[int, int, int], Job], phase_cache: dict[Any, _Shared] | None
+) -> _Grid:
+    any_job = next(iter(jobs.values()))
+    shared = _Shared() if phase_cache is None else phase_cache.setdefault(_phase_key(any_job), _Shared())
+    n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in base.axes["micro_batch"]], float)
+    splits: list[tuple[int, ...]] = []
+    split_of_vp = np.zeros(len(base.axes["vp"]), int)
+    for (i, _, _), valid_job in sorted(jobs.items()):
+        if valid_job.stage_layers not in splits:
+            splits.append(valid_job.stage_layers)
+        split_of_vp[i] = splits.index(valid_job.stage_layers)
+    sample: dict[tuple[int, int, int], Job] = {}
+    for (i, j, k), valid_job in jobs.items():
+        sample.setdefault((int(split_of_vp[i]), j, k), valid_job)
+    return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
+
+
+def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
+    """Per (split, mb, sp, recompute): the slowest stage (its compute, recompute, exposed TP and CP); per
+    (vp, mb, sp, recompute): the bubble and the exposed pipeline sends. The layer, embedding and head blocks do
+    not depend on pp or dp: one workload per (mb, sp, recompute) serves every base of this TP/CP placement,
+    given this base's split and micro-batch count."""
+    vps, micro_sizes = g.axis("vp"), g.axis("micro_batch")
+    seq_pars, recomputes = g.axis("sequence_parallel"), g.axis("recompute")
+    vps_of_split = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
+    dims = (len(g.splits), len(micro_sizes), len(seq_pars), len(recomputes))
+    slowest: dict[tuple[int, int, int, int], Any] = {}
+    slow_parts = np.full((4,) + dims, np.nan)
+    bubble = np.full((len(vps),) + dims[1:], np.nan)
+    pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
+    for (si, j, k), sample_job in g.sample.items():
+        for r, rc in enumerate(recomputes):
+            job_rc = _copy(sample_job, recompute=rc)
+            key = (micro_sizes[j], seq_pars[k], rc)
+            template = g.shared.workloads.get(key)
+            if template is None:
+                template = g.shared.workloads[key] = build_workload(job_rc)
+            wl = dataclasses.replace(
+                template,
+                layers_per_stage=max(job_rc.stage_layers),
+                chunk_layers=job_rc.chunk_layers,
+                micro_batches=int(g.n_micro[j]),
+            )
+            stages = stage_times(job_rc, wl, g.costs)
+            slow, _ = slowest_and_rest(stages)
+            slowest[si, j, k, r] = slow
+            slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed)
+            for i in vps_of_split[si]:
+                if (i, j, k) in g.jobs:  # the others are invalid plans
+                    bubble[i, j, k, r] = pipeline_bubble(job_rc.plan.schedule, int(g.n_micro[j]), vps[i], stages)
+                    pp_exposed[i, j, k, r] = _est.pp_exposed(g.jobs[i, j, k], wl, g.costs, stages)[1]
+    return slowest, slow_parts, bubble, pp_exposed
+
+
+def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per (split, zero, grad dtype): the model states of the stages that can be the fullest and the optimizer
+    step; per (vp, mb, sp, recompute, zero, grad dtype): the exposed DP traffic under the slowest stage."""
+    zeros, grad_dtypes = g.axis("zero"), g.axis("grad_comm_dtype")
+    n_kinds = max(len(x) for x in kinds)
+    states = np.full((len(g.splits), len(zeros), len(grad_dtypes), n_kinds), np.nan)
+    optimizer = np.full((len(g.splits), len(zeros), len(grad_dtypes)), np.nan)
+    dp_jobs: dict[tuple[int, int, int], tuple[Job, Any]] = {}
+    for si in range(len(g.splits)):
+        for (z, zero), (d, dtype) in itertools.product(enumerate(zeros), enumerate(grad_dtypes)):
+            job_zd = _copy(g.sample_of_split(si), zero=zero, grad_comm_dtype=dtype)
+            dp_jobs[si, z, d] = (job_zd, build_workload(job_zd))
+            states[si, z, d, : len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
+            optimizer[si, z, d] = g.costs.compute(dp_jobs[si, z, d][1].optimizer)
+    vps = g.axis("vp")
+    dims = (len(vps), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
+    dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
+    with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
+    for (si, j, k, r), slow in slowest.items():
+        vps_here = [i for i in range(len(vps)) if g.split_of_vp[i] == si]
+        for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
+            job_zd, wl = dp_jobs[si, z, d]
+            counted = with_count.get((si, z, d, j))
+            if counted is None:
+                counted = with_count[si, z, d, j] = dataclasses.replace(wl, micro_batches=int(g.n_micro[j]))
+            if not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):  # vp does not change it
+                dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow)[1]
+                continue
+            # interleaving reduces and gathers each model chunk on its own (``estimate.dp_step_exposed``)
+            parts = _est.dp_step_parts(counted, g.costs)
+            for i in vps_here:
+                exposed = _est.dp_step_exposed(
+                    parts, slow, g.base.pp, vps[i], counted.micro_batches, _est.reduce_passes(counted)
+                )
+                # as estimate.dp_exposed: the timeline's exposed part + what the hidden part costs the compute
+                dp_exposed[i, j, k, r, z, d] = exposed + _est.dp_contention(
+                    g.costs.cm, parts.link, exposed, parts.nbytes, slow.link
+                )
+    return states, optimizer, dp_exposed
+
+
+def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
+    """Activation bytes per (vp, mb, sp, recompute, stage kind) of the stages that can be the fullest."""
+    recomputes = g.axis("recompute")
+    shape = tuple(len(g.axis(k)) for k in ("vp", "micro_batch", "sequence_parallel")) + (len(recomputes),)
+    acts = np.full(shape + (max(len(x) for x in kinds),), np.nan)
+    for (i, j, k), valid_job in g.jobs.items():
+        stages = kinds[g.split_of_vp[i]]
+        for r, rc in enumerate(recomputes):
+            acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
+    return acts
+
+
+def _fullest_memory(
+    states_by_vp: np.ndarray,
+    acts: np.ndarray,
+    valid: np.ndarray,
+    cap: float,
+    nofit: Counter,
+    fixed_reserve: float,
+    fragmentation: float,
+) -> np.ndarray:
+    """Memory of the fullest stage on the grid, computed once: states + activations + reserve (the fixed part
+    and the allocator's fragmentation of the activations, ``memory.reserve_bytes``) per stage kind, the largest;
+    plans over ``cap`` counted in ``nofit`` by what dominates."""
+    acts_grid = acts[:, :, :, None, :, None, :]
+    per_stage = states_by_vp[:, None, None, :, None, :, :] + acts_grid + (fixed_reserve + fragmentation * acts_grid)
+    fullest = np.nanargmax(np.where(np.isnan(per_stage), -np.inf, per_stage), axis=-1)[..., None]
+    mem = np.where(valid, np.take_along_axis(per_stage, fullest, -1)[..., 0], np.nan)
+    over = valid & ~(mem <= cap)  # as estimate: fits = total <= gpu.mem_bytes
+    if over.any():
+        acts_fullest = np.take_along_axis(
+            np.broadcast_to(acts[:, :, :, None, :, None, :], per_stage.shape), fullest, -1
+        )[..., 0]
+        by_acts = over & (acts_fullest >= mem - fixed_reserve - (1 + fragmentation) * acts_fullest)
+        n_acts, n_states = int(by_acts.sum()), int((over & ~by_acts).sum())
+        if n_acts:
+            nofit["activations dominate"] += n_acts
+        if n_states:
+            nofit["weights+grads+optimizer dominate"] += n_states
+    return mem
+
+
+def _framework_zero_mask(
+    job: Job, base: _Base, valid: np.ndarray, invalid: Counter, examples: dict[str, str]
+) -> np.ndarray:
+    """Plans whose ZeRO stage the job's framework cannot run (``spec.zero_refusal``) made invalid, counted by
+    reason: the zero axis is not part of the per-job validator pass (``_valid_jobs``). A stage the user named
+    (``--fix zero``, ``--zero 3``) is searched as asked, as ``estimate`` prices a plan that states it."""
+    zero_axis = AXES.index("zero")
+    for z, zero in enumerate(base.axes["zero"]):
+        msg = zero_refusal(job.plan.framework, zero)
+        if msg is None or zero in base.asked_zero:
+            continue
+        index = [slice(None)] * valid.ndim
+        index[zero_axis] = z
+        n_refused = int(valid[tuple(index)].sum())
+        if n_refused:
+            valid = valid.copy() if not valid.flags.writeable else valid
+            valid[tuple(index)] = False
+            why = _reason(msg)
+            invalid[why] += n_refused
+            examples.setdefault(why, msg)
+    return valid
+
+
+def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
+    """Evaluate every plan of one base on its grid (vp, micro_batch, sequence_parallel, zero, recompute, grad dtype).
+
+    Each part of ``estimate`` is computed once per value of what it depends on (the module docstring's table),
+    with the model's own functions; the stage split (the layers of each pipeline rank) depends on vp only when
+    the layers do not divide evenly, so the stage-level parts are kept per distinct split.
+    """
+    shape = tuple(len(base.axes[k]) for k in AXES)
+    grid = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1).reshape(-1, len(AXES))
+    jobs, invalid, examples = _valid_jobs(job, base)
+    nofit: Counter = Counter()
+    if not jobs:
+        nan = np.full(len(grid), np.nan)
+        return _BaseResult(
+            _codes(job, base, grid),
+            nan,
+            np.full((len(grid), len(PART_KEYS)), np.nan),
+            nan,
+            nan,
+            np.zeros(len(grid), bool),
+            invalid,
+            nofit,
+            examples,
+        )
+    valid = np.zeros(shape[:3], bool)
+    for idx in jobs:
+        valid[idx] = True
+    valid = np.broadcast_to(valid[:, :, :, None, None, None], shape)
+    valid = _framework_zero_mask(job, base, valid, invalid, examples)
+    g = _grid(job, base, jobs, phase_cache)
+    slowest, slow_parts, bubble, pp_exposed = _stage_parts(g)
+    # only the first stage of each kind can be the fullest (``memory.stage_kinds``), per split
+    kinds = [stage_kinds(g.sample_of_split(si)) for si in range(len(g.splits))]
+    states, optimizer, dp_exposed = _dp_parts(g, slowest, kinds)
+    by_vp = g.split_of_vp  # the split-indexed parts, on the vp axis
+    step, parts, exposed = _assemble(g.n_micro, slow_parts[:, by_vp], bubble, pp_exposed, dp_exposed, optimizer[by_vp])
+    a = assumptions_for(job.cluster.profile)
+    fixed_reserve = fixed_reserve_bytes(
+        base.tp, base.pp, base.cp, job.cluster.num_gpus // (base.tp * base.pp * base.cp), a
+    )
+    mem = _fullest_memory(
+        states[by_vp],
+        _activations(g, kinds),
+        valid,
+        job.cluster.gpu.mem_bytes,
+        nofit,
+        fixed_reserve,
+        a.v("allocator_fragmentation"),
+    )
+    flat = len(grid)
+    return _BaseResult(
+        plans=_codes(job, base, grid),
+        step=np.where(valid, step, np.nan).reshape(flat),
+        parts=np.moveaxis(parts, 0, -1).reshape(flat, len(PART_KEYS)),
+        exposed=np.where(valid, exposed, np.nan).reshape(flat),
+        mem=mem.reshape(flat),
+        valid=valid.reshape(flat).copy(),
+        invalid_reasons=invalid,
+        nofit_reasons=nofit,
+        examples=examples,
+    )
+
+
+def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
+    """Step time on the (vp, mb, sp, zero, recompute, gd) grid: ``estimate.step_parts`` on arrays, summed in its order.
+
+    Axes of the inputs: slow_parts (4, vp, mb, sp, recompute); bubble and pp_exposed (vp, mb, sp, recompute);
+    dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd); n_micro (mb,).
+    """
+    slow = slow_parts[:, :, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, recompute, gd)
+    named = step_parts(
+        micro_batches=n_micro[None, :, None, None, None, None],
+        compute=slow[0],
+        recompute=slow[1],
+        tp_exposed=slow[2],
+        cp_exposed=slow[3],
+        bubble_s=bubble[:, :, :, None, :, None],
+        pp_exposed=pp_exposed[:, :, :, None, :, None],
+        dp_exposed=np.moveaxis(dp_exposed, 3, 4),
+        optimizer=optimizer[:, None, None, :, None, :],
+    )
+    parts = [np.asarray(named[k], float) for k in BREAKDOWN_KEYS]
+    shape = np.broadcast_shapes(*(p.shape for p in parts))
+    parts = [np.broadcast_to(p, shape) for p in parts]
+    step = parts[0]
+    for p in parts[1:]:
+        step = step + p
+    exposed = parts[2] + parts[3] + parts[5] + parts[6]
+    return step, np.stack(parts), exposed
+
+
+def _codes(job: Job, base: _Base, grid: np.ndarray) -> np.ndarray:
+    A = base.axes
+    dp = job.cluster.num_gpus // (base.tp * base.pp * base.cp)
+    cols = [
+        np.full(len(grid), base.tp),
+        np.full(len(grid), base.pp),
+        np.full(len(grid), base.cp),
+        np.full(len(grid), dp),
+        np.asarray(A["vp"])[grid[:, 0]],
+        np.asarray(A["micro_batch"])[grid[:, 1]],
+        np.asarray(A["sequence_parallel"], int)[grid[:, 2]],
+        np.asarray(A["zero"])[grid[:, 3]],
+        np.asarray([RECOMPUTE.index(x) for x in A["recompute"]])[grid[:, 4]],
+        np.asarray([GRAD_DTYPES.index(x) for x in A["grad_comm_dtype"]])[grid[:, 5]],
+    ]
+    return np.stack(cols, 1).astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- the search
+def _mp_methods() -> list[str]:
+    import multiprocessing as mp
+
+    return mp.get_all_start_methods()
+
+
+_WORKER_CACHE: dict[Any, _Shared] = {}  # phase prices in a worker process, shared by all its chunks
+
+
+def _init_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's terminate() ends a worker at once
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    _die_with_parent()
+    _WORKER_CACHE.clear()
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel SIGKILLs this worker when the search process dies, even by SIGKILL (prctl PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # not Linux: the parent's shutdown still terminates workers
+        pass
+
+
+def _stop_workers(ex: Any, procs: list[Any]) -> None:
+    """Cancel what is queued and end the worker processes now (a chunk can run for seconds).
+
+    SIGKILL, not SIGTERM: a worker forked a moment ago may not have run ``_init_worker`` yet and still holds the
+    parent's deferring handler. Runs with signals deferred, so no lock of the pool is held by a dead frame."""
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(timeout=30)
+    # A worker killed while writing its result leaves half a message in the result pipe, and the pool's manager
+    # thread then blocks reading the rest forever (interpreter exit joins it: the hang seen with py-spy). The
+    # parent holds the pipe's other write end; closing it gives that read EOF, and the thread ends as "broken".
+    writer = getattr(getattr(ex, "_result_queue", None), "_writer", None)
+    if writer is not None:
+        writer.close()
+    manager = getattr(ex, "_executor_manager_thread", None)
+    ex.shutdown(wait=False, cancel_futures=True)
+    if manager is not None:  # it sees the dead workers and ends; joined here, not by an atexit hook a signal can cut
+        manager.join(timeout=30)
+
+
+def _eval_chunk(args: tuple[Job, list[_Base]]) -> list[_BaseResult]:
+    job, bases = args
+    return [_eval_base(job, b, _WORKER_CACHE) for b in bases]
+
+
+def evaluate_space(
+    job: Job,
+    space: Space | None = None,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[_BaseResult], Counter, dict[str, str], bool]:
+    """Evaluate every plan of the space: per-base results, skipped-base reasons and examples, interrupted flag."""
+    space = space or Space()
+    bases, skipped, skip_examples = _bases(job, space)
+    results: list[_BaseResult] = []
+    interrupted = False
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1) if len(bases) >= 16 else 1
+    if workers > 1 and "fork" not in _mp_methods():
+        workers = 1  # workers inherit the job by fork; elsewhere (Windows) search in one process
+    try:
+        if workers <= 1:
+            cache: dict[Any, _Shared] = {}
+            for n, b in enumerate(bases):
+                results.append(_eval_base(job, b, cache))
+                if progress:
+                    progress(n + 1, len(bases))
+        else:
+            import multiprocessing as mp
+            from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+            # interleave bases so both workers get a mix of cheap and costly ones
+            chunks = [bases[i :: workers * 4] for i in range(workers * 4)]
+            chunks = [c for c in chunks if c]
+            ctx = mp.get_context("fork")
+            with signals.deferred() as stop:  # a handler that raised inside the pool's locks could hang its shutdown
+                ex = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker)
+                pending: set[Any] = set()
+                try:
+                    for c in chunks:
+                        if stop:
+                            break
+                        pending.add(ex.submit(_eval_chunk, (job, c)))
+                    done = 0
+                    while pending and not stop:
+                        finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                        for f in finished:
+                            part = f.result()
+                            results.extend(part)
+                            done += len(part)
+                            if progress:
+                                progress(done, len(bases))
+                finally:
+                    if stop or pending:  # a signal, or an error in a chunk: end the workers, never wait on them
+                        _stop_workers(ex, list((getattr(ex, "_processes", None) or {}).values()))
+                    else:
+                        ex.shutdown()
+            interrupted = bool(stop)
+    except KeyboardInterrupt:  # one process: Ctrl-C/SIGTERM raise between plans, no pool lock to leave held
+        interrupted = True
+    return results, skipped, skip_examples, interrupted
+
+
+def search(
+    job: Job,
+    space: Space | None = None,
+    rank_by: str = "step",
+    top: int = 5,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    verify: int = 0,
+) -> SearchResult:
+    """Every plan of ``space`` for the job's model and cluster, ranked; the top ``top`` re-estimated exactly.
+
+    rank_by: "step" (fastest), "cost" ($ per step) or "tokens_per_dollar". With one cluster all three
+    give the same order (cost per step = GPUs × $/GPU-s × step); they differ across clusters (compare).
+    verify: re-run the best ``verify`` plans through the event simulator and rank those by the simulated
+    step (``verify_top``). Raises SpecError when the space holds no valid plan, or none that fits memory.
+    """
+    import time
+
+    if rank_by not in RANK_BY:
+        raise SpecError(f"--rank: {rank_by!r} is not one of {', '.join(RANK_BY)}")
+    t0 = time.perf_counter()
+    space = space or Space()
+    parts, skipped, skip_examples, interrupted = evaluate_space(job, space, workers, progress)
+    res = _collect(job, parts, skipped, interrupted, rank_by)
+    res.elapsed_s = time.perf_counter() - t0
+    if res.evaluated == 0 or not res.valid.any():
+        if interrupted:
+            raise Interrupted("search interrupted before any valid plan was found")  # exit 130, not bad input
+        examples = {**skip_examples, **res.invalid_examples}
+        why = "; ".join(f"{examples.get(k, k)}" for k, _ in (res.invalid_reasons + skipped).most_common(2))
+        cons = ", ".join(f"{k}={c.describe()}" for k, c in space.constraints.items())
+        raise SpecError(
+            f"search space is empty: no valid plan{(' with ' + cons) if cons else ''} "
+            f"for {job.cluster.num_gpus} GPUs: {why or 'no candidates'}"
+        )
+    if not res.order.size:
+        need = np.nanmin(res.mem_bytes) / GiB
+        raise SpecError(
+            f"no plan fits memory: each of the {int(res.valid.sum())} valid plans needs more than "
+            f"{job.cluster.gpu.mem_GiB:g} GiB per GPU (the smallest needs {need:.1f} GiB); allow more GPUs, "
+            "ZeRO-3, full recompute or larger tp/pp"
+        )
+    res.top, res.max_rel_diff = exact_top(job, res, max(top, verify))
+    if res.max_rel_diff > AGREEMENT_TOL:
+        # the model changed what one of its parts depends on: the numbers shown are estimate's, the order may not be
+        res.warnings.append(
+            f"search's assembled step differs from estimate by {res.max_rel_diff:.2e} (relative) on its top plans; "
+            "the breakdowns shown are estimate's, but the ranking may be off: report it (benchmarks/bench_search.py)"
+        )
+        res.top.sort(key=lambda pb: pb[1].step_time_s)
+    if verify and not interrupted:  # Ctrl-C/SIGTERM: show the partial ranking now, not after K simulations
+        verify_top(job, res, verify)
+    res.top = res.top[: max(top, verify)]
+    return res
+
+
+def verify_top(job: Job, res: SearchResult, k: int) -> None:
+    """Simulate the best ``k`` plans (``commtax.schedule.sim``) and put them first in ``res.top`` in order of
+    the simulated step; ``res.verified`` keeps both times of each. The simulator runs the schedule the estimate averages
+    (send stalls, bucket tails, a shared NIC), so its order is the one to trust when the two disagree."""
+    from commtax.schedule.sim import SimOptions, simulate
+    from commtax.workload.step import grad_bucket_bytes
+
+    rows = []
+    for plan, b in res.top[:k]:
+        verify_job = job_for(job, plan)  # the framework's gradient bucket, as the estimate's
+        sim = simulate(verify_job, SimOptions(bucket_bytes=grad_bucket_bytes(verify_job)), compare=False).breakdown
+        rows.append(
+            (
+                (plan, b),
+                {
+                    "plan": plan,
+                    "estimate_step_s": b.step_time_s,
+                    "simulate_step_s": sim.step_time_s,
+                    "simulate_breakdown": sim.to_dict(),
+                },
+            )
+        )
+    rows.sort(key=lambda r: r[1]["simulate_step_s"])
+    res.top = [r[0] for r in rows] + res.top[k:]
+    res.verified = [r[1] for r in rows]
+
+
+def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: bool, rank_by: str) -> SearchResult:
+    cat = lambda name, width=None: (
+        np.concatenate([getattr(p, name) for p in parts]) if parts else np.zeros((0, width) if width else 0)
+    )
+    plans = cat("plans", len(COLUMNS)).astype(np.int64) if parts else np.zeros((0, len(COLUMNS)), np.int64)
+    step = cat("step")
+    mem = cat("mem")
+    valid = cat("valid").astype(bool) if parts else np.zeros(0, bool)
+    fits = valid & (mem <= job.cluster.gpu.mem_bytes)
+    inv: Counter = Counter()
+    nof: Counter = Counter()
+    examples: dict[str, str] = {}
+    for p in parts:
+        inv.update(p.invalid_reasons)
+        nof.update(p.nofit_reasons)
+        for k, v in p.examples.items():
+            examples.setdefault(k, v)
+    idx = np.flatnonzero(fits)
+    # best first; ties (plans the model cannot tell apart) go to the smaller memory, then the table order
+    order = idx[np.lexsort((idx, mem[idx], step[idx]))]
+    return SearchResult(
+        job=job,
+        plans=plans,
+        step_s=step,
+        parts_s=cat("parts", len(PART_KEYS)),
+        exposed_s=cat("exposed"),
+        mem_bytes=mem,
+        valid=valid,
+        fits=fits,
+        invalid_reasons=inv,
+        nofit_reasons=nof,
+        order=order,
+        rank_by=rank_by,
+        interrupted=interrupted,
+        invalid_examples=examples,
+    )
+
+
+def exact_top(job: Job, res: SearchResult, n: int) -> tuple[list[tuple[dict[str, Any], Breakdown]], float]:
+    """Re-estimate the best ``n`` plans with ``estimate``: the numbers shown are always the model's own."""
+    out = []
+    worst = 0.0
+    for i in res.order[:n]:
+        plan = res.plan_dict(int(i))
+        b = estimate(job_for(job, plan))
+        worst = max(worst, abs(b.step_time_s - res.step_s[i]) / b.step_time_s)
+        out.append((plan, b))
+    return out, worst
+
+
+def agreement(job: Job, res: SearchResult, sample: int = 50, seed: int = 0) -> dict[str, float]:
+    """Max relative difference between the search's numbers and ``estimate`` on a random sample of valid plans."""
+    rng = np.random.default_rng(seed)
+    idx = np.flatnonzero(res.valid)
+    pick = rng.choice(idx, size=min(sample, len(idx)), replace=False) if len(idx) else idx
+    step = mem = 0.0
+    fits_mismatch = 0
+    for i in pick:
+        b = estimate(job_for(job, res.plan_dict(int(i))))
+        step = max(step, abs(b.step_time_s - res.step_s[i]) / b.step_time_s)
+        total = b.memory_gib_per_gpu["total"] * GiB
+        mem = max(mem, abs(total - res.mem_bytes[i]) / total)
+        fits_mismatch += int(b.fits != bool(res.fits[i]))
+    return {"sample": float(len(pick)), "step_rel": step, "mem_rel": mem, "fits_mismatch": float(fits_mismatch)}
+
+
+def brute_force(job: Job, space: Space | None = None) -> list[tuple[dict[str, Any], Breakdown]]:
+    """Every valid plan of the space through ``estimate`` one by one (slow; for tests)."""
+    space = space or Space()
+    bases, _, _ = _bases(job, space)
+    out = []
+    for b in bases:
+        for vp, mb, sp, zero, rc, gd in itertools.product(*(b.axes[k] for k in AXES)):
+            plan = dict(
+                tp=b.tp,
+                pp=b.pp,
+                cp=b.cp,
+                vp=vp,
+                micro_batch=mb,
+                sequence_parallel=sp,
+                zero=zero,
+                recompute=rc,
+                grad_comm_dtype=gd,
+            )
+            try:
+                j = job_with(job, dp=None, **split_reset(job, b.pp), **plan)
+            except SpecError:
+                continue
+            out.append(({**plan, "dp": j.dp}, estimate(j)))
+    return out

@@ -1,0 +1,476 @@
+"""Predictions against published measurements (the CSV formats of shared/validation/README.md).
+
+Training runs: predict tokens/s per GPU. The training framework comes from a ``framework`` column, else
+the deprecated ``generation`` column, else a sourced mapping from the row's source
+(catalog/validation_sources.yaml), else - labelled as a fallback - the year its source cites. Empty plan
+cells take the framework's usual default where it has one (reported as ``defaults``), else the tool's own
+search over that field (as the authors tuned them, reported as ``chosen``). Collective sweeps: predict busbw
+with the row's algorithm. One model for every row: no per-row constants; MAPE is reported per row, per
+source and averaged over sources (each source weighs the same), and on the rows no constant was fitted on.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commtax.costs.collectives import collective_cost
+from commtax.costs.topology import placement
+from commtax.decide.plans import best_plan
+from commtax.errors import SpecError, excerpt
+from commtax.spec import (
+    CATALOG_DIR,
+    GENERATION_ALIAS,
+    Cluster,
+    build,
+    frameworks,
+    load_catalog,
+    read_text,
+    read_yaml,
+    resolve_cluster,
+)
+from commtax.spec.assumptions import default_assumptions, using_assumptions, without_rows
+from commtax.units import GB, MiB
+
+RUN_COLUMNS = (
+    "id",
+    "model_name",
+    "layers",
+    "hidden",
+    "heads",
+    "gpu",
+    "num_gpus",
+    "global_batch",
+    "seq_len",
+    "measured_tokens_per_s_per_gpu",
+)
+COLLECTIVE_COLUMNS = ("id", "op", "gpu", "num_gpus", "message_bytes", "measured_busbw_GBps")
+PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "vp", "sequence_parallel", "zero", "recompute", "micro_batch")
+# optional columns a measurement file may carry to state the software instead of leaving it to `generation`
+SOFTWARE_COLUMNS = {
+    "flash_attention": "flash_attention",
+    "overlap_dp": "overlap.dp",
+    "overlap_tp": "overlap.tp",
+    "overlap_pp": "overlap.pp",
+}
+# optional columns naming software choices (values as in the job file's plan section)
+SOFTWARE_TEXT_COLUMNS = ("attention", "elementwise", "selective_policy", "fp8_recipe", "zero3_gather")
+LARGE_MESSAGE_BYTES = 64 * MiB  # the collectives target applies to messages ≥ 64 MiB (bandwidth-bound)
+# collectives MAPE is reported per message-size band: latency-bound, in between, bandwidth-bound
+SIZE_BANDS = (
+    ("messages_lt_1MiB", 0, MiB),
+    ("messages_1MiB_to_64MiB", MiB, LARGE_MESSAGE_BYTES),
+    ("messages_ge_64MiB", LARGE_MESSAGE_BYTES, float("inf")),
+)
+
+
+@dataclass
+class RowResult:
+    id: str
+    measured: float | None
+    predicted: float | None
+    error_pct: float | None
+    chosen: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    kind: str  # "runs" | "collectives"
+    rows: list[RowResult]
+    mape_pct: float | None
+    subsets: dict[str, float] = field(default_factory=dict)  # MAPE of named subsets
+    by_source: dict[str, float] = field(default_factory=dict)  # MAPE per source (runs)
+    rows_by_source: dict[str, int] = field(default_factory=dict)
+    source_avg_mape_pct: float | None = None  # mean of the per-source MAPEs: each source weighs the same
+    unfitted_mape_pct: float | None = None  # rows no assumption was fitted on
+    fitted: dict[str, list[str]] = field(default_factory=dict)  # assumption -> rows it was fitted on
+    refused: list[str] = field(default_factory=list)  # rows without a prediction
+    loso_mape_pct: float | None = None  # leave-one-source-out MAPE averaged by source (with --loso)
+    loso_note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        key_m = "measured_tokens_per_s_per_gpu" if self.kind == "runs" else "measured_busbw_GBps"
+        key_p = "predicted_tokens_per_s_per_gpu" if self.kind == "runs" else "predicted_busbw_GBps"
+        rows = []
+        for r in self.rows:
+            d = {"id": r.id, key_m: r.measured, key_p: r.predicted, "error_pct": r.error_pct, "chosen": r.chosen}
+            if r.reason:
+                d["reason"] = r.reason
+            d.update(r.extra)
+            rows.append(d)
+        out = {"kind": self.kind, "mape_pct": self.mape_pct, "subsets": self.subsets, "rows": rows}
+        if self.kind == "runs":
+            out.update(
+                {
+                    "by_source": self.by_source,
+                    "rows_by_source": self.rows_by_source,
+                    "source_avg_mape_pct": self.source_avg_mape_pct,
+                    "unfitted_mape_pct": self.unfitted_mape_pct,
+                    "fitted": self.fitted,
+                    "refused": self.refused,
+                }
+            )
+            if self.loso_mape_pct is not None or self.loso_note:
+                out.update({"loso_mape_pct": self.loso_mape_pct, "loso_note": self.loso_note})
+        return out
+
+
+def _bool(x: str) -> bool:
+    v = x.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise SpecError(f"expected true/false, got {x!r}")
+
+
+def _cell(row: dict, key: str, conv=int) -> Any:
+    v = (row.get(key) or "").strip()
+    if v == "":
+        return None
+    try:
+        return conv(v)
+    except ValueError:
+        raise SpecError(f"column {key}: cannot read {excerpt(v)}") from None
+
+
+def error_pct(predicted: float, measured: float) -> float:
+    return 100.0 * (predicted - measured) / measured
+
+
+def mape(rows: list[RowResult]) -> float | None:
+    errs = [abs(r.error_pct) for r in rows if r.error_pct is not None]
+    return sum(errs) / len(errs) if errs else None
+
+
+def _cluster_raw(row: dict) -> dict:
+    return {
+        "gpu": row["gpu"],
+        "num_gpus": _cell(row, "num_gpus"),
+        "gpus_per_node": _cell(row, "gpus_per_node") or 8,
+        "intra_node": row.get("intra_node") or "nvlink4",
+        "inter_node": row.get("inter_node") or "ib-ndr",
+        "nics_per_node": _cell(row, "nics_per_node") or 8,
+    }
+
+
+def generation_of(row: dict) -> tuple[str, str]:
+    """Fallback only: a software generation from a ``generation`` column, else the year the source cites first
+    (before ``legacy_before_year`` in catalog/assumptions.yaml: legacy)."""
+    explicit = (row.get("generation") or "").strip()
+    if explicit:
+        return explicit, "generation column"
+    m = re.search(r"\b(19|20)\d\d\b", row.get("source") or "")
+    if m is None:
+        return "current", "no year in source"
+    year = int(m.group(0))
+    gen = "legacy" if year < default_assumptions().v("legacy_before_year") else "current"
+    return gen, f"source year {year}"
+
+
+def source_rules() -> list[dict]:
+    return read_yaml(CATALOG_DIR / "validation_sources.yaml") or []
+
+
+def framework_of_row(row: dict) -> tuple[str, str]:
+    """(framework, how it was found) of a published run: column, deprecated generation column, the sourced
+    mapping from its source, or the labelled year-rule fallback."""
+    explicit = (row.get("framework") or "").strip()
+    if explicit:
+        if explicit not in frameworks():
+            raise SpecError(f"column framework: unknown {explicit!r}; use one of {', '.join(frameworks())}")
+        return explicit, "framework column"
+    gen = (row.get("generation") or "").strip()
+    if gen:
+        if gen not in GENERATION_ALIAS:
+            raise SpecError(f"column generation: expected {' or '.join(GENERATION_ALIAS)}, got {gen!r}")
+        return GENERATION_ALIAS[gen], f"generation column ({gen}, deprecated)"
+    src = row.get("source") or ""
+    for rule in source_rules():
+        when = rule.get("when") or {}
+        if "framework" not in rule:  # a rule of plan facts only (source_plan)
+            continue
+        if rule["match"] in src and all((row.get(k) or "").strip() == str(v) for k, v in when.items()):
+            return rule["framework"], f"source mapping ({rule['match']})"
+    gen, why = generation_of(row)
+    return GENERATION_ALIAS[gen], f"fallback year rule: {why} -> {gen}"
+
+
+def source_plan(row: dict) -> dict:
+    """Plan facts a published table states for all its rows (validation_sources.yaml rules with ``plan``)."""
+    src = row.get("source") or ""
+    out: dict[str, Any] = {}
+    for rule in source_rules():
+        if "plan" in rule and rule["match"] in src:
+            out.update(rule["plan"])
+    return out
+
+
+def legacy_software(row: dict, framework: str) -> tuple[dict, str]:
+    """(plan fields, why) of an older release of the row's framework (catalog/frameworks.yaml ``legacy``): for a
+    ``generation: legacy`` row, or one whose source cites a year before the preset's ``before_year``."""
+    legacy = frameworks()[framework].legacy
+    if legacy is None:
+        return {}, ""
+    gen = (row.get("generation") or "").strip()
+    if gen:
+        return (dict(legacy.plan), "generation column: legacy") if gen == "legacy" else ({}, "")
+    m = re.search(r"\b(19|20)\d\d\b", row.get("source") or "")
+    if m and int(m.group(0)) < legacy.before_year:
+        return dict(legacy.plan), f"source year {m.group(0)} < {legacy.before_year}"
+    return {}, ""
+
+
+def source_key(row_or_source: dict | str) -> str:
+    """The publication a row comes from: its source text up to the first ';' (tables of one paper together)."""
+    src = row_or_source if isinstance(row_or_source, str) else (row_or_source.get("source") or "")
+    return src.split(";")[0].strip() or "(no source)"
+
+
+def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
+    """A CSV row -> (resolved job mapping without plan, fixed plan fields, free plan fields)."""
+    model = {
+        "name": row.get("model_name") or row["id"],
+        "layers": _cell(row, "layers"),
+        "hidden": _cell(row, "hidden"),
+        "heads": _cell(row, "heads"),
+        "kv_heads": _cell(row, "kv_heads"),
+        "ffn_hidden": _cell(row, "ffn_hidden"),
+        "vocab": _cell(row, "vocab"),
+        "gated_mlp": _cell(row, "gated_mlp", _bool) or False,
+        "source": row.get("source") or "validation row",
+    }
+    training = {
+        "seq_len": _cell(row, "seq_len"),
+        "global_batch": _cell(row, "global_batch"),
+        "precision": (row.get("precision") or "bf16").strip(),
+    }
+    raw = {"model": model, "cluster": resolve_cluster(_cluster_raw(row), catalog), "training": training}
+    fw = framework_of_row(row)[0]
+    fixed: dict[str, Any] = {"framework": fw, **legacy_software(row, fw)[0], **source_plan(row)}
+    free: list[str] = []
+    for col in PLAN_COLUMNS:
+        if col not in row:
+            continue
+        conv = _bool if col == "sequence_parallel" else (str if col == "recompute" else int)
+        v = _cell(row, col, conv)
+        if v is None:
+            free.append(col)
+        else:
+            fixed[col] = v
+    for col in SOFTWARE_TEXT_COLUMNS:
+        v = (row.get(col) or "").strip()
+        if v:
+            fixed[col] = v
+    # optional software columns: stated, they replace what the framework would assume
+    for col, plan_field in SOFTWARE_COLUMNS.items():
+        v = _cell(row, col, _bool) if col in row else None
+        if v is None:
+            continue
+        if plan_field.startswith("overlap."):
+            fixed.setdefault("overlap", {})[plan_field.split(".", 1)[1]] = v
+        else:
+            fixed[plan_field] = v
+    return raw, fixed, free
+
+
+def framework_defaults(fixed: dict, free: list[str]) -> tuple[dict, list[str], dict]:
+    """Empty plan cells the framework has a usual default for: (fixed + those, still free, the defaults used)."""
+    preset = frameworks()[fixed["framework"]].plan_defaults
+    used = {f: preset[f] for f in free if f in preset}
+    if used.get("sequence_parallel") and fixed.get("tp", 1) == 1 and "tp" not in free:
+        used["sequence_parallel"] = False  # sequence parallelism is a TP feature
+    return {**fixed, **used}, [f for f in free if f not in used], used
+
+
+def predict_run(row: dict, catalog: dict) -> RowResult:
+    rid = row.get("id", "?")
+    measured = _cell(row, "measured_tokens_per_s_per_gpu", float)
+    try:
+        raw, fixed, free = run_job_raw(row, catalog)
+        with_defaults, still_free, defaults = framework_defaults(fixed, free)
+        searchable = [f for f in free if f != "dp"]
+        choice = best_plan(raw, with_defaults, [f for f in still_free if f != "dp"])
+        notes = []
+        if choice is None and defaults:  # the framework's usual setting does not fit here: the authors changed it
+            choice, defaults = best_plan(raw, fixed, searchable), {}
+            notes.append("framework defaults do not fit memory: searched")
+        if choice is None:  # the run did happen: predict its speed even if the memory model says it cannot fit
+            choice = best_plan(raw, fixed, searchable, require_fit=False)
+            notes.append("memory model says no plan fits; predicted anyway")
+        fw, why = framework_of_row(row)
+        legacy, legacy_why = legacy_software(row, fw)
+        if legacy:
+            why += f"; before {frameworks()[fw].legacy.before_year} ({legacy_why}): " + ", ".join(
+                f"{k}={v}" for k, v in legacy.items()
+            )
+    except SpecError as e:
+        return RowResult(rid, measured, None, None, reason=str(e), extra={"source_key": source_key(row)})
+    if choice is None:
+        return RowResult(
+            rid,
+            measured,
+            None,
+            None,
+            reason="no plan over the empty fields is valid",
+            extra={"source_key": source_key(row)},
+        )
+    pred = choice.breakdown.tokens_per_s_per_gpu
+    b = choice.breakdown
+    extra = {
+        "mfu": round(b.mfu, 4),
+        "comm_tax": round(b.comm_tax, 4),
+        "step_time_s": round(b.step_time_s, 4),
+        "framework": f"{fw} ({why})",
+        "defaults": defaults,
+        "source_key": source_key(row),
+        "fits": choice.breakdown.fits,
+    }
+    if notes:
+        extra["note"] = "; ".join(notes)
+    err = error_pct(pred, measured) if measured else None
+    return RowResult(rid, measured, pred, err, chosen=choice.chosen, extra=extra)
+
+
+def predict_collective(row: dict, catalog: dict) -> RowResult:
+    rid = row.get("id", "?")
+    measured = _cell(row, "measured_busbw_GBps", float)
+    try:
+        cluster: Cluster = build(Cluster, resolve_cluster(_cluster_raw(row), catalog), "cluster")
+        n = _cell(row, "num_gpus")
+        size = _cell(row, "message_bytes", float)
+        algo = (row.get("algorithm") or "").strip() or None
+        cost = collective_cost(row["op"].strip(), size, placement(cluster, n, 1), algo)
+    except (SpecError, ValueError) as e:
+        return RowResult(rid, measured, None, None, reason=str(e))
+    pred = cost.busbw_bytes_per_s / GB
+    extra = {
+        "message_bytes": size,
+        "algorithm": cost.algorithm,
+        "protocol": cost.protocol,
+        "predicted_time_us": cost.time_s * 1e6,
+    }
+    return RowResult(rid, measured, pred, error_pct(pred, measured) if measured else None, extra=extra)
+
+
+def read_rows(path: Path | str) -> list[dict]:
+    """Rows of a UTF-8 CSV (a BOM is fine); each id once."""
+    text = read_text(path, "CSV file")
+    try:
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as e:
+        raise SpecError(f"{path}: not a readable CSV ({e})") from None
+    if not rows:
+        raise SpecError(f"{path}: no rows")
+    seen: dict[str, int] = {}
+    for line, row in enumerate(rows, 2):
+        rid = (row.get("id") or "").strip()
+        if rid and rid in seen:
+            raise SpecError(f"{path}: id {excerpt(rid)} appears twice (lines {seen[rid]} and {line}); ids are unique")
+        seen[rid] = line
+    return rows
+
+
+def check_measured(rows: list[dict], key: str, path: Path | str) -> None:
+    """A measured cell is empty or a positive finite number: one nan would make the MAPE nan and every gate pass."""
+    for line, row in enumerate(rows, 2):
+        v = _cell(row, key, float)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise SpecError(f"{path}: line {line}, {key}: {v} is not a positive finite measurement")
+
+
+def kind_of(rows: list[dict], path: Path | str) -> str:
+    cols = set(rows[0])
+    if set(RUN_COLUMNS) <= cols:
+        return "runs"
+    if set(COLLECTIVE_COLUMNS) <= cols:
+        return "collectives"
+    raise SpecError(
+        f"{path}: not a runs CSV (needs {', '.join(RUN_COLUMNS)}) nor a collectives CSV "
+        f"(needs {', '.join(COLLECTIVE_COLUMNS)})"
+    )
+
+
+def by_source(rows: list[RowResult]) -> tuple[dict[str, float], dict[str, int]]:
+    groups: dict[str, list[RowResult]] = {}
+    for r in rows:
+        groups.setdefault(r.extra.get("source_key", "(no source)"), []).append(r)
+    mapes = {k: mape(v) for k, v in groups.items()}
+    return {k: v for k, v in mapes.items() if v is not None}, {k: len(v) for k, v in groups.items()}
+
+
+def source_average(per_source: dict[str, float]) -> float | None:
+    return sum(per_source.values()) / len(per_source) if per_source else None
+
+
+def leave_one_source_out(report: Report, rows: list[dict], catalog: dict) -> tuple[float | None, str]:
+    """Leave-one-source-out MAPE, averaged by source: each source predicted with the assumptions as they would
+    be fitted without its rows (``assumptions.without_rows``: a constant fitted only on them falls back to its
+    prior). Sources no constant was fitted on keep their own error.
+    """
+    base = default_assumptions()
+    per_source: dict[str, float] = {}
+    notes: list[str] = []
+    by_key: dict[str, list[dict]] = {}
+    for row in rows:
+        by_key.setdefault(source_key(row), []).append(row)
+    for key, group in by_key.items():
+        ids = {row.get("id", "?") for row in group}
+        refit_a, refit, kept = without_rows(base, ids)
+        if kept:
+            notes.append(f"{key}: {', '.join(kept)} fitted partly elsewhere, not refitted")
+        if not refit:
+            if key in report.by_source:
+                per_source[key] = report.by_source[key]
+            continue
+        with using_assumptions(refit_a):
+            results = [predict_run(row, catalog) for row in group]
+        sub = mape(results)
+        if sub is not None:
+            per_source[key] = sub
+            notes.append(f"{key} without its fit ({', '.join(refit)} at prior): {sub:.1f}%")
+    if not notes:
+        notes.append("no assumption is fitted: leaving a source out changes nothing")
+    return source_average(per_source), "; ".join(notes)
+
+
+def validate(path: Path | str, catalog_file: Path | str | None = None, progress=None, loso: bool = False) -> Report:
+    rows = read_rows(path)
+    kind = kind_of(rows, path)
+    check_measured(rows, "measured_tokens_per_s_per_gpu" if kind == "runs" else "measured_busbw_GBps", path)
+    catalog = load_catalog(catalog_file)
+    predict = predict_run if kind == "runs" else predict_collective
+    results = []
+    for row in rows:
+        results.append(predict(row, catalog))
+        if progress is not None:
+            progress()
+    subsets: dict[str, float] = {}
+    if kind == "collectives":
+        for name, lo, hi in SIZE_BANDS:
+            band = mape([r for r in results if lo <= r.extra.get("message_bytes", -1) < hi])
+            if band is not None:
+                subsets[name] = band
+    else:
+        for prefix in sorted({r.id.split("_")[0] for r in results}):
+            sub = mape([r for r in results if r.id.split("_")[0] == prefix])
+            if sub is not None:
+                subsets[prefix] = sub
+    report = Report(kind, results, mape(results), subsets)
+    if kind == "runs":
+        report.by_source, report.rows_by_source = by_source(results)
+        report.source_avg_mape_pct = source_average(report.by_source)
+        report.fitted = {k: list(v) for k, v in default_assumptions().fitted().items()}
+        fitted_rows = {i for ids in report.fitted.values() for i in ids}
+        report.unfitted_mape_pct = mape([r for r in results if r.id not in fitted_rows])
+        report.refused = [r.id for r in results if r.predicted is None]
+        if loso:
+            report.loso_mape_pct, report.loso_note = leave_one_source_out(report, rows, catalog)
+    return report

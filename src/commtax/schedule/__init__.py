@@ -1,0 +1,1 @@
+"""How ops overlap in time: the Breakdown record, the analytical schedule and the event simulator (``sim``)."""

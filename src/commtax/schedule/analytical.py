@@ -1,0 +1,516 @@
+"""Analytical schedule: workload ops + costs -> one ``Breakdown`` of a training step.
+
+step time = compute + recompute + exposed TP + exposed CP + pipeline bubble + exposed PP
+            + exposed DP + optimizer                                              (DESIGN.md)
+
+Pipeline (Narayanan et al. 2021, §2.2): with m micro-batches, p stages, v virtual stages and T_s one
+micro-batch's forward+backward on stage s, 1F1B takes m·T_max + (Σ_s T_s − T_max)/v: the slowest stage runs
+its m micro-batches back to back, and the fill and drain cross the other stages once; GPipe is two flow
+shops, forwards then backwards (``pipeline_bubble``). Both hold for every m ≥ 1; for uniform stages the
+bubble is (p−1)/(v·m) of the ideal time. Interleaving (v > 1) needs m to be a multiple of p (Megatron's
+interleaved schedule refuses other m; the spec does too), so the 1/v holds wherever it is used.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+
+from commtax.costs.compute import ComputeModel, overlap_slowdown_s
+from commtax.costs.pricing import Costs, PhaseCost
+from commtax.schedule.breakdown import Breakdown, make_breakdown
+from commtax.spec import Job, per_rank, zero_refusal
+from commtax.workload.memory import memory
+from commtax.workload.step import (
+    Collective,
+    Workload,
+    build_workload,
+    grad_bytes_per_param,
+    weight_bytes_per_param,
+)
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One micro-batch (fwd + bwd + recompute) on one pipeline rank, split as the Breakdown splits it."""
+
+    compute: float
+    recompute: float
+    tp_exposed: float
+    cp_exposed: float
+    fwd: float  # forward wall time (for overlap windows)
+    bwd: float  # backward + recompute wall time
+    link: PhaseCost  # link time and bytes, all passes
+    total: float = field(init=False)  # compute + recompute + exposed TP + exposed CP
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total", self.compute + self.recompute + self.tp_exposed + self.cp_exposed)
+
+
+def _exposed(job: Job, pc: PhaseCost, cm: ComputeModel | None = None) -> tuple[float, float]:
+    """Exposed TP and CP time of a pass: all of it, or what the GEMMs / attention cannot hide.
+
+    Comm-GEMM overlap (Transformer Engine userbuffers, Wang et al. 2022 "Overlap communication with
+    dependent computation via decomposition") splits each GEMM into tp chunks: the first chunk's
+    transfer cannot hide, so at least 1/tp of the TP traffic stays exposed. Ring attention likewise
+    exposes its first K/V step (1/cp). With ``cm``, the hidden part also slows the compute it runs
+    under (``overlap_contention``), charged as exposed time of that group.
+    """
+    ov, p = job.plan.overlap, job.plan
+    tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
+    tp_exp = max(tp - pc.gemm, first_chunk(tp, p.tp)) if ov.tp else tp
+    cp_exp = max(cp - pc.attention, first_chunk(cp, p.cp)) if ov.cp else cp
+    if cm is not None and (tp_exp < tp or cp_exp < cp):  # some TP/CP traffic is hidden
+        tp_c, cp_c = overlap_contention(cm, pc, tp - tp_exp, cp - cp_exp)
+        tp_exp, cp_exp = tp_exp + tp_c, cp_exp + cp_c
+    return tp_exp, cp_exp
+
+
+def overlap_contention(cm: ComputeModel, pc: PhaseCost, tp_hidden_s: float, cp_hidden_s: float) -> tuple[float, float]:
+    """Extra compute seconds of a pass from TP and CP traffic hidden under its GEMMs / attention.
+
+    TP overlap is Transformer Engine userbuffers (its own ``userbuffers_sms``), ring attention's K/V exchange is
+    NCCL p2p (``nccl_sms``); both hide under compute-bound kernels (memory share 0): ``overlap_slowdown_s``.
+    """
+    return (
+        _hidden_cost(cm, tp_hidden_s, pc.comm.get("tp", 0.0), pc.comm_bytes.get("tp", 0.0), 0.0, cm.userbuffers_sms),
+        _hidden_cost(cm, cp_hidden_s, pc.comm.get("cp", 0.0), pc.comm_bytes.get("cp", 0.0), 0.0, cm.nccl_sms),
+    )
+
+
+def _hidden_cost(
+    cm: ComputeModel | None, hidden_s: float, link_s: float, wire_bytes: float, memory_share: float, sms: float
+) -> float:
+    """``overlap_slowdown_s`` for the hidden part of traffic of ``link_s`` seconds and ``wire_bytes`` bytes (none
+    without a compute model: costs given directly, as in hand-worked schedules)."""
+    if cm is None or hidden_s <= 0.0 or link_s <= 0.0:
+        return 0.0
+    return overlap_slowdown_s(cm, hidden_s, wire_bytes * min(1.0, hidden_s / link_s), memory_share, sms)
+
+
+def memory_share(pc: PhaseCost) -> float:
+    """Share of a pass's compute time in memory-bound kernels (neither GEMM nor attention)."""
+    return max(0.0, 1.0 - (pc.gemm + pc.attention) / pc.compute) if pc.compute > 0 else 0.0
+
+
+def dp_contention(cm: ComputeModel | None, link_s: float, exposed_s: float, wire_bytes: float, pc: PhaseCost) -> float:
+    """Extra compute seconds from the DP traffic hidden under the step's passes ``pc`` (NCCL, ``nccl_sms``)."""
+    if cm is None:
+        return 0.0
+    return _hidden_cost(cm, link_s - exposed_s, link_s, wire_bytes, memory_share(pc), cm.nccl_sms)
+
+
+def first_chunk(comm_s: float, ranks: int) -> float:
+    """The part of an overlapped collective that nothing hides: one of its ``ranks`` chunks.
+
+    Overlap decomposes the work into one chunk per rank of the group (comm-GEMM overlap: Wang et al.
+    2022, Transformer Engine userbuffers; ring attention: one K/V step per CP rank); the first
+    chunk's transfer has no computation to run under.
+    """
+    return comm_s / max(1, ranks)
+
+
+def _combine(
+    job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]], cm: ComputeModel | None = None
+) -> StageTime:
+    fwd = bwd = rc = PhaseCost()
+    for (f, b, r), count in parts:
+        fwd = fwd + (f.scaled(count) if count != 1 else f)
+        bwd = bwd + (b.scaled(count) if count != 1 else b)
+        rc = rc + (r.scaled(count) if count != 1 else r)
+    exp_f, exp_b, exp_r = _exposed(job, fwd, cm), _exposed(job, bwd, cm), _exposed(job, rc, cm)
+    return StageTime(
+        compute=fwd.compute + bwd.compute,
+        recompute=rc.compute,
+        tp_exposed=exp_f[0] + exp_b[0] + exp_r[0],
+        cp_exposed=exp_f[1] + exp_b[1] + exp_r[1],
+        fwd=fwd.compute + sum(exp_f),
+        bwd=bwd.compute + rc.compute + sum(exp_b) + sum(exp_r),
+        link=fwd + bwd + rc,
+    )
+
+
+def stage_layer_counts(job: Job, wl: Workload) -> tuple[int, ...]:
+    """Layers of each pipeline rank: the workload's virtual stages k = chunk·pp + stage, summed per rank."""
+    p, v = job.plan.pp, job.plan.vp
+    return per_rank(wl.chunk_layers or (wl.layers_per_stage // v,) * (p * v), p, v)
+
+
+def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
+    """Every pipeline rank, first to last: its layers, the embedding on the first, the head on the last.
+    Ranks alike (same layers, neither end) share one StageTime; ``costs.stage_cache`` keeps them across calls."""
+    p = job.plan.pp
+    plan = job.plan
+    cache = getattr(costs, "stage_cache", None)
+    if cache is None:  # a stand-in for Costs (tests)
+        cache = {}
+    blocks = (wl.embed, wl.layer, wl.head)
+    # what _combine reads besides the blocks' phases: the TP/CP overlap flags and degrees
+    base_key = (id(blocks[0]), id(blocks[1]), id(blocks[2]), plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp)
+
+    passes = ("fwd", "bwd", "recompute")
+    layers_of: dict[int, tuple[PhaseCost, ...]] = {}  # n layers' passes, scaled once per n
+
+    def stage(n: int, first: bool, last: bool) -> StageTime:
+        key = (base_key, n, first, last)
+        hit = cache.get(key)
+        if hit is None or hit[0] is not blocks[0] or hit[1] is not blocks[1] or hit[2] is not blocks[2]:
+            if n and n not in layers_of:
+                layers_of[n] = tuple(costs.phase(getattr(wl.layer, w)).scaled(n) for w in passes)
+            parts = [(layers_of[n], 1)] if n else []
+            if first:
+                parts.insert(0, (tuple(costs.phase(getattr(wl.embed, w)) for w in passes), 1))
+            if last:
+                parts.append((tuple(costs.phase(getattr(wl.head, w)) for w in passes), 1))
+            hit = cache[key] = (
+                *blocks,
+                _combine(job, parts, costs.cm),
+            )  # holding the blocks keeps their ids from reuse
+        return hit[3]
+
+    counts = stage_layer_counts(job, wl)
+    whole = cache.get((base_key, counts))
+    if whole is not None and all(map(operator.is_, whole[0], blocks)):
+        return whole[1]
+    if p == 1:
+        out = [stage(counts[0], True, True)]
+    else:
+        middle = {n: stage(n, False, False) for n in set(counts[1:-1])}
+        out = [stage(counts[0], True, False)] + [middle[n] for n in counts[1:-1]] + [stage(counts[-1], False, True)]
+    cache[base_key, counts] = (blocks, out)  # callers read the list, never change it
+    return out
+
+
+def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
+    """(link time, exposed time, bytes) of data-parallel traffic per step: what the timeline leaves exposed
+    (``dp_timeline``) plus what the hidden part costs the compute it runs under (``dp_contention``)."""
+    link, exposed, nbytes = dp_timeline(job, wl, costs, st)
+    return link, exposed + dp_contention(costs.cm, link, exposed, nbytes, st.link), nbytes
+
+
+def dp_timeline(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
+    """(link time per step, exposed time per step, bytes per step) of data-parallel traffic.
+
+    Overlapped reduction hides under the last micro-batch's backward; the last bucket stays exposed
+    (PyTorch DDP / Megatron-Core overlap_grad_reduce). ZeRO-1/2 parameter all-gather hides under
+    the next step's first forward (overlap_param_gather). With interleaving each model chunk is reduced
+    and gathered on its own (``dp_step_exposed``). ZeRO-3 prefetches each layer's gather under the
+    previous layer's compute; the first layer's gather and the last reduce-scatter are exposed; DeepSpeed's
+    legacy per-parameter gathers overlap nothing (``per_parameter_sync_time``).
+    """
+    ov = job.plan.overlap.dp
+    m = wl.micro_batches
+    if wl.dp_microbatch and wl.zero3_gather == "per_parameter_sync":
+        per_mb, nbytes = per_parameter_sync_time(job, wl, costs)
+        return per_mb * m, per_mb * m, nbytes * m  # synchronised before every gather: nothing overlaps
+    if wl.dp_microbatch:
+        # FSDP / ZeRO-3 gather and reduce-scatter one layer (unit) at a time: L collectives, each paying α
+        units = max(1, wl.layers_per_stage)
+        gf, gb, rs = (units * costs.collective_time(c.group, c.op, c.bytes / units) for c in wl.dp_microbatch)
+        nbytes = sum(costs.sent_bytes(c) for c in wl.dp_microbatch) * m
+        link = (gf + gb + rs) * m
+        if not ov:
+            return link, link, nbytes
+        # the first unit's gather has nothing to hide under (every micro-batch: FSDP reshards after backward), and
+        # the last unit's reduce-scatter ends the step's backward: the optimizer waits for it (PyTorch FSDP notes,
+        # "FSDP Prefetch Nuances": "The 1st all-gather will not be able to overlap with anything")
+        first_layer, last_rs = gf / units, rs / units
+        per_mb = max(0.0, gf - st.fwd) + max(0.0, gb + rs - st.bwd) + first_layer
+        return link, per_mb * m + last_rs, nbytes
+    if not wl.dp_step:
+        return 0.0, 0.0, 0.0
+    parts = dp_step_parts(wl, costs)
+    if not ov:
+        return parts.link, parts.link, parts.nbytes
+    return parts.link, dp_step_exposed(parts, st, job.plan.pp, job.plan.vp, m, reduce_passes(wl)), parts.nbytes
+
+
+def reduce_passes(wl: Workload) -> int:
+    """Gradient reductions per step: one per micro-batch when only a shard of the gradients is kept (ZeRO-2,
+    ``Workload.grads_sharded``), else one (gradients accumulate in full, reduced after the last backward)."""
+    return wl.micro_batches if wl.grads_sharded else 1
+
+
+@dataclass(frozen=True)
+class DPStepParts:
+    """Per-step DP traffic of ZeRO 0-2, bucketed as PyTorch DDP / Megatron-Core do (``dp_step_parts``)."""
+
+    link: float  # the reduction and gather on the link, plus the codec: the DP time of the step
+    nbytes: float  # bytes sent
+    times: list[float]  # [reduce time (all passes), gather time] on the link, the codec apart
+    tail: float  # the last reduce bucket on the link
+    first_bucket: float  # the first gather bucket
+    codec: float  # the gradient codec of one reduction pass, whole gradient (``Workload.dp_codec``)
+
+
+def dp_step_parts(wl: Workload, costs: Costs) -> DPStepParts:
+    """Per-step DP traffic (ZeRO 0-2): reduce and gather time, bytes, last reduce bucket, first gather bucket, codec.
+    ZeRO-2 reduces every micro-batch (``reduce_passes``): the reduce time and bytes are per step, all passes."""
+    n = reduce_passes(wl)
+    nbytes = sum(costs.sent_bytes(c) * (n if i == 0 else 1) for i, c in enumerate(wl.dp_step))
+    times = [bucketed_time(costs, c, wl.bucket_bytes) * (n if i == 0 else 1) for i, c in enumerate(wl.dp_step)]
+    reduce_op = wl.dp_step[0]
+    tail = costs.collective(Collective("bucket", reduce_op.op, min(wl.bucket_bytes, reduce_op.bytes), "dp"))
+    ratio = min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
+    codec = sum(costs.compute(op) for op in wl.dp_codec)
+    first = times[1] * ratio if len(times) > 1 else 0.0
+    return DPStepParts(sum(times) + codec * n, nbytes, times, tail, first, codec)
+
+
+def dp_step_exposed(parts: DPStepParts, st: StageTime, pp: int, vp: int, m: int, passes: int = 1) -> float:
+    """Exposed part of overlapped per-step DP traffic: the reduction under the last backwards, the ZeRO-1/2
+    gather under the first forwards. Interleaved 1F1B reduces and gathers each model chunk on its own
+    (Megatron-Core schedules.py: grad_sync_func after a chunk's last backward, param_sync_func before its
+    first forward), so chunks other than the last to finish hide under the pipeline's cool-down / warm-up.
+
+    With ``passes`` > 1 (ZeRO-2: one reduction per micro-batch, ``reduce_passes``) the last pass is exposed as
+    above and each earlier one runs under the compute of one micro-batch (its forward and backward): what it
+    takes beyond that is exposed, (passes − 1) · max(0, r − (fwd + bwd)), r = one pass.
+
+    The gradient codec (``Workload.dp_codec``: quantize/dequantize passes, PowerSGD's GEMMs, DDP's bucket copies)
+    is the device's own work — memory-bound kernels sharing HBM with the backward they overlap; on a CPU rank,
+    the core backward runs on — so it never hides: all of it is charged. Only the wire hides under compute."""
+    v = vp if pp > 1 else 1
+    spacing = min(m, pp) if v > 1 else 0
+    r = parts.times[0] / passes
+    exposed = chunked_reduce_exposed(r, v, st.bwd / v, spacing * st.bwd / v, parts.tail)
+    exposed += (passes - 1) * max(0.0, r - (st.fwd + st.bwd))
+    exposed += parts.codec * passes
+    if len(parts.times) > 1:
+        exposed += chunked_gather_exposed(parts.times[1], v, st.fwd / v, spacing * st.fwd / v, parts.first_bucket)
+    return exposed
+
+
+def chunked_reduce_exposed(total_s: float, chunks: int, own_s: float, spacing_s: float, floor_s: float) -> float:
+    """Exposed time of a gradient reduction split over ``chunks`` model chunks (interleaved 1F1B, v = chunks).
+
+    On the first pipeline rank (the last to finish) chunk k's last backward ends k·spacing before the end of the
+    step's compute (spacing = p backward passes of one chunk: Megatron's interleaved schedule runs the last
+    micro-batches in groups of p per chunk, chunk v−1 first); its reduction (total/v) can start as that backward
+    produces gradients (``own_s`` earlier) and the reductions share one link, in order. Exposed = when the last
+    one ends after the compute does, at least the last bucket (``floor_s``). With one chunk: max(floor, total − own).
+
+    Unrolled, the last reduction ends at max_j (−j·spacing − own + (j+1)·r), r = total/v, linear in j: at j = v−1
+    when r > spacing, else at j = 0, so  end = r − own + (v−1)·max(0, r − spacing).
+    """
+    r = total_s / chunks
+    return max(floor_s, r - own_s + (chunks - 1) * max(0.0, r - spacing_s))
+
+
+def chunked_gather_exposed(total_s: float, chunks: int, own_s: float, spacing_s: float, floor_s: float) -> float:
+    """Exposed time of a ZeRO-1/2 parameter all-gather split over ``chunks`` model chunks, all launched when the
+    step starts and run in order on one link: chunk k's first forward starts k·spacing in (p forwards of each
+    earlier chunk) and can consume its gathered buckets over its own forward (``own_s``). Exposed = the largest
+    lateness, at least the first bucket (``floor_s``). With one chunk: max(floor, total − own).
+    Lateness of chunk k: (k+1)·g − k·spacing − own, g = total/v, largest at k = v−1 when g > spacing, else k = 0."""
+    g = total_s / chunks
+    return max(floor_s, g - own_s + (chunks - 1) * max(0.0, g - spacing_s))
+
+
+def per_parameter_sync_time(job: Job, wl: Workload, costs: Costs) -> tuple[float, float]:
+    """(time, bytes sent) of one micro-batch's ZeRO-3 traffic when every parameter tensor moves on its own
+    (plan.zero3_gather = per_parameter_sync: DeepSpeed v0.3.13-v0.5.10, catalog/frameworks.yaml).
+
+    Each tensor is all-gathered ``zero3_gather_passes`` times (forward, recomputed forward under full recompute,
+    backward) and its gradient reduce-scattered once, each call after a ``torch.cuda.synchronize()``, so nothing
+    overlaps. A call passes a list of n per-rank views: DeepSpeed builds them with one ``narrow`` each (Python),
+    ProcessGroupNCCL then copies each view in or out of its flat buffer (one ``copy_`` each, PyTorch <= 1.10
+    ``ProcessGroupNCCL::allgather``/``reduce_scatter``): about one eager op per rank, ``cpu_op_s`` (assumptions.yaml,
+    host time of one op issued from Python; the view costs the Python half, the copy the dispatch-and-launch half).
+
+        t_call = NCCL(op, tensor bytes, DP group)  +  n · cpu_op_s
+    """
+    n = costs.group_size("dp", "all_gather")
+    host = n * costs.cm.cpu_op_s
+    p_bytes, g_bytes = weight_bytes_per_param(job.training.precision), grad_bytes_per_param(job)
+
+    def calls(tensors: tuple[float, ...]) -> tuple[float, float, float, float]:
+        gather = sum(costs.collective_time("dp", "all_gather", e * p_bytes) + host for e in tensors)
+        reduce = sum(costs.collective_time("dp", "reduce_scatter", e * g_bytes) + host for e in tensors)
+        elems = sum(tensors)
+        return gather, reduce, elems * p_bytes, elems * g_bytes
+
+    L = wl.layers_per_stage
+    lg, lr, lpb, lgb = calls(wl.zero3_layer_tensors)
+    og, orr, opb, ogb = calls(wl.zero3_other_tensors)
+    passes = wl.zero3_gather_passes
+    time = passes * (L * lg + og) + L * lr + orr
+    bus = (n - 1) / n
+    return time, bus * (passes * (L * lpb + opb) + L * lgb + ogb)
+
+
+def bucketed_time(costs: Costs, c: Collective, bucket_bytes: float) -> float:
+    """DP traffic goes in buckets (PyTorch DDP, Megatron-Core): ⌈S/bucket⌉ collectives, each paying its α."""
+    n = max(1, math.ceil(c.bytes / bucket_bytes))
+    return n * costs.collective_time(c.group, c.op, c.bytes / n)
+
+
+def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) -> tuple[float, float, float]:
+    """(link time, exposed time, bytes) of pipeline sends for one step on the busiest rank.
+
+    The fill and drain cross every stage boundary in turn: 2(p − 1) sends (GPipe: nothing else; its
+    passes do not wait on a round trip). Interleaved 1F1B crosses every virtual-stage boundary, 2(p·v − 1)
+    sends, the rest overlapping compute (Megatron overlap_p2p_comm); without that overlap each micro-batch's
+    blocking send/recv pair adds 2 (Megatron-LM p2p_communication, send_forward_recv_backward). Plain 1F1B
+    alternates one forward and one backward per stage, and a backward waits for the gradient of the
+    forward it sent on: a round trip over k boundaries holds k + 1 stages' passes and 2k sends, so the
+    steady state runs at C = max over stage ranges of (Σ T_s + 2k·t_send)/(k + 1) per micro-batch
+    (``steady_cycle``; uniform: T + 2(p−1)/p·t_send), beyond T_max m times, plus 2(p − 2) sends of the fill.
+    """
+    p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
+    if p == 1:
+        return 0.0, 0.0, 0.0
+    t_send = costs.collective(wl.pp_send)
+    sends = 2 * v * m  # each micro-batch: forward activation and backward gradient, per model chunk
+    fill = 2 * (p - 1) * t_send
+    if job.plan.schedule == "gpipe":
+        exposed = fill
+    elif v > 1:
+        exposed = 2 * (p * v - 1) * t_send + (0.0 if job.plan.overlap.pp else 2 * m * t_send)
+    else:
+        totals = list(map(_total, stages))
+        exposed = max(fill, m * (steady_cycle(totals, t_send) - max(totals)) + 2 * (p - 2) * t_send)
+    return sends * t_send, exposed, sends * costs.sent_bytes(wl.pp_send)
+
+
+def steady_cycle(totals: list[float], t_send: float) -> float:
+    """1F1B's time per micro-batch in the steady state: the slowest stage, or a round trip over k stage
+    boundaries (k + 1 stages' passes and 2k sends per k + 1 micro-batches), whichever is longer (max-plus).
+
+    Over a run of equal stages the mean of a range moves monotonically as an end moves, so only ranges
+    that start and end at the first or last stage of a run need trying (stages come in a few runs)."""
+    prefix = [0.0]
+    for t in totals:
+        prefix.append(prefix[-1] + t)
+    n = len(totals)
+    ends = sorted({i for i in range(n) if i in (0, n - 1) or totals[i] != totals[i - 1] or totals[i] != totals[i + 1]})
+    best = max(totals)
+    for x, a in enumerate(ends):
+        for b in ends[x + 1 :]:
+            k = b - a
+            best = max(best, (prefix[b + 1] - prefix[a] + 2 * k * t_send) / (k + 1))
+    return best
+
+
+def step_parts(
+    *, micro_batches, compute, recompute, tp_exposed, cp_exposed, bubble_s, pp_exposed, dp_exposed, optimizer
+):
+    """The step's parts (BREAKDOWN_KEYS order): m × one micro-batch on the slowest stage (compute, recompute,
+    exposed TP and CP), the pipeline bubble (``pipeline_bubble``), exposed PP, exposed DP, optimizer.
+
+    Plain arithmetic, so it works elementwise on NumPy arrays too (``commtax.decide.search`` evaluates whole grids).
+    """
+    m = micro_batches
+    return {
+        "compute": m * compute,
+        "recompute": m * recompute,
+        "tp_exposed": m * tp_exposed,
+        "cp_exposed": m * cp_exposed,
+        "pp_bubble": bubble_s,
+        "pp_exposed": pp_exposed,
+        "dp_exposed": dp_exposed,
+        "optimizer": optimizer,
+    }
+
+
+_total = operator.attrgetter("total")
+
+
+def slowest_and_rest(stages: list[StageTime]) -> tuple[StageTime, float]:
+    """The slowest stage (it sets the pace) and Σ T_s − T_max, the time of the other stages per micro-batch."""
+    slow = max(stages, key=_total)
+    return slow, max(0.0, sum(map(_total, stages)) - slow.total)
+
+
+def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> float:
+    """Time the slowest stage waits per step, beyond its m micro-batches (T_s: one micro-batch fwd+bwd on stage s).
+
+    1F1B (and interleaved): in the steady state every stage alternates one forward and one backward, so the
+    slowest stage paces the pipeline and the fill and drain cross the others once:
+        bubble = Σ_{s≠max} T_s / v      (uniform: (p−1)/v·T, Narayanan et al. 2021 §2.2; v > 1 needs p | m).
+    GPipe: all forwards, then all backwards: two flow shops of m identical jobs, each (m−1)·max + Σ over stages
+    (Huang et al. 2019; the permutation flow-shop makespan for identical jobs):
+        step_pipeline = Σ_s T_s + (m−1)·(max_s F_s + max_s B_s);  bubble = that − m·T_max.
+    Both hold for every m ≥ 1, m < p included ((m + p − 1)·T for uniform stages).
+    """
+    slow, others = slowest_and_rest(stages)
+    if schedule == "gpipe":
+        span = sum(map(_total, stages)) + (m - 1) * (max(s.fwd for s in stages) + max(s.bwd for s in stages))
+        return max(0.0, span - m * slow.total)
+    return others / vp
+
+
+def plan_notes(job: Job, wl: Workload) -> list[str]:
+    """Things about the plan a user should know when reading the numbers."""
+    p, c = job.plan, job.cluster
+    notes = []
+    if p.tp > c.gpus_per_node:
+        notes.append(
+            f"TP group ({p.tp}) is larger than the NVLink domain ({c.gpus_per_node}): TP traffic crosses the network"
+        )
+    if p.tp * p.cp > c.gpus_per_node and p.cp > 1:
+        notes.append("CP ring spans nodes: K/V exchange crosses the network")
+    if p.pp > 1 and p.tp * p.cp * job.dp >= c.gpus_per_node:
+        notes.append("pipeline sends cross nodes and share the NICs with DP traffic")
+    if not p.flash_attention:
+        notes.append(
+            f"{p.framework}: attention scores materialised (attention: eager); DP reduction "
+            f"{'overlaps backward' if p.overlap.dp else 'after backward'}"
+        )
+    refusal = zero_refusal(p.framework, p.zero)
+    if refusal:
+        notes.append(f"{refusal}: priced as stated")
+    if p.pp > 1 and wl.micro_batches < p.pp:
+        notes.append(f"fewer micro-batches ({wl.micro_batches}) than pipeline stages ({p.pp}): the bubble dominates")
+    return notes
+
+
+def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = None) -> Breakdown:
+    """Predict one training step of ``job`` (analytical schedule).
+
+    ``workload`` and ``costs`` default to the job's own; passing them lets a caller (the simulator's
+    agreement tests, search) evaluate the same ops and prices both ways.
+    """
+    wl = workload or build_workload(job)
+    costs = costs or Costs(job)
+    stages = stage_times(job, wl, costs)
+    m = wl.micro_batches
+    slow, _ = slowest_and_rest(stages)
+    pp_link, pp_exp, pp_bytes = pp_exposed(job, wl, costs, stages)
+    dp_link, dp_exp, dp_bytes = dp_exposed(job, wl, costs, slow)
+    optimizer = costs.compute(wl.optimizer)
+    parts = step_parts(
+        micro_batches=m,
+        compute=slow.compute,
+        recompute=slow.recompute,
+        tp_exposed=slow.tp_exposed,
+        cp_exposed=slow.cp_exposed,
+        bubble_s=pipeline_bubble(job.plan.schedule, m, job.plan.vp, stages),
+        pp_exposed=pp_exp,
+        dp_exposed=dp_exp,
+        optimizer=optimizer,
+    )
+    comm_time = {
+        "tp": m * slow.link.comm.get("tp", 0.0),
+        "cp": m * slow.link.comm.get("cp", 0.0),
+        "pp": pp_link,
+        "dp": dp_link,
+    }
+    comm_bytes = {
+        "tp": m * slow.link.comm_bytes.get("tp", 0.0),
+        "cp": m * slow.link.comm_bytes.get("cp", 0.0),
+        "pp": pp_bytes,
+        "dp": dp_bytes,
+    }
+    mem = memory(job)
+    return make_breakdown(
+        job,
+        wl,
+        parts,
+        comm_time,
+        comm_bytes,
+        mem.gib(),
+        mem.total <= job.cluster.gpu.mem_bytes,
+        notes=plan_notes(job, wl),
+    )

@@ -1,0 +1,110 @@
+"""The Breakdown: one step, predicted, simulated or measured, in one record; MFU, comm tax and share defined once."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from commtax.spec import Job
+from commtax.units import SECONDS_PER_DAY, TFLOPS
+from commtax.workload.step import (
+    Workload,
+)
+
+BREAKDOWN_KEYS = (
+    "compute",
+    "recompute",
+    "tp_exposed",
+    "cp_exposed",
+    "pp_bubble",
+    "pp_exposed",
+    "dp_exposed",
+    "optimizer",
+)
+
+
+@dataclass
+class Breakdown:
+    """One step, predicted, simulated or measured: the same record, comparable field by field."""
+
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    comm_tax: float
+    comm_share: float
+    breakdown_s: dict[str, float]
+    comm_bytes_per_gpu: dict[str, float]
+    comm_time_s: dict[str, float]
+    memory_gib_per_gpu: dict[str, float]
+    fits: bool
+    days_to_train: float | None = None
+    source: str = "estimate"
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def model_flops_per_gpu_step(job: Job, wl: Workload) -> float:
+    return wl.model_flop_per_step / job.cluster.num_gpus
+
+
+def recompute_model_flops(job: Job, wl: Workload) -> float:
+    """Extra model FLOPs of recomputation, whole step (Narayanan 2021 eq. 3's fourth forward)."""
+    mode = job.plan.recompute
+    if mode == "none":
+        return 0.0
+    m, tr = job.model, job.training
+    tokens = tr.global_batch * tr.seq_len
+    if mode == "full":
+        head = 2 * m.hidden * m.vocab
+        return (wl.model_flop_per_step / 3) - head * tokens
+    return 4 * tr.seq_len * m.hidden * m.layers * tokens  # attention scores + context, forward once more
+
+
+def make_breakdown(
+    job: Job,
+    wl: Workload,
+    parts: dict[str, float],
+    comm_time: dict[str, float],
+    comm_bytes: dict[str, float],
+    memory_gib: dict[str, float],
+    fits: bool,
+    source: str = "estimate",
+    notes: list[str] | None = None,
+) -> Breakdown:
+    """The Breakdown record from the step's parts: the derived rates, shares and MFU are defined once, here.
+
+    Used by the analytical schedule and by the event simulator (``commtax.schedule.sim``), so the two agree
+    on every definition (DESIGN.md): comm tax = exposed / step, comm share = comm / (comm + compute).
+    """
+    step = sum(parts.values())
+    exposed = parts["tp_exposed"] + parts["cp_exposed"] + parts["pp_exposed"] + parts["dp_exposed"]
+    total_comm = sum(comm_time.values())
+    busy = parts["compute"] + parts["recompute"]
+    tr, c = job.training, job.cluster
+    peak = c.gpu.peak_flops(tr.precision)
+    model_flops = model_flops_per_gpu_step(job, wl) / step
+    hw_flops = model_flops + recompute_model_flops(job, wl) / c.num_gpus / step
+    tokens_per_s = tr.global_batch * tr.seq_len / step
+    return Breakdown(
+        step_time_s=step,
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / c.num_gpus,
+        tflops_per_gpu=model_flops / TFLOPS,
+        mfu=model_flops / peak,
+        hfu=hw_flops / peak,
+        comm_tax=exposed / step,
+        comm_share=total_comm / (total_comm + busy) if total_comm + busy > 0 else 0.0,
+        breakdown_s=dict(parts),
+        comm_bytes_per_gpu=dict(comm_bytes),
+        comm_time_s=dict(comm_time),
+        memory_gib_per_gpu=dict(memory_gib),
+        fits=fits,
+        days_to_train=(tr.tokens / tokens_per_s / SECONDS_PER_DAY) if tr.tokens else None,
+        source=source,
+        notes=list(notes or []),
+    )

@@ -1,0 +1,216 @@
+"""Run a step's task graph and read a ``Breakdown`` off its timeline.
+
+Step time T is the makespan. It is split from the point of view of the *busiest stage* (the
+most work; it sets the pipeline's pace, as the estimate's slowest stage does): its own work
+(compute, recompute, optimizer, and TP/CP collectives its compute stream waits for) is counted
+as it ran, and so is the time its compute stream waits for its own overlapped TP/CP. Pipeline
+and DP communication are exposed by how much shorter the step would be if they took no time,
+taken away in turn —
+
+  pp_exposed = T − T(pipeline sends free, and no NIC shared with them)
+  dp_exposed = T(pp free) − T(pp and DP free)
+
+and what remains is the busiest stage waiting for the others: pp_bubble. The parts add up to the step time
+exactly, and for uniform stages the bubble is the textbook (p − 1)/(v·m) of the ideal time,
+sends or not. (With in-order streams, and channels held in the order the run found, the step is
+a max-plus system, so "free" is one pass of longest paths over the task graph.)
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from commtax.costs.pricing import Costs
+from commtax.schedule.analytical import estimate
+from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown, make_breakdown
+from commtax.schedule.sim.events import Sim
+from commtax.schedule.sim.step import COMPUTE_KINDS, SimOptions, StepBuilder
+from commtax.spec import Job
+from commtax.workload.memory import memory
+from commtax.workload.step import Workload
+
+
+@dataclass
+class SimResult:
+    breakdown: Breakdown
+    builder: StepBuilder
+    busiest_stage: int  # the stage the breakdown is read from: the most work (the pipeline's pace)
+    stage_end_s: list[float]  # when each stage's last task ends
+    stage_busy_s: list[float]  # each stage's own work: compute, recompute, optimizer, non-overlapped TP/CP
+    contention_wait_s: dict[str, float]  # time DP / PP tasks waited for a NIC held by the other
+    estimate: Breakdown | None = None
+
+    @property
+    def sim(self) -> Sim:
+        return self.builder.sim
+
+    @property
+    def events(self) -> int:
+        return self.sim.events
+
+    @property
+    def bubble_fraction(self) -> float:
+        """pp_bubble / ideal time (compute + recompute + exposed TP/CP of the busiest stage)."""
+        b = self.breakdown.breakdown_s
+        ideal = b["compute"] + b["recompute"] + b["tp_exposed"] + b["cp_exposed"]
+        return b["pp_bubble"] / ideal if ideal else 0.0
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _makespan_without(sim: Sim, free: list[set[str]]) -> list[float]:
+    """The step time if the task kinds of each ``free`` set took no time, and they shared no wire.
+
+    Every constraint of the run — dependencies, stream order, and the order in which tasks held a
+    channel — is kept as it was, except a channel shared with a freed task, so the step is a
+    max-plus system: one pass of longest paths, in the order tasks started, per set.
+    """
+    tasks = sim.tasks
+    n = len(tasks)
+    ends = [[0.0] * n for _ in free]
+    durations = [[0.0 if t.kind in f else t.duration_s for t in tasks] for f in free]
+    last_on_stream = [-1] * len(sim.streams)
+    for i in sim.start_order:
+        t = tasks[i]
+        prev = last_on_stream[t.stream]
+        last_on_stream[t.stream] = i
+        preds = t.deps if prev < 0 else t.deps + (prev,)
+        c = t.channel_prev
+        for e, dur, f in zip(ends, durations, free):
+            start = 0.0
+            for j in preds:
+                if e[j] > start:
+                    start = e[j]
+            if c is not None and t.kind not in f and tasks[c].kind not in f and e[c] > start:
+                start = e[c]
+            e[i] = start + dur[i]
+    return [max(e, default=0.0) for e in ends]
+
+
+def _attribute(sim: Sim, device: int, step: float, hidden: tuple[str, ...]) -> dict[str, float]:
+    """Split the step from ``device``'s point of view (see the module docstring)."""
+    parts = _own_parts(sim, device, hidden)
+    own_time = sum(parts.values())
+    t_pp, t_dp = _makespan_without(sim, [{"pp"}, {"pp", "dp"}])
+    parts["pp_exposed"] = step - t_pp
+    parts["dp_exposed"] = t_pp - t_dp
+    bubble = t_dp - own_time
+    parts["pp_bubble"] = 0.0 if abs(bubble) < 1e-12 * step else bubble  # no bubble: float noise only
+    return parts
+
+
+def _own_parts(sim: Sim, device: int, hidden: tuple[str, ...]) -> dict[str, float]:
+    """``device``'s own time: its work, the TP/CP its compute stream waits for, overlapped or not."""
+    parts = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+    tasks, streams = sim.tasks, sim.streams
+    compute = next(s for s in streams if s.device == device and s.name == "compute")
+    prev_end = 0.0
+    for i in compute.tasks:
+        t = tasks[i]
+        waited = 0.0
+        for _, kind, secs in t.tail:  # TP/CP the compute stream waits for (not overlapped)
+            parts[f"{kind}_exposed"] += secs
+            waited += secs
+        if t.kind not in parts:  # "dp contention" (kind dp): DP's share, counted when DP is made free below
+            continue
+        parts[t.kind] += t.duration_s - waited
+        c = t.cause
+        if c is not None and tasks[c].kind in hidden and streams[tasks[c].stream].device == device:
+            # overlapped TP/CP it waited for: it could have started when its other inputs, its
+            # stream and the collective's own inputs allowed
+            other = max([tasks[j].end_s for j in t.deps if j != c] + [prev_end, tasks[c].start_s])
+            parts[f"{tasks[c].kind}_exposed"] += max(0.0, t.start_s - other)
+        prev_end = t.end_s
+    return parts
+
+
+def simulate(
+    job: Job,
+    options: SimOptions = SimOptions(),
+    workload: Workload | None = None,
+    compare: bool = True,
+    costs: Costs | None = None,
+) -> SimResult:
+    """Simulate one training step of ``job``; the Breakdown has the same fields as ``estimate``'s.
+
+    ``workload`` and ``costs`` default to ``build_workload(job)`` and ``Costs(job)`` (tests pass
+    their own); ``compare`` also runs ``estimate(job)`` (for --explain, and for memory).
+    """
+    with _no_gc():  # ~10^5 acyclic task objects: the cyclic collector would rescan them again and again
+        builder = StepBuilder(job, workload, options, costs)
+        sim = builder.build()
+        step = sim.run()
+        return _result(job, builder, sim, step, compare)
+
+
+def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool) -> SimResult:
+    tasks, streams = sim.tasks, sim.streams
+    p = builder.p
+    ov = job.plan.overlap
+    hidden = tuple(g for g, overlapped in (("tp", ov.tp), ("cp", ov.cp)) if overlapped)
+    stage_end = [0.0] * p
+    work = [0.0] * p
+    link = [{"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0} for _ in range(p)]
+    waited: dict[str, float] = {}
+    for t in tasks:
+        d = streams[t.stream].device
+        if t.end_s > stage_end[d]:
+            stage_end[d] = t.end_s
+        if t.kind in COMPUTE_KINDS:
+            work[d] += t.duration_s  # with the TP/CP it waits for
+            if t.name.endswith(" contention"):  # compute slowed by hidden TP/CP: no link time
+                continue
+            for _, kind, secs in t.tail:
+                link[d][kind] += secs
+        elif t.name == "dp contention":  # compute slowed by hidden DP traffic (StepBuilder): no link time
+            continue
+        else:
+            link[d][t.kind] += t.duration_s
+            if t.start_s > t.ready_s and t.cause is not None and tasks[t.cause].kind != t.kind:
+                # it waited for the NIC, and the one that let it go was the other kind of traffic
+                waited[t.kind] = waited.get(t.kind, 0.0) + t.start_s - t.ready_s
+    # the busiest stage sets the pace: the most time per step in its own passes (work and the TP/CP it waits for,
+    # as the estimate's slowest stage; not the once-a-step optimizer); among equals, the one that finishes last
+    pace = []
+    for d in range(p):
+        own = _own_parts(sim, d, hidden)
+        pace.append(sum(own.values()) - own["optimizer"])
+    busiest = max(range(p), key=lambda d: (round(pace[d] / step, 12) if step else 0.0, stage_end[d]))
+    parts = _attribute(sim, busiest, step, hidden)
+    est = estimate(job) if compare else None
+    bd = _breakdown(job, builder.wl, step, parts, link[busiest], builder.devices[busiest].bytes, est)
+    bd.notes.append(
+        f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
+        f"breakdown of the busiest stage, {busiest}"
+    )
+    return SimResult(bd, builder, busiest, stage_end, work, waited, est)
+
+
+def _breakdown(
+    job: Job,
+    wl: Workload,
+    step: float,
+    parts: dict[str, float],
+    comm_time: dict[str, float],
+    comm_bytes: dict[str, float],
+    est: Breakdown | None,
+) -> Breakdown:
+    """The simulated parts as a Breakdown: every derived field is defined once, in ``make_breakdown``."""
+    mem = memory(job)  # schedule-independent: the estimate's memory model
+    b = make_breakdown(
+        job, wl, parts, comm_time, comm_bytes, mem.gib(), mem.total <= job.cluster.gpu.mem_bytes, source="simulate"
+    )
+    assert abs(b.step_time_s - step) <= 1e-9 * max(1.0, step), (b.step_time_s, step)
+    return b

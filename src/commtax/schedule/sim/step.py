@@ -1,0 +1,482 @@
+"""One training step as a task graph: the pipeline of one data-parallel replica, every stage.
+
+Each pipeline stage is one device (it stands for its TP × CP group, whose ranks run in lock
+step) with streams ``compute``, ``tp``, ``cp``, ``pp_fwd`` (sends to the next stage),
+``pp_bwd`` (gradient sends to the previous one), ``dp`` (gradient buckets, parameter
+gathers) and ``dp_rs`` (ZeRO-3 reduce-scatters). Durations come from the same workload ops
+and cost functions as ``estimate`` (``Costs.phase``, ``Costs.collective``, ``Costs.compute``);
+the simulator decides only *when* things run. Other data-parallel replicas run the same
+timeline (symmetry), so a 16K-GPU job costs what its pipeline costs.
+
+A pass (one micro-batch through one model chunk, forward or backward) is drawn as:
+  overlapped TP:   tp/t → [gemm ‖ rest of tp] → (CP alike) → rest of compute
+  exposed TP:      compute → tp            (the compute stream waits for it: one task with a
+                                            tail on the TP stream, see ``Sim.task``)
+and backward passes start with their recompute. The last micro-batch's backward of each
+chunk is cut where a gradient bucket fills, and the bucket's reduction is launched there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from commtax.costs.pricing import Costs, PhaseCost
+from commtax.costs.topology import group_placement
+from commtax.schedule.analytical import dp_exposed, dp_timeline, first_chunk, overlap_contention, stage_times
+from commtax.schedule.sim.events import Sim, SimError, Tail
+from commtax.schedule.sim.pipeline import (
+    Pass,
+    ScheduleDeadlock,
+    by_stage,
+    dependency_order,
+    schedule,
+)
+from commtax.spec import Job
+from commtax.workload.step import (
+    DDP_BUCKET_BYTES,
+    Block,
+    Collective,
+    Compute,
+    Workload,
+    build_workload,
+    grad_bytes_per_param,
+)
+
+STREAMS = ("compute", "tp", "cp", "pp_fwd", "pp_bwd", "dp", "dp_rs")
+COMPUTE_KINDS = ("compute", "recompute", "optimizer")
+ONE_PIECE = [(1.0, (), 0.0, [])]
+# a pass as steps of (name, stream, duration, kind, tail) tasks, and the TP / CP bytes it sends
+Step = tuple[str, str, float, str, Tail]
+Template = tuple[tuple[tuple[Step, ...], ...], float, float]
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    bucket_bytes: float = DDP_BUCKET_BYTES  # gradient bucket size (bytes of gradients)
+    nic_contention: bool = True  # DP and PP traffic of a GPU share its NIC when both leave the node
+
+
+@dataclass
+class Device:
+    """One pipeline stage: its streams, and what the builder tracks while adding its passes."""
+
+    stage: int
+    streams: dict[str, int]
+    nic: int | None  # the NIC shared by PP sends and DP collectives (when both leave the node)
+    dp_link: int | None  # what DP collectives hold: the NIC, or the DP link of ZeRO-3's two streams
+    prev: tuple[int, ...] = ()  # end of the last phase: the compute stream's next task waits for it
+    grads: list[int] = field(default_factory=list)  # gradient reductions the optimizer waits for
+    gathers: dict[int, list[int]] = field(default_factory=dict)  # ZeRO-1/2 parameter gather per chunk
+    piece_ends: list[tuple[int, ...]] = field(default_factory=list)  # ZeRO-3 prefetch looks 2 back
+    params: float = 0.0
+    bytes: dict[str, float] = field(default_factory=lambda: {"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0})
+    buckets: int = 0
+    optimizer: int = -1
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One model chunk (virtual stage): its blocks in forward order and the cost of each pass."""
+
+    units: tuple[tuple[str, Block, float], ...]  # (name, block, params on this GPU), forward order
+    fwd: PhaseCost
+    bwd: PhaseCost
+    recompute: PhaseCost
+
+    @property
+    def params(self) -> float:
+        return sum(u[2] for u in self.units)
+
+
+def _sum(costs: list[PhaseCost]) -> PhaseCost:
+    out = PhaseCost()
+    for c in costs:
+        out = out + c
+    return out
+
+
+MAX_BUCKETS = 100_000  # DDP's default 25 MiB gives up to ~30k (405B, pp=1); more is a typo, and memory grows with it
+
+
+class StepBuilder:
+    """Turns a job into a ``Sim`` task graph of one step; ``build()`` then ``Sim.run()``."""
+
+    def __init__(
+        self, job: Job, workload: Workload | None = None, options: SimOptions = SimOptions(), costs: Costs | None = None
+    ):
+        if not options.bucket_bytes > 0:
+            raise SimError(f"bucket size must be > 0 bytes, got {options.bucket_bytes}")
+        self.job, self.options = job, options
+        self.wl = workload if workload is not None else build_workload(job)
+        self.costs = costs if costs is not None else Costs(job)
+        plan = job.plan
+        self.p, self.v, self.m = plan.pp, plan.vp, self.wl.micro_batches
+        self.V = self.p * self.v
+        # layers of each virtual stage k = chunk·p + stage, as the spec split them (uneven stages shown as they are)
+        self.chunk_layers = self.wl.chunk_layers or (self.wl.layers_per_stage // self.v,) * self.V
+        self._phase_cache: dict[tuple[int, str], PhaseCost] = {}
+        self._templates: dict[tuple[int, str], Template] = {}
+        self.chunks = [self._chunk(k) for k in range(self.V)]
+        self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
+        self.send_bytes = self.costs.sent_bytes(self.wl.pp_send) if self.p > 1 else 0.0
+        self.sim = Sim()
+        self.devices: list[Device] = []
+        self._sent_fwd: dict[tuple[int, int], int] = {}
+        self._sent_bwd: dict[tuple[int, int], int] = {}
+        self._dp_cost: dict[tuple[str, float], tuple[float, float]] = {}
+        self._dp_contention: float | None = None
+        self.last_bwd: dict[tuple[int, int], int] = {}  # (stage, chunk) -> micro-batch of its last backward
+        self.stage_params = [sum(self.chunks[c * self.p + s].params for c in range(self.v)) for s in range(self.p)]
+        # the workload sizes its DP ops (and the optimizer) for the stage with the most parameters;
+        # a bucket or a lighter stage takes its share of them
+        self.max_stage_params = max(self.stage_params)
+        self.grad_bytes = grad_bytes_per_param(job)
+        self.ov = plan.overlap
+
+    # ------------------------------------------------------------------ costs
+    def _phase(self, block: Block, which: str) -> PhaseCost:
+        key = (id(block), which)
+        if key not in self._phase_cache:
+            self._phase_cache[key] = self.costs.phase(getattr(block, which))
+        return self._phase_cache[key]
+
+    def _chunk(self, k: int) -> Chunk:
+        wl, n = self.wl, self.chunk_layers[k]
+        units: list[tuple[str, Block, float]] = []
+        if k == 0:
+            units.append(("embed", wl.embed, 0.0))
+        units += [("layer", wl.layer, 0.0)] * n
+        if k == self.V - 1:
+            units.append(("head", wl.head, 0.0))
+        params = wl.params_per_gpu
+        per = {
+            "layer": params["layers"] / max(1, wl.layers_per_stage),
+            "embed": params["embed"],
+            "head": params["head"],
+        }
+        units = [(name, b, per[name]) for name, b, _ in units]
+        counts: dict[str, tuple[Block, int]] = {}
+        for name, b, _ in units:
+            counts[name] = (b, counts.get(name, (b, 0))[1] + 1)
+
+        def total(which: str) -> PhaseCost:
+            return _sum([self._phase(b, which).scaled(c) for b, c in counts.values()])
+
+        return Chunk(tuple(units), total("fwd"), total("bwd"), total("recompute"))
+
+    def _dp(self, op: Collective, params: float, codec: bool = True) -> tuple[float, float]:
+        """(time, sent bytes) of a DP collective of the workload, cut to ``params`` parameters; with ``codec``, a
+        gradient reduction's codec runs in line with it (a reduction after backward: nothing to overlap)."""
+        c = Collective(op.name, op.op, op.bytes * params / self.max_stage_params, op.group)
+        key = (op.op, c.bytes, codec)
+        if key not in self._dp_cost:
+            t = self.costs.collective(c)
+            if codec and self.wl.dp_step and op is self.wl.dp_step[0]:
+                t += self._codec_s(params)
+            self._dp_cost[key] = (t, self.costs.sent_bytes(c))
+        return self._dp_cost[key]
+
+    def _codec_s(self, params: float) -> float:
+        """The gradient codec of ``params`` gradients (``Workload.dp_codec``)."""
+        return sum(self.costs.compute(x) for x in self.wl.dp_codec) * params / self.max_stage_params
+
+    # ------------------------------------------------------------------ graph
+    def build(self) -> Sim:
+        sim, job = self.sim, self.job
+        contention = self.options.nic_contention
+        pp_spans = self.p > 1 and group_placement(job, "pp", "send_recv").spans_nodes
+        dp_ops = self.wl.dp_step + self.wl.dp_microbatch
+        dp_spans = bool(dp_ops) and group_placement(job, "dp", dp_ops[0].op).spans_nodes
+        for s in range(self.p):
+            streams = {name: sim.stream(s, name) for name in STREAMS}
+            nic = sim.channel(f"nic{s}") if contention and pp_spans and dp_spans else None
+            # ZeRO-3 gathers and reduce-scatters run on two streams (as FSDP's) but share one DP link
+            dp_link = nic if nic is not None else (sim.channel(f"dp link {s}") if self.wl.dp_microbatch else None)
+            self.devices.append(Device(s, streams, nic, dp_link, params=self.stage_params[s]))
+        order = by_stage(schedule(job.plan.schedule, self.p, self.m, self.v), self.p)
+        for s, passes in enumerate(order):
+            for x in passes:
+                if x.phase == "B":
+                    self.last_bwd[(s, x.chunk)] = x.mb
+        for dev in self.devices:
+            self._start_of_step(dev)
+        try:
+            for x in dependency_order(order, self.p, self.v):
+                self._add_pass(self.devices[x.stage], x)
+        except ScheduleDeadlock as e:
+            raise SimError(str(e)) from None
+        for dev in self.devices:
+            self._end_of_step(dev)
+        return sim
+
+    def _start_of_step(self, dev: Device) -> None:
+        """ZeRO-1/2 with overlapped DP: this step's parameter all-gather runs under its first forwards."""
+        if len(self.wl.dp_step) < 2 or not self.ov.dp:
+            return
+        gather = self.wl.dp_step[1]
+        for c in range(self.v):
+            chunk = self.chunks[c * self.p + dev.stage]
+            dev.gathers[c] = [
+                self._dp_task(dev, "dp", "param gather", gather, n, (), (dev.stage, -1, c, "G"))
+                for n in self._buckets(chunk.params)
+            ]
+
+    def _end_of_step(self, dev: Device) -> None:
+        sim, wl = self.sim, self.wl
+        c = self._dp_contention_s()
+        if c > 0:  # what the hidden DP traffic took from the passes it ran under (estimate.dp_contention)
+            dev.prev = (
+                sim.task(
+                    "dp contention", dev.streams["compute"], c, tuple(dev.prev), "dp", meta=(dev.stage, -1, -1, "C")
+                ),
+            )
+        deps = list(dev.prev)
+        if wl.dp_step and not self.ov.dp:  # one reduction of all gradients after the last backward
+            reduce = dev.prev
+            for _ in range(self.m if wl.grads_sharded else 1):  # ZeRO-2: each micro-batch's reduction, in turn
+                reduce = (
+                    self._dp_task(
+                        dev, "dp", "grad reduce", wl.dp_step[0], dev.params, reduce, (dev.stage, -1, -1, "R")
+                    ),
+                )
+            deps.extend(reduce)
+        adam = wl.optimizer
+        op = Compute(adam.name, adam.flop, adam.bytes * dev.params / self.max_stage_params, adam.kind)
+        dev.optimizer = sim.task(
+            "optimizer",
+            dev.streams["compute"],
+            self.costs.compute(op),
+            deps + dev.grads,
+            "optimizer",
+            meta=(dev.stage, -1, -1, "O"),
+        )
+        dev.prev = (dev.optimizer,)
+        if len(wl.dp_step) > 1 and not self.ov.dp:
+            self._dp_task(dev, "dp", "param gather", wl.dp_step[1], dev.params, dev.prev, (dev.stage, -1, -1, "G"))
+
+    def _dp_contention_s(self) -> float:
+        """Compute time the overlapped DP traffic costs (SMs and HBM it takes), priced as ``estimate`` prices it on
+        the slowest stage and paid once, at the end of the step's passes (the timeline does not stretch each pass
+        a bucket overlaps)."""
+        if self._dp_contention is None:
+            cm = getattr(self.costs, "cm", None)  # test doubles may price ops without a compute model
+            self._dp_contention = 0.0
+            if cm is not None and (self.wl.dp_step or self.wl.dp_microbatch):
+                slow = max(stage_times(self.job, self.wl, self.costs), key=lambda st: st.total)
+                self._dp_contention = (
+                    dp_exposed(self.job, self.wl, self.costs, slow)[1]
+                    - dp_timeline(self.job, self.wl, self.costs, slow)[1]
+                )
+        return self._dp_contention
+
+    def _buckets(self, params: float) -> list[float]:
+        size = self.options.bucket_bytes / self.grad_bytes
+        n = max(1, math.ceil(params / size - 1e-9))
+        if n > MAX_BUCKETS:
+            raise SimError(
+                f"bucket size {self.options.bucket_bytes:g} B splits a stage's gradients into {n:,} buckets "
+                f"(at most {MAX_BUCKETS:,}); use a bucket of at least "
+                f"{params * self.grad_bytes / MAX_BUCKETS / 2**20:.3g} MiB"
+            )
+        return [size] * (n - 1) + [params - size * (n - 1)]
+
+    def _dp_task(
+        self,
+        dev: Device,
+        stream: str,
+        name: str,
+        op: Collective,
+        params: float,
+        deps,
+        meta,
+        priority: int = 1,
+        codec: bool = True,
+    ) -> int:
+        t, nbytes = self._dp(op, params, codec)
+        dev.bytes["dp"] += nbytes
+        return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority, dev.dp_link, meta + (nbytes,))
+
+    def _template(self, pc: PhaseCost, kind: str) -> Template:
+        """The tasks of one pass (or a piece of one) as steps; each step's tasks wait for the previous step's."""
+        ov = self.ov
+        tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
+        steps: list[tuple[Step, ...]] = []
+        rest = pc.compute
+        # Overlap decomposes the work into chunks, one per rank of the group (comm-GEMM overlap:
+        # Wang et al. 2022, Transformer Engine userbuffers; ring attention: one K/V step per CP rank):
+        # the first chunk's transfer has nothing to hide under, the rest runs under the GEMMs / attention.
+        if tp and ov.tp:
+            first = first_chunk(tp, self.job.plan.tp)
+            steps.append((("tp", "tp", first, "tp", ()),))
+            steps.append((("gemm", "compute", pc.gemm, kind, ()), ("tp", "tp", tp - first, "tp", ())))
+            rest -= pc.gemm
+        if cp and ov.cp:
+            first = first_chunk(cp, self.job.plan.cp)
+            steps.append((("cp", "cp", first, "cp", ()),))
+            steps.append((("attention", "compute", pc.attention, kind, ()), ("cp", "cp", cp - first, "cp", ())))
+            rest -= pc.attention
+        # the hidden TP/CP slows the compute it runs under (SMs and HBM it takes): the compute stream pays it
+        # after the overlapped step, as exposed time of that group (estimate.overlap_contention)
+        cm = getattr(self.costs, "cm", None)  # test doubles may price ops without a compute model
+        if cm is not None and ((tp and ov.tp) or (cp and ov.cp)):
+            tp_h = min(pc.gemm, tp - first_chunk(tp, self.job.plan.tp)) if ov.tp else 0.0
+            cp_h = min(pc.attention, cp - first_chunk(cp, self.job.plan.cp)) if ov.cp else 0.0
+            for g, c in zip(("tp", "cp"), overlap_contention(cm, pc, tp_h, cp_h)):
+                if c > 0:
+                    steps.append(((f"{g} contention", "compute", c, kind, ((g, g, c),)),))
+        # not overlapped: the compute stream waits for it — one task whose tail is drawn on the TP/CP stream
+        tail = tuple((g, g, t) for g, t, hidden in (("tp", tp, ov.tp), ("cp", cp, ov.cp)) if t and not hidden)
+        if rest > 0 or tail:
+            busy = max(0.0, rest) + sum(t for _, _, t in tail)
+            steps.append(((kind, "compute", busy, kind, tail),))
+        return tuple(steps), pc.comm_bytes.get("tp", 0.0), pc.comm_bytes.get("cp", 0.0)
+
+    def _emit(self, dev: Device, tmpl: Template, deps: tuple[int, ...], meta: tuple) -> tuple[int, ...]:
+        """Add a template's tasks after ``deps``; returns the tasks that end it."""
+        steps, tp_bytes, cp_bytes = tmpl
+        dev.bytes["tp"] += tp_bytes
+        dev.bytes["cp"] += cp_bytes
+        task, st = self.sim.task, dev.streams
+        for step in steps:
+            if len(step) == 1:
+                name, s, dur, kind, tail = step[0]
+                deps = (task(name, st[s], dur, deps, kind, 0, None, meta, tail),)
+            else:
+                deps = tuple(
+                    [task(name, st[s], dur, deps, kind, 0, None, meta, tail) for name, s, dur, kind, tail in step]
+                )
+        return deps
+
+    def _pass_template(self, k: int, which: str, frac: float) -> Template:
+        if frac == 1.0:
+            tmpl = self._templates.get((k, which))
+            if tmpl is not None:
+                return tmpl
+        pc = getattr(self.chunks[k], which)
+        tmpl = self._template(
+            pc if frac == 1.0 else pc.scaled(frac), "recompute" if which == "recompute" else "compute"
+        )
+        if frac == 1.0:
+            self._templates[(k, which)] = tmpl
+        return tmpl
+
+    @staticmethod
+    def _cut(weights: list[float], params: list[float], buckets: list[float]) -> list[tuple[float, list[int]]]:
+        """Cut a pass where each bucket's last parameter is reached.
+
+        ``weights`` and ``params`` are the time and parameters of the pass's blocks in execution
+        order; time runs evenly over a block's parameters. Returns (width as a fraction of the
+        pass, indices of the buckets completed at the end of the piece).
+        """
+        total = sum(weights) or 1.0
+        pieces: list[tuple[float, list[int]]] = []
+        t_done, frac0, in_bucket, b = 0.0, 0.0, 0.0, 0
+        for w, n in zip(weights, params):
+            left = n
+            while b < len(buckets) and left >= buckets[b] - in_bucket - 1e-9 * buckets[b]:
+                take = buckets[b] - in_bucket
+                at = (t_done + w * ((n - left + take) / n if n else 1.0)) / total
+                if pieces and at - frac0 <= 1e-12:
+                    pieces[-1][1].append(b)
+                else:
+                    pieces.append((at - frac0, [b]))
+                frac0, left, in_bucket, b = at, left - take, 0.0, b + 1
+            in_bucket += left
+            t_done += w
+        if b < len(buckets) or frac0 < 1.0 - 1e-12:
+            pieces.append((1.0 - frac0, list(range(b, len(buckets)))))
+        return pieces
+
+    def _pieces(self, dev: Device, x: Pass, chunk: Chunk) -> list[tuple[float, tuple[int, ...], float, list[float]]]:
+        """Cut a pass into (time fraction, tasks to wait for, ZeRO-3 params to gather, gradient buckets to launch
+        after)."""
+        wl = self.wl
+        first_fwd = x.phase == "F" and x.chunk in dev.gathers
+        # ZeRO-2 keeps only its gradient shard: every backward reduces its buckets (``Workload.grads_sharded``)
+        last_bwd = (
+            x.phase == "B"
+            and wl.dp_step
+            and self.ov.dp
+            and (wl.grads_sharded or self.last_bwd.get((x.stage, x.chunk)) == x.mb)
+        )
+        if not (wl.dp_microbatch or first_fwd or last_bwd):
+            return ONE_PIECE
+        units = chunk.units if x.phase == "F" else chunk.units[::-1]
+        which = "fwd" if x.phase == "F" else "bwd"
+        weights = [
+            self._phase(b, which).compute + (self._phase(b, "recompute").compute if which == "bwd" else 0.0)
+            for _, b, _ in units
+        ]
+        params = [n for _, _, n in units]
+        total = sum(weights) or 1.0
+        if (
+            wl.dp_microbatch
+        ):  # FSDP unit = one block: gather its parameters before it, reduce-scatter its gradients after
+            return [(w / total, (), n, [n] if x.phase == "B" else []) for w, n in zip(weights, params)]
+        if first_fwd:  # first forward of the step: wait for each bucket's gather
+            gathers = dev.gathers.pop(x.chunk)
+            return [
+                (w, tuple(gathers[i] for i in idx), 0.0, [])
+                for w, idx in self._cut(weights, params, self._buckets(chunk.params))
+            ]
+        if last_bwd:  # last micro-batch: a bucket's reduction is launched when backward has produced its last gradient
+            buckets = self._buckets(chunk.params)
+            return [(w, (), 0.0, [buckets[i] for i in idx]) for w, idx in self._cut(weights, params, buckets)]
+        return ONE_PIECE
+
+    def _add_pass(self, dev: Device, x: Pass) -> None:
+        """Add one pass's tasks (what it receives was added before: ``dependency_order``)."""
+        k = x.chunk * self.p + x.stage
+        sim, st, wl = self.sim, dev.streams, self.wl
+        if x.phase == "F":
+            recv = self._sent_fwd.pop((k - 1, x.mb)) if k > 0 else -1
+        else:
+            recv = self._sent_bwd.pop((k + 1, x.mb)) if k < self.V - 1 else -1
+        chunk = self.chunks[k]
+        meta = x  # (stage, mb, chunk, phase)
+        deps: tuple[int, ...] = dev.prev + ((recv,) if recv >= 0 else ())
+        z3 = wl.dp_microbatch
+        for frac, wait, gather_params, reduce_params in self._pieces(dev, x, chunk):
+            deps += wait
+            if z3:
+                prefetch = (
+                    dev.piece_ends[-2] if self.ov.dp and len(dev.piece_ends) >= 2 else (() if self.ov.dp else deps)
+                )
+                op = z3[0] if x.phase == "F" else z3[1]
+                # a gather the compute waits for goes before a reduce-scatter ready at the same time
+                deps += (self._dp_task(dev, "dp", "gather", op, gather_params, prefetch, meta, priority=0),)
+            if x.phase == "B":
+                deps = self._emit(dev, self._pass_template(k, "recompute", frac), deps, meta)
+                deps = self._emit(dev, self._pass_template(k, "bwd", frac), deps, meta)
+            else:
+                deps = self._emit(dev, self._pass_template(k, "fwd", frac), deps, meta)
+            for n in reduce_params:
+                if z3:
+                    rs = self._dp_task(dev, "dp_rs", "reduce-scatter", z3[2], n, deps, meta)
+                    dev.grads.append(rs)
+                    if not self.ov.dp:
+                        deps += (rs,)
+                else:
+                    codec = self._codec_s(n)
+                    if (
+                        codec > 0
+                    ):  # the device runs the bucket's codec: backward goes on after it (estimate.dp_step_exposed)
+                        deps = (self.sim.task("grad codec", st["compute"], codec, deps, "dp", meta=meta),)
+                    dev.grads.append(self._dp_task(dev, "dp", "grad bucket", wl.dp_step[0], n, deps, meta, codec=False))
+                    dev.buckets += 1
+            if z3:
+                dev.piece_ends.append(deps)
+                if len(dev.piece_ends) > 2:
+                    dev.piece_ends.pop(0)
+        dev.prev = deps
+        if x.phase == "F" and k < self.V - 1:
+            dev.bytes["pp"] += self.send_bytes
+            self._sent_fwd[(k, x.mb)] = sim.task(
+                "send", st["pp_fwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
+            )
+        elif x.phase == "B" and k > 0:
+            dev.bytes["pp"] += self.send_bytes
+            self._sent_bwd[(k, x.mb)] = sim.task(
+                "send", st["pp_bwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
+            )

@@ -1,0 +1,40 @@
+"""The spec's base: frozen pydantic models that refuse unknown fields, precisions, element sizes, the catalog folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    model_validator,
+)
+
+from commtax.spec.wire_dtypes import COMM_DTYPES
+
+CATALOG_DIR = Path(__file__).parents[1] / "catalog"
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+# gradient communication formats: fp32 … int4 (scaled per chunk), fp8_e4m3/e5m2, powersgd_rN; bytes in comm_dtypes
+CommDtype = Literal[COMM_DTYPES]  # type: ignore[valid-type]
+BYTES_PER = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}  # element sizes
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _strict_numbers(cls, data: Any) -> Any:
+        """YAML ``true`` is not the number 1: a bool is accepted only where the field is a yes/no."""
+        if isinstance(data, dict):
+            for name, f in cls.model_fields.items():
+                v = data.get(name)
+                if isinstance(v, bool) and not allows_bool(f.annotation):
+                    raise ValueError(f"{name}: expected a number, got {str(v).lower()}")
+        return data
+
+
+def allows_bool(annotation: Any) -> bool:
+    args = get_args(annotation)
+    return annotation is bool or annotation is Any or any(allows_bool(a) for a in args if a is not type(None))

@@ -1,0 +1,167 @@
+"""The built-in catalog, user overrides, name resolution and job loading: one clear error per bad field."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ValidationError,
+)
+
+from commtax.errors import SpecError, excerpt
+from commtax.spec.base import CATALOG_DIR
+from commtax.spec.files import read_yaml
+from commtax.spec.job import Job
+
+# ----------------------------------------------------------------------------- catalog
+CATALOG_FILES = {"gpu": "gpus.yaml", "intra_node": "links.yaml", "inter_node": "networks.yaml", "model": "models.yaml"}
+
+
+@lru_cache(maxsize=1)
+def _builtin_catalog() -> dict[str, dict[str, dict]]:
+    return {kind: read_yaml(CATALOG_DIR / f) or {} for kind, f in CATALOG_FILES.items()}
+
+
+def read_overrides(
+    path: Path | str, sections: Iterable[str], required: tuple[str, ...] = ("source",), kind: str = "catalog"
+) -> dict[str, dict[str, dict]]:
+    """A user file adding or overriding entries: {section: {name: {field: value}}}, each entry sourced."""
+    sections = tuple(sections)
+    data = read_yaml(Path(path))
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a {kind} file is a mapping with sections {', '.join(sections)}")
+    out: dict[str, dict[str, dict]] = {}
+    for section, entries in data.items():
+        if section not in sections:
+            raise SpecError(f"{path}: unknown {kind} section {section!r}; use one of {', '.join(sections)}")
+        if not isinstance(entries, dict):
+            raise SpecError(f"{path}: {section}: expected a mapping of entries")
+        for name, entry in entries.items():
+            if not isinstance(entry, dict):
+                raise SpecError(f"{path}: {section}.{name}: expected a mapping of fields")
+            missing = [f for f in required if f not in entry]
+            if missing:
+                raise SpecError(
+                    f"{path}: {section}.{name}: missing field {missing[0]!r} "
+                    f"(every {kind} entry needs {' and '.join(required)})"
+                )
+            out.setdefault(section, {})[name] = dict(entry)
+    return out
+
+
+def load_catalog(extra: Path | str | None = None) -> dict[str, dict[str, dict]]:
+    """Built-in catalog, plus/overridden by a user file with sections gpu/intra_node/inter_node/model."""
+    cat = {k: dict(v) for k, v in _builtin_catalog().items()}
+    if extra is not None:
+        for section, entries in read_overrides(extra, CATALOG_FILES).items():
+            cat[section].update(entries)
+    return cat
+
+
+def resolve_entry(kind: str, value: Any, catalog: dict, field: str) -> dict:
+    """A catalog id -> its mapping (with name); a mapping passes through."""
+    if isinstance(value, dict):
+        return dict(value)
+    if not isinstance(value, str):
+        raise SpecError(f"{field}: expected a catalog id or a mapping, got {excerpt(value)}")
+    entries = catalog[kind]
+    if value not in entries:
+        close = difflib.get_close_matches(value, entries.keys(), n=1, cutoff=0.4)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise SpecError(f"{field}: unknown {kind} {excerpt(value)}{hint} (known: {', '.join(sorted(entries))})")
+    return {"name": value, **entries[value]}
+
+
+def _format_validation_error(e: ValidationError, prefix: str = "") -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    field = ".".join(p for p in (prefix, loc) if p)
+    msg = err["msg"].removeprefix("Value error, ")
+    extra = (
+        f" (got {excerpt(err['input'])})"
+        if err["type"] not in ("value_error", "missing") and not isinstance(err.get("input"), dict)
+        else ""
+    )
+    return f"{field or 'plan'}: {msg}{extra}"  # cross-field checks of a Job are about the plan
+
+
+def build(model_cls: type[BaseModel], data: Any, field: str) -> Any:
+    """Construct a spec model, turning pydantic's report into one SpecError line naming the field."""
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(_format_validation_error(e, field)) from None
+
+
+def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field: str = "cluster") -> dict:
+    """Cluster section: a mapping or a path to a cluster YAML; ids resolved; profile file loaded."""
+    if isinstance(raw, str):
+        path = _relative_to(Path(raw), base_dir)
+        data = read_yaml(path)
+        if isinstance(data, dict) and "cluster" in data:
+            data = data["cluster"]
+        base_dir = path.parent
+        raw = data
+    if not isinstance(raw, dict):
+        raise SpecError(f"{field}: expected a mapping or the path of a cluster YAML file")
+    out = dict(raw)
+    for key in ("gpu", "intra_node", "inter_node"):
+        if key not in out:
+            raise SpecError(f"{field}.{key}: missing (a catalog id or a mapping of numbers)")
+        out[key] = resolve_entry(key, out[key], catalog, f"{field}.{key}")
+    if isinstance(out.get("profile"), str):
+        p = _relative_to(Path(out["profile"]), base_dir)
+        out["profile"] = read_yaml(p)
+        if not isinstance(out["profile"], dict):  # never echo the file: `profile:` can name any file
+            raise SpecError(
+                f"{field}.profile: {p} is not a hardware profile (a mapping with source and levels, "
+                "written by `commtax calibrate`)"
+            )
+    return out
+
+
+def _relative_to(path: Path, base_dir: Path | None) -> Path:
+    """A relative path in a file is relative to that file's folder (as an include is), not to the current folder."""
+    return base_dir / path if base_dir is not None and not path.is_absolute() else path
+
+
+def load_job(source: Path | str | dict, catalog_file: Path | str | None = None) -> Job:
+    """A job file (or mapping) -> a validated Job. Bad input raises one SpecError naming the field."""
+    catalog = load_catalog(catalog_file)
+    base_dir = None
+    if isinstance(source, (str, Path)):
+        base_dir = Path(source).parent
+        data = read_yaml(Path(source))
+    else:
+        data = source
+    if not isinstance(data, dict):
+        raise SpecError("job: expected a mapping with model, cluster, plan, training")
+    unknown = set(data) - {"model", "cluster", "plan", "training"}
+    if unknown:
+        raise SpecError(f"job: unknown section(s) {', '.join(sorted(unknown))}; use model, cluster, plan, training")
+    for key in ("model", "cluster", "training"):
+        if key not in data:
+            raise SpecError(f"{key}: missing section")
+    resolved = {
+        "model": resolve_entry("model", data["model"], catalog, "model"),
+        "cluster": resolve_cluster(data["cluster"], catalog, base_dir),
+        "plan": data.get("plan") or {},
+        "training": data["training"],
+    }
+    for key in ("plan", "training"):
+        if not isinstance(resolved[key], dict):
+            raise SpecError(f"{key}: expected a mapping")
+    return build(Job, resolved, "")
+
+
+def job_with(job: Job, **plan_changes: Any) -> Job:
+    """The same job with some plan fields changed, validated again (used by search and advice)."""
+    plan = job.plan.model_dump()
+    plan.update(plan_changes)
+    data = {"model": job.model, "cluster": job.cluster, "plan": plan, "training": job.training}
+    return build(Job, data, "")

@@ -1,0 +1,156 @@
+"""The parallel plan and the training run."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    model_validator,
+)
+
+from commtax.spec.base import CommDtype, Precision, _Spec
+from commtax.spec.frameworks import (
+    AttentionKernel,
+    Framework,
+    FrameworkName,
+    Overlap,
+    Zero3Gather,
+    framework_of,
+    frameworks,
+)
+
+
+class Plan(_Spec):
+    framework: FrameworkName = Field(
+        default="custom",
+        description="training software (catalog/frameworks.yaml): sets the defaults of attention, elementwise, "
+        "overlap, selective_policy, fp8_recipe and dropout; 'generation: legacy|current' is read as megatron-lm / "
+        "megatron-core (deprecated)",
+    )
+    tp: int = Field(default=1, gt=0, le=4096)
+    pp: int = Field(default=1, gt=0, le=4096)
+    dp: int | None = Field(default=None, gt=0)
+    cp: int = Field(default=1, gt=0, le=4096)
+    vp: int = Field(
+        default=1, gt=0, le=1024, description="virtual stages per pipeline rank (interleaved 1F1B when > 1)"
+    )
+    sequence_parallel: bool = False
+    zero: Literal[0, 1, 2, 3] = 1
+    recompute: Literal["none", "selective", "full"] = "selective"
+    micro_batch: int = Field(default=1, gt=0, le=65_536)
+    schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    overlap: Overlap = Field(default_factory=Overlap)
+    grad_comm_dtype: CommDtype = Field(
+        default="bf16", description="dtype of the DP gradient reduction (default: the framework's reduce_dtype)"
+    )
+    grad_error_feedback: bool = Field(
+        default=False,
+        description="error feedback on a compressed grad_comm_dtype (int8, int4, fp8, PowerSGD): the residual is "
+        "carried to the next step; its passes over the gradient are priced",
+    )
+    attention: AttentionKernel = Field(default="fa2", description="attention kernel; eager materialises the s×s scores")
+    elementwise: Literal["fused", "compiled", "eager"] = Field(
+        default="fused", description="norms, activations, residuals: hand-fused kernels, torch.compile, or eager ops"
+    )
+    selective_policy: Literal["attention_core", "per_op"] = Field(
+        default="attention_core", description="what recompute: selective keeps (Megatron attention core / per-op SAC)"
+    )
+    fp8_recipe: Literal["delayed", "dynamic"] = Field(
+        default="delayed", description="fp8 scaling: delayed (Transformer Engine) or dynamic tensorwise (torchao)"
+    )
+    zero3_gather: Zero3Gather = Field(
+        default="bucketed_prefetch",
+        description="ZeRO-3/FSDP parameter movement: bucketed_prefetch (one collective "
+        "per block, prefetched) or per_parameter_sync (DeepSpeed < v0.6: one synchronised gather per tensor)",
+    )
+
+    @property
+    def flash_attention(self) -> bool:
+        """Fused attention: the s×s scores never reach memory."""
+        return self.attention != "eager"
+
+    @property
+    def preset(self) -> Framework:
+        return frameworks()[self.framework]
+
+    # how the transformer layers are split over the pipeline stages (``pipeline_split``); default: the most balanced
+    account_for_embedding_in_pipeline_split: bool = Field(
+        default=False, description="Megatron-Core: the embedding counts as one layer of the first stage's share"
+    )
+    account_for_loss_in_pipeline_split: bool = Field(
+        default=False, description="Megatron-Core: the LM head and loss count as one layer of the last stage's share"
+    )
+    first_stage_layers: int | None = Field(
+        default=None,
+        ge=0,
+        le=10_000,
+        description="layers on the first stage (Megatron num_layers_in_first_pipeline_stage)",
+    )
+    last_stage_layers: int | None = Field(
+        default=None,
+        ge=0,
+        le=10_000,
+        description="layers on the last stage (Megatron num_layers_in_last_pipeline_stage)",
+    )
+    stage_layers: tuple[int, ...] | None = Field(
+        default=None, description="layers on each pipeline stage, first to last (pp entries)"
+    )
+
+    @model_validator(mode="after")
+    def _error_feedback_needs_compression(self) -> Plan:
+        if self.grad_error_feedback and self.grad_comm_dtype in ("fp32", "bf16", "fp16"):
+            raise ValueError(
+                f"grad_error_feedback applies to a quantized grad_comm_dtype (int8, int4, fp8_e4m3, fp8_e5m2, "
+                f"powersgd_rN), not {self.grad_comm_dtype}: drop it or choose such a format"
+            )
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _framework_defaults(cls, data: Any) -> Any:
+        """The framework's defaults fill the software fields the plan leaves out; fields the user sets win."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        fw_name = framework_of(data)
+        data.pop("generation", None)
+        data["framework"] = fw_name
+        fw = frameworks()[fw_name]
+        flash = data.pop("flash_attention", None)
+        if flash is not None and not isinstance(flash, bool):
+            raise ValueError(f"flash_attention must be true or false, got {flash!r}")
+        if "attention" not in data:
+            data["attention"] = fw.attention if flash is not False else "eager"
+            if flash is True and data["attention"] == "eager":
+                data["attention"] = "fa2"
+        elif flash is not None and flash != (data["attention"] != "eager"):
+            raise ValueError(f"flash_attention({flash}) contradicts attention({data['attention']}): set one of them")
+        data.setdefault("elementwise", fw.elementwise)
+        data.setdefault("selective_policy", fw.selective_policy)
+        data.setdefault("fp8_recipe", fw.fp8_recipe)
+        data.setdefault("zero3_gather", fw.zero3_gather)
+        data.setdefault("grad_comm_dtype", fw.reduce_dtype)
+        if "zero" not in data and 1 not in fw.zero_stages:  # FSDP-style frameworks have no ZeRO-1: their default
+            data["zero"] = fw.plan_defaults.get("zero", max(fw.zero_stages))
+        overlap = data.get("overlap")
+        if overlap is None or isinstance(overlap, dict):
+            zero3 = data.get("zero", 1) == 3
+            defaults = {
+                "dp": fw.overlap.dp_zero3 if zero3 else fw.overlap.dp,
+                "tp": fw.overlap.tp,
+                "pp": fw.overlap.pp,
+                "cp": fw.overlap.cp,
+            }
+            data["overlap"] = {**defaults, **(overlap or {})}
+        return data
+
+
+class Training(_Spec):
+    seq_len: int = Field(gt=0, le=10_000_000)
+    global_batch: int = Field(gt=0, le=100_000_000, description="sequences per optimizer step")
+    precision: Precision = "bf16"
+    tokens: float | None = Field(default=None, gt=0, description="training tokens, for days-to-train")
+    dropout: bool | None = Field(
+        default=None, description="hidden/attention dropout on (default: the framework's, catalog/frameworks.yaml)"
+    )

@@ -1,0 +1,215 @@
+"""Per-GPU memory of the fullest pipeline stage: each stage's own layers, embedding (first) or head (last),
+and in-flight micro-batches (the first holds the most), the largest total reported.
+
+Model states follow ZeRO (Rajbhandari et al. 2020, §3.1): mixed-precision Adam keeps 2 B of
+bf16/fp16 weights, 2 B of gradients (4 B when reduced in fp32) and 12 B of fp32 master
+weights + Adam moments per parameter (fp32/tf32 training: 4 B weights, 4 B grads, 8 B moments);
+ZeRO stage 1/2/3 shards optimizer / + gradients /
++ weights over the data-parallel (× context-parallel) group. Activations follow Korthikanti
+et al. 2022, eq. 1-2 and Table 2, generalised to GQA and gated MLPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from commtax.spec import Job
+from commtax.spec.assumptions import Assumptions, assumptions_for
+from commtax.units import GiB
+from commtax.workload.step import (
+    activation_bytes_per_element,
+    grad_bytes_per_param,
+    optimizer_bytes_per_param,
+    stage_params,
+    weight_bytes_per_param,
+)
+
+
+@dataclass(frozen=True)
+class Memory:
+    weights: float  # bytes
+    grads: float
+    optimizer: float
+    activations: float
+    reserve: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations + self.reserve
+
+    def gib(self) -> dict[str, float]:
+        return {
+            "weights": self.weights / GiB,
+            "grads": self.grads / GiB,
+            "optimizer": self.optimizer / GiB,
+            "activations": self.activations / GiB,
+            "reserve": self.reserve / GiB,
+            "total": self.total / GiB,
+        }
+
+
+def layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
+    """Bytes one layer keeps for backward, one micro-batch, one GPU (Korthikanti 2022 §4, generalised).
+
+    Norm inputs 4sbh; GEMM inputs (QKV, projection, MLP up, MLP down) at 2 B, or 1 B under fp8 where
+    Transformer Engine saves the fp8 cast; Q 2sbh and K, V 4sb·g·d for attention; the activation input
+    2sb·f_up; dropout masks sbh ×2 when dropout is on; + 5·a·s²·b for unfused attention without selective
+    recompute. TP shards all but the norm inputs, QKV and MLP inputs and masks, unless SP shards those too.
+    MHA, f = 4h, bf16, dropout: 10sbh + 24sbh/t (+5as²b/t), Korthikanti eq. 2.
+    """
+    m, p, tr = job.model, job.plan, job.training
+    b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
+    h, f, gd = m.hidden, m.ffn, m.kv_heads_ * m.head_dim
+    recompute = recompute or p.recompute
+    a = activation_bytes_per_element(tr.precision)
+    h_rep = h / (t if p.sequence_parallel else 1)  # a hidden-sized tensor outside the TP region
+    if recompute == "full":
+        return a * s * b * h_rep  # only each layer's input is kept
+    if recompute == "selective" and p.selective_policy == "per_op":
+        return per_op_selective_bytes(job)
+    gemm_in = 1.0 if tr.precision == "fp8" else a
+    masks = 2.0 if job.dropout else 0.0
+    replicated = (2 * a + 2 * gemm_in + masks) * s * b * h  # norm inputs, QKV and MLP inputs, dropout masks
+    f_up = (2 if m.gated_mlp else 1) * f
+    sharded = (a + gemm_in) * s * b * h + 2 * a * s * b * gd + a * s * b * f_up + gemm_in * s * b * f
+    scores = 0.0
+    if not p.flash_attention and recompute == "none":
+        scores = (5.0 if job.dropout else 2.0) * m.heads * s * tr.seq_len * b
+    if p.sequence_parallel:
+        return (replicated + sharded + scores) / t
+    return replicated + (sharded + scores) / t
+
+
+def per_op_selective_bytes(job: Job) -> float:
+    """Bytes one layer keeps under torchtitan's per-op selective checkpointing, one micro-batch, one GPU.
+
+    torchtitan (models/llama/parallelize_llama.py, ``_save_list`` policy): the block input is kept; of the ops
+    inside, the outputs of matmuls (every other one: wq, wv, w1, w2 of wq, wk, wv, wo, w1, w3, w2), of the
+    attention kernel and of reduce-scatters are saved, everything else is recomputed in backward. Per token:
+    input h + q h/t + v gd/t + w1 f/t + w2 output h + attention output h/t (hidden-sized tensors outside the TP
+    region are sharded by sequence parallelism).
+    """
+    m, p, tr = job.model, job.plan, job.training
+    b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
+    h, f, gd = m.hidden, m.ffn, m.kv_heads_ * m.head_dim
+    a = activation_bytes_per_element(tr.precision)
+    h_rep = h / (t if p.sequence_parallel else 1)
+    return a * s * b * (h_rep + h / t + gd / t + f / t + h_rep + h / t)
+
+
+def in_flight_micro_batches(job: Job, stage: int = 0) -> float:
+    """Micro-batches whose activations pipeline rank ``stage`` holds at peak (the first holds the most).
+
+    1F1B: p − s (Narayanan 2021 §2.2.1: stage s runs p − s − 1 warm-up forwards, then one more before its first
+    backward); interleaved: its warm-up chunk forwards, 2(p − s − 1) + (v − 1)·p, plus one, each 1/v of the
+    stage's layers (Megatron-Core get_pipeline_parallel_order / schedules.py): p·(1 + (p−1)/(p·v)) on the first
+    (Korthikanti §4.2.3); GPipe: all m; never more than m.
+    """
+    p, m = job.plan, job.micro_batches
+    if p.pp == 1:
+        return 1.0
+    if p.schedule == "gpipe":
+        return float(m)
+    if p.vp > 1:
+        return min(float(m), (2 * (p.pp - stage - 1) + (p.vp - 1) * p.pp + 1) / p.vp)
+    return min(float(m), float(p.pp - stage))
+
+
+@lru_cache(maxsize=4096)
+def _kinds(stage_layers: tuple[int, ...]) -> tuple[int, ...]:
+    p = len(stage_layers)
+    first: dict[tuple[int, bool, bool], int] = {}
+    for s, n in enumerate(stage_layers):
+        first.setdefault((n, s == 0, s == p - 1), s)
+    return tuple(sorted(first.values()))
+
+
+def stage_kinds(job: Job) -> tuple[int, ...]:
+    """The stages that can be the fullest: the first of each kind (its layers; first; last). In-flight
+    micro-batches never grow with the stage index (``in_flight_micro_batches``), so a later stage of the
+    same kind holds no more."""
+    return _kinds(job.stage_layers)
+
+
+def stage_activation_bytes(job: Job, stages: Iterable[int] | None = None) -> list[float]:
+    """Activation bytes of pipeline ranks ``stages`` (default: all): its layers × in-flight micro-batches, the
+    embedding output on the first and the fp32 logits on the last (pp == 1: both)."""
+    m, p, tr = job.model, job.plan, job.training
+    per_layer = layer_activation_bytes(job)
+    full_layer = layer_activation_bytes(job, recompute="none") if p.recompute == "full" else 0.0
+    tokens = p.micro_batch * tr.seq_len // p.cp
+    embedding = activation_bytes_per_element(tr.precision) * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
+    logits = 4.0 * tokens * m.vocab / p.tp
+    out = []
+    split = job.stage_layers
+    for s in range(p.pp) if stages is None else stages:
+        layers = split[s]
+        in_flight = in_flight_micro_batches(job, s)
+        acts = layers * per_layer * in_flight
+        if layers:
+            acts += full_layer  # full recompute: the layer being recomputed materialises its activations once
+        if s == 0:
+            acts += embedding
+        if s == p.pp - 1:
+            acts += logits * (1.0 if p.pp == 1 else in_flight)
+        out.append(acts)
+    return out
+
+
+def activation_bytes(job: Job) -> float:
+    """Activation bytes of the fullest stage (``memory``'s)."""
+    return memory(job).activations
+
+
+def fixed_reserve_bytes(tp: int, pp: int, cp: int, dp: int, a: Assumptions) -> float:
+    """Device memory outside the model's tensors that does not grow with them: the CUDA context and
+    library workspaces, and NCCL's buffers for each parallel group with more than one rank
+    (catalog/assumptions.yaml: cuda_context_GiB, nccl_group_GiB)."""
+    groups = sum(1 for n in (tp, pp, cp, dp) if n > 1)
+    return (a.v("cuda_context_GiB") + groups * a.v("nccl_group_GiB")) * GiB
+
+
+def reserve_bytes(job: Job, activations: float) -> float:
+    """What the framework holds besides weights, grads, optimizer and activations: the fixed part, plus the
+    caching allocator's fragmentation, charged on the activations that churn every micro-batch. A 24 GiB card
+    running a small job reserves ~1 GiB, an 8-way-parallel job with 40 GiB of activations ~5-6 GiB."""
+    a = assumptions_for(job.cluster.profile)
+    p = job.plan
+    return fixed_reserve_bytes(p.tp, p.pp, p.cp, job.dp, a) + a.v("allocator_fragmentation") * activations
+
+
+def stage_states(job: Job, stages: Iterable[int] | None = None) -> list[tuple[float, float, float]]:
+    """(weights, gradients, optimizer) bytes of pipeline ranks ``stages`` (default: all), ZeRO-sharded
+    (Rajbhandari et al. 2020 §3.1), at the precision's weight and optimizer widths."""
+    p, prec = job.plan, job.training.precision
+    shard = job.dp * p.cp
+    w_bytes = weight_bytes_per_param(prec)
+    g_bytes = max(
+        w_bytes, grad_bytes_per_param(job)
+    )  # gradients are kept at the weights' width even if sent compressed
+    o_bytes = optimizer_bytes_per_param(prec)
+    params = stage_params(job)
+    return [
+        (
+            w_bytes * n / (shard if p.zero >= 3 else 1),
+            g_bytes * n / (shard if p.zero >= 2 else 1),
+            o_bytes * n / (shard if p.zero >= 1 else 1),
+        )
+        for n in (params if stages is None else [params[s] for s in stages])
+    ]
+
+
+def stage_memory(job: Job, stages: Iterable[int] | None = None) -> list[Memory]:
+    """Memory of pipeline ranks ``stages`` (default: all, first to last)."""
+    stages = None if stages is None else list(stages)
+    return [
+        Memory(w, g, o, a, reserve_bytes(job, a))
+        for (w, g, o), a in zip(stage_states(job, stages), stage_activation_bytes(job, stages))
+    ]
+
+
+def memory(job: Job) -> Memory:
+    """Memory of the fullest pipeline rank (the first of equals; only the first stage of each kind can be it)."""
+    return max(stage_memory(job, stage_kinds(job)), key=lambda x: x.total)

@@ -1,0 +1,738 @@
+"""The training step as operations: what one GPU computes and communicates.
+
+Everything downstream (estimate, simulator, search) reads these ops; nothing downstream
+re-derives model arithmetic. Notation (Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models"): b micro-batch, s local sequence (seq_len/cp),
+h hidden, a heads, g KV heads, d head dim, f FFN size, V vocabulary, t TP degree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from commtax.spec import Job
+from commtax.spec.assumptions import default_assumptions
+from commtax.spec.wire_dtypes import (
+    CONVERT_BYTES,
+    POWERSGD_ERROR_FEEDBACK_BYTES,
+    bytes_per_element,
+    codec_bytes_per_element,
+    codec_conversions,
+    powersgd_compresses,
+    powersgd_rank,
+)
+
+# torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25): gradients are reduced in 25 MiB buckets
+DDP_BUCKET_BYTES = 25 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    name: str
+    flop: float  # executed FLOPs on this GPU (hardware FLOPs)
+    bytes: float  # HBM traffic
+    kind: str  # "gemm" | "attention" | "memory"
+    m: int = 0  # GEMM shape (m×k)·(k×n); attention: m query rows of all (batch, head) pairs, n keys, k head dim
+    n: int = 0
+    k: int = 0
+    kernels: int = 1  # kernels the op launches (eager PyTorch splits one norm into several)
+    kernel: str = ""  # attention: the kernel (fa2, fa3, cudnn, triton, eager)
+    backward: bool = False  # attention: the backward kernel
+    fp8: bool = False  # GEMM with fp8 inputs
+    convert: str = ""  # memory op that converts dtypes (comm_dtypes.CONVERSIONS; CONVERT_BYTES per element)
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    name: str
+    op: str  # all_reduce | all_gather | reduce_scatter | send_recv | ...
+    bytes: float  # nccl-tests message size: the whole buffer
+    group: str  # tp | cp | dp | pp
+
+
+Op = Compute | Collective
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Ops of one pass (forward, backward or recompute) of one layer or one model end."""
+
+    ops: tuple[Op, ...]
+
+    @property
+    def computes(self) -> tuple[Compute, ...]:
+        return tuple(o for o in self.ops if isinstance(o, Compute))
+
+    @property
+    def collectives(self) -> tuple[Collective, ...]:
+        return tuple(o for o in self.ops if isinstance(o, Collective))
+
+
+@dataclass(frozen=True)
+class Block:
+    """A unit of the model on one pipeline rank: forward, backward, recompute phases."""
+
+    name: str
+    fwd: Phase
+    bwd: Phase
+    recompute: Phase
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One training step of one GPU on each pipeline stage, per micro-batch, plus per-step ops."""
+
+    layer: Block  # one transformer layer, one micro-batch
+    embed: Block  # first stage only
+    head: Block  # last stage only: final norm, logits, loss
+    layers_per_stage: int
+    pp_send: Collective  # activation (fwd) or its gradient (bwd) across one stage boundary
+    dp_step: tuple[Collective, ...]  # gradient sync once per step (ZeRO 0-2)
+    dp_microbatch: tuple[Collective, ...]  # ZeRO-3 gathers and reduce-scatters, per micro-batch, per layer
+    optimizer: Compute
+    micro_batches: int
+    model_flop_per_step: float  # model FLOPs of the whole step, all GPUs (no recompute): for MFU
+    params_per_gpu: dict[str, float] = field(default_factory=dict)  # "layers", "embed", "head"
+    bucket_bytes: float = 0.0
+    chunk_layers: tuple[int, ...] = ()  # layers of each virtual stage k = chunk·pp + stage (``Job.chunk_layers``)
+    zero3_gather: str = "bucketed_prefetch"  # plan.zero3_gather: per FSDP unit, or per parameter tensor (synchronised)
+    zero3_layer_tensors: tuple[float, ...] = ()  # elements of each parameter tensor of one layer on this GPU
+    zero3_other_tensors: tuple[float, ...] = ()  # embedding / LM head / final norm tensors of the stage
+    zero3_gather_passes: int = 2  # all-gathers of every parameter per micro-batch (forward, backward, + recompute)
+    # ZeRO-2 keeps only its shard of the gradients, so every micro-batch's backward reduces them (DeepSpeed
+    # stage_1_and_2.py reduce_ready_partitions_and_remove_grads: "if self.partition_gradients or
+    # self.is_gradient_accumulation_boundary"; FSDP SHARD_GRAD_OP reduce-scatters in each post-backward hook);
+    # ZeRO-0/1 accumulate full gradients and reduce once per step
+    grads_sharded: bool = False
+    # the gradient codec of a compressed ``grad_comm_dtype`` (quantize/dequantize passes, PowerSGD's GEMMs), whole
+    # gradient of the fullest stage, per reduction (``grad_codec_ops``); on the DP reduction's critical path
+    dp_codec: tuple[Compute, ...] = ()
+
+
+def activation_bytes_per_element(precision: str) -> float:
+    """Bytes of one activation element between kernels, for every use (TP/CP collectives, pipeline sends,
+    embeddings, the LM head, saved activations).
+
+    fp32 and tf32 runs keep fp32 tensors (tf32 is a matmul mode, not a storage type: 4 B); bf16/fp16 keep 2 B;
+    fp8/int8 runs keep bf16 activations and cast only GEMM inputs (Transformer Engine and torchao float8 cover
+    linear layers only), so 2 B as well.
+    """
+    return 4.0 if precision in ("fp32", "tf32") else 2.0
+
+
+def weight_bytes_per_param(precision: str) -> float:
+    """Working copy of a weight: fp32 (4 B) in fp32/tf32 training, else the bf16/fp16 copy of mixed precision (2 B)."""
+    return 4.0 if precision in ("fp32", "tf32") else 2.0
+
+
+def optimizer_bytes_per_param(precision: str) -> float:
+    """Adam states: m and v in fp32 (8 B), plus an fp32 master copy under mixed precision (12 B; ZeRO §3.1)."""
+    return 8.0 if precision in ("fp32", "tf32") else 12.0
+
+
+def _gemm(name: str, m: int, n: int, k: int, dtype_bytes: float, fp8: bool = False) -> Compute:
+    """(m×k)·(k×n): 2mnk FLOPs; reads A and B, writes C (bytes at the activation dtype, fp8 inputs 1 B)."""
+    in_bytes = 1.0 if fp8 else dtype_bytes
+    return Compute(name, 2.0 * m * n * k, in_bytes * (m * k + k * n) + dtype_bytes * m * n, "gemm", m, n, k, fp8=fp8)
+
+
+def _mem(name: str, nbytes: float, kernels: int = 1) -> Compute:
+    return Compute(name, 0.0, nbytes, "memory", kernels=kernels)
+
+
+def _fp8_casts(job: Job, name: str, elems: float) -> Compute:
+    """Preparing fp8 GEMM operands: bytes per element by scaling recipe (catalog/assumptions.yaml).
+
+    Eager dynamic scaling runs an amax pass and two casts; under torch.compile the amax reduction fuses into
+    the producing kernel and one cast kernel writes both layouts, as Transformer Engine's cast-transpose does.
+    """
+    a = default_assumptions()
+    eager_dynamic = job.plan.fp8_recipe == "dynamic" and job.plan.elementwise == "eager"
+    per_elem = a.v("fp8_cast_bytes_dynamic") if eager_dynamic else a.v("fp8_cast_bytes_delayed")
+    return _mem(name, per_elem * elems, kernels=3 if eager_dynamic else 1)
+
+
+# HBM traffic of non-GEMM ops relative to a hand-fused kernel, and kernels launched, by elementwise style.
+# Fused (Megatron/TE: fused LayerNorm/RMSNorm, bias-SwiGLU/GeLU, bias-dropout-add, RoPE) and compiled
+# (torch.compile/inductor fuses each norm and pointwise chain into one kernel) move each tensor once.
+# Eager PyTorch: RMSNorm as torch.nn.RMSNorm / HF LlamaRMSNorm runs to(fp32), pow, mean, rsqrt, mul, to(bf16),
+# mul: 36 B per element against 4 B fused (x9, 6 kernels); LayerNorm is one native kernel (x1);
+# SwiGLU silu(a)·b: silu r2 w2 + mul r4 w2 = 10 B against 6 B fused (x1.67, 2 kernels); GeLU one kernel;
+# RoPE on q and k as complex multiply: view/mul/type_as ≈ 3 passes (x3, 4 kernels). Llama-family models
+# (gated MLP) use RMSNorm and RoPE; GPT/MPT/BLOOM-style models (plain MLP) LayerNorm and learned/ALiBi positions.
+ELEMENTWISE = {
+    "fused": {"rmsnorm": (1.0, 1), "layernorm": (1.0, 1), "swiglu": (1.0, 1), "gelu": (1.0, 1), "rope": (1.0, 1)},
+    "compiled": {"rmsnorm": (1.0, 1), "layernorm": (1.0, 1), "swiglu": (1.0, 1), "gelu": (1.0, 1), "rope": (1.0, 1)},
+    "eager": {"rmsnorm": (9.0, 6), "layernorm": (1.0, 1), "swiglu": (10 / 6, 2), "gelu": (1.0, 1), "rope": (3.0, 4)},
+}
+
+
+def _layer_gemms(job: Job, tokens: int) -> list[tuple[str, int, int, int]]:
+    """Forward GEMMs of one layer on one TP rank: (name, m, n, k)."""
+    m, t = job.model, job.plan.tp
+    h, d, f = m.hidden, m.head_dim, m.ffn
+    q_kv = (m.heads + 2 * m.kv_heads_) * d
+    up = (2 if m.gated_mlp else 1) * f
+    return [
+        ("qkv", tokens, q_kv // t, h),
+        ("attn_proj", tokens, h, m.heads * d // t),
+        ("mlp_up", tokens, up // t, h),
+        ("mlp_down", tokens, h, f // t),
+    ]
+
+
+def attention_flop(job: Job, causal: bool) -> float:
+    """Score QKᵀ and context PV: 2 matmuls of 2·b·(a/t)·s·S·d FLOPs each; causal halves the work done.
+
+    With context parallelism each rank's s = S/cp queries meet all S keys (ring attention).
+    """
+    m, p, tr = job.model, job.plan, job.training
+    s_local, s_full = tr.seq_len // p.cp, tr.seq_len
+    full = 4.0 * p.micro_batch * (m.heads // p.tp) * s_local * s_full * m.head_dim
+    return full / 2 if causal else full
+
+
+def _tp_comm(job: Job, act_bytes: float, tokens_full: int) -> list[Collective]:
+    """TP collectives of one layer-pass: 2 all-reduces, or with SP 2×(all-gather + reduce-scatter)
+    (Korthikanti §4.2.2)."""
+    p, h = job.plan, job.model.hidden
+    if p.tp == 1:
+        return []
+    buf = tokens_full * h * act_bytes
+    if p.sequence_parallel:
+        return [
+            Collective("tp_ag_attn", "all_gather", buf, "tp"),
+            Collective("tp_rs_attn", "reduce_scatter", buf, "tp"),
+            Collective("tp_ag_mlp", "all_gather", buf, "tp"),
+            Collective("tp_rs_mlp", "reduce_scatter", buf, "tp"),
+        ]
+    return [Collective("tp_ar_attn", "all_reduce", buf, "tp"), Collective("tp_ar_mlp", "all_reduce", buf, "tp")]
+
+
+def _cp_comm(job: Job, act_bytes: float, backward: bool) -> list[Collective]:
+    """Ring attention: K and V of every CP rank pass round the ring; backward also returns dK, dV."""
+    p, m, tr = job.plan, job.model, job.training
+    if p.cp == 1:
+        return []
+    kv_local = 2 * p.micro_batch * (tr.seq_len // p.cp) * (m.kv_heads_ * m.head_dim // p.tp) * act_bytes
+    ops = [Collective("cp_kv", "all_gather", kv_local * p.cp, "cp")]
+    if backward:
+        ops.append(Collective("cp_dkv", "reduce_scatter", kv_local * p.cp, "cp"))
+    return ops
+
+
+# Ring attention merges each step's partial result into fp32 accumulators: (HBM bytes per element, kernels) per
+# step. Fused (Transformer Engine, transformer_engine/common/fused_attn/context_parallel.cu: LseCorrectionFunctor,
+# out correction, AddFunctor): forward reads the step's bf16 output (2 B) and reads and writes the fp32 output
+# (8 B); backward adds each step's dQ into an fp32 dQ and dK, dV into the dK/dV travelling round the ring (10 B
+# each). Eager (torch.distributed.tensor.experimental._attention._SDPAMerger, convert_to_f32): the step's output is
+# cast to fp32 (2 + 4 B), out - sigmoid(lse_b - lse)·(out - out_b) runs as three ops (10 + 8 + 12 B) and the
+# load-balanced partial update rebuilds the tensor with torch.cat (8 B): 44 B, 6 kernels; backward casts and adds
+# each gradient (6 + 10 B), 2 kernels per tensor.
+CP_MERGE = {
+    "fused": {"fwd": (10.0, 2), "bwd": (10.0, 1)},
+    "compiled": {"fwd": (10.0, 2), "bwd": (10.0, 1)},
+    "eager": {"fwd": (44.0, 6), "bwd": (16.0, 2)},
+}
+
+
+def _cp_merge_ops(job: Job, backward: bool) -> list[Compute]:
+    """Per-step merging of ring attention's partial results (one of ``cp`` steps per layer pass): HBM passes
+    over the local output (forward) or the local dQ and the dK, dV that travel round the ring (backward)."""
+    p, m, tr = job.plan, job.model, job.training
+    if p.cp == 1:
+        return []
+    s_local = p.micro_batch * (tr.seq_len // p.cp)
+    q_elems = s_local * (m.heads // p.tp) * m.head_dim
+    kv_elems = 2 * s_local * max(1, m.kv_heads_ // p.tp) * m.head_dim
+    per_elem, kernels = CP_MERGE.get(p.elementwise, CP_MERGE["eager"])["bwd" if backward else "fwd"]
+    elems = q_elems + kv_elems if backward else q_elems
+    tensors = 3 if backward else 1
+    return [_mem("cp_merge_bwd" if backward else "cp_merge", p.cp * per_elem * elems, p.cp * kernels * tensors)]
+
+
+def _elementwise_ops(job: Job, act_bytes: float) -> dict[str, tuple[float, int]]:
+    """HBM bytes and kernels of one layer's non-GEMM forward ops (norms, activations, RoPE, dropout, residuals)."""
+    m, p, tr = job.model, job.plan, job.training
+    b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
+    bsh = b * s * m.hidden
+    # norms, dropout and residual adds are replicated on each TP rank unless sequence-parallel
+    bsh_rep = bsh / t if p.sequence_parallel else bsh
+    bsf = b * s * m.ffn / t
+    style = ELEMENTWISE[p.elementwise]
+    norm_x, norm_k = style["rmsnorm" if m.gated_mlp else "layernorm"]
+    act_x, act_k = style["swiglu" if m.gated_mlp else "gelu"]
+    # residual add: read 2, write 1; fused dropout adds a mask write (bias-dropout-add, Megatron)
+    residual = (3 * act_bytes + (1 if job.dropout else 0)) * bsh_rep
+    out = {
+        "norms": (norm_x * 2 * 2 * bsh_rep * act_bytes, 2 * norm_k),  # 2 norms: read x, write y (fused)
+        "residual": (2 * residual, 2),
+        # SwiGLU reads 2 writes 1; GeLU reads 1 writes 1 (fused)
+        "activation": (act_x * (3 if m.gated_mlp else 2) * bsf * act_bytes, act_k),
+    }
+    if m.gated_mlp:  # rotary embedding of q and k (Llama family): read and write both once (fused)
+        rope_x, rope_k = style["rope"]
+        qk = b * s * (m.heads + m.kv_heads_) * m.head_dim / t
+        out["rope"] = (rope_x * 2 * qk * act_bytes, rope_k)
+    if not p.flash_attention:
+        # unfused attention's softmax reads and writes the b·(a/t)·s² scores (4 B; Megatron's fused
+        # scale-mask-softmax); attention dropout adds r/w + mask 5 B. The GEMMs' own score traffic (QKᵀ writes
+        # 2 B, PV reads 2 B) is part of the attention op's roofline (_attention_ops).
+        per_elem = 4.0 + (5.0 if job.dropout else 0.0)
+        out["attn_scores"] = (per_elem * b * (m.heads / t) * s * tr.seq_len, 2 if job.dropout else 1)
+    return out
+
+
+def _attention_ops(job: Job) -> tuple[Compute, Compute, float]:
+    """Forward and backward attention kernels of one layer, and the forward's executed FLOPs.
+
+    Fused kernels skip the masked half of causal attention; eager attention computes the full s×S scores
+    (then masks them), so it executes the non-causal FLOPs. FlashAttention-2 backward runs 5 matmuls to the
+    forward's 2 (Dao 2023, §3.1.2): 2.5× the forward FLOPs.
+    """
+    m, p, tr = job.model, job.plan, job.training
+    kernel = p.attention
+    flop = attention_flop(job, causal=kernel != "eager")
+    s_local = tr.seq_len // p.cp
+    # eager: QKᵀ writes the scores and PV reads the probabilities, 2 B each; backward moves twice as much
+    scores = p.micro_batch * (m.heads / p.tp) * s_local * tr.seq_len
+    nbytes = 4.0 * scores if kernel == "eager" else 0.0
+    rows = int(p.micro_batch * (m.heads // p.tp) * s_local)  # query rows of all (batch, head) pairs
+    # ring attention runs a fused kernel per step on the local chunk against one K/V chunk (s_local keys): its
+    # rate is the kernel's at that length (the causal diagonal step; the others are half-masked blocks)
+    keys = tr.seq_len if p.cp == 1 or kernel == "eager" else s_local
+    fwd = Compute("attention", flop, nbytes, "attention", rows, keys, m.head_dim, kernel=kernel)
+    bwd = Compute(
+        "attention_bwd", 2.5 * flop, 2 * nbytes, "attention", rows, keys, m.head_dim, kernel=kernel, backward=True
+    )
+    return fwd, bwd, flop
+
+
+def _layer_block(job: Job) -> Block:
+    p, tr = job.plan, job.training
+    act_bytes = activation_bytes_per_element(tr.precision)
+    fp8 = tr.precision == "fp8"
+    tokens = p.micro_batch * tr.seq_len // p.cp
+    gemms = _layer_gemms(job, tokens)
+    fwd_gemm = [_gemm(n, mm, nn, kk, act_bytes, fp8) for n, mm, nn, kk in gemms]
+    # backward: dgrad (m×n)·(n×k) and wgrad (k×m)·(m×n), each as many FLOPs as forward
+    bwd_gemm = []
+    for n, mm, nn, kk in gemms:
+        bwd_gemm.append(_gemm(f"{n}_dgrad", mm, kk, nn, act_bytes, fp8))
+        bwd_gemm.append(_gemm(f"{n}_wgrad", kk, nn, mm, act_bytes, fp8))
+    attn_fwd, attn_bwd, attn_f = _attention_ops(job)
+    ew = _elementwise_ops(job, act_bytes)
+    ew_fwd = [_mem(k, v, n) for k, (v, n) in ew.items()]
+    # backward reads saved input and grad, writes grad
+    ew_bwd = [_mem(f"{k}_bwd", 2 * v, n) for k, (v, n) in ew.items()]
+    casts_fwd: list[Compute] = []
+    casts_bwd: list[Compute] = []
+    if fp8:
+        # inputs (m×k) every micro-batch; weights (k×n): Transformer Engine caches their fp8 copy for the step,
+        # dynamic scaling (torchao) re-casts them in every forward; gradients of the outputs (m×n) in backward
+        weights = p.fp8_recipe == "dynamic"
+        casts_fwd = [_fp8_casts(job, f"{n}_cast", mm * kk + (kk * nn if weights else 0)) for n, mm, nn, kk in gemms]
+        casts_bwd = [_fp8_casts(job, f"{n}_grad_cast", mm * nn) for n, mm, nn, kk in gemms]
+    tokens_full = p.micro_batch * tr.seq_len // p.cp
+    tp_fwd = _tp_comm(job, act_bytes, tokens_full)
+    tp_bwd = _tp_comm(job, act_bytes, tokens_full)
+    fwd = Phase(
+        tuple(
+            fwd_gemm
+            + [attn_fwd]
+            + _cp_merge_ops(job, False)
+            + ew_fwd
+            + casts_fwd
+            + tp_fwd
+            + _cp_comm(job, act_bytes, False)
+        )
+    )
+    bwd = Phase(
+        tuple(
+            bwd_gemm
+            + [attn_bwd]
+            + _cp_merge_ops(job, True)
+            + ew_bwd
+            + casts_bwd
+            + tp_bwd
+            + _cp_comm(job, act_bytes, True)
+        )
+    )
+    if p.recompute == "full":
+        recompute = Phase(fwd.ops)
+    elif p.recompute == "selective" and p.selective_policy == "per_op":
+        # torchtitan op-level SAC keeps matmul and attention outputs except every other mm: the odd GEMMs,
+        # the pointwise ops and their TP collectives run again; attention does not
+        ops = [g for i, g in enumerate(fwd_gemm) if i % 2 == 1] + ew_fwd + casts_fwd
+        recompute = Phase(tuple(ops))
+    elif p.recompute == "selective":
+        # selective recompute re-runs the core attention (Korthikanti §5); without flash it also rebuilds the scores
+        ops: list[Op] = [
+            Compute(
+                "attention_recompute",
+                attn_f,
+                attn_fwd.bytes,
+                "attention",
+                attn_fwd.m,
+                attn_fwd.n,
+                attn_fwd.k,
+                kernel=attn_fwd.kernel,
+            )
+        ]
+        if "attn_scores" in ew:
+            ops.append(_mem("attn_scores_recompute", ew["attn_scores"][0]))
+        # with CP the recomputed core is ring attention: its K/V exchange and per-step merges run again
+        ops += _cp_merge_ops(job, False) + _cp_comm(job, act_bytes, False)
+        recompute = Phase(tuple(ops))
+    else:
+        recompute = Phase(())
+    return Block("layer", fwd, bwd, recompute)
+
+
+def _head_block(job: Job) -> Block:
+    """Final norm, vocab-parallel logits and cross-entropy (fp32 softmax over V/t per token)."""
+    m, p, tr = job.model, job.plan, job.training
+    act_bytes = activation_bytes_per_element(tr.precision)
+    tokens = p.micro_batch * tr.seq_len // p.cp
+    v_local = m.vocab // p.tp
+    logits = _gemm("logits", tokens, v_local, m.hidden, act_bytes)
+    loss_bytes = 3 * 4.0 * tokens * v_local  # upcast + softmax + loss over fp32 logits
+    ops_f: list[Op] = [logits, _mem("loss", loss_bytes)]
+    ops_b: list[Op] = [
+        _gemm("logits_dgrad", tokens, m.hidden, v_local, act_bytes),
+        _gemm("logits_wgrad", m.hidden, v_local, tokens, act_bytes),
+        _mem("loss_bwd", loss_bytes),
+    ]
+    if p.tp > 1:
+        buf = tokens * m.hidden * act_bytes
+        op = "all_gather" if p.sequence_parallel else "all_reduce"
+        ops_f.insert(
+            0,
+            Collective("tp_head_gather", "all_gather", buf, "tp")
+            if p.sequence_parallel
+            else Collective("tp_loss", "all_reduce", 3 * 4.0 * tokens, "tp"),
+        )
+        ops_b.append(Collective("tp_head_grad", "reduce_scatter" if p.sequence_parallel else op, buf, "tp"))
+    return Block("head", Phase(tuple(ops_f)), Phase(tuple(ops_b)), Phase(()))
+
+
+def _embed_block(job: Job) -> Block:
+    m, p, tr = job.model, job.plan, job.training
+    act_bytes = activation_bytes_per_element(tr.precision)
+    tokens = p.micro_batch * tr.seq_len // p.cp
+    buf = tokens * m.hidden * act_bytes
+    fwd: list[Op] = [_mem("embedding_lookup", 2 * buf)]
+    bwd: list[Op] = [_mem("embedding_grad", 2 * buf)]
+    if p.tp > 1:  # vocab-parallel embedding sums partial lookups across TP
+        fwd.append(Collective("tp_embed", "reduce_scatter" if p.sequence_parallel else "all_reduce", buf, "tp"))
+        if p.sequence_parallel:
+            bwd.append(Collective("tp_embed_grad", "all_gather", buf, "tp"))
+    return Block("embed", Phase(tuple(fwd)), Phase(tuple(bwd)), Phase(()))
+
+
+def model_flop_per_token(job: Job) -> float:
+    """Model FLOPs per token, fwd+bwd, no recompute: 3 × (2·params-in-GEMMs + attention 4·S·h per layer non-causal).
+
+    The convention of Narayanan et al. 2021 (eq. 3, without the recompute term) and PaLM
+    (Chowdhery et al. 2022, App. B): full (non-causal) attention, logits included.
+    """
+    m, tr = job.model, job.training
+    h, d, f = m.hidden, m.head_dim, m.ffn
+    gemm_params = h * (m.heads + 2 * m.kv_heads_) * d + m.heads * d * h + (3 if m.gated_mlp else 2) * h * f
+    per_layer = 2 * gemm_params + 4 * tr.seq_len * m.heads * d
+    return 3 * (m.layers * per_layer + 2 * h * m.vocab)
+
+
+def adam_bytes_per_param(precision: str) -> float:
+    """HBM bytes of the Adam update per parameter: read fp32 master (or weight), grad, m, v; write them back
+    (fused/foreach Adam, one pass); mixed precision also writes the 2 B working copy: 4·4 + 3·4 + 2 = 30 B."""
+    if precision in ("fp32", "tf32"):
+        return 4 * 4 + 3 * 4
+    return 4 * 4 + 3 * 4 + weight_bytes_per_param(precision)
+
+
+def grad_bytes_per_param(job: Job) -> float:
+    """Wire bytes per gradient element of ``plan.grad_comm_dtype``, from the one table (commtax.spec.wire_dtypes)."""
+    g = job.plan.grad_comm_dtype
+    return bytes_per_element(g, weight_shapes(job) if powersgd_rank(g) else None)
+
+
+def weight_shapes(job: Job) -> list[tuple[int, ...]]:
+    """Shapes of one GPU's parameters (torch nn.Linear: out×in), for PowerSGD's per-matrix P and Q.
+
+    Column-parallel weights (QKV, MLP up/gate, embeddings) split rows by tp, row-parallel ones
+    (attention output, MLP down) split columns (Shoeybi et al. 2019, Megatron-LM §3).
+    """
+    m, p = job.model, job.plan
+    h, f, t = m.hidden, m.ffn, p.tp
+    qkv = (h + 2 * m.kv_heads_ * m.head_dim) // t
+    layer = [(qkv, h), (h, h // t), *[(f // t, h)] * (2 if m.gated_mlp else 1), (h, f // t), (h,), (h,)]
+    per_stage = m.layers // p.pp
+    emb = [(m.vocab // t, h)] * (1 if m.tied_embeddings else 2)
+    return layer * per_stage + emb + [(h,)]
+
+
+def params_per_gpu(job: Job) -> dict[str, float]:
+    """Parameters held by one GPU of the stage with the most layers, before ZeRO sharding."""
+    m, p = job.model, job.plan
+    per_stage_layers = max(job.stage_layers)
+    layers = per_stage_layers * (m.layer_params() - 2 * m.hidden) / p.tp + per_stage_layers * 2 * m.hidden
+    emb = m.vocab * m.hidden / p.tp
+    # embedding on the first stage, output layer on the last; with pp == 1 both (one copy if tied)
+    embed = emb
+    head = emb if (p.pp > 1 or not m.tied_embeddings) else 0.0
+    return {"layers": layers, "embed": embed, "head": head}
+
+
+def stage_params(job: Job) -> list[float]:
+    """Parameters held by one GPU of each pipeline stage (its layers; the embedding on the first, the head on the
+    last; pp == 1: both, one copy if tied), before ZeRO sharding."""
+    params = params_per_gpu(job)
+    per_layer = params["layers"] / max(1, max(job.stage_layers))
+    out = [n * per_layer for n in job.stage_layers]
+    out[0] += params["embed"]
+    out[-1] += params["head"]
+    return out
+
+
+def grad_bucket_bytes(job: Job) -> float:
+    """Bytes of one gradient bucket of the overlapped DP reduction: the framework's bucket in parameters
+    (Megatron-Core: max(40e6, 1e6 · dp) parameters, catalog/frameworks.yaml) at the reduce dtype, else PyTorch
+    DDP's 25 MiB."""
+    fw = job.plan.preset
+    if fw.bucket_params is None:
+        return DDP_BUCKET_BYTES
+    return max(fw.bucket_params, fw.bucket_params_per_dp * job.dp) * grad_bytes_per_param(job)
+
+
+def _gradient_dtype_bytes(job: Job) -> float:
+    """Bytes of one gradient element as the framework holds it before the reduction: fp32 gradients in fp32/tf32
+    training; mixed precision reduces its main gradients in fp32 (Megatron-Core accumulate_allreduce_grads_in_fp32,
+    PyTorch AMP's fp32 master gradients) unless the plan reduces bf16, which then needs no cast."""
+    return 4.0
+
+
+def grad_codec_ops(job: Job, params: float) -> tuple[Compute, ...]:
+    """Compute the gradient codec adds per reduction of ``params`` gradients: memory-bound passes
+    (``comm_dtypes.codec_bytes_per_element``, counted op by op from commtax.measure.hooks and torch's
+    fp16/bf16 hooks) or PowerSGD's GEMMs and orthogonalisation (``powersgd_codec_ops``). None when the
+    gradients travel in the dtype they are held in (fp32; bf16 reduced from a bf16 training's own gradients
+    is left uncast too: Megatron's bf16 reduction buffers hold the gradients themselves). A framework that copies
+    gradients into its buckets and back (PyTorch DDP, ``Framework.grad_bucket_copies``) adds those passes."""
+    if job.dp * job.plan.cp == 1:
+        return ()
+    copies = ()
+    if job.plan.zero == 0 and job.plan.preset.grad_bucket_copies:
+        # PyTorch DDP (gradient_as_bucket_view=False): gradient → bucket before, bucket → gradient after, g + g each
+        copies = (_mem("ddp_bucket_copies", 4 * _gradient_dtype_bytes(job) * params),)
+    return _format_codec_ops(job, params) + copies
+
+
+def _format_codec_ops(job: Job, params: float) -> tuple[Compute, ...]:
+    g = job.plan.grad_comm_dtype
+    if g == "fp32" or (g in ("bf16", "fp16") and job.training.precision not in ("fp32", "tf32")):
+        return ()
+    rank = powersgd_rank(g)
+    if rank is not None:
+        ops = powersgd_codec_ops(weight_shapes(job), rank, job.dp * job.plan.cp, params)
+        if job.plan.grad_error_feedback:
+            ops += (_mem("powersgd_error_feedback", POWERSGD_ERROR_FEEDBACK_BYTES * params),)
+        return ops
+    n, ef = job.dp * job.plan.cp, job.plan.grad_error_feedback
+    per_elem = codec_bytes_per_element(g, n, _gradient_dtype_bytes(job), ef)
+    # fp8 conversions apart: a device may convert slower than it streams memory (GPU.convert_Gelem_s)
+    casts = tuple(
+        Compute(f"grad_codec_{c}", 0.0, k * CONVERT_BYTES * params, "memory", convert=c)
+        for c, k in codec_conversions(g, n, ef).items()
+    )
+    return (_mem(f"grad_codec_{g}", per_elem * params - sum(c.bytes for c in casts)), *casts)
+
+
+def powersgd_codec_ops(shapes: list[tuple[int, ...]], rank: int, n: int, params: float) -> tuple[Compute, ...]:
+    """torch powerSGD_hook (fp32 bucket, warm start, no error feedback), per step, scaled to ``params`` elements.
+
+    Per compressed m×k matrix M (``powersgd_compresses``): P = M·Q (torch.bmm, m×k·k×r), orthogonalise P,
+    Q = Mᵀ·P (k×m·m×r), M = P·Qᵀ (m×r·r×k), plus the warm-started Q orthogonalised first. Gram-Schmidt
+    (powerSGD_hook._orthogonalize_gram_schmidt) on an m×r matrix, column i with c = r−i−1 columns after it:
+    ``col /= norm(col)`` 4m (norm) + 8m, and for c > 0 ``rest -= sum(col * rest) * col``: col·rest 4m + 8mc,
+    sum 4mc, ·col 4m + 4mc, -= 12mc: 12m + (8m + 28mc). Vectors and matrices it does not compress: torch.cat
+    4+4, ``.div_(n)`` 4+4, copied back 4+4: 24 B per element.
+    """
+
+    def ortho_bytes(m: int) -> float:
+        return sum(12.0 * m + (8.0 * m + 28.0 * m * (rank - i - 1) if i + 1 < rank else 0.0) for i in range(rank))
+
+    numel = sum(math.prod(s) for s in shapes)
+    scale = params / max(1, numel)
+    ops: list[Compute] = []
+    flat, ortho, ortho_kernels = 0.0, 0.0, 0
+    for s in shapes:
+        rows, cols = s[0], math.prod(s) // s[0]
+        if len(s) < 2 or not powersgd_compresses(rows, cols, rank):
+            flat += math.prod(s)
+            continue
+        ops += [
+            _gemm("powersgd_p", rows, rank, cols, 4.0),
+            _gemm("powersgd_q", cols, rank, rows, 4.0),
+            _gemm("powersgd_decompress", rows, cols, rank, 4.0),
+        ]
+        ortho += ortho_bytes(rows) + ortho_bytes(cols)
+        ortho_kernels += 2 * (2 * rank + 4 * (rank - 1))
+    ops = [Compute(o.name, o.flop * scale, o.bytes * scale, o.kind, o.m, o.n, o.k) for o in ops]
+    ops.append(_mem("powersgd_orthogonalise", ortho * scale, kernels=max(1, ortho_kernels)))
+    if flat:
+        ops.append(_mem("powersgd_uncompressed", 24.0 * flat * scale))
+    return tuple(ops)
+
+
+def _dp_ops(job: Job, params: float) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
+    """DP traffic (Rajbhandari et al. 2020, ZeRO §5-7): per step for stages 0-2, per micro-batch for stage 3."""
+    p = job.plan
+    if job.dp * p.cp == 1:
+        return (), ()
+    g_bytes = grad_bytes_per_param(job)
+    p_bytes = weight_bytes_per_param(job.training.precision)  # the working copies of the weights are gathered
+    if p.zero == 0:
+        return (Collective("dp_grad_allreduce", "all_reduce", params * g_bytes, "dp"),), ()
+    if p.zero in (1, 2):
+        return (
+            Collective("dp_grad_reduce_scatter", "reduce_scatter", params * g_bytes, "dp"),
+            Collective("dp_param_all_gather", "all_gather", params * p_bytes, "dp"),
+        ), ()
+    # ZeRO-3 / FSDP: gather params for forward and again for backward, reduce-scatter grads, every micro-batch
+    return (), (
+        Collective("zero3_gather_fwd", "all_gather", params * p_bytes, "dp"),
+        Collective("zero3_gather_bwd", "all_gather", params * p_bytes, "dp"),
+        Collective("zero3_grad_reduce_scatter", "reduce_scatter", params * g_bytes, "dp"),
+    )
+
+
+def layer_param_tensors(job: Job) -> tuple[float, ...]:
+    """Elements of each parameter tensor of one transformer layer on one GPU (TP-sharded), as a framework
+    registers them: what a per-tensor ZeRO-3 gather moves one call at a time.
+
+    Megatron GPT layers (Megatron-LM/-DeepSpeed gpt_model, add_bias_linear default on; GPT-2/3 LayerNorm has a
+    bias): input LayerNorm weight and bias, fused QKV weight and bias, attention output weight and bias, post-
+    attention LayerNorm weight and bias, fc1 weight and bias, fc2 weight and bias: 12 tensors. Gated-MLP models
+    (Llama family: RMSNorm, no linear biases, Touvron et al. 2023) have 2 norm weights and 4 matrices (the gate and
+    up projections fused in one fc1, as Megatron does): 6 tensors. The matrices' elements sum to
+    ``Model.layer_params`` (biases excepted: a few h per layer, not counted there).
+    """
+    m, t = job.model, job.plan.tp
+    h, f = m.hidden, m.ffn
+    qkv_out = h + 2 * m.kv_heads_ * m.head_dim
+    fc1_out = (2 if m.gated_mlp else 1) * f
+    mats = (h * qkv_out / t, h * h / t, h * fc1_out / t, f * h / t)
+    if m.gated_mlp:
+        return (float(h), mats[0], mats[1], float(h), mats[2], mats[3])
+    return (
+        float(h),
+        float(h),
+        mats[0],
+        qkv_out / t,
+        mats[1],
+        float(h),
+        float(h),
+        float(h),
+        mats[2],
+        fc1_out / t,
+        mats[3],
+        float(h),
+    )
+
+
+def _zero3_tensors(job: Job, params: dict[str, float]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(one layer's tensors, the stage's other tensors: word embedding, LM head, final norm) for per-tensor gathers."""
+    p = job.plan
+    if p.zero != 3 or job.dp * p.cp == 1:
+        return (), ()
+    others: list[float] = []
+    if p.pp == 1:
+        others += [params["embed"]] + ([params["head"]] if params["head"] else [])
+    else:
+        others.append(max(params["embed"], params["head"]))
+    others.append(float(job.model.hidden))  # final norm weight
+    return layer_param_tensors(job), tuple(others)
+
+
+# Plan fields the layer, embedding and head blocks never read: plans differing only in these share their blocks
+# (``_blocks``), and with them the phase prices ``estimate.Costs`` keeps by identity. Every other plan field is part
+# of the key, so a field a block starts to read later is covered unless it is listed here.
+BLOCK_IRRELEVANT = frozenset(
+    {
+        "dp",
+        "pp",
+        "vp",
+        "zero",
+        "schedule",
+        "overlap",
+        "zero3_gather",
+        "grad_error_feedback",
+        "stage_layers",
+        "first_stage_layers",
+        "last_stage_layers",
+        "account_for_embedding_in_pipeline_split",
+        "account_for_loss_in_pipeline_split",
+    }
+)
+_BLOCKS: dict[tuple, tuple] = {}  # key -> (model, training, assumptions, (layer, embed, head)); held: ids kept
+
+
+@lru_cache(maxsize=8)
+def _block_fields(plan_type: type) -> tuple[str, ...]:
+    return tuple(f for f in plan_type.model_fields if f not in BLOCK_IRRELEVANT)
+
+
+def _blocks(job: Job) -> tuple[Block, Block, Block]:
+    """(layer, embed, head) of the job, built once per (model, training, the plan fields they read, dropout)."""
+    p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
+    key = (id(job.model), id(job.training), id(a), job.dropout, *map(p.__getattribute__, _block_fields(type(p))))
+    hit = _BLOCKS.get(key)
+    if hit is not None and hit[0] is job.model and hit[1] is job.training and hit[2] is a:
+        return hit[3]
+    if len(_BLOCKS) >= 4096:
+        _BLOCKS.clear()
+    blocks = (_layer_block(job), _embed_block(job), _head_block(job))
+    _BLOCKS[key] = (job.model, job.training, a, blocks)
+    return blocks
+
+
+def build_workload(job: Job) -> Workload:
+    p, tr = job.plan, job.training
+    params = params_per_gpu(job)
+    fullest = max(stage_params(job))  # DP traffic and the optimizer of the stage with the most parameters
+    dp_step, dp_mb = _dp_ops(job, fullest)
+    act_bytes = activation_bytes_per_element(tr.precision)
+    # Megatron sends the sequence-sharded activation per TP rank (Narayanan 2021 §4.1 scatter/gather)
+    send_bytes = p.micro_batch * tr.seq_len // p.cp * job.model.hidden * act_bytes / p.tp
+    shard = job.dp * p.cp if p.zero >= 1 else 1
+    optimizer = _mem("adam", adam_bytes_per_param(tr.precision) * fullest / shard)
+    tokens_per_step = tr.global_batch * tr.seq_len
+    layer_tensors, other_tensors = _zero3_tensors(job, params)
+    # DeepSpeed's per-parameter hooks gather again for the recomputed forward (checkpointed layers re-enter the
+    # module's pre-forward hook); FSDP keeps the unit gathered through its backward, recompute included
+    sync = p.zero3_gather == "per_parameter_sync"
+    layer, embed, head = _blocks(job)
+    return Workload(
+        layer=layer,
+        embed=embed,
+        head=head,
+        layers_per_stage=max(job.stage_layers),
+        pp_send=Collective("pp_send", "send_recv", send_bytes, "pp"),
+        dp_step=dp_step,
+        dp_microbatch=dp_mb,
+        optimizer=optimizer,
+        micro_batches=job.micro_batches,
+        model_flop_per_step=model_flop_per_token(job) * tokens_per_step,
+        params_per_gpu=params,
+        bucket_bytes=grad_bucket_bytes(job),
+        chunk_layers=job.chunk_layers,
+        zero3_gather=p.zero3_gather,
+        zero3_layer_tensors=layer_tensors,
+        zero3_other_tensors=other_tensors,
+        zero3_gather_passes=3 if sync and p.recompute == "full" else 2,
+        grads_sharded=p.zero == 2,
+        dp_codec=grad_codec_ops(job, fullest) if dp_step else (),
+    )
