@@ -174,33 +174,21 @@ def split_reset(job: Job, pp: int) -> dict[str, None]:
 
 # ----------------------------------------------------------------------------- one base (tp, pp, cp)
 class _MemoCosts(Costs):
-    """The model's Costs with each phase priced once across all the bases that place TP and CP alike:
-    by identity (the layer blocks are shared between bases, see ``_eval_base``), then by content."""
+    """The model's Costs with each phase priced once across all the bases that place TP and CP alike (phases
+    are keyed by value; the layer blocks are shared between bases, see ``_eval_base``)."""
 
     def __init__(self, job: Job, shared: _Shared | None = None):
         super().__init__(job)
         self._shared = shared or _Shared()
         self.stage_cache = self._shared.stages
-
-    def phase(self, ph):  # type: ignore[override]
-        ids = self._shared.phase_ids
-        hit = ids.get(id(ph))
-        if hit is not None and hit[0] is ph:
-            return hit[1]
-        try:
-            v = self._shared.phases[ph]
-        except KeyError:
-            v = self._shared.phases[ph] = super().phase(ph)
-        ids[id(ph)] = (ph, v)  # holding ph keeps its id from being reused
-        return v
+        self._phases = self._shared.phases
 
 
 @dataclass
 class _Shared:
     """What bases with the same TP and CP placement share: phase prices and per-micro-batch workloads."""
 
-    phases: dict[Any, Any] = field(default_factory=dict)
-    phase_ids: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    phases: dict[Any, Any] = field(default_factory=dict)  # Phase -> PhaseCost
     workloads: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute) -> Workload
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
 

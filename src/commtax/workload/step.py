@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Literal
 
 from commtax.spec import Job
 from commtax.spec.assumptions import default_assumptions
@@ -28,12 +29,20 @@ from commtax.spec.wire_dtypes import (
 DDP_BUCKET_BYTES = 25 * 2**20
 
 
+# the process group a collective runs on (Megatron-Core's names; ep/edp: expert and expert-data parallel)
+Group = Literal["tp", "cp", "pp", "dp", "ep", "edp"]
+# what a compute op is, for the roofline's efficiency and for what overlap hides under (``costs.compute``)
+ComputeKind = Literal["gemm", "attention", "memory"]
+# the collectives the cost model prices (``costs.collectives.OPS``)
+CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv"]
+
+
 @dataclass(frozen=True, slots=True)
 class Compute:
     name: str
     flop: float  # executed FLOPs on this GPU (hardware FLOPs)
     bytes: float  # HBM traffic
-    kind: str  # "gemm" | "attention" | "memory"
+    kind: ComputeKind
     m: int = 0  # GEMM shape (m×k)·(k×n); attention: m query rows of all (batch, head) pairs, n keys, k head dim
     n: int = 0
     k: int = 0
@@ -47,9 +56,9 @@ class Compute:
 @dataclass(frozen=True, slots=True)
 class Collective:
     name: str
-    op: str  # all_reduce | all_gather | reduce_scatter | send_recv | ...
+    op: CollectiveOp
     bytes: float  # nccl-tests message size: the whole buffer
-    group: str  # tp | cp | dp | pp
+    group: Group
 
 
 Op = Compute | Collective
@@ -60,6 +69,17 @@ class Phase:
     """Ops of one pass (forward, backward or recompute) of one layer or one model end."""
 
     ops: tuple[Op, ...]
+
+    def __hash__(self) -> int:
+        """Hashed once: phases key the price caches (``costs.pricing``), and hashing ~30 ops each time is slow."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(self.ops)
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {"ops": self.ops}  # not the hash: string hashes are salted per process
 
     @property
     def computes(self) -> tuple[Compute, ...]:
@@ -658,7 +678,7 @@ def _zero3_tensors(job: Job, params: dict[str, float]) -> tuple[tuple[float, ...
 
 
 # Plan fields the layer, embedding and head blocks never read: plans differing only in these share their blocks
-# (``_blocks``), and with them the phase prices ``estimate.Costs`` keeps by identity. Every other plan field is part
+# (``_blocks``), and with them the phase prices ``costs.pricing`` keeps. Every other plan field is part
 # of the key, so a field a block starts to read later is covered unless it is listed here.
 BLOCK_IRRELEVANT = frozenset(
     {
@@ -677,7 +697,7 @@ BLOCK_IRRELEVANT = frozenset(
         "account_for_loss_in_pipeline_split",
     }
 )
-_BLOCKS: dict[tuple, tuple] = {}  # key -> (model, training, assumptions, (layer, embed, head)); held: ids kept
+_BLOCKS: dict[tuple, tuple[Block, Block, Block]] = {}  # (model, training, assumptions, dropout, fields) -> blocks
 
 
 @lru_cache(maxsize=8)
@@ -688,14 +708,12 @@ def _block_fields(plan_type: type) -> tuple[str, ...]:
 def _blocks(job: Job) -> tuple[Block, Block, Block]:
     """(layer, embed, head) of the job, built once per (model, training, the plan fields they read, dropout)."""
     p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
-    key = (id(job.model), id(job.training), id(a), job.dropout, *map(p.__getattribute__, _block_fields(type(p))))
-    hit = _BLOCKS.get(key)
-    if hit is not None and hit[0] is job.model and hit[1] is job.training and hit[2] is a:
-        return hit[3]
-    if len(_BLOCKS) >= 4096:
-        _BLOCKS.clear()
-    blocks = (_layer_block(job), _embed_block(job), _head_block(job))
-    _BLOCKS[key] = (job.model, job.training, a, blocks)
+    key = (job.model, job.training, a, job.dropout, *map(p.__getattribute__, _block_fields(type(p))))
+    blocks = _BLOCKS.get(key)
+    if blocks is None:
+        if len(_BLOCKS) >= 4096:
+            _BLOCKS.clear()
+        blocks = _BLOCKS[key] = (_layer_block(job), _embed_block(job), _head_block(job))
     return blocks
 
 
