@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test validate bench readme clean
+.PHONY: demo test test-model validate bench readme clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/python -m pytest
+
+# the fast tier: spec -> schedule tests only (no torch, netns or CLI; tests/conftest.py marks them "model")
+test-model: $(STAMP)
+	$(BIN)/python -m pytest -m model
 
 validate: $(STAMP)
 	$(BIN)/commtax validate ../shared/validation/public_runs.csv

@@ -115,7 +115,7 @@ class StepBuilder:
         self.V = self.p * self.v
         # layers of each virtual stage k = chunk·p + stage, as the spec split them (uneven stages shown as they are)
         self.chunk_layers = self.wl.chunk_layers or (self.wl.layers_per_stage // self.v,) * self.V
-        self._phase_cache: dict[tuple[int, str], PhaseCost] = {}
+        self._phase_cache: dict[tuple[Block, str], PhaseCost] = {}
         self._templates: dict[tuple[int, str], Template] = {}
         self.chunks = [self._chunk(k) for k in range(self.V)]
         self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
@@ -136,7 +136,7 @@ class StepBuilder:
 
     # ------------------------------------------------------------------ costs
     def _phase(self, block: Block, which: str) -> PhaseCost:
-        key = (id(block), which)
+        key = (block, which)  # by value (phases hash once)
         if key not in self._phase_cache:
             self._phase_cache[key] = self.costs.phase(getattr(block, which))
         return self._phase_cache[key]
