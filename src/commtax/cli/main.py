@@ -69,7 +69,6 @@ def estimate(
     catalog: CatalogOpt = None,
 ) -> None:
     """Predict one training step: step time, MFU, comm tax, breakdown, memory."""
-    from commtax.report.table import render_breakdown
     from commtax.schedule.analytical import estimate as run_estimate
     from commtax.spec import load_job
 
@@ -81,6 +80,8 @@ def estimate(
         breakdown_plot([(job_file.stem, b)], plot)
     emit(b.to_dict(), json_out, out)
     if not json_out:
+        from commtax.report.table import render_breakdown  # rich: only when a table is printed
+
         render_breakdown(b, console, job.cluster.gpu.mem_GiB)
     if not b.fits:
         does_not_fit(b, job)
