@@ -114,11 +114,8 @@ def first_chunk(comm_s: float, ranks: int) -> float:
 def _combine(
     job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]], cm: ComputeModel | None = None
 ) -> StageTime:
-    fwd = bwd = rc = PhaseCost()
-    for (f, b, r), count in parts:
-        fwd = fwd + (f.scaled(count) if count != 1 else f)
-        bwd = bwd + (b.scaled(count) if count != 1 else b)
-        rc = rc + (r.scaled(count) if count != 1 else r)
+    scaled = [tuple(x.scaled(count) if count != 1 else x for x in passes) for passes, count in parts]
+    fwd, bwd, rc = (PhaseCost.total(p[i] for p in scaled) for i in range(3))
     exp_f, exp_b, exp_r = _exposed(job, fwd, cm), _exposed(job, bwd, cm), _exposed(job, rc, cm)
     return StageTime(
         compute=fwd.compute + bwd.compute,
@@ -127,8 +124,24 @@ def _combine(
         cp_exposed=exp_f[1] + exp_b[1] + exp_r[1],
         fwd=fwd.compute + sum(exp_f),
         bwd=bwd.compute + rc.compute + sum(exp_b) + sum(exp_r),
-        link=fwd + bwd + rc,
+        link=PhaseCost.total((fwd, bwd, rc)),
     )
+
+
+class HashedKey:
+    """A tuple key whose hash is computed once (it is looked up many times); equal when the tuples are equal."""
+
+    __slots__ = ("value", "_hash")
+
+    def __init__(self, value: tuple) -> None:
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HashedKey) and self._hash == other._hash and self.value == other.value
 
 
 def stage_layer_counts(job: Job, wl: Workload) -> tuple[int, ...]:
@@ -147,7 +160,7 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
         cache = {}
     # the blocks (by value: equal blocks price alike) and what _combine reads besides their phases: the TP/CP
     # overlap flags and degrees
-    base_key = (wl.embed, wl.layer, wl.head, plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp)
+    base_key = HashedKey((wl.embed, wl.layer, wl.head, plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp))
 
     passes = ("fwd", "bwd", "recompute")
     layers_of: dict[int, tuple[PhaseCost, ...]] = {}  # n layers' passes, scaled once per n

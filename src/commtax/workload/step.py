@@ -99,6 +99,17 @@ class Block:
     bwd: Phase
     recompute: Phase
 
+    def __hash__(self) -> int:
+        """Hashed once, as ``Phase``: blocks key the stage prices (``schedule.analytical.stage_times``)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.name, self.fwd, self.bwd, self.recompute))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {"name": self.name, "fwd": self.fwd, "bwd": self.bwd, "recompute": self.recompute}
+
 
 @dataclass(frozen=True)
 class Workload:
