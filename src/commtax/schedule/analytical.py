@@ -155,9 +155,7 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
     Ranks alike (same layers, neither end) share one StageTime; ``costs.stage_cache`` keeps them across calls."""
     p = job.plan.pp
     plan = job.plan
-    cache = getattr(costs, "stage_cache", None)
-    if cache is None:  # a stand-in for Costs (tests)
-        cache = {}
+    cache = costs.stage_cache
     # the blocks (by value: equal blocks price alike) and what _combine reads besides their phases: the TP/CP
     # overlap flags and degrees
     base_key = HashedKey((wl.embed, wl.layer, wl.head, plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp))

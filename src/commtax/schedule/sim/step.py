@@ -260,7 +260,7 @@ class StepBuilder:
         the slowest stage and paid once, at the end of the step's passes (the timeline does not stretch each pass
         a bucket overlaps)."""
         if self._dp_contention is None:
-            cm = getattr(self.costs, "cm", None)  # test doubles may price ops without a compute model
+            cm = self.costs.cm  # None: costs given directly (hand-worked schedules), no overlap contention
             self._dp_contention = 0.0
             if cm is not None and (self.wl.dp_step or self.wl.dp_microbatch):
                 slow = max(stage_times(self.job, self.wl, self.costs), key=lambda st: st.total)
@@ -318,7 +318,7 @@ class StepBuilder:
             rest -= pc.attention
         # the hidden TP/CP slows the compute it runs under (SMs and HBM it takes): the compute stream pays it
         # after the overlapped step, as exposed time of that group (estimate.overlap_contention)
-        cm = getattr(self.costs, "cm", None)  # test doubles may price ops without a compute model
+        cm = self.costs.cm  # None: costs given directly (hand-worked schedules), no overlap contention
         if cm is not None and ((tp and ov.tp) or (cp and ov.cp)):
             tp_h = min(pc.gemm, tp - first_chunk(tp, self.job.plan.tp)) if ov.tp else 0.0
             cp_h = min(pc.attention, cp - first_chunk(cp, self.job.plan.cp)) if ov.cp else 0.0
