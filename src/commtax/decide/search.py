@@ -1,32 +1,27 @@
 """Plan search: every valid plan of a job's model on its cluster, evaluated by the one model, ranked.
 
-How it stays fast without a second copy of the model
-----------------------------------------------------
-``estimate(job)`` is a sum of parts, each computed by one of the lead's functions that reads only a
-few plan fields.  The search groups plans by *base* (tp, pp, cp; dp follows) and, inside a base,
-evaluates each part once per distinct sub-configuration, with the model's own functions:
+The space is ``decide.space`` (typed axes: layout axes make the bases, grid axes the grid of a base). Inside a
+base each part of ``estimate`` is computed once per value of what it depends on, with the analytical schedule's
+own functions, and the step is assembled on the grid with ``schedule.analytical.step_parts`` on NumPy arrays, in
+estimate's order (docs/search.md):
 
 ============================  =====================================  ==========================
 part                          model function                         depends on (within a base)
 ============================  =====================================  ==========================
 validity                      ``Job`` validator (``spec``)           vp, micro_batch, sp
 stage times, bubble           ``stage_times``, ``pipeline_bubble``   split (*), micro_batch, sp, recompute; vp
-pipeline sends                ``estimate.pp_exposed``                vp, micro_batch, sp, recompute
-DP traffic                    ``estimate.dp_exposed``                split, micro_batch, sp, recompute, zero, gd
+pipeline sends                ``analytical.pp_exposed``              vp, micro_batch, sp, recompute
+DP traffic                    ``analytical.dp_exposed``              split, micro_batch, sp, recompute, zero, gd
 optimizer step                ``Costs.compute(wl.optimizer)``        split, zero, grad dtype
 model-state memory per stage  ``memory.stage_states``                split, zero, grad dtype
 activations per stage         ``memory.stage_activation_bytes``      vp, micro_batch, sp, recompute
 ============================  =====================================  ==========================
 
 (*) the split is the layers of each pipeline rank (``Job.stage_layers``): it depends on vp only when the
-layers do not divide evenly. Memory is the fullest stage's: (states + activations) per stage, the largest.
-The layer, embedding and head blocks of ``build_workload`` do not depend on pp or dp, so one workload
-per (micro_batch, sp, recompute) serves every base with the same TP and CP placement, and their phases are
-priced once (``_Shared``). The search then assembles the step on the plan grid with NumPy broadcasting
-(``_assemble``: the same sum, in the same order, as ``estimate``). Every search re-estimates its top plans
-with ``estimate`` and reports the largest relative difference (``max_rel_diff``, a warning above 1e-9);
-the tests and the benchmark check it on random samples, so a change of the model's dependencies shows
-up at once.
+layers do not divide evenly. Memory is the fullest stage's. Phase prices and stage times are shared, by value,
+by the bases that place TP and CP alike (``_Shared``, ``costs.pricing``). The table is checked, not trusted:
+every search re-estimates its top plans with ``estimate`` and reports the largest relative difference
+(``max_rel_diff``, a warning above 1e-9); the tests and the benchmark check random samples.
 """
 
 from __future__ import annotations
