@@ -33,18 +33,27 @@ EXIT_BAD_INPUT = 2  # bad input: one line naming the field and the fix
 
 class LazyConsole:
     """A rich ``Console`` made on first use: ``commtax estimate --json`` never imports rich (its import is a
-    tenth of the command's start-up). Attribute access goes to the console."""
+    tenth of the command's start-up). Attributes are the console's, read and written."""
 
     def __init__(self, **options: Any) -> None:
         self._options = options
         self._console: Any = None
 
-    def __getattr__(self, name: str) -> Any:
+    def _made(self) -> Any:
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(**self._options)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._made(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:  # console.width = 80 sets the console's width
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._made(), name, value)
 
 
 console: Any = LazyConsole(highlight=False)
