@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from commtax.costs.collectives import Placement, bus_factor, collective_cost
@@ -37,24 +36,6 @@ class PhaseCost:
         for k, v in o.comm_bytes.items():
             nbytes[k] = nbytes.get(k, 0.0) + v
         return PhaseCost(self.compute + o.compute, self.gemm + o.gemm, self.attention + o.attention, comm, nbytes)
-
-    @staticmethod
-    def total(costs: Iterable[PhaseCost]) -> PhaseCost:
-        """The sum of ``costs``, added left to right as ``+`` adds them (the same floats), in one pass."""
-        compute = gemm = attention = 0.0
-        comm: dict[str, float] = {}
-        nbytes: dict[str, float] = {}
-        for o in costs:
-            if not (o.compute or o.comm):
-                continue
-            compute += o.compute
-            gemm += o.gemm
-            attention += o.attention
-            for k, v in o.comm.items():
-                comm[k] = comm.get(k, 0.0) + v
-            for k, v in o.comm_bytes.items():
-                nbytes[k] = nbytes.get(k, 0.0) + v
-        return PhaseCost(compute, gemm, attention, comm, nbytes)
 
     def scaled(self, x: float) -> PhaseCost:
         return PhaseCost(

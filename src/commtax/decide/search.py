@@ -191,7 +191,10 @@ class _Shared:
 def _copy(job: Job, **changes: Any) -> Job:
     """A plan variant of a job already validated for the fields the validator reads (pydantic's own copy: the
     grid axes it changes here, recompute, zero and gradient dtype, are checked for the base by ``_valid_jobs``)."""
-    return job.model_copy(update={"plan": job.plan.model_copy(update=changes)})
+    plan = job.plan
+    if all(getattr(plan, k) == v for k, v in changes.items()):  # already so: no copy (a third of the calls)
+        return job
+    return job.model_copy(update={"plan": plan.model_copy(update=changes)})
 
 
 @dataclass

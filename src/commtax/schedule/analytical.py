@@ -114,8 +114,11 @@ def first_chunk(comm_s: float, ranks: int) -> float:
 def _combine(
     job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]], cm: ComputeModel | None = None
 ) -> StageTime:
-    scaled = [tuple(x.scaled(count) if count != 1 else x for x in passes) for passes, count in parts]
-    fwd, bwd, rc = (PhaseCost.total(p[i] for p in scaled) for i in range(3))
+    fwd = bwd = rc = PhaseCost()
+    for (f, b, r), count in parts:
+        fwd = fwd + (f.scaled(count) if count != 1 else f)
+        bwd = bwd + (b.scaled(count) if count != 1 else b)
+        rc = rc + (r.scaled(count) if count != 1 else r)
     exp_f, exp_b, exp_r = _exposed(job, fwd, cm), _exposed(job, bwd, cm), _exposed(job, rc, cm)
     return StageTime(
         compute=fwd.compute + bwd.compute,
@@ -124,7 +127,7 @@ def _combine(
         cp_exposed=exp_f[1] + exp_b[1] + exp_r[1],
         fwd=fwd.compute + sum(exp_f),
         bwd=bwd.compute + rc.compute + sum(exp_b) + sum(exp_r),
-        link=PhaseCost.total((fwd, bwd, rc)),
+        link=fwd + bwd + rc,
     )
 
 
