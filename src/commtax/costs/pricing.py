@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from commtax.costs.collectives import bus_factor, collective_cost
+from commtax.costs.collectives import DEEPEP_OPS, bus_factor, collective_cost, deepep_time
 from commtax.costs.compute import ComputeModel, compute_model, op_time
 from commtax.costs.topology import group_placement
 from commtax.spec import Job
@@ -123,6 +123,13 @@ class Costs:
         return hit[1]
 
     def collective(self, c: Collective) -> float:
+        if c.op in DEEPEP_OPS:  # DeepEP/HybridEP kernels: their own measured rates, node-deduplicated bytes
+            key = (c.group, c.op, c.bytes, c.dedup)
+            t = self._times.get(key)
+            if t is None:
+                pl = self._placements.get((c.group, c.op)) or self._placement(c.group, c.op)
+                t = self._times[key] = deepep_time(c.op, c.bytes, pl, c.dedup)
+            return t
         return self.collective_time(c.group, c.op, c.bytes)
 
     def collective_time(self, group: str, op: str, nbytes: float) -> float:

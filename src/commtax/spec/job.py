@@ -116,7 +116,9 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
         moe_only = {"ep": p.ep > 1, "etp": p.etp > 1, "moe_a2a_overlap": p.moe_a2a_overlap}
         bad = [k for k, v in moe_only.items() if v]
         if bad:
-            raise ValueError(f"plan.{bad[0]} applies to MoE models: set model.num_experts, top_k, moe_ffn_hidden or drop it")
+            raise ValueError(
+                f"plan.{bad[0]} applies to MoE models: set model.num_experts, top_k, moe_ffn_hidden or drop it"
+            )
     else:
         if m.num_experts % p.ep:
             raise ValueError(
@@ -138,9 +140,13 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
             )
         if p.moe_a2a_overlap:
             if p.ep == 1:
-                raise ValueError("moe_a2a_overlap needs ep > 1 (Megatron overlap_moe_expert_parallel_comm: EP size > 1)")
+                raise ValueError(
+                    "moe_a2a_overlap needs ep > 1 (Megatron overlap_moe_expert_parallel_comm: EP size > 1)"
+                )
             if p.moe_dispatcher == "allgather":
-                raise ValueError("moe_a2a_overlap needs moe_dispatcher alltoall, deepep or hybridep (Megatron: alltoall or flex)")
+                raise ValueError(
+                    "moe_a2a_overlap needs moe_dispatcher alltoall, deepep or hybridep (Megatron: alltoall or flex)"
+                )
             if p.pp > 1 and p.vp == 1 and p.schedule == "1f1b":
                 raise ValueError(
                     "moe_a2a_overlap with pp > 1 needs interleaving, vp > 1 (Megatron: overlap_moe_expert_parallel_comm "

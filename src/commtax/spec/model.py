@@ -55,7 +55,10 @@ class Model(_Spec):
     )
     first_k_dense: int = Field(default=0, ge=0, le=10_000, description="leading dense layers (DeepSeek: 3)")
     capacity_factor: float | None = Field(
-        default=None, gt=0, le=1000, description="expert capacity / mean load; tokens beyond it are dropped (none: dropless)"
+        default=None,
+        gt=0,
+        le=1000,
+        description="expert capacity / mean load; tokens beyond it are dropped (none: dropless)",
     )
     routing_imbalance: float = Field(
         default=1.0,
@@ -67,7 +70,10 @@ class Model(_Spec):
         default="softmax", description="router score function (DeepSeek-V3: sigmoid with aux-loss-free bias)"
     )
     route_max_nodes: int | None = Field(
-        default=None, gt=0, le=100_000, description="node-limited routing: each token to at most M nodes (DeepSeek-V3: 4)"
+        default=None,
+        gt=0,
+        le=100_000,
+        description="node-limited routing: each token to at most M nodes (DeepSeek-V3: 4)",
     )
     source: str = "inline"
 

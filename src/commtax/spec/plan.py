@@ -48,7 +48,9 @@ class Plan(_Spec):
     # expert parallelism, Megatron-Core parallel folding (Liu et al. 2025, "MoE Parallel Folding", arXiv 2504.14960):
     # attention runs over tp×cp×dp×pp, the experts over etp×ep×edp×pp on the same GPUs
     ep: int = Field(default=1, gt=0, le=4096, description="expert-parallel size: experts split over ep GPUs")
-    etp: int = Field(default=1, gt=0, le=4096, description="expert tensor-parallel size (Megatron expert_tensor_parallel_size)")
+    etp: int = Field(
+        default=1, gt=0, le=4096, description="expert tensor-parallel size (Megatron expert_tensor_parallel_size)"
+    )
     moe_dispatcher: Literal["alltoall", "allgather", "deepep", "hybridep"] = Field(
         default="alltoall",
         description="token dispatcher (Megatron-Core --moe-token-dispatcher-type alltoall|allgather|flex; flex runs "
