@@ -121,15 +121,16 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
             )
     else:
         if m.num_experts % p.ep:
+            fits = [d for d in range(1, min(m.num_experts, num_gpus) + 1) if m.num_experts % d == 0 == num_gpus % d]
             raise ValueError(
                 f"num_experts({m.num_experts}) must be divisible by ep({p.ep}) (Megatron: num_experts % "
-                f"expert_model_parallel_size == 0); choose ep in {[d for d in range(1, min(m.num_experts, num_gpus) + 1) if m.num_experts % d == 0 and num_gpus % d == 0]}"
+                f"expert_model_parallel_size == 0); choose ep in {fits}"
             )
         emp = p.etp * p.ep * p.pp
         if num_gpus % emp:
             raise ValueError(
-                f"etp({p.etp}) * ep({p.ep}) * pp({p.pp}) = {emp} does not divide num_gpus({num_gpus}) (Megatron parallel "
-                "folding: the expert grid etp×ep×edp×pp covers the same GPUs as tp×cp×dp×pp)"
+                f"etp({p.etp}) * ep({p.ep}) * pp({p.pp}) = {emp} does not divide num_gpus({num_gpus}) (Megatron "
+                "parallel folding: the expert grid etp×ep×edp×pp covers the same GPUs as tp×cp×dp×pp)"
             )
         if m.moe_ffn_hidden % p.etp:
             raise ValueError(f"moe_ffn_hidden({m.moe_ffn_hidden}) must be divisible by etp({p.etp})")
@@ -149,8 +150,8 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
                 )
             if p.pp > 1 and p.vp == 1 and p.schedule == "1f1b":
                 raise ValueError(
-                    "moe_a2a_overlap with pp > 1 needs interleaving, vp > 1 (Megatron: overlap_moe_expert_parallel_comm "
-                    "requires virtual pipeline parallelism when pp > 1)"
+                    "moe_a2a_overlap with pp > 1 needs interleaving, vp > 1 (Megatron: "
+                    "overlap_moe_expert_parallel_comm requires virtual pipeline parallelism when pp > 1)"
                 )
             if p.recompute == "full":
                 raise ValueError("moe_a2a_overlap does not run with recompute: full (Megatron); use selective or none")
@@ -161,6 +162,6 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
             raise ValueError(f"schedule {p.schedule} runs its own two chunks per rank: set vp: 1")
         if micro_batches < 2 * p.pp:
             raise ValueError(
-                f"schedule {p.schedule} needs at least 2·pp = {2 * p.pp} micro-batches per replica, got {micro_batches} "
-                "(DualPipe: num_chunks >= num_ranks * 2); raise global_batch or lower micro_batch"
+                f"schedule {p.schedule} needs at least 2·pp = {2 * p.pp} micro-batches per replica, got "
+                f"{micro_batches} (DualPipe: num_chunks >= num_ranks * 2); raise global_batch or lower micro_batch"
             )
