@@ -517,6 +517,14 @@ def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> 
     Both hold for every m ≥ 1, m < p included ((m + p − 1)·T for uniform stages).
     """
     slow, others = slowest_and_rest(stages)
+    if schedule in ("dualpipe", "dualpipev"):
+        # DeepSeek-V3 Table 2: 1F1B (PP−1)(F+B) against DualPipe (PP/2−1)(F&B + B − 3W); the paired chunk F&B takes
+        # F + B and the weight gradient W half of B (zero-bubble's split), so per stage (PP/2−1)(F + B/2)
+        p = len(stages)
+        if p < 2 or slow.total <= 0:
+            return 0.0
+        share = (slow.fwd + 0.5 * slow.bwd) / (slow.fwd + slow.bwd) if slow.fwd + slow.bwd > 0 else 1.0
+        return others * (p / 2 - 1) / (p - 1) * share
     if schedule == "gpipe":
         span = sum(map(_total, stages)) + (m - 1) * (max(s.fwd for s in stages) + max(s.bwd for s in stages))
         return max(0.0, span - m * slow.total)

@@ -118,6 +118,12 @@ class Plan(_Spec):
     stage_layers: tuple[int, ...] | None = Field(
         default=None, description="layers on each pipeline stage, first to last (pp entries)"
     )
+    pipeline_layout: tuple[int, ...] | None = Field(
+        default=None,
+        description="layers of each virtual stage k = chunk·pp + stage (pp·vp entries), any split: Megatron-Core "
+        "--pipeline-model-parallel-layout in counts (the Megatron-Bridge DeepSeek-V3 / Qwen3 recipes use it for "
+        "layer counts that do not divide)",
+    )
 
     @model_validator(mode="after")
     def _error_feedback_needs_compression(self) -> Plan:

@@ -131,6 +131,8 @@ def in_flight_micro_batches(job: Job, stage: int = 0) -> float:
         return 1.0
     if p.schedule == "gpipe":
         return float(m)
+    if p.schedule in ("dualpipe", "dualpipev"):  # DeepSeek-V3 Table 2: PP + 1 micro-batches' activations
+        return min(float(m), float(p.pp + 1))
     if p.vp > 1:
         return min(float(m), (2 * (p.pp - stage - 1) + (p.vp - 1) * p.pp + 1) / p.vp)
     return min(float(m), float(p.pp - stage))
