@@ -332,6 +332,25 @@ def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
     return raw, fixed, free
 
 
+def moe_recipes() -> dict:
+    return read_yaml(CATALOG_DIR / "moe_recipes.yaml") or {}
+
+
+def recipe_plan(row: dict, fixed: dict) -> dict:
+    """The MoE software of the published recipe a row ran (catalog/moe_recipes.yaml): the first rule of the row's
+    model, GPU and precision whose stated parallelism matches the row's."""
+    model, gpu = (row.get("model") or "").strip(), (row.get("gpu") or "").strip()
+    precision = (row.get("precision") or "bf16").strip()
+    for rule in moe_recipes().get("rules", []):
+        if rule["model"] != model or not gpu.startswith(rule.get("gpu", "")):
+            continue
+        if rule.get("precision", precision) != precision:
+            continue
+        if all(fixed.get(k, 1) == v for k, v in (rule.get("when") or {}).items()):
+            return dict(rule["plan"])
+    return {}
+
+
 def _moe_run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
     """``run_job_raw`` for a row naming a catalog model (the MoE set): the model from the catalog, the expert
     columns into the plan; tp > 1 runs sequence-parallel (Megatron-Core requires it with MoE)."""
@@ -348,6 +367,10 @@ def _moe_run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
     if pp > 1 and vp > 1 and layers % vp:
         # the recipe's --pipeline-model-parallel-layout is not in the row: the most even one (spec.balanced_layout)
         fixed["pipeline_layout"] = balanced_layout(layers, pp, vp)
+    if "moe_dispatcher" not in fixed:
+        fixed.update(recipe_plan(row, fixed))
+    if fixed.get("moe_a2a_overlap") and fixed.get("pp", 1) > 1 and fixed.get("vp", 1) == 1:
+        fixed.pop("moe_a2a_overlap")  # the recipe overlaps with interleaving only (Megatron's rule)
     if fixed.get("tp", 1) > 1 and "sequence_parallel" not in fixed:
         fixed["sequence_parallel"] = True
         free = [f for f in free if f != "sequence_parallel"]
