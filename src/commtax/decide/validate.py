@@ -34,8 +34,8 @@ from commtax.spec import (
     read_yaml,
     resolve_cluster,
 )
-from commtax.spec.pipeline_split import balanced_layout
 from commtax.spec.assumptions import default_assumptions, using_assumptions, without_rows
+from commtax.spec.pipeline_split import balanced_layout
 from commtax.units import GB, MiB
 
 RUN_COLUMNS = (
