@@ -167,3 +167,13 @@ def test_deepseek_example_fits_and_reports_its_tax():
     b = estimate(load_job(EXAMPLE))
     assert b.fits
     assert 0 < b.breakdown_s["ep_exposed"] < b.step_time_s
+
+
+@pytest.mark.parametrize("plan", [{"pp": 2, "vp": 2}, {"pp": 2, "vp": 2, "moe_a2a_overlap": True}, {"pp": 1}])
+def test_estimate_and_simulate_agree_on_moe(plan):
+    from commtax.schedule.sim import simulate
+
+    job = mixtral(training={"global_batch": 256}, **plan)
+    e, s = estimate(job), simulate(job).breakdown
+    assert s.step_time_s == pytest.approx(e.step_time_s, rel=0.02)
+    assert s.breakdown_s["ep_exposed"] == pytest.approx(e.breakdown_s["ep_exposed"], rel=1e-6)
