@@ -1,0 +1,31 @@
+"""search over the MoE plan fields (ep, etp, moe_dispatcher, moe_a2a_overlap)."""
+
+import pytest
+
+from commtax.decide.search import Space, search_moe
+from commtax.errors import SpecError
+from commtax.spec import load_job
+
+JOB = {
+    "model": "mixtral-8x7b",
+    "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 32, "intra_node": "nvlink4", "inter_node": "ib-ndr"},
+    "plan": {"framework": "megatron-core", "ep": 8, "pp": 2},
+    "training": {"seq_len": 4096, "global_batch": 64},
+}
+SMALL = Space.parse({"tp": "1", "cp": "1", "vp": "1", "micro_batch": "1", "zero": "1", "recompute": "full"})
+
+
+def test_search_spans_ep_and_dispatcher_and_names_refusals():
+    res = search_moe(load_job(JOB), {"ep": "2,8,16", "moe_dispatcher": "alltoall,deepep"}, SMALL, top=1)
+    tried = [c for c in res.moe_choices if "best_step_s" in c]
+    refused = [c for c in res.moe_choices if "refused" in c]
+    assert len(tried) == 4 and len(refused) == 2  # ep 16 > 8 experts: Megatron's divisibility rule, named
+    assert all("num_experts % expert_model_parallel_size" in c["refused"] for c in refused)
+    best_plan, best = res.top[0]
+    assert best.step_time_s == pytest.approx(min(c["best_step_s"] for c in tried))
+    assert best_plan["ep"] in (2, 8) and best_plan["moe_dispatcher"] in ("alltoall", "deepep")
+
+
+def test_search_moe_with_nothing_valid_says_why():
+    with pytest.raises(SpecError, match="no MoE combination is valid"):
+        search_moe(load_job(JOB), {"ep": "3"}, SMALL)
