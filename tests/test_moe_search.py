@@ -29,3 +29,22 @@ def test_search_spans_ep_and_dispatcher_and_names_refusals():
 def test_search_moe_with_nothing_valid_says_why():
     with pytest.raises(SpecError, match="no MoE combination is valid"):
         search_moe(load_job(JOB), {"ep": "3"}, SMALL)
+
+
+def test_advise_names_the_all_to_all_and_what_cuts_it():
+    from pathlib import Path
+
+    from commtax.decide.advise import advise
+    from commtax.spec import job_with
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "moe" / "deepseek-v3-h800.yaml"
+    job = job_with(load_job(example), moe_dispatcher="alltoall", schedule="1f1b")
+    a = advise(job, search_best=False)
+    assert a.dominant_comm == "ep_exposed"
+    by_label = {c.label.split(":")[0]: c for c in a.changes}
+    for remedy in ("dispatcher alltoall→deepep", "EP inside the NVLink domain", "fewer experts per GPU"):
+        assert remedy in by_label, sorted(by_label)
+    # each re-estimated: DeepEP's node deduplication and EP inside the node both cut the exposed all-to-all
+    assert by_label["dispatcher alltoall→deepep"].step_after_s < by_label["dispatcher alltoall→deepep"].step_before_s
+    inside = by_label["EP inside the NVLink domain"]
+    assert inside.step_after_s < inside.step_before_s

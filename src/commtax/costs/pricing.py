@@ -96,6 +96,8 @@ class Costs:
         self.cm: ComputeModel = _shared_compute_model(job.cluster, job.training.precision)
         p = job.plan
         self._layout_key = (id(job.cluster), p.tp, p.cp, job.dp, p.pp)
+        if job.model.is_moe:  # the ep, etp and edp groups' placements depend on the expert grid too
+            self._layout_key += (p.ep, p.etp)
         # the shared phase prices hold only while this class's own pricing is used (a subclass may price otherwise)
         self._share_phases = _prices_as_costs(type(self))
         self._placements: dict[tuple[str, str], Any] = {}
