@@ -177,3 +177,24 @@ def test_estimate_and_simulate_agree_on_moe(plan):
     e, s = estimate(job), simulate(job).breakdown
     assert s.step_time_s == pytest.approx(e.step_time_s, rel=0.02)
     assert s.breakdown_s["ep_exposed"] == pytest.approx(e.breakdown_s["ep_exposed"], rel=1e-6)
+
+
+def test_docs_worked_example():
+    # docs/moe.md's table, recomputed: the report's plan, EP inside the node, NCCL instead of DeepEP, 1F1B
+    from commtax.spec import job_with
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "moe.md").read_text()
+    j = load_job(EXAMPLE)
+    rows = [
+        ("EP64 over 8 nodes, DeepEP (the report's)", j),
+        ("EP8 inside the node, DeepEP", job_with(j, ep=8)),
+        ("EP64 over 8 nodes, NCCL all-to-all", job_with(j, moe_dispatcher="alltoall")),
+        ("EP64, DeepEP, 1F1B instead of DualPipe", job_with(j, schedule="1f1b")),
+    ]
+    for name, job in rows:
+        b = estimate(job)
+        line = (
+            f"| {name} | {b.step_time_s:.2f} | {b.tokens_per_s_per_gpu:,.0f} | {b.comm_time_s['ep']:.2f} | "
+            f"{b.breakdown_s['ep_exposed']:.2f} | {b.comm_tax:.1%} | {b.memory_gib_per_gpu['total']:.1f} | {b.fits} |"
+        )
+        assert line in doc, line
