@@ -48,3 +48,21 @@ def test_advise_names_the_all_to_all_and_what_cuts_it():
     assert by_label["dispatcher alltoall→deepep"].step_after_s < by_label["dispatcher alltoall→deepep"].step_before_s
     inside = by_label["EP inside the NVLink domain"]
     assert inside.step_after_s < inside.step_before_s
+
+
+def test_collective_all_to_all_shows_deepep():
+    import json
+
+    from typer.testing import CliRunner
+
+    from commtax.cli.main import app, register_commands
+
+    register_commands()
+    runner = CliRunner()
+    args = ["collective", "all_to_all", "--gpus", "64", "--bytes", "256MiB", "--json"]
+    nccl = json.loads(runner.invoke(app, args).output)
+    dep = json.loads(runner.invoke(app, [*args, "--deepep", "dispatch", "--dedup", "0.5"]).output)
+    assert nccl["algorithm"] == "pairwise" and dep["algorithm"] == "deepep_dispatch"
+    assert dep["time_s"] < nccl["time_s"]  # half the inter-node bytes
+    bad = runner.invoke(app, ["collective", "all_reduce", "--deepep", "dispatch"])
+    assert bad.exit_code == 2 and "DeepEP kernels are all_to_all" in bad.output
