@@ -198,3 +198,40 @@ def test_docs_worked_example():
             f"{b.breakdown_s['ep_exposed']:.2f} | {b.comm_tax:.1%} | {b.memory_gib_per_gpu['total']:.1f} | {b.fits} |"
         )
         assert line in doc, line
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    nodes=st.integers(1, 64),
+    k=st.integers(1, 16),
+    limit=st.one_of(st.none(), st.integers(1, 8)),
+)
+def test_distinct_nodes_bounds(nodes, k, limit):
+    # at least one node, at most min(N, k, M): a token's k copies land on no more nodes than there are, or copies
+    d = distinct_nodes(nodes, k, limit)
+    assert 1.0 - 1e-9 <= d <= min(nodes, k, limit or nodes) + 1e-9
+
+
+@settings(max_examples=10, deadline=None)
+@given(lam=st.floats(1.0, 4.0), ep=st.sampled_from([1, 2, 4, 8]), overlap=st.booleans())
+def test_moe_step_is_the_sum_of_its_parts(lam, ep, overlap):
+    job = mixtral(
+        num_gpus=16,
+        model={**_mixtral_entry(), "routing_imbalance": lam},
+        ep=ep,
+        pp=2,
+        vp=2,
+        moe_a2a_overlap=overlap and ep > 1,
+        training={"global_batch": 64},
+    )
+    b = estimate(job)
+    assert b.step_time_s == pytest.approx(sum(b.breakdown_s.values()))
+    exposed, link = b.breakdown_s["ep_exposed"], b.comm_time_s["ep"]
+    if job.plan.moe_a2a_overlap:  # hidden under the paired pass: never more than the wire time
+        assert 0.0 <= exposed <= link + 1e-12
+    else:  # on the critical path: all of it
+        assert exposed == pytest.approx(link)
