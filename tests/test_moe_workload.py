@@ -4,6 +4,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from commtax.costs.collectives import Level, Placement, deepep_table, deepep_time
 from commtax.costs.compute import quantisation_efficiency
@@ -198,10 +200,6 @@ def test_docs_worked_example():
             f"{b.breakdown_s['ep_exposed']:.2f} | {b.comm_tax:.1%} | {b.memory_gib_per_gpu['total']:.1f} | {b.fits} |"
         )
         assert line in doc, line
-
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 
 @settings(max_examples=25, deadline=None)
