@@ -233,3 +233,30 @@ def test_moe_step_is_the_sum_of_its_parts(lam, ep, overlap):
         assert 0.0 <= exposed <= link + 1e-12
     else:  # on the critical path: all of it
         assert exposed == pytest.approx(link)
+
+
+def test_moe_blocks_follow_the_nvlink_domain():
+    # the same model, training and plan on 8-GPU nodes and in one 16-GPU NVLink domain: DeepEP deduplicates only
+    # across nodes (the blocks are shared between jobs, so their key must see the domain's size)
+    def job(gpus_per_node):
+        return load_job(
+            {
+                "model": {**_mixtral_entry(), "num_experts": 16},
+                "cluster": {**H100, "num_gpus": 16, "gpus_per_node": gpus_per_node, "nics_per_node": gpus_per_node},
+                "plan": {"ep": 16, "moe_dispatcher": "deepep"},
+                "training": {"seq_len": 4096, "global_batch": 64},
+            }
+        )
+
+    def dedup(j):
+        return [c.dedup for c in build_workload(j).moe_layer.fwd.collectives if c.group == "ep"]
+
+    from commtax.spec import Job, build
+
+    nodes = job(8)
+    # the same model and training objects on the wider domain
+    cluster = nodes.cluster.model_copy(update={"gpus_per_node": 16, "nics_per_node": 16})
+    domain = build(Job, {"model": nodes.model, "cluster": cluster, "plan": nodes.plan, "training": nodes.training}, "")
+    assert dedup(nodes) == [pytest.approx(distinct_nodes(2, 2) / 2)] * 2  # 2 nodes, top-2
+    assert dedup(domain) == [1.0, 1.0]
+    assert dedup(job(16)) == [1.0, 1.0]

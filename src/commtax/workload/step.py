@@ -760,6 +760,8 @@ def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     """(layer, embed, head) of the job, built once per (model, training, the plan fields they read, dropout)."""
     p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
     key = (id(job.model), id(job.training), id(a), job.dropout, *map(p.__getattribute__, _block_fields(type(p))))
+    if job.model.is_moe:  # the MoE layer's node deduplication reads the NVLink domain's size
+        key += (job.cluster.gpus_per_node,)
     hit = _BLOCKS.get(key)
     if hit is not None and hit[0] is job.model and hit[1] is job.training and hit[2] is a:
         return hit[3]
