@@ -179,6 +179,7 @@ def test_estimate_and_simulate_agree_on_moe(plan):
     e, s = estimate(job), simulate(job).breakdown
     assert s.step_time_s == pytest.approx(e.step_time_s, rel=0.02)
     assert s.breakdown_s["ep_exposed"] == pytest.approx(e.breakdown_s["ep_exposed"], rel=1e-6)
+    assert s.comm_time_s["ep"] == pytest.approx(e.comm_time_s["ep"], rel=1e-6)  # the wire time, hidden or not
 
 
 def test_docs_worked_example():

@@ -186,6 +186,13 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
             if t.start_s > t.ready_s and t.cause is not None and tasks[t.cause].kind != t.kind:
                 # it waited for the NIC, and the one that let it go was the other kind of traffic
                 waited[t.kind] = waited.get(t.kind, 0.0) + t.start_s - t.ready_s
+    if builder.wl.moe_layer is not None:
+        # the all-to-all's wire time, hidden or not (the timeline draws only the part the passes wait for)
+        from commtax.schedule.analytical import ep_link
+
+        for d in range(p):
+            chunks = [builder.chunks[c * p + d] for c in range(builder.v)]
+            link[d]["ep"] = builder.m * sum(ep_link(ch.fwd) + ep_link(ch.bwd) + ep_link(ch.recompute) for ch in chunks)
     # the busiest stage sets the pace: the most time per step in its own passes (work and the TP/CP it waits for,
     # as the estimate's slowest stage; not the once-a-step optimizer); among equals, the one that finishes last
     pace = []
