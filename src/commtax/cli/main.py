@@ -180,12 +180,20 @@ def collective(
     sweep: Annotated[bool, flag("--sweep", "nccl-tests-style table from 8 B to --bytes, ×2 per row")] = False,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
+    deepep: Annotated[
+        Optional[Literal["dispatch", "combine"]],
+        typer.Option("--deepep", help="all_to_all as DeepEP's normal dispatch or combine kernel (catalog/deepep.yaml)"),
+    ] = None,
+    dedup: Annotated[
+        float,
+        typer.Option("--dedup", min=0.0, max=1.0, help="with --deepep: inter-node bytes kept after node deduplication"),
+    ] = 1.0,
 ) -> None:
     """Predict one collective: time, algbw, busbw, algorithm and the link that bounds it."""
     from commtax.costs.predict import check_options, cluster_from_options, predict_collective
     from commtax.units import parse_bytes
 
-    check_options(op, gpus, algorithm)
+    check_options(op, gpus, algorithm, deepep)
     try:
         nbytes = parse_bytes(size)
     except ValueError as e:
@@ -200,7 +208,7 @@ def collective(
         inter=inter,
         nics_per_node=nics_per_node,
     )
-    pred = predict_collective(op, nbytes, cluster, gpus, algorithm, protocol, sweep)
+    pred = predict_collective(op, nbytes, cluster, gpus, algorithm, protocol, sweep, deepep, dedup)
     if json_out:
         emit(list(pred.rows) if sweep else pred.rows[0], True)
         return

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from commtax.costs.collectives import collective_cost
+from commtax.costs.collectives import CollectiveCost, bus_factor, collective_cost, deepep_time
 from commtax.costs.topology import placement
 from commtax.errors import SpecError
 from commtax.spec import Cluster, build, load_catalog, resolve_cluster
@@ -58,10 +58,12 @@ def cluster_from_options(
     return build(Cluster, raw, "cluster")
 
 
-def check_options(op: str, gpus: int | None, algorithm: str | None) -> None:
-    """What is wrong with the group or the algorithm whatever the cluster (checked before it is built)."""
+def check_options(op: str, gpus: int | None, algorithm: str | None, deepep: str | None = None) -> None:
+    """What is wrong with the group, the kernel or the algorithm whatever the cluster (checked before it is built)."""
     if gpus is not None and gpus < 1:
         raise SpecError(f"--gpus: a group has at least 1 GPU, got {gpus}")
+    if deepep is not None and op != "all_to_all":
+        raise SpecError(f"--deepep: DeepEP kernels are all_to_all (MoE dispatch/combine), not {op}")
     if algorithm is not None and op in ("all_to_all", "send_recv"):
         raise SpecError(f"--algorithm: {op} has one algorithm (pairwise exchange); drop --algorithm")
 
@@ -83,9 +85,12 @@ def predict_collective(
     algorithm: str | None = None,
     protocol: str | None = None,
     sweep: bool = False,
+    deepep: str | None = None,
+    dedup: float = 1.0,
 ) -> CollectivePrediction:
-    """``op`` of ``nbytes`` (or the sweep up to it) over ``gpus`` ranks of ``cluster`` (all of them by default)."""
-    check_options(op, gpus, algorithm)
+    """``op`` of ``nbytes`` (or the sweep up to it) over ``gpus`` ranks of ``cluster`` (all of them by default);
+    ``deepep`` ("dispatch"/"combine"): an all_to_all as DeepEP's kernel, keeping ``dedup`` of its inter-node bytes."""
+    check_options(op, gpus, algorithm, deepep)
     n = cluster.num_gpus if gpus is None else gpus
     if n < 1 or n > cluster.num_gpus:
         raise SpecError(f"--gpus: must be between 1 and the cluster's num_gpus ({cluster.num_gpus}), got {n}")
@@ -96,6 +101,10 @@ def predict_collective(
     for s in sweep_sizes(nbytes) if sweep else [nbytes]:
         try:
             c = collective_cost(op, s, place, algorithm, protocol)
+            if deepep is not None:
+                t = deepep_time(f"deepep_{deepep}", s, place, dedup)
+                bw = s / t if t > 0 else float("inf")
+                c = CollectiveCost(t, f"deepep_{deepep}", c.bottleneck, bw, bw * bus_factor(op, n), "")
         except ValueError as e:
             raise SpecError(f"{'--protocol' if 'protocol' in str(e) else '--algorithm'}: {e}") from None
         rows.append(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from commtax.costs.collectives import Placement, bus_factor, collective_cost
+from commtax.costs.collectives import DEEPEP_OPS, Placement, bus_factor, collective_cost, deepep_time
 from commtax.costs.compute import ComputeModel, compute_model, op_time
 from commtax.costs.topology import group_placement, layout
 from commtax.spec import Cluster, Job
@@ -135,6 +135,12 @@ class Costs:
         return self._placements.get((group, op)) or self._placement(group, op)
 
     def collective(self, c: Collective) -> float:
+        if c.op in DEEPEP_OPS:  # DeepEP/HybridEP kernels: their own measured rates, node-deduplicated bytes
+            key = (c.group, c.op, c.bytes, c.dedup)
+            t = self._times.get(key)
+            if t is None:
+                t = self._times[key] = deepep_time(c.op, c.bytes, self.placement(c.group, c.op), c.dedup)
+            return t
         return self.collective_time(c.group, c.op, c.bytes)
 
     def collective_time(self, group: str, op: str, nbytes: float) -> float:

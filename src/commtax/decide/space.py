@@ -105,21 +105,24 @@ def _field_adapter(fieldname: str) -> TypeAdapter:
     return TypeAdapter(Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation)
 
 
-def _convert(fieldname: str, text: str) -> Any:
-    """One command-line value of a plan field, parsed and checked by the spec's own type (pydantic)."""
+def convert_value(fieldname: str, text: str) -> Any:
+    """One command-line value of a plan field (an axis or any other), parsed and checked by the spec's own type."""
     text = text.strip()
-    axis = AXIS[fieldname]
+    flag = f"--{fieldname.replace('_', '-')}"
     value: Any = text
-    choices = axis.choices
+    choices = get_args(Plan.model_fields[fieldname].annotation)
     if choices and all(isinstance(c, int) for c in choices):  # an integer Literal (zero): "2" -> 2
         try:
             value = int(text)
         except ValueError:
-            raise SpecError(f"{axis.flag}: expected one of {', '.join(map(str, choices))}, got {text!r}") from None
+            raise SpecError(f"{flag}: expected one of {', '.join(map(str, choices))}, got {text!r}") from None
     try:
         return _field_adapter(fieldname).validate_python(value)
     except ValidationError as e:
-        raise SpecError(f"{axis.flag}: {e.errors()[0]['msg'].lower()}, got {text!r}") from None
+        raise SpecError(f"{flag}: {e.errors()[0]['msg'].lower()}, got {text!r}") from None
+
+
+_convert = convert_value
 
 
 def parse_constraint(fieldname: str, text: str) -> Constraint:
