@@ -126,7 +126,8 @@ class StepBuilder:
         self.chunk_layers = self.wl.chunk_layers or (self.wl.layers_per_stage // self.v,) * self.V
         self._phase_cache: dict[tuple[Block, str], PhaseCost] = {}
         self._templates: dict[tuple[int, str, float], Template] = {}
-        self._cuts: dict[tuple[int, str], list[tuple[float, tuple[int, ...], float, list[float]]]] = {}  # by (virtual stage, phase)
+        # a pass's pieces by (virtual stage, phase)
+        self._cuts: dict[tuple[int, str], list[tuple[float, tuple[int, ...], float, list[float]]]] = {}
         self._codec: dict[float, float] = {}
         self.chunks = [self._chunk(k) for k in range(self.V)]
         self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
@@ -211,7 +212,8 @@ class StepBuilder:
         """The gradient codec of ``params`` gradients (``Workload.dp_codec``)."""
         s = self._codec.get(params)
         if s is None:
-            s = self._codec[params] = sum(self.costs.compute(x) for x in self.wl.dp_codec) * params / self.max_stage_params
+            s = sum(self.costs.compute(x) for x in self.wl.dp_codec) * params / self.max_stage_params
+            self._codec[params] = s
         return s
 
     # ------------------------------------------------------------------ graph
