@@ -214,51 +214,56 @@ def hot_bias(x: torch.Tensor, w_router: torch.Tensor, top_k: int, target: float,
 
 
 # ----------------------------------------------------------------------------- calibration
-LLC_FLUSH_BYTES = 256 * 2**20  # larger than any last-level cache the bench runs on (as ddp_bench)
+class ComputeTwin:
+    """This rank's compute rates, sampled right after each timed step (the same time window and host load as the
+    step, as ``bench ddp``'s compute-only twins): fp32 GEMM FLOP/s at the expert MLP's two shapes (m = the balanced
+    rows per expert) and at the router's, the elementwise GELU rate, and a row-gather copy bandwidth.
 
+    Operands are allocated once and reused: in the layer an expert's weights (h·ffn·4 B each, reused every step) and
+    the rows it runs on (just written by the dispatch) are in cache too, so no cache flush (unlike ``ddp_bench``)."""
 
-def median_cold(run, iters: int, flush: torch.Tensor, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        run()
-    ts = []
-    for _ in range(iters):
-        flush.zero_()
-        t0 = time.perf_counter()
-        run()
-        ts.append(time.perf_counter() - t0)
-    return sorted(ts)[len(ts) // 2]
+    def __init__(self, cfg: MoEBenchConfig, rows_per_expert: int):
+        h, f, E, T = cfg.hidden, cfg.ffn, cfg.experts, cfg.tokens
+        self.cfg, self.m = cfg, max(1, rows_per_expert)
+        x, w1, w2, hid = torch.randn(self.m, h), torch.randn(h, f), torch.randn(f, h), torch.randn(self.m, f)
+        xr, wr = torch.randn(T, h), torch.randn(h, E)
+        idx = torch.randint(0, T, (T * cfg.top_k,))
+        self.ops = (
+            lambda: x @ w1,
+            lambda: hid @ w2,
+            lambda: xr @ wr,
+            lambda: F.gelu(hid),
+            lambda: xr.index_select(0, idx),
+        )
+        self.samples: list[list[float]] = []
+        for op in self.ops:
+            op()
 
+    def sample(self) -> None:
+        ts = []
+        for op in self.ops:
+            t0 = time.perf_counter()
+            op()
+            ts.append(time.perf_counter() - t0)
+        self.samples.append(ts)
 
-def calibrate_compute(cfg: MoEBenchConfig, rows_per_expert: int, iters: int = 5) -> dict:
-    """This rank's rates, measured now, cold cache (each timed run after a write that evicts the LLC, as
-    ddp_bench.calibrate_compute): fp32 GEMM FLOP/s at the expert MLP's two shapes (m = the balanced rows per
-    expert) and at the router's, the elementwise GELU rate, and a row-gather copy bandwidth. Slowest rank (MAX)."""
-    flush = torch.empty(LLC_FLUSH_BYTES // 4)
-    h, f, E, T = cfg.hidden, cfg.ffn, cfg.experts, cfg.tokens
-    m = max(1, rows_per_expert)
-    x, w1, w2, hid = torch.randn(m, h), torch.randn(h, f), torch.randn(f, h), torch.randn(m, f)
-    xr, wr = torch.randn(T, h), torch.randn(h, E)
-    idx = torch.randint(0, T, (T * cfg.top_k,))
-    t = torch.tensor(
-        [
-            median_cold(lambda: x @ w1, iters, flush),
-            median_cold(lambda: hid @ w2, iters, flush),
-            median_cold(lambda: xr @ wr, iters, flush),
-            median_cold(lambda: F.gelu(hid), iters, flush),
-            median_cold(lambda: xr.index_select(0, idx), iters, flush),
-        ],
-        dtype=torch.float64,
-    )
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    up, down, router, gelu, gather = t.tolist()
-    return {
-        "expert_up_flop_per_s": 2 * m * h * f / up,
-        "expert_down_flop_per_s": 2 * m * f * h / down,
-        "router_flop_per_s": 2 * T * h * E / router,
-        "gelu_elem_per_s": m * f / gelu,
-        "gather_bytes_per_s": 2 * T * cfg.top_k * h * BYTES / gather,  # read + write of each gathered row
-        "rows_per_expert": m,
-    }
+    def rates(self) -> dict:
+        """Median per op over the samples, slowest rank (MAX: it sets the pace)."""
+        cols = list(zip(*self.samples))
+        t = torch.tensor([_median(list(c)) for c in cols], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        up, down, router, gelu, gather = t.tolist()
+        cfg, m = self.cfg, self.m
+        h, f, E, T = cfg.hidden, cfg.ffn, cfg.experts, cfg.tokens
+        return {
+            "expert_up_flop_per_s": 2 * m * h * f / up,
+            "expert_down_flop_per_s": 2 * m * f * h / down,
+            "router_flop_per_s": 2 * T * h * E / router,
+            "gelu_elem_per_s": m * f / gelu,
+            "gather_bytes_per_s": 2 * T * cfg.top_k * h * BYTES / gather,  # read + write of each gathered row
+            "rows_per_expert": m,
+            "samples": len(self.samples),
+        }
 
 
 def probe_reverse_share(nbytes_per_pair: int, iters: int = 5) -> dict:
@@ -285,8 +290,9 @@ def _median(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
 
 
-def bench(cfg: MoEBenchConfig, dog=None) -> dict:
-    """The timed steps and the record's measured part (collective: every rank calls it)."""
+def bench(cfg: MoEBenchConfig, dog=None, twin: ComputeTwin | None = None) -> dict:
+    """The timed steps and the record's measured part (collective: every rank calls it); ``twin`` samples the
+    compute rates after each timed step."""
     n, rank = dist.get_world_size(), dist.get_rank()
     layer = MoELayer(cfg, n, rank)
     for _ in range(cfg.warmup):
@@ -301,6 +307,8 @@ def bench(cfg: MoEBenchConfig, dog=None) -> dict:
         t0 = time.perf_counter()
         _, r, _ = layer.forward(times)
         layer_s.append(time.perf_counter() - t0)
+        if twin is not None:
+            twin.sample()
     if dog is not None:
         dog.disarm()
     med = torch.tensor([_median(times[p]) for p in PHASES] + [_median(layer_s)], dtype=torch.float64)
@@ -345,43 +353,46 @@ def transpose(m: list[list[float]]) -> list[list[float]]:
     return [list(col) for col in zip(*m)]
 
 
-def reverse_share(probe: dict, cluster: dict) -> float:
-    """κ from the probe: t · B_node / (bytes one way on a node link) − 1, in [0, 1] (the α steps taken off)."""
+def cluster_placement(cluster: dict, n: int, ranks_per_node: int):
+    """The collectives ``Placement`` of all n ranks as one group on the cluster file (torch-free)."""
     from commtax.costs.topology import placement
-    from commtax.spec import load_catalog, resolve_cluster
+    from commtax.spec import Cluster, build, load_catalog, resolve_cluster
 
-    n = cluster["num_gpus"]
-    rpn = probe["ranks_per_node"]
-    c = resolve_cluster({**cluster, "num_gpus": n, "gpus_per_node": rpn}, load_catalog())
-    p = placement(c, n, 1, "all_to_all")
-    if p.inter is None:
+    raw = resolve_cluster({**cluster, "num_gpus": n, "gpus_per_node": ranks_per_node}, load_catalog())
+    return placement(build(Cluster, raw, "--cluster"), n, 1, "all_to_all")
+
+
+def reverse_share(probe: dict, p) -> float:
+    """κ from the probe: t · B_node / (bytes one way on a node link) − 1, in [0, 1], the (n − 1) α taken off first."""
+    if p.inter is None or p.nodes < 2:
         return 0.0
-    one_way = rpn * (n - rpn) * probe["probe_bytes_per_pair"]
-    t = probe["probe_s"] - (n - 1) * p.inter.latency_s
+    rpn = probe["ranks_per_node"]
+    one_way = rpn * (p.n - rpn) * probe["probe_bytes_per_pair"] / (p.nodes - 1)  # to each other node … 2 nodes: all
+    t = probe["probe_s"] - (p.n - 1) * p.inter.latency_s
     return min(1.0, max(0.0, t * p.node_inter_bw / one_way - 1.0))
 
 
-def predict(record: dict, cluster: dict, calib: dict, kappa: float) -> dict:
+def predict(record: dict, cluster: dict) -> dict:
     """Each phase from the commtax cost model: the all-to-alls from ``costs.alltoall`` on the cluster file's links
-    (gloo: κ from the probe), the compute phases from the rates calibrated on this machine in the same run.
+    (gloo: κ from the record's probe), the compute phases from the rates calibrated on this machine in the same run
+    (``record["calibration"]``). Recomputable from a saved record.
 
     Per phase the busiest rank's time (the all-to-alls line the ranks up): the router and permute do the same
     work on every rank; the experts' rank is the one that received the most rows (λ stretches it); unpermute
     scales and adds back T·k rows on every rank.
     """
     from commtax.costs.alltoall import routed_all_to_all
-    from commtax.costs.topology import placement
-    from commtax.spec import load_catalog, resolve_cluster
 
+    calib = record["calibration"]
     n, rpn = record["world_size"], record["ranks_per_node"]
     h, f, E, T, k = record["hidden"], record["ffn"], record["experts"], record["tokens"], record["top_k"]
-    c = resolve_cluster({**cluster, "num_gpus": n, "gpus_per_node": rpn}, load_catalog())
-    p = placement(c, n, 1, "all_to_all")
+    p = cluster_placement(cluster, n, rpn)
+    kappa = reverse_share(calib, p) if p.library == "gloo" else 0.0
     m = traffic_bytes(record)
     dispatch = routed_all_to_all(m, p, kappa)
     combine = routed_all_to_all(transpose(m), p, kappa)
     counts_a2a = routed_all_to_all([[8.0 * E / n] * n for _ in range(n)], p, kappa)  # E int64 counts
-    per = experts_per_rank_n(E, n)
+    per = E // n
     tpe = record["tokens_per_expert"]
     gemm_flop = [2 * tpe[e] * h * f for e in range(E)]  # per GEMM (up or down) of expert e
     experts_rank = [
@@ -416,10 +427,6 @@ def predict(record: dict, cluster: dict, calib: dict, kappa: float) -> dict:
     }
 
 
-def experts_per_rank_n(experts: int, n: int) -> int:
-    return experts // n
-
-
 # ----------------------------------------------------------------------------- entry
 def _where() -> str:
     return (
@@ -446,22 +453,27 @@ def run(cfg: MoEBenchConfig, sink, cluster: dict | None = None, log=print) -> di
     dog = Watchdog(dist.distributed_c10d._get_default_store(), rank, n, cfg.timeout_s, _where())
     balanced_rows = cfg.tokens * cfg.top_k * n // cfg.experts
     probe_bytes = max(64 * 1024, cfg.tokens * cfg.top_k * cfg.hidden * BYTES // n)  # a dispatch's per-pair share
-    before = calibrate_compute(cfg, balanced_rows) if cluster is not None else None
+    twin = ComputeTwin(cfg, balanced_rows) if cluster is not None else None
     probe = probe_reverse_share(probe_bytes) if cluster is not None else None
-    rec = bench(cfg, dog)
+    rec = bench(cfg, dog, twin)
     err = check_routing(cfg)
     t = torch.tensor([err], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     rec["max_abs_error_vs_reference"] = float(t)
     if cluster is not None:
-        after = calibrate_compute(cfg, balanced_rows)
         probe2 = probe_reverse_share(probe_bytes)
-        calib = {k: (before[k] + after[k]) / 2 for k in before}
         probe = {**probe, "probe_s": (probe["probe_s"] + probe2["probe_s"]) / 2}
-        kappa = reverse_share({**probe}, cluster) if cluster.get("collective_library", "nccl") == "gloo" else 0.0
-        rec.update(predict(rec, cluster, calib, kappa))
-        rec["calibration"] = {**calib, **probe, "source": "measured in this run, before and after"}
+        rec["calibration"] = {
+            **twin.rates(),
+            **probe,
+            "source": "compute: sampled after each timed step; probe: before and after the steps, mean",
+        }
     rec["load_average"] = os.getloadavg()[0]
+    if rank == 0 and cluster is not None:
+        try:
+            rec.update(predict(rec, cluster))
+        except Exception as e:  # the measurement is kept; `predict` can be re-run on the saved record
+            rec["prediction_error"] = f"{type(e).__name__}: {e}"
     if rank == 0:
         sink.append(rec)
         for ph in (*PHASES, "layer"):
