@@ -595,9 +595,7 @@ def bench_moe(
         float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")
     ] = 300.0,
     out: Annotated[Optional[Path], typer.Option("--out", help="JSON list with the run's record (and a .csv)")] = None,
-    nproc: Annotated[
-        int, typer.Option("--nproc", help="local ranks to launch when not already under torchrun")
-    ] = 2,
+    nproc: Annotated[int, typer.Option("--nproc", help="local ranks to launch when not already under torchrun")] = 2,
 ) -> None:
     """One MoE layer (router, permute, all_to_all dispatch, expert MLPs, combine, unpermute) per phase, measured and
     predicted."""
@@ -619,9 +617,7 @@ def bench_moe(
     if not 1 <= tokens <= MAX_MOE_TOKENS:
         fail(f"--tokens: 1 to {MAX_MOE_TOKENS} per rank, got {tokens}")
     if not (math.isfinite(imbalance) and 1.0 <= imbalance <= experts / top_k):
-        fail(
-            f"--imbalance: λ from 1 to E/top-k = {experts / top_k:g} (every token on the hot expert), got {imbalance}"
-        )
+        fail(f"--imbalance: λ from 1 to E/top-k = {experts / top_k:g} (every token on the hot expert), got {imbalance}")
     if not 1 <= steps <= MAX_MOE_STEPS or not 0 <= warmup <= MAX_MOE_STEPS:
         fail(f"--steps/--warmup: 1 to {MAX_MOE_STEPS} timed steps, 0 to {MAX_MOE_STEPS} warm-up, got {steps}/{warmup}")
     if not math.isfinite(timeout):
@@ -630,8 +626,10 @@ def bench_moe(
     rank_bytes = 4 * (tokens * hidden * (1 + 4 * top_k + 2 * n * top_k) + 2 * experts * hidden * ffn)
     avail = _mem_available_bytes()
     if avail and n * rank_bytes > avail:
-        fail(f"--tokens/--hidden/--ffn/--experts: {n} ranks × {rank_bytes / 2**30:.2f} GiB do not fit the "
-             f"{avail / 2**30:.1f} GiB free; make them smaller")
+        fail(
+            f"--tokens/--hidden/--ffn/--experts: {n} ranks × {rank_bytes / 2**30:.2f} GiB do not fit the "
+            f"{avail / 2**30:.1f} GiB free; make them smaller"
+        )
     cluster = _read_cluster(cluster_file) if cluster_file is not None else None
     if "RANK" not in os.environ:  # not under torchrun: become it, locally (checked once, here)
         if out is not None:

@@ -108,14 +108,16 @@ def expert_mlp(rows: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.
     return F.gelu(rows @ w1) @ w2
 
 
-def run_experts(recv: torch.Tensor, recv_counts: torch.Tensor, w1: list, w2: list) -> torch.Tensor:
-    """recv holds, per source rank, its rows for local expert 0, 1, …: group by expert, run each MLP, put back."""
+def run_experts(recv: torch.Tensor, recv_counts: torch.Tensor, w1: list, w2: list, identity: bool = False):
+    """recv holds, per source rank, its rows for local expert 0, 1, …: group by expert, run each MLP, put back
+    (``identity``: the rows pass through unchanged, for the check that every row comes back to its token)."""
     n, local = recv_counts.shape
     pieces = list(torch.split(recv, recv_counts.reshape(-1).tolist()))  # [s * local + e]
     out = [None] * len(pieces)
     for e in range(local):
         mine = [pieces[s * local + e] for s in range(n)]
-        y = expert_mlp(torch.cat(mine), w1[e], w2[e])
+        grouped = torch.cat(mine)
+        y = grouped if identity else expert_mlp(grouped, w1[e], w2[e])
         for s, part in zip(range(n), torch.split(y, [p.shape[0] for p in mine])):
             out[s * local + e] = part
     return torch.cat(out) if out else recv
@@ -146,6 +148,7 @@ class MoELayer:
         if cfg.imbalance > 1.0:
             self.bias[0] = hot_bias(self.x, self.w_router, cfg.top_k, cfg.imbalance)
         self.counter = ByteCounter()
+        self.identity = False
 
     def forward(self, times: dict[str, list[float]] | None = None) -> tuple[torch.Tensor, Routing, torch.Tensor]:
         """One layer pass; per-phase seconds appended to ``times``. Returns (output, routing, recv_counts)."""
@@ -166,7 +169,7 @@ class MoELayer:
         recv = torch.empty(sum(recv_splits), self.cfg.hidden)
         self.counter.all_to_all(recv, rows, recv_splits, send_splits)
         lap("dispatch")
-        y = run_experts(recv, recv_counts, self.w1, self.w2)
+        y = run_experts(recv, recv_counts, self.w1, self.w2, self.identity)
         lap("experts")
         back = torch.empty_like(rows)
         self.counter.all_to_all(back, y, send_splits, recv_splits)
@@ -313,7 +316,6 @@ def bench(cfg: MoEBenchConfig, dog=None, twin: ComputeTwin | None = None) -> dic
         dog.disarm()
     med = torch.tensor([_median(times[p]) for p in PHASES] + [_median(layer_s)], dtype=torch.float64)
     dist.all_reduce(med, op=dist.ReduceOp.MAX)
-    counts = torch.stack([r.expert_counts] * 1)
     world_counts = r.expert_counts.clone()
     dist.all_reduce(world_counts)
     # the traffic matrix in rows: every rank's send splits
@@ -323,7 +325,6 @@ def bench(cfg: MoEBenchConfig, dog=None, twin: ComputeTwin | None = None) -> dic
     sent = torch.tensor([layer.counter.sent[0], layer.counter.received[0]], dtype=torch.int64)
     per_rank = [torch.empty_like(sent) for _ in range(n)]
     dist.all_gather(per_rank, sent)
-    del counts
     return {
         "bench": "moe",
         **asdict(cfg),
@@ -435,11 +436,31 @@ def _where() -> str:
     )
 
 
-def check_routing(cfg: MoEBenchConfig) -> float:
-    """max |distributed layer − single-rank reference| on this rank (collective)."""
-    layer = MoELayer(cfg, dist.get_world_size(), dist.get_rank())
+def check_routing(cfg: MoEBenchConfig) -> dict:
+    """The layer's correctness on this run's ranks (collective), worst rank:
+
+    * identity experts: every row comes back to the token it left (out = x, the k weights sum to 1);
+    * the real experts: out equals the layer computed on one rank with every expert's weights;
+    * the counts each rank received (the dispatch's receive splits) equal what the senders routed to it."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    layer = MoELayer(cfg, n, rank)
+    layer.identity = True
     out, _, _ = layer.forward()
-    return float((out - layer.reference()).abs().max())
+    identity_err = float((out - layer.x).abs().max())
+    layer.identity = False
+    out, r, recv_counts = layer.forward()
+    ref_err = float((out - layer.reference()).abs().max())
+    sent = torch.tensor(rank_splits(r.expert_counts, n), dtype=torch.int64)
+    table = [torch.empty_like(sent) for _ in range(n)]
+    dist.all_gather(table, sent)
+    mismatch = float(recv_counts.sum(1).tolist() != [int(t[rank]) for t in table])
+    t = torch.tensor([identity_err, ref_err, mismatch], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return {
+        "check_identity_max_abs_error": float(t[0]),
+        "check_reference_max_abs_error": float(t[1]),
+        "check_counts_match": bool(t[2] == 0),
+    }
 
 
 def run(cfg: MoEBenchConfig, sink, cluster: dict | None = None, log=print) -> dict:
@@ -456,10 +477,7 @@ def run(cfg: MoEBenchConfig, sink, cluster: dict | None = None, log=print) -> di
     twin = ComputeTwin(cfg, balanced_rows) if cluster is not None else None
     probe = probe_reverse_share(probe_bytes) if cluster is not None else None
     rec = bench(cfg, dog, twin)
-    err = check_routing(cfg)
-    t = torch.tensor([err], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    rec["max_abs_error_vs_reference"] = float(t)
+    rec.update(check_routing(cfg))
     if cluster is not None:
         probe2 = probe_reverse_share(probe_bytes)
         probe = {**probe, "probe_s": (probe["probe_s"] + probe2["probe_s"]) / 2}
