@@ -87,6 +87,8 @@ def steps_in(r: RankReport) -> int:
 
 def group_of(job: Job, kind: str, group_size: int | None) -> str:
     """The plan's process group a measured collective ran on (``?`` when the sizes do not say)."""
+    if kind == "all_to_all":  # MoE dispatch and combine (NCCL AllToAll/SendRecv, DeepEP): expert parallel
+        return "ep"
     if kind == "send_recv":
         return "pp" if job.plan.pp > 1 else "?"
     sizes = layout(job).size
