@@ -314,8 +314,10 @@ def bench(cfg: MoEBenchConfig, dog=None, twin: ComputeTwin | None = None) -> dic
             twin.sample()
     if dog is not None:
         dog.disarm()
-    med = torch.tensor([_median(times[p]) for p in PHASES] + [_median(layer_s)], dtype=torch.float64)
-    dist.all_reduce(med, op=dist.ReduceOp.MAX)
+    mine = torch.tensor([_median(times[p]) for p in PHASES] + [_median(layer_s)], dtype=torch.float64)
+    by_rank = [torch.empty_like(mine) for _ in range(n)]
+    dist.all_gather(by_rank, mine)
+    med = torch.stack(by_rank).max(0).values
     world_counts = r.expert_counts.clone()
     dist.all_reduce(world_counts)
     # the traffic matrix in rows: every rank's send splits
@@ -340,6 +342,7 @@ def bench(cfg: MoEBenchConfig, dog=None, twin: ComputeTwin | None = None) -> dic
         "dispatch_received_bytes": [int(p[1]) for p in per_rank],
         **{f"{p}_s": float(v) for p, v in zip(PHASES, med[:-1])},
         "layer_s": float(med[-1]),
+        "phase_s_by_rank": {p: [float(r[i]) for r in by_rank] for i, p in enumerate((*PHASES, "layer"))},
         "unix_time": time.time(),
     }
 

@@ -159,16 +159,17 @@ def compare(report: TraceReport, job: Job) -> Comparison:
     mean = lambda name: statistics.fmean(per_step(r, name) for r in ranks)
     exposed = {
         g: statistics.fmean(measured_exposed_by_group(job, r).get(g, 0.0) for r in ranks)
-        for g in ("tp", "cp", "pp", "dp", "?")
+        for g in ("tp", "cp", "pp", "dp", "ep", "?")
     }
     rows = [
         Row("step_time_s", statistics.fmean(r.step_time_s for r in ranks), b.step_time_s),
         Row("compute_s", mean("compute_s"), predicted_compute_s(b)),
         Row("comm_s", mean("comm_s"), sum(b.comm_time_s.values())),
     ]
-    for g in ("tp", "cp", "pp", "dp"):
-        if exposed[g] > 0 or b.breakdown_s[f"{g}_exposed"] > 0:
-            rows.append(Row(f"{g}_exposed_s", exposed[g], b.breakdown_s[f"{g}_exposed"]))
+    for g in ("tp", "cp", "pp", "dp", "ep"):  # ep: the MoE all-to-alls (a dense estimate has no ep_exposed: 0)
+        predicted = b.breakdown_s.get(f"{g}_exposed", 0.0)
+        if exposed[g] > 0 or predicted > 0:
+            rows.append(Row(f"{g}_exposed_s", exposed[g], predicted))
     rows += [
         Row("exposed_comm_s", mean("exposed_comm_s"), sum(b.breakdown_s[f"{g}_exposed"] for g in GROUPS)),
         Row("idle_s", mean("idle_s"), None),
