@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from commtax.costs.alltoall import link_time_s, routed_all_to_all
 from commtax.costs.collectives import Level, Placement
@@ -60,6 +62,30 @@ def test_inside_a_node_the_intra_level_prices_it_and_alpha_counts_each_peer():
     r = routed_all_to_all([[0, 3e6], [1e6, 0]], p)
     assert r.time_s == pytest.approx(10e-6 + 3e6 / 1e9)  # (n − 1) α + the heavier direction of rank 0
     assert r.bottleneck == "intra"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0, 1e7), min_size=16, max_size=16),
+    st.floats(0, 1),
+)
+def test_routed_all_to_all_invariants(flat, kappa):
+    """Full duplex ≤ time ≤ half duplex on the busiest node link; combine (the transpose) costs what dispatch does;
+    doubling every byte doubles the (α-free) time."""
+    m = [flat[4 * i : 4 * i + 4] for i in range(4)]
+    for i in range(4):
+        m[i][i] = 0.0
+    p = two_by_two()
+    r = routed_all_to_all(m, p, kappa)
+    B = p.node_inter_bw
+    links = list(zip(r.inter_out_bytes, r.inter_in_bytes))
+    assert r.time_s >= max(max(o, i) for o, i in links) / B * (1 - 1e-12)
+    intra = max(max(m[0][1], m[1][0]), max(m[2][3], m[3][2])) / p.intra.bw_bytes_per_s
+    assert r.time_s <= max(max(o + i for o, i in links) / B, intra) * (1 + 1e-12)
+    t = routed_all_to_all([list(c) for c in zip(*m)], p, kappa).time_s
+    assert t == pytest.approx(r.time_s)
+    assert routed_all_to_all([[2 * x for x in row] for row in m], p, kappa).time_s == pytest.approx(2 * r.time_s)
+    assert sum(r.send_bytes) == pytest.approx(sum(r.recv_bytes))
 
 
 def test_bad_matrix_and_share_are_refused():
@@ -174,10 +200,23 @@ def test_the_predictions_bytes_equal_the_counted_bytes(local_run):
         (["--out", "/nonexistent/dir/x.json"], "--out"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(args, needle):
-    r = cli("bench", "moe", *args, timeout=60)
-    assert r.returncode == 2, r.stderr
-    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
+def test_bad_input_is_one_line_and_exit_2(args, needle, monkeypatch):
+    from typer.testing import CliRunner
+
+    from commtax.cli.measure import bench_app
+
+    for var in ("RANK", "WORLD_SIZE"):  # as the launcher sees it: no rank started
+        monkeypatch.delenv(var, raising=False)
+    r = CliRunner().invoke(bench_app, ["moe", *args])
+    assert r.exit_code == 2, r.output
+    assert needle in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_bad_input_through_the_command_line():
+    r = cli("bench", "moe", "--experts", "7", timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "error: --experts: 7 experts do not divide over 2 ranks; use a multiple of 2"
+    ), r.stderr
 
 
 # ----------------------------------------------------------------------------- the emulated cluster
