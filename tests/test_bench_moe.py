@@ -182,6 +182,8 @@ def test_the_predictions_bytes_equal_the_counted_bytes(local_run):
     r = routed_all_to_all(traffic_bytes(local_run), p)
     assert list(r.send_bytes) == local_run["dispatch_sent_bytes"]  # counted at the all_to_all_single call
     assert list(r.recv_bytes) == local_run["dispatch_received_bytes"]
+    assert local_run["combine_sent_bytes"] == local_run["dispatch_received_bytes"]  # the reverse exchange
+    assert local_run["combine_received_bytes"] == local_run["dispatch_sent_bytes"]
     assert local_run["layer_s"] > 0 and all(local_run[f"{x}_s"] > 0 for x in PHASES)
 
 

@@ -324,7 +324,8 @@ def bench(cfg: MoEBenchConfig, dog=None, twin: ComputeTwin | None = None) -> dic
     splits = torch.tensor(rank_splits(r.expert_counts, n), dtype=torch.int64)
     matrix = [torch.empty_like(splits) for _ in range(n)]
     dist.all_gather(matrix, splits)
-    sent = torch.tensor([layer.counter.sent[0], layer.counter.received[0]], dtype=torch.int64)
+    c = layer.counter  # calls of the first timed step: [0] dispatch, [1] combine
+    sent = torch.tensor([c.sent[0], c.received[0], c.sent[1], c.received[1]], dtype=torch.int64)
     per_rank = [torch.empty_like(sent) for _ in range(n)]
     dist.all_gather(per_rank, sent)
     return {
@@ -340,6 +341,8 @@ def bench(cfg: MoEBenchConfig, dog=None, twin: ComputeTwin | None = None) -> dic
         "bytes_per_row": cfg.hidden * BYTES,
         "dispatch_sent_bytes": [int(p[0]) for p in per_rank],
         "dispatch_received_bytes": [int(p[1]) for p in per_rank],
+        "combine_sent_bytes": [int(p[2]) for p in per_rank],
+        "combine_received_bytes": [int(p[3]) for p in per_rank],
         **{f"{p}_s": float(v) for p, v in zip(PHASES, med[:-1])},
         "layer_s": float(med[-1]),
         "phase_s_by_rank": {p: [float(r[i]) for r in by_rank] for i, p in enumerate((*PHASES, "layer"))},
