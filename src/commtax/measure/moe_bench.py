@@ -20,6 +20,7 @@ the record keeps the slowest rank's median per phase (the all-to-alls line the r
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -98,7 +99,7 @@ class ByteCounter:
         self.received: list[int] = []
 
     def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int]) -> None:
-        rank, row = dist.get_rank(), inp.element_size() * (inp[0].numel() if inp.dim() > 1 else 1)
+        rank, row = dist.get_rank(), inp.element_size() * math.prod(inp.shape[1:])  # a rank may receive no rows
         self.sent.append(row * (sum(in_splits) - in_splits[rank]))
         self.received.append(row * (sum(out_splits) - out_splits[rank]))
         dist.all_to_all_single(out, inp, out_splits, in_splits)
