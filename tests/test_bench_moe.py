@@ -185,6 +185,7 @@ def test_the_predictions_bytes_equal_the_counted_bytes(local_run):
     assert local_run["combine_sent_bytes"] == local_run["dispatch_received_bytes"]  # the reverse exchange
     assert local_run["combine_received_bytes"] == local_run["dispatch_sent_bytes"]
     assert local_run["layer_s"] > 0 and all(local_run[f"{x}_s"] > 0 for x in PHASES)
+    assert 0 < local_run["a2a_share"] < 1
 
 
 @pytest.mark.parametrize(

@@ -346,6 +346,9 @@ def bench(cfg: MoEBenchConfig, dog=None, twin: ComputeTwin | None = None) -> dic
         "combine_received_bytes": [int(p[3]) for p in per_rank],
         **{f"{p}_s": float(v) for p, v in zip(PHASES, med[:-1])},
         "layer_s": float(med[-1]),
+        # the all-to-all tax of the layer: (dispatch + combine) / layer on each rank (its waits for slower ranks
+        # are inside its all-to-alls), mean over ranks
+        "a2a_share": sum(float((r[2] + r[4]) / r[-1]) for r in by_rank) / n,
         "phase_s_by_rank": {p: [float(r[i]) for r in by_rank] for i, p in enumerate((*PHASES, "layer"))},
         "unix_time": time.time(),
     }
@@ -427,6 +430,7 @@ def predict(record: dict, cluster: dict) -> dict:
     return {
         **{f"predicted_{ph}_s": v for ph, v in pred.items()},
         "predicted_layer_s": sum(pred.values()),
+        "predicted_a2a_share": (pred["dispatch"] + pred["combine"]) / sum(pred.values()),
         "predicted_dispatch_sent_bytes": list(dispatch.send_bytes),
         "predicted_dispatch_received_bytes": list(dispatch.recv_bytes),
         "predicted_inter_node_bytes": {"out": list(dispatch.inter_out_bytes), "in": list(dispatch.inter_in_bytes)},
