@@ -315,7 +315,10 @@ def bench(cfg: MoEBenchConfig, dog=None, twin: ComputeTwin | None = None) -> dic
             twin.sample()
     if dog is not None:
         dog.disarm()
-    mine = torch.tensor([_median(times[p]) for p in PHASES] + [_median(layer_s)], dtype=torch.float64)
+    # per rank: each phase's median, the layer's median, and the all-to-alls' share of the timed steps (a ratio of
+    # sums, ≤ 1: its waits for slower ranks are inside its all-to-alls)
+    share = (sum(times["dispatch"]) + sum(times["combine"])) / sum(layer_s)
+    mine = torch.tensor([_median(times[p]) for p in PHASES] + [_median(layer_s), share], dtype=torch.float64)
     by_rank = [torch.empty_like(mine) for _ in range(n)]
     dist.all_gather(by_rank, mine)
     med = torch.stack(by_rank).max(0).values
@@ -344,11 +347,9 @@ def bench(cfg: MoEBenchConfig, dog=None, twin: ComputeTwin | None = None) -> dic
         "dispatch_received_bytes": [int(p[1]) for p in per_rank],
         "combine_sent_bytes": [int(p[2]) for p in per_rank],
         "combine_received_bytes": [int(p[3]) for p in per_rank],
-        **{f"{p}_s": float(v) for p, v in zip(PHASES, med[:-1])},
-        "layer_s": float(med[-1]),
-        # the all-to-all tax of the layer: (dispatch + combine) / layer on each rank (its waits for slower ranks
-        # are inside its all-to-alls), mean over ranks
-        "a2a_share": sum(float((r[2] + r[4]) / r[-1]) for r in by_rank) / n,
+        **{f"{p}_s": float(v) for p, v in zip(PHASES, med[: len(PHASES)])},
+        "layer_s": float(med[len(PHASES)]),
+        "a2a_share": sum(float(r[-1]) for r in by_rank) / n,  # the layer's all-to-all tax, mean over ranks
         "phase_s_by_rank": {p: [float(r[i]) for r in by_rank] for i, p in enumerate((*PHASES, "layer"))},
         "unix_time": time.time(),
     }
