@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from commtax.cli.trace import trace_command
 from commtax.trace import analyze
 
+REPO = Path(__file__).resolve().parents[1]
+
 DEEPEP = [
     "void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int, int const*, int*, int, int, int, int*, int**, int, void**, int**, int)",  # noqa: E501
     "void deep_ep::intranode::dispatch<8, 768, 6144>(int4*, float*, int*, long*, float*, int*, int4 const*)",
@@ -128,3 +130,15 @@ def test_against_puts_all_to_all_on_the_ep_group():
     from commtax.trace.against import group_of
 
     assert group_of(None, "all_to_all", 8) == "ep"  # the kind alone says it: no plan needed
+
+
+def test_the_measured_breakdown_puts_the_all_to_alls_on_ep(ep_trace):
+    """trace --against: the measured Breakdown of an MoE trace has ep_exposed and ep link time, as the estimate."""
+    from commtax.spec import load_job
+    from commtax.trace.against import measured_breakdown
+
+    job = load_job(REPO / "examples" / "moe" / "deepseek-v3-h800.yaml")
+    b = measured_breakdown(analyze(ep_trace), job)
+    assert b.breakdown_s["ep_exposed"] == pytest.approx((2 + len(DEEPEP)) * 100e-6)  # nothing overlaps them
+    assert b.comm_time_s["ep"] == pytest.approx((2 + len(DEEPEP)) * 100e-6)
+    assert b.comm_bytes_per_gpu["ep"] == pytest.approx(2**20 * 2)  # only the NCCL one carries a size

@@ -207,7 +207,8 @@ def measured_breakdown(report: TraceReport, job: Job) -> Breakdown:
 
     ranks = report.ranks
     mean = lambda name: statistics.fmean(per_step(r, name) for r in ranks)
-    exposed = {g: statistics.fmean(measured_exposed_by_group(job, r).get(g, 0.0) for r in ranks) for g in GROUPS}
+    groups = (*GROUPS, "ep")  # ep: the all-to-alls (MoE dispatch/combine)
+    exposed = {g: statistics.fmean(measured_exposed_by_group(job, r).get(g, 0.0) for r in ranks) for g in groups}
     compute, idle = mean("compute_s"), mean("idle_s")
     parts = {
         "compute": compute,
@@ -219,10 +220,13 @@ def measured_breakdown(report: TraceReport, job: Job) -> Breakdown:
         "dp_exposed": exposed["dp"],
         "optimizer": 0.0,
     }
+    has_ep = any(c.kind == "all_to_all" for r in ranks for c in r.collectives)
+    if has_ep:  # an MoE job's Breakdown has ep_exposed (schedule.breakdown.MOE_KEYS); a dense one has not
+        parts["ep_exposed"] = exposed["ep"]
     # what the step holds beyond compute and exposed communication on known groups: idle, memcpy, unmatched comm
     parts["idle"] = max(0.0, statistics.fmean(r.step_time_s for r in ranks) - sum(parts.values()))
-    link = {g: 0.0 for g in GROUPS}
-    nbytes = {g: 0.0 for g in GROUPS}
+    link = {g: 0.0 for g in groups if g != "ep" or has_ep}
+    nbytes = {g: 0.0 for g in link}
     for r in ranks:
         for c in r.collectives:
             g = group_of(job, c.kind, c.group_size)
