@@ -5,9 +5,9 @@ import pytest
 from commtax.decide.validate import moe_layers_cell, validate
 from commtax.errors import SpecError
 
-# issue 18 asks for ≤ 15% source-averaged; the model reaches 25.7% today (docs/moe.md "Validation"): this gate holds
+# issue 18 asks for ≤ 15% source-averaged; the model reaches 25.2% today (docs/moe.md "Validation"): this gate holds
 # the figure where it is so that a change that makes it worse fails, until the goal is met
-MOE_MAPE_GATE = 26.5
+MOE_MAPE_GATE = 26.0
 MOE_MAPE_GOAL = 15.0
 
 
@@ -46,3 +46,14 @@ def test_recipe_rules_dated_by_release():
     assert recipe_plan(row("26.02"), fixed) == {"moe_dispatcher": "alltoall", "moe_a2a_overlap": True}
     assert recipe_plan(row("25.09"), fixed) == {"moe_dispatcher": "alltoall"}
     assert recipe_plan(row("26.02"), {**fixed, "ep": 16}) == {}  # another parallelism: not the recipe's
+
+
+def test_deepseek_gb_mxfp8_overlap_from_26_06():
+    from commtax.decide.validate import recipe_plan
+
+    row = {"model": "deepseek-v3", "gpu": "gb300", "precision": "fp8"}
+    fixed = {"pp": 2, "ep": 32}
+    new = {**row, "source": "Megatron-Bridge docs, '26.06 NeMo Container' pre-training tables"}
+    old = {**row, "source": "Megatron-Bridge docs, '26.04.01 NeMo Container' pre-training tables"}
+    assert recipe_plan(new, fixed) == {"moe_dispatcher": "hybridep", "moe_a2a_overlap": True}
+    assert recipe_plan(old, fixed) == {"moe_dispatcher": "hybridep"}
