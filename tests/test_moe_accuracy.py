@@ -107,3 +107,13 @@ def test_expert_gemms_never_beat_te_per_expert_floor():
     # dense GEMMs (one group) never see it
     dense = _grouped("mlp_up", 128, 2048, 2048, 1, 1.0, True)
     assert op_time(cm, dense) < grouped_gemm_floor_s()
+
+
+def test_simulate_reports_edp_as_estimate_does():
+    from commtax.schedule.sim.simulate import simulate
+
+    job = mixtral(pp=2)
+    e, s = estimate(job), simulate(job).breakdown
+    assert s.comm_time_s["edp"] == pytest.approx(e.comm_time_s["edp"]) and e.comm_time_s["edp"] > 0
+    assert s.comm_bytes_per_gpu["edp"] == pytest.approx(e.comm_bytes_per_gpu["edp"])
+    assert s.comm_bytes_per_gpu["dp"] == pytest.approx(e.comm_bytes_per_gpu["dp"])
