@@ -150,14 +150,27 @@ def mape(rows: list[RowResult]) -> float | None:
     return sum(errs) / len(errs) if errs else None
 
 
+def nvlink_segment(num_gpus: int | None, domain: int) -> int:
+    """GPUs of one NVLink domain a job spanning several domains uses: the domain itself when the job fills whole
+    domains, else equal segments of the domain (the largest divisor of the job ≤ the domain). NVIDIA's GB200 NVL72
+    Slurm guidance schedules jobs of 128+ GPUs in segments of 16 compute trays (64 of a rack's 72 GPUs; NVIDIA
+    technical blog "Unlock exascale performance on GB200 NVL72 with Slurm topology-aware job scheduling")."""
+    if num_gpus is None or num_gpus <= domain or num_gpus % domain == 0:
+        return domain
+    return max(d for d in range(1, domain + 1) if num_gpus % d == 0)
+
+
 def _cluster_raw(row: dict) -> dict:
+    n, domain = _cell(row, "num_gpus"), _cell(row, "gpus_per_node") or 8
+    nics = _cell(row, "nics_per_node") or 8
+    segment = nvlink_segment(n, domain)
     return {
         "gpu": row["gpu"],
-        "num_gpus": _cell(row, "num_gpus"),
-        "gpus_per_node": _cell(row, "gpus_per_node") or 8,
+        "num_gpus": n,
+        "gpus_per_node": segment,
         "intra_node": row.get("intra_node") or "nvlink4",
         "inter_node": row.get("inter_node") or "ib-ndr",
-        "nics_per_node": _cell(row, "nics_per_node") or 8,
+        "nics_per_node": nics if segment == domain else max(1, nics * segment // domain),  # NICs go with the GPUs
     }
 
 
@@ -208,7 +221,8 @@ def source_plan(row: dict) -> dict:
     src = row.get("source") or ""
     out: dict[str, Any] = {}
     for rule in source_rules():
-        if "plan" in rule and rule["match"] in src:
+        when = rule.get("when") or {}
+        if "plan" in rule and rule["match"] in src and all((row.get(k) or "").strip() == str(v) for k, v in when.items()):
             out.update(rule["plan"])
     return out
 
