@@ -23,6 +23,7 @@ from commtax.costs.collectives import collective_cost
 from commtax.costs.topology import placement
 from commtax.decide.plans import best_plan
 from commtax.errors import SpecError, excerpt
+from commtax.schedule.interval import job_regime, load_table
 from commtax.spec import (
     CATALOG_DIR,
     GENERATION_ALIAS,
@@ -94,6 +95,8 @@ class Report:
     refused: list[str] = field(default_factory=list)  # rows without a prediction
     loso_mape_pct: float | None = None  # leave-one-source-out MAPE averaged by source (with --loso)
     loso_note: str = ""
+    # share of predicted rows whose measurement lies in the 80% interval (fitted without the row's source)
+    coverage_80: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         key_m = "measured_tokens_per_s_per_gpu" if self.kind == "runs" else "measured_busbw_GBps"
@@ -115,6 +118,7 @@ class Report:
                     "unfitted_mape_pct": self.unfitted_mape_pct,
                     "fitted": self.fitted,
                     "refused": self.refused,
+                    "coverage_80": self.coverage_80,
                 }
             )
             if self.loso_mape_pct is not None or self.loso_note:
@@ -222,7 +226,8 @@ def source_plan(row: dict) -> dict:
     out: dict[str, Any] = {}
     for rule in source_rules():
         when = rule.get("when") or {}
-        if "plan" in rule and rule["match"] in src and all((row.get(k) or "").strip() == str(v) for k, v in when.items()):
+        applies = all((row.get(k) or "").strip() == str(v) for k, v in when.items())
+        if "plan" in rule and rule["match"] in src and applies:
             out.update(rule["plan"])
     return out
 
@@ -340,6 +345,7 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
     b = choice.breakdown
     extra = {
         "mfu": round(b.mfu, 4),
+        "regime": job_regime(choice.job),
         "comm_tax": round(b.comm_tax, 4),
         "step_time_s": round(b.step_time_s, 4),
         "framework": f"{fw} ({why})",
@@ -347,10 +353,13 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
         "source_key": source_key(row),
         "fits": choice.breakdown.fits,
     }
+    if b.tokens_per_s_per_gpu_p10 is not None:
+        extra["predicted_tokens_per_s_per_gpu_p10"] = b.tokens_per_s_per_gpu_p10
+        extra["predicted_tokens_per_s_per_gpu_p90"] = b.tokens_per_s_per_gpu_p90
     if notes:
         extra["note"] = "; ".join(notes)
     err = error_pct(pred, measured) if measured else None
-    return RowResult(rid, measured, pred, err, chosen=choice.chosen, extra=extra)
+    return held_out_interval(RowResult(rid, measured, pred, err, chosen=choice.chosen, extra=extra))
 
 
 def predict_collective(row: dict, catalog: dict) -> RowResult:
@@ -424,6 +433,30 @@ def source_average(per_source: dict[str, float]) -> float | None:
     return sum(per_source.values()) / len(per_source) if per_source else None
 
 
+def coverage(results: list[RowResult]) -> float | None:
+    """Share of predicted rows whose measurement lies in their 80% interval (the shipped table)."""
+    rows = [r for r in results if r.measured and "predicted_tokens_per_s_per_gpu_p10" in r.extra]
+    hits = [
+        r.extra["predicted_tokens_per_s_per_gpu_p10"] <= r.measured <= r.extra["predicted_tokens_per_s_per_gpu_p90"]
+        for r in rows
+    ]
+    return sum(hits) / len(hits) if hits else None
+
+
+def held_out_interval(result: RowResult) -> RowResult:
+    """A row of a source the shipped interval table was fitted on gets the interval fitted without that source
+    (``held_out`` in catalog/intervals.yaml): its coverage is then out of sample, as for any new run."""
+    table = load_table()
+    src = result.extra.get("source_key")
+    if table is None or result.predicted is None or src not in table.held_out:
+        return result
+    lo, hi = table.held_out[src].log_bounds(result.extra["regime"])
+    result.extra["predicted_tokens_per_s_per_gpu_p10"] = result.predicted * math.exp(lo)
+    result.extra["predicted_tokens_per_s_per_gpu_p90"] = result.predicted * math.exp(hi)
+    result.extra["interval"] = "fitted without this source"
+    return result
+
+
 def leave_one_source_out(report: Report, rows: list[dict], catalog: dict) -> tuple[float | None, str]:
     """Leave-one-source-out MAPE, averaged by source: each source predicted with the assumptions as they would
     be fitted without its rows (``assumptions.without_rows``: a constant fitted only on them falls back to its
@@ -455,17 +488,23 @@ def leave_one_source_out(report: Report, rows: list[dict], catalog: dict) -> tup
     return source_average(per_source), "; ".join(notes)
 
 
-def validate(path: Path | str, catalog_file: Path | str | None = None, progress=None, loso: bool = False) -> Report:
+def predict_file(path: Path | str, catalog: dict, progress=None) -> tuple[str, list[dict], list[RowResult]]:
+    """(kind, CSV rows, one prediction per row) of one measurement file."""
     rows = read_rows(path)
     kind = kind_of(rows, path)
     check_measured(rows, "measured_tokens_per_s_per_gpu" if kind == "runs" else "measured_busbw_GBps", path)
-    catalog = load_catalog(catalog_file)
     predict = predict_run if kind == "runs" else predict_collective
     results = []
     for row in rows:
         results.append(predict(row, catalog))
         if progress is not None:
             progress()
+    return kind, rows, results
+
+
+def summarise(kind: str, rows: list[dict], results: list[RowResult], catalog: dict, loso: bool = False) -> Report:
+    """The Report of predicted rows: MAPE per subset and per source, what was fitted, refused rows, the 80%
+    interval's coverage (runs) and, with ``loso``, the leave-one-source-out figures."""
     subsets: dict[str, float] = {}
     if kind == "collectives":
         for name, lo, hi in SIZE_BANDS:
@@ -485,6 +524,59 @@ def validate(path: Path | str, catalog_file: Path | str | None = None, progress=
         fitted_rows = {i for ids in report.fitted.values() for i in ids}
         report.unfitted_mape_pct = mape([r for r in results if r.id not in fitted_rows])
         report.refused = [r.id for r in results if r.predicted is None]
+        report.coverage_80 = coverage(results)
         if loso:
             report.loso_mape_pct, report.loso_note = leave_one_source_out(report, rows, catalog)
     return report
+
+
+def validate(path: Path | str, catalog_file: Path | str | None = None, progress=None, loso: bool = False) -> Report:
+    catalog = load_catalog(catalog_file)
+    kind, rows, results = predict_file(path, catalog, progress)
+    return summarise(kind, rows, results, catalog, loso)
+
+
+@dataclass
+class MultiReport:
+    """Several measurement files: each file's Report, and the runs files' rows together (``union``)."""
+
+    files: dict[str, Report]
+    union: Report | None  # every runs row of every file, by source; None unless two or more runs files
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "files": {name: r.to_dict() for name, r in self.files.items()},
+            "union": self.union.to_dict() if self.union is not None else None,
+        }
+
+
+def validate_files(
+    paths: list[Path | str], catalog_file: Path | str | None = None, progress=None, loso: bool = False
+) -> MultiReport:
+    """Each file predicted and reported, and the runs files' rows together (each source weighs the same there
+    too); a row id may appear in one file only, since the union reports rows by id."""
+    catalog = load_catalog(catalog_file)
+    files: dict[str, Report] = {}
+    all_rows: list[dict] = []
+    all_results: list[RowResult] = []
+    first_seen: dict[str, str] = {}
+    runs_files = 0
+    for path in paths:
+        name = str(path)
+        if name in files:
+            raise SpecError(f"{name}: given twice; name each file once")
+        kind, rows, results = predict_file(path, catalog, progress)
+        files[name] = summarise(kind, rows, results, catalog, loso)
+        if kind != "runs":
+            continue
+        runs_files += 1
+        for result in results:
+            if result.id in first_seen:
+                raise SpecError(
+                    f"{name}: id {excerpt(result.id)} is also in {first_seen[result.id]}; ids are unique across files"
+                )
+            first_seen[result.id] = name
+        all_rows += rows
+        all_results += results
+    union = summarise("runs", all_rows, all_results, catalog, loso) if runs_files > 1 else None
+    return MultiReport(files, union)
