@@ -220,6 +220,13 @@ def framework_of_row(row: dict) -> tuple[str, str]:
     return GENERATION_ALIAS[gen], f"fallback year rule: {why} -> {gen}"
 
 
+def source_min_vp(row: dict) -> int:
+    """The fewest virtual stages a publication states its pipeline ran (rules with ``min_vp``: an interleaved
+    schedule whose chunk count it does not give); 1 otherwise."""
+    src = row.get("source") or ""
+    return max([1] + [int(rule["min_vp"]) for rule in source_rules() if "min_vp" in rule and rule["match"] in src])
+
+
 def source_plan(row: dict) -> dict:
     """Plan facts a published table states for all its rows (validation_sources.yaml rules with ``plan``)."""
     src = row.get("source") or ""
@@ -316,13 +323,17 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
         raw, fixed, free = run_job_raw(row, catalog)
         with_defaults, still_free, defaults = framework_defaults(fixed, free)
         searchable = [f for f in free if f != "dp"]
-        choice = best_plan(raw, with_defaults, [f for f in still_free if f != "dp"])
+        min_vp = source_min_vp(row)
+        allow = (lambda plan: plan.get("vp", 1) >= min_vp) if min_vp > 1 else None
+        choice = best_plan(raw, with_defaults, [f for f in still_free if f != "dp"], allow=allow)
         notes = []
         if choice is None and defaults:  # the framework's usual setting does not fit here: the authors changed it
-            choice, defaults = best_plan(raw, fixed, searchable), {}
+            choice, defaults = best_plan(raw, fixed, searchable, allow=allow), {}
             notes.append("framework defaults do not fit memory: searched")
         if choice is None:  # the run did happen: predict its speed even if the memory model says it cannot fit
-            choice = best_plan(raw, fixed, searchable, require_fit=False)
+            choice = best_plan(raw, with_defaults, [f for f in still_free if f != "dp"], False, allow) or best_plan(
+                raw, fixed, searchable, require_fit=False, allow=allow
+            )
             notes.append("memory model says no plan fits; predicted anyway")
         fw, why = framework_of_row(row)
         legacy, legacy_why = legacy_software(row, fw)
