@@ -105,6 +105,20 @@ def residuals_of(results: list[Any]) -> list[Residual]:
     return out
 
 
+def published_mfu(results: list[Any]) -> dict[str, dict[str, Any]]:
+    """The highest measured MFU per GPU and precision ("gpu/precision"): the measured throughput over the
+    predicted one times the predicted MFU (the same FLOP count for both), with the row it comes from."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in results:
+        if not (r.predicted and r.measured and "mfu" in r.extra and "gpu" in r.extra):
+            continue
+        key = f"{r.extra['gpu']}/{r.extra['precision']}"
+        mfu = r.extra["mfu"] * r.measured / r.predicted
+        if key not in best or mfu > best[key]["mfu"]:
+            best[key] = {"mfu": round(mfu, 4), "row": r.id}
+    return dict(sorted(best.items()))
+
+
 def table_data(table: IntervalTable) -> dict[str, Any]:
     def q(x: Quantiles) -> dict[str, Any]:
         return {"q10": round(x.q10, 5), "q90": round(x.q90, 5), "rows": x.rows}
@@ -146,6 +160,8 @@ def regenerate(paths: list[Path | str], out: Path | str = INTERVALS_FILE) -> dic
         "coverage_80_in_sample": round(coverage_of(table, residuals), 4),
         **table_data(table),
         "held_out": held_out,
+        # search --verify flags a plan above every published run of its GPU and precision
+        "published_mfu": published_mfu(runs.rows),
     }
     import yaml
 

@@ -357,6 +357,8 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
     extra = {
         "mfu": round(b.mfu, 4),
         "regime": job_regime(choice.job),
+        "gpu": choice.job.cluster.gpu.name,
+        "precision": choice.job.training.precision,
         "comm_tax": round(b.comm_tax, 4),
         "step_time_s": round(b.step_time_s, 4),
         "framework": f"{fw} ({why})",

@@ -99,3 +99,14 @@ def throughput_bounds(job: Job, tokens_per_s: float) -> tuple[float, float] | No
         return None
     lo, hi = table.log_bounds(job_regime(job))
     return tokens_per_s * math.exp(lo), tokens_per_s * math.exp(hi)
+
+
+@lru_cache(maxsize=4)
+def _published(path: str) -> dict:
+    return (read_yaml(Path(path)) or {}).get("published_mfu") or {} if Path(path).exists() else {}
+
+
+def best_published_mfu(gpu: str, precision: str) -> tuple[float, str] | None:
+    """(MFU, row id) of the best published validation run on this GPU in this precision, or None."""
+    entry = _published(str(INTERVALS_FILE)).get(f"{gpu}/{precision}")
+    return (float(entry["mfu"]), str(entry["row"])) if entry else None
