@@ -39,7 +39,15 @@ class Plan(_Spec):
     zero: Literal[0, 1, 2, 3] = 1
     recompute: Literal["none", "selective", "full"] = "selective"
     micro_batch: int = Field(default=1, gt=0, le=65_536)
-    schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    schedule: Literal["gpipe", "1f1b", "1f1b-flexible", "zb-h1", "zb-v"] = Field(
+        default="1f1b",
+        description=(
+            "pipeline schedule: gpipe; 1f1b (interleaved when vp > 1; Megatron needs pp | micro-batches); "
+            "1f1b-flexible (Llama 3's interleaved 1F1B for any number of micro-batches, framework custom); "
+            "zb-h1 / zb-v (zero-bubble, Qi et al. 2023: backward split into input and weight gradients; zb-v "
+            "runs vp = 2 chunks in a V)"
+        ),
+    )
     overlap: Overlap = Field(default_factory=Overlap)
     grad_comm_dtype: CommDtype = Field(
         default="bf16", description="dtype of the DP gradient reduction (default: the framework's reduce_dtype)"

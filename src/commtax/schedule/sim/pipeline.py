@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
+from commtax.errors import SpecError
+
 
 class Pass(NamedTuple):
     stage: int
@@ -83,11 +85,18 @@ def interleaved_1f1b(p: int, v: int, m: int) -> Iterator[Pass]:
 
 
 def schedule(name: str, p: int, m: int, v: int = 1) -> Iterator[Pass]:
-    """The plan's schedule: ``gpipe``, or 1F1B (interleaved when v > 1)."""
+    """The plan's schedule: ``gpipe``, or 1F1B (interleaved when v > 1; ``1f1b-flexible``, Llama 3's, is the
+    interleaved order above, whose first group takes the remainder of m mod p). The zero-bubble schedules split
+    the backward into B and W passes, which this simulator does not model: it refuses them."""
     if name == "gpipe":
         return gpipe(p, m, v)
-    if name == "1f1b":
+    if name in ("1f1b", "1f1b-flexible"):
         return one_f_one_b(p, m) if v == 1 else interleaved_1f1b(p, v, m)
+    if name in ("zb-h1", "zb-v"):
+        raise SpecError(
+            f"plan.schedule: {name} splits the backward into input- and weight-gradient passes, which the simulator "
+            "does not model; use `commtax estimate` (its closed form, Qi et al. 2023) or schedule: 1f1b"
+        )
     raise ValueError(f"unknown pipeline schedule {name!r}; use gpipe or 1f1b")
 
 
