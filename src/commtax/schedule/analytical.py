@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from commtax.costs.compute import ComputeModel, overlap_slowdown_s
 from commtax.costs.pricing import Costs, PhaseCost
 from commtax.schedule.breakdown import Breakdown, make_breakdown
-from commtax.schedule.interval import throughput_bounds
 from commtax.spec import Job, per_rank, zero_refusal
 from commtax.workload.memory import memory
 from commtax.workload.step import (
@@ -531,7 +530,7 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
         "dp": dp_bytes,
     }
     mem = memory(job)
-    b = make_breakdown(
+    return make_breakdown(
         job,
         wl,
         parts,
@@ -541,5 +540,3 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
         mem.total <= job.cluster.gpu.mem_bytes,
         notes=plan_notes(job, wl),
     )
-    bounds = throughput_bounds(job, b.tokens_per_s_per_gpu)
-    return b.with_interval(*bounds) if bounds else b

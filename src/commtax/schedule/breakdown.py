@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from commtax.schedule.interval import throughput_bounds
 from commtax.spec import Job
 from commtax.units import SECONDS_PER_DAY, TFLOPS
 from commtax.workload.step import (
@@ -127,7 +128,7 @@ def make_breakdown(
     model_flops = model_flops_per_gpu_step(job, wl) / step
     hw_flops = model_flops + recompute_model_flops(job, wl) / c.num_gpus / step
     tokens_per_s = tr.global_batch * tr.seq_len / step
-    return Breakdown(
+    b = Breakdown(
         step_time_s=step,
         tokens_per_s=tokens_per_s,
         tokens_per_s_per_gpu=tokens_per_s / c.num_gpus,
@@ -145,3 +146,6 @@ def make_breakdown(
         source=source,
         notes=list(notes or []),
     )
+    # a prediction (analytical or simulated) carries the 80% interval of the validation residuals of its regime
+    bounds = throughput_bounds(job, b.tokens_per_s_per_gpu) if source in ("estimate", "simulate") else None
+    return b.with_interval(*bounds) if bounds else b

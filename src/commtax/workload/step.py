@@ -310,6 +310,25 @@ def _attention_ops(job: Job) -> tuple[Compute, Compute, float]:
     return fwd, bwd, flop
 
 
+# DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0/1, the Megatron-DeepSpeed bf16 path of BLOOM and MT-NLG)
+# keeps fp32 gradients and, after every micro-batch's backward, adds the bf16 ones into them, tensor by tensor:
+# `hp.grad.data.add_(lp.grad.data.to(hp.dtype))` (deepspeed/runtime/bf16_optimizer.py update_hp_grads, called from
+# engine.backward and from the pipeline engine's _exec_backward_pass "because we don't call optimizer.backward()").
+# Per parameter: the cast reads 2 B and writes a 4 B temporary, the add reads 4 + 4 B and writes 4 B.
+BF16_OPTIMIZER_ACCUM_BYTES_PER_PARAM = 2 + 4 + 4 + 4 + 4
+BF16_OPTIMIZER_FRAMEWORKS = ("megatron-deepspeed", "deepspeed")
+
+
+def bf16_optimizer_grad_accum(job: Job, gemms: list) -> list[Op]:
+    """The per-micro-batch fp32 gradient accumulation of DeepSpeed's BF16_Optimizer over one layer's weights
+    (two kernels per weight tensor), or nothing for other frameworks, precisions or ZeRO stages."""
+    p = job.plan
+    if p.framework not in BF16_OPTIMIZER_FRAMEWORKS or job.training.precision != "bf16" or p.zero > 1:
+        return []
+    weights = sum(kk * nn for _, _, nn, kk in gemms)  # (k × n) weight of each GEMM, this GPU's TP shard
+    return [_mem("bf16_optimizer_grad_accum", BF16_OPTIMIZER_ACCUM_BYTES_PER_PARAM * weights, 2 * len(gemms))]
+
+
 def _layer_block(job: Job) -> Block:
     p, tr = job.plan, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
@@ -337,7 +356,7 @@ def _layer_block(job: Job) -> Block:
         casts_bwd = [_fp8_casts(job, f"{n}_grad_cast", mm * nn) for n, mm, nn, kk in gemms]
     tokens_full = p.micro_batch * tr.seq_len // p.cp
     tp_fwd = _tp_comm(job, act_bytes, tokens_full)
-    tp_bwd = _tp_comm(job, act_bytes, tokens_full)
+    tp_bwd = _tp_comm(job, act_bytes, tokens_full) + bf16_optimizer_grad_accum(job, gemms)
     fwd = Phase(
         tuple(
             fwd_gemm
@@ -665,7 +684,6 @@ BLOCK_IRRELEVANT = frozenset(
         "dp",
         "pp",
         "vp",
-        "zero",
         "schedule",
         "overlap",
         "zero3_gather",
