@@ -173,16 +173,23 @@ def test_megatron_core_gradient_bucket_is_40m_params_or_1m_per_dp_rank():
 
 def test_plans_that_differ_only_outside_the_blocks_share_them_and_others_get_their_own():
     """``build_workload`` builds the layer, embedding and head blocks once per plan fields they read (a sweep over
-    dp/zero/pp/schedule reuses them); a field they read (micro_batch, grad dtype, ...) gets a block of its own,
+    dp/pp/schedule reuses them); a field they read (micro_batch, grad dtype, zero, ...) gets a block of its own,
     equal to one built from scratch."""
     from commtax.spec import job_with
     from commtax.workload.step import _embed_block, _head_block, _layer_block
 
     base = load_job(job_dict(tp=8, pp=4, zero=1, micro_batch=1))
-    same = job_with(base, zero=2, schedule="gpipe", overlap={"dp": False, "tp": True, "cp": False, "pp": True})
+    # (not zero: DeepSpeed's BF16_Optimizer accumulates fp32 gradients in every backward at ZeRO 0/1 only)
+    same = job_with(base, schedule="gpipe", overlap={"dp": False, "tp": True, "cp": False, "pp": True})
     a, b = build_workload(base), build_workload(same)
     assert a.layer is b.layer and a.embed is b.embed and a.head is b.head
-    for changes in ({"micro_batch": 2}, {"recompute": "full"}, {"sequence_parallel": False}, {"attention": "eager"}):
+    for changes in (
+        {"micro_batch": 2},
+        {"recompute": "full"},
+        {"sequence_parallel": False},
+        {"attention": "eager"},
+        {"zero": 2},
+    ):
         other = job_with(base, **changes)
         wl = build_workload(other)
         assert wl.layer is not a.layer

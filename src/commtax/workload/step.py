@@ -319,11 +319,16 @@ BF16_OPTIMIZER_ACCUM_BYTES_PER_PARAM = 2 + 4 + 4 + 4 + 4
 BF16_OPTIMIZER_FRAMEWORKS = ("megatron-deepspeed", "deepspeed")
 
 
+def uses_bf16_optimizer(job: Job) -> bool:
+    """DeepSpeed runs bf16 with ZeRO stage 0/1 through its BF16_Optimizer."""
+    p = job.plan
+    return p.framework in BF16_OPTIMIZER_FRAMEWORKS and job.training.precision == "bf16" and p.zero <= 1
+
+
 def bf16_optimizer_grad_accum(job: Job, gemms: list) -> list[Op]:
     """The per-micro-batch fp32 gradient accumulation of DeepSpeed's BF16_Optimizer over one layer's weights
     (two kernels per weight tensor), or nothing for other frameworks, precisions or ZeRO stages."""
-    p = job.plan
-    if p.framework not in BF16_OPTIMIZER_FRAMEWORKS or job.training.precision != "bf16" or p.zero > 1:
+    if not uses_bf16_optimizer(job):
         return []
     weights = sum(kk * nn for _, _, nn, kk in gemms)  # (k × n) weight of each GEMM, this GPU's TP shard
     return [_mem("bf16_optimizer_grad_accum", BF16_OPTIMIZER_ACCUM_BYTES_PER_PARAM * weights, 2 * len(gemms))]
@@ -615,6 +620,13 @@ def _dp_ops(job: Job, params: float) -> tuple[tuple[Collective, ...], tuple[Coll
     p_bytes = weight_bytes_per_param(job.training.precision)  # the working copies of the weights are gathered
     if p.zero == 0:
         return (Collective("dp_grad_allreduce", "all_reduce", params * g_bytes, "dp"),), ()
+    if p.zero == 1 and uses_bf16_optimizer(job):
+        # BF16_Optimizer all-reduces the fp32 gradients (pipe/engine.py _exec_reduce_grads:
+        # buffered_allreduce_fallback), then each rank updates its shard and the bf16 weights are all-gathered
+        return (
+            Collective("dp_grad_allreduce", "all_reduce", params * g_bytes, "dp"),
+            Collective("dp_param_all_gather", "all_gather", params * p_bytes, "dp"),
+        ), ()
     if p.zero in (1, 2):
         return (
             Collective("dp_grad_reduce_scatter", "reduce_scatter", params * g_bytes, "dp"),
