@@ -33,7 +33,7 @@ validate: $(STAMP)
 	$(BIN)/commtax validate $(VALIDATION)/public_moe_runs.csv
 	$(BIN)/commtax validate $(VALIDATION)/public_collectives.csv
 
-# the 80% interval's residual table (catalog/intervals.yaml) from the dense runs: after any change to the model
+# the 80% interval's residual table (catalog/intervals.json) from the dense runs: after any change to the model
 intervals: $(STAMP)
 	$(BIN)/python -m commtax.decide.intervals $(DENSE_RUNS)
 

@@ -458,7 +458,7 @@ def coverage(results: list[RowResult]) -> float | None:
 
 def held_out_interval(result: RowResult) -> RowResult:
     """A row of a source the shipped interval table was fitted on gets the interval fitted without that source
-    (``held_out`` in catalog/intervals.yaml): its coverage is then out of sample, as for any new run."""
+    (``held_out`` in catalog/intervals.json): its coverage is then out of sample, as for any new run."""
     table = load_table()
     src = result.extra.get("source_key")
     if table is None or result.predicted is None or src not in table.held_out:
