@@ -173,23 +173,16 @@ def test_megatron_core_gradient_bucket_is_40m_params_or_1m_per_dp_rank():
 
 def test_plans_that_differ_only_outside_the_blocks_share_them_and_others_get_their_own():
     """``build_workload`` builds the layer, embedding and head blocks once per plan fields they read (a sweep over
-    dp/pp/schedule reuses them); a field they read (micro_batch, grad dtype, zero, ...) gets a block of its own,
+    dp/zero/pp/schedule reuses them); a field they read (micro_batch, grad dtype, ...) gets a block of its own,
     equal to one built from scratch."""
     from commtax.spec import job_with
     from commtax.workload.step import _embed_block, _head_block, _layer_block
 
     base = load_job(job_dict(tp=8, pp=4, zero=1, micro_batch=1))
-    # (not zero: DeepSpeed's BF16_Optimizer accumulates fp32 gradients in every backward at ZeRO 0/1 only)
-    same = job_with(base, schedule="gpipe", overlap={"dp": False, "tp": True, "cp": False, "pp": True})
+    same = job_with(base, zero=2, schedule="gpipe", overlap={"dp": False, "tp": True, "cp": False, "pp": True})
     a, b = build_workload(base), build_workload(same)
     assert a.layer is b.layer and a.embed is b.embed and a.head is b.head
-    for changes in (
-        {"micro_batch": 2},
-        {"recompute": "full"},
-        {"sequence_parallel": False},
-        {"attention": "eager"},
-        {"zero": 2},
-    ):
+    for changes in ({"micro_batch": 2}, {"recompute": "full"}, {"sequence_parallel": False}, {"attention": "eager"}):
         other = job_with(base, **changes)
         wl = build_workload(other)
         assert wl.layer is not a.layer
@@ -227,7 +220,9 @@ def test_the_fields_blocks_are_shared_across_are_fields_they_do_not_read(grad_dt
     variants = [
         dict(pp=2, dp=16),
         dict(pp=8, dp=4, vp=2),
-        dict(zero3_gather="per_parameter_sync"),
+        dict(zero=3, zero3_gather="per_parameter_sync"),
+        dict(zero=2),
+        dict(zero=0),
         dict(schedule="gpipe"),
         dict(overlap={"dp": False, "tp": True, "cp": True, "pp": False}),
         dict(first_stage_layers=18, last_stage_layers=20),
@@ -245,15 +240,16 @@ def test_the_fields_blocks_are_shared_across_are_fields_they_do_not_read(grad_dt
 
 def test_deepspeeds_bf16_optimizer_accumulates_fp32_gradients_every_micro_batch():
     # deepspeed/runtime/bf16_optimizer.py update_hp_grads after each backward: 18 B per weight (cast 2 + 4, add
-    # 4 + 4 + 4), two kernels per weight tensor; BF16_Optimizer is DeepSpeed's bf16 path for ZeRO stage 0/1 only,
-    # so the ZeRO stage is part of the block key (not in BLOCK_IRRELEVANT)
+    # 4 + 4 + 4), two kernels per weight tensor; BF16_Optimizer is DeepSpeed's bf16 path for ZeRO stage 0/1 only:
+    # the block cache keys on that, not on the stage
     from commtax.spec import job_with
-    from commtax.workload.step import BLOCK_IRRELEVANT, _layer_block, _layer_gemms
+    from commtax.workload.step import _layer_block, _layer_gemms
 
-    assert "zero" not in BLOCK_IRRELEVANT
     job = load_job(job_dict(tp=8, pp=4, dp=8, zero=1, framework="megatron-deepspeed", sequence_parallel=False))
     op = next(o for o in _layer_block(job).bwd.ops if o.name == "bf16_optimizer_grad_accum")
     weights = sum(kk * nn for _, _, nn, kk in _layer_gemms(job, job.training.seq_len))
     assert op.bytes == 18 * weights
     for other in (job_with(job, zero=2), job_with(job, framework="megatron-lm")):
         assert all(o.name != "bf16_optimizer_grad_accum" for o in _layer_block(other).bwd.ops)
+        assert all(o.name != "bf16_optimizer_grad_accum" for o in build_workload(other).layer.bwd.ops)
+    assert build_workload(job_with(job, zero=0)).layer is build_workload(job).layer

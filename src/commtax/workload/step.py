@@ -696,6 +696,7 @@ BLOCK_IRRELEVANT = frozenset(
         "dp",
         "pp",
         "vp",
+        "zero",
         "schedule",
         "overlap",
         "zero3_gather",
@@ -718,7 +719,15 @@ def _block_fields(plan_type: type) -> tuple[str, ...]:
 def _blocks(job: Job) -> tuple[Block, Block, Block]:
     """(layer, embed, head) of the job, built once per (model, training, the plan fields they read, dropout)."""
     p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
-    key = (id(job.model), id(job.training), id(a), job.dropout, *map(p.__getattribute__, _block_fields(type(p))))
+    # the ZeRO stage is not part of the key, only whether it selects DeepSpeed's BF16_Optimizer (ZeRO 0/1)
+    key = (
+        id(job.model),
+        id(job.training),
+        id(a),
+        job.dropout,
+        uses_bf16_optimizer(job),
+        *map(p.__getattribute__, _block_fields(type(p))),
+    )
     hit = _BLOCKS.get(key)
     if hit is not None and hit[0] is job.model and hit[1] is job.training and hit[2] is a:
         return hit[3]
