@@ -131,3 +131,28 @@ def test_the_shipped_table_is_regenerated_from_the_validation_csvs(tmp_path, val
     # `make intervals` after a model change: the shipped file must be what the model and the data give now
     assert data == shipped, "catalog/intervals.json is stale: run `make intervals`"
     assert 0.75 <= data["coverage_80_loso"] <= 0.85
+
+
+def test_a_plan_above_every_published_run_of_its_gpu_is_flagged():
+    from commtax.decide.search import above_published
+    from commtax.schedule.interval import best_published_mfu
+
+    d = {
+        "model": "llama2-70b",
+        "cluster": {
+            "gpu": "a100-sxm4-80gb",
+            "num_gpus": 256,
+            "gpus_per_node": 8,
+            "intra_node": "nvlink3",
+            "inter_node": "ib-hdr",
+            "nics_per_node": 8,
+        },
+        "plan": {"tp": 2, "pp": 8, "vp": 10, "recompute": "none", "sequence_parallel": True, "micro_batch": 1},
+        "training": {"seq_len": 4096, "global_batch": 1024, "precision": "bf16"},
+    }
+    job = load_job(d)
+    best, row = best_published_mfu("a100-sxm4-80gb", "bf16")
+    assert 0.4 < best < 0.6 and row  # the best published A100-80GB bf16 run in the validation data
+    # the search's winner's curse: 66.1% MFU on A100 is above every published run
+    assert "above every published a100-sxm4-80gb bf16 run" in above_published(job, 0.661)
+    assert above_published(job, best - 0.01) is None
