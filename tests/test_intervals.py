@@ -156,3 +156,23 @@ def test_a_plan_above_every_published_run_of_its_gpu_is_flagged():
     # the search's winner's curse: 66.1% MFU on A100 is above every published run
     assert "above every published a100-sxm4-80gb bf16 run" in above_published(job, 0.661)
     assert above_published(job, best - 0.01) is None
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(-1, 1), st.floats(0, 1), st.integers(1, 50)), min_size=4, max_size=4),
+    st.floats(-1, 1),
+    st.floats(0, 1),
+    st.floats(0.5, 3.0),
+)
+def test_bounds_are_ordered_for_any_table(per_key, pooled_lo, pooled_span, width):
+    from commtax.schedule.interval import REGIME_KEYS
+
+    regimes = {k: {REGIME[k]: Quantiles(lo, lo + span, n)} for k, (lo, span, n) in zip(REGIME_KEYS, per_key)}
+    table = IntervalTable(Quantiles(pooled_lo, pooled_lo + pooled_span, 100), regimes, width, 5.0)
+    lo, hi = table.log_bounds(REGIME)
+    assert lo <= hi
+    # regime values the table has never seen fall back to the pooled percentiles, widened about their middle
+    unseen = {k: "never-seen" for k in REGIME}
+    mid = pooled_lo + pooled_span / 2
+    assert table.log_bounds(unseen) == pytest.approx((mid - width * pooled_span / 2, mid + width * pooled_span / 2))
