@@ -72,8 +72,8 @@ class Job(_Spec):
             # is not divisible by pipeline-model-parallel-size when using interleaved schedule" (Narayanan 2021 §2.2)
             raise ValueError(
                 f"vp({p.vp}) > 1 needs the micro-batches per replica, global_batch/(dp*micro_batch) = {m_micro}, to be "
-                f"a multiple of pp({p.pp}) (Megatron's interleaved schedule); use vp: 1, a smaller micro_batch or "
-                "pp, or schedule: 1f1b-flexible (Llama 3's, framework: custom)"
+                f"a multiple of pp({p.pp}) (Megatron's interleaved schedule); use vp: 1, a smaller micro_batch or pp"
+                + (", or schedule: 1f1b-flexible (Llama 3's interleaving)" if p.framework == "custom" else "")
             )
         if t.seq_len % p.cp:
             raise ValueError(f"seq_len({t.seq_len}) must be divisible by cp({p.cp})")
