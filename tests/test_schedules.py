@@ -66,7 +66,8 @@ def test_in_flight_micro_batches_of_the_new_schedules():
     # ZB-V: p·M_B on every stage (Qi et al. 2023 §6)
     assert [in_flight_micro_batches(zbv, s) for s in range(4)] == [4.0] * 4
     zbh1 = load_job({**base, "plan": {**base["plan"], "schedule": "zb-h1"}})
-    assert [in_flight_micro_batches(zbh1, s) for s in range(4)] == [4.0, 3.0, 2.0, 1.0]  # as 1F1B
+    # ZB-H1: stage s defers its W's by s micro-batches: p − s − 1 warm-up + 1 + s = p on every stage
+    assert [in_flight_micro_batches(zbh1, s) for s in range(4)] == [4.0] * 4
     odd = {**base, "training": {**base["training"], "global_batch": 1000}}
     flex = load_job(
         {**odd, "plan": {**base["plan"], "vp": 2, "micro_batch": 5, "framework": "custom", "schedule": "1f1b-flexible"}}
@@ -83,6 +84,50 @@ def test_flexible_interleaved_runs_any_number_of_micro_batches():
         assert len(passes) == 2 * p * v * m  # every forward and backward of every chunk, no deadlock
 
 
-def test_the_simulator_refuses_zero_bubble_in_one_line():
-    with pytest.raises(SpecError, match="plan.schedule: zb-h1"):
-        schedule("zb-h1", 4, 8)
+def test_the_simulator_refuses_zb_v_in_one_line():
+    with pytest.raises(SpecError, match="plan.schedule: zb-v"):
+        schedule("zb-v", 4, 8, 2)
+
+
+def test_zb_h1_order_defers_each_stages_weight_gradients_by_its_index():
+    order = by_stage(schedule("zb-h1", 3, 4), 3)
+    assert [" ".join(f"{x.phase}{x.mb}" for x in st) for st in order] == [
+        "F0 F1 F2 B0 W0 F3 B1 W1 B2 W2 B3 W3",  # stage 0: 1F1B's 2 warm-up forwards, W right after its B
+        "F0 F1 B0 F2 B1 W0 F3 B2 W1 B3 W2 W3",  # stage 1: W one micro-batch late
+        "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3",  # stage 2: two late, the drain runs them
+    ]
+
+
+def _unit_makespan(name: str, p: int, m: int, dur: dict[str, float]) -> float:
+    """Finish time of a schedule with fixed pass times and free communication (max-plus over the pass order)."""
+    done, free = {}, [0.0] * p
+    for x in dependency_order(by_stage(schedule(name, p, m), p), p, 1):
+        k = x.stage
+        if x.phase == "F":
+            dep = done.get((k - 1, x.mb, "F"), 0.0)
+        elif x.phase == "B":
+            dep = done.get((k + 1, x.mb, "B"), done[(k, x.mb, "F")])
+        else:
+            dep = done[(k, x.mb, "B")]
+        free[k] = done[(k, x.mb, x.phase)] = max(free[k], dep) + dur[x.phase]
+    return max(free)
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (3, 6), (8, 16), (4, 4)])
+def test_zb_h1_order_has_the_papers_bubble(p, m):
+    # T_F = T_B = T_W = 1: 1F1B takes 3m + (p-1)·3, ZB-H1 3m + (p-1)(T_F + T_B - T_W) = 3m + (p-1)
+    assert _unit_makespan("1f1b", p, m, {"F": 1, "B": 2}) == 3 * m + 3 * (p - 1)
+    assert _unit_makespan("zb-h1", p, m, {"F": 1, "B": 1, "W": 1}) == 3 * m + (p - 1)
+
+
+def test_simulated_zb_h1_agrees_with_the_estimate():
+    from commtax.schedule.sim import simulate
+
+    d = job_dict(recompute="none")
+    d["training"]["global_batch"] = 64
+    d["plan"]["schedule"] = "zb-h1"
+    job = load_job(d)
+    est, sim = estimate(job), simulate(job).breakdown
+    assert sim.step_time_s == pytest.approx(est.step_time_s, rel=0.03)
+    one_f = load_job({**d, "plan": {**d["plan"], "schedule": "1f1b"}})
+    assert sim.step_time_s < simulate(one_f).breakdown.step_time_s
