@@ -544,9 +544,9 @@ def zero_bubble(schedule: str, stages: list[StageTime], slow: StageTime) -> floa
     """Zero-bubble schedules (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", Table 1 / §6): the backward is
     split into B (input gradient) and W (weight gradient), and W passes fill the fill/drain bubble.
 
-    * ZB-H1, peak memory as 1F1B: (p − 1)(T_F + T_B − T_W): Σ_{s≠max} (T_s − 2 W_s), a third of 1F1B's
-      (p − 1)(T_F + T_B + T_W) when T_F = T_B = T_W.
-    * ZB-V, two chunks per stage in a V, peak memory as 1F1B: (p − 1)(T_F + T_B − 2 T_W) with a chunk's times
+    * ZB-H1, on every stage the peak memory of 1F1B's first: (p − 1)(T_F + T_B − T_W): Σ_{s≠max} (T_s − 2 W_s),
+      a third of 1F1B's (p − 1)(T_F + T_B + T_W) when T_F = T_B = T_W.
+    * ZB-V, two chunks per stage in a V, the same peak memory: (p − 1)(T_F + T_B − 2 T_W) with a chunk's times
       (half a stage's): Σ_{s≠max} (T_s − 3 W_s) / 2, zero when T_F = T_B = T_W.
 
     Both need m ≥ p micro-batches (fewer: 1F1B's bubble, ``pipeline_bubble``).
