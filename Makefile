@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test validate intervals bench readme clean
+.PHONY: demo test test-model validate intervals bench readme clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/python -m pytest
+
+# the fast tier: spec -> schedule tests only (no torch, netns or CLI; tests/conftest.py marks them "model")
+test-model: $(STAMP)
+	$(BIN)/python -m pytest -m model
 
 VALIDATION := ../shared/validation
 DENSE_RUNS := $(VALIDATION)/public_runs.csv $(VALIDATION)/public_runs_more.csv
@@ -48,9 +52,10 @@ bench: $(STAMP)
 	else echo "make bench: every goal met"; fi; \
 	exit $$status
 
-# the README's catalog tables come from the catalog (tests/test_readme.py fails when they drift)
+# the README's worked example and accuracy tables and docs/catalog.md's tables come from the code
+# (tests/test_readme.py fails when they drift)
 readme: $(STAMP)
-	$(BIN)/python -m commtax.report.readme README.md
+	$(BIN)/python -m commtax.report.readme README.md docs/catalog.md
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
