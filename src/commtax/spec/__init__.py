@@ -34,6 +34,7 @@ from commtax.spec.frameworks import (  # noqa: F401
     frameworks,
     zero_refusal,
 )
+from commtax.spec.fabric import Fabric, FabricFlow  # noqa: F401
 from commtax.spec.hardware import GPU, Cluster, IntraLink, LevelNumbers, Network, Profile  # noqa: F401
 from commtax.spec.job import Job, eager_attention_archs  # noqa: F401
 from commtax.spec.model import Model  # noqa: F401

@@ -19,7 +19,13 @@ from commtax.spec.files import read_yaml
 from commtax.spec.job import Job
 
 # ----------------------------------------------------------------------------- catalog
-CATALOG_FILES = {"gpu": "gpus.yaml", "intra_node": "links.yaml", "inter_node": "networks.yaml", "model": "models.yaml"}
+CATALOG_FILES = {
+    "gpu": "gpus.yaml",
+    "intra_node": "links.yaml",
+    "inter_node": "networks.yaml",
+    "model": "models.yaml",
+    "fabric": "fabrics.yaml",
+}
 
 
 @lru_cache(maxsize=1)
@@ -55,7 +61,7 @@ def read_overrides(
 
 
 def load_catalog(extra: Path | str | None = None) -> dict[str, dict[str, dict]]:
-    """Built-in catalog, plus/overridden by a user file with sections gpu/intra_node/inter_node/model."""
+    """Built-in catalog, plus/overridden by a user file with sections gpu/intra_node/inter_node/model/fabric."""
     cat = {k: dict(v) for k, v in _builtin_catalog().items()}
     if extra is not None:
         for section, entries in read_overrides(extra, CATALOG_FILES).items():
@@ -114,6 +120,8 @@ def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field
         if key not in out:
             raise SpecError(f"{field}.{key}: missing (a catalog id or a mapping of numbers)")
         out[key] = resolve_entry(key, out[key], catalog, f"{field}.{key}")
+    if out.get("fabric") is not None:
+        out["fabric"] = resolve_fabric(out["fabric"], catalog, f"{field}.fabric")
     if isinstance(out.get("profile"), str):
         p = _relative_to(Path(out["profile"]), base_dir)
         out["profile"] = read_yaml(p)
@@ -123,6 +131,16 @@ def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field
                 "written by `commtax calibrate`)"
             )
     return out
+
+
+def resolve_fabric(value: Any, catalog: dict, field: str) -> dict:
+    """A fabric preset id, or a mapping; ``preset: id`` in a mapping starts from that preset, the mapping's own
+    fields (a placement, background load) replacing the preset's."""
+    if isinstance(value, dict) and "preset" in value:
+        own = {k: v for k, v in value.items() if k != "preset"}
+        base = resolve_entry("fabric", value["preset"], catalog, f"{field}.preset")
+        return {**base, **own}
+    return resolve_entry("fabric", value, catalog, field)
 
 
 def _relative_to(path: Path, base_dir: Path | None) -> Path:
