@@ -240,6 +240,9 @@ def collective(
                 "bottleneck": c.bottleneck,
                 "algbw_GBps": c.algbw_bytes_per_s / GB,
                 "busbw_GBps": c.busbw_bytes_per_s / GB,
+                # the fabric link that binds the network level (cluster.fabric): a leaf uplink, a NIC shared
+                # with a background flow, ...
+                **({"binding_link": place.binding} if place.binding and c.bottleneck == "inter" else {}),
             }
         )
     if json_out:
@@ -258,7 +261,7 @@ def collective(
             format_sig(r["algbw_GBps"]),
             format_sig(r["busbw_GBps"]),
             algo,
-            r["bottleneck"],
+            f"inter ({r['binding_link']})" if "binding_link" in r else r["bottleneck"],
         )
     console.print(t)
 

@@ -125,32 +125,39 @@ def max_min(coflows: Sequence[Coflow], capacity) -> list[tuple[float, Link | Non
     why: list[Link | None] = [None] * len(coflows)
     active = set(range(len(coflows)))
     users: dict[Link, list[int]] = {}
-    active_load: dict[Link, float] = {}
     for i, c in enumerate(coflows):
-        for link, u in c.usage:
+        for link, _ in c.usage:
             users.setdefault(link, []).append(i)
-            active_load[link] = active_load.get(link, 0.0) + c.count * u
     frozen_load = dict.fromkeys(users, 0.0)
     cap_of = {link: capacity(link) for link in users}
     while active:
-        level = min(coflows[i].cap for i in active)
-        for link, load in active_load.items():
-            if load > 1e-300:
-                level = min(level, (cap_of[link] - frozen_load[link]) / load)
-        level = max(level, 0.0)
+        # the load the active coflows put on each link they share, per unit of their common rate
+        load = {}
+        for link, us in users.items():
+            x = sum(coflows[i].count * u for i in us if i in active for lk, u in coflows[i].usage if lk == link)
+            if x > 0:
+                load[link] = x
+        level, bound = min(coflows[i].cap for i in active), None
+        for link, x in load.items():
+            t = max(0.0, cap_of[link] - frozen_load[link]) / x
+            if t < level:
+                level, bound = t, link
         done = {i for i in active if coflows[i].cap <= level * (1 + 1e-12)}
-        for link, load in active_load.items():
-            if load > 1e-300 and frozen_load[link] + load * level >= cap_of[link] * (1 - 1e-9):
+        for link, x in load.items():
+            if frozen_load[link] + x * level >= cap_of[link] * (1 - 1e-9):
                 for i in users[link]:
                     if i in active and i not in done:
                         done.add(i)
                         why[i] = link
+        if not done:  # rounding left nothing exactly full: freeze the users of the link that set the level
+            done = {i for i in users[bound] if i in active} if bound is not None else set(active)
+            for i in done:
+                why[i] = bound
         for i in done:
             c = coflows[i]
             rate[i] = min(level, c.cap)
             for link, u in c.usage:
                 frozen_load[link] += c.count * u * rate[i]
-                active_load[link] -= c.count * u
         active -= done
     return list(zip(rate, why, strict=True))
 
@@ -201,9 +208,7 @@ def coflows_of(fabric: Fabric, groups: Iterable[Sequence[int]], pattern: str, ca
 
 
 def background_coflows(fabric: Fabric) -> list[Coflow]:
-    return [
-        Coflow(f.rate_Gbps * GBIT, tuple((link, 1.0) for link in path(fabric, f.src, f.dst))) for f in fabric.flows
-    ]
+    return [Coflow(f.rate_Gbps * GBIT, tuple((link, 1.0) for link in path(fabric, f.src, f.dst))) for f in fabric.flows]
 
 
 def describe(link: Link | None) -> str:
@@ -233,4 +238,3 @@ def fabric_share(
     if r >= cap * (1 - 1e-9):
         return FabricShare(1.0, "")
     return FabricShare(r / cap, describe(link))
-

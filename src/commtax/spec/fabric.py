@@ -64,7 +64,7 @@ class Fabric(_Spec):
     def _ratios(cls, v: dict[str, float]) -> dict[str, float]:
         for k, x in v.items():
             if not (1 <= x <= 1000):  # false for nan
-                raise ValueError(f"oversubscription.{k} must be in [1, 1000] (down:up, 1 = non-blocking), got {x}")
+                raise ValueError(f"{k} must be in [1, 1000] (down:up, 1 = non-blocking), got {x}")
         return v
 
     @field_validator("background")
@@ -72,7 +72,7 @@ class Fabric(_Spec):
     def _shares(cls, v: dict[str, float]) -> dict[str, float]:
         for k, x in v.items():
             if not (0 <= x < 1):
-                raise ValueError(f"background.{k} must be in [0, 1) (the share of the uplinks in use), got {x}")
+                raise ValueError(f"{k} must be in [0, 1) (the share of the uplinks in use), got {x}")
         return v
 
     @field_validator("placement")
@@ -80,12 +80,12 @@ class Fabric(_Spec):
     def _node_list(cls, v: str | list[int]) -> str | list[int]:
         if isinstance(v, list):
             if not v:
-                raise ValueError("placement: an empty node list; list the job's nodes or use contiguous")
+                raise ValueError("an empty node list; list the job's nodes or use contiguous")
             if any(not (0 <= i <= 10_000_000) for i in v):
-                raise ValueError("placement: node ids are in [0, 10000000]")
+                raise ValueError("node ids are in [0, 10000000]")
             seen: set[int] = set()
             for i in v:
                 if i in seen:
-                    raise ValueError(f"placement: node {i} listed twice; each job node lands on its own node")
+                    raise ValueError(f"node {i} listed twice; each job node lands on its own node")
                 seen.add(i)
         return v
