@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from commtax.costs.pricing import Costs, PhaseCost
 from commtax.costs.topology import group_placement
@@ -55,6 +56,8 @@ Template = tuple[tuple[tuple[Step, ...], ...], float, float]
 class SimOptions:
     bucket_bytes: float = DDP_BUCKET_BYTES  # gradient bucket size (bytes of gradients)
     nic_contention: bool = True  # DP and PP traffic of a GPU share its NIC when both leave the node
+    # how they share it: "flows" at max-min fair rates (schedule/sim/network.py), "channel" one transfer at a time
+    network: Literal["flows", "channel"] = "flows"
 
 
 @dataclass
@@ -65,6 +68,7 @@ class Device:
     streams: dict[str, int]
     nic: int | None  # the NIC shared by PP sends and DP collectives (when both leave the node)
     dp_link: int | None  # what DP collectives hold: the NIC, or the DP link of ZeRO-3's two streams
+    flows: bool = False  # ``nic`` is a flow-network link (shared fairly), not a channel (held in turn)
     prev: tuple[int, ...] = ()  # end of the last phase: the compute stream's next task waits for it
     grads: list[int] = field(default_factory=list)  # gradient reductions the optimizer waits for
     gathers: dict[int, list[int]] = field(default_factory=dict)  # ZeRO-1/2 parameter gather per chunk
@@ -190,10 +194,15 @@ class StepBuilder:
         dp_spans = bool(dp_ops) and group_placement(job, "dp", dp_ops[0].op).spans_nodes
         for s in range(self.p):
             streams = {name: sim.stream(s, name) for name in STREAMS}
-            nic = sim.channel(f"nic{s}") if contention and pp_spans and dp_spans else None
+            flows = self.options.network == "flows"
+            nic = None
+            if contention and pp_spans and dp_spans:
+                nic = sim.link(f"nic{s}") if flows else sim.channel(f"nic{s}")
             # ZeRO-3 gathers and reduce-scatters run on two streams (as FSDP's) but share one DP link
             dp_link = nic if nic is not None else (sim.channel(f"dp link {s}") if self.wl.dp_microbatch else None)
-            self.devices.append(Device(s, streams, nic, dp_link, params=self.stage_params[s]))
+            self.devices.append(
+                Device(s, streams, nic, dp_link, flows=flows and nic is not None, params=self.stage_params[s])
+            )
         order = by_stage(schedule(job.plan.schedule, self.p, self.m, self.v), self.p)
         for s, passes in enumerate(order):
             for x in passes:
@@ -295,7 +304,18 @@ class StepBuilder:
     ) -> int:
         t, nbytes = self._dp(op, params, codec)
         dev.bytes["dp"] += nbytes
+        if dev.flows:  # the DP link is the NIC: a transfer sharing it with the PP sends
+            return self.sim.task(
+                name, dev.streams[stream], t, deps, "dp", priority, meta=meta + (nbytes,), links=(dev.nic,)
+            )
         return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority, dev.dp_link, meta + (nbytes,))
+
+    @staticmethod
+    def _nic(dev: Device) -> dict:
+        """How a PP send uses the NIC: a link of the flow network, a channel held in turn, or neither."""
+        if dev.nic is None:
+            return {}
+        return {"links": (dev.nic,)} if dev.flows else {"channel": dev.nic}
 
     def _template(self, pc: PhaseCost, kind: str) -> Template:
         """The tasks of one pass (or a piece of one) as steps; each step's tasks wait for the previous step's."""
@@ -473,10 +493,10 @@ class StepBuilder:
         if x.phase == "F" and k < self.V - 1:
             dev.bytes["pp"] += self.send_bytes
             self._sent_fwd[(k, x.mb)] = sim.task(
-                "send", st["pp_fwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
+                "send", st["pp_fwd"], self.t_send, deps, "pp", meta=meta + (self.send_bytes,), **self._nic(dev)
             )
         elif x.phase == "B" and k > 0:
             dev.bytes["pp"] += self.send_bytes
             self._sent_bwd[(k, x.mb)] = sim.task(
-                "send", st["pp_bwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
+                "send", st["pp_bwd"], self.t_send, deps, "pp", meta=meta + (self.send_bytes,), **self._nic(dev)
             )
