@@ -387,6 +387,14 @@ def advise_command(
     console.print(t)
     for r in a.remedies:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
         console.print(f"remedy: {r.text()}", highlight=False)
+    for line in a.placement:  # cluster.fabric: where each group sits, what to keep where
+        console.print(f"placement: {line}", highlight=False)
+    for c in (c for c in a.changes if c.kind == "fabric"):  # every fabric what-if, better or worse
+        console.print(
+            f"fabric what-if: {c.label}: step {c.step_after_s:.3f} s ({c.step_change:+.1%}), comm tax "
+            f"{pct(c.comm_tax_after)}",
+            highlight=False,
+        )
     s = a.sensitivities
     console.print(
         "sensitivity (elasticity d ln step / d ln x): "
