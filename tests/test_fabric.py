@@ -193,3 +193,38 @@ def test_bad_fabric_input_is_one_line_naming_the_field():
     data["cluster"]["uplink_Gbps"] = 100
     with pytest.raises(SpecError, match="uplink_Gbps and fabric both describe the links above the nodes"):
         load_job(data)
+
+
+# ----------------------------------------------------------------------------- the worked example (docs/fabric.md)
+def test_worked_example_orders_the_fabrics_and_simulate_agrees():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "examples" / "fabric" / "worked_example.py"
+    spec = importlib.util.spec_from_file_location("worked_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.rows()
+    steps = [r["step_s"] for r in rows]
+    assert steps == sorted(steps) and steps[-1] > 1.2 * steps[0]  # each case costs more than the one before
+    # contiguous nodes keep the DP ring inside a scalable unit: a 4:1 spine costs the DP reduction nothing
+    assert rows[1]["dp_exposed_s"] == pytest.approx(rows[0]["dp_exposed_s"], rel=1e-6)
+    for r in rows:  # the flow-level simulator agrees with the estimate where both apply
+        assert r["simulated_step_s"] == pytest.approx(r["step_s"], rel=0.02)
+    assert "| 4:1 spine, scattered |" in mod.table(rows)
+
+
+def test_advise_prices_fabric_what_ifs_and_says_where_groups_sit():
+    from commtax.decide.advise import advise
+
+    a = advise(load_job("examples/fabric/llama3-70b-1024-h100-4to1-scattered.yaml"), search_best=False)
+    labels = {c.label: c for c in a.changes if c.kind == "fabric"}
+    assert labels["contiguous placement"].step_after_s < a.breakdown.step_time_s
+    assert labels["spine 1:1 (now 4:1)"].step_after_s < labels["spine 2:1 (now 4:1)"].step_after_s
+    assert labels["a co-located job using half of every uplink"].step_after_s > a.breakdown.step_time_s
+    assert any(line.startswith("DP (gradients): across leaves") and "leaf 0 uplink" in line for line in a.placement)
+    assert any("contiguous nodes" in line for line in a.placement)
+    assert a.to_dict()["fabric_groups"][0]["group"] == "tp"
+    # a job without a fabric gets no fabric advice (and its JSON no new keys)
+    plain = advise(load_job("examples/llama2-70b-h100.yaml"), search_best=False)
+    assert not [c for c in plain.changes if c.kind == "fabric"] and "placement" not in plain.to_dict()
