@@ -193,6 +193,10 @@ class Sim:
         seq = 0
         net = self.network
         flow_end: dict[int, float] = {}  # a transfer's current finish time: heap entries at other times are stale
+        # a transfer alone on its one link runs at its own rate, as a plain task (the common case, kept cheap);
+        # it joins the network when another transfer comes onto its link
+        on_link = [0] * (len(net.capacity) if net is not None else 0)
+        solo: dict[int, int] = {}  # link -> the transfer alone on it, outside the network
 
         def reschedule(ends: dict[int, float]) -> None:
             nonlocal seq
@@ -208,8 +212,19 @@ class Sim:
                 t.channel_prev, chan_last[t.channel] = chan_last[t.channel], t.id
             started.append(t.id)
             if t.links and t.duration_s > 0:
-                reschedule(net.start(t.id, t.duration_s, t.links, now))
-                return
+                links = t.links
+                if len(links) == 1 and not on_link[links[0]] and net.capacity[links[0]] >= 1:
+                    on_link[links[0]] = 1
+                    solo[links[0]] = t.id
+                else:
+                    for lk in links:
+                        on_link[lk] += 1
+                        other = solo.pop(lk, None)
+                        if other is not None:  # it shares from now on: into the network with the work it has left
+                            o = tasks[other]
+                            reschedule(net.start(other, o.start_s + o.duration_s - now, o.links, now))
+                    reschedule(net.start(t.id, t.duration_s, links, now))
+                    return
             seq += 1
             heapq.heappush(heap, (now + t.duration_s, t.priority, seq, t.id))
 
@@ -236,11 +251,17 @@ class Sim:
             now, _, _, tid = heapq.heappop(heap)
             t = tasks[tid]
             if t.links and t.duration_s > 0:
-                if flow_end.get(tid) != now:
+                if solo.get(t.links[0]) == tid:  # alone all along: done at its own rate
+                    del solo[t.links[0]]
+                    on_link[t.links[0]] = 0
+                elif flow_end.get(tid) == now:
+                    del flow_end[tid]
+                    reschedule(net.finish(tid, now))
+                    for lk in t.links:
+                        on_link[lk] -= 1
+                    t.duration_s = now - t.start_s  # the time it took, sharing its links
+                else:
                     continue  # its rate changed since this finish was pushed
-                del flow_end[tid]
-                reschedule(net.finish(tid, now))
-                t.duration_s = now - t.start_s  # the time it took, sharing its links
             events += 1
             t.end_s = now
             s = streams[t.stream]
