@@ -19,13 +19,8 @@ from commtax.spec.files import read_yaml
 from commtax.spec.job import Job
 
 # ----------------------------------------------------------------------------- catalog
-CATALOG_FILES = {
-    "gpu": "gpus.yaml",
-    "intra_node": "links.yaml",
-    "inter_node": "networks.yaml",
-    "model": "models.yaml",
-    "fabric": "fabrics.yaml",
-}
+CATALOG_FILES = {"gpu": "gpus.yaml", "intra_node": "links.yaml", "inter_node": "networks.yaml", "model": "models.yaml"}
+FABRIC_FILE = "fabrics.yaml"  # cluster.fabric presets: a catalog section of their own (docs/fabric.md)
 
 
 @lru_cache(maxsize=1)
@@ -60,11 +55,17 @@ def read_overrides(
     return out
 
 
+@lru_cache(maxsize=1)
+def builtin_fabrics() -> dict[str, dict]:
+    return read_yaml(CATALOG_DIR / FABRIC_FILE) or {}
+
+
 def load_catalog(extra: Path | str | None = None) -> dict[str, dict[str, dict]]:
     """Built-in catalog, plus/overridden by a user file with sections gpu/intra_node/inter_node/model/fabric."""
     cat = {k: dict(v) for k, v in _builtin_catalog().items()}
+    cat["fabric"] = dict(builtin_fabrics())
     if extra is not None:
-        for section, entries in read_overrides(extra, CATALOG_FILES).items():
+        for section, entries in read_overrides(extra, (*CATALOG_FILES, "fabric")).items():
             cat[section].update(entries)
     return cat
 
