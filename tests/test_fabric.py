@@ -228,3 +228,19 @@ def test_advise_prices_fabric_what_ifs_and_says_where_groups_sit():
     # a job without a fabric gets no fabric advice (and its JSON no new keys)
     plain = advise(load_job("examples/llama2-70b-h100.yaml"), search_best=False)
     assert not [c for c in plain.changes if c.kind == "fabric"] and "placement" not in plain.to_dict()
+
+
+def test_compare_puts_each_fabric_under_the_job():
+    from commtax.decide.compare import jobs_for_fabrics, label
+
+    job = load_job("examples/fabric/llama3-70b-1024-h100-4to1-scattered.yaml")
+    jobs = jobs_for_fabrics(job, ["dgx-h100-superpod@1", "tor-4node@4"])
+    assert [j.cluster.fabric.oversubscription["leaf"] for j in jobs] == [1.0, 4.0]
+    assert [j.cluster.fabric.nodes_per_leaf for j in jobs] == [32, 4]
+    assert all(j.cluster.fabric.placement == "scattered" for j in jobs)  # the job's placement is kept
+    assert label(jobs[1]).endswith("tor-4node@4 4:1 scattered")
+    assert label(load_job("examples/llama2-70b-h100.yaml")) == "256×h100-sxm5-80gb 8×ib-ndr"
+    with pytest.raises(SpecError, match="--fabric: 'tor-4node@x': after @ comes"):
+        jobs_for_fabrics(job, ["tor-4node@x"])
+    with pytest.raises(SpecError, match="--fabric.preset: unknown fabric"):
+        jobs_for_fabrics(job, ["tor4"])

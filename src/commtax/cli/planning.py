@@ -197,6 +197,14 @@ def compare_command(
     gpu: Annotated[
         Optional[list[str]], typer.Option("--gpu", help="GPU catalog ids to put on the first job's cluster")
     ] = None,
+    fabric: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--fabric",
+            help="fabric presets to put under the first job's cluster (catalog/fabrics.yaml), ID or ID@R for an "
+            "R:1 spine, e.g. dgx-h100-superpod@1,dgx-h100-superpod@4,tor-4node",
+        ),
+    ] = None,
     tokens: TokensOpt = None,
     rent: RentOpt = False,
     power: PowerOpt = "typical",
@@ -255,6 +263,13 @@ def compare_command(
         if len(jobs) != 1:
             raise SpecError("compare --gpu: give exactly one job file (its cluster gets each GPU in turn)")
         jobs = jobs_for_gpus(jobs[0], gpu_names, price_book, catalog)
+    fabric_names = [f.strip() for item in (fabric or []) for f in item.split(",") if f.strip()]
+    if fabric_names:
+        from commtax.decide.compare import jobs_for_fabrics
+
+        if len(jobs) != 1:
+            raise SpecError("compare --fabric: give exactly one job file (or one --gpu): its cluster gets each fabric")
+        jobs = jobs_for_fabrics(jobs[0], fabric_names, catalog)
     if num_gpus:
         counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()]
         jobs = with_gpu_counts(jobs, counts)
