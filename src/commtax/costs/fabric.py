@@ -124,17 +124,17 @@ def max_min(coflows: Sequence[Coflow], capacity) -> list[tuple[float, Link | Non
     rate = [0.0] * len(coflows)
     why: list[Link | None] = [None] * len(coflows)
     active = set(range(len(coflows)))
-    users: dict[Link, list[int]] = {}
+    users: dict[Link, list[tuple[int, float]]] = {}  # link -> (coflow, the load it puts there per unit of rate)
     for i, c in enumerate(coflows):
-        for link, _ in c.usage:
-            users.setdefault(link, []).append(i)
+        for link, u in c.usage:
+            users.setdefault(link, []).append((i, c.count * u))
     frozen_load = dict.fromkeys(users, 0.0)
     cap_of = {link: capacity(link) for link in users}
     while active:
         # the load the active coflows put on each link they share, per unit of their common rate
         load = {}
         for link, us in users.items():
-            x = sum(coflows[i].count * u for i in us if i in active for lk, u in coflows[i].usage if lk == link)
+            x = sum(w for i, w in us if i in active)
             if x > 0:
                 load[link] = x
         level, bound = min(coflows[i].cap for i in active), None
@@ -145,12 +145,12 @@ def max_min(coflows: Sequence[Coflow], capacity) -> list[tuple[float, Link | Non
         done = {i for i in active if coflows[i].cap <= level * (1 + 1e-12)}
         for link, x in load.items():
             if frozen_load[link] + x * level >= cap_of[link] * (1 - 1e-9):
-                for i in users[link]:
+                for i, _ in users[link]:
                     if i in active and i not in done:
                         done.add(i)
                         why[i] = link
         if not done:  # rounding left nothing exactly full: freeze the users of the link that set the level
-            done = {i for i in users[bound] if i in active} if bound is not None else set(active)
+            done = {i for i, _ in users[bound] if i in active} if bound is not None else set(active)
             for i in done:
                 why[i] = bound
         for i in done:
