@@ -18,8 +18,8 @@ from commtax.costs.topology import concurrent_groups, group_placement, inter_lev
 from commtax.spec import Fabric, Job, build, load_catalog, resolve_entry
 from commtax.units import GB
 
-GROUP_NAMES = {"tp": "TP", "cp": "CP", "dp": "DP (gradients)", "pp": "PP (stage pairs)"}
-OP_OF = {"tp": "all_reduce", "cp": "send_recv", "dp": "all_reduce", "pp": "send_recv"}
+GROUP_NAMES = {"tp": "TP", "cp": "CP", "dp": "DP (gradients)", "pp": "PP (stage pairs)", "ep": "EP (all-to-all)"}
+OP_OF = {"tp": "all_reduce", "cp": "all_gather", "dp": "all_reduce", "pp": "send_recv", "ep": "all_to_all"}
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,11 @@ def group_places(job: Job, bytes_per_gpu: dict[str, float]) -> list[GroupPlace]:
     """Where each group kind of the plan sits on the fabric."""
     c, lay = job.cluster, layout(job)
     out = []
-    for g in ("tp", "cp", "dp", "pp"):
-        if lay.size[g] <= 1:
+    for g in ("tp", "cp", "dp", "pp", "ep"):
+        if lay.size.get(g, 1) <= 1:
             continue
-        n, pattern = (2, "pairs") if g == "pp" else (lay.size[g], "ring")
-        pl = group_placement(job, g, OP_OF[g] if g != "cp" else "all_gather")
+        n, pattern = (2, "pairs") if g == "pp" else (lay.size[g], "all_to_all" if g == "ep" else "ring")
+        pl = group_placement(job, g, OP_OF[g])
         factor = 1.0
         if pl.inter is not None and pl.spans_nodes:
             factor = pl.inter.bw_bytes_per_s / inter_level(c).bw_bytes_per_s
@@ -86,6 +86,8 @@ def placement_advice(job: Job, places: list[GroupPlace]) -> list[str]:
     by = {p.group: p for p in places}
     if "tp" in by and by["tp"].level != "nvlink":
         lines.append("keep TP inside the NVLink domain: tp ≤ gpus_per_node; its traffic is per layer and exposed")
+    if "ep" in by and by["ep"].level not in ("nvlink", "leaf"):
+        lines.append("keep EP inside the NVLink domain or one leaf: its all-to-all runs every MoE layer, both passes")
     wide = [p for p in places if p.level in ("pod", "above pods")]
     if len(wide) >= 1 and len(places) > 1:
         light = min(places, key=lambda p: p.bytes_per_gpu if p.group != "tp" else float("inf"))
