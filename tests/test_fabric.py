@@ -244,3 +244,39 @@ def test_compare_puts_each_fabric_under_the_job():
         jobs_for_fabrics(job, ["tor-4node@x"])
     with pytest.raises(SpecError, match="--fabric.preset: unknown fabric"):
         jobs_for_fabrics(job, ["tor4"])
+
+
+def test_a_colocated_job_file_shares_the_spine(tmp_path):
+    # ours on fabric nodes 0,1 | 4,5 and theirs on 2,3 | 6,7 (4 nodes per leaf, 4:1: a leaf uplink = one node's
+    # link): each ring crosses leaf 0's uplink once, 1→4 and 3→6, so max-min gives each half of it
+    import yaml
+
+    other = {
+        "model": "llama2-7b",
+        "cluster": {**EMULATED, "gpu": {**EMULATED["gpu"], "mem_GiB": 80}},
+        "plan": {"tp": 1, "pp": 1},
+        "training": {"seq_len": 1024, "global_batch": 8, "precision": "fp32"},
+    }
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
+    fabric = {
+        "topology": "tor",
+        "nodes_per_leaf": 4,
+        "oversubscription": {"leaf": 4},
+        "placement": [0, 1, 4, 5],
+        "colocated": [{"job": "other.yaml", "nodes": [2, 3, 6, 7]}],
+    }
+    from commtax.spec import build, load_catalog, resolve_cluster
+
+    raw = resolve_cluster({**other["cluster"], "fabric": fabric}, load_catalog(), tmp_path)
+    c = build(Cluster, raw, "cluster")
+    assert c.fabric.colocated[0].rings == [[2, 3, 6, 7]] and c.fabric.colocated[0].rate_Gbps == pytest.approx(0.2)
+    p = placement(c, 4, 1, "all_reduce")
+    assert p.inter.bw_bytes_per_s == pytest.approx(B / 2) and p.binding.startswith("leaf")
+    alone = build(Cluster, {**raw, "fabric": {**raw["fabric"], "colocated": []}}, "cluster")
+    assert placement(alone, 4, 1, "all_reduce").inter.bw_bytes_per_s == pytest.approx(B)
+    with pytest.raises(SpecError, match=r"colocated.0.nodes: .* runs on 4 nodes; list 4 fabric node ids"):
+        resolve_cluster(
+            {**other["cluster"], "fabric": {**fabric, "colocated": [{"job": "other.yaml", "nodes": [2]}]}},
+            load_catalog(),
+            tmp_path,
+        )

@@ -208,7 +208,11 @@ def coflows_of(fabric: Fabric, groups: Iterable[Sequence[int]], pattern: str, ca
 
 
 def background_coflows(fabric: Fabric) -> list[Coflow]:
-    return [Coflow(f.rate_Gbps * GBIT, tuple((link, 1.0) for link in path(fabric, f.src, f.dst))) for f in fabric.flows]
+    """Other traffic: each flow, and each co-located job's gradient rings (always on: an upper bound)."""
+    out = [Coflow(f.rate_Gbps * GBIT, tuple((link, 1.0) for link in path(fabric, f.src, f.dst))) for f in fabric.flows]
+    for job in fabric.colocated:
+        out += coflows_of(fabric, job.rings, "ring", job.rate_Gbps * GBIT)
+    return out
 
 
 def describe(link: Link | None) -> str:

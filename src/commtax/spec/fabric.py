@@ -34,6 +34,17 @@ class FabricFlow(_Spec):
         return self
 
 
+class FabricJob(_Spec):
+    """Another job on the same fabric, as the traffic it puts there: its gradient (DP) rings, each the fabric nodes
+    it visits in rank order, always reducing (an upper bound on its load). ``colocated: [{job: FILE, nodes: [...]}]``
+    is resolved to this at load (spec/catalog.py): its plan's DP rings on the nodes listed (default: the nodes
+    after ours)."""
+
+    name: str = "co-located job"
+    rings: list[list[int]] = Field(min_length=1, max_length=1_000_000)
+    rate_Gbps: float = Field(gt=0, le=100_000, allow_inf_nan=False, description="a ring's most per node")
+
+
 class Fabric(_Spec):
     name: str = "custom-fabric"
     topology: Literal["rail-optimized", "tor", "single-switch"] = Field(
@@ -57,6 +68,7 @@ class Fabric(_Spec):
         default_factory=dict, description="share of each level's uplinks other jobs keep busy, in [0, 1)"
     )
     flows: list[FabricFlow] = Field(default_factory=list, description="other traffic, flow by flow")
+    colocated: list[FabricJob] = Field(default_factory=list, description="other jobs whose traffic shares the links")
     source: str = "inline"
 
     @field_validator("oversubscription")
