@@ -280,3 +280,14 @@ def test_a_colocated_job_file_shares_the_spine(tmp_path):
             load_catalog(),
             tmp_path,
         )
+
+
+def test_a_non_blocking_contiguous_fabric_prices_as_no_fabric():
+    import yaml
+
+    from commtax.schedule.analytical import estimate
+
+    data = yaml.safe_load(open(JOB))
+    with_fabric = estimate(load_job(data)).step_time_s
+    del data["cluster"]["fabric"]
+    assert with_fabric == estimate(load_job(data)).step_time_s

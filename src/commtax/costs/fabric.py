@@ -3,7 +3,7 @@
 A group kind (all DP groups of every stage, all PP pairs, …) runs its collectives at once, so each group is a
 *coflow*: its inter-node traffic is a set of node → node hops, each carrying a fixed fraction ``w`` of the rate
 ``x`` at which the group's members on one node push into the network (a ring: every hop w = 1; an all-to-all over
-N nodes: w = 1/(N−1) to each other node; pipeline pairs: one hop each way). A hop crosses the NIC links of its
+N nodes: w = 1/(N−1) to each other node; a pipeline pair: one hop). A hop crosses the NIC links of its
 two nodes and, when they sit under different leaves (pods), the leaf (pod) uplink on each side. Rates are max-min
 fair (progressive filling, Bertsekas & Gallager, *Data Networks* §6.5.2): every coflow's x rises at the same pace
 until a link it loads is full or it reaches its own NIC rate; frozen coflows keep their rate, the rest go on.
@@ -183,9 +183,10 @@ def all_to_all_hops(nodes: Sequence[int]) -> tuple[Hop, ...]:
 
 
 def pair_hops(nodes: Sequence[int]) -> tuple[Hop, ...]:
-    """Pipeline neighbours: activations one way, gradients the other (1F1B keeps both directions busy)."""
+    """Pipeline neighbours: one send at a time, as the estimate prices a PP send (activations forward; the
+    gradients going back use the other direction of the same links)."""
     a, b = nodes[0], nodes[-1]
-    return () if a == b else ((a, b, 1.0), (b, a, 1.0))
+    return () if a == b else ((a, b, 1.0),)
 
 
 PATTERNS = {"ring": ring_hops, "all_to_all": all_to_all_hops, "pairs": pair_hops}
