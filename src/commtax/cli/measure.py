@@ -610,33 +610,15 @@ def bench_ddp(
     ] = 2,
 ) -> None:
     """Train a small GPT with DDP under each comm hook: step time, exposed comm, bytes on the wire, loss, prediction."""
-    from commtax.spec.wire_dtypes import POWERSGD_RANKS
+    from commtax.errors import SpecError
+    from commtax.measure.ddp_options import check_ddp_options, read_gemm_records
 
-    hooks = tuple(h.strip() for h in hook.split(",") if h.strip())
-    known = ("none", "fp16", "bf16", "fp8", "fp8_e5m2", "int8", "int4", "powersgd")
-    bad = [h for h in hooks if h not in known]
-    if bad or not hooks:
-        fail(f"--hook: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(known)}")
-    if error_feedback and any(h in ("none", "fp16", "bf16") for h in hooks):
-        fail("--error-feedback: applies to fp8, fp8_e5m2, int8, int4 and powersgd; drop none/fp16/bf16 from --hook")
-    if powersgd_rank not in POWERSGD_RANKS:
-        fail(f"--powersgd-rank: choose from {', '.join(map(str, POWERSGD_RANKS))}")
-    if hidden % heads:
-        fail(f"--hidden ({hidden}) must be divisible by --heads ({heads})")
-    if optimizer not in ("adamw", "sgd"):
-        fail(f"--optimizer: choose adamw or sgd, got {optimizer!r}")
-    cluster = _read_cluster(cluster_file) if cluster_file is not None else None
-    gemm = None
-    if gemm_json is not None:
-        try:
-            gemm = [r for r in json.loads(gemm_json.read_text()) if r.get("op") == "gemm" and r.get("dtype") == "fp32"]
-        except (OSError, ValueError) as e:
-            fail(f"--gemm: cannot read {gemm_json}: {e}")
-        if not gemm:
-            fail(
-                f"--gemm: {gemm_json} has no fp32 gemm records; "
-                f"run `commtax bench gemm --dtypes fp32 --out {gemm_json}`"
-            )
+    try:
+        hooks = check_ddp_options(hook, error_feedback, powersgd_rank, hidden, heads, optimizer)
+        cluster = _read_cluster(cluster_file) if cluster_file is not None else None
+        gemm = read_gemm_records(gemm_json) if gemm_json is not None else None
+    except SpecError as e:
+        fail(str(e))
     if "RANK" not in os.environ:  # not under torchrun: become it, locally (the output checked once, here)
         if out is not None:
             _check_out(out)
