@@ -351,6 +351,20 @@ def dp_step_parts(wl: Workload, costs: Costs) -> DPStepParts:
     return DPStepParts(sum(times) + codec * n, nbytes, times, tail, first, codec)
 
 
+def edp_traffic(job: Job, wl: Workload, costs: Costs) -> tuple[float, float]:
+    """(link time, bytes) per step of the expert gradients' reduction over edp: the share of the DP link time and
+    bytes (``dp_step_parts``) that the edp collectives carry, reported as their own group. ZeRO-3 prices the experts
+    with the dense ones and has none apart."""
+    if job.plan.zero >= 3:
+        return 0.0, 0.0
+    n = reduce_passes(wl)
+    ops = [c for c in (*wl.dp_step, *wl.edp_step) if c.group == "edp"]
+    first = {c.name for c in ops[:1]}  # the reduction runs once per pass, the gather once per step
+    link = sum((bucketed_time(costs, c, wl.bucket_bytes) * (n if c.name in first else 1) for c in ops), 0.0)
+    nbytes = sum((costs.sent_bytes(c) * (n if c.name in first else 1) for c in ops), 0.0)
+    return link, nbytes
+
+
 def dp_step_exposed(parts: DPStepParts, st: StageTime, pp: int, vp: int, m: int, passes: int = 1) -> float:
     """Exposed part of overlapped per-step DP traffic: the reduction under the last backwards, the ZeRO-1/2
     gather under the first forwards. Interleaved 1F1B reduces and gathers each model chunk on its own
@@ -608,6 +622,9 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
         parts = {**dict(list(parts.items())[:4]), "ep_exposed": m * slow.ep_exposed, **dict(list(parts.items())[4:])}
         comm_time["ep"] = m * sum(slow.link.comm.get(g, 0.0) for g in EP_GROUPS)
         comm_bytes["ep"] = m * sum(slow.link.comm_bytes.get(g, 0.0) for g in EP_GROUPS)
+        edp_link, edp_bytes = edp_traffic(job, wl, costs)
+        comm_time["dp"], comm_bytes["dp"] = max(0.0, dp_link - edp_link), max(0.0, dp_bytes - edp_bytes)
+        comm_time["edp"], comm_bytes["edp"] = edp_link, edp_bytes
     mem = memory(job)
     return make_breakdown(
         job,
