@@ -246,6 +246,14 @@ def compare_command(
     gpu: Annotated[
         Optional[list[str]], typer.Option("--gpu", help="GPU catalog ids to put on the first job's cluster")
     ] = None,
+    fabric: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--fabric",
+            help="fabric presets to put under the first job's cluster (catalog/fabrics.yaml), ID or ID@R for an "
+            "R:1 spine, e.g. dgx-h100-superpod@1,dgx-h100-superpod@4,tor-4node",
+        ),
+    ] = None,
     tokens: TokensOpt = None,
     rent: RentOpt = False,
     power: PowerOpt = "typical",
@@ -290,7 +298,8 @@ def compare_command(
     price_book = load_prices(prices)
     gpu_names = [g.strip() for item in (gpu or []) for g in item.split(",") if g.strip()]
     counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()] if num_gpus else None
-    jobs = jobs_to_compare(list(inputs), gpu_names, counts, price_book, catalog)
+    fabric_names = [f.strip() for item in (fabric or []) for f in item.split(",") if f.strip()]
+    jobs = jobs_to_compare(list(inputs), gpu_names, counts, price_book, catalog, fabric_names)
     mode = "rented" if rent else "owned"
     with progress(f"searching {len(jobs)} clusters", enabled=not json_out) as update:
         rows = compare(
@@ -409,6 +418,14 @@ def advise_command(
         )
     for r in a.remedies:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
         console.print(f"remedy: {r.text()}", highlight=False)
+    for line in a.placement:  # cluster.fabric: where each group sits, what to keep where
+        console.print(f"placement: {line}", highlight=False)
+    for c in (c for c in a.changes if c.kind == "fabric"):  # every fabric what-if, better or worse
+        console.print(
+            f"fabric what-if: {c.label}: step {c.step_after_s:.3f} s ({c.step_change:+.1%}), comm tax "
+            f"{pct(c.comm_tax_after)}",
+            highlight=False,
+        )
     s = a.sensitivities
     console.print(
         "sensitivity (elasticity d ln step / d ln x): "

@@ -272,6 +272,6 @@ def collective_table(pred: Any) -> Table:
             format_sig(r["algbw_GBps"]),
             format_sig(r["busbw_GBps"]),
             algo,
-            r["bottleneck"],
+            f"inter ({r['binding_link']})" if "binding_link" in r else r["bottleneck"],
         )
     return t

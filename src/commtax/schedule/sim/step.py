@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from commtax.costs.pricing import Costs, PhaseCost
 from commtax.costs.topology import group_placement
@@ -64,6 +65,8 @@ Template = tuple[tuple[tuple[Step, ...], ...], float, float, float]  # steps, TP
 class SimOptions:
     bucket_bytes: float = DDP_BUCKET_BYTES  # gradient bucket size (bytes of gradients)
     nic_contention: bool = True  # DP and PP traffic of a GPU share its NIC when both leave the node
+    # how they share it: "flows" at max-min fair rates (schedule/sim/network.py), "channel" one transfer at a time
+    network: Literal["flows", "channel"] = "flows"
 
 
 @dataclass
@@ -74,6 +77,7 @@ class Device:
     streams: dict[str, int]
     nic: int | None  # the NIC shared by PP sends and DP collectives (when both leave the node)
     dp_link: int | None  # what DP collectives hold: the NIC, or the DP link of ZeRO-3's two streams
+    flows: bool = False  # ``nic`` is a flow-network link (shared fairly), not a channel (held in turn)
     prev: tuple[int, ...] = ()  # end of the last phase: the compute stream's next task waits for it
     grads: list[int] = field(default_factory=list)  # gradient reductions the optimizer waits for
     gathers: dict[int, list[int]] = field(default_factory=dict)  # ZeRO-1/2 parameter gather per chunk
@@ -225,10 +229,15 @@ class StepBuilder:
         for s in range(self.p):
             names = STREAMS + (MOE_STREAMS if self.wl.moe_layer is not None else ())
             streams = {name: sim.stream(s, name) for name in names}
-            nic = sim.channel(f"nic{s}") if contention and pp_spans and dp_spans else None
+            flows = self.options.network == "flows"
+            nic = None
+            if contention and pp_spans and dp_spans:
+                nic = sim.link(f"nic{s}") if flows else sim.channel(f"nic{s}")
             # ZeRO-3 gathers and reduce-scatters run on two streams (as FSDP's) but share one DP link
             dp_link = nic if nic is not None else (sim.channel(f"dp link {s}") if self.wl.dp_microbatch else None)
-            self.devices.append(Device(s, streams, nic, dp_link, params=self.stage_params[s]))
+            self.devices.append(
+                Device(s, streams, nic, dp_link, flows=flows and nic is not None, params=self.stage_params[s])
+            )
         # DualPipe's bidirectional pairing is not built as a task graph: its passes run in 1F1B order (the bubble
         # differs from estimate's DualPipe term; simulate names the effect)
         name = "1f1b" if job.plan.schedule in ("dualpipe", "dualpipev") else job.plan.schedule
@@ -333,7 +342,18 @@ class StepBuilder:
     ) -> int:
         t, nbytes = self._dp(op, params, codec)
         dev.bytes["dp"] += nbytes
+        if dev.flows:  # the DP link is the NIC: a transfer sharing it with the PP sends
+            return self.sim.task(
+                name, dev.streams[stream], t, deps, "dp", priority, meta=meta + (nbytes,), links=(dev.nic,)
+            )
         return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority, dev.dp_link, meta + (nbytes,))
+
+    @staticmethod
+    def _nic(dev: Device) -> dict:
+        """How a PP send uses the NIC: a link of the flow network, a channel held in turn, or neither."""
+        if dev.nic is None:
+            return {}
+        return {"links": (dev.nic,)} if dev.flows else {"channel": dev.nic}
 
     def _template(self, pc: PhaseCost, kind: str, ep_exposed: float = 0.0) -> Template:
         """The tasks of one pass (or a piece of one) as steps; each step's tasks wait for the previous step's.
@@ -527,10 +547,10 @@ class StepBuilder:
         if x.phase == "F" and k < self.V - 1:
             dev.bytes["pp"] += self.send_bytes
             self._sent_fwd[(k, x.mb)] = sim.task(
-                "send", st["pp_fwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
+                "send", st["pp_fwd"], self.t_send, deps, "pp", meta=meta + (self.send_bytes,), **self._nic(dev)
             )
         elif x.phase == "B" and k > 0:
             dev.bytes["pp"] += self.send_bytes
             self._sent_bwd[(k, x.mb)] = sim.task(
-                "send", st["pp_bwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
+                "send", st["pp_bwd"], self.t_send, deps, "pp", meta=meta + (self.send_bytes,), **self._nic(dev)
             )
