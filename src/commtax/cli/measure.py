@@ -563,6 +563,40 @@ def bench_gemm(
         typer.echo(f"{r['dtype']:>5} {r['name']:>9} {r['m']}×{r['k']}·{r['k']}×{r['n']}: {r['tflops']:.3f} TFLOP/s")
 
 
+@bench_app.command("gpu")
+@user_errors
+def bench_gpu(
+    out: Annotated[Path, typer.Option("--out", help="directory for gpu_sweep.json and the profiled step's trace.json")],
+    job: Annotated[Optional[Path], typer.Option("--job", help="job YAML whose layer GEMM shapes to measure")] = None,
+    sustain_s: Annotated[
+        float, typer.Option("--sustain-s", min=1.0, help="seconds of load before the sustained rate")
+    ] = 120.0,
+) -> None:
+    """One GPU, about 5-10 minutes: GEMM bf16/fp8 over the job's shapes, burst vs sustained clock, flash attention
+    against sequence length, HBM elementwise passes and a profiled small training step (commtax.measure.gpu_sweep)."""
+    from commtax.measure.gpu_sweep import run
+
+    r = run(job, out, sustain_s)
+    typer.echo(f"{r['device']}: wrote {out / 'gpu_sweep.json'} and {out / r['trace']} (commtax trace reads it)")
+
+
+@bench_app.command("gpu-entries")
+@user_errors
+def bench_gpu_entries(
+    results: Annotated[Path, typer.Argument(metavar="gpu_sweep.json", help="results of `commtax bench gpu`")],
+    gpu: Annotated[str, typer.Option("--gpu", help="catalog id of the GPU it ran on (its datasheet peaks)")],
+) -> None:
+    """The sweep's results as catalog entries (gpus.yaml, assumptions.yaml, attention.yaml), each with its source."""
+    import yaml
+
+    from commtax.measure.sweep_entries import entries_for_catalog_gpu, read_results
+
+    data = entries_for_catalog_gpu(read_results(results), gpu)
+    for name, fragment in data.items():
+        typer.echo(f"# catalog/{name}.yaml")
+        typer.echo(yaml.safe_dump(fragment, sort_keys=False, allow_unicode=True, width=110))
+
+
 @bench_app.command("ddp")
 def bench_ddp(
     hook: Annotated[

@@ -140,6 +140,12 @@ class StepBuilder:
         self._dp_cost: dict[tuple[str, float], tuple[float, float]] = {}
         self._dp_contention: float | None = None
         self.last_bwd: dict[tuple[int, int], int] = {}  # (stage, chunk) -> micro-batch of its last backward
+        # zero-bubble: the backward is B (input gradient) then W (weight gradient), half each (Qi et al. 2023 take
+        # T_B = T_W; as schedule.analytical.weight_grad_s); the gradients the DP reduction waits for come from W
+        self.split_bwd = plan.schedule == "zb-h1"
+        self.grad_phase = "W" if self.split_bwd else "B"
+        if self.split_bwd and self.wl.dp_microbatch:
+            raise SimError("schedule zb-h1 with ZeRO-3: the per-layer gathers around split backwards are not simulated")
         self.stage_params = [sum(self.chunks[c * self.p + s].params for c in range(self.v)) for s in range(self.p)]
         # the workload sizes its DP ops (and the optimizer) for the stage with the most parameters;
         # a bucket or a lighter stage takes its share of them
@@ -238,7 +244,7 @@ class StepBuilder:
         order = by_stage(schedule(name, self.p, self.m, self.v), self.p)
         for s, passes in enumerate(order):
             for x in passes:
-                if x.phase == "B":
+                if x.phase == self.grad_phase:
                     self.last_bwd[(s, x.chunk)] = x.mb
         for dev in self.devices:
             self._start_of_step(dev)
@@ -459,7 +465,7 @@ class StepBuilder:
         first_fwd = x.phase == "F" and x.chunk in dev.gathers
         # ZeRO-2 keeps only its gradient shard: every backward reduces its buckets (``Workload.grads_sharded``)
         last_bwd = (
-            x.phase == "B"
+            x.phase == self.grad_phase
             and wl.dp_step
             and self.ov.dp
             and (wl.grads_sharded or self.last_bwd.get((x.stage, x.chunk)) == x.mb)
@@ -495,8 +501,10 @@ class StepBuilder:
         sim, st, wl = self.sim, dev.streams, self.wl
         if x.phase == "F":
             recv = self._sent_fwd.pop((k - 1, x.mb)) if k > 0 else -1
-        else:
+        elif x.phase == "B":
             recv = self._sent_bwd.pop((k + 1, x.mb)) if k < self.V - 1 else -1
+        else:  # W: local, after its own B (the stage's order)
+            recv = -1
         chunk = self.chunks[k]
         meta = x  # (stage, mb, chunk, phase)
         deps: tuple[int, ...] = dev.prev + ((recv,) if recv >= 0 else ())
@@ -512,7 +520,9 @@ class StepBuilder:
                 deps += (self._dp_task(dev, "dp", "gather", op, gather_params, prefetch, meta, priority=0),)
             if x.phase == "B":
                 deps = self._emit(dev, self._pass_template(k, "recompute", frac), deps, meta)
-                deps = self._emit(dev, self._pass_template(k, "bwd", frac), deps, meta)
+                deps = self._emit(dev, self._pass_template(k, "bwd", frac / 2 if self.split_bwd else frac), deps, meta)
+            elif x.phase == "W":
+                deps = self._emit(dev, self._pass_template(k, "bwd", frac / 2), deps, meta)
             else:
                 deps = self._emit(dev, self._pass_template(k, "fwd", frac), deps, meta)
             for n in reduce_params:
