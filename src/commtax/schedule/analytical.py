@@ -472,6 +472,10 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
     ``workload`` and ``costs`` default to the job's own; passing them lets a caller (the simulator's
     agreement tests, search) evaluate the same ops and prices both ways.
     """
+    if job.cluster.pools and workload is None and costs is None:
+        from commtax.schedule.pools import pooled_estimate  # it builds on this module's functions
+
+        return pooled_estimate(job)
     wl = workload or build_workload(job)
     costs = costs or Costs(job)
     stages = stage_times(job, wl, costs)

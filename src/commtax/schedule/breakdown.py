@@ -43,9 +43,13 @@ class Breakdown:
     days_to_train: float | None = None
     source: str = "estimate"
     notes: list[str] = field(default_factory=list)
+    pools: list[dict[str, Any]] | None = None  # a cluster of GPU pools: what each pool does (schedule/pools.py)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if out["pools"] is None:  # single-pool records read as they always have
+            del out["pools"]
+        return out
 
 
 def model_flops_per_gpu_step(job: Job, wl: Workload) -> float:
