@@ -136,8 +136,9 @@ def _stages_on_pools(job: Job) -> Breakdown:
     binding = max(used, key=lambda i: fullest[i].total / c.pools[i].gpu.mem_bytes)  # the pool nearest its limit
     mem_gib = fullest[binding].gib()
     notes = plan_notes(jobs[slow_pool], wls[slow_pool]) + pool_notes(pools, cross, c.inter_pool is not None)
-    b = make_breakdown(job, build_workload(job), parts, comm_time, comm_bytes, mem_gib, all(x.fits for x in pools),
-                       notes=notes)
+    b = make_breakdown(
+        job, build_workload(job), parts, comm_time, comm_bytes, mem_gib, all(x.fits for x in pools), notes=notes
+    )
     return _mixed_peak(job, b, pools)
 
 
@@ -148,15 +149,15 @@ def _dp_across_pools(job: Job) -> Breakdown:
     cross = cross_pool_level(job, range(len(c.pools)), p.tp * p.cp * p.pp)  # one ring per shard crosses at once
     parts, outs = [], []
     for i, pool in enumerate(c.pools):
-        gb = round(shares[i] * job.training.global_batch)
-        ji = pool_job(job, i, global_batch=gb)
-        wi = build_workload(ji)
-        crossing = {"dp": dp_cross_placement(ji, n, ji.dp * p.cp, cross)} if len(c.pools) > 1 else {}
-        bi = estimate(ji, wi, PoolCosts(ji, crossing))
-        # the training state is sharded over every replica (ZeRO over the whole DP group), not over the pool's
-        state = pool_job(job, i, num_gpus=c.num_gpus, global_batch=job.dp * p.micro_batch * wi.micro_batches)
-        optimizer = PoolCosts(state, {}).compute(build_workload(state).optimizer)
-        step = {**bi.breakdown_s, "optimizer": optimizer}
+        dp_i = pool.num_gpus // (p.tp * p.cp * p.pp)
+        m_i = round(shares[i] * job.training.global_batch) // (dp_i * p.micro_batch)
+        # pool i's pipelines run m_i micro-batches each; the gradient reduction and the training state's shards
+        # span every replica: priced as the job on pool i's hardware with the whole DP group and m_i micro-batches
+        state = pool_job(job, i, num_gpus=c.num_gpus, global_batch=job.dp * p.micro_batch * m_i)
+        wi = build_workload(state)
+        crossing = {"dp": dp_cross_placement(state, n, dp_i * p.cp, cross)} if len(c.pools) > 1 else {}
+        bi = estimate(state, wi, PoolCosts(state, crossing))
+        step = dict(bi.breakdown_s)
         mem = stage_memory(state)
         fullest = max(mem, key=lambda x: x.total)
         outs.append((step, bi, fullest))
@@ -166,7 +167,7 @@ def _dp_across_pools(job: Job) -> Breakdown:
                 gpu=pool.gpu.name,
                 num_gpus=pool.num_gpus,
                 stages=tuple(range(p.pp)),
-                layers=tuple(ji.stage_layers),
+                layers=tuple(state.stage_layers),
                 stage_s=(sum(step.values()) / wi.micro_batches,),  # its step per micro-batch
                 micro_batches=wi.micro_batches,
                 step_s=sum(step.values()),
@@ -182,9 +183,7 @@ def _dp_across_pools(job: Job) -> Breakdown:
     notes = list(bs.notes) + pool_notes(parts, cross, c.inter_pool is not None)
     fits = all(x.fits for x in parts)
     wl = build_workload(job)
-    b = make_breakdown(
-        job, wl, step, bs.comm_time_s, bs.comm_bytes_per_gpu, outs[binding][2].gib(), fits, notes=notes
-    )
+    b = make_breakdown(job, wl, step, bs.comm_time_s, bs.comm_bytes_per_gpu, outs[binding][2].gib(), fits, notes=notes)
     return _mixed_peak(job, b, parts)
 
 

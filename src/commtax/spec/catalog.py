@@ -68,9 +68,11 @@ def resolve_entry(kind: str, value: Any, catalog: dict, field: str) -> dict:
     if isinstance(value, dict):
         return dict(value)
     if not isinstance(value, str):
-        hint = "; GPUs of several kinds are pools: give cluster.pools, a list of {gpu, num_gpus, …}" if (
-            isinstance(value, list) and field.endswith(".gpu")
-        ) else ""
+        hint = (
+            "; GPUs of several kinds are pools: give cluster.pools, a list of {gpu, num_gpus, …}"
+            if (isinstance(value, list) and field.endswith(".gpu"))
+            else ""
+        )
         raise SpecError(f"{field}: expected a catalog id or a mapping, got {excerpt(value)}{hint}")
     entries = catalog[kind]
     if value not in entries:
@@ -134,8 +136,10 @@ def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field
 def resolve_pools(raw: Any, catalog: dict, field: str) -> list[dict]:
     """``cluster.pools``: a list of pools, each naming its gpu, intra_node and inter_node (catalog ids or numbers)."""
     if not isinstance(raw, list) or not raw:
-        raise SpecError(f"{field}: expected a list of pools, each {{gpu, num_gpus, gpus_per_node, intra_node, "
-                        f"inter_node, nics_per_node}}, got {excerpt(raw)}")
+        raise SpecError(
+            f"{field}: expected a list of pools, each {{gpu, num_gpus, gpus_per_node, intra_node, "
+            f"inter_node, nics_per_node}}, got {excerpt(raw)}"
+        )
     out = []
     for i, pool in enumerate(raw):
         if not isinstance(pool, dict):

@@ -160,7 +160,9 @@ def pool_shares(job: Job) -> tuple[float, ...]:
                 f"pool_batch_share has {len(p.pool_batch_share)} entries; give one per pool ({len(c.pools)})"
             )
         if abs(sum(p.pool_batch_share) - 1) > 1e-6:
-            raise ValueError(f"pool_batch_share {list(p.pool_batch_share)} must sum to 1, got {sum(p.pool_batch_share):g}")
+            raise ValueError(
+                f"pool_batch_share {list(p.pool_batch_share)} must sum to 1, got {sum(p.pool_batch_share):g}"
+            )
         return tuple(p.pool_batch_share)
     return tuple(pool.num_gpus / c.num_gpus for pool in c.pools)
 
