@@ -200,15 +200,23 @@ def _search_pools(job, top: int, rent: bool, json_out: bool, out: Path | None, p
     from commtax.decide.pool_search import pool_search
 
     mode = "rented" if rent else "owned"
-    usd_per_s = job_cluster_cost(job, load_prices(prices)).usd_per_s(mode)
+    usd_per_s, price_error = None, None
+    try:
+        usd_per_s = job_cluster_cost(job, load_prices(prices)).usd_per_s(mode)
+    except SpecError as e:  # an unpriced GPU: no $ column, as search does
+        if prices is not None:
+            raise
+        price_error = str(e)
     with progress("searching pool plans", enabled=not json_out) as update:
         res = pool_search(job, top=top, progress=update)
     data = res.to_dict()
     for entry, (_, b) in zip(data["top"], res.top):
-        entry["usd_per_B_tokens"] = usd_per_s * 1e9 / b.tokens_per_s
+        entry["usd_per_B_tokens"] = usd_per_s * 1e9 / b.tokens_per_s if usd_per_s else None
     emit(data, json_out, out)
     if json_out:
         return
+    if price_error:
+        console.print(f"(no $ column: {price_error})", markup=False)
     console.print(f"{res.evaluated:,} pool plans: {res.fit:,} valid and fit memory")
     for why, count in res.refusals.most_common(5):
         console.print(f"  refused: {count:,} × {why}", markup=False)

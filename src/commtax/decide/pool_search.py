@@ -7,7 +7,7 @@ The homogeneous grid (``decide.search``) prices one GPU; here each candidate is 
   either order (which one holds the embedding, which the head); layers per stage on pool i ∝ r_i^a (r_i: the
   pool's sustained GEMM rate, a ∈ ``SPLIT_EXPONENTS``: a = 0 is the even split, a = 1 layers in proportion to speed);
 * data parallelism across pools: tp, pp, each pool whole replicas, and the batch per replica or ∝ r_i;
-* micro-batch and recompute as ``MICRO_BATCHES`` and ``RECOMPUTE``.
+* micro-batch and recompute as ``MICRO_BATCHES`` and ``RECOMPUTE``, and the job's own.
 """
 
 from __future__ import annotations
@@ -123,7 +123,9 @@ def candidates(job: Job) -> list[dict[str, Any]]:
                         "sequence_parallel": tp > 1,
                     }
                 )
-    return [dict(x, micro_batch=mb, recompute=rc) for x, mb, rc in product(out, MICRO_BATCHES, RECOMPUTE)]
+    mbs = sorted({*MICRO_BATCHES, job.plan.micro_batch})  # the job's own choices are candidates too
+    rcs = sorted({*RECOMPUTE, job.plan.recompute})
+    return [dict(x, micro_batch=mb, recompute=rc) for x, mb, rc in product(out, mbs, rcs)]
 
 
 def _rate_shares(job: Job, replicas: list[int], rates: list[float]) -> tuple[float, ...] | None:
