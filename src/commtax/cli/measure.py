@@ -97,8 +97,20 @@ def cluster_up(
         int, typer.Option("--ranks-per-node", min=1, max=64, help="torchrun processes per node")
     ] = 1,
     link: Annotated[
-        str, typer.Option("--link", help="each node's link rate per direction, tc units: 300mbit, 1gbit")
+        str,
+        typer.Option(
+            "--link",
+            help="each node's link rate per direction, tc units: 300mbit, 1gbit; or one per node: 1gbit,500mbit",
+        ),
     ] = "1gbit",
+    node_speed: Annotated[
+        Optional[str],
+        typer.Option(
+            "--node-speed",
+            metavar="X,...",
+            help="CPUs per rank of each node, e.g. 1,0.5 (a cgroup CPU quota per node; priced as one pool per node)",
+        ),
+    ] = None,
     uplink: Annotated[
         Optional[str],
         typer.Option("--uplink", help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit"),
@@ -116,10 +128,22 @@ def cluster_up(
     from commtax.measure.results import write_atomic
 
     try:
-        link_bit_s = parse_rate_bit_s(link)
+        links = [parse_rate_bit_s(x) for x in link.split(",")]
         uplink_bit_s = parse_rate_bit_s(uplink) if uplink else None
     except ValueError as e:
         fail(f"--link/--uplink: {e}")
+    if len(links) not in (1, nodes):
+        fail(f"--link: {len(links)} rates for {nodes} nodes; give one rate, or one per node")
+    link_bit_s = min(links)
+    node_links = tuple(links) if len(links) > 1 else None
+    speeds = None
+    if node_speed is not None:
+        try:
+            speeds = tuple(float(x) for x in node_speed.split(","))
+        except ValueError:
+            fail(f"--node-speed: {node_speed!r} is not a comma list of numbers, e.g. 1,0.5")
+        if len(speeds) != nodes or not all(0.01 <= x <= 64 for x in speeds):
+            fail(f"--node-speed: give {nodes} numbers in [0.01, 64] (CPUs per rank), one per node, got {node_speed!r}")
     import yaml
 
     from commtax.measure.cluster import set_cluster_file
@@ -142,7 +166,9 @@ def cluster_up(
 
     try:
         check_host()
-        cluster = EmulatedCluster(nodes, ranks_per_node, link_bit_s, uplink_bit_s, mtu).up(record)
+        cluster = EmulatedCluster(
+            nodes, ranks_per_node, link_bit_s, uplink_bit_s, mtu, node_speed=speeds, node_link_bit_s=node_links
+        ).up(record)
     except ClusterError as e:
         fail(f"commtax cluster: {e}")
     except BaseException:
@@ -151,7 +177,9 @@ def cluster_up(
     write_atomic(out, yaml.safe_dump(cluster.spec(), sort_keys=False))
     m = cluster.measured
     typer.echo(
-        f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links {link_bit_s / 1e6:g} Mbit/s"
+        f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links "
+        f"{','.join(f'{x / 1e6:g}' for x in links)} Mbit/s"
+        f"{f', node speeds {node_speed}' if speeds else ''}"
         f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
         f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {out}"
     )
