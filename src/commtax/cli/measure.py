@@ -596,6 +596,74 @@ def bench_ddp(
     run(cfg, sink, cluster, gemm, log=lambda s: typer.echo(s, err=True))
 
 
+@bench_app.command("pipeline")
+def bench_pipeline(
+    layers: Annotated[int, typer.Option("--layers", min=1, max=64, help="transformer blocks of the small GPT")] = 4,
+    stage_layers: Annotated[
+        str, typer.Option("--stage-layers", metavar="N,...", help="blocks per pipeline stage (one rank each)")
+    ] = "2,2",
+    schedule: Annotated[Literal["gpipe", "1f1b"], typer.Option("--schedule", help="pipeline schedule")] = "1f1b",
+    micro_batches: Annotated[int, typer.Option("--micro-batches", min=1, max=256, help="per step")] = 4,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", min=1, help="sequences per micro-batch")] = 8,
+    hidden: Annotated[int, typer.Option("--hidden", min=8)] = 256,
+    heads: Annotated[int, typer.Option("--heads", min=1)] = 4,
+    vocab: Annotated[int, typer.Option("--vocab", min=8)] = 512,
+    seq_len: Annotated[int, typer.Option("--seq-len", min=2)] = 64,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="timed steps")] = 6,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="untimed steps first")] = 2,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    cluster_file: Annotated[
+        Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_step_time_s")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")
+    ] = 300.0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records, one per run")] = None,
+    append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
+) -> None:
+    """A small GPT split into pipeline stages over p2p: per-stage compute, send/recv, bubble, step, prediction."""
+    try:
+        split = tuple(int(x) for x in stage_layers.split(","))
+    except ValueError:
+        fail(f"--stage-layers: {stage_layers!r} is not a comma list of block counts, e.g. 3,1")
+    if any(x < 0 for x in split) or sum(split) != layers:
+        fail(f"--stage-layers {stage_layers}: must be ≥ 0 each and sum to --layers ({layers})")
+    if len(split) < 2:
+        fail("--stage-layers: a pipeline needs at least 2 stages, e.g. 2,2")
+    if hidden % heads:
+        fail(f"--hidden ({hidden}) must be divisible by --heads ({heads})")
+    cluster = _read_cluster(cluster_file) if cluster_file is not None else None
+    if cluster is not None and cluster.get("pools") and len(cluster["pools"]) != len(split):
+        fail(f"--stage-layers: {len(split)} stages on a cluster of {len(cluster['pools'])} nodes; give one per node")
+    if "RANK" not in os.environ:  # not under torchrun: become it, locally, one rank per stage
+        if out is not None:
+            _check_out(out)
+        from commtax.measure.bench import run_local
+
+        raise typer.Exit(run_local(len(split), ["bench", "pipeline", *_argv_tail("pipeline")]))
+    if int(os.environ.get("WORLD_SIZE", "0")) != len(split):
+        fail(
+            f"--stage-layers: {len(split)} stages need {len(split)} ranks, torchrun started {os.environ['WORLD_SIZE']}"
+        )
+    from commtax.measure.ddp_bench import GPTConfig
+    from commtax.measure.pipeline_bench import PipelineBenchConfig, run
+    from commtax.measure.results import ResultFile
+
+    cfg = PipelineBenchConfig(
+        split,
+        schedule,
+        micro_batches,
+        micro_batch,
+        steps,
+        warmup,
+        seed=seed,
+        timeout_s=timeout,
+        model=GPTConfig(vocab, hidden, layers, heads, seq_len),
+    )
+    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
+    run(cfg, sink, cluster, log=lambda s: typer.echo(s, err=True))
+
+
 # ---------------------------------------------------------------------------- calibrate
 @user_errors
 def calibrate_command(
