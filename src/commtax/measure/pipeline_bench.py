@@ -95,6 +95,8 @@ class Stage(nn.Module):
 @dataclass
 class StageTimes:
     compute_s: float = 0.0
+    fwd_s: float = 0.0
+    bwd_s: float = 0.0
     recv_s: float = 0.0
     send_s: float = 0.0
     optimizer_s: float = 0.0
@@ -126,7 +128,7 @@ def run_step(stage: Stage, opt, cfg: PipelineBenchConfig, rank: int, p: int, dat
             y = stage(x)
             if last:
                 y = stage.loss(y, data[i][:, 1:])
-            t.compute_s += time.perf_counter() - a
+            t.fwd_s += time.perf_counter() - a
             inputs[i], outputs[i] = x, y
             if not last:
                 pending.append(dist.isend(y.detach(), rank + 1))
@@ -140,7 +142,7 @@ def run_step(stage: Stage, opt, cfg: PipelineBenchConfig, rank: int, p: int, dat
                 t.recv_s += time.perf_counter() - a
             a = time.perf_counter()
             y.backward(grad)
-            t.compute_s += time.perf_counter() - a
+            t.bwd_s += time.perf_counter() - a
             x = inputs.pop(i)
             if not first:
                 pending.append(dist.isend(x.grad, rank - 1))
@@ -153,6 +155,7 @@ def run_step(stage: Stage, opt, cfg: PipelineBenchConfig, rank: int, p: int, dat
     opt.zero_grad(set_to_none=True)
     t.optimizer_s = time.perf_counter() - a
     t.wall_s = time.perf_counter() - t0
+    t.compute_s = t.fwd_s + t.bwd_s
     return t
 
 
@@ -207,30 +210,37 @@ def stage_params(cfg: PipelineBenchConfig, s: int) -> int:
     return n + (c.vocab * h if s == 0 else 0) + (h + c.vocab * h if s == p - 1 else 0)
 
 
-def predict(cfg: PipelineBenchConfig, calib: list[dict[str, float]], cluster: dict) -> dict:
-    """The analytical schedule on the stages as calibrated (one entry of ``calib`` per stage's node) and the
-    cluster file's links: m·T_max + bubble + exposed sends + the slowest optimizer."""
+def stage_pass_times(cfg: PipelineBenchConfig, calib: list[dict[str, float]]) -> list[tuple[float, float]]:
+    """(forward, backward) seconds per micro-batch of each stage from the per-block calibration: its layers × the
+    block, plus the embedding on the first stage and the head and loss on the last."""
+    p = len(cfg.stage_layers)
+    out = []
+    for s, (n, k) in enumerate(zip(cfg.stage_layers, calib)):
+        ends_f = (k["embed_fwd_s"] if s == 0 else 0.0) + (k["head_fwd_s"] if s == p - 1 else 0.0)
+        ends_b = (k["embed_bwd_s"] if s == 0 else 0.0) + (k["head_bwd_s"] if s == p - 1 else 0.0)
+        out.append((n * k["block_fwd_s"] + ends_f, n * k["block_bwd_s"] + ends_b))
+    return out
+
+
+def predict(
+    cfg: PipelineBenchConfig, passes: list[tuple[float, float]], cluster: dict, optimizer_s: float = 0.0
+) -> dict:
+    """The analytical schedule on stages with these (forward, backward) seconds per micro-batch and the cluster
+    file's links: m·T_max + bubble (``pipeline_bubble``) + exposed sends (``sends_exposed``) + the optimizer."""
     from commtax.costs.pricing import PhaseCost
     from commtax.schedule.analytical import StageTime, pipeline_bubble, sends_exposed
 
     p, m = len(cfg.stage_layers), cfg.micro_batches
-    stages = []
-    for s, (n, k) in enumerate(zip(cfg.stage_layers, calib)):
-        fwd = n * k["block_fwd_s"] + (k["embed_fwd_s"] if s == 0 else 0.0) + (k["head_fwd_s"] if s == p - 1 else 0.0)
-        bwd = n * k["block_bwd_s"] + (k["embed_bwd_s"] if s == 0 else 0.0) + (k["head_bwd_s"] if s == p - 1 else 0.0)
-        stages.append(StageTime(fwd + bwd, 0.0, 0.0, 0.0, fwd, bwd, PhaseCost()))
+    stages = [StageTime(f + b, 0.0, 0.0, 0.0, f, b, PhaseCost()) for f, b in passes]
     t_send = send_time(cfg, cluster)
     totals = [st.total for st in stages]
-    bubble = pipeline_bubble(cfg.schedule, m, 1, stages)
-    exposed = sends_exposed(cfg.schedule, p, 1, m, t_send, totals) if p > 1 else 0.0
-    optimizer = max(stage_params(cfg, s) * k["sgd_s_per_param"] for s, k in enumerate(calib))
-    parts = {"compute": m * max(totals), "pp_bubble": bubble, "pp_exposed": exposed, "optimizer": optimizer}
-    return {
-        "predicted_step_time_s": sum(parts.values()),
-        "predicted_breakdown_s": parts,
-        "predicted_stage_s": totals,
-        "predicted_send_s": t_send,
+    parts = {
+        "compute": m * max(totals),
+        "pp_bubble": pipeline_bubble(cfg.schedule, m, 1, stages),
+        "pp_exposed": sends_exposed(cfg.schedule, p, 1, m, t_send, totals) if p > 1 else 0.0,
+        "optimizer": optimizer_s,
     }
+    return {"step_time_s": sum(parts.values()), "breakdown_s": parts, "stage_s": totals, "send_s": t_send}
 
 
 def send_time(cfg: PipelineBenchConfig, cluster: dict) -> float:
@@ -318,8 +328,27 @@ def run(cfg: PipelineBenchConfig, sink, cluster: dict | None = None, log=print) 
         n_recv = cfg.micro_batches * ((st["stage"] > 0) + (st["stage"] < p - 1))
         st["bubble_s"] = max(0.0, st["recv_s"] - n_recv * send_time(cfg, cluster)) if cluster else None
     if cluster is not None:
-        record.update(predict(cfg, [per_stage[s]["calibration"] for s in range(p)], cluster))
+        m = cfg.micro_batches
+        # per timed step, the schedule on that step's own measured passes (each node's speed under its CPU share
+        # and the host's load at that moment): what the step would take if only the schedule and the links added
+        # to the compute
+        per_step = []
+        for k in range(cfg.steps):
+            ts = [per_stage[s]["times"][k] for s in range(p)]
+            passes = [(t["fwd_s"] / m, t["bwd_s"] / m) for t in ts]
+            per_step.append(predict(cfg, passes, cluster, max(t["optimizer_s"] for t in ts)))
+        mid = sorted(range(cfg.steps), key=lambda k: per_step[k]["step_time_s"])[cfg.steps // 2]
+        record["predicted_step_time_s"] = per_step[mid]["step_time_s"]
+        record["predicted_step_times_s"] = [x["step_time_s"] for x in per_step]
+        record["predicted_breakdown_s"] = per_step[mid]["breakdown_s"]
+        record["predicted_stage_s"] = per_step[mid]["stage_s"]
+        record["predicted_send_s"] = per_step[mid]["send_s"]
         record["error"] = record["predicted_step_time_s"] / record["step_time_s"] - 1
+        record["step_errors"] = [x["step_time_s"] / w - 1 for x, w in zip(per_step, walls)]
+        # from the per-block calibration alone (before and after the steps): any split, from the node speeds
+        calib = [per_stage[s]["calibration"] for s in range(p)]
+        opt = max(stage_params(cfg, s) * k["sgd_s_per_param"] for s, k in enumerate(calib))
+        record["predicted_from_blocks_s"] = predict(cfg, stage_pass_times(cfg, calib), cluster, opt)["step_time_s"]
         emulated = cluster.get("emulated") or {}
         record["node_speed"] = emulated.get("node_speed")
         record["node_link_Gbps"] = emulated.get("node_link_Gbps")
