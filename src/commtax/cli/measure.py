@@ -660,7 +660,15 @@ def bench_pipeline(
         timeout_s=timeout,
         model=GPTConfig(vocab, hidden, layers, heads, seq_len),
     )
-    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
+    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None)
+    if append and out is not None and out.exists() and int(os.environ["RANK"]) == 0:
+        try:  # pipeline records, not collective ones: ResultFile's loader checks the collective fields
+            old = json.loads(out.read_text())
+        except (OSError, ValueError) as e:
+            fail(f"--append: cannot read {out}: {e}")
+        if not isinstance(old, list) or not all(isinstance(r, dict) and r.get("bench") == "pipeline" for r in old):
+            fail(f"--append: {out} does not hold `bench pipeline` records; give another --out")
+        sink.records = old
     run(cfg, sink, cluster, log=lambda s: typer.echo(s, err=True))
 
 
