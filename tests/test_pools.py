@@ -178,3 +178,34 @@ def test_worked_example_loads_and_names_the_straggler():
     assert sum(x["straggler"] for x in b.pools) == 1
     assert "pools" in b.to_dict()
     assert "pools" not in estimate(load_job("examples/llama2-70b-h100.yaml")).to_dict()
+
+
+def test_anchors_metis_and_sailor_hand_worked():
+    """Two stages on two pools, T = 1 s and 2 s per micro-batch, m = 4, one send t = 0.1 s, a DP all-reduce of
+    0.5 s on the link (0.05 s of it exposed after overlap), as docs/pools.md works it by hand."""
+    from commtax.costs.pricing import PhaseCost
+    from commtax.schedule.analytical import StageTime, pipeline_bubble, sends_exposed
+
+    T, m, t, ar, ar_exposed = [1.0, 2.0], 4, 0.1, 0.5, 0.05
+    stages = [StageTime(x, 0.0, 0.0, 0.0, x / 3, 2 * x / 3, PhaseCost()) for x in T]
+    ours = m * max(T) + pipeline_bubble("1f1b", m, 1, stages) + sends_exposed("1f1b", 2, 1, m, t, T) + ar_exposed
+    # Metis (ATC'24, HeteroCostEstimator.get_cost): (m−1)·max T + Σ T + Σ_boundaries act/B + max_s 2(d−1)/d·P_s/B
+    metis = (m - 1) * max(T) + sum(T) + t + ar
+    # Sailor (SOSP'25, Simulator.get_time_per_pipeline): (m−1)·max_s(T_s + c_s) + Σ c_s + Σ T_s + t_sync, with
+    # c_0 = t (first of ≤ 3 stages: its activation), c_1 = 2t (the last: twice its gradient)
+    c = [t, 2 * t]
+    sailor = (m - 1) * max(x + y for x, y in zip(T, c)) + sum(c) + sum(T) + ar
+    assert m * max(T) + pipeline_bubble("1f1b", m, 1, stages) == pytest.approx((m - 1) * max(T) + sum(T))  # = 9
+    assert ours == pytest.approx(9.0 + 2 * t + ar_exposed)  # fill and drain cross the boundary twice: 9.25
+    assert metis == pytest.approx(9.6) and sailor == pytest.approx(10.4)
+
+
+def test_simulate_prices_each_pool_stage_on_its_pool():
+    from commtax.schedule.sim.simulate import simulate
+
+    j = load_job(job([pool("a", FAST), pool("b", SLOW)], stage_pools=["a", "b"]))
+    e, s = estimate(j), simulate(j)
+    # the slow pool's stage paces both: the same m · T_max of compute as the estimate, the bubble the fast stage
+    assert s.breakdown.breakdown_s["compute"] == pytest.approx(e.breakdown_s["compute"], rel=1e-9)
+    assert s.breakdown.breakdown_s["pp_bubble"] == pytest.approx(e.breakdown_s["pp_bubble"], rel=1e-6)
+    assert s.breakdown.step_time_s == pytest.approx(e.step_time_s, rel=0.02)

@@ -149,7 +149,12 @@ def simulate(
     their own); ``compare`` also runs ``estimate(job)`` (for --explain, and for memory).
     """
     with _no_gc():  # ~10^5 acyclic task objects: the cyclic collector would rescan them again and again
-        builder = StepBuilder(job, workload, options, costs)
+        if job.cluster.pools and job.plan.stage_pools is not None and workload is None:
+            from commtax.schedule.sim.pools import PoolStepBuilder  # stages on GPU pools: each priced on its own
+
+            builder = PoolStepBuilder(job, options, costs)
+        else:
+            builder = StepBuilder(job, workload, options, costs)
         sim = builder.build()
         step = sim.run()
         return _result(job, builder, sim, step, compare)
