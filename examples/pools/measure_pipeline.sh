@@ -2,13 +2,16 @@
 # The emulated-cluster check of issue 19 (docs/pools.md): 2 nodes x 1 rank, node 1 at half speed (a cgroup CPU
 # quota), 1 Gbit/s links; a 4-block GPT as 2,2 and 3,1 stages under 1F1B and GPipe, repeated in turn so that both
 # splits see the same host load; each record holds the measured and the predicted step.
-# Run as root from the repository root:  bash examples/pools/measure_pipeline.sh [REPEATS]
+# Run as root from the repository root:  bash examples/pools/measure_pipeline.sh [REPEATS] [SPEEDS] [OUT]
+# SPEEDS (default 1,0.5): CPUs per rank of node 0 and node 1. On a busy host a rank's fair share of the CPUs can be
+# below its quota, and then the quota does not bind; 0.2,0.1 binds where the share is above 0.1 CPU.
 set -euo pipefail
 repeats=${1:-2}
-out=examples/pools/pipeline_results.json
+speeds=${2:-1,0.5}
+out=${3:-examples/pools/pipeline_results.json}
 cluster=$(mktemp --suffix=.yaml)
 python=${PYTHON:-python}
-$python -m commtax.cli cluster up --nodes 2 --ranks-per-node 1 --node-speed 1,0.5 --link 1gbit --out "$cluster"
+$python -m commtax.cli cluster up --nodes 2 --ranks-per-node 1 --node-speed "$speeds" --link 1gbit --out "$cluster"
 trap '$python -m commtax.cli cluster down --cluster "$cluster"; rm -f "$cluster"' EXIT
 rm -f "$out" "${out%.json}.csv"
 for r in $(seq "$repeats"); do

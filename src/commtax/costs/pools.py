@@ -26,6 +26,18 @@ def cross_pool_level(job: Job, pools: Iterable[int], flows: int) -> Level:
     return Level("inter", bw, latency)
 
 
+def binding_link(job: Job, pools: Iterable[int], flows: int) -> str:
+    """Which link sets ``cross_pool_level``: a pool's NICs, or the inter_pool link."""
+    c = job.cluster
+    pools = list(pools)
+    shares = {i: inter_level(pool_cluster(c, i)).bw_bytes_per_s for i in pools}
+    slow = min(pools, key=shares.get)
+    if c.inter_pool is not None and c.inter_pool.bw_bytes_per_s / max(1, flows) < shares[slow]:
+        return f"the inter_pool link ({c.inter_pool.bw_Gbps:g} Gb/s shared by {flows} streams)"
+    p = c.pools[slow]
+    return f"pool {p.label}'s NICs ({p.nics_per_node} × {p.inter_node.name} for {p.gpus_per_node} GPUs per node)"
+
+
 def pp_cross_placement(job_i: Job, cross: Level) -> Placement:
     """A pipeline send between stages on two pools: a pair on different nodes, at the crossing's level."""
     return replace(group_placement(job_i, "pp"), per_node=1, inter=cross)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from commtax.costs.pools import PoolCosts, cross_pool_level, dp_cross_placement, pp_cross_placement
+from commtax.costs.pools import PoolCosts, binding_link, cross_pool_level, dp_cross_placement, pp_cross_placement
 from commtax.schedule.analytical import (
     dp_exposed,
     estimate,
@@ -135,7 +135,9 @@ def _stages_on_pools(job: Job) -> Breakdown:
     fullest = {i: max(stage_memory(jobs[i], x.stages), key=lambda mm: mm.total) for i, x in zip(used, pools)}
     binding = max(used, key=lambda i: fullest[i].total / c.pools[i].gpu.mem_bytes)  # the pool nearest its limit
     mem_gib = fullest[binding].gib()
-    notes = plan_notes(jobs[slow_pool], wls[slow_pool]) + pool_notes(pools, cross, c.inter_pool is not None)
+    notes = plan_notes(jobs[slow_pool], wls[slow_pool]) + pool_notes(
+        pools, cross, binding_link(job, used, p.tp * p.cp * job.dp)
+    )
     b = make_breakdown(
         job, build_workload(job), parts, comm_time, comm_bytes, mem_gib, all(x.fits for x in pools), notes=notes
     )
@@ -180,7 +182,7 @@ def _dp_across_pools(job: Job) -> Breakdown:
     parts[slow] = replace(parts[slow], straggler=True)
     step, bs, _ = outs[slow]
     binding = max(range(len(parts)), key=lambda i: parts[i].memory_gib / parts[i].mem_GiB)
-    notes = list(bs.notes) + pool_notes(parts, cross, c.inter_pool is not None)
+    notes = list(bs.notes) + pool_notes(parts, cross, binding_link(job, range(len(c.pools)), p.tp * p.cp * p.pp))
     fits = all(x.fits for x in parts)
     wl = build_workload(job)
     b = make_breakdown(job, wl, step, bs.comm_time_s, bs.comm_bytes_per_gpu, outs[binding][2].gib(), fits, notes=notes)
@@ -195,7 +197,7 @@ def _mixed_peak(job: Job, b: Breakdown, pools: list[PoolPart]) -> Breakdown:
     return replace(b, mfu=b.mfu * scale, hfu=b.hfu * scale, pools=[x.to_dict() for x in pools])
 
 
-def pool_notes(pools: list[PoolPart], cross, explicit_link: bool) -> list[str]:
+def pool_notes(pools: list[PoolPart], cross, binding: str) -> list[str]:
     """Which pool straggles and which link joins the pools, in words."""
     out = []
     for x in pools:
@@ -206,6 +208,7 @@ def pool_notes(pools: list[PoolPart], cross, explicit_link: bool) -> list[str]:
             )
         if not x.fits:
             out.append(f"pool {x.pool}: a stage needs {x.memory_gib:.1f} GiB of the {x.mem_GiB:g} GiB per GPU")
-    link = "the inter_pool link" if explicit_link else "the shared network"
-    out.append(f"pools meet over {link}: {cross.bw_bytes_per_s / 1e9:.3g} GB/s per GPU stream across it")
+    out.append(
+        f"traffic between the pools runs at {cross.bw_bytes_per_s / 1e9:.3g} GB/s per GPU stream: {binding} binds"
+    )
     return out

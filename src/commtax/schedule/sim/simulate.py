@@ -200,6 +200,15 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
         f"breakdown of the busiest stage, {busiest}"
     )
+    if est is not None and est.pools and getattr(builder, "where", None):  # stages on pools: as simulated
+        bd.pools = [
+            {
+                **x,
+                "stage_s": [work[s] / builder.m for s in x["stages"]],  # busy seconds per micro-batch, simulated
+                "straggler": busiest in x["stages"],
+            }
+            for x in est.pools
+        ]
     return SimResult(bd, builder, busiest, stage_end, work, waited, est)
 
 
