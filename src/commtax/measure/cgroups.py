@@ -78,3 +78,25 @@ def remove(namespace: str) -> None:
             path.rmdir()
         except OSError:
             pass  # a process is still inside; `cluster down` kills them first, so this is a race, retried there
+
+
+def throttled_s() -> float | None:
+    """Seconds the calling process's CPU cgroup has been throttled (its quota spent, waiting for the next period),
+    from ``cpu.stat``; None outside a cgroup with a CPU controller."""
+    try:
+        kind, root = cpu_root()
+        lines = open("/proc/self/cgroup").read().splitlines()
+    except (CgroupError, OSError):
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if (kind == "v2" and controllers == "") or (kind == "v1" and "cpu" in controllers.split(",")):
+            try:
+                stat = dict(x.split() for x in (root / path.lstrip("/") / "cpu.stat").read_text().splitlines())
+            except (OSError, ValueError):
+                return None
+            if "throttled_usec" in stat:
+                return int(stat["throttled_usec"]) / 1e6
+            if "throttled_time" in stat:
+                return int(stat["throttled_time"]) / 1e9
+    return None
