@@ -74,3 +74,12 @@ def test_cli_search_and_advise_on_pools(tmp_path):
     assert json.loads(r.stdout)["top"][0]["usd_per_B_tokens"] > 0
     r = runner.invoke(app, ["advise", str(p)])
     assert r.exit_code == 0 and "straggler: pool b" in r.output, r.output
+
+
+def test_a_pool_that_overflows_is_named_with_its_own_gpu(tmp_path):
+    p = tmp_path / "small.yaml"
+    p.write_text(yaml.safe_dump(job([pool("a", FAST), pool("b", dict(SLOW, mem_GiB=4))], stage_pools=["a", "b"])))
+    r = runner.invoke(app, ["estimate", str(p)])
+    assert r.exit_code == 1 and "GiB on slow (pool b)" in r.output and "4.0 GiB" in r.output, r.output
+    r = runner.invoke(app, ["advise", str(p)])
+    assert "does not fit memory (pool b needs" in r.output, r.output

@@ -192,6 +192,7 @@ class PoolAdvice:
 
     straggler: str
     step_s: float
+    overflow: str | None  # the pool that does not fit memory, as "pool: need of capacity GiB"; None: it fits
     rebalanced: dict[str, Any] | None  # the best plan that only moves layers or batch between the pools
     rebalanced_step_s: float | None
 
@@ -201,6 +202,8 @@ class PoolAdvice:
 
     def line(self) -> str:
         head = f"straggler: pool {self.straggler} (step {self.step_s:.3f} s)"
+        if self.overflow:
+            head += f"; it does not fit memory ({self.overflow})"
         if self.rebalanced is None or self.gain <= 0:
             return head + "; no rebalancing of layers or batch shares is faster"
         what = (
@@ -228,4 +231,6 @@ def pool_advice(job: Job) -> PoolAdvice:
         b = estimate(j)
         if b.fits and (best is None or b.step_time_s < best[0]):
             best = (b.step_time_s, _plan_dict(j))
-    return PoolAdvice(slow, base.step_time_s, best[1] if best else None, best[0] if best else None)
+    over = [x for x in base.pools if not x["fits"]]
+    overflow = ", ".join(f"pool {x['pool']} needs {x['memory_gib']:.1f} of {x['mem_GiB']:g} GiB" for x in over) or None
+    return PoolAdvice(slow, base.step_time_s, overflow, best[1] if best else None, best[0] if best else None)
