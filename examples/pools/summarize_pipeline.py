@@ -13,7 +13,7 @@ for r in records:
     by[r["schedule"], ",".join(map(str, r["stage_layers"]))].append(r)
 print(
     "| schedule | split | runs | measured step s | predicted s | error | from blocks s | stage compute s (n0, n1) "
-    "| throttled s/step (n0, n1) | load (1 min) |"
+    "| waiting to run s/step (n0, n1) | load (1 min) |"
 )
 print("|---|---|---|---|---|---|---|---|---|---|")
 med = {}
@@ -22,7 +22,7 @@ for (sched, split), rs in sorted(by.items()):
     p = statistics.median(r["predicted_step_time_s"] for r in rs)
     b = statistics.median(r["predicted_from_blocks_s"] for r in rs)
     comp = [statistics.median(r["stages"][s]["compute_s"] for r in rs) for s in (0, 1)]
-    thr = [[r["stages"][s].get("throttled_s_per_step") for r in rs] for s in (0, 1)]
+    thr = [[r["stages"][s].get("runqueue_wait_s_per_step") for r in rs] for s in (0, 1)]
     thr_txt = ", ".join(f"{statistics.median(x):.3f}" if None not in x else "-" for x in thr)
     load = statistics.median(r["host_load"]["before"][0] for r in rs)
     med[sched, split] = (m, p)

@@ -11,6 +11,7 @@ the node as a whole. Groups are named after the node's namespace (``commtax-ctxX
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 PERIOD_US = 10_000
@@ -68,35 +69,27 @@ def join(path: Path) -> None:
 
 
 def remove(namespace: str) -> None:
-    """Delete the node's cgroup once nothing runs in it (missing: nothing to do)."""
+    """Delete the node's cgroup once nothing runs in it, waiting up to 5 s for killed processes to go."""
     try:
         path = path_of(namespace)
     except CgroupError:
         return
-    if path.exists():
+    for _ in range(50):  # the node's processes were just killed: a cgroup empties once they are reaped
+        if not path.exists():
+            return
         try:
             path.rmdir()
+            return
         except OSError:
-            pass  # a process is still inside; `cluster down` kills them first, so this is a race, retried there
+            time.sleep(0.1)
 
 
-def throttled_s() -> float | None:
-    """Seconds the calling process's CPU cgroup has been throttled (its quota spent, waiting for the next period),
-    from ``cpu.stat``; None outside a cgroup with a CPU controller."""
+def runqueue_wait_s() -> float | None:
+    """Seconds the calling thread has spent runnable but not running (/proc/thread-self/schedstat, second field):
+    what its node's CPU share (throttling) and the host's other work (contention) cost it. Readable inside a
+    network namespace, where ``ip netns exec`` remounts /sys and the cgroup files are out of reach."""
     try:
-        kind, root = cpu_root()
-        lines = open("/proc/self/cgroup").read().splitlines()
-    except (CgroupError, OSError):
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
         return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if (kind == "v2" and controllers == "") or (kind == "v1" and "cpu" in controllers.split(",")):
-            try:
-                stat = dict(x.split() for x in (root / path.lstrip("/") / "cpu.stat").read_text().splitlines())
-            except (OSError, ValueError):
-                return None
-            if "throttled_usec" in stat:
-                return int(stat["throttled_usec"]) / 1e6
-            if "throttled_time" in stat:
-                return int(stat["throttled_time"]) / 1e9
-    return None

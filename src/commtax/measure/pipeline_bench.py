@@ -281,19 +281,19 @@ def run(cfg: PipelineBenchConfig, sink, cluster: dict | None = None, log=print) 
     table = transition_table(cfg.model.vocab, cfg.seed)
     g = torch.Generator().manual_seed(cfg.seed)
     data = [batch(table, cfg.micro_batch, cfg.model.seq_len, g) for _ in range(cfg.micro_batches)]
-    from commtax.measure.cgroups import throttled_s
+    from commtax.measure.cgroups import runqueue_wait_s
 
     before = calibrate(cfg, cfg.calibration_iters)
     times = []
     throttled = None
     for k in range(cfg.warmup + cfg.steps):
         if k == cfg.warmup:
-            throttled = throttled_s()
+            throttled = runqueue_wait_s()
         t = run_step(stage, opt, cfg, rank, p, data)
         if k >= cfg.warmup:
             times.append(t)
-    end = throttled_s()
-    # time this node's cgroup spent throttled (quota spent, waiting for the next period) per timed step
+    end = runqueue_wait_s()
+    # time the rank's main thread waited runnable but not running (its CPU share, the host's load), per timed step
     throttled = (end - throttled) / cfg.steps if throttled is not None and end is not None else None
     after = calibrate(cfg, cfg.calibration_iters)
     mine = {key: (before[key] + after[key]) / 2 for key in before}
@@ -329,7 +329,7 @@ def run(cfg: PipelineBenchConfig, sink, cluster: dict | None = None, log=print) 
                 "layers": cfg.stage_layers[s],
                 **{key: _median([t[key] for t in per_stage[s]["times"]]) for key in asdict(StageTimes())},
                 "calibration": per_stage[s]["calibration"],
-                "throttled_s_per_step": per_stage[s]["throttled_s"],
+                "runqueue_wait_s_per_step": per_stage[s]["throttled_s"],
                 "speed_vs_stage0": per_stage[0]["calibration"]["block_fwd_s"]
                 / per_stage[s]["calibration"]["block_fwd_s"],
             }
