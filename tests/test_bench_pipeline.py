@@ -97,7 +97,7 @@ def test_local_run_records_stages_and_prediction(tmp_path):
     (rec,) = records(out)
     assert rec["step_time_s"] > 0 and rec["predicted_step_time_s"] > 0 and len(rec["stages"]) == 2
     for st in rec["stages"]:
-        assert st["compute_s"] == pytest.approx(st["fwd_s"] + st["bwd_s"]) and st["compute_s"] > 0
+        assert st["compute_s"] > 0 and st["fwd_s"] > 0 and st["bwd_s"] > 0  # medians over steps, each on its own
     assert len(rec["step_times_s"]) == 2 and rec["host_load"]["cpus"] >= 1
 
 
