@@ -119,6 +119,17 @@ def search_command(
     workers: WorkersOpt = None,
     catalog: CatalogOpt = None,
     prices: PricesOpt = None,
+    ep: Annotated[
+        Optional[str], typer.Option("--ep", metavar="V", help="MoE: expert-parallel sizes, 8 or 8,16,64")
+    ] = None,
+    etp: Annotated[Optional[str], typer.Option("--etp", metavar="V", help="MoE: expert tensor-parallel sizes")] = None,
+    moe_dispatcher: Annotated[
+        Optional[str],
+        typer.Option("--moe-dispatcher", metavar="V", help="MoE: dispatchers, of alltoall,allgather,deepep,hybridep"),
+    ] = None,
+    moe_a2a_overlap: Annotated[
+        Optional[str], typer.Option("--moe-a2a-overlap", metavar="V", help="MoE: all-to-all overlap, true,false")
+    ] = None,
 ) -> None:
     """Every valid plan for the job's model and cluster, ranked; the best ones with their breakdowns."""
     from commtax.decide.cost import job_cluster_cost, load_prices
@@ -140,7 +151,13 @@ def search_command(
             raise
         price_error = str(e)
     with progress("searching plans", enabled=not json_out) as update:
-        res = search(job, space, rank_by=rank, top=top, workers=workers, progress=update, verify=verify)
+        moe = {"ep": ep, "etp": etp, "moe_dispatcher": moe_dispatcher, "moe_a2a_overlap": moe_a2a_overlap}
+        if any(v is not None for v in moe.values()):
+            from commtax.decide.search import search_moe
+
+            res = search_moe(job, moe, space, rank_by=rank, top=top, workers=workers, progress=update, verify=verify)
+        else:
+            res = search(job, space, rank_by=rank, top=top, workers=workers, progress=update, verify=verify)
     data = res.to_dict()
     if usd_per_s is not None:
         for entry, (_, b) in zip(data["top"], res.top):
@@ -296,35 +313,19 @@ def compare_command(
     from commtax.decide.compare import (
         cheapest_within,
         compare,
-        jobs_for_gpus,
+        default_scaling_counts,
+        jobs_to_compare,
         pareto_points,
         scaling,
-        with_gpu_counts,
     )
     from commtax.decide.cost import load_prices
     from commtax.decide.search import Space
-    from commtax.spec import load_catalog, load_job
 
     space = Space.parse(plan)
     price_book = load_prices(prices)
     gpu_names = [g.strip() for item in (gpu or []) for g in item.split(",") if g.strip()]
-    files = list(inputs)
-    if gpu_names:
-        # `--gpu a b c`: names after the first job that are not files are more GPUs
-        known = load_catalog(catalog)["gpu"]
-        extra = [x for x in files[1:] if not Path(x).exists() and x in known]
-        files = [x for x in files if x not in extra]
-        gpu_names += extra
-    if not files:
-        raise SpecError("compare: give at least one job file")
-    jobs = [load_job(f, catalog) for f in files]
-    if gpu_names:
-        if len(jobs) != 1:
-            raise SpecError("compare --gpu: give exactly one job file (its cluster gets each GPU in turn)")
-        jobs = jobs_for_gpus(jobs[0], gpu_names, price_book, catalog)
-    if num_gpus:
-        counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()]
-        jobs = with_gpu_counts(jobs, counts)
+    counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()] if num_gpus else None
+    jobs = jobs_to_compare(list(inputs), gpu_names, counts, price_book, catalog)
     mode = "rented" if rent else "owned"
     with progress(f"searching {len(jobs)} clusters", enabled=not json_out) as update:
         rows = compare(
@@ -356,30 +357,11 @@ def compare_command(
     if scaling_png is not None:
         from commtax.report.plots import scaling_plot
 
-        counts = [_count(x, "--gpus") for x in (gpus or "").split(",") if x.strip()]
-        if not counts:
-            n = jobs[0].cluster.num_gpus
-            counts = [n // 4, n // 2, n, n * 2, n * 4]
-        pts = scaling(jobs[0], [c for c in counts if c > 0], space=space, workers=workers)
+        scale = [_count(x, "--gpus") for x in (gpus or "").split(",") if x.strip()]
+        scale = scale or default_scaling_counts(jobs[0].cluster.num_gpus)
+        pts = scaling(jobs[0], [c for c in scale if c > 0], space=space, workers=workers)
         scaling_plot(pts, scaling_png)
-        data["scaling"] = [
-            {
-                "num_gpus": p.num_gpus,
-                "plan": p.plan,
-                "reason": p.reason,
-                **(
-                    {
-                        "comm_tax": p.breakdown.comm_tax,
-                        "comm_share": p.breakdown.comm_share,
-                        "mfu": p.breakdown.mfu,
-                        "step_time_s": p.breakdown.step_time_s,
-                    }
-                    if p.breakdown
-                    else {}
-                ),
-            }
-            for p in pts
-        ]
+        data["scaling"] = [p.to_dict() for p in pts]
         data["scaling_png"] = str(scaling_png)
     emit(data, json_out, out)
     if json_out:

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from commtax.decide.plans import plan_label
-from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
+from commtax.schedule.breakdown import Breakdown, part_keys
 from commtax.units import GB
 
 
@@ -43,7 +43,7 @@ def breakdown_table(b: Breakdown, title: str = "Step") -> Table:
     t.add_column("component")
     t.add_column("seconds", justify="right")
     t.add_column("share", justify="right")
-    for key in BREAKDOWN_KEYS:
+    for key in part_keys(b):
         v = b.breakdown_s[key]
         t.add_row(key, f"{v:.4f}", pct(v / b.step_time_s if b.step_time_s else 0.0))
     t.add_row("[bold]step_time[/bold]", f"[bold]{b.step_time_s:.4f}[/bold]", "100.0%")
@@ -75,8 +75,9 @@ def comm_table(b: Breakdown) -> Table:
     t.add_column("group")
     t.add_column("sent GB", justify="right")
     t.add_column("link time s", justify="right")
-    for g in ("tp", "cp", "pp", "dp"):
-        t.add_row(g, f"{b.comm_bytes_per_gpu[g] / GB:,.2f}", f"{b.comm_time_s[g]:.4f}")
+    for g in ("tp", "cp", "pp", "dp", "ep"):
+        if g in b.comm_time_s:  # ep: MoE jobs only
+            t.add_row(g, f"{b.comm_bytes_per_gpu[g] / GB:,.2f}", f"{b.comm_time_s[g]:.4f}")
     return t
 
 
@@ -275,4 +276,24 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
             else:
                 cells.append(f"{a['days']:g}, ${a['usd_per_B']:g}")
         t.add_row(*cells)
+    return t
+
+
+def collective_table(pred: Any) -> Table:
+    """``commtax collective``: one row per message size (``costs.predict.CollectivePrediction``)."""
+    from commtax.units import format_duration, format_sig
+
+    t = new_table(f"{pred.op} over {pred.gpus} GPUs ({pred.per_node} per node) — predicted")
+    for col in ("size (B)", "time", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "bound by"):
+        t.add_column(col, justify="right")
+    for r in pred.rows:
+        algo = f"{r['algorithm']}/{r['protocol']}" if r["protocol"] else r["algorithm"]
+        t.add_row(
+            f"{r['message_bytes']:.0f}",
+            format_duration(r["time_s"]),
+            format_sig(r["algbw_GBps"]),
+            format_sig(r["busbw_GBps"]),
+            algo,
+            r["bottleneck"],
+        )
     return t
