@@ -10,6 +10,7 @@ import yaml
 from commtax.measure.testing import cli, records, require_netns
 
 pytest.importorskip("torch")
+pytestmark = [pytest.mark.torch]
 
 from commtax.measure.ddp_bench import GPTConfig  # noqa: E402
 from commtax.measure.pipeline_bench import PipelineBenchConfig, predict, schedule_ops, stage_params  # noqa: E402
