@@ -97,8 +97,20 @@ def cluster_up(
         int, typer.Option("--ranks-per-node", min=1, max=64, help="torchrun processes per node")
     ] = 1,
     link: Annotated[
-        str, typer.Option("--link", help="each node's link rate per direction, tc units: 300mbit, 1gbit")
+        str,
+        typer.Option(
+            "--link",
+            help="each node's link rate per direction, tc units: 300mbit, 1gbit; or one per node: 1gbit,500mbit",
+        ),
     ] = "1gbit",
+    node_speed: Annotated[
+        Optional[str],
+        typer.Option(
+            "--node-speed",
+            metavar="X,...",
+            help="CPUs per rank of each node, e.g. 1,0.5 (a cgroup CPU quota per node; priced as one pool per node)",
+        ),
+    ] = None,
     uplink: Annotated[
         Optional[str],
         typer.Option(
@@ -133,10 +145,22 @@ def cluster_up(
     from commtax.measure.results import write_atomic
 
     try:
-        link_bit_s = parse_rate_bit_s(link)
+        links = [parse_rate_bit_s(x) for x in link.split(",")]
         uplink_bit_s = parse_rate_bit_s(uplink) if uplink else None
     except ValueError as e:
         fail(f"--link/--uplink: {e}")
+    if len(links) not in (1, nodes):
+        fail(f"--link: {len(links)} rates for {nodes} nodes; give one rate, or one per node")
+    link_bit_s = min(links)
+    node_links = tuple(links) if len(links) > 1 else None
+    speeds = None
+    if node_speed is not None:
+        try:
+            speeds = tuple(float(x) for x in node_speed.split(","))
+        except ValueError:
+            fail(f"--node-speed: {node_speed!r} is not a comma list of numbers, e.g. 1,0.5")
+        if len(speeds) != nodes or not all(0.01 <= x <= 64 for x in speeds):
+            fail(f"--node-speed: give {nodes} numbers in [0.01, 64] (CPUs per rank), one per node, got {node_speed!r}")
     if uplink and (leaves is not None or spine):
         fail("--uplink: it is the two-leaf form of --leaves 2 --spine RATE; give --uplink or --leaves/--spine")
     if spine and leaves is None:
@@ -172,7 +196,16 @@ def cluster_up(
 
     try:
         check_host()
-        cluster = EmulatedCluster(nodes, ranks_per_node, link_bit_s, uplink_bit_s, mtu, leaves=leaves).up(record)
+        cluster = EmulatedCluster(
+            nodes,
+            ranks_per_node,
+            link_bit_s,
+            uplink_bit_s,
+            mtu,
+            leaves=leaves,
+            node_speed=speeds,
+            node_link_bit_s=node_links,
+        ).up(record)
     except ClusterError as e:
         fail(f"commtax cluster: {e}")
     except BaseException:
@@ -181,8 +214,10 @@ def cluster_up(
     write_atomic(out, yaml.safe_dump(cluster.spec(), sort_keys=False))
     m = cluster.measured
     typer.echo(
-        f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links {link_bit_s / 1e6:g} Mbit/s"
+        f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links "
+        f"{','.join(f'{x / 1e6:g}' for x in links)} Mbit/s"
         f"{f', {cluster.leaf_count} leaves' if leaves else ''}"
+        f"{f', node speeds {node_speed}' if speeds else ''}"
         f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
         f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {out}"
     )
@@ -680,6 +715,82 @@ def bench_ddp(
     )
     sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
     run(cfg, sink, cluster, gemm, log=lambda s: typer.echo(s, err=True))
+
+
+@bench_app.command("pipeline")
+def bench_pipeline(
+    layers: Annotated[int, typer.Option("--layers", min=1, max=64, help="transformer blocks of the small GPT")] = 4,
+    stage_layers: Annotated[
+        str, typer.Option("--stage-layers", metavar="N,...", help="blocks per pipeline stage (one rank each)")
+    ] = "2,2",
+    schedule: Annotated[Literal["gpipe", "1f1b"], typer.Option("--schedule", help="pipeline schedule")] = "1f1b",
+    micro_batches: Annotated[int, typer.Option("--micro-batches", min=1, max=256, help="per step")] = 4,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", min=1, help="sequences per micro-batch")] = 8,
+    hidden: Annotated[int, typer.Option("--hidden", min=8)] = 256,
+    heads: Annotated[int, typer.Option("--heads", min=1)] = 4,
+    vocab: Annotated[int, typer.Option("--vocab", min=8)] = 512,
+    seq_len: Annotated[int, typer.Option("--seq-len", min=2)] = 64,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="timed steps")] = 6,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="untimed steps first")] = 2,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    cluster_file: Annotated[
+        Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_step_time_s")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")
+    ] = 300.0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records, one per run")] = None,
+    append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
+) -> None:
+    """A small GPT split into pipeline stages over p2p: per-stage compute, send/recv, bubble, step, prediction."""
+    try:
+        split = tuple(int(x) for x in stage_layers.split(","))
+    except ValueError:
+        fail(f"--stage-layers: {stage_layers!r} is not a comma list of block counts, e.g. 3,1")
+    if any(x < 0 for x in split) or sum(split) != layers:
+        fail(f"--stage-layers {stage_layers}: must be ≥ 0 each and sum to --layers ({layers})")
+    if len(split) < 2:
+        fail("--stage-layers: a pipeline needs at least 2 stages, e.g. 2,2")
+    if hidden % heads:
+        fail(f"--hidden ({hidden}) must be divisible by --heads ({heads})")
+    cluster = _read_cluster(cluster_file) if cluster_file is not None else None
+    if cluster is not None and cluster.get("pools") and len(cluster["pools"]) != len(split):
+        fail(f"--stage-layers: {len(split)} stages on a cluster of {len(cluster['pools'])} nodes; give one per node")
+    if "RANK" not in os.environ:  # not under torchrun: become it, locally, one rank per stage
+        if out is not None:
+            _check_out(out)
+        from commtax.measure.bench import run_local
+
+        raise typer.Exit(run_local(len(split), ["bench", "pipeline", *_argv_tail("pipeline")]))
+    if int(os.environ.get("WORLD_SIZE", "0")) != len(split):
+        fail(
+            f"--stage-layers: {len(split)} stages need {len(split)} ranks, torchrun started {os.environ['WORLD_SIZE']}"
+        )
+    from commtax.measure.ddp_bench import GPTConfig
+    from commtax.measure.pipeline_bench import PipelineBenchConfig, run
+    from commtax.measure.results import ResultFile
+
+    cfg = PipelineBenchConfig(
+        split,
+        schedule,
+        micro_batches,
+        micro_batch,
+        steps,
+        warmup,
+        seed=seed,
+        timeout_s=timeout,
+        model=GPTConfig(vocab, hidden, layers, heads, seq_len),
+    )
+    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None)
+    if append and out is not None and out.exists() and int(os.environ["RANK"]) == 0:
+        try:  # pipeline records, not collective ones: ResultFile's loader checks the collective fields
+            old = json.loads(out.read_text())
+        except (OSError, ValueError) as e:
+            fail(f"--append: cannot read {out}: {e}")
+        if not isinstance(old, list) or not all(isinstance(r, dict) and r.get("bench") == "pipeline" for r in old):
+            fail(f"--append: {out} does not hold `bench pipeline` records; give another --out")
+        sink.records = old
+    run(cfg, sink, cluster, log=lambda s: typer.echo(s, err=True))
 
 
 MAX_MOE_EXPERTS = 1024

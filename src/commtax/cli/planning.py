@@ -137,6 +137,9 @@ def search_command(
     from commtax.spec import load_job
 
     job = load_job(job_file, catalog)
+    if job.cluster.pools:  # several GPU pools: assignments, layer splits and batch shares (decide/pool_search.py)
+        _search_pools(job, top, rent, json_out, out, prices, wide)
+        return
     space = Space.parse(plan, [f.strip() for f in fix.split(",") if f.strip()] if fix else [])
     mode = "rented" if rent else "owned"
     usd_per_s = None
@@ -227,6 +230,70 @@ def _say_within_interval(res) -> None:
             f"{plan_label(res.top[1][0])}): the model cannot tell them apart; their ratio is firmer than either time",
             markup=False,
         )
+
+
+def stage_runs(pools: list, layers: list[int]) -> str:
+    """``4×rtx4090:6 + 4×a100:14``: runs of equal stages, each as count × pool:layers."""
+    runs: list[list] = []
+    for key in zip(pools, layers):
+        if runs and runs[-1][1] == key:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, key])
+    return " + ".join(f"{n}×{w}:{x}" for n, (w, x) in runs)
+
+
+def _search_pools(job, top: int, rent: bool, json_out: bool, out: Path | None, prices, wide: bool) -> None:
+    """``search`` on a cluster of GPU pools: the pool search's best plans, refusals counted by rule."""
+    from commtax.decide.cost import job_cluster_cost, load_prices
+    from commtax.decide.pool_search import pool_search
+
+    mode = "rented" if rent else "owned"
+    usd_per_s, price_error = None, None
+    try:
+        usd_per_s = job_cluster_cost(job, load_prices(prices)).usd_per_s(mode)
+    except SpecError as e:  # an unpriced GPU: no $ column, as search does
+        if prices is not None:
+            raise
+        price_error = str(e)
+    with progress("searching pool plans", enabled=not json_out) as update:
+        res = pool_search(job, top=top, progress=update)
+    data = res.to_dict()
+    for entry, (_, b) in zip(data["top"], res.top):
+        entry["usd_per_B_tokens"] = usd_per_s * 1e9 / b.tokens_per_s if usd_per_s else None
+    emit(data, json_out, out)
+    if json_out:
+        return
+    if price_error:
+        console.print(f"(no $ column: {price_error})", markup=False)
+    console.print(f"{res.evaluated:,} pool plans: {res.fit:,} valid and fit memory")
+    for why, count in res.refusals.most_common(5):
+        console.print(f"  refused: {count:,} × {why}", markup=False)
+    t = new_table(f"Top {len(res.top)} plans on the pools ($ {mode})")
+    for col in ("#", "plan", "stages (pool:layers)", "step s", "tax", "MFU", "$/B tok", "straggler"):
+        t.add_column(col, justify="left" if col in ("plan", "stages (pool:layers)", "straggler") else "right")
+    for k, ((p, b), entry) in enumerate(zip(res.top, data["top"]), 1):
+        where = (
+            stage_runs(p["stage_pools"], p["stage_layers"])
+            if p["stage_pools"]
+            else "dp across pools, shares " + ",".join(f"{x:.3g}" for x in (p["pool_batch_share"] or []) or ["even"])
+        )
+        slow = next((x["pool"] for x in b.pools or [] if x["straggler"]), "")
+        label = f"tp{p['tp']}·pp{p['pp']}·dp{p['dp']}·mb{p['micro_batch']}·{p['recompute']}"
+        t.add_row(
+            str(k),
+            label,
+            where,
+            f"{b.step_time_s:.2f}",
+            f"{b.comm_tax:.1%}",
+            f"{b.mfu:.1%}",
+            f"{entry['usd_per_B_tokens']:,.0f}",
+            slow,
+        )
+    print_table(t, wide)
+    best = res.top[0][1]
+    console.print("\n[bold]Best plan[/bold]:")
+    render_breakdown(best, console, job.cluster.gpu.mem_GiB)
 
 
 def _exit_if_interrupted(interrupted: bool) -> None:
@@ -386,6 +453,14 @@ def advise_command(
     from commtax.spec import load_job
 
     job = load_job(job_file, catalog)
+    if job.cluster.pools:  # several GPU pools: the straggler and what rebalancing buys (decide/pool_search.py)
+        from commtax.decide.pool_search import pool_advice
+
+        pa = pool_advice(job)
+        emit({**pa.__dict__, "gain": pa.gain, "line": pa.line()}, json_out, out)
+        if not json_out:
+            console.print(pa.line(), markup=False, highlight=False)
+        return
     with progress("re-estimating changes", enabled=not json_out) as update:
         a = advise(job, search_best=not no_search, workers=workers, progress=update)
     emit(a.to_dict(), json_out, out)

@@ -95,17 +95,41 @@ def memory_table(b: Breakdown, capacity_gib: float | None = None) -> Table:
 
 
 def render_breakdown(b: Breakdown, console: Console, capacity_gib: float | None = None) -> None:
-    """The four tables of one step, then its notes (each printed once)."""
+    """The four tables of one step (and, on GPU pools, what each pool does), then its notes (each printed once)."""
+    tables = [breakdown_table(b, f"One training step ({b.source})"), summary_table(b), comm_table(b)]
+    if b.pools:
+        tables.append(pools_table(b))
+        # the memory shown is the pool nearest its limit: its own GPU's capacity
+        binding = max(b.pools, key=lambda x: x["memory_gib"] / x["mem_GiB"])
+        capacity_gib = binding["mem_GiB"]
     for table in (
-        breakdown_table(b, f"One training step ({b.source})"),
-        summary_table(b),
-        comm_table(b),
+        *tables,
         memory_table(b, capacity_gib),
     ):
         console.print(table)
         console.print()
     for note in b.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
+
+
+def pools_table(b: Breakdown) -> Table:
+    """One row per GPU pool: its stages and layers, the slowest stage's seconds per micro-batch, memory, straggler."""
+    t = new_table("GPU pools")
+    for col in ("pool", "GPU", "GPUs", "stages", "layers", "s/mb", "GiB/GPU", "slowest"):
+        t.add_column(col, justify="left" if col in ("pool", "GPU", "stages", "layers", "slowest") else "right")
+    for x in b.pools or []:
+        st, ly = x["stages"], x["layers"]
+        t.add_row(
+            x["pool"],
+            x["gpu"],
+            str(x["num_gpus"]),
+            f"{st[0]}-{st[-1]}" if len(st) > 1 and st == list(range(st[0], st[-1] + 1)) else ",".join(map(str, st)),
+            f"{len(ly)}×{ly[0]}" if len(set(ly)) == 1 else ",".join(map(str, ly)),
+            f"{max(x['stage_s']):.4g}",
+            f"{x['memory_gib']:.1f}/{x['mem_GiB']:g}",
+            "straggler" if x["straggler"] else "",
+        )
+    return t
 
 
 # ----------------------------------------------------------------------------- validate

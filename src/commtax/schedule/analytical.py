@@ -470,15 +470,20 @@ def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) ->
         return 0.0, 0.0, 0.0
     t_send = costs.collective(wl.pp_send)
     sends = 2 * v * m  # each micro-batch: forward activation and backward gradient, per model chunk
-    fill = 2 * (p - 1) * t_send
-    if job.plan.schedule == "gpipe":
-        exposed = fill
-    elif v > 1:
-        exposed = 2 * (p * v - 1) * t_send + (0.0 if job.plan.overlap.pp else 2 * m * t_send)
-    else:
-        totals = list(map(_total, stages))
-        exposed = max(fill, m * (steady_cycle(totals, t_send) - max(totals)) + 2 * (p - 2) * t_send)
+    exposed = sends_exposed(job.plan.schedule, p, v, m, t_send, list(map(_total, stages)), job.plan.overlap.pp)
     return sends * t_send, exposed, sends * costs.sent_bytes(wl.pp_send)
+
+
+def sends_exposed(
+    schedule: str, p: int, v: int, m: int, t_send: float, totals: list[float], overlap_pp: bool = True
+) -> float:
+    """Exposed pipeline-send time of one step (``pp_exposed``), from the stages' per-micro-batch totals."""
+    fill = 2 * (p - 1) * t_send
+    if schedule == "gpipe":
+        return fill
+    if v > 1:
+        return 2 * (p * v - 1) * t_send + (0.0 if overlap_pp else 2 * m * t_send)
+    return max(fill, m * (steady_cycle(totals, t_send) - max(totals)) + 2 * (p - 2) * t_send)
 
 
 def steady_cycle(totals: list[float], t_send: float) -> float:
@@ -613,6 +618,10 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
     ``workload`` and ``costs`` default to the job's own; passing them lets a caller (the simulator's
     agreement tests, search) evaluate the same ops and prices both ways.
     """
+    if job.cluster.pools and workload is None and costs is None:
+        from commtax.schedule.pools import pooled_estimate  # it builds on this module's functions
+
+        return pooled_estimate(job)
     wl = workload or build_workload(job)
     costs = costs or Costs(job)
     stages = stage_times(job, wl, costs)

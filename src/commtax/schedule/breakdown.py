@@ -59,12 +59,15 @@ class Breakdown:
     step_time_s_p90: float | None = None
     tokens_per_s_per_gpu_p10: float | None = None
     tokens_per_s_per_gpu_p90: float | None = None
+    pools: list[dict[str, Any]] | None = None  # a cluster of GPU pools: what each pool does (schedule/pools.py)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for k in INTERVAL_KEYS:
             if d[k] is None:
                 del d[k]
+        if d["pools"] is None:  # single-pool records read as they always have
+            del d["pools"]
         return d
 
     def with_interval(self, tps_p10: float, tps_p90: float) -> Breakdown:

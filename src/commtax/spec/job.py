@@ -14,6 +14,7 @@ from commtax.spec.hardware import Cluster
 from commtax.spec.model import Model
 from commtax.spec.pipeline_split import per_rank, pipeline_split
 from commtax.spec.plan import Plan, Training
+from commtax.spec.pools import check_pools
 
 
 @lru_cache(maxsize=1)
@@ -61,7 +62,9 @@ class Job(_Spec):
                 f"{p.framework}'s: set framework: custom, or schedule: 1f1b"
             )
         pipeline_split(m.layers, p)  # raises naming the stage-split field and the fix
-        if t.global_batch % (dp * p.micro_batch):
+        check_pools(self)  # pools: TP inside a pool, stages and batch shares per pool (spec/pools.py)
+        dp_across_pools = bool(c.pools) and p.stage_pools is None
+        if not dp_across_pools and t.global_batch % (dp * p.micro_batch):
             raise ValueError(
                 f"global_batch({t.global_batch}) must be divisible by dp({dp}) * micro_batch({p.micro_batch}) = "
                 f"{dp * p.micro_batch}"

@@ -130,6 +130,18 @@ class Plan(_Spec):
         "layer counts that do not divide)",
     )
 
+    # ---- GPU pools (spec/pools.py): where the stages run, and each pool's share of the batch
+    stage_pools: tuple[int | str, ...] | None = Field(
+        default=None,
+        description="pool of each pipeline stage, first to last (pp entries: a pool's name or index); "
+        "unset on a cluster with pools: data parallelism across pools, each pool holding whole pipelines",
+    )
+    pool_batch_share: tuple[float, ...] | None = Field(
+        default=None,
+        description="share of the global batch each pool computes (one per pool, summing to 1), data parallelism "
+        "across pools; default: the same per replica",
+    )
+
     @model_validator(mode="after")
     def _error_feedback_needs_compression(self) -> Plan:
         if self.grad_error_feedback and self.grad_comm_dtype in ("fp32", "bf16", "fp16"):

@@ -151,7 +151,12 @@ def simulate(
     their own); ``compare`` also runs ``estimate(job)`` (for --explain, and for memory).
     """
     with _no_gc():  # ~10^5 acyclic task objects: the cyclic collector would rescan them again and again
-        builder = StepBuilder(job, workload, options, costs)
+        if job.cluster.pools and job.plan.stage_pools is not None and workload is None:
+            from commtax.schedule.sim.pools import PoolStepBuilder  # stages on GPU pools: each priced on its own
+
+            builder = PoolStepBuilder(job, options, costs)
+        else:
+            builder = StepBuilder(job, workload, options, costs)
         sim = builder.build()
         step = sim.run()
         return _result(job, builder, sim, step, compare)
@@ -222,6 +227,15 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
         f"breakdown of the busiest stage, {busiest}"
     )
+    if est is not None and est.pools and getattr(builder, "where", None):  # stages on pools: as simulated
+        bd.pools = [
+            {
+                **x,
+                "stage_s": [work[s] / builder.m for s in x["stages"]],  # busy seconds per micro-batch, simulated
+                "straggler": busiest in x["stages"],
+            }
+            for x in est.pools
+        ]
     return SimResult(bd, builder, busiest, stage_end, work, waited, est)
 
 
