@@ -151,9 +151,14 @@ def user_errors(fn: Callable) -> Callable:
 
 def does_not_fit(b: Any, job: Any) -> NoReturn:
     """A plan that does not fit memory: one line naming the need, the capacity and the fixes; exit 1."""
+    need, cap, gpu = b.memory_gib_per_gpu["total"], job.cluster.gpu.mem_GiB, job.cluster.gpu.name
+    over = [x for x in getattr(b, "pools", None) or [] if not x["fits"]]
+    if over:  # GPU pools: the pool that overflows, on its own GPU
+        x = max(over, key=lambda x: x["memory_gib"] / x["mem_GiB"])
+        need, cap, gpu = x["memory_gib"], x["mem_GiB"], f"{x['gpu']} (pool {x['pool']})"
     fail(
-        f"plan does not fit GPU memory: {b.memory_gib_per_gpu['total']:.1f} GiB needed per GPU, "
-        f"{job.cluster.gpu.mem_GiB:.1f} GiB on {job.cluster.gpu.name}; try a higher plan.zero, "
+        f"plan does not fit GPU memory: {need:.1f} GiB needed per GPU, "
+        f"{cap:.1f} GiB on {gpu}; try a higher plan.zero, "
         "plan.recompute: full, a smaller plan.micro_batch, or larger tp/pp (commtax search finds one)",
         EXIT_INFEASIBLE,
     )

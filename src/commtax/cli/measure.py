@@ -97,11 +97,40 @@ def cluster_up(
         int, typer.Option("--ranks-per-node", min=1, max=64, help="torchrun processes per node")
     ] = 1,
     link: Annotated[
-        str, typer.Option("--link", help="each node's link rate per direction, tc units: 300mbit, 1gbit")
+        str,
+        typer.Option(
+            "--link",
+            help="each node's link rate per direction, tc units: 300mbit, 1gbit; or one per node: 1gbit,500mbit",
+        ),
     ] = "1gbit",
+    node_speed: Annotated[
+        Optional[str],
+        typer.Option(
+            "--node-speed",
+            metavar="X,...",
+            help="CPUs per rank of each node, e.g. 1,0.5 (a cgroup CPU quota per node; priced as one pool per node)",
+        ),
+    ] = None,
     uplink: Annotated[
         Optional[str],
-        typer.Option("--uplink", help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit"),
+        typer.Option(
+            "--uplink",
+            help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit (the legacy form of "
+            "--leaves 2 --spine RATE, written as uplink_Gbps)",
+        ),
+    ] = None,
+    leaves: Annotated[
+        Optional[int],
+        typer.Option(
+            "--leaves",
+            min=1,
+            max=200,
+            help="leaf bridges, nodes/leaves consecutive nodes under each; written as a fabric: section",
+        ),
+    ] = None,
+    spine: Annotated[
+        Optional[str],
+        typer.Option("--spine", help="rate of each leaf's shaped link to the spine, per direction, e.g. 200mbit"),
     ] = None,
     mtu: Annotated[int, typer.Option("--mtu", min=576, max=65000, help="MTU of every veth")] = 9000,
     out: Annotated[Path, typer.Option("--out", help="cluster YAML to write")] = DEFAULT_CLUSTER_FILE,
@@ -116,10 +145,35 @@ def cluster_up(
     from commtax.measure.results import write_atomic
 
     try:
-        link_bit_s = parse_rate_bit_s(link)
+        links = [parse_rate_bit_s(x) for x in link.split(",")]
         uplink_bit_s = parse_rate_bit_s(uplink) if uplink else None
     except ValueError as e:
         fail(f"--link/--uplink: {e}")
+    if len(links) not in (1, nodes):
+        fail(f"--link: {len(links)} rates for {nodes} nodes; give one rate, or one per node")
+    link_bit_s = min(links)
+    node_links = tuple(links) if len(links) > 1 else None
+    speeds = None
+    if node_speed is not None:
+        try:
+            speeds = tuple(float(x) for x in node_speed.split(","))
+        except ValueError:
+            fail(f"--node-speed: {node_speed!r} is not a comma list of numbers, e.g. 1,0.5")
+        if len(speeds) != nodes or not all(0.01 <= x <= 64 for x in speeds):
+            fail(f"--node-speed: give {nodes} numbers in [0.01, 64] (CPUs per rank), one per node, got {node_speed!r}")
+    if uplink and (leaves is not None or spine):
+        fail("--uplink: it is the two-leaf form of --leaves 2 --spine RATE; give --uplink or --leaves/--spine")
+    if spine and leaves is None:
+        leaves = 2
+    if leaves is not None:
+        if nodes % leaves:
+            fail(f"--leaves: {leaves} leaves do not split {nodes} nodes evenly; choose a divisor of --nodes")
+        if leaves > 1 and not spine:
+            fail(f"--spine: {leaves} leaves need the rate of their links to the spine, e.g. --spine 200mbit")
+        try:
+            uplink_bit_s = parse_rate_bit_s(spine) if spine and leaves > 1 else None
+        except ValueError as e:
+            fail(f"--spine: {e}")
     import yaml
 
     from commtax.measure.cluster import set_cluster_file
@@ -142,7 +196,16 @@ def cluster_up(
 
     try:
         check_host()
-        cluster = EmulatedCluster(nodes, ranks_per_node, link_bit_s, uplink_bit_s, mtu).up(record)
+        cluster = EmulatedCluster(
+            nodes,
+            ranks_per_node,
+            link_bit_s,
+            uplink_bit_s,
+            mtu,
+            leaves=leaves,
+            node_speed=speeds,
+            node_link_bit_s=node_links,
+        ).up(record)
     except ClusterError as e:
         fail(f"commtax cluster: {e}")
     except BaseException:
@@ -151,9 +214,79 @@ def cluster_up(
     write_atomic(out, yaml.safe_dump(cluster.spec(), sort_keys=False))
     m = cluster.measured
     typer.echo(
-        f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links {link_bit_s / 1e6:g} Mbit/s"
+        f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links "
+        f"{','.join(f'{x / 1e6:g}' for x in links)} Mbit/s"
+        f"{f', {cluster.leaf_count} leaves' if leaves else ''}"
+        f"{f', node speeds {node_speed}' if speeds else ''}"
         f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
         f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {out}"
+    )
+
+
+@cluster_app.command("load")
+@user_errors
+def cluster_load(
+    cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
+    src: Annotated[int, typer.Option("--from", min=0, help="node the background flow leaves from")] = 0,
+    dst: Annotated[int, typer.Option("--to", min=0, help="node it goes to")] = 1,
+    rate: Annotated[str, typer.Option("--rate", help="the most it sends per direction, tc units: 200mbit")] = "100mbit",
+    seconds: Annotated[
+        float, typer.Option("--seconds", min=1, max=3600, help="it stops after this long (or at `cluster down`)")
+    ] = 600.0,
+    max_bytes: Annotated[
+        Optional[str], typer.Option("--bytes", help="it stops after this many bytes (default: rate × seconds)")
+    ] = None,
+) -> None:
+    """Start background traffic between two nodes (another job's flow), recorded in the cluster file's fabric so
+    `commtax collective … --cluster` prices it; it stops after --seconds/--bytes or at `cluster down`."""
+    import yaml
+
+    from commtax.measure.cluster import (
+        ClusterError,
+        EmulatedCluster,
+        check_host,
+        existing_namespaces,
+        parse_rate_bit_s,
+    )
+    from commtax.measure.results import write_atomic
+    from commtax.units import parse_bytes
+
+    spec = _read_cluster(cluster_file)
+    try:
+        rate_bit_s = parse_rate_bit_s(rate)
+    except ValueError as e:
+        fail(f"--rate: {e}")
+    try:
+        nbytes = int(parse_bytes(max_bytes)) if max_bytes else int(rate_bit_s / 8 * seconds)
+    except ValueError as e:
+        fail(f"--bytes: {e}")
+    if nbytes < 1:
+        fail("--bytes: at least 1 byte")
+    try:
+        check_host()
+        cluster = EmulatedCluster.from_spec(spec)
+    except (ClusterError, ValueError) as e:
+        fail(f"commtax cluster: {e}")
+    if cluster.leaves is None:
+        fail(
+            f"--cluster: {cluster_file} was built without --leaves, so it has no fabric to record the flow in; "
+            "rebuild with `commtax cluster up --leaves L [--spine RATE]` (`--uplink R` = `--leaves 2 --spine R`)"
+        )
+    for opt, i in (("--from", src), ("--to", dst)):
+        if i >= cluster.nodes:
+            fail(f"{opt}: node {i} does not exist; the cluster has nodes 0..{cluster.nodes - 1}")
+    if src == dst:
+        fail(f"--to: the flow joins two different nodes, got --from {src} --to {dst}")
+    missing = set(cluster.namespaces) - set(existing_namespaces())
+    if missing:
+        fail(f"--cluster: namespaces {', '.join(sorted(missing))} are gone; run `commtax cluster up` again")
+    cluster.load(src, dst, rate_bit_s, seconds, nbytes)
+    fresh = cluster.spec()
+    spec.update(fabric=fresh["fabric"], emulated=fresh["emulated"])
+    write_atomic(cluster_file, yaml.safe_dump(spec, sort_keys=False))
+    typer.echo(
+        f"background flow node {src} → node {dst} at up to {rate_bit_s / 1e6:g} Mbit/s for {seconds:g} s "
+        f"(≤ {nbytes} B), recorded in {cluster_file}; `commtax cluster down` stops it"
     )
 
 
@@ -465,6 +598,40 @@ def bench_gemm(
         typer.echo(f"{r['dtype']:>5} {r['name']:>9} {r['m']}×{r['k']}·{r['k']}×{r['n']}: {r['tflops']:.3f} TFLOP/s")
 
 
+@bench_app.command("gpu")
+@user_errors
+def bench_gpu(
+    out: Annotated[Path, typer.Option("--out", help="directory for gpu_sweep.json and the profiled step's trace.json")],
+    job: Annotated[Optional[Path], typer.Option("--job", help="job YAML whose layer GEMM shapes to measure")] = None,
+    sustain_s: Annotated[
+        float, typer.Option("--sustain-s", min=1.0, help="seconds of load before the sustained rate")
+    ] = 120.0,
+) -> None:
+    """One GPU, about 5-10 minutes: GEMM bf16/fp8 over the job's shapes, burst vs sustained clock, flash attention
+    against sequence length, HBM elementwise passes and a profiled small training step (commtax.measure.gpu_sweep)."""
+    from commtax.measure.gpu_sweep import run
+
+    r = run(job, out, sustain_s)
+    typer.echo(f"{r['device']}: wrote {out / 'gpu_sweep.json'} and {out / r['trace']} (commtax trace reads it)")
+
+
+@bench_app.command("gpu-entries")
+@user_errors
+def bench_gpu_entries(
+    results: Annotated[Path, typer.Argument(metavar="gpu_sweep.json", help="results of `commtax bench gpu`")],
+    gpu: Annotated[str, typer.Option("--gpu", help="catalog id of the GPU it ran on (its datasheet peaks)")],
+) -> None:
+    """The sweep's results as catalog entries (gpus.yaml, assumptions.yaml, attention.yaml), each with its source."""
+    import yaml
+
+    from commtax.measure.sweep_entries import entries_for_catalog_gpu, read_results
+
+    data = entries_for_catalog_gpu(read_results(results), gpu)
+    for name, fragment in data.items():
+        typer.echo(f"# catalog/{name}.yaml")
+        typer.echo(yaml.safe_dump(fragment, sort_keys=False, allow_unicode=True, width=110))
+
+
 @bench_app.command("ddp")
 def bench_ddp(
     hook: Annotated[
@@ -548,6 +715,82 @@ def bench_ddp(
     )
     sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
     run(cfg, sink, cluster, gemm, log=lambda s: typer.echo(s, err=True))
+
+
+@bench_app.command("pipeline")
+def bench_pipeline(
+    layers: Annotated[int, typer.Option("--layers", min=1, max=64, help="transformer blocks of the small GPT")] = 4,
+    stage_layers: Annotated[
+        str, typer.Option("--stage-layers", metavar="N,...", help="blocks per pipeline stage (one rank each)")
+    ] = "2,2",
+    schedule: Annotated[Literal["gpipe", "1f1b"], typer.Option("--schedule", help="pipeline schedule")] = "1f1b",
+    micro_batches: Annotated[int, typer.Option("--micro-batches", min=1, max=256, help="per step")] = 4,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", min=1, help="sequences per micro-batch")] = 8,
+    hidden: Annotated[int, typer.Option("--hidden", min=8)] = 256,
+    heads: Annotated[int, typer.Option("--heads", min=1)] = 4,
+    vocab: Annotated[int, typer.Option("--vocab", min=8)] = 512,
+    seq_len: Annotated[int, typer.Option("--seq-len", min=2)] = 64,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="timed steps")] = 6,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="untimed steps first")] = 2,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    cluster_file: Annotated[
+        Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_step_time_s")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")
+    ] = 300.0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records, one per run")] = None,
+    append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
+) -> None:
+    """A small GPT split into pipeline stages over p2p: per-stage compute, send/recv, bubble, step, prediction."""
+    try:
+        split = tuple(int(x) for x in stage_layers.split(","))
+    except ValueError:
+        fail(f"--stage-layers: {stage_layers!r} is not a comma list of block counts, e.g. 3,1")
+    if any(x < 0 for x in split) or sum(split) != layers:
+        fail(f"--stage-layers {stage_layers}: must be ≥ 0 each and sum to --layers ({layers})")
+    if len(split) < 2:
+        fail("--stage-layers: a pipeline needs at least 2 stages, e.g. 2,2")
+    if hidden % heads:
+        fail(f"--hidden ({hidden}) must be divisible by --heads ({heads})")
+    cluster = _read_cluster(cluster_file) if cluster_file is not None else None
+    if cluster is not None and cluster.get("pools") and len(cluster["pools"]) != len(split):
+        fail(f"--stage-layers: {len(split)} stages on a cluster of {len(cluster['pools'])} nodes; give one per node")
+    if "RANK" not in os.environ:  # not under torchrun: become it, locally, one rank per stage
+        if out is not None:
+            _check_out(out)
+        from commtax.measure.bench import run_local
+
+        raise typer.Exit(run_local(len(split), ["bench", "pipeline", *_argv_tail("pipeline")]))
+    if int(os.environ.get("WORLD_SIZE", "0")) != len(split):
+        fail(
+            f"--stage-layers: {len(split)} stages need {len(split)} ranks, torchrun started {os.environ['WORLD_SIZE']}"
+        )
+    from commtax.measure.ddp_bench import GPTConfig
+    from commtax.measure.pipeline_bench import PipelineBenchConfig, run
+    from commtax.measure.results import ResultFile
+
+    cfg = PipelineBenchConfig(
+        split,
+        schedule,
+        micro_batches,
+        micro_batch,
+        steps,
+        warmup,
+        seed=seed,
+        timeout_s=timeout,
+        model=GPTConfig(vocab, hidden, layers, heads, seq_len),
+    )
+    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None)
+    if append and out is not None and out.exists() and int(os.environ["RANK"]) == 0:
+        try:  # pipeline records, not collective ones: ResultFile's loader checks the collective fields
+            old = json.loads(out.read_text())
+        except (OSError, ValueError) as e:
+            fail(f"--append: cannot read {out}: {e}")
+        if not isinstance(old, list) or not all(isinstance(r, dict) and r.get("bench") == "pipeline" for r in old):
+            fail(f"--append: {out} does not hold `bench pipeline` records; give another --out")
+        sink.records = old
+    run(cfg, sink, cluster, log=lambda s: typer.echo(s, err=True))
 
 
 MAX_MOE_EXPERTS = 1024

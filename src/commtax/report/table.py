@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from commtax.decide.plans import plan_label
-from commtax.schedule.breakdown import Breakdown, part_keys
+from commtax.schedule.breakdown import Breakdown, fmt_step_interval, part_keys
 from commtax.units import GB
 
 
@@ -54,7 +54,8 @@ def summary_table(b: Breakdown) -> Table:
     t = new_table("Throughput and communication", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
-    rows = [
+    rows = [("step time (80% interval)", fmt_step_interval(b, 3))] if b.step_time_s_p10 is not None else []
+    rows += [
         ("tokens/s", f"{b.tokens_per_s:,.0f}"),
         ("tokens/s per GPU", f"{b.tokens_per_s_per_gpu:,.1f}"),
         ("model TFLOP/s per GPU", f"{b.tflops_per_gpu:.1f}"),
@@ -94,17 +95,41 @@ def memory_table(b: Breakdown, capacity_gib: float | None = None) -> Table:
 
 
 def render_breakdown(b: Breakdown, console: Console, capacity_gib: float | None = None) -> None:
-    """The four tables of one step, then its notes (each printed once)."""
+    """The four tables of one step (and, on GPU pools, what each pool does), then its notes (each printed once)."""
+    tables = [breakdown_table(b, f"One training step ({b.source})"), summary_table(b), comm_table(b)]
+    if b.pools:
+        tables.append(pools_table(b))
+        # the memory shown is the pool nearest its limit: its own GPU's capacity
+        binding = max(b.pools, key=lambda x: x["memory_gib"] / x["mem_GiB"])
+        capacity_gib = binding["mem_GiB"]
     for table in (
-        breakdown_table(b, f"One training step ({b.source})"),
-        summary_table(b),
-        comm_table(b),
+        *tables,
         memory_table(b, capacity_gib),
     ):
         console.print(table)
         console.print()
     for note in b.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
+
+
+def pools_table(b: Breakdown) -> Table:
+    """One row per GPU pool: its stages and layers, the slowest stage's seconds per micro-batch, memory, straggler."""
+    t = new_table("GPU pools")
+    for col in ("pool", "GPU", "GPUs", "stages", "layers", "s/mb", "GiB/GPU", "slowest"):
+        t.add_column(col, justify="left" if col in ("pool", "GPU", "stages", "layers", "slowest") else "right")
+    for x in b.pools or []:
+        st, ly = x["stages"], x["layers"]
+        t.add_row(
+            x["pool"],
+            x["gpu"],
+            str(x["num_gpus"]),
+            f"{st[0]}-{st[-1]}" if len(st) > 1 and st == list(range(st[0], st[-1] + 1)) else ",".join(map(str, st)),
+            f"{len(ly)}×{ly[0]}" if len(set(ly)) == 1 else ",".join(map(str, ly)),
+            f"{max(x['stage_s']):.4g}",
+            f"{x['memory_gib']:.1f}/{x['mem_GiB']:g}",
+            "straggler" if x["straggler"] else "",
+        )
+    return t
 
 
 # ----------------------------------------------------------------------------- validate
@@ -232,7 +257,8 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
             values = {
                 "cluster": r.name,
                 "best plan": plan_label(r.plan),
-                "step s": f"{b.step_time_s:.2f}",
+                "step s": f"{b.step_time_s:.2f}"
+                + (f" ({b.step_time_s_p10:.2f}–{b.step_time_s_p90:.2f})" if wide and b.step_time_s_p10 else ""),
                 "MFU": pct(b.mfu),
                 "tax": pct(b.comm_tax),
                 "share": pct(b.comm_share),
@@ -270,6 +296,6 @@ def collective_table(pred: Any) -> Table:
             format_sig(r["algbw_GBps"]),
             format_sig(r["busbw_GBps"]),
             algo,
-            r["bottleneck"],
+            f"inter ({r['binding_link']})" if "binding_link" in r else r["bottleneck"],
         )
     return t

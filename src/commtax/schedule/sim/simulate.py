@@ -40,7 +40,7 @@ class SimResult:
     busiest_stage: int  # the stage the breakdown is read from: the most work (the pipeline's pace)
     stage_end_s: list[float]  # when each stage's last task ends
     stage_busy_s: list[float]  # each stage's own work: compute, recompute, optimizer, non-overlapped TP/CP
-    contention_wait_s: dict[str, float]  # time DP / PP tasks waited for a NIC held by the other
+    contention_wait_s: dict[str, float]  # time DP / PP tasks waited for (or, sharing it, lost on) a NIC
     estimate: Breakdown | None = None
 
     @property
@@ -151,7 +151,12 @@ def simulate(
     their own); ``compare`` also runs ``estimate(job)`` (for --explain, and for memory).
     """
     with _no_gc():  # ~10^5 acyclic task objects: the cyclic collector would rescan them again and again
-        builder = StepBuilder(job, workload, options, costs)
+        if job.cluster.pools and job.plan.stage_pools is not None and workload is None:
+            from commtax.schedule.sim.pools import PoolStepBuilder  # stages on GPU pools: each priced on its own
+
+            builder = PoolStepBuilder(job, options, costs)
+        else:
+            builder = StepBuilder(job, workload, options, costs)
         sim = builder.build()
         step = sim.run()
         return _result(job, builder, sim, step, compare)
@@ -181,6 +186,10 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
                 link[d][kind] += secs
         elif t.name == "dp contention":  # compute slowed by hidden DP traffic (StepBuilder): no link time
             continue
+        elif t.links:  # a flow-network transfer: its wire time alone, and what sharing its links added
+            link[d][t.kind] += t.work_s
+            if t.duration_s > t.work_s:
+                waited[t.kind] = waited.get(t.kind, 0.0) + t.duration_s - t.work_s
         else:
             link[d][t.kind] += t.duration_s
             if t.start_s > t.ready_s and t.cause is not None and tasks[t.cause].kind != t.kind:
@@ -221,6 +230,15 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
         f"breakdown of the busiest stage, {busiest}"
     )
+    if est is not None and est.pools and getattr(builder, "where", None):  # stages on pools: as simulated
+        bd.pools = [
+            {
+                **x,
+                "stage_s": [work[s] / builder.m for s in x["stages"]],  # busy seconds per micro-batch, simulated
+                "straggler": busiest in x["stages"],
+            }
+            for x in est.pools
+        ]
     return SimResult(bd, builder, busiest, stage_end, work, waited, est)
 
 
