@@ -24,6 +24,7 @@ from commtax.spec import Job, per_rank, zero_refusal
 from commtax.workload.memory import memory
 from commtax.workload.step import (
     Collective,
+    Compute,
     Workload,
     build_workload,
     grad_bytes_per_param,
@@ -284,8 +285,16 @@ def slowest_dp_workload(job: Job, wl: Workload, costs: Costs, st: StageTime) -> 
     ranks = [with_dp_stage(job, wl, s) for s in wl.dp_stage_splits]
     link_exposed = [dp_exposed(job, r, costs, st)[1::-1] for r in ranks]
     slowest = ranks[max(range(len(ranks)), key=lambda i: (*link_exposed[i], wl.dp_stage_splits[i] == wl.dp_split))]
-    optimizer = max((r.optimizer for r in ranks), key=lambda c: c.bytes)
-    return slowest if optimizer is slowest.optimizer else replace(slowest, optimizer=optimizer)
+    optimizer = slowest_optimizer(job, wl)
+    return slowest if optimizer == slowest.optimizer else replace(slowest, optimizer=optimizer)
+
+
+def slowest_optimizer(job: Job, wl: Workload) -> Compute:
+    """The optimizer step of the pipeline rank with the most optimizer work (MoE: dense states over dp, expert
+    states over edp, ``wl.dp_stage_splits``); a dense workload's own."""
+    if len(wl.dp_stage_splits) < 2:
+        return wl.optimizer
+    return max((with_dp_stage(job, wl, s).optimizer for s in wl.dp_stage_splits), key=lambda c: c.bytes)
 
 
 def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
