@@ -25,8 +25,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 validate: $(STAMP)
-	$(BIN)/commtax validate ../shared/validation/public_runs.csv
-	$(BIN)/commtax validate ../shared/validation/public_collectives.csv
+	$(BIN)/commtax validate validation/public_runs.csv
+	$(BIN)/commtax validate validation/public_collectives.csv
 
 # every goal line ends in "met" or "MISSED"; the last line counts the misses (speed depends on the machine)
 bench: $(STAMP)

@@ -9,7 +9,7 @@ import pytest
 from commtax.spec import load_job
 
 REPO = Path(__file__).resolve().parents[1]
-VALIDATION_DIR = REPO.parent / "shared" / "validation"
+VALIDATION_DIR = REPO / "validation"  # a copy of ../shared/validation ships with the repo
 
 
 def job_dict(**plan) -> dict:
@@ -46,5 +46,5 @@ def seed_job():
 @pytest.fixture
 def validation_dir() -> Path:
     if not (VALIDATION_DIR / "public_runs.csv").exists():
-        pytest.skip(f"published validation data not found at {VALIDATION_DIR} (shared/ sits beside the repo)")
+        pytest.skip(f"published validation data not found at {VALIDATION_DIR} (the repo ships it in validation/)")
     return VALIDATION_DIR

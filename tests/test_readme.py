@@ -45,8 +45,10 @@ def test_required_catalog_ids_exist():
 
 @pytest.mark.parametrize("block", ["catalog tables", "worked example", "accuracy tables"])
 def test_readme_generated_blocks_are_what_the_code_prints(block):
-    from commtax.report.readme import BLOCKS, section
+    from commtax.report.readme import BLOCKS, VALIDATION, section
 
+    if block == "accuracy tables" and not (VALIDATION / "public_runs.csv").exists():
+        pytest.skip(f"the accuracy tables are computed from {VALIDATION}, which this checkout lacks")
     assert section(README, block), f"README markers for {block!r} not found"
     assert section(README, block) == BLOCKS[block](), f"README {block} drifted: run `make readme`"
 

@@ -610,6 +610,7 @@ def calibrate_command(
         check_cluster,
         check_gemm,
         check_records,
+        check_records_fit,
         compare,
         write_profile,
     )
@@ -622,6 +623,7 @@ def calibrate_command(
         records = check_records(json.loads(read_text(bench_json, "JSON file")), bench_json)
         gemm = check_gemm(json.loads(read_text(gemm_json, "JSON file")), gemm_json) if gemm_json else None
         cluster = check_cluster(_read_cluster(cluster_file), cluster_file)
+        records = check_records_fit(records, cluster, bench_json)
         records = [r for r in records if r.get("impl") == impl]
         profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
     except ValueError as e:  # SpecError, or JSON that does not parse

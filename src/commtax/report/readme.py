@@ -169,7 +169,7 @@ def estimate_example() -> str:
     return "\n".join(["```text", f"$ commtax estimate {EXAMPLE}", *lines, "```"])
 
 
-VALIDATION = REPO.parent / "shared" / "validation"
+VALIDATION = REPO / "validation"  # shipped with the repo (a copy of ../shared/validation)
 
 
 def _pct(x: float | None) -> str:

@@ -71,6 +71,7 @@ class CollectiveStat:
     busbw_GBps: float | None
     size_source: str  # "kernel args", "record_param_comms", "cpu op shapes" or "unknown"
     exposed_s: float = 0.0  # the part of these calls no compute runs under
+    min_time_s: float = 0.0  # the fastest call: the one that waited least for its peers
 
 
 @dataclass
@@ -265,7 +266,8 @@ def collective_stats(
         busbw = algbw * bus_factor(kind, ranks) if algbw is not None and ranks and kind != "other" else None
         own = iv.union(a[:, 0], a[:, 1])
         exposed = (iv.length(own) - iv.intersection_length(own, compute)) * US_TO_S
-        out.append(CollectiveStat(kind, group, nbytes, n, t, t / n, algbw, busbw, source, exposed))
+        fastest = float(np.min(a[:, 1] - a[:, 0])) * US_TO_S
+        out.append(CollectiveStat(kind, group, nbytes, n, t, t / n, algbw, busbw, source, exposed, fastest))
     return out
 
 
