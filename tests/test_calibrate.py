@@ -141,8 +141,10 @@ def test_a_latency_bound_intra_fit_keeps_the_clusters_link_and_estimate_accepts_
     recs = []
     for size in (256 * 1024, MiB, 4 * MiB):
         t = model_time_s("all_reduce", "ring", size, 2, 2, intra, intra)
-        recs.append({"op": "all_reduce", "impl": "ring", "world_size": 2, "ranks_per_node": 2, "nodes": 1}
-                    | {"message_bytes": size, "time_s": t})
+        recs.append(
+            {"op": "all_reduce", "impl": "ring", "world_size": 2, "ranks_per_node": 2, "nodes": 1}
+            | {"message_bytes": size, "time_s": t}
+        )
     prof = calibrate(recs, {**CLUSTER, "gpus_per_node": 2})
     assert prof["levels"]["intra"]["bw_GBps"] == 5.0  # the cluster file's loopback, not the fit
     assert "intra: the fitted bandwidth" in prof["notes"][0] and "the cluster's number is kept" in prof["notes"][0]

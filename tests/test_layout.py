@@ -7,7 +7,17 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "commtax"
-RANK = {"spec": 0, "workload": 1, "costs": 2, "schedule": 3, "decide": 4, "measure": 4, "trace": 5, "report": 6, "cli": 7}
+RANK = {
+    "spec": 0,
+    "workload": 1,
+    "costs": 2,
+    "schedule": 3,
+    "decide": 4,
+    "measure": 4,
+    "trace": 5,
+    "report": 6,
+    "cli": 7,
+}
 ROOT_MODULES = {"units", "errors", "atomic", "signals"}
 
 

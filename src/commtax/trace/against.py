@@ -169,7 +169,8 @@ def job_mismatch(report: TraceReport, job: Job) -> list[str]:
     names = {r.device_name for r in report.ranks if r.device_name and r.device.startswith("gpu")}
     if family and names and not any(family in n.lower() for n in names):
         out.append(
-            f"the trace ran on {', '.join(sorted(names))}, not the job's {job.cluster.gpu.name}: is this the job that ran?"
+            f"the trace ran on {', '.join(sorted(names))}, not the job's {job.cluster.gpu.name}: "
+            "is this the job that ran?"
         )
     return out
 
@@ -349,10 +350,8 @@ def compute_efficiency(report: TraceReport, job: Job, rounds: int = 8) -> tuple[
 
 def profile_from_trace(report: TraceReport, job: Job, source: str) -> dict:
     """The hardware profile (``spec.Profile`` schema) a trace implies: GEMM efficiency and link α/β fits."""
-    from commtax.measure.calibrate import calibrate
-
     from commtax.errors import SpecError
-    from commtax.measure.calibrate import check_profile, levels_from_cluster
+    from commtax.measure.calibrate import calibrate, check_profile, levels_from_cluster
 
     mismatch = job_mismatch(report, job)
     if mismatch:  # a profile fitted to another job's trace would poison every estimate that reads it
