@@ -28,6 +28,7 @@ from rich.markup import escape
 
 from commtax.atomic import strict_json, write_atomic
 from commtax.errors import EXIT_INTERRUPTED, SpecError, os_error_line
+from commtax.units import memory_need
 
 EXIT_INFEASIBLE = 1  # the plan does not fit, or a check (--max-mape) failed
 EXIT_BAD_INPUT = 2  # bad input: one line naming the field and the fix
@@ -119,8 +120,8 @@ def user_errors(fn: Callable) -> Callable:
 def does_not_fit(b: Any, job: Any) -> NoReturn:
     """A plan that does not fit memory: one line naming the need, the capacity and the fixes; exit 1."""
     fail(
-        f"plan does not fit GPU memory: {b.memory_gib_per_gpu['total']:.1f} GiB needed per GPU, "
-        f"{job.cluster.gpu.mem_GiB:.1f} GiB on {job.cluster.gpu.name}; try a higher plan.zero, "
+        f"plan does not fit GPU memory: {memory_need(b.memory_gib_per_gpu['total'], job.cluster.gpu.mem_GiB)} "
+        f"on {job.cluster.gpu.name}; try a higher plan.zero, "
         "plan.recompute: full, a smaller plan.micro_batch, or larger tp/pp (commtax search finds one)",
         EXIT_INFEASIBLE,
     )

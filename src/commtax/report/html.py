@@ -30,7 +30,7 @@ from commtax.report.svg import BREAKDOWN_STYLES, Segment, Series, Style
 from commtax.schedule.analytical import estimate
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
 from commtax.spec import Job
-from commtax.units import GB
+from commtax.units import GB, memory_excess
 
 PART_LABELS = {
     "compute": "compute",
@@ -653,8 +653,8 @@ def summary_section(data: ReportData) -> str:
         f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} of {cap:.1f} GiB per GPU.</p>"
         if b.fits
         else f'<p class="fit bad" role="alert">✗ {num("fits", b.fits, "Does NOT fit in memory")}: '
-        f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} needed per GPU, {cap:.1f} GiB on "
-        f"{escape(job.cluster.gpu.name)}. Try a higher plan.zero, recompute: full, a smaller micro-batch or larger "
+        f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} needed per GPU ({memory_excess(mem, cap)} on "
+        f"{escape(job.cluster.gpu.name)}). Try a higher plan.zero, recompute: full, a smaller micro-batch or larger "
         "tp/pp — the plans below fit.</p>"
     )
     cards = [
