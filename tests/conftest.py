@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,15 @@ def validation_dir() -> Path:
     if not (VALIDATION_DIR / "public_runs.csv").exists():
         pytest.skip(f"published validation data not found at {VALIDATION_DIR} (the repo ships it in validation/)")
     return VALIDATION_DIR
+
+
+def pytest_collection_modifyitems(config, items):
+    """``timing`` tests assert measured times, which host load moves: they run only when asked for."""
+    if os.environ.get("COMMTAX_TIMING") == "1":
+        return
+    skip = pytest.mark.skip(
+        reason="asserts measured times (host load moves them): run with COMMTAX_TIMING=1 on a quiet host"
+    )
+    for item in items:
+        if "timing" in item.keywords:
+            item.add_marker(skip)

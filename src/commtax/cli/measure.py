@@ -126,8 +126,12 @@ def cluster_up(
 
     _check_out(out)
     _refuse_live_record(out)
+    # what --out held before: an interrupted build puts it back (never deletes a file the user had)
+    prior = out.read_bytes() if out.is_file() else None
+    recorded: list[bool] = []
 
     def record(c: EmulatedCluster) -> None:  # before the first namespace: even a SIGKILL leaves the record
+        recorded.append(True)
         write_atomic(
             out,
             yaml.safe_dump(
@@ -146,7 +150,11 @@ def cluster_up(
     except ClusterError as e:
         fail(f"commtax cluster: {e}")
     except BaseException:
-        out.unlink(missing_ok=True)  # the cluster it recorded is gone again
+        if recorded:  # the cluster it recorded is gone again: the file goes back to what it was
+            if prior is None:
+                out.unlink(missing_ok=True)
+            else:
+                write_atomic(out, prior)
         raise
     write_atomic(out, yaml.safe_dump(cluster.spec(), sort_keys=False))
     m = cluster.measured
@@ -226,9 +234,13 @@ def cluster_down(
         names = _mine_to_remove()
     else:
         try:
-            names = EmulatedCluster.from_spec(_read_cluster(cluster_file)).namespaces
+            cluster = EmulatedCluster.from_spec(_read_cluster(cluster_file))
         except ValueError as e:
             fail(f"--cluster: {e}")
+        names = cluster.namespaces
+        why = _not_ours(cluster.name, names)
+        if why:
+            fail(f"--cluster: cluster {cluster.name} ({', '.join(names)}) is not removed: {why}")
     removed = down_namespaces(names)
     from commtax.measure.cluster import forget
 
@@ -236,6 +248,24 @@ def cluster_down(
         if not any(ns.startswith(name + "-") for ns in existing_namespaces()):
             forget(name)
     typer.echo(f"removed {len(removed)} namespaces" + (f": {', '.join(removed)}" if removed else ""))
+
+
+def _not_ours(name: str, names: list[str]) -> str | None:
+    """Why ``cluster down --cluster`` must not touch cluster ``name``: it exists and this user's `cluster up`
+    has no ownership record of it (another user's, another tool's, or a file naming someone else's cluster)."""
+    from commtax.measure.cluster import existing_namespaces, owner_record, owner_uid, registry_dir
+
+    if not set(names) & set(existing_namespaces()):
+        return None  # nothing of it is left: nothing to kill or delete
+    rec = owner_record(name)
+    if rec is None:
+        return (
+            f"no record in {registry_dir()} that `commtax cluster up` built it; if it is yours, "
+            f"`ip netns del` its namespaces yourself"
+        )
+    if rec.get("uid") != owner_uid():
+        return f"built by uid {rec.get('uid')}, not by you"
+    return None
 
 
 def _mine_to_remove() -> list[str]:
@@ -593,9 +623,18 @@ def calibrate_command(
     ] = None,
 ) -> None:
     """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
+    from commtax.atomic import refuse_overwriting_inputs
+    from commtax.errors import SpecError
+
+    try:
+        refuse_overwriting_inputs(
+            {"--out": out, "--cluster-out": cluster_out},
+            [bench_json, cluster_file, gemm_json, job_file, *(trace or [])],
+        )
+    except SpecError as e:
+        fail(str(e))
     if trace:
         from commtax.cli.trace import calibrate_from_trace, print_profile_summary
-        from commtax.errors import SpecError
 
         try:
             profile = calibrate_from_trace(trace, job_file, out, steps)

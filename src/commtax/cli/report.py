@@ -9,6 +9,7 @@ import typer
 
 from commtax.cli.io import CatalogOpt, JobArg, flag
 from commtax.errors import SpecError
+from commtax.units import memory_need
 
 
 def _counts(text: str | None) -> list[int] | None:
@@ -100,11 +101,14 @@ def report(
     catalog: CatalogOpt = None,
 ) -> None:
     """One self-contained HTML page for a job: summary, step, timeline, scaling, plans (works offline)."""
-    from commtax.atomic import write_atomic
+    from commtax.atomic import refuse_overwriting_inputs, write_atomic
     from commtax.cli.io import EXIT_BAD_INPUT, console, fail
     from commtax.report.html import TraceUnavailable, collect, figures, load_trace, render_page
     from commtax.spec import load_job
 
+    refuse_overwriting_inputs(
+        {"--out": out}, [job_file, bench_cluster, catalog, *(bench or []), *(trace or []), *(compare or [])]
+    )
     job = load_job(job_file, catalog)
     counts = _counts(scale)
     others = [(p.stem, load_job(p, catalog)) for p in compare or []]
@@ -129,8 +133,7 @@ def report(
         plan_search=not no_search,
     )
     figs = figures(data)
-    write_atomic(out, render_page(data, figs))
-    _shareable(out)
+    write_atomic(out, render_page(data, figs))  # a new page 0666 less the umask; an existing file keeps its mode
     console.print(f"wrote {out} ({len(figs)} figures)")
     if plots is not None:
         from commtax.report.png import write_figures
@@ -139,15 +142,7 @@ def report(
         console.print(f"wrote {len(written)} files to {plots}/ (SVG and PNG)")
     if not data.breakdown.fits:
         console.print(
-            f"note: the plan does not fit GPU memory ({data.breakdown.memory_gib_per_gpu['total']:.1f} GiB "
-            f"needed, {job.cluster.gpu.mem_GiB:.1f} GiB per GPU); the page says so"
+            f"note: the plan does not fit GPU memory "
+            f"({memory_need(data.breakdown.memory_gib_per_gpu['total'], job.cluster.gpu.mem_GiB)} per GPU); "
+            "the page says so"
         )
-
-
-def _shareable(path: Path) -> None:
-    """The page is for sharing: the usual file mode (0666 less the umask), not the temporary file's 0600."""
-    import os
-
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)

@@ -184,6 +184,9 @@ def trace_command(
     from commtax.trace.analyze import analyze
 
     try:
+        from commtax.atomic import refuse_overwriting_inputs
+
+        refuse_overwriting_inputs({"--out": out}, [*traces, against, catalog])
         step_range = parse_steps(steps)
         report = analyze(traces, step_range)
         cmp = None
