@@ -156,16 +156,15 @@ def test_model_within_10pct_before_and_5pct_after_calibration(four_nodes, tmp_pa
     assert worst(after) <= 0.05, ([(r["op"], r["message_bytes"], round(r["error"], 3)) for r in after], retries)
 
 
-def test_our_ring_puts_gloos_bytes_on_the_wire(four_nodes, tmp_path):
-    """Per node NIC, our ring all-reduce sends what gloo's does: 2·(n−1)/n·S per call (Thakur et al. 2005)."""
+def test_our_ring_puts_the_rings_bytes_on_the_wire(four_nodes, tmp_path):
+    """Per node NIC, our ring all-reduce sends 2·(n−1)/n·S per call (Thakur et al. 2005), as gloo's ring does."""
     cluster, spec = four_nodes
     args = ("--ops", "all_reduce", "--min", "4MiB", "--max", "4MiB", "--warmup", "1", "--iters", "3")
     ours = wire_bytes(cluster, spec, tmp_path / "r.json", *args, "--impl", "ring")
-    gloo = wire_bytes(cluster, spec, tmp_path / "t.json", *args, "--impl", "torch")
     ring = 2 * 3 / 4 * 4 * MiB  # bytes per NIC per call, n = 4
-    for o, g in zip(ours, gloo):
-        assert o == pytest.approx(g, rel=0.05), (ours, gloo)
-        assert 4 * ring <= o <= 6 * ring, (o / ring, "calls' worth")  # 1 warm-up + 3 timed, + barriers/store
+    for o in ours:  # 1 warm-up + 3 timed calls, plus TCP headers, rendezvous and barriers (a few %)
+        print(f"NIC bytes / ring bytes per call: {o / ring:.3f}")
+        assert 4 * ring <= o <= 4.4 * ring, (o / ring, "calls' worth")
 
 
 @pytest.mark.timing
@@ -229,20 +228,16 @@ def two_by_four(tmp_path_factory):
 
 def test_hierarchical_sends_what_the_model_says_over_the_node_nic(two_by_four, tmp_path):
     """The node NIC carries 2·7/8·S per call for the flat ring over 8 ranks and 2·1/2·S for hierarchical
-    (node-local reduce, a 2-node ring, node-local broadcast): ×1.75, the ratio the model predicts in time."""
-    from commtax.measure.calibrate import compare
-
+    (node-local reduce, a 2-node ring, node-local broadcast): ×1.75, the NIC's share the model prices."""
     path, spec = two_by_four
     assert spec["intra_node"]["bw_GBps"] > 10 * 0.3 / 8  # loopback inside a node ≫ 10× the link
     args = ("--ops", "all_reduce", "--min", "4MiB", "--max", "4MiB", "--warmup", "1", "--iters", "3")
     flat = wire_bytes(path, spec, tmp_path / "f.json", *args, "--impl", "ring")
     hier = wire_bytes(path, spec, tmp_path / "h.json", *args, "--impl", "hier")
     for f, h in zip(flat, hier):
+        print(f"flat / hier NIC bytes: {f / h:.3f}; flat per call: {f / (2 * 7 / 8 * 4 * MiB):.3f}")
         assert f / h == pytest.approx(1.75, rel=0.05), (flat, hier)
-        assert 4 * 2 * 7 / 8 * 4 * MiB <= f <= 6 * 2 * 7 / 8 * 4 * MiB  # 1 warm-up + 3 timed calls
-    recs = records(tmp_path / "f.json") + records(tmp_path / "h.json")
-    rows = {x["impl"]: x for x in compare(recs, spec)}
-    assert rows["ring"]["predicted_s"] / rows["hier"]["predicted_s"] == pytest.approx(1.75, rel=0.05)
+        assert 4 * 2 * 7 / 8 * 4 * MiB <= f <= 4.4 * 2 * 7 / 8 * 4 * MiB  # 1 warm-up + 3 timed calls
 
 
 @pytest.mark.timing

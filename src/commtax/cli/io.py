@@ -95,6 +95,20 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
+FILE_OUTPUT_OPTIONS = ("--out", "-o", "--cluster-out")  # each names a file (--plots names a folder)
+
+
+def refuse_folder_outputs(argv: list[str]) -> None:
+    """``--out x.json/`` names a folder: refused here, since ``Path("x.json/")`` drops the slash and would
+    write x.json. Checked on the raw command line, before typer converts it."""
+    for i, arg in enumerate(argv):
+        opt, eq, value = arg.partition("=")
+        if opt in FILE_OUTPUT_OPTIONS:
+            value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            if value.endswith("/") and value != "/dev/stdout/":
+                fail(f"{opt}: {value} ends in '/', a folder; an output option names a file (drop the '/')")
+
+
 def warn(message: str) -> None:
     err_console.print(f"[yellow]warning:[/yellow] {escape(message)}", soft_wrap=True, highlight=False)
 

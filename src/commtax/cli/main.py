@@ -380,6 +380,12 @@ def main() -> None:
 
     signals.install()  # SIGTERM/SIGHUP clean up like Ctrl-C (temp files, workers, launched ranks), exit 130
     command = sys.argv[1] if len(sys.argv) > 1 else None
+    from commtax.cli.io import refuse_folder_outputs
+
+    try:
+        refuse_folder_outputs(sys.argv[1:])
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
     try:
         register_commands({command} if command in COMMANDS else None)
         if signals.RECEIVED:  # raised inside an import-lock callback, where Python ignores exceptions

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,21 @@ MAX_YAML_NODES = 200_000  # nodes after expanding aliases: a 600-byte alias bomb
 MAX_YAML_DEPTH = 64  # nesting; job files need 4
 
 
+def _refuse_fifo(path: Path | str, what: str) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return  # open() names the problem
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        kind = "FIFO" if stat.S_ISFIFO(mode) else "socket"
+        raise SpecError(f"{path}: is a {kind}, not a {what}; save it to a file")
+
+
 def read_text(path: Path | str, what: str = "file") -> str:
-    """A user's text file, bounded in size, as UTF-8 (a BOM is dropped): anything else is one SpecError line."""
+    """A user's text file, bounded in size, as UTF-8 (a BOM is dropped): anything else is one SpecError line.
+
+    A FIFO or socket is refused before it is opened: open() would wait for a writer that may never come."""
+    _refuse_fifo(path, what)
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_YAML_BYTES + 1)

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,9 +27,35 @@ from commtax.errors import SpecError
 
 CHUNK_CHARS = 1 << 20  # text read per refill
 MAX_EVENT_CHARS = 64 << 20  # one event larger than this is taken as a malformed file (it would otherwise fill memory)
+MAX_TRACE_CHARS = 4 << 30  # text per file (after gunzip): beyond it the file is refused (a gzip bomb stops here)
+MAX_EVENTS = 20_000_000  # events per file: ~5x a 1 GB Kineto trace; more is refused, not parsed for minutes
+MAX_INT_DIGITS = 19  # an integer beyond int64 (a correlation id, a timestamp) is not a profiler's number
 KEPT_METADATA = ("distributedInfo", "deviceProperties", "schemaVersion", "traceName")
 _WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
+
+
+class _BadNumber(ValueError):
+    """A JSON number a trace cannot hold (NaN, ±Infinity, 1e999, an integer beyond int64)."""
+
+
+def _constant(name: str) -> Any:
+    raise _BadNumber(f"{name} is not a number a trace can hold (times and sizes are finite)")
+
+
+def _float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise _BadNumber(f"{text[:24]} is beyond float range")
+    return x
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS or not -(2**63) <= int(text) < 2**63:
+        raise _BadNumber(f"integer {text[:24]}{'…' if len(text) > 24 else ''} is beyond int64")
+    return int(text)
+
+
+_DECODER = json.JSONDecoder(parse_constant=_constant, parse_float=_float, parse_int=_int)
 
 
 class TraceFormatError(SpecError):
@@ -45,6 +74,12 @@ class TraceMeta:
 
 
 def _open_text(path: Path) -> TextIO:
+    st = os.stat(path)  # never blocks: a FIFO is refused here, not opened (open() would wait for a writer)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(path)
+    if not stat.S_ISREG(st.st_mode):
+        kind = "FIFO" if stat.S_ISFIFO(st.st_mode) else "device or socket"
+        raise TraceFormatError(f"{path}: is a {kind}, not a trace file; save the trace to a file first")
     with open(path, "rb") as f:
         magic = f.read(2)
     if magic == b"\x1f\x8b":
@@ -58,6 +93,7 @@ class _Buffer:
     def __init__(self, stream: TextIO, path: Path):
         self.stream, self.path = stream, path
         self.text, self.pos, self.eof = "", 0, False
+        self.read_chars = 0
 
     def fail(self, problem: str) -> TraceFormatError:
         return TraceFormatError(f"{self.path}: {problem}")
@@ -73,6 +109,9 @@ class _Buffer:
             raise self.fail("not a text (UTF-8 JSON) trace file") from None
         if not chunk:
             self.eof = True
+        self.read_chars += len(chunk)
+        if self.read_chars > MAX_TRACE_CHARS:
+            raise self.fail(f"over {MAX_TRACE_CHARS >> 30} GiB of text (after gunzip): the limit per trace file")
         self.text = self.text[self.pos :] + chunk
         self.pos = 0
 
@@ -103,6 +142,10 @@ class _Buffer:
         while True:
             try:
                 obj, end = _DECODER.raw_decode(self.text, self.pos)
+            except _BadNumber as e:
+                raise self.fail(f"{what}: {e}") from None
+            except RecursionError:
+                raise self.fail(f"{what}: JSON nested too deep (a profiler writes a few levels)") from None
             except json.JSONDecodeError as e:
                 if self.eof:
                     cut = e.pos >= len(self.text) - 1 or "Unterminated" in e.msg
@@ -152,6 +195,7 @@ def iter_events(path: Path | str, meta: TraceMeta | None = None) -> Iterator[Any
         if first == "[":
             meta.bare_array = meta.saw_events_key = True
             yield from _array(buf, meta)
+            _end(buf)
             return
         if first != "{":
             raise buf.fail(f"not a JSON trace (starts with {buf.text[buf.pos : buf.pos + 20]!r})")
@@ -178,6 +222,17 @@ def iter_events(path: Path | str, meta: TraceMeta | None = None) -> Iterator[Any
                     break
         if not meta.saw_events_key:
             raise buf.fail("no traceEvents array: not a PyTorch profiler (Kineto) trace")
+        _end(buf)
+
+
+def _end(buf: _Buffer) -> None:
+    """Nothing but blanks may follow the top-level JSON value (two traces run together are not one)."""
+    c = buf.skip_ws()
+    if c != "":
+        raise buf.fail(
+            f"text after the top-level JSON ({buf.text[buf.pos : buf.pos + 20]!r}): one trace per file "
+            "(two concatenated traces are not one)"
+        )
 
 
 def _array(buf: _Buffer, meta: TraceMeta) -> Iterator[Any]:
@@ -188,6 +243,8 @@ def _array(buf: _Buffer, meta: TraceMeta) -> Iterator[Any]:
     while True:
         yield buf.value(f"traceEvents[{meta.events}]")
         meta.events += 1
+        if meta.events > MAX_EVENTS:
+            raise buf.fail(f"over {MAX_EVENTS:,} events: refused, the limit per trace file (give --steps a range)")
         if buf.expect(",]", f"after traceEvents[{meta.events - 1}]") == "]":
             return
 

@@ -1,0 +1,115 @@
+"""Hostile inputs, issue 22: FIFOs that would block, numbers a trace cannot hold, JSON that is not one trace.
+
+Each case: exit 2, one `error:` line naming the file and what is wrong, no traceback, nothing written.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from commtax.cli.main import app, register_commands
+
+register_commands()
+REPO = Path(__file__).resolve().parents[1]
+JOB = REPO / "examples" / "trace" / "tiny_ddp.yaml"
+EVENT = '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": %s, "dur": %s}'
+
+
+def invoke(*args, timeout_s: float = 30.0):
+    """The command in-process; a hang (a blocking open) fails the test instead of hanging the suite."""
+    box: list = []
+    t = threading.Thread(target=lambda: box.append(CliRunner().invoke(app, [str(a) for a in args])), daemon=True)
+    t.start()
+    t.join(timeout_s)
+    assert box, f"{args} still running after {timeout_s} s (blocked?)"
+    return box[0]
+
+
+def one_line(r, *needles: str) -> str:
+    assert r.exit_code == 2, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    err = r.stderr.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in r.output, err
+    for n in needles:
+        assert n in err, err
+    return err
+
+
+def trace_file(tmp_path, text: str, name: str = "t.json") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def events(*items: str) -> str:
+    return '{"traceEvents": [' + ", ".join(items) + "]}"
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    p = tmp_path / "f.json"
+    os.mkfifo(p)
+    return p
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        lambda f, t: ("trace", f),
+        lambda f, t: ("trace", t, "--against", f),
+        lambda f, t: ("estimate", f),
+        lambda f, t: ("calibrate", f),
+        lambda f, t: ("report", JOB, "--no-search", "--trace", f, "-o", t.parent / "r.html"),
+        lambda f, t: ("calibrate", "--trace", f, "--job", JOB, "--out", t.parent / "p.yaml"),
+    ],
+    ids=["trace", "trace --against", "estimate", "calibrate", "report --trace", "calibrate --trace"],
+)
+def test_a_fifo_input_is_refused_without_blocking(tmp_path, fifo, args):
+    t = trace_file(tmp_path, events(EVENT % (1, 1)))
+    one_line(invoke(*args(fifo, t)), "FIFO")
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    "ts, dur",
+    [("NaN", "1"), ("1", "NaN"), ("Infinity", "1"), ("1", "-Infinity"), ("1e999", "1"), ("1", "-1e999")],
+)
+def test_timestamps_and_durations_that_are_not_finite_are_refused(tmp_path, ts, dur):
+    t = trace_file(tmp_path, events(EVENT % (1, 1), EVENT % (ts, dur)))
+    one_line(invoke("trace", t), str(t), "traceEvents[1]")
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        (events(EVENT % (1, 1)) + events(EVENT % (1, 1)), "text after the top-level JSON"),
+        ("[" + EVENT % (1, 1) + "] []", "text after the top-level JSON"),
+        ('{"traceEvents": [' + "[" * 100_000 + "]" * 100_000 + "]}", "nested too deep"),
+        (events(EVENT % ("9" * 5000, 1)), "beyond int64"),
+        (events((EVENT % (1, 1)).replace('"dur"', '"args": {"correlation": 18446744073709551617}, "dur"')), "int64"),
+        (events(EVENT % ("1" + "0" * 400, 1)), "beyond int64"),
+    ],
+    ids=["two objects", "two arrays", "nested 1e5 deep", "5000-digit int", "correlation beyond int64", "1e400 int"],
+)
+def test_json_that_is_not_one_trace_is_refused(tmp_path, text, needle):
+    one_line(invoke("trace", trace_file(tmp_path, text)), needle)
+
+
+def test_out_naming_a_folder_is_refused(tmp_path):
+    """`--out x.json/` would write x.json (pathlib drops the slash): the raw command line is checked first."""
+    import subprocess
+    import sys
+
+    t = trace_file(tmp_path, events(EVENT % (1, 1)))
+    for out in (["--out", str(tmp_path / "x.json") + "/"], [f"--out={tmp_path / 'y.json'}/"]):
+        r = subprocess.run(
+            [sys.executable, "-m", "commtax.cli", "trace", str(t), *out], capture_output=True, text=True, timeout=120
+        )
+        assert r.returncode == 2 and r.stderr.startswith("error: --out: ") and "a folder" in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert not (tmp_path / "x.json").exists() and not (tmp_path / "y.json").exists()
