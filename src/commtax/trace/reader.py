@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import re
 import stat
@@ -29,7 +28,6 @@ CHUNK_CHARS = 1 << 20  # text read per refill
 MAX_EVENT_CHARS = 64 << 20  # one event larger than this is taken as a malformed file (it would otherwise fill memory)
 MAX_TRACE_CHARS = 4 << 30  # text per file (after gunzip): beyond it the file is refused (a gzip bomb stops here)
 MAX_EVENTS = 20_000_000  # events per file: ~5x a 1 GB Kineto trace; more is refused, not parsed for minutes
-MAX_INT_DIGITS = 19  # an integer beyond int64 (a correlation id, a timestamp) is not a profiler's number
 KEPT_METADATA = ("distributedInfo", "deviceProperties", "schemaVersion", "traceName")
 _WS = re.compile(r"[ \t\n\r]*")
 
@@ -42,20 +40,23 @@ def _constant(name: str) -> Any:
     raise _BadNumber(f"{name} is not a number a trace can hold (times and sizes are finite)")
 
 
-def _float(text: str) -> float:
-    x = float(text)
-    if not math.isfinite(x):
-        raise _BadNumber(f"{text[:24]} is beyond float range")
-    return x
+_DECODER = json.JSONDecoder(parse_constant=_constant)  # the C scanner: NaN/Infinity refused, numbers native
+_INT64 = 2**63
 
 
-def _int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS or not -(2**63) <= int(text) < 2**63:
-        raise _BadNumber(f"integer {text[:24]}{'…' if len(text) > 24 else ''} is beyond int64")
-    return int(text)
-
-
-_DECODER = json.JSONDecoder(parse_constant=_constant, parse_float=_float, parse_int=_int)
+def _check_numbers(obj: Any, depth: int = 0) -> None:
+    """An event's numbers (its fields and its args', two levels) are finite and within int64: 1e999 parses as
+    inf and a 30-digit correlation id as a Python int, neither of which the figures can use."""
+    for v in obj.values() if isinstance(obj, dict) else ():
+        t = type(v)
+        if t is float:
+            if v - v != 0.0:  # inf or nan
+                raise _BadNumber(f"{v} is not a finite number (times and sizes are finite)")
+        elif t is int:
+            if not -_INT64 <= v < _INT64:
+                raise _BadNumber(f"integer {str(v)[:24]}… is beyond int64")
+        elif t is dict and depth < 1:
+            _check_numbers(v, depth + 1)
 
 
 class TraceFormatError(SpecError):
@@ -163,6 +164,8 @@ class _Buffer:
                     ) from None
                 self.fill()
                 continue
+            except ValueError:  # int() of more than 4,300 digits (JSONDecodeError is handled above)
+                raise self.fail(f"{what}: an integer of over 4,300 digits, beyond int64") from None
             if end >= len(self.text) and not self.eof:  # a number or literal may go on in the next chunk
                 self.fill()
                 continue
@@ -241,7 +244,12 @@ def _array(buf: _Buffer, meta: TraceMeta) -> Iterator[Any]:
         buf.pos += 1
         return
     while True:
-        yield buf.value(f"traceEvents[{meta.events}]")
+        event = buf.value(f"traceEvents[{meta.events}]")
+        try:
+            _check_numbers(event)
+        except _BadNumber as e:
+            raise buf.fail(f"traceEvents[{meta.events}]: {e}") from None
+        yield event
         meta.events += 1
         if meta.events > MAX_EVENTS:
             raise buf.fail(f"over {MAX_EVENTS:,} events: refused, the limit per trace file (give --steps a range)")
