@@ -113,3 +113,41 @@ def test_out_naming_a_folder_is_refused(tmp_path):
         assert r.returncode == 2 and r.stderr.startswith("error: --out: ") and "a folder" in r.stderr, r.stderr
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert not (tmp_path / "x.json").exists() and not (tmp_path / "y.json").exists()
+
+
+# ----------------------------------------------------------------------------- unbounded work: a stated limit
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("bench", "ddp", "--nproc", "1000"), "the limit is"),
+        (("bench", "collective", "--nproc", "1000"), "the limit is"),
+        (("bench", "ddp", "--seq-len", "100000000"), "over the limit of 16,384"),
+        (("bench", "ddp", "--accumulate", "100000000"), "over the limit of 4,096"),
+        (("bench", "ddp", "--micro-batch", "4096", "--seq-len", "4096"), "tokens per micro-batch"),
+        (("search", JOB, "--verify", "100000"), "the limit is 100"),
+        (("compare", JOB, *["--gpu", "rtx-4090-24gb"] * 200), "given 200 times"),
+    ],
+    ids=["ddp nproc", "collective nproc", "ddp seq-len", "ddp accumulate", "ddp tokens", "verify", "compare --gpu"],
+)
+def test_unbounded_work_is_refused_naming_the_limit(args, needle, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    one_line(invoke(*args), needle)
+
+
+def test_simulate_of_millions_of_micro_batches_is_refused(tmp_path):
+    job = tmp_path / "huge.yaml"
+    job.write_text(JOB.read_text().replace("global_batch: 4", "global_batch: 100000000"))
+    one_line(invoke("simulate", job), "25,000,000 micro-batches", "limit of 200,000")
+
+
+def test_validate_of_40k_rows_is_refused(tmp_path):
+    import csv
+
+    src = list(csv.DictReader((REPO / "validation" / "public_runs.csv").open()))
+    big = tmp_path / "big.csv"
+    with big.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(src[0]))
+        w.writeheader()
+        for i in range(40_000):
+            w.writerow({**src[i % len(src)], "id": f"r{i}"})
+    one_line(invoke("validate", big), "40,000 rows", "limit of 2,000")

@@ -359,9 +359,48 @@ MAX_SIZES = 1000  # rows of one sweep (nccl-tests' default 8 B..128 MiB ×2 is 2
 MAX_BENCH_BYTES = 2**36  # 64 GiB per message buffer
 
 
+def max_local_ranks() -> int:
+    """Local ranks `bench --nproc` may start: 4 per core (more CPU ranks only wait for each other), 8 at least."""
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
+def _check_nproc(nproc: int) -> None:
+    if "RANK" not in os.environ and nproc > max_local_ranks():
+        fail(f"--nproc: {nproc:,} local ranks on {os.cpu_count()} cores; the limit is {max_local_ranks()} (4 per core)")
+
+
+# bench ddp's model and loop: each bound far above what a CPU rank trains in minutes, far below what fills memory
+DDP_LIMITS = {
+    "--seq-len": 16_384,
+    "--accumulate": 4_096,
+    "--steps": 100_000,
+    "--warmup": 10_000,
+    "--micro-batch": 4_096,
+    "--hidden": 16_384,
+    "--layers": 256,
+    "--heads": 1_024,
+    "--vocab": 1_048_576,
+}
+MAX_DDP_TOKENS = 1 << 20  # micro-batch × seq-len per rank per micro-batch
+
+
+def _check_ddp_sizes(values: dict[str, int]) -> None:
+    for opt, v in values.items():
+        if v > DDP_LIMITS[opt]:
+            fail(f"{opt}: {v:,} is over the limit of {DDP_LIMITS[opt]:,} for bench ddp's CPU model")
+    tokens = values["--micro-batch"] * values["--seq-len"]
+    if tokens > MAX_DDP_TOKENS:
+        fail(
+            f"--micro-batch × --seq-len: {tokens:,} tokens per micro-batch per rank, over the limit of "
+            f"{MAX_DDP_TOKENS:,}"
+        )
+
+
 def _check_sweep(lo: int, hi: int, factor: float, timeout: float, nproc: int, backend: str, fault: str) -> None:
     """Everything a rank would trip over, checked once in the launcher: one line, exit 2, no rank started."""
     import math
+
+    _check_nproc(nproc)
 
     if not math.isfinite(factor):
         fail(f"--factor: a finite multiplier > 1, got {factor}")
@@ -557,6 +596,24 @@ def bench_ddp(
         fail(f"--hidden ({hidden}) must be divisible by --heads ({heads})")
     if optimizer not in ("adamw", "sgd"):
         fail(f"--optimizer: choose adamw or sgd, got {optimizer!r}")
+    _check_nproc(nproc)
+    _check_ddp_sizes(
+        {
+            "--seq-len": seq_len,
+            "--accumulate": accumulate,
+            "--steps": steps,
+            "--warmup": warmup,
+            "--micro-batch": micro_batch,
+            "--hidden": hidden,
+            "--layers": layers,
+            "--heads": heads,
+            "--vocab": vocab,
+        }
+    )
+    if "RANK" not in os.environ and out is not None:
+        _check_out(out)
+        if append and out.exists():
+            _check_records(out, "--append")
     cluster = _read_cluster(cluster_file) if cluster_file is not None else None
     gemm = None
     if gemm_json is not None:

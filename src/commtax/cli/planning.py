@@ -60,6 +60,9 @@ PLAN_OPTIONS: dict[str, tuple[str, str]] = {  # field -> (option, help)
     "grad_comm_dtype": ("--grad-comm-dtype", f"gradient all-reduce dtypes, of: {','.join(GRAD_DTYPES)}"),
 }
 
+MAX_VERIFY = 100  # search --verify: plans simulated (each a whole step's event graph)
+MAX_COMPARE_GPUS = 32  # compare --gpu: clusters, each searched in full
+
 
 def plan_options(command: Callable) -> Callable:
     """Add one option per plan field (``PLAN_OPTIONS``) to ``command``, which receives them as ``plan``: a dict of
@@ -136,6 +139,10 @@ def search_command(
         if prices is not None or rank != "step":
             raise
         price_error = str(e)
+    if verify > MAX_VERIFY:
+        raise SpecError(
+            f"--verify: {verify:,} plans to simulate; the limit is {MAX_VERIFY} (each is a full simulation)"
+        )
     with progress("searching plans", enabled=not json_out) as update:
         res = search(job, space, rank_by=rank, top=top, workers=workers, progress=update, verify=verify)
     data = res.to_dict()
@@ -248,6 +255,11 @@ def compare_command(
         extra = [x for x in files[1:] if not Path(x).exists() and x in known]
         files = [x for x in files if x not in extra]
         gpu_names += extra
+    repeated = sorted({g for g in gpu_names if gpu_names.count(g) > 1})
+    if repeated:
+        raise SpecError(f"--gpu: {repeated[0]} given {gpu_names.count(repeated[0])} times; give each GPU once")
+    if len(gpu_names) > MAX_COMPARE_GPUS:
+        raise SpecError(f"--gpu: {len(gpu_names)} GPUs; the limit is {MAX_COMPARE_GPUS} clusters per comparison")
     if not files:
         raise SpecError("compare: give at least one job file")
     jobs = [load_job(f, catalog) for f in files]

@@ -360,6 +360,9 @@ def predict_collective(row: dict, catalog: dict) -> RowResult:
     return RowResult(rid, measured, pred, error_pct(pred, measured) if measured else None, extra=extra)
 
 
+MAX_ROWS = 2_000  # the published files hold 54-162 rows; a row whose plan is blank costs a search
+
+
 def read_rows(path: Path | str) -> list[dict]:
     """Rows of a UTF-8 CSV (a BOM is fine); each id once."""
     text = read_text(path, "CSV file")
@@ -369,6 +372,11 @@ def read_rows(path: Path | str) -> list[dict]:
         raise SpecError(f"{path}: not a readable CSV ({e})") from None
     if not rows:
         raise SpecError(f"{path}: no rows")
+    if len(rows) > MAX_ROWS:
+        raise SpecError(
+            f"{path}: {len(rows):,} rows, over the limit of {MAX_ROWS:,} per file (rows with blank plan fields "
+            "each run a search); split the file"
+        )
     seen: dict[str, int] = {}
     for line, row in enumerate(rows, 2):
         rid = (row.get("id") or "").strip()
