@@ -151,3 +151,39 @@ def test_validate_of_40k_rows_is_refused(tmp_path):
         for i in range(40_000):
             w.writerow({**src[i % len(src)], "id": f"r{i}"})
     one_line(invoke("validate", big), "40,000 rows", "limit of 2,000")
+
+
+# ----------------------------------------------------------------------------- one line, printed safely
+def commtax(*args, timeout=120):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "commtax.cli", *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("search", JOB, "--top", "0"), "'--top'"),
+        (("search", JOB, "--rank", "bogus"), "'--rank'"),
+        (("estimate",), "Missing argument"),
+        (("estimate", JOB, "--bogus"), "No such option: --bogus"),
+        (("bogus",), "No such command"),
+        (("report", JOB, "--top", "1000"), "'--top'"),
+    ],
+    ids=["range", "choice", "missing argument", "unknown option", "unknown command", "report range"],
+)
+def test_click_usage_errors_are_one_error_line(args, needle):
+    r = commtax(*args)
+    assert r.returncode == 2 and r.stdout == "", r
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and "Usage:" not in r.stderr, r.stderr
+    assert needle in r.stderr and "--help`" in r.stderr
+
+
+def test_file_names_are_printed_with_control_characters_escaped_and_markup_literal(tmp_path):
+    name = "x\x1b[2Jy\n[bold]z.yaml"
+    r = invoke("estimate", tmp_path / name)
+    err = one_line(r, "file not found")
+    assert "\x1b" not in err and "\\x1b[2Jy\\n[bold]z.yaml" in err  # escaped, and the markup shown as typed

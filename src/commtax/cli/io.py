@@ -91,7 +91,7 @@ WIDE_COLUMNS = 200
 # ----------------------------------------------------------------------------- errors
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print ``error: message`` on stderr (one logical line) and exit with ``code``."""
-    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True, highlight=False)
+    err_console.print(f"[red]error:[/red] {escape(safe_text(message))}", soft_wrap=True, highlight=False)
     raise typer.Exit(code)
 
 
@@ -109,8 +109,14 @@ def refuse_folder_outputs(argv: list[str]) -> None:
                 fail(f"{opt}: {value} ends in '/', a folder; an output option names a file (drop the '/')")
 
 
+def safe_text(text: str) -> str:
+    """``text`` (a file name, a message quoting one) with terminal control characters escaped: an escape
+    sequence cannot recolour or clear the terminal, a newline cannot forge another output line."""
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+
+
 def warn(message: str) -> None:
-    err_console.print(f"[yellow]warning:[/yellow] {escape(message)}", soft_wrap=True, highlight=False)
+    err_console.print(f"[yellow]warning:[/yellow] {escape(safe_text(message))}", soft_wrap=True, highlight=False)
 
 
 def user_errors(fn: Callable) -> Callable:

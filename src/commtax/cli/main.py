@@ -393,7 +393,24 @@ def main() -> None:
     except KeyboardInterrupt as e:  # a signal while the command's modules import: still one line, exit 130
         print(f"error: interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
         sys.exit(130)  # errors.EXIT_INTERRUPTED
-    app()
+    sys.exit(run_app(command))
+
+
+def run_app(command: str | None) -> int:
+    """``app()`` with click's usage errors (a range, a choice, a missing file or argument, an unknown option)
+    as one ``error:`` line and exit 2, as the rest of the CLI reports bad input, not click's usage block."""
+    try:
+        rv = app(standalone_mode=False)
+    except Exception as e:
+        if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):  # not a click exception
+            raise
+        from commtax.cli.io import safe_text
+
+        where = f"commtax {command} --help" if command in COMMANDS else "commtax --help"
+        message = " ".join(safe_text(e.format_message()).split()).rstrip(".")
+        print(f"error: {message}; see `{where}`", file=sys.stderr)
+        return 2 if e.exit_code in (1, 2) else e.exit_code
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":

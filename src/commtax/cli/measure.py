@@ -18,6 +18,7 @@ import typer
 from commtax.cli.io import (  # user_errors: SpecError/OSError: one line, exit 2; Ctrl-C/SIGTERM: exit 130
     choice_list,
     fail,
+    safe_text,
     user_errors,
 )
 from commtax.costs.collectives import OPS
@@ -161,7 +162,7 @@ def cluster_up(
     typer.echo(
         f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links {link_bit_s / 1e6:g} Mbit/s"
         f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
-        f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {out}"
+        f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {safe_text(str(out))}"
     )
 
 
@@ -747,8 +748,8 @@ def calibrate_command(
             f"{a['error']:+6.1%}"
         )
     typer.echo(
-        f"wrote {out}"
-        + (f" and {cluster_out}" if cluster_out else "")
+        f"wrote {safe_text(str(out))}"
+        + (f" and {safe_text(str(cluster_out))}" if cluster_out else "")
         + f"; in a job file: `cluster: {{..., profile: {out}}}` replaces the catalog link numbers"
     )
 

@@ -101,8 +101,10 @@ def report(
     catalog: CatalogOpt = None,
 ) -> None:
     """One self-contained HTML page for a job: summary, step, timeline, scaling, plans (works offline)."""
+    from rich.markup import escape
+
     from commtax.atomic import refuse_overwriting_inputs, write_atomic
-    from commtax.cli.io import EXIT_BAD_INPUT, console, fail
+    from commtax.cli.io import EXIT_BAD_INPUT, console, fail, safe_text
     from commtax.report.html import TraceUnavailable, collect, figures, load_trace, render_page
     from commtax.spec import load_job
 
@@ -134,12 +136,12 @@ def report(
     )
     figs = figures(data)
     write_atomic(out, render_page(data, figs))  # a new page 0666 less the umask; an existing file keeps its mode
-    console.print(f"wrote {out} ({len(figs)} figures)")
+    console.print(f"wrote {escape(safe_text(str(out)))} ({len(figs)} figures)", highlight=False)
     if plots is not None:
         from commtax.report.png import write_figures
 
         written = write_figures(figs, plots)
-        console.print(f"wrote {len(written)} files to {plots}/ (SVG and PNG)")
+        console.print(f"wrote {len(written)} files to {escape(safe_text(str(plots)))}/ (SVG and PNG)", highlight=False)
     if not data.breakdown.fits:
         console.print(
             f"note: the plan does not fit GPU memory "

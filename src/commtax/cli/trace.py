@@ -11,9 +11,10 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from commtax.cli.io import CatalogOpt, JsonOpt, OutOpt, emit, fail
+from commtax.cli.io import CatalogOpt, JsonOpt, OutOpt, emit, fail, safe_text
 from commtax.errors import SpecError
 from commtax.units import MB
 
@@ -210,7 +211,9 @@ def trace_command(
     for r in report.ranks:
         for m in r.missing:
             console.print(
-                f"[yellow]rank {'?' if r.rank is None else r.rank} ({Path(r.file).name}):[/yellow] {m}", highlight=False
+                f"[yellow]rank {'?' if r.rank is None else r.rank} ({escape(safe_text(Path(r.file).name))}):[/yellow] "
+                f"{escape(safe_text(m))}",
+                highlight=False,
             )
     if cmp is not None:
         for table in comparison_tables(cmp):
@@ -255,4 +258,4 @@ def print_profile_summary(profile: dict, out: Path) -> None:
         )
     lv = profile.get("levels", {})
     typer.echo("links: " + ", ".join(f"{k} {v['bw_GBps']:.3g} GB/s α {v['latency_us']:.1f} µs" for k, v in lv.items()))
-    typer.echo(f"wrote {out}; in a job file: `cluster: {{..., profile: {out}}}`")
+    typer.echo(f"wrote {safe_text(str(out))}; in a job file: `cluster: {{..., profile: {safe_text(str(out))}}}`")
