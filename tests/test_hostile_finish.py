@@ -187,3 +187,41 @@ def test_file_names_are_printed_with_control_characters_escaped_and_markup_liter
     r = invoke("estimate", tmp_path / name)
     err = one_line(r, "file not found")
     assert "\x1b" not in err and "\\x1b[2Jy\\n[bold]z.yaml" in err  # escaped, and the markup shown as typed
+
+
+# ----------------------------------------------------------------------------- report --bench of the wrong shape
+@pytest.mark.parametrize(
+    "records, needle",
+    [
+        ("[1, 2]", "record 0 is not a mapping"),
+        ('{"a": 1}', "expected a JSON list"),
+        ("[NaN]", "NaN is not a number"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deep"),
+        (
+            '[{"op": "all_reduce", "impl": "torch", "backend": "gloo", "world_size": 2, "message_bytes": -5, '
+            '"time_s": 1, "algbw_GBps": 1, "busbw_GBps": 1}]',
+            "message_bytes must be a positive finite number",
+        ),
+        (
+            '[{"op": "all_reduce", "impl": "torch", "backend": "gloo", "world_size": 2, "message_bytes": 5, '
+            '"time_s": 1e999, "algbw_GBps": 1, "busbw_GBps": 1}]',
+            "time_s must be a positive finite number",
+        ),
+    ],
+    ids=["list of ints", "mapping", "NaN", "deep", "negative size", "infinite time"],
+)
+def test_report_bench_of_the_wrong_shape_is_one_line(tmp_path, records, needle):
+    bench = trace_file(tmp_path, records, "bench.json")
+    one_line(invoke("report", JOB, "--no-search", "--bench", bench, "-o", tmp_path / "r.html"), "--bench", needle)
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize(
+    "cluster, needle",
+    [("[1]", "a cluster file is a mapping"), ("intra_node: 5\ninter_node: {bw_Gbps: x}\n", "--bench-cluster")],
+)
+def test_report_bench_cluster_of_the_wrong_shape_is_one_line(tmp_path, cluster, needle):
+    bench = trace_file(tmp_path, "[]", "bench.json")
+    c = trace_file(tmp_path, cluster, "c.yaml")
+    r = invoke("report", JOB, "--no-search", "--bench", bench, "--bench-cluster", c, "-o", tmp_path / "r.html")
+    one_line(r, "--bench-cluster", needle)

@@ -30,15 +30,22 @@ def _bench_sets(paths: list[Path], cluster_file: Path | None, job):
     from commtax.report.html import BenchSet
 
     if cluster_file is not None:
+        from commtax.measure.calibrate import check_cluster
+
         try:
             cluster = load_cluster_file(cluster_file)
         except OSError as e:
             raise SpecError(f"--bench-cluster: cannot read {cluster_file}: {e.strerror}") from None
+        except ValueError as e:
+            raise SpecError(f"--bench-cluster: {e}") from None
         if not isinstance(cluster, dict) or "intra_node" not in cluster or "inter_node" not in cluster:
             raise SpecError(
                 f"--bench-cluster: {cluster_file} is not a cluster YAML (needs intra_node and inter_node "
                 "with numbers, e.g. the file `commtax cluster up` writes)"
             )
+        cluster = check_cluster(
+            cluster, cluster_file, "--bench-cluster"
+        )  # numbers the model can price, or one line naming the field
         label = f"{cluster_file.name}"
     else:
         cluster = job.cluster.model_dump()

@@ -331,12 +331,12 @@ def check_gemm(gemm: object, path: Path | str) -> list[dict]:
     return gemm
 
 
-def check_cluster(raw: dict, path: Path | str) -> dict:
+def check_cluster(raw: dict, path: Path | str, field: str = "--cluster") -> dict:
     """The cluster file as the spec validates it (catalog ids resolved, zero bandwidths and GPUs per node refused)."""
     from commtax.spec import Cluster, build, load_catalog, resolve_cluster
 
-    resolved = resolve_cluster(raw, load_catalog(), Path(path).parent, field="--cluster")
-    build(Cluster, resolved, "--cluster")
+    resolved = resolve_cluster(raw, load_catalog(), Path(path).parent, field=field)
+    build(Cluster, resolved, field)
     return resolved
 
 

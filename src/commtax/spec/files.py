@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -53,6 +54,23 @@ def read_text(path: Path | str, what: str = "file") -> str:
         raise SpecError(
             f"{path}: not UTF-8 text (Latin-1?): byte 0x{raw[e.start]:02x} at offset {e.start}; save it as UTF-8"
         ) from None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number (JSON has no NaN or Infinity)")
+
+
+def read_json(path: Path | str, what: str = "JSON file") -> object:
+    """A user's JSON file, bounded as ``read_text``; NaN/Infinity, nesting too deep or bad JSON: one SpecError."""
+    text = read_text(path, what)
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise SpecError(f"{path}: JSON nested too deep; not a {what}") from None
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except ValueError as e:  # NaN/Infinity, or an integer of over 4,300 digits
+        raise SpecError(f"{path}: {e}") from None
 
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
