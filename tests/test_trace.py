@@ -485,3 +485,17 @@ def test_interval_union_and_intersection_by_hand():
     other = iv.union([4, 11.5], [10.5, 30])  # [4,10.5) [11.5,30)
     assert iv.intersection_length(u, other) == pytest.approx(1 + 0.5 + 0.5)  # [4,5) [10,10.5) [11.5,12)
     assert iv.intersection_length(u, iv.EMPTY) == 0
+
+
+def test_against_another_job_warns_and_never_states_mfu_as_a_time(app):
+    """A100 pair trace vs the 256-GPU H100 example: two warnings on stderr, MFU over 100% shown as impossible,
+    and the differences in words are times only (MFU is a ratio: no "mfu took 0.24x the predicted time")."""
+    res = CliRunner().invoke(
+        app,
+        ["trace", str(shared("a100-2gpu-allreduce-rank0")), "--against", str(REPO / "examples/llama2-70b-h100.yaml")],
+        terminal_width=200,
+    )
+    assert res.exit_code == 0, res.output
+    assert "warning: --against: the trace's world size (2) is not the job's num_gpus (256)" in res.stderr
+    assert "not the job's h100-sxm5-80gb" in res.stderr
+    assert ">100%: not this job?" in res.stdout and "mfu took" not in res.stdout

@@ -128,7 +128,9 @@ def report(
         if missing:
             raise SpecError(f"--trace: {missing[0]} does not exist")
         try:
-            per_rank = load_trace([str(p) for p in trace])
+            from commtax.cli.io import warn
+
+            per_rank = load_trace([str(p) for p in trace], job, warn)
         except TraceUnavailable as e:
             fail(str(e), EXIT_BAD_INPUT)
     data = collect(

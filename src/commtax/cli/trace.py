@@ -137,7 +137,9 @@ def comparison_tables(cmp) -> list[Table]:
         t.add_column(col, justify="right" if col != "metric" else "left")
     for r in cmp.rows:
         ratio = "—" if r.ratio is None else f"{r.ratio:.3g}×"
-        if r.metric in ("comm_tax", "comm_share", "mfu"):
+        if r.metric == "mfu" and r.measured is not None and r.measured > 1:  # the job's FLOPs are not the trace's
+            t.add_row(r.metric, ">100%: not this job?", _pct(r.predicted), "—")
+        elif r.metric in ("comm_tax", "comm_share", "mfu"):
             t.add_row(r.metric, _pct(r.measured), _pct(r.predicted), ratio)
         else:
             t.add_row(
@@ -192,10 +194,14 @@ def trace_command(
         report = analyze(traces, step_range)
         cmp = None
         if against is not None:
+            from commtax.cli.io import warn
             from commtax.spec import load_job
-            from commtax.trace.against import compare
+            from commtax.trace.against import compare, job_mismatch
 
-            cmp = compare(report, load_job(against, catalog))
+            job = load_job(against, catalog)
+            for line in job_mismatch(report, job):  # on stderr too: the figures below may compare two jobs
+                warn(f"--against: {line}")
+            cmp = compare(report, job)
     except SpecError as e:
         fail(str(e))
     data = report.to_dict()

@@ -1193,8 +1193,9 @@ def trace_figures(result: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def load_trace(paths: Sequence[str]) -> dict[str, dict[str, float]]:
-    """Per-rank measured figures from profiler traces, through ``commtax.trace`` when it is installed."""
+def load_trace(paths: Sequence[str], job: Any = None, warn: Any = None) -> dict[str, dict[str, float]]:
+    """Per-rank measured figures from profiler traces, through ``commtax.trace`` when it is installed; with
+    ``job`` and ``warn``, ``warn(line)`` for each reason the traces may be of another job (world size, GPU)."""
     try:
         from commtax import trace as trace_mod  # type: ignore[attr-defined]
     except ImportError:
@@ -1203,4 +1204,9 @@ def load_trace(paths: Sequence[str]) -> dict[str, dict[str, float]]:
         result = trace_mod.analyze([str(p) for p in paths])
     except (ValueError, OSError) as e:  # an unreadable or foreign trace file: one line, exit 2
         raise SpecError(f"--trace: {e}") from None
+    if job is not None and warn is not None:
+        from commtax.trace.against import job_mismatch
+
+        for line in job_mismatch(result, job):
+            warn(f"--trace: {line}")
     return trace_figures(result)

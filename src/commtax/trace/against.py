@@ -272,8 +272,8 @@ def explain(rows: list[Row], colls: list[CollectiveRow], top: int = 4) -> list[s
     """The largest measured/predicted gaps in words, largest first by the seconds per step they account for."""
     items: list[tuple[float, str]] = []
     for r in rows:
-        if r.ratio is None or r.metric in ("comm_tax", "comm_share", "step_time_s") or not r.measured:
-            continue
+        if r.ratio is None or not r.metric.endswith("_s") or r.metric == "step_time_s" or not r.measured:
+            continue  # ratios (comm tax, share, MFU) are in the table as percentages, not times
         what = r.metric.removesuffix("_s").replace("_", " ")
         text = (
             f"{what} took {r.ratio:.3g}× the predicted time ({r.measured * 1e3:.3g} ms measured, "
