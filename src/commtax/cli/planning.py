@@ -164,7 +164,10 @@ def search_command(
     )
     for title, reasons in (("invalid", s["invalid_reasons"]), ("do not fit", s["do_not_fit_reasons"])):
         for why, count in list(reasons.items())[:4]:
-            console.print(f"  {title}: {count:,} × {why}", markup=False)
+            # the key has its numbers taken out to group messages ("vp(n) > n"): show one real message
+            example = res.invalid_examples.get(why)
+            text = f"{why}" if example is None else (f"e.g. {example}" if count > 1 else example)
+            console.print(f"  {title}: {count:,} × {text}", markup=False)
     if res.interrupted:
         console.print("[yellow]interrupted: the best of the plans evaluated so far[/yellow]")
     for w in res.warnings:
@@ -397,8 +400,16 @@ def advise_command(
     for k, c in enumerate(a.changes[:top], 1):
         t.add_row(str(k), c.label, f"{c.step_change:+.1%}", c.text().split(": ", 1)[-1].split("; ", 1)[-1])
     console.print(t)
-    for r in a.remedies:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
+    helps = [r for r in a.remedies if r.change.step_change < 0]
+    slower = [r for r in a.remedies if r.change.step_change >= 0]
+    for r in helps:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
         console.print(f"remedy: {r.text()}", highlight=False)
+    if slower:  # never listed as a remedy: the codec costs more than the bytes it saves on this network
+        console.print(
+            "not a remedy here (the step gets slower: the codec costs more than the bytes it saves): "
+            + "; ".join(f"{r.label} {r.change.step_change:+.1%}" for r in slower),
+            highlight=False,
+        )
     s = a.sensitivities
     console.print(
         "sensitivity (elasticity d ln step / d ln x): "

@@ -380,8 +380,24 @@ def plans_chart(data: ReportData) -> svg.StackedBars | None:
     if data.search is None or not data.search.top:
         return None
     rows = [("this plan", data.breakdown)]
-    rows += [(f"#{i + 1} {plan_label(p)}", b) for i, (p, b) in enumerate(data.search.top)]
+    labels = distinct_labels([p for p, _ in data.search.top])
+    rows += [(f"#{i + 1} {label}", b) for i, (label, (_, b)) in enumerate(zip(labels, data.search.top))]
     return step_chart(rows, "This plan and the best plans from search")
+
+
+LABEL_FIELDS = ("recompute", "sequence_parallel", "grad_comm_dtype", "schedule", "framework")
+
+
+def distinct_labels(plans: list[dict[str, Any]]) -> list[str]:
+    """``plan_label`` of each plan, with the fields that tell apart plans whose labels collide appended
+    ("tp2 pp8 dp16 vp10 mb1 z1 recompute=full" next to "… recompute=selective")."""
+    labels = [plan_label(p) for p in plans]
+    for label in {x for x in labels if labels.count(x) > 1}:
+        group = [i for i, x in enumerate(labels) if x == label]
+        differ = [k for k in LABEL_FIELDS if len({str(plans[i].get(k)) for i in group}) > 1]
+        for i in group:
+            labels[i] = " ".join([label, *(f"{k}={plans[i].get(k)}" for k in differ)])
+    return labels
 
 
 def advice_chart(data: ReportData, limit: int = 12) -> svg.Bars | None:
@@ -1098,8 +1114,12 @@ def render_page(data: ReportData, figs: list[Fig] | None = None) -> str:
     step_body = "".join(figure(by_id[k]) for k in ("step", "comm-time", "comm-bytes", "memory"))
     sections.append(section("step", "The step: compute, communication, bubble, memory", step_body))
     if "timeline" in by_id:
+        # the close-ups draw windows of the same spans: their table would repeat the whole step's, row for row
+        same = '<p class="note">The spans of this close-up are in the whole-step timeline\'s table above.</p>'
         tl = "".join(
-            figure(by_id[k]) for k in ("timeline", "timeline-start", "timeline-end", "sim-vs-estimate") if k in by_id
+            figure(by_id[k], table_html=same if k in ("timeline-start", "timeline-end") else None)
+            for k in ("timeline", "timeline-start", "timeline-end", "sim-vs-estimate")
+            if k in by_id
         )
         sim = data.sim
         tl += (
