@@ -126,9 +126,16 @@ def validate(
                 f"MAPE averaged by source ({len(report.by_source)} sources): {report.source_avg_mape_pct:.1f}%"
             )
             console.print(f"MAPE on rows no constant was fitted on: {report.unfitted_mape_pct:.1f}%")
-        if report.kind == "runs":
+        if report.kind == "runs" or report.refused:
+            console.print(f"rows refused: {len(report.refused)}", highlight=False)
+            reasons = {r.id: r.reason for r in report.rows if r.predicted is None}
+            for rid in report.refused:  # one line each, the reason beside the row: reads at 80 columns
+                console.print(f"  refused {rid}: {reasons.get(rid) or 'no prediction'}", markup=False, highlight=False)
+        if report.unknown_columns:
             console.print(
-                f"rows refused: {len(report.refused)}" + (f" ({', '.join(report.refused)})" if report.refused else "")
+                f"note: columns this validator does not read (ignored): {', '.join(report.unknown_columns)}",
+                markup=False,
+                highlight=False,
             )
         if loso and report.kind == "runs":
             console.print(

@@ -69,6 +69,69 @@ SIZE_BANDS = (
 )
 
 
+# ----------------------------------------------------------------------------- columns: known, not modelled
+# Every column a file of each kind may carry that the predictor reads or that only describes the row. A column
+# outside these sets is named in the report (never silently ignored); extend the sets as the model learns more.
+DESCRIPTIVE_COLUMNS = {"source", "target_note", "note", "model"}
+KNOWN_COLUMNS = {
+    "runs": {
+        *RUN_COLUMNS,
+        *PLAN_COLUMNS,
+        *SOFTWARE_COLUMNS,
+        *SOFTWARE_TEXT_COLUMNS,
+        *DESCRIPTIVE_COLUMNS,
+        "kv_heads",
+        "ffn_hidden",
+        "vocab",
+        "gated_mlp",
+        "gpus_per_node",
+        "intra_node",
+        "inter_node",
+        "nics_per_node",
+        "precision",
+        "framework",
+        "generation",
+    },
+    "collectives": {
+        *COLLECTIVE_COLUMNS,
+        *DESCRIPTIVE_COLUMNS,
+        "gpus_per_node",
+        "intra_node",
+        "inter_node",
+        "nics_per_node",
+        "algorithm",
+    },
+}
+# Columns whose non-empty value describes something the predictor does not model: such a row is refused with
+# the reason, not scored as something else (an MoE row as a dense model). The value is what the column means.
+# (shared/validation/README.md lists the MoE columns; a branch that models MoE moves them to KNOWN_COLUMNS.)
+UNMODELLED_COLUMNS = {
+    "num_experts": "mixture-of-experts",
+    "top_k": "mixture-of-experts routing",
+    "moe_ffn_hidden": "mixture-of-experts",
+    "shared_experts": "mixture-of-experts",
+    "moe_layers": "mixture-of-experts",
+    "ep": "expert parallelism",
+    "etp": "expert tensor parallelism",
+    "dispatcher": "an MoE token dispatcher",
+}
+
+
+def unknown_columns(columns: list[str] | set[str], kind: str) -> list[str]:
+    """Columns of the file that the validator neither reads nor refuses rows by, in file order."""
+    known = KNOWN_COLUMNS[kind] | set(UNMODELLED_COLUMNS)
+    return [c for c in columns if c is not None and c not in known]
+
+
+def unmodelled(row: dict) -> str | None:
+    """Why the row cannot be predicted by this model (a set column it does not model), or None."""
+    for col, meaning in UNMODELLED_COLUMNS.items():
+        v = (row.get(col) or "").strip()
+        if v and v.lower() not in ("0", "1", "none", "false"):  # 1 expert, ep 1: a dense run
+            return f"{col}={excerpt(v)}: {meaning} is not modelled; refused rather than scored as a dense run"
+    return None
+
+
 @dataclass
 class RowResult:
     id: str
@@ -92,6 +155,7 @@ class Report:
     unfitted_mape_pct: float | None = None  # rows no assumption was fitted on
     fitted: dict[str, list[str]] = field(default_factory=dict)  # assumption -> rows it was fitted on
     refused: list[str] = field(default_factory=list)  # rows without a prediction
+    unknown_columns: list[str] = field(default_factory=list)  # columns in the file the validator does not read
     loso_mape_pct: float | None = None  # leave-one-source-out MAPE averaged by source (with --loso)
     loso_note: str = ""
 
@@ -106,6 +170,11 @@ class Report:
             d.update(r.extra)
             rows.append(d)
         out = {"kind": self.kind, "mape_pct": self.mape_pct, "subsets": self.subsets, "rows": rows}
+        reasons = {r.id: r.reason for r in self.rows if r.predicted is None and r.reason}
+        if self.unknown_columns:  # keys only when there is something to say: a clean file's JSON is unchanged
+            out["unknown_columns"] = self.unknown_columns
+        if reasons:
+            out["refused_reasons"] = reasons
         if self.kind == "runs":
             out.update(
                 {
@@ -457,7 +526,12 @@ def validate(path: Path | str, catalog_file: Path | str | None = None, progress=
     predict = predict_run if kind == "runs" else predict_collective
     results = []
     for row in rows:
-        results.append(predict(row, catalog))
+        why = unmodelled(row)
+        if why is None:
+            results.append(predict(row, catalog))
+        else:
+            measured = _cell(row, "measured_tokens_per_s_per_gpu" if kind == "runs" else "measured_busbw_GBps", float)
+            results.append(RowResult((row.get("id") or "?").strip(), measured, None, None, reason=why))
         if progress is not None:
             progress()
     subsets: dict[str, float] = {}
@@ -472,6 +546,8 @@ def validate(path: Path | str, catalog_file: Path | str | None = None, progress=
             if sub is not None:
                 subsets[prefix] = sub
     report = Report(kind, results, mape(results), subsets)
+    report.unknown_columns = unknown_columns(list(rows[0]), kind)
+    report.refused = [r.id for r in results if r.predicted is None]
     if kind == "runs":
         report.by_source, report.rows_by_source = by_source(results)
         report.source_avg_mape_pct = source_average(report.by_source)
