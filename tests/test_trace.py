@@ -239,7 +239,7 @@ def test_table_fits_100_columns(app):
     )
     assert res.exit_code == 0, res.output
     assert "Measured per rank" in res.output and "all_reduce" in res.output
-    assert max(len(line) for line in res.output.splitlines()) <= 100
+    assert max(len(line) for line in res.stdout.splitlines()) <= 100  # stderr: one line per warning, by design
 
 
 def test_json_schema(app):
@@ -499,3 +499,17 @@ def test_against_another_job_warns_and_never_states_mfu_as_a_time(app):
     assert "warning: --against: the trace's world size (2) is not the job's num_gpus (256)" in res.stderr
     assert "not the job's h100-sxm5-80gb" in res.stderr
     assert ">100%: not this job?" in res.stdout and "mfu took" not in res.stdout
+
+
+def test_tables_fit_80_columns_and_a_folder_of_unrelated_traces_says_so(app, tmp_path, monkeypatch):
+    """At 80 columns every line fits and no number is cut ("…"); three traces of three jobs get a file
+    column (names under the table) and a warning that they are not one job."""
+    for name in ("a100-2gpu-allreduce-rank0", "a100-8gpu-rank3", "a100-128gpu-sampled-rank0"):
+        shutil.copy(shared(name), tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")
+    res = CliRunner().invoke(app, ["trace", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert max(map(len, lines)) <= 80 and not any("…" in line for line in lines)
+    assert "f1: a100-128gpu-sampled-rank0.json.gz" in " ".join(res.stdout.split())
+    assert "these 3 traces are not one job (world sizes 2, 8, 128; rank 0 appears 2 times)" in res.stderr
