@@ -223,9 +223,11 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
         )
     if article:
         t.add_column("article share·B/day·days·$/B" if wide else "article\ndays, $/B", justify="right", no_wrap=True)
+    unplaced = []
     for r in rows:
-        if r.breakdown is None:
-            cells = [r.name, f"— ({r.reason})"] + [""] * (len(cols) - 2)
+        if r.breakdown is None:  # the reason goes under the table: in a no_wrap number column it breaks the layout
+            unplaced.append(f"{r.name}: {r.reason}")
+            cells = [r.name] + ["—"] * (len(cols) - 1)
         else:
             b, c = r.breakdown, r.cost
             values = {
@@ -251,4 +253,7 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
             else:
                 cells.append(f"{a['days']:g}, ${a['usd_per_B']:g}")
         t.add_row(*cells)
+    if unplaced:
+        t.caption = "— no plan: " + "; ".join(unplaced)
+        t.caption_justify = "left"
     return t
