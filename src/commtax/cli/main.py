@@ -186,6 +186,14 @@ def collective(
     sweep: Annotated[bool, flag("--sweep", "nccl-tests-style table from 8 B to --bytes, ×2 per row")] = False,
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
+    deepep: Annotated[
+        Optional[Literal["dispatch", "combine"]],
+        typer.Option("--deepep", help="all_to_all as DeepEP's normal dispatch or combine kernel (catalog/deepep.yaml)"),
+    ] = None,
+    dedup: Annotated[
+        float,
+        typer.Option("--dedup", min=0.0, max=1.0, help="with --deepep: inter-node bytes kept after node deduplication"),
+    ] = 1.0,
 ) -> None:
     """Predict one collective: time, algbw, busbw, algorithm and the link that bounds it."""
     from commtax.costs.collectives import collective_cost
@@ -195,6 +203,8 @@ def collective(
 
     if gpus is not None and gpus < 1:
         raise SpecError(f"--gpus: a group has at least 1 GPU, got {gpus}")
+    if deepep is not None and op != "all_to_all":
+        raise SpecError(f"--deepep: DeepEP kernels are all_to_all (MoE dispatch/combine), not {op}")
     if algorithm is not None and op in ("all_to_all", "send_recv"):
         raise SpecError(f"--algorithm: {op} has one algorithm (pairwise exchange); drop --algorithm")
     try:
@@ -234,6 +244,12 @@ def collective(
     for s in sizes:
         try:
             c = collective_cost(op, s, place, algorithm, protocol)
+            if deepep is not None:
+                from commtax.costs.collectives import CollectiveCost, bus_factor, deepep_time
+
+                t = deepep_time(f"deepep_{deepep}", s, place, dedup)
+                bw = s / t if t > 0 else float("inf")
+                c = CollectiveCost(t, f"deepep_{deepep}", c.bottleneck, bw, bw * bus_factor(op, n), "")
         except ValueError as e:
             raise SpecError(f"{'--protocol' if 'protocol' in str(e) else '--algorithm'}: {e}") from None
         rows.append(

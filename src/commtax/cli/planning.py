@@ -122,6 +122,17 @@ def search_command(
     workers: WorkersOpt = None,
     catalog: CatalogOpt = None,
     prices: PricesOpt = None,
+    ep: Annotated[
+        Optional[str], typer.Option("--ep", metavar="V", help="MoE: expert-parallel sizes, 8 or 8,16,64")
+    ] = None,
+    etp: Annotated[Optional[str], typer.Option("--etp", metavar="V", help="MoE: expert tensor-parallel sizes")] = None,
+    moe_dispatcher: Annotated[
+        Optional[str],
+        typer.Option("--moe-dispatcher", metavar="V", help="MoE: dispatchers, of alltoall,allgather,deepep,hybridep"),
+    ] = None,
+    moe_a2a_overlap: Annotated[
+        Optional[str], typer.Option("--moe-a2a-overlap", metavar="V", help="MoE: all-to-all overlap, true,false")
+    ] = None,
 ) -> None:
     """Every valid plan for the job's model and cluster, ranked; the best ones with their breakdowns."""
     from commtax.decide.cost import job_cluster_cost, load_prices
@@ -144,7 +155,13 @@ def search_command(
             f"--verify: {verify:,} plans to simulate; the limit is {MAX_VERIFY} (each is a full simulation)"
         )
     with progress("searching plans", enabled=not json_out) as update:
-        res = search(job, space, rank_by=rank, top=top, workers=workers, progress=update, verify=verify)
+        moe = {"ep": ep, "etp": etp, "moe_dispatcher": moe_dispatcher, "moe_a2a_overlap": moe_a2a_overlap}
+        if any(v is not None for v in moe.values()):
+            from commtax.decide.search import search_moe
+
+            res = search_moe(job, moe, space, rank_by=rank, top=top, workers=workers, progress=update, verify=verify)
+        else:
+            res = search(job, space, rank_by=rank, top=top, workers=workers, progress=update, verify=verify)
     data = res.to_dict()
     if usd_per_s is not None:
         for entry, (_, b) in zip(data["top"], res.top):

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
+# DeepEP's normal (training) kernels: dispatch and combine of MoE tokens (catalog/deepep.yaml)
+DEEPEP_OPS = ("deepep_dispatch", "deepep_combine")
 # NCCL picks among ring, tree, nvls, nvls_tree and pat (its tuning model, below); recursive_doubling (Rabenseifner, as
 # MPI and gloo-style libraries run it) and hierarchical are there to be asked for by name.
 ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat", "recursive_doubling", "hierarchical")
@@ -183,13 +185,74 @@ def hierarchical_time(op: str, S: float, p: Placement) -> tuple[float, str]:
 
 def all_to_all_time(S: float, p: Placement) -> tuple[float, str]:
     """Pairwise exchange: each GPU keeps 1/n, sends (k-1)/n·S over NVLink; the node's k GPUs send k(n-k)/n·S over
-    its rails."""
+    its rails.
+
+    NCCL runs all_to_all as grouped point-to-point sends (ncclGroupStart; ncclSend/ncclRecv to every peer, NCCL
+    src/collectives.cc / enqueue.cc p2p path): n−1 peer exchanges each paying the level's step latency, the bytes
+    moving at the level's bandwidth, NVLink and network in parallel; the MoE dispatch and combine of the
+    ``alltoall`` dispatcher are this op."""
     n, k = p.n, min(p.per_node, p.n)
     intra = (k - 1) / n * S / p.intra.bw_bytes_per_s
     if not p.spans_nodes or p.inter is None:
         return (n - 1) * p.intra.latency_s + intra, "intra"
     inter = k * (n - k) / n * S / p.node_inter_bw
     return (n - 1) * p.inter.latency_s + max(intra, inter), "inter" if inter >= intra else "intra"
+
+
+@functools.lru_cache(maxsize=1)
+def deepep_table(path: str | None = None) -> dict:
+    """DeepEP's published bandwidths (catalog/deepep.yaml)."""
+    import yaml
+
+    with open(path or Path(__file__).parents[1] / "catalog" / "deepep.yaml") as fh:
+        return yaml.safe_load(fh)
+
+
+def _interp(points: dict, x: float) -> float:
+    """Piecewise-linear in log2(x) through {x: y} (flat outside the measured range)."""
+    xs = sorted(points)
+    if x <= xs[0]:
+        return float(points[xs[0]])
+    if x >= xs[-1]:
+        return float(points[xs[-1]])
+    for a, b in zip(xs, xs[1:]):
+        if a <= x <= b:
+            w = (math.log2(x) - math.log2(a)) / (math.log2(b) - math.log2(a))
+            return float(points[a]) + w * (float(points[b]) - float(points[a]))
+    return float(points[xs[-1]])
+
+
+def deepep_efficiency(op: str, p: Placement) -> tuple[float, float]:
+    """(NVLink, RDMA) rate of DeepEP's normal kernels as a share of the reference link rates they were measured on
+    (DeepEP README / docs/legacy.md: H800, NVLink ~160 GB/s, ConnectX-7 400 Gb/s ~50 GB/s, DeepSeek-V3 shapes):
+    intranode the EP-8 NVLink figure, internode the RDMA figure at the group's size (interpolated in log2 n)."""
+    t = deepep_table()
+    kind = "dispatch" if op == "deepep_dispatch" else "combine"
+    nvl = t["intranode"][kind]["GBps"] / t["reference"]["nvlink_GBps"]
+    rdma = _interp(t["internode"][kind], p.n) / t["reference"]["rdma_GBps"]
+    return nvl, rdma
+
+
+def deepep_time(op: str, S: float, p: Placement, dedup: float = 1.0) -> float:
+    """DeepEP dispatch or combine of ``S`` bytes per GPU (all top-k copies, as the pairwise all-to-all's buffer).
+
+    Intranode: the (n−1)/n·S that leave the GPU over NVLink at DeepEP's NVLink rate. Internode: each token crosses
+    the network once per distinct remote node (``dedup`` · k(N−1)/N · S/k of it; workload.moe.internode_dedup)
+    at DeepEP's RDMA rate of this GPU's NIC share, and is fanned out over NVLink on arrival; the two run
+    concurrently (NVLink forwarding behind RDMA), so the slower sets the time, plus one latency per node step.
+        t = max(S_inter / (η_rdma · B_nic), S_nvl / (η_nvl · B_nvl)) + α
+    """
+    if p.n <= 1 or S <= 0:
+        return 0.0
+    nvl_eff, rdma_eff = deepep_efficiency(op, p)
+    k = min(p.per_node, p.n)
+    if not p.spans_nodes or p.inter is None:
+        return p.intra.latency_s + (p.n - 1) / p.n * S / (nvl_eff * p.intra.bw_bytes_per_s)
+    inter_bytes = dedup * (p.n - k) / p.n * S
+    nvl_bytes = (p.n - 1) / p.n * S * min(1.0, k / p.n + dedup)  # local peers, and the remote tokens fanned out
+    t_inter = inter_bytes / (rdma_eff * p.inter.bw_bytes_per_s)
+    t_nvl = nvl_bytes / (nvl_eff * p.intra.bw_bytes_per_s)
+    return p.inter.latency_s * p.nodes + max(t_inter, t_nvl)
 
 
 def send_recv_time(S: float, p: Placement) -> tuple[float, str]:

@@ -120,11 +120,13 @@ def clock_fraction(gpu: GPU, a: Assumptions) -> float:
     return a.v("hopper_clock_fraction") if gpu.arch == HOPPER else 1.0
 
 
-def quantisation_efficiency(m: int, n: int, sms: int, tile: int = 128) -> float:
-    """Useful / issued tile work: partial edge tiles, and a last wave that leaves SMs idle."""
+def quantisation_efficiency(m: int, n: int, sms: int, tile: int = 128, groups: int = 1) -> float:
+    """Useful / issued tile work: partial edge tiles, and a last wave that leaves SMs idle. A grouped GEMM
+    (CUTLASS grouped GEMM, TE GroupedLinear for MoE experts) tiles each of its ``groups`` problems on its own and
+    runs all their tiles in one grid."""
     tiles_m, tiles_n = math.ceil(m / tile), math.ceil(n / tile)
     tile_eff = (m * n) / (tiles_m * tile * tiles_n * tile)
-    tiles = tiles_m * tiles_n
+    tiles = tiles_m * tiles_n * groups
     waves = math.ceil(tiles / sms)
     wave_eff = tiles / (waves * sms)
     return tile_eff * wave_eff
@@ -135,8 +137,12 @@ def short_k_efficiency(k: int, k_half: float = 96.0, k_ref: float = 4096.0) -> f
     return min(1.0, (k / (k + k_half)) / (k_ref / (k_ref + k_half)))
 
 
-def gemm_efficiency(cm: ComputeModel, m: int, n: int, k: int) -> float:
-    return cm.matmul_eff * quantisation_efficiency(m, n, cm.sms, cm.tile) * short_k_efficiency(k, cm.k_half, cm.k_ref)
+def gemm_efficiency(cm: ComputeModel, m: int, n: int, k: int, groups: int = 1) -> float:
+    return (
+        cm.matmul_eff
+        * quantisation_efficiency(m, n, cm.sms, cm.tile, groups)
+        * short_k_efficiency(k, cm.k_half, cm.k_ref)
+    )
 
 
 # ----------------------------------------------------------------------------- attention kernel tables
@@ -225,7 +231,7 @@ def op_time(cm: ComputeModel, op: Compute) -> float:
     """Seconds for one compute op on one GPU."""
     t_mem = op.bytes / cm.mem_bw_bytes_per_s
     if op.kind == "gemm":
-        t_flop = op.flop / (cm.peak_flops * gemm_efficiency(cm, op.m, op.n, op.k))
+        t_flop = op.flop / (cm.peak_flops * gemm_efficiency(cm, op.m, op.n, op.k, op.groups))
         return launch_floor(cm, max(t_flop, t_mem), op.kernels)
     if op.kind == "attention":
         return launch_floor(cm, max(attention_time(cm, op), t_mem), op.kernels)

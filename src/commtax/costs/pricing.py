@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from commtax.costs.collectives import bus_factor, collective_cost
+from commtax.costs.collectives import DEEPEP_OPS, bus_factor, collective_cost, deepep_time
 from commtax.costs.compute import ComputeModel, compute_model, op_time
 from commtax.costs.topology import group_placement
 from commtax.spec import Job
@@ -96,6 +96,8 @@ class Costs:
         self.cm: ComputeModel = _shared_compute_model(job.cluster, job.training.precision)
         p = job.plan
         self._layout_key = (id(job.cluster), p.tp, p.cp, job.dp, p.pp)
+        if job.model.is_moe:  # the ep, etp and edp groups' placements depend on the expert grid too
+            self._layout_key += (p.ep, p.etp)
         # the shared phase prices hold only while this class's own pricing is used (a subclass may price otherwise)
         self._share_phases = _prices_as_costs(type(self))
         self._placements: dict[tuple[str, str], Any] = {}
@@ -123,6 +125,13 @@ class Costs:
         return hit[1]
 
     def collective(self, c: Collective) -> float:
+        if c.op in DEEPEP_OPS:  # DeepEP/HybridEP kernels: their own measured rates, node-deduplicated bytes
+            key = (c.group, c.op, c.bytes, c.dedup)
+            t = self._times.get(key)
+            if t is None:
+                pl = self._placements.get((c.group, c.op)) or self._placement(c.group, c.op)
+                t = self._times[key] = deepep_time(c.op, c.bytes, pl, c.dedup)
+            return t
         return self.collective_time(c.group, c.op, c.bytes)
 
     def collective_time(self, group: str, op: str, nbytes: float) -> float:

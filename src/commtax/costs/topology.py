@@ -22,6 +22,8 @@ from commtax.spec import Cluster, Job
 from commtax.units import GB, GBIT, US
 
 GROUPS = ("tp", "cp", "dp", "pp")  # "dp" is the gradient-reduction group: DP × CP ranks
+# MoE groups (Megatron-Core parallel folding): the experts' grid etp×ep×edp×pp, etp fastest, on the same GPUs
+MOE_GROUPS = ("ep", "etp", "edp")
 
 
 def members_per_node(n: int, stride: int, gpus_per_node: int) -> int:
@@ -107,6 +109,12 @@ def layout(job: Job) -> GroupLayout:
     # gradients are reduced over DP × CP (Megatron-Core's data-parallel-with-context-parallel group)
     size = {"tp": p.tp, "cp": p.cp, "dp": job.dp * p.cp, "pp": p.pp}
     stride = {"tp": 1, "cp": p.tp, "dp": p.tp, "pp": p.tp * p.cp * job.dp}
+    if job.model.is_moe:
+        # expert ranks: etp fastest, then ep, then edp (Megatron-Core RankGenerator order tp-ep-dp-pp for experts);
+        # an EP group inside the NVLink domain when etp·ep ≤ gpus_per_node, else across nodes sharing their NICs
+        # with the DP and PP traffic (each GPU's NIC share, ``inter_level``)
+        size |= {"ep": p.ep, "etp": p.etp, "edp": job.edp}
+        stride |= {"ep": p.etp, "etp": 1, "edp": p.etp * p.ep}
     return GroupLayout(size, stride)
 
 

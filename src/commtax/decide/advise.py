@@ -15,7 +15,7 @@ from typing import Any
 
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule.analytical import estimate
-from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
+from commtax.schedule.breakdown import Breakdown, part_keys
 from commtax.spec import Job, job_with
 from commtax.spec.wire_dtypes import bytes_per_element, powersgd_rank
 from commtax.workload.step import grad_bytes_per_param
@@ -253,8 +253,48 @@ def _plan_variants(job: Job) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def _moe_variants(job: Job) -> list[tuple[str, Job, dict[str, Any]]]:
+    """What cuts an MoE job's all-to-all, each as a valid job: EP inside the NVLink domain, DeepEP (node
+    deduplication), the 1F1B all-to-all overlap (with interleaving where the pipeline needs it), node-limited
+    routing (DeepSeek-V3's M = 4, a model change), and fewer experts per GPU (ep × 2)."""
+    from commtax.workload.moe import ep_nodes
+
+    m, p, c = job.model, job.plan, job.cluster
+    if not m.is_moe or p.ep * p.etp == 1:
+        return []
+    tries: list[tuple[str, dict[str, Any]]] = []
+    if ep_nodes(job) > 1:
+        inside = max((d for d in range(1, c.gpus_per_node // p.etp + 1) if m.num_experts % d == 0), default=1)
+        tries.append((f"EP inside the NVLink domain: ep {p.ep}→{inside}", {"ep": inside}))
+    if p.moe_dispatcher in ("alltoall", "allgather"):
+        tries.append((f"dispatcher {p.moe_dispatcher}→deepep", {"moe_dispatcher": "deepep"}))
+    if not p.moe_a2a_overlap and p.moe_dispatcher != "allgather" and p.recompute != "full":
+        upd: dict[str, Any] = {"moe_a2a_overlap": True}
+        if p.pp > 1 and p.vp == 1 and p.schedule == "1f1b":
+            upd["vp"] = 2
+        tries.append(("all-to-all overlap on" + (" (vp 1→2)" if "vp" in upd else ""), upd))
+    if p.ep * 2 <= m.num_experts:
+        tries.append((f"fewer experts per GPU: ep {p.ep}→{p.ep * 2}", {"ep": p.ep * 2}))
+    out = []
+    for label, upd in tries:
+        try:
+            out.append((label, job_with(job, **upd), upd))
+        except SpecError:
+            continue
+    if ep_nodes(job) > 2 and (m.route_max_nodes is None or m.route_max_nodes > 4):
+        from commtax.spec import build
+
+        limited = m.model_copy(update={"route_max_nodes": 4})
+        try:
+            j = build(Job, {"model": limited, "cluster": c, "plan": p, "training": job.training}, "")
+            out.append(("node-limited routing: each token to ≤ 4 nodes (model change)", j, {}))
+        except SpecError:
+            pass
+    return out
+
+
 def _change(label: str, kind: str, before: Breakdown, after: Breakdown, plan: dict[str, Any]) -> Change:
-    deltas = {k: after.breakdown_s[k] - before.breakdown_s[k] for k in BREAKDOWN_KEYS}
+    deltas = {k: after.breakdown_s.get(k, 0.0) - before.breakdown_s[k] for k in part_keys(before)}
     comp = max(deltas, key=lambda k: abs(deltas[k]))
     return Change(
         label=label,
@@ -269,7 +309,7 @@ def _change(label: str, kind: str, before: Breakdown, after: Breakdown, plan: di
         mem_after_GiB=after.memory_gib_per_gpu["total"],
         component=comp,
         component_before_s=before.breakdown_s[comp],
-        component_after_s=after.breakdown_s[comp],
+        component_after_s=after.breakdown_s.get(comp, 0.0),
         plan=plan,
     )
 
@@ -319,7 +359,7 @@ def advise(
     base = estimate(job)
     parts = base.breakdown_s
     dominant = max(parts, key=parts.get)
-    comm = {k: parts[k] for k in COMM_PARTS}
+    comm = {k: parts[k] for k in COMM_PARTS + (("ep_exposed",) if "ep_exposed" in parts else ())}
     dominant_comm = max(comm, key=comm.get) if any(v > 0 for v in comm.values()) else None
     changes: list[Change] = []
     for label, vary in (
@@ -336,6 +376,8 @@ def advise(
         except SpecError:
             continue  # not a valid plan for this model and cluster
         changes.append(_change(label, "plan", base, estimate(j), {k: v for k, v in upd.items() if v is not None}))
+    for label, j, upd in _moe_variants(job):
+        changes.append(_change(label, "plan", base, estimate(j), upd))
     interrupted = False
     if search_best:
         from commtax.decide.plans import plan_label

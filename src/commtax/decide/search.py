@@ -201,6 +201,7 @@ class SearchResult:
     invalid_examples: dict[str, str] = field(default_factory=dict)  # reason -> one full validator message
     warnings: list[str] = field(default_factory=list)
     verified: list[dict[str, Any]] = field(default_factory=list)  # --verify: plan, estimate and simulated step
+    moe_choices: list[dict[str, Any]] = field(default_factory=list)  # MoE: each (ep, etp, dispatcher, overlap) tried
 
     @property
     def evaluated(self) -> int:
@@ -252,6 +253,8 @@ class SearchResult:
         }
         if self.verified:
             out["verified"] = self.verified
+        if self.moe_choices:
+            out["moe_choices"] = self.moe_choices
         return out
 
 
@@ -513,7 +516,14 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
             stages = stage_times(job_rc, wl, g.costs)
             slow, _ = slowest_and_rest(stages)
             slowest[si, j, k, r] = slow
-            slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed)
+            # MoE: the exposed all-to-all ranks with the TP slot (the grid has no column of its own; the top plans are
+            # re-estimated, and their Breakdowns report ep_exposed apart)
+            slow_parts[:, si, j, k, r] = (
+                slow.compute,
+                slow.recompute,
+                slow.tp_exposed + slow.ep_exposed,
+                slow.cp_exposed,
+            )
             for i in vps_of_split[si]:
                 if (i, j, k) in g.jobs:  # the others are invalid plans
                     bubble[i, j, k, r] = pipeline_bubble(job_rc.plan.schedule, int(g.n_micro[j]), vps[i], stages)
@@ -903,6 +913,50 @@ def search(
     if verify and not interrupted:  # Ctrl-C/SIGTERM: show the partial ranking now, not after K simulations
         verify_top(job, res, verify)
     res.top = res.top[: max(top, verify)]
+    return res
+
+
+# ----------------------------------------------------------------------------- MoE dimensions
+MOE_SEARCH_FIELDS = ("ep", "etp", "moe_dispatcher", "moe_a2a_overlap")
+
+
+def moe_values(job: Job, options: dict[str, str | None]) -> dict[str, list[Any]]:
+    """Values of each MoE plan field to try: the ones given (comma lists, parsed by the spec's types), else the
+    job's."""
+    out: dict[str, list[Any]] = {}
+    for f in MOE_SEARCH_FIELDS:
+        text = options.get(f)
+        if text is None:
+            out[f] = [getattr(job.plan, f)]
+        else:
+            out[f] = list(dict.fromkeys(_convert(f, t) for t in text.split(",") if t.strip()))
+    return out
+
+
+def search_moe(
+    job: Job, moe_options: dict[str, str | None], space: Space | None = None, top: int = 5, **kw: Any
+) -> SearchResult:
+    """``search`` over the MoE plan fields as well (ep, etp, moe_dispatcher, moe_a2a_overlap): the grid search of
+    every other field once per combination Megatron accepts, the fastest combination's result returned with each
+    combination's best step in ``moe_choices`` (and its fields in the top plans)."""
+    import itertools
+
+    vals = moe_values(job, moe_options)
+    tried: list[tuple[dict[str, Any], SearchResult]] = []
+    refused: list[dict[str, Any]] = []
+    for combo in itertools.product(*vals.values()):
+        change = dict(zip(vals, combo))
+        try:
+            j = job_with(job, **change)
+            tried.append((change, search(j, space, top=top, **kw)))
+        except SpecError as e:
+            refused.append({**change, "refused": str(e)})
+    if not tried:
+        raise SpecError(f"no MoE combination is valid: {refused[0]['refused'] if refused else 'none given'}")
+    tried.sort(key=lambda cr: cr[1].top[0][1].step_time_s)
+    best_change, res = tried[0]
+    res.top = [({**plan, **best_change}, b) for plan, b in res.top]
+    res.moe_choices = [{**c, "best_step_s": r.top[0][1].step_time_s} for c, r in tried] + refused
     return res
 
 

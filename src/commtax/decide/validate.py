@@ -35,6 +35,7 @@ from commtax.spec import (
     resolve_cluster,
 )
 from commtax.spec.assumptions import default_assumptions, using_assumptions, without_rows
+from commtax.spec.pipeline_split import balanced_layout
 from commtax.units import GB, MiB
 
 RUN_COLUMNS = (
@@ -51,6 +52,9 @@ RUN_COLUMNS = (
 )
 COLLECTIVE_COLUMNS = ("id", "op", "gpu", "num_gpus", "message_bytes", "measured_busbw_GBps")
 PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "vp", "sequence_parallel", "zero", "recompute", "micro_batch")
+# MoE runs (public_moe_runs.csv): the expert layout and dispatcher; empty = the framework default
+MOE_PLAN_COLUMNS = {"ep": "ep", "etp": "etp", "dispatcher": "moe_dispatcher"}
+MOE_MODEL_COLUMNS = ("num_experts", "top_k", "moe_ffn_hidden", "shared_experts")
 # optional columns a measurement file may carry to state the software instead of leaving it to `generation`
 SOFTWARE_COLUMNS = {
     "flash_attention": "flash_attention",
@@ -230,6 +234,22 @@ def _cluster_raw(row: dict) -> dict:
     }
 
 
+def _moe_cluster_raw(row: dict) -> dict:
+    """The MoE rows' cluster: one NIC per GPU (DGX H100/B200/B300 and GB200/GB300 NVL72 alike: 8 ConnectX per 8
+    GPUs, one per GPU in the rack) when the row gives none; a job that does not fill whole NVL72 racks (256 GPUs)
+    runs on ⌈n/72⌉ racks of n/⌈n/72⌉ GPUs each (4 × 64), the largest even share that divides it."""
+    c = _cluster_raw(row)
+    if _cell(row, "nics_per_node") is None:
+        c["nics_per_node"] = c["gpus_per_node"]
+    n, g = c["num_gpus"], c["gpus_per_node"]
+    if n and n > g and n % g:
+        racks = -(-n // g)
+        while n % racks:
+            racks += 1
+        c["gpus_per_node"] = c["nics_per_node"] = n // racks
+    return c
+
+
 def generation_of(row: dict) -> tuple[str, str]:
     """Fallback only: a software generation from a ``generation`` column, else the year the source cites first
     (before ``legacy_before_year`` in catalog/assumptions.yaml: legacy)."""
@@ -303,8 +323,39 @@ def source_key(row_or_source: dict | str) -> str:
     return src.split(";")[0].strip() or "(no source)"
 
 
+def moe_layers_cell(v: str) -> dict:
+    """``moe_layers``: all, alternate or first_k_dense=K -> the Model fields."""
+    v = v.strip()
+    if v in ("", "all"):
+        return {"moe_layers": "all"} if v else {}
+    if v == "alternate":
+        return {"moe_layers": "alternate"}
+    m = re.fullmatch(r"first_k_dense=(\d+)", v)
+    if m is None:
+        raise SpecError(f"column moe_layers: cannot read {excerpt(v)}; use all, alternate or first_k_dense=K")
+    return {"moe_layers": "all", "first_k_dense": int(m.group(1))}
+
+
+def moe_model_raw(row: dict, catalog: dict) -> dict:
+    """An MoE row's model: the catalog entry its ``model`` column names (its published config), the row's MoE
+    cells where given (they restate it); routing force-balanced (λ = 1), as the benchmark rows run."""
+    name = (row.get("model") or "").strip()
+    entries = catalog["model"]
+    if name not in entries:
+        raise SpecError(f"column model: unknown catalog model {excerpt(name)} (known: {', '.join(sorted(entries))})")
+    model = {"name": name, **entries[name]}
+    for col in MOE_MODEL_COLUMNS:
+        v = _cell(row, col)
+        if v is not None:
+            model[col] = v
+    model.update(moe_layers_cell(row.get("moe_layers") or ""))
+    return model
+
+
 def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
     """A CSV row -> (resolved job mapping without plan, fixed plan fields, free plan fields)."""
+    if (row.get("model") or "").strip():
+        return _moe_run_job_raw(row, catalog)
     model = {
         "name": row.get("model_name") or row["id"],
         "layers": _cell(row, "layers"),
@@ -347,6 +398,51 @@ def run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
             fixed.setdefault("overlap", {})[plan_field.split(".", 1)[1]] = v
         else:
             fixed[plan_field] = v
+    return raw, fixed, free
+
+
+def moe_recipes() -> dict:
+    return read_yaml(CATALOG_DIR / "moe_recipes.yaml") or {}
+
+
+def recipe_plan(row: dict, fixed: dict) -> dict:
+    """The MoE software of the published recipe a row ran (catalog/moe_recipes.yaml): the first rule of the row's
+    model, GPU and precision whose stated parallelism matches the row's."""
+    model, gpu = (row.get("model") or "").strip(), (row.get("gpu") or "").strip()
+    precision = (row.get("precision") or "bf16").strip()
+    for rule in moe_recipes().get("rules", []):
+        if rule["model"] != model or not gpu.startswith(rule.get("gpu", "")):
+            continue
+        if rule.get("precision", precision) != precision:
+            continue
+        if all(fixed.get(k, 1) == v for k, v in (rule.get("when") or {}).items()):
+            return dict(rule["plan"])
+    return {}
+
+
+def _moe_run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
+    """``run_job_raw`` for a row naming a catalog model (the MoE set): the model from the catalog, the expert
+    columns into the plan; tp > 1 runs sequence-parallel (Megatron-Core requires it with MoE)."""
+    dense = dict(row)
+    dense.pop("model")
+    raw, fixed, free = run_job_raw(dense, catalog)
+    raw["model"] = moe_model_raw(row, catalog)
+    raw["cluster"] = resolve_cluster(_moe_cluster_raw(row), catalog)
+    for col, field_ in MOE_PLAN_COLUMNS.items():
+        v = (row.get(col) or "").strip()
+        if v:
+            fixed[field_] = _cell(row, col) if col != "dispatcher" else v
+    layers, pp, vp = raw["model"]["layers"], fixed.get("pp", 1), fixed.get("vp", 1)
+    if pp > 1 and vp > 1 and layers % vp:
+        # the recipe's --pipeline-model-parallel-layout is not in the row: the most even one (spec.balanced_layout)
+        fixed["pipeline_layout"] = balanced_layout(layers, pp, vp)
+    if "moe_dispatcher" not in fixed:
+        fixed.update(recipe_plan(row, fixed))
+    if fixed.get("moe_a2a_overlap") and fixed.get("pp", 1) > 1 and fixed.get("vp", 1) == 1:
+        fixed.pop("moe_a2a_overlap")  # the recipe overlaps with interleaving only (Megatron's rule)
+    if fixed.get("tp", 1) > 1 and "sequence_parallel" not in fixed:
+        fixed["sequence_parallel"] = True
+        free = [f for f in free if f != "sequence_parallel"]
     return raw, fixed, free
 
 

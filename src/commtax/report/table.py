@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from commtax.decide.plans import plan_label
-from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
+from commtax.schedule.breakdown import Breakdown, part_keys
 from commtax.units import GB
 
 
@@ -43,7 +43,7 @@ def breakdown_table(b: Breakdown, title: str = "Step") -> Table:
     t.add_column("component")
     t.add_column("seconds", justify="right")
     t.add_column("share", justify="right")
-    for key in BREAKDOWN_KEYS:
+    for key in part_keys(b):
         v = b.breakdown_s[key]
         t.add_row(key, f"{v:.4f}", pct(v / b.step_time_s if b.step_time_s else 0.0))
     t.add_row("[bold]step_time[/bold]", f"[bold]{b.step_time_s:.4f}[/bold]", "100.0%")
@@ -75,8 +75,9 @@ def comm_table(b: Breakdown) -> Table:
     t.add_column("group")
     t.add_column("sent GB", justify="right")
     t.add_column("link time s", justify="right")
-    for g in ("tp", "cp", "pp", "dp"):
-        t.add_row(g, f"{b.comm_bytes_per_gpu[g] / GB:,.2f}", f"{b.comm_time_s[g]:.4f}")
+    for g in ("tp", "cp", "pp", "dp", "ep"):
+        if g in b.comm_time_s:  # ep: MoE jobs only
+            t.add_row(g, f"{b.comm_bytes_per_gpu[g] / GB:,.2f}", f"{b.comm_time_s[g]:.4f}")
     return t
 
 

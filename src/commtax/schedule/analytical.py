@@ -42,10 +42,12 @@ class StageTime:
     fwd: float  # forward wall time (for overlap windows)
     bwd: float  # backward + recompute wall time
     link: PhaseCost  # link time and bytes, all passes
-    total: float = field(init=False)  # compute + recompute + exposed TP + exposed CP
+    ep_exposed: float = 0.0  # MoE dispatch/combine (and expert-TP) time the step waits for (``ep_exposed``)
+    total: float = field(init=False)  # compute + recompute + exposed TP + exposed CP (+ exposed EP)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "total", self.compute + self.recompute + self.tp_exposed + self.cp_exposed)
+        total = self.compute + self.recompute + self.tp_exposed + self.cp_exposed
+        object.__setattr__(self, "total", total + self.ep_exposed if self.ep_exposed else total)
 
 
 def _exposed(job: Job, pc: PhaseCost, cm: ComputeModel | None = None) -> tuple[float, float]:
@@ -111,6 +113,44 @@ def first_chunk(comm_s: float, ranks: int) -> float:
     return comm_s / max(1, ranks)
 
 
+EP_GROUPS = ("ep", "etp")  # the MoE token exchange: dispatch/combine over ep, the expert-TP gather over etp
+
+
+def ep_link(pc: PhaseCost) -> float:
+    return sum(pc.comm.get(g, 0.0) for g in EP_GROUPS)
+
+
+def hides_ep(job: Job) -> bool:
+    """Whether the schedule runs one micro-batch's all-to-alls under another's compute: Megatron-Core's
+    --overlap-moe-expert-parallel-comm (a forward and a backward chunk merged, each one's dispatch/combine under the
+    other's GEMMs) or DeepSeek's DualPipe / DualPipeV (the same pairing, arXiv 2412.19437 §3.2.1, Figure 4)."""
+    return job.plan.moe_a2a_overlap or job.plan.schedule in ("dualpipe", "dualpipev")
+
+
+def ep_exposed(job: Job, fwd: PhaseCost, bwd: PhaseCost, rc: PhaseCost, cm: ComputeModel | None) -> tuple[float, float]:
+    """(forward, backward + recompute) exposed EP time of one micro-batch on one stage.
+
+    Without overlap the dispatch and combine sit between the router and the experts, and between the experts and
+    the next layer: all of it is exposed. With a forward-backward overlap (``hides_ep``), the forward's all-to-alls
+    run under the paired backward's compute and the backward's under the forward's: exposed = max(0, A_f − C_b) +
+    max(0, A_b − C_f); the recompute's exchange stays exposed. The hidden part holds SMs (DeepEP: catalog
+    deepep.yaml ``sms``; NCCL: ``nccl_sms``) and slows the compute it runs under (``overlap_slowdown_s``)."""
+    a_f, a_b, a_r = ep_link(fwd), ep_link(bwd), ep_link(rc)
+    if not hides_ep(job):
+        return a_f, a_b + a_r
+    e_f = max(0.0, a_f - bwd.compute)
+    e_b = max(0.0, a_b - fwd.compute)
+    if cm is not None:
+        from commtax.costs.collectives import deepep_table
+
+        sms = deepep_table()["sms"] if job.plan.moe_dispatcher in ("deepep", "hybridep") else cm.nccl_sms
+        nbytes = sum(pc.comm_bytes.get(g, 0.0) for pc in (fwd, bwd) for g in EP_GROUPS)
+        hidden, link = a_f - e_f + a_b - e_b, a_f + a_b
+        e_f += _hidden_cost(cm, hidden, link, nbytes, 0.0, sms) / 2
+        e_b += _hidden_cost(cm, hidden, link, nbytes, 0.0, sms) / 2
+    return e_f, e_b + a_r
+
+
 def _combine(
     job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]], cm: ComputeModel | None = None
 ) -> StageTime:
@@ -120,6 +160,18 @@ def _combine(
         bwd = bwd + (b.scaled(count) if count != 1 else b)
         rc = rc + (r.scaled(count) if count != 1 else r)
     exp_f, exp_b, exp_r = _exposed(job, fwd, cm), _exposed(job, bwd, cm), _exposed(job, rc, cm)
+    if job.model.is_moe:
+        ep_f, ep_b = ep_exposed(job, fwd, bwd, rc, cm)
+        return StageTime(
+            compute=fwd.compute + bwd.compute,
+            recompute=rc.compute,
+            tp_exposed=exp_f[0] + exp_b[0] + exp_r[0],
+            cp_exposed=exp_f[1] + exp_b[1] + exp_r[1],
+            fwd=fwd.compute + sum(exp_f) + ep_f,
+            bwd=bwd.compute + rc.compute + sum(exp_b) + sum(exp_r) + ep_b,
+            link=fwd + bwd + rc,
+            ep_exposed=ep_f + ep_b,
+        )
     return StageTime(
         compute=fwd.compute + bwd.compute,
         recompute=rc.compute,
@@ -145,6 +197,8 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
     cache = getattr(costs, "stage_cache", None)
     if cache is None:  # a stand-in for Costs (tests)
         cache = {}
+    if wl.moe_layer is not None:
+        return _moe_stage_times(job, wl, costs)
     blocks = (wl.embed, wl.layer, wl.head)
     # what _combine reads besides the blocks' phases: the TP/CP overlap flags and degrees
     base_key = (id(blocks[0]), id(blocks[1]), id(blocks[2]), plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp)
@@ -179,6 +233,30 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
         middle = {n: stage(n, False, False) for n in set(counts[1:-1])}
         out = [stage(counts[0], True, False)] + [middle[n] for n in counts[1:-1]] + [stage(counts[-1], False, True)]
     cache[base_key, counts] = (blocks, out)  # callers read the list, never change it
+    return out
+
+
+def _moe_stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
+    """``stage_times`` of an MoE model: each rank's dense layers and MoE layers (``Workload.stage_moe_layers``)."""
+    passes = ("fwd", "bwd", "recompute")
+    p = job.plan.pp
+    counts = stage_layer_counts(job, wl)
+    out: list[StageTime] = []
+    memo: dict[tuple, StageTime] = {}
+    for s, (n, e) in enumerate(zip(counts, wl.stage_moe_layers)):
+        key = (n, e, s == 0, s == p - 1)
+        if key not in memo:
+            parts = []
+            if n - e:
+                parts.append((tuple(costs.phase(getattr(wl.layer, w)) for w in passes), n - e))
+            if e:
+                parts.append((tuple(costs.phase(getattr(wl.moe_layer, w)) for w in passes), e))
+            if s == 0:
+                parts.insert(0, (tuple(costs.phase(getattr(wl.embed, w)) for w in passes), 1))
+            if s == p - 1:
+                parts.append((tuple(costs.phase(getattr(wl.head, w)) for w in passes), 1))
+            memo[key] = _combine(job, parts, costs.cm)
+        out.append(memo[key])
     return out
 
 
@@ -250,6 +328,10 @@ def dp_step_parts(wl: Workload, costs: Costs) -> DPStepParts:
     n = reduce_passes(wl)
     nbytes = sum(costs.sent_bytes(c) * (n if i == 0 else 1) for i, c in enumerate(wl.dp_step))
     times = [bucketed_time(costs, c, wl.bucket_bytes) * (n if i == 0 else 1) for i, c in enumerate(wl.dp_step)]
+    if wl.edp_step:  # expert gradients over edp, on the same link after the dense ones (Megatron-Core: two buffers)
+        nbytes += sum(costs.sent_bytes(c) * (n if i == 0 else 1) for i, c in enumerate(wl.edp_step))
+        for i, c in enumerate(wl.edp_step):
+            times[min(i, len(times) - 1)] += bucketed_time(costs, c, wl.bucket_bytes) * (n if i == 0 else 1)
     reduce_op = wl.dp_step[0]
     tail = costs.collective(Collective("bucket", reduce_op.op, min(wl.bucket_bytes, reduce_op.bytes), "dp"))
     ratio = min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
@@ -435,6 +517,14 @@ def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> 
     Both hold for every m ≥ 1, m < p included ((m + p − 1)·T for uniform stages).
     """
     slow, others = slowest_and_rest(stages)
+    if schedule in ("dualpipe", "dualpipev"):
+        # DeepSeek-V3 Table 2: 1F1B (PP−1)(F+B) against DualPipe (PP/2−1)(F&B + B − 3W); the paired chunk F&B takes
+        # F + B and the weight gradient W half of B (zero-bubble's split), so per stage (PP/2−1)(F + B/2)
+        p = len(stages)
+        if p < 2 or slow.total <= 0:
+            return 0.0
+        share = (slow.fwd + 0.5 * slow.bwd) / (slow.fwd + slow.bwd) if slow.fwd + slow.bwd > 0 else 1.0
+        return others * (p / 2 - 1) / (p - 1) * share
     if schedule == "gpipe":
         span = sum(map(_total, stages)) + (m - 1) * (max(s.fwd for s in stages) + max(s.bwd for s in stages))
         return max(0.0, span - m * slow.total)
@@ -503,6 +593,10 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
         "pp": pp_bytes,
         "dp": dp_bytes,
     }
+    if wl.moe_layer is not None:
+        parts = {**dict(list(parts.items())[:4]), "ep_exposed": m * slow.ep_exposed, **dict(list(parts.items())[4:])}
+        comm_time["ep"] = m * sum(slow.link.comm.get(g, 0.0) for g in EP_GROUPS)
+        comm_bytes["ep"] = m * sum(slow.link.comm_bytes.get(g, 0.0) for g in EP_GROUPS)
     mem = memory(job)
     return make_breakdown(
         job,

@@ -21,6 +21,15 @@ BREAKDOWN_KEYS = (
     "dp_exposed",
     "optimizer",
 )
+# parts only MoE jobs have (after cp_exposed): dense outputs keep BREAKDOWN_KEYS alone
+MOE_KEYS = ("ep_exposed",)
+
+
+def part_keys(b: Breakdown) -> tuple[str, ...]:
+    """The parts of a Breakdown in display order (MoE jobs: the exposed EP all-to-all after exposed CP)."""
+    if "ep_exposed" not in b.breakdown_s:
+        return BREAKDOWN_KEYS
+    return (*BREAKDOWN_KEYS[:4], *MOE_KEYS, *BREAKDOWN_KEYS[4:])
 
 
 @dataclass
@@ -83,6 +92,8 @@ def make_breakdown(
     """
     step = sum(parts.values())
     exposed = parts["tp_exposed"] + parts["cp_exposed"] + parts["pp_exposed"] + parts["dp_exposed"]
+    if "ep_exposed" in parts:
+        exposed += parts["ep_exposed"]
     total_comm = sum(comm_time.values())
     busy = parts["compute"] + parts["recompute"]
     tr, c = job.training, job.cluster

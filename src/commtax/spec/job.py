@@ -65,6 +65,7 @@ class Job(_Spec):
                 f"vp({p.vp}) > 1 needs the micro-batches per replica, global_batch/(dp*micro_batch) = {m_micro}, to be "
                 f"a multiple of pp({p.pp}) (Megatron's interleaved schedule); use vp: 1, a smaller micro_batch or pp"
             )
+        moe_refusal(m, p, c.num_gpus, m_micro)
         if t.seq_len % p.cp:
             raise ValueError(f"seq_len({t.seq_len}) must be divisible by cp({p.cp})")
         if p.sequence_parallel and t.seq_len // p.cp % p.tp:
@@ -74,6 +75,12 @@ class Job(_Spec):
             # no fused attention kernel runs on this architecture (catalog/attention.yaml eager_archs): eager
             object.__setattr__(self, "plan", p.model_copy(update={"attention": "eager"}))
         return self
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size (Megatron-Core parallel folding): num_gpus / (etp·ep·pp)."""
+        p = self.plan
+        return self.cluster.num_gpus // (p.etp * p.ep * p.pp)
 
     @property
     def dp(self) -> int:
@@ -99,3 +106,62 @@ class Job(_Spec):
     def micro_batches(self) -> int:
         """Micro-batches per pipeline per step (gradient accumulation steps)."""
         return self.training.global_batch // (self.dp * self.plan.micro_batch)
+
+
+def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
+    """Megatron-Core's checks of an expert-parallel plan, each refusal naming the rule (megatron/training/arguments.py
+    validate_args, megatron/core/parallel_state.py initialize_model_parallel), and DualPipe's (deepseek-ai/DualPipe
+    dualpipe.py ``step``: num_chunks >= 2·ranks, an even number of ranks)."""
+    if not m.is_moe:
+        moe_only = {"ep": p.ep > 1, "etp": p.etp > 1, "moe_a2a_overlap": p.moe_a2a_overlap}
+        bad = [k for k, v in moe_only.items() if v]
+        if bad:
+            raise ValueError(
+                f"plan.{bad[0]} applies to MoE models: set model.num_experts, top_k, moe_ffn_hidden or drop it"
+            )
+    else:
+        if m.num_experts % p.ep:
+            fits = [d for d in range(1, min(m.num_experts, num_gpus) + 1) if m.num_experts % d == 0 == num_gpus % d]
+            raise ValueError(
+                f"num_experts({m.num_experts}) must be divisible by ep({p.ep}) (Megatron: num_experts % "
+                f"expert_model_parallel_size == 0); choose ep in {fits}"
+            )
+        emp = p.etp * p.ep * p.pp
+        if num_gpus % emp:
+            raise ValueError(
+                f"etp({p.etp}) * ep({p.ep}) * pp({p.pp}) = {emp} does not divide num_gpus({num_gpus}) (Megatron "
+                "parallel folding: the expert grid etp×ep×edp×pp covers the same GPUs as tp×cp×dp×pp)"
+            )
+        if m.moe_ffn_hidden % p.etp:
+            raise ValueError(f"moe_ffn_hidden({m.moe_ffn_hidden}) must be divisible by etp({p.etp})")
+        if p.tp > 1 and not p.sequence_parallel:
+            raise ValueError(
+                f"tp({p.tp}) > 1 with MoE needs sequence_parallel: true (Megatron: 'When using MoE and tensor "
+                "parallelism, sequence parallelism must be used')"
+            )
+        if p.moe_a2a_overlap:
+            if p.ep == 1:
+                raise ValueError(
+                    "moe_a2a_overlap needs ep > 1 (Megatron overlap_moe_expert_parallel_comm: EP size > 1)"
+                )
+            if p.moe_dispatcher == "allgather":
+                raise ValueError(
+                    "moe_a2a_overlap needs moe_dispatcher alltoall, deepep or hybridep (Megatron: alltoall or flex)"
+                )
+            if p.pp > 1 and p.vp == 1 and p.schedule == "1f1b":
+                raise ValueError(
+                    "moe_a2a_overlap with pp > 1 needs interleaving, vp > 1 (Megatron: "
+                    "overlap_moe_expert_parallel_comm requires virtual pipeline parallelism when pp > 1)"
+                )
+            if p.recompute == "full":
+                raise ValueError("moe_a2a_overlap does not run with recompute: full (Megatron); use selective or none")
+    if p.schedule in ("dualpipe", "dualpipev"):
+        if p.pp < 2 or p.pp % 2:
+            raise ValueError(f"schedule {p.schedule} needs an even pp ≥ 2, got pp({p.pp}) (DualPipe pairs ranks)")
+        if p.vp != 1:
+            raise ValueError(f"schedule {p.schedule} runs its own two chunks per rank: set vp: 1")
+        if micro_batches < 2 * p.pp:
+            raise ValueError(
+                f"schedule {p.schedule} needs at least 2·pp = {2 * p.pp} micro-batches per replica, got "
+                f"{micro_batches} (DualPipe: num_chunks >= num_ranks * 2); raise global_batch or lower micro_batch"
+            )

@@ -22,6 +22,8 @@ def pipeline_split(layers: int, plan: Plan) -> tuple[int, ...]:
       first (the ends carry the embedding and the head), then the first, then the last; with vp > 1 in units of
       vp layers, so that a stage's chunks are equal (Megatron-Core splits a stage evenly over its chunks).
     """
+    if plan.pipeline_layout is not None:
+        return _layout(layers, plan.pp, plan.vp, plan.pipeline_layout, plan)
     return _split(
         layers,
         plan.pp,
@@ -32,6 +34,29 @@ def pipeline_split(layers: int, plan: Plan) -> tuple[int, ...]:
         plan.account_for_embedding_in_pipeline_split,
         plan.account_for_loss_in_pipeline_split,
     )
+
+
+def _layout(layers: int, p: int, v: int, layout: tuple[int, ...], plan: Plan) -> tuple[int, ...]:
+    """``pipeline_layout`` as given: pp·vp non-negative counts summing to the layers, no other split field."""
+    others = [f for f in ("stage_layers", "first_stage_layers", "last_stage_layers") if getattr(plan, f) is not None]
+    if others or plan.account_for_embedding_in_pipeline_split or plan.account_for_loss_in_pipeline_split:
+        raise ValueError("pipeline_layout gives every virtual stage's layers: drop the other pipeline-split fields")
+    if len(layout) != p * v:
+        raise ValueError(f"pipeline_layout has {len(layout)} entries; give pp({p}) * vp({v}) = {p * v}")
+    if any(x < 0 for x in layout) or sum(layout) != layers:
+        raise ValueError(f"pipeline_layout {list(layout)} must be ≥ 0 each and sum to layers({layers})")
+    return tuple(layout)
+
+
+def balanced_layout(layers: int, p: int, v: int) -> tuple[int, ...]:
+    """The most even split of ``layers`` over pp·vp virtual stages, one more layer each to the middle ones first
+    (the first and last carry the embedding and the loss), as a ``pipeline_layout``."""
+    n = p * v
+    out = [layers // n] * n
+    order = list(range(1, n - 1)) + [0, n - 1]
+    for k in order[: layers % n]:
+        out[k] += 1
+    return tuple(out)
 
 
 @lru_cache(maxsize=4096)

@@ -39,7 +39,29 @@ class Plan(_Spec):
     zero: Literal[0, 1, 2, 3] = 1
     recompute: Literal["none", "selective", "full"] = "selective"
     micro_batch: int = Field(default=1, gt=0, le=65_536)
-    schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    schedule: Literal["gpipe", "1f1b", "dualpipe", "dualpipev"] = Field(
+        default="1f1b",
+        description="pipeline schedule; dualpipe/dualpipev: DeepSeek-V3's bidirectional schedule (arXiv 2412.19437 "
+        "§3.2.1, Table 2: bubble (PP/2−1)(F&B+B−3W), 2× parameters, PP+1 activations; DualPipeV one copy), which "
+        "hides the EP all-to-all under the other direction's compute",
+    )
+    # expert parallelism, Megatron-Core parallel folding (Liu et al. 2025, "MoE Parallel Folding", arXiv 2504.14960):
+    # attention runs over tp×cp×dp×pp, the experts over etp×ep×edp×pp on the same GPUs
+    ep: int = Field(default=1, gt=0, le=4096, description="expert-parallel size: experts split over ep GPUs")
+    etp: int = Field(
+        default=1, gt=0, le=4096, description="expert tensor-parallel size (Megatron expert_tensor_parallel_size)"
+    )
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep", "hybridep"] = Field(
+        default="alltoall",
+        description="token dispatcher (Megatron-Core --moe-token-dispatcher-type alltoall|allgather|flex; flex runs "
+        "DeepEP (deepep) or HybridEP (hybridep), megatron/core/transformer/moe/token_dispatcher.py); the "
+        "Megatron-Bridge performance recipes use alltoall unless they say flex",
+    )
+    moe_a2a_overlap: bool = Field(
+        default=False,
+        description="Megatron-Core --overlap-moe-expert-parallel-comm: 1F1B A2A overlap, one micro-batch's dispatch/"
+        "combine under another's compute (needs pp > 1 with vp > 1, or pp == 1; docs moe README 'EP A2A overlap')",
+    )
     overlap: Overlap = Field(default_factory=Overlap)
     grad_comm_dtype: CommDtype = Field(
         default="bf16", description="dtype of the DP gradient reduction (default: the framework's reduce_dtype)"
@@ -95,6 +117,12 @@ class Plan(_Spec):
     )
     stage_layers: tuple[int, ...] | None = Field(
         default=None, description="layers on each pipeline stage, first to last (pp entries)"
+    )
+    pipeline_layout: tuple[int, ...] | None = Field(
+        default=None,
+        description="layers of each virtual stage k = chunk·pp + stage (pp·vp entries), any split: Megatron-Core "
+        "--pipeline-model-parallel-layout in counts (the Megatron-Bridge DeepSeek-V3 / Qwen3 recipes use it for "
+        "layer counts that do not divide)",
     )
 
     @model_validator(mode="after")

@@ -22,6 +22,8 @@ from commtax.workload.step import (
     activation_bytes_per_element,
     grad_bytes_per_param,
     optimizer_bytes_per_param,
+    stage_moe_layers,
+    stage_param_split,
     stage_params,
     weight_bytes_per_param,
 )
@@ -82,6 +84,23 @@ def layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
     return replicated + (sharded + scores) / t
 
 
+def moe_layer_activation_bytes(job: Job) -> float:
+    """Bytes one MoE layer keeps for backward, one micro-batch, one GPU: the dense layer's minus its MLP
+    activations (Korthikanti: a·sb·f_up + sb·f at the GEMM input width, over t), plus the dispatched tokens'
+    (``workload.moe.dispatched_activation_bytes``). Full recompute keeps the layer input only, as dense."""
+    from commtax.workload.moe import dispatched_activation_bytes
+
+    m, p, tr = job.model, job.plan, job.training
+    dense = layer_activation_bytes(job)
+    if p.recompute == "full":
+        return dense
+    b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
+    a = activation_bytes_per_element(tr.precision)
+    gemm_in = 1.0 if tr.precision == "fp8" else a
+    mlp = (a * s * b * (2 if m.gated_mlp else 1) * m.ffn + gemm_in * s * b * m.ffn) / t
+    return max(0.0, dense - mlp) + dispatched_activation_bytes(job, a)
+
+
 def per_op_selective_bytes(job: Job) -> float:
     """Bytes one layer keeps under torchtitan's per-op selective checkpointing, one micro-batch, one GPU.
 
@@ -112,6 +131,8 @@ def in_flight_micro_batches(job: Job, stage: int = 0) -> float:
         return 1.0
     if p.schedule == "gpipe":
         return float(m)
+    if p.schedule in ("dualpipe", "dualpipev"):  # DeepSeek-V3 Table 2: PP + 1 micro-batches' activations
+        return min(float(m), float(p.pp + 1))
     if p.vp > 1:
         return min(float(m), (2 * (p.pp - stage - 1) + (p.vp - 1) * p.pp + 1) / p.vp)
     return min(float(m), float(p.pp - stage))
@@ -139,6 +160,8 @@ def stage_activation_bytes(job: Job, stages: Iterable[int] | None = None) -> lis
     m, p, tr = job.model, job.plan, job.training
     per_layer = layer_activation_bytes(job)
     full_layer = layer_activation_bytes(job, recompute="none") if p.recompute == "full" else 0.0
+    moe_layers = stage_moe_layers(job)
+    per_moe_layer = moe_layer_activation_bytes(job) if moe_layers else 0.0
     tokens = p.micro_batch * tr.seq_len // p.cp
     embedding = activation_bytes_per_element(tr.precision) * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
     logits = 4.0 * tokens * m.vocab / p.tp
@@ -148,6 +171,8 @@ def stage_activation_bytes(job: Job, stages: Iterable[int] | None = None) -> lis
         layers = split[s]
         in_flight = in_flight_micro_batches(job, s)
         acts = layers * per_layer * in_flight
+        if moe_layers:  # MoE layers keep their dispatched tokens instead of the dense MLP's activations
+            acts += moe_layers[s] * (per_moe_layer - per_layer) * in_flight
         if layers:
             acts += full_layer  # full recompute: the layer being recomputed materialises its activations once
         if s == 0:
@@ -190,6 +215,21 @@ def stage_states(job: Job, stages: Iterable[int] | None = None) -> list[tuple[fl
         w_bytes, grad_bytes_per_param(job)
     )  # gradients are kept at the weights' width even if sent compressed
     o_bytes = optimizer_bytes_per_param(prec)
+    if job.model.is_moe:
+        # dense states shard over dp·cp, expert states over edp (Megatron-Core distributed optimizer, per buffer);
+        # DualPipe keeps two copies of the parameters (arXiv 2412.19437 Table 2), DualPipeV one
+        copies = 2.0 if p.schedule == "dualpipe" else 1.0
+        split = stage_param_split(job)
+        rows = []
+        for d, e in split if stages is None else [split[s] for s in stages]:
+            rows.append(
+                (
+                    copies * w_bytes * (d / (shard if p.zero >= 3 else 1) + e / (job.edp if p.zero >= 3 else 1)),
+                    copies * g_bytes * (d / (shard if p.zero >= 2 else 1) + e / (job.edp if p.zero >= 2 else 1)),
+                    o_bytes * (d / (shard if p.zero >= 1 else 1) + e / (job.edp if p.zero >= 1 else 1)),
+                )
+            )
+        return rows
     params = stage_params(job)
     return [
         (

@@ -42,6 +42,7 @@ class Compute:
     backward: bool = False  # attention: the backward kernel
     fp8: bool = False  # GEMM with fp8 inputs
     convert: str = ""  # memory op that converts dtypes (comm_dtypes.CONVERSIONS; CONVERT_BYTES per element)
+    groups: int = 1  # grouped GEMM (MoE experts): ``groups`` problems of m×n×k in one kernel, their tiles in one grid
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,10 @@ class Collective:
     name: str
     op: str  # all_reduce | all_gather | reduce_scatter | send_recv | ...
     bytes: float  # nccl-tests message size: the whole buffer
-    group: str  # tp | cp | dp | pp
+    group: str  # tp | cp | dp | pp | ep | etp | edp
+    # DeepEP/HybridEP (op deepep_dispatch / deepep_combine): inter-node bytes as a share of a pairwise all-to-all's,
+    # after node deduplication (``workload.moe.internode_dedup``)
+    dedup: float = 1.0
 
 
 Op = Compute | Collective
@@ -84,7 +88,7 @@ class Block:
 class Workload:
     """One training step of one GPU on each pipeline stage, per micro-batch, plus per-step ops."""
 
-    layer: Block  # one transformer layer, one micro-batch
+    layer: Block  # one transformer layer, one micro-batch (MoE models: a dense layer; ``moe_layer`` the others)
     embed: Block  # first stage only
     head: Block  # last stage only: final norm, logits, loss
     layers_per_stage: int
@@ -109,6 +113,11 @@ class Workload:
     # the gradient codec of a compressed ``grad_comm_dtype`` (quantize/dequantize passes, PowerSGD's GEMMs), whole
     # gradient of the fullest stage, per reduction (``grad_codec_ops``); on the DP reduction's critical path
     dp_codec: tuple[Compute, ...] = ()
+    # MoE: the layer with experts, and how many of each pipeline rank's layers are MoE layers (first to last)
+    moe_layer: Block | None = None
+    stage_moe_layers: tuple[int, ...] = ()
+    # expert gradients reduce over the expert-data-parallel group (edp), not dp: per step, ZeRO-1/2 style
+    edp_step: tuple[Collective, ...] = ()
 
 
 def activation_bytes_per_element(precision: str) -> float:
@@ -169,18 +178,29 @@ ELEMENTWISE = {
 }
 
 
-def _layer_gemms(job: Job, tokens: int) -> list[tuple[str, int, int, int]]:
-    """Forward GEMMs of one layer on one TP rank: (name, m, n, k)."""
+def _layer_gemms(job: Job, tokens: int, mlp: bool = True) -> list[tuple[str, int, int, int]]:
+    """Forward GEMMs of one layer on one TP rank: (name, m, n, k); the MLP's unless ``mlp`` is False (MoE layers
+    price theirs in ``workload.moe``)."""
     m, t = job.model, job.plan.tp
     h, d, f = m.hidden, m.head_dim, m.ffn
-    q_kv = (m.heads + 2 * m.kv_heads_) * d
     up = (2 if m.gated_mlp else 1) * f
-    return [
-        ("qkv", tokens, q_kv // t, h),
-        ("attn_proj", tokens, h, m.heads * d // t),
-        ("mlp_up", tokens, up // t, h),
-        ("mlp_down", tokens, h, f // t),
-    ]
+    if m.mla:
+        # MLA (DeepSeek-V2 §2.1.2): down-projections of q and kv (replicated over TP, Megatron-Core MLASelfAttention),
+        # up-projections to the heads, output projection from the value heads
+        a, dv = m.heads, m.value_head_dim
+        q = [("q_down", tokens, m.q_lora_rank, h), ("q_up", tokens, a * d // t, m.q_lora_rank)] if m.q_lora_rank else []
+        attn = q or [("q_proj", tokens, a * d // t, h)]
+        attn += [
+            ("kv_down", tokens, m.kv_lora_rank + m.qk_rope_head_dim, h),
+            ("kv_up", tokens, a * (m.qk_nope_head_dim + dv) // t, m.kv_lora_rank),
+            ("attn_proj", tokens, h, a * dv // t),
+        ]
+    else:
+        q_kv = (m.heads + 2 * m.kv_heads_) * d
+        attn = [("qkv", tokens, q_kv // t, h), ("attn_proj", tokens, h, m.heads * d // t)]
+    if not mlp:
+        return attn
+    return attn + [("mlp_up", tokens, up // t, h), ("mlp_down", tokens, h, f // t)]
 
 
 def attention_flop(job: Job, causal: bool) -> float:
@@ -253,7 +273,7 @@ def _cp_merge_ops(job: Job, backward: bool) -> list[Compute]:
     return [_mem("cp_merge_bwd" if backward else "cp_merge", p.cp * per_elem * elems, p.cp * kernels * tensors)]
 
 
-def _elementwise_ops(job: Job, act_bytes: float) -> dict[str, tuple[float, int]]:
+def _elementwise_ops(job: Job, act_bytes: float, mlp: bool = True) -> dict[str, tuple[float, int]]:
     """HBM bytes and kernels of one layer's non-GEMM forward ops (norms, activations, RoPE, dropout, residuals)."""
     m, p, tr = job.model, job.plan, job.training
     b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
@@ -272,6 +292,8 @@ def _elementwise_ops(job: Job, act_bytes: float) -> dict[str, tuple[float, int]]
         # SwiGLU reads 2 writes 1; GeLU reads 1 writes 1 (fused)
         "activation": (act_x * (3 if m.gated_mlp else 2) * bsf * act_bytes, act_k),
     }
+    if not mlp:  # MoE layer: the experts' activations are priced on the tokens they receive (workload.moe)
+        del out["activation"]
     if m.gated_mlp:  # rotary embedding of q and k (Llama family): read and write both once (fused)
         rope_x, rope_k = style["rope"]
         qk = b * s * (m.heads + m.kv_heads_) * m.head_dim / t
@@ -310,12 +332,12 @@ def _attention_ops(job: Job) -> tuple[Compute, Compute, float]:
     return fwd, bwd, flop
 
 
-def _layer_block(job: Job) -> Block:
+def _layer_block(job: Job, moe: bool = False) -> Block:
     p, tr = job.plan, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
     fp8 = tr.precision == "fp8"
     tokens = p.micro_batch * tr.seq_len // p.cp
-    gemms = _layer_gemms(job, tokens)
+    gemms = _layer_gemms(job, tokens, mlp=not moe)
     fwd_gemm = [_gemm(n, mm, nn, kk, act_bytes, fp8) for n, mm, nn, kk in gemms]
     # backward: dgrad (m×n)·(n×k) and wgrad (k×m)·(m×n), each as many FLOPs as forward
     bwd_gemm = []
@@ -323,7 +345,7 @@ def _layer_block(job: Job) -> Block:
         bwd_gemm.append(_gemm(f"{n}_dgrad", mm, kk, nn, act_bytes, fp8))
         bwd_gemm.append(_gemm(f"{n}_wgrad", kk, nn, mm, act_bytes, fp8))
     attn_fwd, attn_bwd, attn_f = _attention_ops(job)
-    ew = _elementwise_ops(job, act_bytes)
+    ew = _elementwise_ops(job, act_bytes, mlp=not moe)
     ew_fwd = [_mem(k, v, n) for k, (v, n) in ew.items()]
     # backward reads saved input and grad, writes grad
     ew_bwd = [_mem(f"{k}_bwd", 2 * v, n) for k, (v, n) in ew.items()]
@@ -338,6 +360,12 @@ def _layer_block(job: Job) -> Block:
     tokens_full = p.micro_batch * tr.seq_len // p.cp
     tp_fwd = _tp_comm(job, act_bytes, tokens_full)
     tp_bwd = _tp_comm(job, act_bytes, tokens_full)
+    moe_fwd: list[Op] = []
+    moe_bwd: list[Op] = []
+    if moe:
+        from commtax.workload.moe import moe_mlp_ops  # the MoE module builds on this one's op helpers
+
+        moe_fwd, moe_bwd = moe_mlp_ops(job, act_bytes, fp8)
     fwd = Phase(
         tuple(
             fwd_gemm
@@ -347,6 +375,7 @@ def _layer_block(job: Job) -> Block:
             + casts_fwd
             + tp_fwd
             + _cp_comm(job, act_bytes, False)
+            + moe_fwd
         )
     )
     bwd = Phase(
@@ -358,6 +387,7 @@ def _layer_block(job: Job) -> Block:
             + casts_bwd
             + tp_bwd
             + _cp_comm(job, act_bytes, True)
+            + moe_bwd
         )
     )
     if p.recompute == "full":
@@ -440,6 +470,12 @@ def model_flop_per_token(job: Job) -> float:
     """
     m, tr = job.model, job.training
     h, d, f = m.hidden, m.head_dim, m.ffn
+    if m.is_moe:
+        # active experts only (Megatron-Bridge's MoE model FLOPs): router, top_k routed and the shared experts
+        attn = 2 * m.attention_params() + 4 * tr.seq_len * m.heads * d
+        moe = attn + 2 * m.moe_layer_params(active=True)
+        dense = attn + 2 * m.mlp_params(f)
+        return 3 * (m.moe_layer_count * moe + m.moe_dense_layers * dense + 2 * h * m.vocab)
     gemm_params = h * (m.heads + 2 * m.kv_heads_) * d + m.heads * d * h + (3 if m.gated_mlp else 2) * h * f
     per_layer = 2 * gemm_params + 4 * tr.seq_len * m.heads * d
     return 3 * (m.layers * per_layer + 2 * h * m.vocab)
@@ -474,6 +510,39 @@ def weight_shapes(job: Job) -> list[tuple[int, ...]]:
     return layer * per_stage + emb + [(h,)]
 
 
+def stage_moe_layers(job: Job) -> tuple[int, ...]:
+    """MoE layers of each pipeline rank, first to last: the layers of its chunks (k = chunk·pp + rank, in model
+    order) that ``Model.is_moe_layer``."""
+    m, p = job.model, job.plan
+    if not m.is_moe:
+        return ()
+    out = [0] * p.pp
+    start = 0
+    for k, n in enumerate(job.chunk_layers):
+        out[k % p.pp] += sum(m.is_moe_layer(i) for i in range(start, start + n))
+        start += n
+    return tuple(out)
+
+
+def stage_param_split(job: Job) -> list[tuple[float, float]]:
+    """(dense, expert) parameters one GPU of each pipeline rank holds, before ZeRO: dense ones (attention, norms,
+    router, shared experts, dense layers, embedding/head) are replicated over dp, routed experts over edp."""
+    from commtax.workload.moe import expert_params_per_gpu, moe_dense_params_per_layer
+
+    m, p = job.model, job.plan
+    params = params_per_gpu(job)
+    attn_layer = (m.attention_params() + 2 * m.hidden) / p.tp  # norms counted sharded: a few h, as dense
+    dense_layer = m.layer_params() / p.tp
+    moe_layer = attn_layer + moe_dense_params_per_layer(job)
+    out = []
+    for s, (n, e) in enumerate(zip(job.stage_layers, stage_moe_layers(job))):
+        dense = (n - e) * dense_layer + e * moe_layer
+        dense += params["embed"] if s == 0 else 0.0
+        dense += params["head"] if s == p.pp - 1 else 0.0
+        out.append((dense, expert_params_per_gpu(job, e)))
+    return out
+
+
 def params_per_gpu(job: Job) -> dict[str, float]:
     """Parameters held by one GPU of the stage with the most layers, before ZeRO sharding."""
     m, p = job.model, job.plan
@@ -488,7 +557,9 @@ def params_per_gpu(job: Job) -> dict[str, float]:
 
 def stage_params(job: Job) -> list[float]:
     """Parameters held by one GPU of each pipeline stage (its layers; the embedding on the first, the head on the
-    last; pp == 1: both, one copy if tied), before ZeRO sharding."""
+    last; pp == 1: both, one copy if tied), before ZeRO sharding. MoE: dense and expert parameters together."""
+    if job.model.is_moe:
+        return [d + e for d, e in stage_param_split(job)]
     params = params_per_gpu(job)
     per_layer = params["layers"] / max(1, max(job.stage_layers))
     out = [n * per_layer for n in job.stage_layers]
@@ -685,16 +756,19 @@ def _block_fields(plan_type: type) -> tuple[str, ...]:
     return tuple(f for f in plan_type.model_fields if f not in BLOCK_IRRELEVANT)
 
 
-def _blocks(job: Job) -> tuple[Block, Block, Block]:
+def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     """(layer, embed, head) of the job, built once per (model, training, the plan fields they read, dropout)."""
     p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
     key = (id(job.model), id(job.training), id(a), job.dropout, *map(p.__getattribute__, _block_fields(type(p))))
+    if job.model.is_moe:  # the MoE layer's node deduplication reads the NVLink domain's size
+        key += (job.cluster.gpus_per_node,)
     hit = _BLOCKS.get(key)
     if hit is not None and hit[0] is job.model and hit[1] is job.training and hit[2] is a:
         return hit[3]
     if len(_BLOCKS) >= 4096:
         _BLOCKS.clear()
-    blocks = (_layer_block(job), _embed_block(job), _head_block(job))
+    moe = _layer_block(job, moe=True) if job.model.is_moe else None
+    blocks = (_layer_block(job), _embed_block(job), _head_block(job), moe)
     _BLOCKS[key] = (job.model, job.training, a, blocks)
     return blocks
 
@@ -703,18 +777,33 @@ def build_workload(job: Job) -> Workload:
     p, tr = job.plan, job.training
     params = params_per_gpu(job)
     fullest = max(stage_params(job))  # DP traffic and the optimizer of the stage with the most parameters
-    dp_step, dp_mb = _dp_ops(job, fullest)
+    edp_step: tuple[Collective, ...] = ()
+    shard = job.dp * p.cp if p.zero >= 1 else 1
+    adam = adam_bytes_per_param(tr.precision)
+    optimizer_bytes = adam * fullest / shard
+    if job.model.is_moe:
+        # dense gradients reduce over dp, expert gradients over edp (Megatron-Core expert_data_parallel group)
+        split = stage_param_split(job)
+        dense, experts = max(split, key=sum)
+        dp_step, dp_mb = _dp_ops(job, dense)
+        edp_step = _edp_ops(job, experts)
+        if not dp_step and not dp_mb:  # dense weights unreplicated (dp·cp = 1): only the experts' reduction runs
+            dp_step, edp_step = edp_step, ()
+        fullest = dense  # what the dense DP codec and buckets see
+        # the distributed optimizer shards dense states over dp, expert states over edp
+        optimizer_bytes = adam * (dense / shard + experts / (job.edp if p.zero >= 1 else 1))
+    else:
+        dp_step, dp_mb = _dp_ops(job, fullest)
     act_bytes = activation_bytes_per_element(tr.precision)
     # Megatron sends the sequence-sharded activation per TP rank (Narayanan 2021 §4.1 scatter/gather)
     send_bytes = p.micro_batch * tr.seq_len // p.cp * job.model.hidden * act_bytes / p.tp
-    shard = job.dp * p.cp if p.zero >= 1 else 1
-    optimizer = _mem("adam", adam_bytes_per_param(tr.precision) * fullest / shard)
+    optimizer = _mem("adam", optimizer_bytes)
     tokens_per_step = tr.global_batch * tr.seq_len
     layer_tensors, other_tensors = _zero3_tensors(job, params)
     # DeepSpeed's per-parameter hooks gather again for the recomputed forward (checkpointed layers re-enter the
     # module's pre-forward hook); FSDP keeps the unit gathered through its backward, recompute included
     sync = p.zero3_gather == "per_parameter_sync"
-    layer, embed, head = _blocks(job)
+    layer, embed, head, moe_layer = _blocks(job)
     return Workload(
         layer=layer,
         embed=embed,
@@ -735,4 +824,23 @@ def build_workload(job: Job) -> Workload:
         zero3_gather_passes=3 if sync and p.recompute == "full" else 2,
         grads_sharded=p.zero == 2,
         dp_codec=grad_codec_ops(job, fullest) if dp_step else (),
+        moe_layer=moe_layer,
+        stage_moe_layers=stage_moe_layers(job),
+        edp_step=edp_step,
+    )
+
+
+def _edp_ops(job: Job, params: float) -> tuple[Collective, ...]:
+    """Expert-gradient traffic over the expert-data-parallel group, once per step: all-reduce (ZeRO-0) or the
+    distributed optimizer's reduce-scatter and parameter all-gather (Megatron-Core shards expert optimizer
+    states over edp); ZeRO-3 is priced the same way for the experts."""
+    if job.edp == 1 or params == 0:
+        return ()
+    g_bytes = grad_bytes_per_param(job)
+    p_bytes = weight_bytes_per_param(job.training.precision)
+    if job.plan.zero == 0:
+        return (Collective("edp_grad_allreduce", "all_reduce", params * g_bytes, "edp"),)
+    return (
+        Collective("edp_grad_reduce_scatter", "reduce_scatter", params * g_bytes, "edp"),
+        Collective("edp_param_all_gather", "all_gather", params * p_bytes, "edp"),
     )

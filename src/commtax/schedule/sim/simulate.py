@@ -116,6 +116,8 @@ def _own_parts(sim: Sim, device: int, hidden: tuple[str, ...]) -> dict[str, floa
     """``device``'s own time: its work, the TP/CP its compute stream waits for, overlapped or not."""
     parts = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     tasks, streams = sim.tasks, sim.streams
+    if any(s.name == "ep" for s in streams):  # an MoE job: its all-to-all time apart, after exposed CP
+        parts = {**dict(list(parts.items())[:4]), "ep_exposed": 0.0, **dict(list(parts.items())[4:])}
     compute = next(s for s in streams if s.device == device and s.name == "compute")
     prev_end = 0.0
     for i in compute.tasks:
@@ -181,6 +183,9 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
     stage_end = [0.0] * p
     work = [0.0] * p
     link = [{"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0} for _ in range(p)]
+    if builder.wl.moe_layer is not None:
+        for d in link:
+            d["ep"] = 0.0
     waited: dict[str, float] = {}
     for t in tasks:
         d = streams[t.stream].device
@@ -199,6 +204,13 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
             if t.start_s > t.ready_s and t.cause is not None and tasks[t.cause].kind != t.kind:
                 # it waited for the NIC, and the one that let it go was the other kind of traffic
                 waited[t.kind] = waited.get(t.kind, 0.0) + t.start_s - t.ready_s
+    if builder.wl.moe_layer is not None:
+        # the all-to-all's wire time, hidden or not (the timeline draws only the part the passes wait for)
+        from commtax.schedule.analytical import ep_link
+
+        for d in range(p):
+            chunks = [builder.chunks[c * p + d] for c in range(builder.v)]
+            link[d]["ep"] = builder.m * sum(ep_link(ch.fwd) + ep_link(ch.bwd) + ep_link(ch.recompute) for ch in chunks)
     # the busiest stage sets the pace: the most time per step in its own passes (work and the TP/CP it waits for,
     # as the estimate's slowest stage; not the once-a-step optimizer); among equals, the one that finishes last
     pace = []
@@ -209,6 +221,10 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
     parts = _attribute(sim, busiest, step, hidden)
     est = estimate(job) if compare else None
     bd = _breakdown(job, builder.wl, step, parts, link[busiest], builder.devices[busiest].bytes, est)
+    if job.plan.schedule in ("dualpipe", "dualpipev"):
+        bd.notes.append(
+            f"{job.plan.schedule} simulated in 1F1B order: the bubble is 1F1B's, estimate prices DualPipe's"
+        )
     bd.notes.append(
         f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
         f"breakdown of the busiest stage, {busiest}"

@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 
 from commtax.costs.pricing import Costs, PhaseCost
 from commtax.costs.topology import group_placement
-from commtax.schedule.analytical import dp_exposed, dp_timeline, first_chunk, overlap_contention, stage_times
+from commtax.schedule.analytical import (
+    dp_exposed,
+    dp_timeline,
+    ep_exposed,
+    ep_link,
+    first_chunk,
+    overlap_contention,
+    stage_times,
+)
 from commtax.schedule.sim.events import Sim, SimError, Tail
 from commtax.schedule.sim.pipeline import (
     Pass,
@@ -44,11 +52,12 @@ from commtax.workload.step import (
 )
 
 STREAMS = ("compute", "tp", "cp", "pp_fwd", "pp_bwd", "dp", "dp_rs")
+MOE_STREAMS = ("ep",)  # MoE jobs: the dispatch/combine all-to-alls (and expert-TP) the passes wait for
 COMPUTE_KINDS = ("compute", "recompute", "optimizer")
 ONE_PIECE = [(1.0, (), 0.0, [])]
 # a pass as steps of (name, stream, duration, kind, tail) tasks, and the TP / CP bytes it sends
 Step = tuple[str, str, float, str, Tail]
-Template = tuple[tuple[tuple[Step, ...], ...], float, float]
+Template = tuple[tuple[tuple[Step, ...], ...], float, float, float]  # steps, TP, CP and EP bytes
 
 
 @dataclass(frozen=True)
@@ -146,7 +155,15 @@ class StepBuilder:
         units: list[tuple[str, Block, float]] = []
         if k == 0:
             units.append(("embed", wl.embed, 0.0))
-        units += [("layer", wl.layer, 0.0)] * n
+        if wl.moe_layer is None:
+            units += [("layer", wl.layer, 0.0)] * n
+        else:  # the chunk's layers in model order, each dense or MoE (``Model.is_moe_layer``)
+            start = sum(self.chunk_layers[:k])
+            m = self.job.model
+            units += [
+                ("moe", wl.moe_layer, 0.0) if m.is_moe_layer(i) else ("layer", wl.layer, 0.0)
+                for i in range(start, start + n)
+            ]
         if k == self.V - 1:
             units.append(("head", wl.head, 0.0))
         params = wl.params_per_gpu
@@ -155,6 +172,12 @@ class StepBuilder:
             "embed": params["embed"],
             "head": params["head"],
         }
+        if wl.moe_layer is not None:  # the dense parameters of each layer kind: what the dp buckets carry
+            from commtax.workload.moe import moe_dense_params_per_layer
+
+            m, tp = self.job.model, self.job.plan.tp
+            per["layer"] = m.layer_params() / tp
+            per["moe"] = (m.attention_params() + 2 * m.hidden) / tp + moe_dense_params_per_layer(self.job)
         units = [(name, b, per[name]) for name, b, _ in units]
         counts: dict[str, tuple[Block, int]] = {}
         for name, b, _ in units:
@@ -172,6 +195,11 @@ class StepBuilder:
         key = (op.op, c.bytes, codec)
         if key not in self._dp_cost:
             t = self.costs.collective(c)
+            edp = self.wl.edp_step
+            if edp and op in self.wl.dp_step:  # expert grads over edp ride with the dense buckets (estimate's times)
+                i = min(self.wl.dp_step.index(op), len(edp) - 1)
+                share = params / self.max_stage_params
+                t += self.costs.collective(Collective(edp[i].name, edp[i].op, edp[i].bytes * share, "edp"))
             if codec and self.wl.dp_step and op is self.wl.dp_step[0]:
                 t += self._codec_s(params)
             self._dp_cost[key] = (t, self.costs.sent_bytes(c))
@@ -189,12 +217,16 @@ class StepBuilder:
         dp_ops = self.wl.dp_step + self.wl.dp_microbatch
         dp_spans = bool(dp_ops) and group_placement(job, "dp", dp_ops[0].op).spans_nodes
         for s in range(self.p):
-            streams = {name: sim.stream(s, name) for name in STREAMS}
+            names = STREAMS + (MOE_STREAMS if self.wl.moe_layer is not None else ())
+            streams = {name: sim.stream(s, name) for name in names}
             nic = sim.channel(f"nic{s}") if contention and pp_spans and dp_spans else None
             # ZeRO-3 gathers and reduce-scatters run on two streams (as FSDP's) but share one DP link
             dp_link = nic if nic is not None else (sim.channel(f"dp link {s}") if self.wl.dp_microbatch else None)
             self.devices.append(Device(s, streams, nic, dp_link, params=self.stage_params[s]))
-        order = by_stage(schedule(job.plan.schedule, self.p, self.m, self.v), self.p)
+        # DualPipe's bidirectional pairing is not built as a task graph: its passes run in 1F1B order (the bubble
+        # differs from estimate's DualPipe term; simulate names the effect)
+        name = "1f1b" if job.plan.schedule in ("dualpipe", "dualpipev") else job.plan.schedule
+        order = by_stage(schedule(name, self.p, self.m, self.v), self.p)
         for s, passes in enumerate(order):
             for x in passes:
                 if x.phase == "B":
@@ -297,8 +329,9 @@ class StepBuilder:
         dev.bytes["dp"] += nbytes
         return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority, dev.dp_link, meta + (nbytes,))
 
-    def _template(self, pc: PhaseCost, kind: str) -> Template:
-        """The tasks of one pass (or a piece of one) as steps; each step's tasks wait for the previous step's."""
+    def _template(self, pc: PhaseCost, kind: str, ep_exposed: float = 0.0) -> Template:
+        """The tasks of one pass (or a piece of one) as steps; each step's tasks wait for the previous step's.
+        ``ep_exposed``: the MoE all-to-all time this pass waits for (``analytical.ep_exposed``), on the ep stream."""
         ov = self.ov
         tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
         steps: list[tuple[Step, ...]] = []
@@ -327,16 +360,21 @@ class StepBuilder:
                     steps.append(((f"{g} contention", "compute", c, kind, ((g, g, c),)),))
         # not overlapped: the compute stream waits for it — one task whose tail is drawn on the TP/CP stream
         tail = tuple((g, g, t) for g, t, hidden in (("tp", tp, ov.tp), ("cp", cp, ov.cp)) if t and not hidden)
+        if ep_exposed > 0:
+            tail += (("ep", "ep", ep_exposed),)
         if rest > 0 or tail:
             busy = max(0.0, rest) + sum(t for _, _, t in tail)
             steps.append(((kind, "compute", busy, kind, tail),))
-        return tuple(steps), pc.comm_bytes.get("tp", 0.0), pc.comm_bytes.get("cp", 0.0)
+        ep_bytes = pc.comm_bytes.get("ep", 0.0) + pc.comm_bytes.get("etp", 0.0)
+        return tuple(steps), pc.comm_bytes.get("tp", 0.0), pc.comm_bytes.get("cp", 0.0), ep_bytes
 
     def _emit(self, dev: Device, tmpl: Template, deps: tuple[int, ...], meta: tuple) -> tuple[int, ...]:
         """Add a template's tasks after ``deps``; returns the tasks that end it."""
-        steps, tp_bytes, cp_bytes = tmpl
+        steps, tp_bytes, cp_bytes, ep_bytes = tmpl
         dev.bytes["tp"] += tp_bytes
         dev.bytes["cp"] += cp_bytes
+        if ep_bytes:
+            dev.bytes["ep"] = dev.bytes.get("ep", 0.0) + ep_bytes
         task, st = self.sim.task, dev.streams
         for step in steps:
             if len(step) == 1:
@@ -354,8 +392,14 @@ class StepBuilder:
             if tmpl is not None:
                 return tmpl
         pc = getattr(self.chunks[k], which)
+        ep = 0.0
+        if self.wl.moe_layer is not None:  # the pass's share of the chunk's exposed all-to-all, as estimate prices it
+            ch = self.chunks[k]
+            e_f, e_b = ep_exposed(self.job, ch.fwd, ch.bwd, ch.recompute, getattr(self.costs, "cm", None))
+            a_r = ep_link(ch.recompute)
+            ep = {"fwd": e_f, "bwd": e_b - a_r, "recompute": a_r}[which] * frac
         tmpl = self._template(
-            pc if frac == 1.0 else pc.scaled(frac), "recompute" if which == "recompute" else "compute"
+            pc if frac == 1.0 else pc.scaled(frac), "recompute" if which == "recompute" else "compute", ep
         )
         if frac == 1.0:
             self._templates[(k, which)] = tmpl

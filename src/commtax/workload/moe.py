@@ -1,0 +1,199 @@
+"""The MoE layer's MLP as operations: router, permute, dispatch all-to-all, grouped expert GEMMs, shared experts,
+combine all-to-all, unpermute, and the expert-parallel layout they run on.
+
+Notation: T tokens entering the router on one GPU per micro-batch (b·s/cp, and /tp under sequence parallelism,
+which Megatron-Core requires with MoE and TP), E experts, k = top_k, ep / etp expert-parallel and expert tensor-
+parallel sizes, E_loc = E/ep experts per GPU, f_e = moe_ffn_hidden, λ = max/mean tokens per EP rank.
+
+Balanced routing sends each GPU T·k tokens (etp ranks all-gather theirs: T·k·etp), E_loc experts of
+T·k·etp/E_loc rows each; λ stretches the busiest GPU's rows and what it receives, and that GPU paces the step.
+Dispatch moves T·k hidden vectors per GPU at the dispatch dtype, combine the same at bf16 (DeepSeek-V3 report §3.3:
+fp8 dispatch, bf16 combine; Megatron-Core's alltoall dispatcher moves bf16 both ways).
+"""
+
+from __future__ import annotations
+
+import math
+
+from commtax.spec import Job
+from commtax.workload.step import Collective, Compute, Op, _fp8_casts, _gemm, _mem
+
+# DeepEP FP8 dispatch: 1 B per element plus one fp32 scale per 128 elements (deep_ep tests: (1 + 4/128) B)
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
+DEDUP_DISPATCHERS = ("deepep", "hybridep")
+
+
+def router_tokens(job: Job) -> int:
+    """T: tokens one GPU routes per micro-batch (sequence-sharded over tp: Megatron-Core MoE needs SP with TP)."""
+    p, tr = job.plan, job.training
+    return max(1, p.micro_batch * tr.seq_len // p.cp // p.tp)
+
+
+def routing_stretch(job: Job) -> float:
+    """λ_eff: the busiest EP rank's load / the mean. A capacity factor caps it (tokens beyond it are dropped)."""
+    m = job.model
+    lam = m.routing_imbalance
+    return min(lam, max(1.0, m.capacity_factor)) if m.capacity_factor is not None else lam
+
+
+def local_experts(job: Job) -> int:
+    return job.model.num_experts // job.plan.ep
+
+
+def expert_rows(job: Job) -> int:
+    """Rows of one local expert's GEMM on the busiest GPU: T·k·etp·λ / E_loc."""
+    m, p = job.model, job.plan
+    return max(1, math.ceil(router_tokens(job) * m.top_k * p.etp * routing_stretch(job) / local_experts(job)))
+
+
+def ep_per_node(job: Job) -> int:
+    """EP-group members on one node: expert ranks run etp fastest, then ep (Megatron-Core expert rank order
+    tp-ep-dp-pp), so an EP group is etp apart."""
+    g, ep, stride = job.cluster.gpus_per_node, job.plan.ep, job.plan.etp
+    return 1 if stride >= g else max(1, min(ep, g // stride))
+
+
+def ep_nodes(job: Job) -> int:
+    """Nodes (NVLink domains) one EP group spans."""
+    return max(1, job.plan.ep // ep_per_node(job))
+
+
+def distinct_nodes(nodes: int, k: int, max_nodes: int | None = None) -> float:
+    """Expected distinct nodes a token's k experts sit on, experts uniform over ``nodes``: N·(1 − (1 − 1/N)^k),
+    at most M under node-limited routing (DeepSeek-V3 §2.1.2: each token to at most M = 4 nodes)."""
+    d = nodes * (1.0 - (1.0 - 1.0 / nodes) ** k)
+    return min(d, float(max_nodes)) if max_nodes else d
+
+
+def internode_dedup(job: Job) -> float:
+    """DeepEP/HybridEP send a token once per remote node and fan it out over NVLink there (DeepEP
+    README, 'asymmetric-domain bandwidth forwarding'): their inter-node bytes over a pairwise all-to-all's,
+    distinct remote nodes · (N−1)/N / (k · (N−1)/N) = distinct / k. Other dispatchers: 1."""
+    n = ep_nodes(job)
+    if job.plan.moe_dispatcher not in DEDUP_DISPATCHERS or n == 1:
+        return 1.0
+    return min(1.0, distinct_nodes(n, job.model.top_k, job.model.route_max_nodes) / job.model.top_k)
+
+
+def dispatch_bytes_per_element(job: Job, act_bytes: float) -> float:
+    """DeepEP/HybridEP dispatch fp8 tokens in fp8 runs (DeepSeek-V3 §3.3); NCCL dispatchers the bf16 activations."""
+    if job.plan.moe_dispatcher in DEDUP_DISPATCHERS and job.training.precision == "fp8":
+        return FP8_DISPATCH_BYTES
+    return act_bytes
+
+
+def token_exchange(job: Job, act_bytes: float, backward: bool) -> list[Collective]:
+    """Dispatch and combine of one MoE layer-pass (backward: the gradients travel the other way, both bf16)."""
+    m, p = job.model, job.plan
+    if p.ep * p.etp == 1:
+        return []
+    t, h, lam = router_tokens(job), m.hidden, routing_stretch(job)
+    routed = t * m.top_k * h * lam  # elements the busiest GPU receives (and the mean GPU sends)
+    d_bytes = act_bytes if backward else dispatch_bytes_per_element(job, act_bytes)
+    tag = "_bwd" if backward else ""
+    ops: list[Collective] = []
+    if p.ep > 1:
+        if p.moe_dispatcher == "allgather":  # every token to every EP rank, reduce-scattered back
+            buf = t * h * p.ep * act_bytes
+            ops += [Collective(f"ep_allgather{tag}", "all_gather", buf, "ep")]
+            ops += [Collective(f"ep_reduce_scatter{tag}", "reduce_scatter", buf, "ep")]
+        elif p.moe_dispatcher in DEDUP_DISPATCHERS:
+            dd = internode_dedup(job)
+            ops += [Collective(f"ep_dispatch{tag}", "deepep_dispatch", routed * d_bytes, "ep", dedup=dd)]
+            ops += [Collective(f"ep_combine{tag}", "deepep_combine", routed * act_bytes, "ep", dedup=dd)]
+        else:
+            ops += [Collective(f"ep_dispatch{tag}", "all_to_all", routed * d_bytes, "ep")]
+            ops += [Collective(f"ep_combine{tag}", "all_to_all", routed * act_bytes, "ep")]
+    if p.etp > 1:  # expert TP: the dispatched tokens are gathered over etp, the outputs reduce-scattered
+        buf = routed * p.etp * act_bytes
+        ops += [Collective(f"etp_gather{tag}", "all_gather", buf, "etp")]
+        ops += [Collective(f"etp_reduce_scatter{tag}", "reduce_scatter", buf, "etp")]
+    return ops
+
+
+def expert_gemms(job: Job) -> list[tuple[str, int, int, int, int]]:
+    """Forward GEMMs of the MoE MLP on one GPU: (name, m, n, k, groups); router, routed experts (grouped),
+    shared experts (a TP-sharded dense MLP over the local sequence)."""
+    m, p, tr = job.model, job.plan, job.training
+    h, fe, e_loc = m.hidden, m.moe_ffn_hidden, local_experts(job)
+    up = 2 if m.gated_mlp else 1
+    rows = expert_rows(job)
+    out = [
+        ("router", router_tokens(job), m.num_experts, h, 1),
+        ("expert_up", rows, up * fe // p.etp, h, e_loc),
+        ("expert_down", rows, h, fe // p.etp, e_loc),
+    ]
+    if m.shared_experts:
+        tokens = p.micro_batch * tr.seq_len // p.cp
+        fs = m.shared_experts * m.shared_ffn
+        out += [("shared_up", tokens, up * fs // p.tp, h, 1), ("shared_down", tokens, h, fs // p.tp, 1)]
+    return out
+
+
+def _grouped(name: str, mm: int, nn: int, kk: int, groups: int, act_bytes: float, fp8: bool) -> Compute:
+    g = _gemm(name, mm, nn, kk, act_bytes, fp8)
+    if groups == 1:
+        return g
+    return Compute(name, g.flop * groups, g.bytes * groups, "gemm", mm, nn, kk, fp8=fp8, groups=groups)
+
+
+def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[Op]]:
+    """(forward, backward) ops of one MoE layer's MLP on one GPU (the attention half is the dense layer's)."""
+    m, p, tr = job.model, job.plan, job.training
+    gemms = expert_gemms(job)
+    fwd: list[Op] = [_grouped(n, a, b, c, g, act_bytes, fp8 and n != "router") for n, a, b, c, g in gemms]
+    bwd: list[Op] = []
+    for n, a, b, c, g in gemms:
+        f8 = fp8 and n != "router"
+        bwd += [_grouped(f"{n}_dgrad", a, c, b, g, act_bytes, f8), _grouped(f"{n}_wgrad", c, b, a, g, act_bytes, f8)]
+    t, h, k, lam = router_tokens(job), m.hidden, m.top_k, routing_stretch(job)
+    rows_all = expert_rows(job) * local_experts(job)
+    fe = m.moe_ffn_hidden // p.etp
+    # router: fp32 softmax/sigmoid and top-k over T·E scores, read and written (Megatron moe_router_dtype fp32)
+    route = _mem("router_topk", 3 * 4.0 * t * m.num_experts)
+    # permute: read T·h, write the T·k copies in expert order; unpermute: read them, write the weighted sum
+    permute = _mem("permute", act_bytes * (t * h + t * k * lam * h))
+    unpermute = _mem("unpermute", act_bytes * (t * k * lam * h + t * h))
+    act_x = 3 if m.gated_mlp else 2  # SwiGLU reads 2 writes 1, GeLU reads 1 writes 1
+    act = _mem("expert_activation", act_x * rows_all * fe * act_bytes)
+    mem_ops = [route, permute, act, unpermute]
+    if m.shared_experts:
+        tokens = p.micro_batch * tr.seq_len // p.cp
+        mem_ops.append(_mem("shared_activation", act_x * tokens * m.shared_experts * m.shared_ffn / p.tp * act_bytes))
+    fwd += mem_ops + token_exchange(job, act_bytes, backward=False)
+    bwd += [_mem(f"{o.name}_bwd", 2 * o.bytes) for o in mem_ops] + token_exchange(job, act_bytes, backward=True)
+    if fp8:
+        fwd += [_fp8_casts(job, f"{n}_cast", a * c * g) for n, a, b, c, g in gemms if n != "router"]
+        bwd += [_fp8_casts(job, f"{n}_grad_cast", a * b * g) for n, a, b, c, g in gemms if n != "router"]
+    return fwd, bwd
+
+
+def expert_params_per_gpu(job: Job, moe_layers: int) -> float:
+    """Routed-expert weights one GPU holds for ``moe_layers`` MoE layers: E/ep experts, each 1/etp."""
+    m = job.model
+    return moe_layers * local_experts(job) * m.expert_params() / job.plan.etp
+
+
+def moe_dense_params_per_layer(job: Job) -> float:
+    """The MoE MLP's non-expert weights on one GPU: router (replicated) and shared experts (TP-sharded)."""
+    m = job.model
+    return m.hidden * m.num_experts + m.shared_experts * m.mlp_params(m.shared_ffn) / job.plan.tp
+
+
+def dispatched_activation_bytes(job: Job, act_bytes: float) -> float:
+    """What one MoE layer keeps for backward beyond the attention half, one micro-batch, one GPU: the permuted
+    tokens (expert GEMM input), the up-projection output (activation input) and activation output (down
+    input), router probabilities; shared experts as a dense MLP."""
+    m, p, tr = job.model, job.plan, job.training
+    rows = expert_rows(job) * local_experts(job)
+    fe = m.moe_ffn_hidden // p.etp
+    up = 2 if m.gated_mlp else 1
+    gemm_in = 1.0 if tr.precision == "fp8" else act_bytes
+    routed = rows * (gemm_in * m.hidden + act_bytes * up * fe + gemm_in * fe)
+    probs = 4.0 * router_tokens(job) * m.num_experts
+    shared = 0.0
+    if m.shared_experts:
+        tokens = p.micro_batch * tr.seq_len // p.cp
+        fs = m.shared_experts * m.shared_ffn
+        shared = tokens * (gemm_in * m.hidden / p.tp + (act_bytes * up * fs + gemm_in * fs) / p.tp)
+    return routed + probs + shared

@@ -1,0 +1,263 @@
+"""MoE workload, prices and schedule: hand-worked bytes, rows, node deduplication, DeepEP rates, edp, memory."""
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commtax.costs.collectives import Level, Placement, deepep_table, deepep_time
+from commtax.costs.compute import quantisation_efficiency
+from commtax.schedule.analytical import estimate
+from commtax.spec import load_job
+from commtax.workload.memory import stage_states
+from commtax.workload.moe import (
+    FP8_DISPATCH_BYTES,
+    distinct_nodes,
+    ep_nodes,
+    expert_rows,
+    internode_dedup,
+    router_tokens,
+    token_exchange,
+)
+from commtax.workload.step import build_workload, grad_bytes_per_param, stage_param_split
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "moe" / "deepseek-v3-h800.yaml"
+H100 = {"gpu": "h100-sxm5-80gb", "intra_node": "nvlink4", "inter_node": "ib-ndr"}
+
+
+def mixtral(num_gpus=64, model=None, training=None, **plan):
+    return load_job(
+        {
+            "model": model or "mixtral-8x7b",
+            "cluster": {**H100, "num_gpus": num_gpus},
+            "plan": {"ep": 8, **plan},
+            "training": {"seq_len": 4096, "global_batch": 512, **(training or {})},
+        }
+    )
+
+
+def test_distinct_nodes_uniform_and_node_limited():
+    # expected distinct nodes of k = 8 experts uniform over N = 8 nodes: N(1 - (1 - 1/N)^k); DeepSeek-V3 caps it at 4
+    assert distinct_nodes(8, 8) == pytest.approx(8 * (1 - (7 / 8) ** 8))
+    assert distinct_nodes(8, 8, 4) == 4.0
+    assert distinct_nodes(1, 8) == pytest.approx(1.0)
+
+
+def test_deepseek_v3_example_dispatch_bytes_and_dedup():
+    job = load_job(EXAMPLE)
+    t, k, h = 4096, 8, 7168  # one micro-batch of 4096 tokens, no TP/CP
+    assert router_tokens(job) == t
+    assert ep_nodes(job) == 8  # EP64 over nodes of 8
+    assert internode_dedup(job) == pytest.approx(4 / 8)  # 4 distinct nodes (node-limited) of the 8 copies
+    fwd = {c.name: c for c in token_exchange(job, 2.0, backward=False)}
+    bwd = {c.name: c for c in token_exchange(job, 2.0, backward=True)}
+    assert fwd["ep_dispatch"].bytes == pytest.approx(t * k * h * (1 + 4 / 128))  # fp8 + a scale per 128
+    assert fwd["ep_combine"].bytes == pytest.approx(t * k * h * 2)  # bf16
+    assert bwd["ep_dispatch_bwd"].bytes == bwd["ep_combine_bwd"].bytes == pytest.approx(t * k * h * 2)
+    assert fwd["ep_dispatch"].op == "deepep_dispatch" and FP8_DISPATCH_BYTES == 1 + 4 / 128
+
+
+def test_nccl_dispatcher_moves_bf16_without_dedup():
+    job = mixtral()
+    ops = token_exchange(job, 2.0, backward=False)
+    assert [c.op for c in ops] == ["all_to_all", "all_to_all"]
+    assert ops[0].bytes == 4096 * 2 * 4096 * 2 and ops[0].dedup == 1.0
+
+
+def test_expert_rows_stretch_with_imbalance():
+    # Mixtral on EP8: one expert per GPU, T·k = 4096·2 rows; λ = 2 doubles the busiest GPU's rows
+    assert expert_rows(mixtral()) == 8192
+    skewed = mixtral(model={**_mixtral_entry(), "routing_imbalance": 2.0})
+    assert expert_rows(skewed) == 16384
+    # a capacity factor caps the stretch (tokens beyond it are dropped)
+    capped = mixtral(model={**_mixtral_entry(), "routing_imbalance": 2.0, "capacity_factor": 1.25})
+    assert expert_rows(capped) == math.ceil(8192 * 1.25)
+
+
+def _mixtral_entry():
+    from commtax.spec import load_catalog
+
+    return {"name": "mixtral-8x7b", **load_catalog()["model"]["mixtral-8x7b"]}
+
+
+def test_grouped_gemm_waves_span_all_groups():
+    # 4 experts of 100×128 rows·cols on 132 SMs, 128-tiles: each tile 100/128 useful, 4 tiles in one wave of 132
+    assert quantisation_efficiency(100, 128, 132, 128, groups=4) == pytest.approx(100 / 128 * 4 / 132)
+
+
+def test_deepep_intranode_rate_from_its_table():
+    lvl = Level("intra", 160e9, 1e-6)
+    p = Placement(n=8, per_node=8, intra=lvl, inter=None)
+    table = deepep_table()
+    eff = table["intranode"]["dispatch"]["GBps"] / table["reference"]["nvlink_GBps"]  # 153 / 160
+    s = 1e9
+    assert deepep_time("deepep_dispatch", s, p) == pytest.approx(1e-6 + 7 / 8 * s / (eff * 160e9))
+
+
+def test_deepep_internode_halves_with_dedup():
+    intra, inter = Level("intra", 160e9, 1e-6), Level("inter", 50e9, 5e-6)
+    p = Placement(n=64, per_node=8, intra=intra, inter=inter)
+    full, half = deepep_time("deepep_combine", 1e9, p, 1.0), deepep_time("deepep_combine", 1e9, p, 0.5)
+    rdma = deepep_table()["internode"]["combine"][64] / deepep_table()["reference"]["rdma_GBps"]
+    assert full - 8 * 5e-6 == pytest.approx(56 / 64 * 1e9 / (rdma * 50e9))  # RDMA-bound
+    assert half - 8 * 5e-6 == pytest.approx((full - 8 * 5e-6) / 2)
+
+
+def test_expert_grads_reduce_over_edp():
+    job = mixtral(pp=2)  # 64 GPUs: dp 32, edp 64 / (1·8·2) = 4
+    wl = build_workload(job)
+    (dense, experts) = max(stage_param_split(job), key=sum)
+    assert job.edp == 4
+    rs = {c.name: c for c in wl.edp_step}
+    assert rs["edp_grad_reduce_scatter"].group == "edp"
+    g = grad_bytes_per_param(job)  # the plan's grad_comm_dtype (custom framework: bf16, 2 B)
+    assert rs["edp_grad_reduce_scatter"].bytes == pytest.approx(experts * g)
+    assert wl.dp_step[0].bytes == pytest.approx(dense * g) and wl.dp_step[0].group == "dp"
+
+
+def test_expert_optimizer_states_shard_over_edp():
+    job = mixtral(pp=2)
+    (w, g, o), *_ = stage_states(job, [0])
+    dense, experts = stage_param_split(job)[0]
+    assert o == pytest.approx(12.0 * (dense / job.dp + experts / job.edp))  # ZeRO-1: Adam states, both shards
+
+
+def test_moe_estimate_reports_ep_and_dense_does_not():
+    b = estimate(mixtral())
+    assert "ep_exposed" in b.breakdown_s and b.comm_time_s["ep"] > 0
+    assert b.step_time_s == pytest.approx(sum(b.breakdown_s.values()))
+    dense = estimate(
+        load_job(
+            {
+                "model": "llama2-7b",
+                "cluster": {**H100, "num_gpus": 8},
+                "plan": {},
+                "training": {"seq_len": 4096, "global_batch": 64},
+            }
+        )
+    )
+    assert "ep_exposed" not in dense.breakdown_s and "ep" not in dense.comm_time_s
+
+
+def test_overlap_hides_the_all_to_all():
+    plain = estimate(mixtral(pp=2, vp=2))
+    overlapped = estimate(mixtral(pp=2, vp=2, moe_a2a_overlap=True))
+    assert overlapped.breakdown_s["ep_exposed"] < plain.breakdown_s["ep_exposed"]
+    assert overlapped.comm_time_s["ep"] == pytest.approx(plain.comm_time_s["ep"])  # same wire time
+
+
+def test_imbalance_slows_the_step():
+    assert (
+        estimate(mixtral(model={**_mixtral_entry(), "routing_imbalance": 2.0})).step_time_s
+        > estimate(mixtral()).step_time_s
+    )
+
+
+def test_ep_inside_the_node_is_cheaper_than_across():
+    # EP8 within an 8-GPU node vs EP16 over two nodes: the all-to-all's link time per byte is lower inside
+    inside = estimate(mixtral(num_gpus=16, ep=8))
+    across = estimate(mixtral(num_gpus=16, ep=16, model={**_mixtral_entry(), "num_experts": 16}))
+    assert (
+        inside.comm_time_s["ep"] / inside.comm_bytes_per_gpu["ep"]
+        < across.comm_time_s["ep"] / across.comm_bytes_per_gpu["ep"]
+    )
+
+
+def test_deepseek_example_fits_and_reports_its_tax():
+    b = estimate(load_job(EXAMPLE))
+    assert b.fits
+    assert 0 < b.breakdown_s["ep_exposed"] < b.step_time_s
+
+
+@pytest.mark.parametrize("plan", [{"pp": 2, "vp": 2}, {"pp": 2, "vp": 2, "moe_a2a_overlap": True}, {"pp": 1}])
+def test_estimate_and_simulate_agree_on_moe(plan):
+    from commtax.schedule.sim import simulate
+
+    job = mixtral(training={"global_batch": 256}, **plan)
+    e, s = estimate(job), simulate(job).breakdown
+    assert s.step_time_s == pytest.approx(e.step_time_s, rel=0.02)
+    assert s.breakdown_s["ep_exposed"] == pytest.approx(e.breakdown_s["ep_exposed"], rel=1e-6)
+    assert s.comm_time_s["ep"] == pytest.approx(e.comm_time_s["ep"], rel=1e-6)  # the wire time, hidden or not
+
+
+def test_docs_worked_example():
+    # docs/moe.md's table, recomputed: the report's plan, EP inside the node, NCCL instead of DeepEP, 1F1B
+    from commtax.spec import job_with
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "moe.md").read_text()
+    j = load_job(EXAMPLE)
+    rows = [
+        ("EP64 over 8 nodes, DeepEP (the report's)", j),
+        ("EP8 inside the node, DeepEP", job_with(j, ep=8)),
+        ("EP64 over 8 nodes, NCCL all-to-all", job_with(j, moe_dispatcher="alltoall")),
+        ("EP64, DeepEP, 1F1B instead of DualPipe", job_with(j, schedule="1f1b")),
+    ]
+    for name, job in rows:
+        b = estimate(job)
+        line = (
+            f"| {name} | {b.step_time_s:.2f} | {b.tokens_per_s_per_gpu:,.0f} | {b.comm_time_s['ep']:.2f} | "
+            f"{b.breakdown_s['ep_exposed']:.2f} | {b.comm_tax:.1%} | {b.memory_gib_per_gpu['total']:.1f} | {b.fits} |"
+        )
+        assert line in doc, line
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    nodes=st.integers(1, 64),
+    k=st.integers(1, 16),
+    limit=st.one_of(st.none(), st.integers(1, 8)),
+)
+def test_distinct_nodes_bounds(nodes, k, limit):
+    # at least one node, at most min(N, k, M): a token's k copies land on no more nodes than there are, or copies
+    d = distinct_nodes(nodes, k, limit)
+    assert 1.0 - 1e-9 <= d <= min(nodes, k, limit or nodes) + 1e-9
+
+
+@settings(max_examples=10, deadline=None)
+@given(lam=st.floats(1.0, 4.0), ep=st.sampled_from([1, 2, 4, 8]), overlap=st.booleans())
+def test_moe_step_is_the_sum_of_its_parts(lam, ep, overlap):
+    job = mixtral(
+        num_gpus=16,
+        model={**_mixtral_entry(), "routing_imbalance": lam},
+        ep=ep,
+        pp=2,
+        vp=2,
+        moe_a2a_overlap=overlap and ep > 1,
+        training={"global_batch": 64},
+    )
+    b = estimate(job)
+    assert b.step_time_s == pytest.approx(sum(b.breakdown_s.values()))
+    exposed, link = b.breakdown_s["ep_exposed"], b.comm_time_s["ep"]
+    if job.plan.moe_a2a_overlap:  # hidden under the paired pass: never more than the wire time
+        assert 0.0 <= exposed <= link + 1e-12
+    else:  # on the critical path: all of it
+        assert exposed == pytest.approx(link)
+
+
+def test_moe_blocks_follow_the_nvlink_domain():
+    # the same model, training and plan on 8-GPU nodes and in one 16-GPU NVLink domain: DeepEP deduplicates only
+    # across nodes (the blocks are shared between jobs, so their key must see the domain's size)
+    def job(gpus_per_node):
+        return load_job(
+            {
+                "model": {**_mixtral_entry(), "num_experts": 16},
+                "cluster": {**H100, "num_gpus": 16, "gpus_per_node": gpus_per_node, "nics_per_node": gpus_per_node},
+                "plan": {"ep": 16, "moe_dispatcher": "deepep"},
+                "training": {"seq_len": 4096, "global_batch": 64},
+            }
+        )
+
+    def dedup(j):
+        return [c.dedup for c in build_workload(j).moe_layer.fwd.collectives if c.group == "ep"]
+
+    from commtax.spec import Job, build
+
+    nodes = job(8)
+    # the same model and training objects on the wider domain
+    cluster = nodes.cluster.model_copy(update={"gpus_per_node": 16, "nics_per_node": 16})
+    domain = build(Job, {"model": nodes.model, "cluster": cluster, "plan": nodes.plan, "training": nodes.training}, "")
+    assert dedup(nodes) == [pytest.approx(distinct_nodes(2, 2) / 2)] * 2  # 2 nodes, top-2
+    assert dedup(domain) == [1.0, 1.0]
+    assert dedup(job(16)) == [1.0, 1.0]
