@@ -14,18 +14,36 @@ register_commands()
 VALIDATION = Path(__file__).resolve().parents[1] / "validation"
 
 
-def test_the_published_dense_files_have_no_unknown_column():
-    for name, kind in (("public_runs", "runs"), ("public_runs_more", "runs"), ("public_collectives", "collectives")):
+def test_the_published_files_have_no_unknown_column():
+    for name, kind in (
+        ("public_runs", "runs"),
+        ("public_runs_more", "runs"),
+        ("public_moe_runs", "runs"),
+        ("public_collectives", "collectives"),
+    ):
         header = next(csv.reader((VALIDATION / f"{name}.csv").open()))
         assert unknown_columns(header, kind) == [], name
 
 
-def test_an_moe_row_is_refused_with_its_reason_not_scored_as_dense():
-    assert unmodelled({"num_experts": "64", "top_k": "8"}).startswith("num_experts='64': mixture-of-experts")
-    assert unmodelled({"num_experts": "1", "ep": "1", "dispatcher": ""}) is None  # one expert: a dense run
-    rep = validate(VALIDATION / "public_moe_runs.csv")
-    assert rep.rows and all(r.predicted is None and "not modelled" in r.reason for r in rep.rows)
-    assert rep.mape_pct is None and len(rep.refused) == len(rep.rows)
+def test_a_row_with_a_column_the_model_cannot_honour_is_refused_with_its_reason(tmp_path, monkeypatch):
+    """The mechanism that kept MoE rows from being scored as dense ones before MoE was modelled."""
+    import commtax.decide.validate as V
+
+    monkeypatch.setitem(V.UNMODELLED_COLUMNS, "pipeline_schedule_override", "a hand-written pipeline schedule")
+    assert unmodelled({"pipeline_schedule_override": "zb-v"}).startswith("pipeline_schedule_override='zb-v'")
+    assert unmodelled({"pipeline_schedule_override": ""}) is None
+    rows = list(csv.DictReader((VALIDATION / "public_runs.csv").open()))[:2]
+    out = tmp_path / "runs.csv"
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*rows[0], "pipeline_schedule_override"])
+        w.writeheader()
+        w.writerow({**rows[0], "pipeline_schedule_override": "zb-v"})
+        w.writerow({**rows[1], "pipeline_schedule_override": ""})
+    rep = validate(out)
+    assert rep.refused == [rows[0]["id"]] and "hand-written pipeline schedule" in rep.rows[0].reason
+    assert rep.rows[1].predicted is not None
+    r = CliRunner().invoke(app, ["validate", str(out)], terminal_width=80)
+    assert f"refused {rows[0]['id']}: pipeline_schedule_override='zb-v'" in r.output
 
 
 def test_an_unknown_column_is_named_in_the_output(tmp_path):
@@ -44,3 +62,4 @@ def test_an_unknown_column_is_named_in_the_output(tmp_path):
 
 def test_the_column_sets_are_disjoint_so_a_branch_can_move_a_column_across():
     assert not set(UNMODELLED_COLUMNS) & KNOWN_COLUMNS["runs"]
+    assert {"num_experts", "top_k", "ep", "etp", "dispatcher", "moe_layers"} <= KNOWN_COLUMNS["runs"]  # modelled
