@@ -225,3 +225,19 @@ def test_report_bench_cluster_of_the_wrong_shape_is_one_line(tmp_path, cluster, 
     c = trace_file(tmp_path, cluster, "c.yaml")
     r = invoke("report", JOB, "--no-search", "--bench", bench, "--bench-cluster", c, "-o", tmp_path / "r.html")
     one_line(r, "--bench-cluster", needle)
+
+
+def test_version_imports_no_command_module():
+    """`commtax --version` answers without importing search, cost or numpy (it took 1.4 s when it did)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.argv = ['commtax', '--version']; from commtax.cli.main import main; main(); "
+        "print(sorted(m for m in ('commtax.decide.search', 'commtax.decide.cost', 'commtax.cli.planning') "
+        "if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    from commtax import __version__
+
+    assert r.returncode == 0 and r.stdout.splitlines() == [f"commtax {__version__}", "[]"], r

@@ -403,6 +403,9 @@ def main() -> None:
 
     signals.install()  # SIGTERM/SIGHUP clean up like Ctrl-C (temp files, workers, launched ranks), exit 130
     command = sys.argv[1] if len(sys.argv) > 1 else None
+    if sys.argv[1:] == ["--version"]:  # no command to register: every module's import would cost a second
+        print(f"commtax {__version__}")
+        return
     from commtax.cli.io import refuse_folder_outputs
 
     try:
