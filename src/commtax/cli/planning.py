@@ -409,7 +409,9 @@ def advise_command(
             else ""
         ),
     )
-    t = new_table("Changes, re-estimated (best first)")
+    # changes that fit memory come first, fastest first: with a plan that does not fit, a slower one can lead
+    order = "best first" if b.fits else "those that fit memory first, then fastest"
+    t = new_table(f"Changes, re-estimated ({order})")
     t.add_column("#", justify="right")
     t.add_column("change")
     t.add_column("step", justify="right", no_wrap=True)
@@ -417,13 +419,13 @@ def advise_command(
     for k, c in enumerate(a.changes[:top], 1):
         t.add_row(str(k), c.label, f"{c.step_change:+.1%}", c.text().split(": ", 1)[-1].split("; ", 1)[-1])
     console.print(t)
-    helps = [r for r in a.remedies if r.change.step_change < 0]
-    slower = [r for r in a.remedies if r.change.step_change >= 0]
+    helps = [r for r in a.remedies if r.change.step_change <= -0.0005]  # a cut that shows at 0.1%
+    slower = [r for r in a.remedies if r.change.step_change > -0.0005]
     for r in helps:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
         console.print(f"remedy: {r.text()}", highlight=False)
     if slower:  # never listed as a remedy: the codec costs more than the bytes it saves on this network
         console.print(
-            "not a remedy here (the step gets slower: the codec costs more than the bytes it saves): "
+            "not a remedy here (no faster step: the codec costs about what the bytes it saves): "
             + "; ".join(f"{r.label} {r.change.step_change:+.1%}" for r in slower),
             highlight=False,
         )
