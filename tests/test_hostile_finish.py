@@ -241,3 +241,23 @@ def test_version_imports_no_command_module():
     from commtax import __version__
 
     assert r.returncode == 0 and r.stdout.splitlines() == [f"commtax {__version__}", "[]"], r
+
+
+def test_a_negative_message_size_in_a_trace_is_not_a_size(tmp_path):
+    import json
+
+    kernel = {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+        "pid": 0,
+        "tid": 7,
+        "ts": 1,
+        "dur": 5,
+        "args": {"Collective name": "allreduce", "In msg nelems": -5, "Out msg nelems": -5, "dtype": "Float"},
+    }
+    t = trace_file(tmp_path, json.dumps({"traceEvents": [kernel]}))
+    r = invoke("trace", t, "--json")
+    assert r.exit_code == 0, r.output
+    sizes = [c["message_bytes"] for c in json.loads(r.stdout)["ranks"][0]["collectives"]]
+    assert sizes and all(s is None or s >= 0 for s in sizes)

@@ -95,9 +95,11 @@ def kernel_op(name: str) -> str | None:
 
 
 def _number(x: Any) -> float | None:
+    """A count or size from a trace's args: a finite number ≥ 0, else unknown (a negative size is not one)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    return float(x)
+    x = float(x)
+    return x if math.isfinite(x) and x >= 0 else None
 
 
 def comm_args(args: dict) -> dict:
