@@ -261,3 +261,10 @@ def test_a_negative_message_size_in_a_trace_is_not_a_size(tmp_path):
     assert r.exit_code == 0, r.output
     sizes = [c["message_bytes"] for c in json.loads(r.stdout)["ranks"][0]["collectives"]]
     assert sizes and all(s is None or s >= 0 for s in sizes)
+
+
+def test_a_trace_of_more_devices_than_a_process_has_is_refused(tmp_path):
+    from commtax.trace.analyze import MAX_DEVICES_PER_TRACE
+
+    kernels = [EVENT.replace('"pid": 0', f'"pid": {d}') % (1, 1) for d in range(MAX_DEVICES_PER_TRACE + 1)]
+    one_line(invoke("trace", trace_file(tmp_path, events(*kernels))), f"over {MAX_DEVICES_PER_TRACE:,} devices")

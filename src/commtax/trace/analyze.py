@@ -357,7 +357,19 @@ def _rank_report(
     )
 
 
+# devices one trace file may hold: a profiler traces one process (1-8 GPUs; 72 on an NVL72 tray at most);
+# each device is analysed on its own, so 200,000 of them took minutes and GBs: refused beyond the limit
+MAX_DEVICES_PER_TRACE = 1024
+
+
 def _gpu_reports(c: Collected, step_range: tuple[int, int] | None = None) -> list[RankReport]:
+    if len(c.gpus) > MAX_DEVICES_PER_TRACE:
+        from commtax.trace.reader import TraceFormatError
+
+        raise TraceFormatError(
+            f"{c.path}: {len(c.gpus):,} devices in one trace, over the limit of {MAX_DEVICES_PER_TRACE:,} "
+            "(a profiler traces one process's GPUs; give one trace file per rank)"
+        )
     out = []
     cpu_step_windows = sorted({(n, s, e) for n, s, e, _ in c.cpu_steps}, key=lambda w: w[1])
     names = c.device_names

@@ -240,7 +240,17 @@ def _int(x: Any, default: int = -1) -> int:
 def _one(c: Collected, name: str, ts: float, dur: float, cat: str, args: dict, ev: dict) -> None:
     if cat in ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"):
         device = _int(args.get("device"), _int(ev.get("pid"), 0))
-        lane = c.gpus.setdefault(device, Lane())
+        lane = c.gpus.get(device)
+        if lane is None:
+            from commtax.trace.analyze import MAX_DEVICES_PER_TRACE  # the bound is the analysis's
+            from commtax.trace.reader import TraceFormatError
+
+            if len(c.gpus) >= MAX_DEVICES_PER_TRACE:
+                raise TraceFormatError(
+                    f"{c.path}: over {MAX_DEVICES_PER_TRACE:,} devices in one trace, the limit (a profiler traces "
+                    "one process's GPUs; give one trace file per rank)"
+                )
+            lane = c.gpus[device] = Lane()
         corr = _int(args.get("correlation"))
         if cat != "kernel":
             lane.add(ts, dur, MEMSET if "memset" in cat else MEMCPY, corr)
