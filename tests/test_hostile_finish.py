@@ -268,3 +268,16 @@ def test_a_trace_of_more_devices_than_a_process_has_is_refused(tmp_path):
 
     kernels = [EVENT.replace('"pid": 0', f'"pid": {d}') % (1, 1) for d in range(MAX_DEVICES_PER_TRACE + 1)]
     one_line(invoke("trace", trace_file(tmp_path, events(*kernels))), f"over {MAX_DEVICES_PER_TRACE:,} devices")
+
+
+def test_a_gzip_bomb_is_refused_at_its_expansion_ratio(tmp_path):
+    """80 MiB of blanks in 80 KB of gzip (1000:1): refused after 64 MiB of text, not parsed to the end."""
+    import gzip
+
+    bomb = tmp_path / "bomb.json.gz"
+    with gzip.open(bomb, "wb", compresslevel=6) as f:
+        f.write(b'{"traceEvents": [')
+        for _ in range(80):
+            f.write(b" " * (1 << 20))
+        f.write(b"]}")
+    one_line(invoke("trace", bomb), "gzip expansion", "over the limit of 200:1")

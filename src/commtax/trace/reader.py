@@ -27,6 +27,9 @@ from commtax.errors import SpecError
 CHUNK_CHARS = 1 << 20  # text read per refill
 MAX_EVENT_CHARS = 64 << 20  # one event larger than this is taken as a malformed file (it would otherwise fill memory)
 MAX_TRACE_CHARS = 4 << 30  # text per file (after gunzip): beyond it the file is refused (a gzip bomb stops here)
+# gunzipped text per compressed byte: Kineto traces compress 10-20x; past 64 MiB of text a ratio over this is
+# a gzip bomb (runs of one byte), refused before it costs minutes of CPU
+MAX_GZIP_RATIO = 200
 MAX_EVENTS = 20_000_000  # events per file: ~5x a 1 GB Kineto trace; more is refused, not parsed for minutes
 KEPT_METADATA = ("distributedInfo", "deviceProperties", "schemaVersion", "traceName")
 _WS = re.compile(r"[ \t\n\r]*")
@@ -111,10 +114,25 @@ class _Buffer:
         if not chunk:
             self.eof = True
         self.read_chars += len(chunk)
+        self._check_ratio()
         if self.read_chars > MAX_TRACE_CHARS:
             raise self.fail(f"over {MAX_TRACE_CHARS >> 30} GiB of text (after gunzip): the limit per trace file")
         self.text = self.text[self.pos :] + chunk
         self.pos = 0
+
+    def _check_ratio(self) -> None:
+        raw = getattr(getattr(self.stream, "buffer", None), "fileobj", None)  # a GzipFile's compressed file
+        if raw is None or self.read_chars < 64 << 20:
+            return
+        try:
+            packed = raw.tell()
+        except (OSError, ValueError):
+            return
+        if packed > 0 and self.read_chars / packed > MAX_GZIP_RATIO:
+            raise self.fail(
+                f"{self.read_chars / packed:,.0f}:1 gzip expansion after {self.read_chars >> 20} MiB: over the limit "
+                f"of {MAX_GZIP_RATIO}:1 (profiler traces compress 10-20x); not a trace"
+            )
 
     def skip_ws(self) -> str:
         """The next non-blank character ('' at the end of the file)."""
