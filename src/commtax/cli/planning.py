@@ -388,7 +388,9 @@ def advise_command(
     workers: WorkersOpt = None,
     catalog: CatalogOpt = None,
 ) -> None:
-    """What dominates the step, and the changes that cut the comm tax, each re-estimated."""
+    """What dominates the step, and the changes that cut the comm tax, each re-estimated.
+
+    By default one change is the best plan a full search finds (the slow part); --no-search leaves it out."""
     from commtax.decide.advise import advise
     from commtax.spec import load_job
 

@@ -107,7 +107,11 @@ def report(
     no_search: Annotated[bool, flag("--no-search", "skip search, advise and best-plan scaling (a quick page)")] = False,
     catalog: CatalogOpt = None,
 ) -> None:
-    """One self-contained HTML page for a job: summary, step, timeline, scaling, plans (works offline)."""
+    """One self-contained HTML page for a job: summary, step, timeline, scaling, plans (works offline).
+
+    By default it also runs a plan search, advise and the best plan's scaling (the slow part: tens of seconds
+    on a busy core); --no-search skips them for a page in a few seconds; --trace and --bench add their files'
+    analysis."""
     from rich.markup import escape
 
     from commtax.atomic import refuse_overwriting_inputs, write_atomic
