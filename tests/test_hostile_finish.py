@@ -281,3 +281,14 @@ def test_a_gzip_bomb_is_refused_at_its_expansion_ratio(tmp_path):
             f.write(b" " * (1 << 20))
         f.write(b"]}")
     one_line(invoke("trace", bomb), "gzip expansion", "over the limit of 200:1")
+
+
+def test_the_folder_output_check_stops_at_the_double_dash():
+    from commtax.cli.io import refuse_folder_outputs
+
+    refuse_folder_outputs(["cluster", "run", "--", "python", "train.py", "--out", "ckpt/"])  # the user's program's
+    import typer
+
+    with pytest.raises(typer.Exit) as e:
+        refuse_folder_outputs(["trace", "t.json", "-o", "x/"])
+    assert e.value.exit_code == 2

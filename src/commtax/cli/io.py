@@ -102,6 +102,8 @@ def refuse_folder_outputs(argv: list[str]) -> None:
     """``--out x.json/`` names a folder: refused here, since ``Path("x.json/")`` drops the slash and would
     write x.json. Checked on the raw command line, before typer converts it."""
     for i, arg in enumerate(argv):
+        if arg == "--":  # what follows is another program's command line (`cluster run -- CMD ...`)
+            break
         opt, eq, value = arg.partition("=")
         if opt in FILE_OUTPUT_OPTIONS:
             value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
