@@ -428,6 +428,9 @@ def run_app(command: str | None) -> int:
     try:
         rv = app(standalone_mode=False)
     except Exception as e:
+        if type(e).__name__ == "Abort":  # click's: Ctrl-C or end of input at a prompt (cluster down --all)
+            print("error: aborted", file=sys.stderr)
+            return 130
         if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):  # not a click exception
             raise
         from commtax.cli.io import safe_text
