@@ -898,7 +898,8 @@ def search(
         need = np.nanmin(res.mem_bytes) / GiB
         raise SpecError(
             f"no plan fits memory: each of the {int(res.valid.sum())} valid plans needs more than "
-            f"{job.cluster.gpu.mem_GiB:g} GiB per GPU (the smallest: {memory_need(need, job.cluster.gpu.mem_GiB)}); "
+            f"{job.cluster.gpu.mem_GiB:g} GiB per GPU (the smallest needs "
+            f"{memory_need(need, job.cluster.gpu.mem_GiB).replace(' needed per GPU', '')}); "
             "allow more GPUs, "
             "ZeRO-3, full recompute or larger tp/pp"
         )
