@@ -63,3 +63,22 @@ def test_an_unknown_column_is_named_in_the_output(tmp_path):
 def test_the_column_sets_are_disjoint_so_a_branch_can_move_a_column_across():
     assert not set(UNMODELLED_COLUMNS) & KNOWN_COLUMNS["runs"]
     assert {"num_experts", "top_k", "ep", "etp", "dispatcher", "moe_layers"} <= KNOWN_COLUMNS["runs"]  # modelled
+
+
+def test_validate_at_80_columns_keeps_the_numbers_in_their_columns_with_long_ids():
+    """public_runs_more.csv has 70-character ids: they fold onto a second line, the numbers stay in the table."""
+    from commtax.cli.io import console
+
+    width = console.width
+    console.width = 80
+    try:
+        r = CliRunner().invoke(app, ["validate", str(VALIDATION / "public_runs_more.csv")])
+    finally:
+        console.width = width
+    assert r.exit_code in (0, 1), r.output
+    lines = r.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    header = next(line for line in lines if line.lstrip().startswith("id ") and "measured" in line)
+    col = header.index("measured") + len("measured")
+    row = next(line for line in lines if line.lstrip().startswith("mcore24_h100_1 "))
+    assert row[:col].rstrip().endswith("36,260")  # the measured figure sits under its header

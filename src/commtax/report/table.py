@@ -119,12 +119,18 @@ def _cell(name: str, value: Any) -> str:
     return f"{short}{value}" if isinstance(value, int) else f"{short}:{value}"
 
 
+ID_ONE_LINE = 36  # validate's id column at 80 columns
+
+
 def validation_table(report: Any, wide: bool = False) -> Table:
     """One row per published measurement. The note is short at 80 columns (the plan cells the search chose or the
     framework's defaults filled, ``vp2 mb1``, and the framework); ``wide`` gives where the framework came from too."""
     runs = report.kind == "runs"
     t = new_table(f"Validation: {report.kind} (measured {'tokens/s per GPU' if runs else 'busbw GB/s'})")
-    t.add_column("id", no_wrap=True, min_width=max((len(r.id) for r in report.rows), default=2))
+    # an id up to 36 characters stays on one line; a longer one folds onto the next (whole, never cut), so the
+    # numbers keep their columns at 80
+    longest = max((len(r.id) for r in report.rows), default=2)
+    t.add_column("id", overflow="fold", min_width=min(longest, ID_ONE_LINE), max_width=None if wide else ID_ONE_LINE)
     for col, width in (("measured", 8), ("predicted", 9), ("error", 6)):
         t.add_column(col, justify="right", no_wrap=True, min_width=width)
     t.add_column(
