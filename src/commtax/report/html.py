@@ -1114,10 +1114,14 @@ def render_page(data: ReportData, figs: list[Fig] | None = None) -> str:
     step_body = "".join(figure(by_id[k]) for k in ("step", "comm-time", "comm-bytes", "memory"))
     sections.append(section("step", "The step: compute, communication, bubble, memory", step_body))
     if "timeline" in by_id:
-        # the close-ups draw windows of the same spans: their table would repeat the whole step's, row for row
-        same = '<p class="note">The spans of this close-up are in the whole-step timeline\'s table above.</p>'
+        # the close-ups draw windows of the same spans: their table is the window, not the whole step's rows again
+        def window_table(fig: Fig) -> str:
+            w0, w1 = fig.chart.window
+            note = '<p class="note">The spans of this close-up are in the whole-step timeline\'s table above.</p>'
+            return table(["window", "from s", "to s"], [[fig.chart.title, f"{w0:.4g}", f"{w1:.4g}"]]) + note
+
         tl = "".join(
-            figure(by_id[k], table_html=same if k in ("timeline-start", "timeline-end") else None)
+            figure(by_id[k], table_html=window_table(by_id[k]) if k in ("timeline-start", "timeline-end") else None)
             for k in ("timeline", "timeline-start", "timeline-end", "sim-vs-estimate")
             if k in by_id
         )
