@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test validate bench readme clean
+.PHONY: demo test test-model validate bench readme clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,6 +24,10 @@ test: $(STAMP)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/python -m pytest
 
+# the fast tier: spec -> schedule tests only (no torch, netns or CLI; tests/conftest.py marks them "model")
+test-model: $(STAMP)
+	$(BIN)/python -m pytest -m model
+
 validate: $(STAMP)
 	$(BIN)/commtax validate validation/public_runs.csv
 	$(BIN)/commtax validate validation/public_collectives.csv
@@ -39,9 +43,10 @@ bench: $(STAMP)
 	else echo "make bench: every goal met"; fi; \
 	exit $$status
 
-# the README's catalog tables come from the catalog (tests/test_readme.py fails when they drift)
+# the README's worked example and accuracy tables and docs/catalog.md's tables come from the code
+# (tests/test_readme.py fails when they drift)
 readme: $(STAMP)
-	$(BIN)/python -m commtax.report.readme README.md
+	$(BIN)/python -m commtax.report.readme README.md docs/catalog.md
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

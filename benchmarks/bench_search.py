@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/bench_search.py [--job FILE] [--workers N] [--sample 200] [--json]
 
-Goals (issue 5): the whole space in < 10 s on 2 cores; ≥ 100,000 plans/s; the search's numbers equal
+Goals: the whole space in < 10 s on 2 cores (issue 5); ≥ 100,000 plans per CPU-second (issue 17: 3x the
+issue-5 release, measured in CPU seconds so that a busy host does not move it); the search's numbers equal
 ``estimate``'s to 1e-9 relative on a random sample. Exit status 1 if the agreement check fails (the
 speed goals are reported, not enforced: they depend on the machine and its load).
 """
@@ -25,7 +26,7 @@ from commtax.spec import load_job  # noqa: E402
 
 DEFAULT_JOB = REPO / "examples" / "compare" / "gpt3-175b-4096-h100.yaml"
 GOAL_S = 10.0
-GOAL_PLANS_PER_S = 100_000
+GOAL_PLANS_PER_S = 100_000  # per CPU-second
 TOLERANCE = 1e-9
 
 
@@ -83,7 +84,7 @@ def main() -> int:
         "goal_seconds": GOAL_S,
         "goal_plans_per_s": GOAL_PLANS_PER_S,
         "meets_time_goal": best_s < GOAL_S,
-        "meets_rate_goal": rate >= GOAL_PLANS_PER_S,
+        "meets_rate_goal": cpu_rate >= GOAL_PLANS_PER_S,
         "agreement": agree,
         "agreement_ok": ok_agree,
         "best_plan": best_plan,
@@ -99,13 +100,11 @@ def main() -> int:
             f"search time: {best_s:.2f} s (runs: {', '.join(f'{t:.2f}' for t in times)}) -> "
             f"goal < {GOAL_S:g} s: {'met' if best_s < GOAL_S else 'MISSED'}"
         )
-        print(
-            f"plans/s: {rate:,.0f} -> goal ≥ {GOAL_PLANS_PER_S:,} plans/s: "
-            f"{'met' if rate >= GOAL_PLANS_PER_S else 'MISSED'}  (estimate() one by one: {naive_rate:,.0f} plans/s)"
-        )
+        print(f"plans/s: {rate:,.0f} (wall; estimate() one by one: {naive_rate:,.0f} plans/s)")
         print(
             f"CPU time: {min(cpu):.2f} s -> {cpu_rate:,.0f} plans per CPU-second "
-            f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+            f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs) -> goal ≥ {GOAL_PLANS_PER_S:,}: "
+            f"{'met' if cpu_rate >= GOAL_PLANS_PER_S else 'MISSED'}"
         )
         print(
             f"agreement with estimate on {int(agree['sample'])} random valid plans: step {agree['step_rel']:.2e}, "

@@ -51,13 +51,47 @@ def validation_dir() -> Path:
     return VALIDATION_DIR
 
 
-def pytest_collection_modifyitems(config, items):
-    """``timing`` tests assert measured times, which host load moves: they run only when asked for."""
-    if os.environ.get("COMMTAX_TIMING") == "1":
-        return
+# ----------------------------------------------------------------------------- the model tier (make test-model)
+# A test module is in the model tier when everything it imports runs spec -> schedule: the root modules, spec,
+# workload, costs, schedule, and no torch, typer or subprocess (no netns, no CLI, no launched ranks). Decided from
+# the module's own imports (every import statement, nested ones too), so a new test file is sorted by what it uses.
+MODEL_PACKAGES = ("units", "errors", "atomic", "signals", "spec", "workload", "costs", "schedule")
+NOT_MODEL = ("torch", "typer", "subprocess", "multiprocessing")
+
+
+def _imports(path: Path) -> set[str]:
+    import ast
+
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+    return out
+
+
+_TIER: dict[Path, bool] = {}
+
+
+def in_model_tier(path: Path) -> bool:
+    if path not in _TIER:
+        mods = _imports(path)
+        ours = [m.split(".")[1] for m in mods if m.startswith("commtax.")]
+        _TIER[path] = all(p in MODEL_PACKAGES for p in ours) and not any(
+            m == x or m.startswith(x + ".") for m in mods for x in NOT_MODEL
+        )
+    return _TIER[path]
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark the model tier; skip the ``timing`` tests (measured times, which host load moves) unless asked for."""
+    timing = os.environ.get("COMMTAX_TIMING") == "1"
     skip = pytest.mark.skip(
         reason="asserts measured times (host load moves them): run with COMMTAX_TIMING=1 on a quiet host"
     )
     for item in items:
-        if "timing" in item.keywords:
+        if in_model_tier(Path(str(item.path))):
+            item.add_marker(pytest.mark.model)
+        if "timing" in item.keywords and not timing:
             item.add_marker(skip)

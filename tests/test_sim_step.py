@@ -49,6 +49,7 @@ class FakeCosts:
 
     def __init__(self, wl, fwd=1.0, bwd=2.0, send=0.5, dp=0.25, tp=0.0):
         self.wl, self.fwd, self.bwd, self.send, self.dp, self.tp = wl, fwd, bwd, send, dp, tp
+        self.stage_cache: dict = {}  # stage_times keeps its stages here, as Costs does
 
     def phase(self, ph):
         if ph is self.wl.layer.fwd:

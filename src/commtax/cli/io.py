@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from commtax.atomic import strict_json, write_atomic
 from commtax.errors import EXIT_INTERRUPTED, SpecError, os_error_line
@@ -33,8 +31,41 @@ from commtax.units import memory_need
 EXIT_INFEASIBLE = 1  # the plan does not fit, or a check (--max-mape) failed
 EXIT_BAD_INPUT = 2  # bad input: one line naming the field and the fix
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+class LazyConsole:
+    """A rich ``Console`` made on first use: ``commtax estimate --json`` never imports rich (its import is a
+    tenth of the command's start-up). Attributes are the console's, read and written."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    def _made(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._made(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:  # console.width = 80 sets the console's width
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._made(), name, value)
+
+
+console: Any = LazyConsole(highlight=False)
+err_console: Any = LazyConsole(stderr=True, highlight=False)
+
+
+def escape(text: str) -> str:
+    """rich's markup escape, imported when a message is printed."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def flag(name: str, help: str) -> Any:  # noqa: A002 - typer's own keyword
@@ -80,6 +111,8 @@ JobArg = Annotated[Path, typer.Argument(metavar="JOB.yaml", help="job YAML: mode
 def print_table(table: Any, wide: bool = False) -> None:
     """Print a table at the terminal's width, or (``--wide``) at its natural width even past the terminal's edge."""
     if wide and console.width < WIDE_COLUMNS:
+        from rich.console import Console
+
         Console(width=WIDE_COLUMNS, highlight=False, no_color=console.no_color).print(table)
     else:
         console.print(table)

@@ -69,7 +69,6 @@ def estimate(
     catalog: CatalogOpt = None,
 ) -> None:
     """Predict one training step: step time, MFU, comm tax, breakdown, memory."""
-    from commtax.report.table import render_breakdown
     from commtax.schedule.analytical import estimate as run_estimate
     from commtax.spec import load_job
 
@@ -81,6 +80,8 @@ def estimate(
         breakdown_plot([(job_file.stem, b)], plot)
     emit(b.to_dict(), json_out, out)
     if not json_out:
+        from commtax.report.table import render_breakdown  # rich: only when a table is printed
+
         render_breakdown(b, console, job.cluster.gpu.mem_GiB)
     if not b.fits:
         does_not_fit(b, job)
@@ -196,94 +197,31 @@ def collective(
     ] = 1.0,
 ) -> None:
     """Predict one collective: time, algbw, busbw, algorithm and the link that bounds it."""
-    from commtax.costs.collectives import collective_cost
-    from commtax.costs.topology import placement
-    from commtax.spec import Cluster, build, load_catalog, resolve_cluster
-    from commtax.units import GB, format_duration, format_sig, parse_bytes
+    from commtax.costs.predict import check_options, cluster_from_options, predict_collective
+    from commtax.units import parse_bytes
 
-    if gpus is not None and gpus < 1:
-        raise SpecError(f"--gpus: a group has at least 1 GPU, got {gpus}")
-    if deepep is not None and op != "all_to_all":
-        raise SpecError(f"--deepep: DeepEP kernels are all_to_all (MoE dispatch/combine), not {op}")
-    if algorithm is not None and op in ("all_to_all", "send_recv"):
-        raise SpecError(f"--algorithm: {op} has one algorithm (pairwise exchange); drop --algorithm")
+    check_options(op, gpus, algorithm, deepep)
     try:
         nbytes = parse_bytes(size)
     except ValueError as e:
         raise SpecError(f"--bytes: {e}") from None
-    cat = load_catalog(catalog)
-    if cluster_file is not None:
-        raw = resolve_cluster(str(cluster_file), cat, field="--cluster")
-    else:
-        raw = resolve_cluster(
-            {
-                "gpu": gpu,
-                "num_gpus": gpus_per_node if gpus is None else gpus,
-                "gpus_per_node": gpus_per_node,
-                "intra_node": intra,
-                "inter_node": inter,
-                "nics_per_node": nics_per_node,
-            },
-            cat,
-            field="cluster",
-        )
-    cluster: Cluster = build(Cluster, raw, "cluster")
-    n = cluster.num_gpus if gpus is None else gpus
-    if n < 1 or n > cluster.num_gpus:
-        raise SpecError(f"--gpus: must be between 1 and the cluster's num_gpus ({cluster.num_gpus}), got {n}")
-    if n > cluster.gpus_per_node and n % cluster.gpus_per_node:
-        raise SpecError(f"--gpus: a group spanning nodes must be a multiple of gpus_per_node ({cluster.gpus_per_node})")
-    place = placement(cluster, n, 1, op)
-    sizes = [nbytes]
-    if sweep:
-        sizes, s = [], 8.0
-        while s <= nbytes:
-            sizes.append(s)
-            s *= 2
-    rows = []
-    for s in sizes:
-        try:
-            c = collective_cost(op, s, place, algorithm, protocol)
-            if deepep is not None:
-                from commtax.costs.collectives import CollectiveCost, bus_factor, deepep_time
-
-                t = deepep_time(f"deepep_{deepep}", s, place, dedup)
-                bw = s / t if t > 0 else float("inf")
-                c = CollectiveCost(t, f"deepep_{deepep}", c.bottleneck, bw, bw * bus_factor(op, n), "")
-        except ValueError as e:
-            raise SpecError(f"{'--protocol' if 'protocol' in str(e) else '--algorithm'}: {e}") from None
-        rows.append(
-            {
-                "op": op,
-                "message_bytes": s,
-                "gpus": n,
-                "time_s": c.time_s,
-                "algorithm": c.algorithm,
-                "protocol": c.protocol,
-                "bottleneck": c.bottleneck,
-                "algbw_GBps": c.algbw_bytes_per_s / GB,
-                "busbw_GBps": c.busbw_bytes_per_s / GB,
-            }
-        )
+    cluster = cluster_from_options(
+        cluster_file,
+        catalog,
+        gpu=gpu,
+        gpus=gpus,
+        gpus_per_node=gpus_per_node,
+        intra=intra,
+        inter=inter,
+        nics_per_node=nics_per_node,
+    )
+    pred = predict_collective(op, nbytes, cluster, gpus, algorithm, protocol, sweep, deepep, dedup)
     if json_out:
-        emit(rows if sweep else rows[0], True)
+        emit(list(pred.rows) if sweep else pred.rows[0], True)
         return
-    from commtax.report.table import new_table
+    from commtax.report.table import collective_table
 
-    t = new_table(f"{op} over {n} GPUs ({place.per_node} per node) — predicted")
-    for col in ("size (B)", "time", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "bound by"):
-        t.add_column(col, justify="right")
-    for r in rows:
-        algo = f"{r['algorithm']}/{r['protocol']}" if r["protocol"] else r["algorithm"]
-        t.add_row(
-            f"{r['message_bytes']:.0f}",
-            format_duration(r["time_s"]),
-            format_sig(r["algbw_GBps"]),
-            format_sig(r["busbw_GBps"]),
-            algo,
-            r["bottleneck"],
-        )
-    console.print(t)
+    console.print(collective_table(pred))
 
 
 # ----------------------------------------------------------------------------- demo

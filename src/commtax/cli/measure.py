@@ -582,21 +582,15 @@ def bench_ddp(
     ] = 2,
 ) -> None:
     """Train a small GPT with DDP under each comm hook: step time, exposed comm, bytes on the wire, loss, prediction."""
-    from commtax.spec.wire_dtypes import POWERSGD_RANKS
+    from commtax.errors import SpecError
+    from commtax.measure.ddp_options import check_ddp_options, read_gemm_records
 
-    hooks = tuple(h.strip() for h in hook.split(",") if h.strip())
-    known = ("none", "fp16", "bf16", "fp8", "fp8_e5m2", "int8", "int4", "powersgd")
-    bad = [h for h in hooks if h not in known]
-    if bad or not hooks:
-        fail(f"--hook: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(known)}")
-    if error_feedback and any(h in ("none", "fp16", "bf16") for h in hooks):
-        fail("--error-feedback: applies to fp8, fp8_e5m2, int8, int4 and powersgd; drop none/fp16/bf16 from --hook")
-    if powersgd_rank not in POWERSGD_RANKS:
-        fail(f"--powersgd-rank: choose from {', '.join(map(str, POWERSGD_RANKS))}")
-    if hidden % heads:
-        fail(f"--hidden ({hidden}) must be divisible by --heads ({heads})")
-    if optimizer not in ("adamw", "sgd"):
-        fail(f"--optimizer: choose adamw or sgd, got {optimizer!r}")
+    try:
+        hooks = check_ddp_options(hook, error_feedback, powersgd_rank, hidden, heads, optimizer)
+        cluster = _read_cluster(cluster_file) if cluster_file is not None else None
+        gemm = read_gemm_records(gemm_json) if gemm_json is not None else None
+    except SpecError as e:
+        fail(str(e))
     _check_nproc(nproc)
     _check_ddp_sizes(
         {
@@ -615,18 +609,6 @@ def bench_ddp(
         _check_out(out)
         if append and out.exists():
             _check_records(out, "--append")
-    cluster = _read_cluster(cluster_file) if cluster_file is not None else None
-    gemm = None
-    if gemm_json is not None:
-        try:
-            gemm = [r for r in json.loads(gemm_json.read_text()) if r.get("op") == "gemm" and r.get("dtype") == "fp32"]
-        except (OSError, ValueError) as e:
-            fail(f"--gemm: cannot read {gemm_json}: {e}")
-        if not gemm:
-            fail(
-                f"--gemm: {gemm_json} has no fp32 gemm records; "
-                f"run `commtax bench gemm --dtypes fp32 --out {gemm_json}`"
-            )
     if "RANK" not in os.environ:  # not under torchrun: become it, locally (the output checked once, here)
         if out is not None:
             _check_out(out)
@@ -654,6 +636,84 @@ def bench_ddp(
     )
     sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
     run(cfg, sink, cluster, gemm, log=lambda s: typer.echo(s, err=True))
+
+
+MAX_MOE_EXPERTS = 1024
+MAX_MOE_HIDDEN = 8192
+MAX_MOE_TOKENS = 65_536
+MAX_MOE_STEPS = 10_000
+
+
+@bench_app.command("moe")
+def bench_moe(
+    experts: Annotated[int, typer.Option("--experts", help="experts E (a multiple of the ranks: E/n per rank)")] = 8,
+    top_k: Annotated[int, typer.Option("--top-k", help="experts per token")] = 2,
+    hidden: Annotated[int, typer.Option("--hidden", help="hidden size h (fp32 rows of 4h bytes)")] = 256,
+    ffn: Annotated[int, typer.Option("--ffn", help="expert MLP width")] = 512,
+    tokens: Annotated[int, typer.Option("--tokens", help="tokens per rank per step")] = 1024,
+    imbalance: Annotated[
+        float,
+        typer.Option("--imbalance", help="target λ = max/mean tokens per expert (1: the router's own; ≤ E/top-k)"),
+    ] = 1.0,
+    steps: Annotated[int, typer.Option("--steps", help="timed steps")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", help="untimed steps first")] = 2,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    cluster_file: Annotated[
+        Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_* per phase from the cost model")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")
+    ] = 300.0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list with the run's record (and a .csv)")] = None,
+    nproc: Annotated[int, typer.Option("--nproc", help="local ranks to launch when not already under torchrun")] = 2,
+) -> None:
+    """One MoE layer (router, permute, all_to_all dispatch, expert MLPs, combine, unpermute) per phase, measured and
+    predicted."""
+    import math
+
+    n = int(os.environ.get("WORLD_SIZE", nproc))
+    cores = os.cpu_count() or 1
+    if "RANK" not in os.environ and not 1 <= nproc <= max(2, 4 * cores):
+        fail(f"--nproc: 1 to {max(2, 4 * cores)} local ranks on this {cores}-core machine, got {nproc}")
+    if not 1 <= experts <= MAX_MOE_EXPERTS:
+        fail(f"--experts: 1 to {MAX_MOE_EXPERTS}, got {experts}")
+    if experts % n:
+        fail(f"--experts: {experts} experts do not divide over {n} ranks; use a multiple of {n}")
+    if not 1 <= top_k <= experts:
+        fail(f"--top-k: 1 to --experts ({experts}), got {top_k}")
+    for name, v, hi in (("--hidden", hidden, MAX_MOE_HIDDEN), ("--ffn", ffn, 4 * MAX_MOE_HIDDEN)):
+        if not 1 <= v <= hi:
+            fail(f"{name}: 1 to {hi}, got {v}")
+    if not 1 <= tokens <= MAX_MOE_TOKENS:
+        fail(f"--tokens: 1 to {MAX_MOE_TOKENS} per rank, got {tokens}")
+    if not (math.isfinite(imbalance) and 1.0 <= imbalance <= experts / top_k):
+        fail(f"--imbalance: λ from 1 to E/top-k = {experts / top_k:g} (every token on the hot expert), got {imbalance}")
+    if not 1 <= steps <= MAX_MOE_STEPS or not 0 <= warmup <= MAX_MOE_STEPS:
+        fail(f"--steps/--warmup: 1 to {MAX_MOE_STEPS} timed steps, 0 to {MAX_MOE_STEPS} warm-up, got {steps}/{warmup}")
+    if not math.isfinite(timeout):
+        fail(f"--timeout: seconds, finite, got {timeout}")
+    # every rank holds its tokens, k copies out and back, the received rows (≤ n·T·k at λ = E/k) and all E experts
+    rank_bytes = 4 * (tokens * hidden * (1 + 4 * top_k + 2 * n * top_k) + 2 * experts * hidden * ffn)
+    avail = _mem_available_bytes()
+    if avail and n * rank_bytes > avail:
+        fail(
+            f"--tokens/--hidden/--ffn/--experts: {n} ranks × {rank_bytes / 2**30:.2f} GiB do not fit the "
+            f"{avail / 2**30:.1f} GiB free; make them smaller"
+        )
+    cluster = _read_cluster(cluster_file) if cluster_file is not None else None
+    if "RANK" not in os.environ:  # not under torchrun: become it, locally (checked once, here)
+        if out is not None:
+            _check_out(out)
+            _check_out(out.with_suffix(".csv"))
+        from commtax.measure.bench import run_local
+
+        raise typer.Exit(run_local(nproc, ["bench", "moe", *_argv_tail("moe")]))
+    from commtax.measure.moe_bench import MoEBenchConfig, run
+    from commtax.measure.results import ResultFile
+
+    cfg = MoEBenchConfig(experts, top_k, hidden, ffn, tokens, imbalance, steps, warmup, seed, timeout)
+    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None)
+    run(cfg, sink, cluster, log=lambda s: typer.echo(s, err=True))
 
 
 # ---------------------------------------------------------------------------- calibrate

@@ -256,40 +256,24 @@ def compare_command(
     from commtax.decide.compare import (
         cheapest_within,
         compare,
-        jobs_for_gpus,
+        default_scaling_counts,
+        jobs_to_compare,
         pareto_points,
         scaling,
-        with_gpu_counts,
     )
     from commtax.decide.cost import load_prices
     from commtax.decide.search import Space
-    from commtax.spec import load_catalog, load_job
 
     space = Space.parse(plan)
     price_book = load_prices(prices)
     gpu_names = [g.strip() for item in (gpu or []) for g in item.split(",") if g.strip()]
-    files = list(inputs)
-    if gpu_names:
-        # `--gpu a b c`: names after the first job that are not files are more GPUs
-        known = load_catalog(catalog)["gpu"]
-        extra = [x for x in files[1:] if not Path(x).exists() and x in known]
-        files = [x for x in files if x not in extra]
-        gpu_names += extra
     repeated = sorted({g for g in gpu_names if gpu_names.count(g) > 1})
     if repeated:
         raise SpecError(f"--gpu: {repeated[0]} given {gpu_names.count(repeated[0])} times; give each GPU once")
     if len(gpu_names) > MAX_COMPARE_GPUS:
         raise SpecError(f"--gpu: {len(gpu_names)} GPUs; the limit is {MAX_COMPARE_GPUS} clusters per comparison")
-    if not files:
-        raise SpecError("compare: give at least one job file")
-    jobs = [load_job(f, catalog) for f in files]
-    if gpu_names:
-        if len(jobs) != 1:
-            raise SpecError("compare --gpu: give exactly one job file (its cluster gets each GPU in turn)")
-        jobs = jobs_for_gpus(jobs[0], gpu_names, price_book, catalog)
-    if num_gpus:
-        counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()]
-        jobs = with_gpu_counts(jobs, counts)
+    counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()] if num_gpus else None
+    jobs = jobs_to_compare(list(inputs), gpu_names, counts, price_book, catalog)
     mode = "rented" if rent else "owned"
     with progress(f"searching {len(jobs)} clusters", enabled=not json_out) as update:
         rows = compare(
@@ -321,30 +305,11 @@ def compare_command(
     if scaling_png is not None:
         from commtax.report.plots import scaling_plot
 
-        counts = [_count(x, "--gpus") for x in (gpus or "").split(",") if x.strip()]
-        if not counts:
-            n = jobs[0].cluster.num_gpus
-            counts = [n // 4, n // 2, n, n * 2, n * 4]
-        pts = scaling(jobs[0], [c for c in counts if c > 0], space=space, workers=workers)
+        scale = [_count(x, "--gpus") for x in (gpus or "").split(",") if x.strip()]
+        scale = scale or default_scaling_counts(jobs[0].cluster.num_gpus)
+        pts = scaling(jobs[0], [c for c in scale if c > 0], space=space, workers=workers)
         scaling_plot(pts, scaling_png)
-        data["scaling"] = [
-            {
-                "num_gpus": p.num_gpus,
-                "plan": p.plan,
-                "reason": p.reason,
-                **(
-                    {
-                        "comm_tax": p.breakdown.comm_tax,
-                        "comm_share": p.breakdown.comm_share,
-                        "mfu": p.breakdown.mfu,
-                        "step_time_s": p.breakdown.step_time_s,
-                    }
-                    if p.breakdown
-                    else {}
-                ),
-            }
-            for p in pts
-        ]
+        data["scaling"] = [p.to_dict() for p in pts]
         data["scaling_png"] = str(scaling_png)
     emit(data, json_out, out)
     if json_out:

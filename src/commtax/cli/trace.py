@@ -128,6 +128,19 @@ def step_table(report) -> Table | None:
     return t
 
 
+DEEPEP_MODE = {"intranode": "nvl", "internode": "ib", "internode_ll": "ll"}  # DeepEP's normal/low-latency kernels
+
+
+def _kind(c) -> str:
+    """The kind with the group it names: ``all_to_all ep``; DeepEP's kernels as ``ep ll dispatch`` (mode: nvl =
+    intranode, ib = internode over RDMA, ll = internode low-latency)."""
+    group, kernel = getattr(c, "parallel_group", ""), getattr(c, "kernel", "")
+    if kernel.startswith("deepep "):
+        _, mode, phase = kernel.split(" ", 2)
+        return f"{group} {DEEPEP_MODE.get(mode, mode)} {phase}"
+    return f"{c.kind} {group}" if group else c.kind
+
+
 def collective_table(report) -> Table | None:
     rows = [(r, c) for r in report.ranks for c in r.collectives]
     if not rows:
@@ -145,7 +158,7 @@ def collective_table(report) -> Table | None:
     for r, c in rows:
         t.add_row(
             "?" if r.rank is None else str(r.rank),
-            c.kind,
+            _kind(c),
             "?" if c.group_size is None else str(c.group_size),
             "?" if c.message_bytes is None else f"{c.message_bytes / MB:.3g}",
             str(c.count),

@@ -312,8 +312,8 @@ class NcclTuning:
 def nccl_tuning(path: str | None = None) -> NcclTuning:
     import yaml
 
-    with open(path or NCCL_TUNING_FILE) as fh:
-        d = yaml.safe_load(fh)
+    with open(path or NCCL_TUNING_FILE) as fh:  # package data: libyaml when present (10x the pure-Python parser)
+        d = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return NcclTuning(
         version=str(d["nccl_version"]),
         base_us=d["base_latency_us"]["values"],

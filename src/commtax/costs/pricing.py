@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
 
-from commtax.costs.collectives import DEEPEP_OPS, bus_factor, collective_cost, deepep_time
+from commtax.costs.collectives import DEEPEP_OPS, Placement, bus_factor, collective_cost, deepep_time
 from commtax.costs.compute import ComputeModel, compute_model, op_time
-from commtax.costs.topology import group_placement
-from commtax.spec import Job
+from commtax.costs.topology import group_placement, layout
+from commtax.spec import Cluster, Job
 from commtax.spec.assumptions import default_assumptions
 from commtax.workload.step import (
     Collective,
@@ -53,18 +52,34 @@ _cached_collective_cost = functools.lru_cache(maxsize=1 << 16)(collective_cost)
 _cached_op_time = functools.lru_cache(maxsize=1 << 16)(op_time)
 
 
-# Shared across jobs (and so across the plans of a sweep): what depends only on the cluster and the parallel layout.
-# Keys hold the cluster's id, values the cluster itself, so an id is never reused while its entry lives.
-_MODELS: dict[tuple, tuple[Any, Any, ComputeModel]] = {}  # (id(cluster), precision, id(assumptions)) -> model
-_PLACEMENTS: dict[tuple, tuple[Any, Any]] = {}  # (id(cluster), tp, cp, dp, pp, group, op) -> (cluster, Placement)
-# (compute model, id(cluster), tp, cp, dp, pp, id(phase)) -> (cluster, phase, PhaseCost): a phase's price depends
-# on its ops, the compute model and the groups' placements (cluster and layout) only; blocks are shared between
-# plans (``workload._blocks``), so their phases are priced once.
-_PHASES: dict[tuple, tuple[Any, Phase, PhaseCost]] = {}
-# (compute model, id(cluster), tp, cp, dp, pp) -> (cluster, stage cache): ``stage_times`` keys its entries by the
-# blocks' identity and the plan fields ``_combine`` reads, the rest of what they depend on is this key
-_STAGES: dict[tuple, tuple[Any, dict]] = {}
+# Shared across jobs (and so across the plans of a sweep), every key a value: what a price depends on, no identity.
+_MODELS: dict[tuple, ComputeModel] = {}  # (cluster, precision, assumptions in force) -> compute model
+_PLACEMENTS: dict[tuple, Placement] = {}  # (cluster, group layout, group, op) -> placement
+# (compute model, placements of its collectives, phase) -> PhaseCost: a phase's price is its ops' prices, and an
+# op's price depends on the compute model (``op_time``) or on the placement of its group (``collective_cost``) only
+_PHASES: dict[tuple, PhaseCost] = {}
+# (compute model, cluster, group layout) -> stage cache (``stage_times``: keyed by the blocks' values and the plan
+# fields ``_combine`` reads; the rest of what a stage's time depends on is this key)
+_STAGES: dict[tuple, dict] = {}
 _SHARED_LIMIT = 1 << 14
+
+
+def _bounded(cache: dict, limit: int = _SHARED_LIMIT) -> dict:
+    """``cache``, emptied first when it is full (sweeps of many clusters must not grow it without end)."""
+    if len(cache) >= limit:
+        cache.clear()
+    return cache
+
+
+def cluster_key(cluster: Cluster) -> str:
+    """A cluster's value as a key: its JSON (a Cluster holds dicts, so it has no hash)."""
+    return cluster.model_dump_json()
+
+
+def layout_key(job: Job) -> tuple:
+    """The job's group layout (sizes and strides of every group) as a key: what placements depend on."""
+    lay = layout(job)
+    return tuple(sorted(lay.size.items())), tuple(sorted(lay.stride.items()))
 
 
 @functools.lru_cache(maxsize=64)
@@ -76,16 +91,14 @@ def _prices_as_costs(cls: type) -> bool:
     )
 
 
-def _shared_compute_model(cluster, precision: str) -> ComputeModel:
-    """``compute_model``, once per (cluster, precision, assumptions in force)."""
+def shared_compute_model(cluster: Cluster, precision: str, key: str | None = None) -> ComputeModel:
+    """``compute_model``, once per (cluster, precision, assumptions in force) by value."""
     a = default_assumptions()
-    key = (id(cluster), precision, id(a))
-    hit = _MODELS.get(key)
-    if hit is None or hit[0] is not cluster or hit[1] is not a:
-        if len(_MODELS) >= _SHARED_LIMIT:
-            _MODELS.clear()
-        hit = _MODELS[key] = (cluster, a, compute_model(cluster, precision))
-    return hit[2]
+    k = (key or cluster_key(cluster), precision, a)
+    cm = _MODELS.get(k)
+    if cm is None:
+        cm = _bounded(_MODELS)[k] = compute_model(cluster, precision)
+    return cm
 
 
 class Costs:
@@ -93,44 +106,40 @@ class Costs:
 
     def __init__(self, job: Job):
         self.job = job
-        self.cm: ComputeModel = _shared_compute_model(job.cluster, job.training.precision)
-        p = job.plan
-        self._layout_key = (id(job.cluster), p.tp, p.cp, job.dp, p.pp)
-        if job.model.is_moe:  # the ep, etp and edp groups' placements depend on the expert grid too
-            self._layout_key += (p.ep, p.etp)
-        # the shared phase prices hold only while this class's own pricing is used (a subclass may price otherwise)
+        self._cluster = cluster_key(job.cluster)
+        self.cm: ComputeModel = shared_compute_model(job.cluster, job.training.precision, self._cluster)
+        self._layout = layout_key(job)
+        # the shared prices hold only while this class's own pricing is used (a subclass may price otherwise)
         self._share_phases = _prices_as_costs(type(self))
-        self._placements: dict[tuple[str, str], Any] = {}
+        self._placements: dict[tuple[str, str], Placement] = {}
         self._times: dict[tuple[str, str, float], float] = {}
-        self._phases: dict[int, tuple[Phase, PhaseCost]] = {}
-        self.stage_cache: dict[tuple, tuple] = {}  # stage_times: (blocks, layers, ends, overlap, tp, cp) -> StageTime
+        self._phases: dict[Phase, PhaseCost] = {}
+        self.stage_cache: dict[tuple, object] = {}  # stage_times: (blocks, overlap, tp, cp, layers, ends) -> StageTime
         if self._share_phases:  # shared with every job of this compute model, cluster and layout
-            key = (self.cm, *self._layout_key)
-            hit = _STAGES.get(key)
-            if hit is None or hit[0] is not job.cluster or len(hit[1]) >= _SHARED_LIMIT:
-                if len(_STAGES) >= 256:
-                    _STAGES.clear()
-                hit = _STAGES[key] = (job.cluster, {})
-            self.stage_cache = hit[1]
+            key = (self.cm, self._cluster, self._layout)
+            cache = _STAGES.get(key)
+            if cache is None or len(cache) >= _SHARED_LIMIT:
+                cache = _bounded(_STAGES, 256)[key] = {}
+            self.stage_cache = cache
 
-    def _placement(self, group: str, op: str):
+    def _placement(self, group: str, op: str) -> Placement:
         """The placement of a ``group`` collective, shared by every job on this cluster with this layout."""
-        key = (*self._layout_key, group, op)
-        hit = _PLACEMENTS.get(key)
-        if hit is None or hit[0] is not self.job.cluster:
-            if len(_PLACEMENTS) >= _SHARED_LIMIT:
-                _PLACEMENTS.clear()
-            hit = _PLACEMENTS[key] = (self.job.cluster, group_placement(self.job, group, op))
-        self._placements[group, op] = hit[1]
-        return hit[1]
+        key = (self._cluster, self._layout, group, op)
+        pl = _PLACEMENTS.get(key)
+        if pl is None:
+            pl = _bounded(_PLACEMENTS)[key] = group_placement(self.job, group, op)
+        self._placements[group, op] = pl
+        return pl
+
+    def placement(self, group: str, op: str) -> Placement:
+        return self._placements.get((group, op)) or self._placement(group, op)
 
     def collective(self, c: Collective) -> float:
         if c.op in DEEPEP_OPS:  # DeepEP/HybridEP kernels: their own measured rates, node-deduplicated bytes
             key = (c.group, c.op, c.bytes, c.dedup)
             t = self._times.get(key)
             if t is None:
-                pl = self._placements.get((c.group, c.op)) or self._placement(c.group, c.op)
-                t = self._times[key] = deepep_time(c.op, c.bytes, pl, c.dedup)
+                t = self._times[key] = deepep_time(c.op, c.bytes, self.placement(c.group, c.op), c.dedup)
             return t
         return self.collective_time(c.group, c.op, c.bytes)
 
@@ -138,39 +147,33 @@ class Costs:
         key = (group, op, nbytes)
         t = self._times.get(key)
         if t is None:
-            pl = self._placements.get((group, op)) or self._placement(group, op)
-            t = self._times[key] = _cached_collective_cost(op, nbytes, pl).time_s
+            t = self._times[key] = _cached_collective_cost(op, nbytes, self.placement(group, op)).time_s
         return t
 
     def sent_bytes(self, c: Collective) -> float:
         """Bytes one GPU puts on the wire: message × bus factor (nccl-tests)."""
-        pl = self._placements.get((c.group, c.op)) or self._placement(c.group, c.op)
-        return c.bytes * bus_factor(c.op, pl.n)
+        return c.bytes * bus_factor(c.op, self.placement(c.group, c.op).n)
 
     def group_size(self, group: str, op: str) -> int:
         """Ranks of one ``group`` collective on this job's placement."""
-        return (self._placements.get((group, op)) or self._placement(group, op)).n
+        return self.placement(group, op).n
 
     def compute(self, op: Compute) -> float:
         return _cached_op_time(self.cm, op)
 
     def phase(self, ph: Phase) -> PhaseCost:
-        hit = self._phases.get(id(ph))
-        if hit is not None and hit[0] is ph:  # the same layer block is shared by every stage
-            return hit[1]
+        cost = self._phases.get(ph)  # the same layer block is shared by every stage (phases hash once)
+        if cost is not None:
+            return cost
         if self._share_phases:
-            key = (self.cm, *self._layout_key, id(ph))
-            shared = _PHASES.get(key)
-            if shared is not None and shared[0] is self.job.cluster and shared[1] is ph:
-                cost = shared[2]
-            else:
-                if len(_PHASES) >= _SHARED_LIMIT:
-                    _PHASES.clear()
-                cost = self._phase(ph)
-                _PHASES[key] = (self.job.cluster, ph, cost)
+            groups = dict.fromkeys((c.group, c.op) for c in ph.collectives)
+            key = (self.cm, tuple((g, op, self.placement(g, op)) for g, op in groups), ph)
+            cost = _PHASES.get(key)
+            if cost is None:
+                cost = _bounded(_PHASES)[key] = self._phase(ph)
         else:
             cost = self._phase(ph)
-        self._phases[id(ph)] = (ph, cost)
+        self._phases[ph] = cost
         return cost
 
     def _phase(self, ph: Phase) -> PhaseCost:

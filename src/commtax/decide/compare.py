@@ -173,6 +173,37 @@ def compare(
     return rows
 
 
+def jobs_to_compare(
+    inputs: list[str],
+    gpu_names: list[str],
+    counts: list[int] | None,
+    prices: Any,
+    catalog: Any = None,
+) -> list[Job]:
+    """The jobs ``compare`` ranks: one per job file, or (``--gpu``) the one job on each GPU; at the GPU ``counts``
+    instead when given (None: as the files say). With GPU names, arguments after the first job that name a catalog
+    GPU and are not files are more GPUs (``compare job.yaml --gpu a100 h100 mi300x``)."""
+    from pathlib import Path
+
+    from commtax.spec import load_job
+
+    files = list(inputs)
+    gpu_names = list(gpu_names)
+    if gpu_names:
+        known = load_catalog(catalog)["gpu"]
+        extra = [x for x in files[1:] if not Path(x).exists() and x in known]
+        files = [x for x in files if x not in extra]
+        gpu_names += extra
+    if not files:
+        raise SpecError("compare: give at least one job file")
+    jobs = [load_job(f, catalog) for f in files]
+    if gpu_names:
+        if len(jobs) != 1:
+            raise SpecError("compare --gpu: give exactly one job file (its cluster gets each GPU in turn)")
+        jobs = jobs_for_gpus(jobs[0], gpu_names, prices, catalog)
+    return with_gpu_counts(jobs, counts) if counts is not None else jobs
+
+
 def with_gpu_counts(jobs: list[Job], counts: list[int]) -> list[Job]:
     """Each job at each GPU count (same model, batch and cluster kind); counts that make no valid job are skipped
     with their reason."""
@@ -254,6 +285,21 @@ class ScalePoint:
     plan: dict[str, Any] | None
     breakdown: Breakdown | None
     reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The point as ``compare --scaling`` writes it in its JSON."""
+        b = self.breakdown
+        shown = (
+            {"comm_tax": b.comm_tax, "comm_share": b.comm_share, "mfu": b.mfu, "step_time_s": b.step_time_s}
+            if b
+            else {}
+        )
+        return {"num_gpus": self.num_gpus, "plan": self.plan, "reason": self.reason, **shown}
+
+
+def default_scaling_counts(num_gpus: int) -> list[int]:
+    """GPU counts of ``compare --scaling`` when none are given: a quarter to four times the job's."""
+    return [num_gpus // 4, num_gpus // 2, num_gpus, num_gpus * 2, num_gpus * 4]
 
 
 def scaling(job: Job, counts: list[int], space: Space | None = None, workers: int | None = None) -> list[ScalePoint]:

@@ -1,32 +1,27 @@
 """Plan search: every valid plan of a job's model on its cluster, evaluated by the one model, ranked.
 
-How it stays fast without a second copy of the model
-----------------------------------------------------
-``estimate(job)`` is a sum of parts, each computed by one of the lead's functions that reads only a
-few plan fields.  The search groups plans by *base* (tp, pp, cp; dp follows) and, inside a base,
-evaluates each part once per distinct sub-configuration, with the model's own functions:
+The space is ``decide.space`` (typed axes: layout axes make the bases, grid axes the grid of a base). Inside a
+base each part of ``estimate`` is computed once per value of what it depends on, with the analytical schedule's
+own functions, and the step is assembled on the grid with ``schedule.analytical.step_parts`` on NumPy arrays, in
+estimate's order (docs/search.md):
 
 ============================  =====================================  ==========================
 part                          model function                         depends on (within a base)
 ============================  =====================================  ==========================
 validity                      ``Job`` validator (``spec``)           vp, micro_batch, sp
 stage times, bubble           ``stage_times``, ``pipeline_bubble``   split (*), micro_batch, sp, recompute; vp
-pipeline sends                ``estimate.pp_exposed``                vp, micro_batch, sp, recompute
-DP traffic                    ``estimate.dp_exposed``                split, micro_batch, sp, recompute, zero, gd
+pipeline sends                ``analytical.pp_exposed``              vp, micro_batch, sp, recompute
+DP traffic                    ``analytical.dp_exposed``              split, micro_batch, sp, recompute, zero, gd
 optimizer step                ``Costs.compute(wl.optimizer)``        split, zero, grad dtype
 model-state memory per stage  ``memory.stage_states``                split, zero, grad dtype
 activations per stage         ``memory.stage_activation_bytes``      vp, micro_batch, sp, recompute
 ============================  =====================================  ==========================
 
 (*) the split is the layers of each pipeline rank (``Job.stage_layers``): it depends on vp only when the
-layers do not divide evenly. Memory is the fullest stage's: (states + activations) per stage, the largest.
-The layer, embedding and head blocks of ``build_workload`` do not depend on pp or dp, so one workload
-per (micro_batch, sp, recompute) serves every base with the same TP and CP placement, and their phases are
-priced once (``_Shared``). The search then assembles the step on the plan grid with NumPy broadcasting
-(``_assemble``: the same sum, in the same order, as ``estimate``). Every search re-estimates its top plans
-with ``estimate`` and reports the largest relative difference (``max_rel_diff``, a warning above 1e-9);
-the tests and the benchmark check it on random samples, so a change of the model's dependencies shows
-up at once.
+layers do not divide evenly. Memory is the fullest stage's. Phase prices and stage times are shared, by value,
+by the bases that place TP and CP alike (``_Shared``, ``costs.pricing``). The table is checked, not trusted:
+every search re-estimates its top plans with ``estimate`` and reports the largest relative difference
+(``max_rel_diff``, a warning above 1e-9); the tests and the benchmark check random samples.
 """
 
 from __future__ import annotations
@@ -35,146 +30,49 @@ import dataclasses
 import itertools
 import math
 import os
-import re
 import signal
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, get_args
+from typing import Any
 
 import numpy as np
-from pydantic import TypeAdapter, ValidationError
 
 from commtax import signals
 from commtax.costs.pricing import Costs
 from commtax.costs.topology import layout
-from commtax.decide.plans import candidates
+from commtax.decide.space import (
+    AXIS,
+    COLUMNS,
+    GRID_AXES,
+    Base,
+    Space,
+    bases,
+    reason,
+)
+from commtax.decide.space import SEARCH_FIELDS as SEARCH_FIELDS  # re-exported: the search's public names
+from commtax.decide.space import Constraint as Constraint
+from commtax.decide.space import convert_value as _convert
+from commtax.decide.space import parse_constraint as parse_constraint
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule import analytical as _est
 from commtax.schedule.analytical import estimate, pipeline_bubble, slowest_and_rest, stage_times, step_parts
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
-from commtax.spec import Job, Plan, job_with, zero_refusal
+from commtax.spec import Job, job_with, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import GiB, memory_need
 from commtax.workload.memory import fixed_reserve_bytes, stage_activation_bytes, stage_kinds, stage_states
 from commtax.workload.step import build_workload
 
 # the allowed values, as the spec declares them
-RECOMPUTE: tuple[str, ...] = get_args(Plan.model_fields["recompute"].annotation)
-GRAD_DTYPES: tuple[str, ...] = get_args(Plan.model_fields["grad_comm_dtype"].annotation)
+RECOMPUTE: tuple[str, ...] = AXIS["recompute"].choices
+GRAD_DTYPES: tuple[str, ...] = AXIS["grad_comm_dtype"].choices
 # the explicit split of a plan's layers over its pp stages: dropped when the search changes pp
 STAGE_SPLIT_FIELDS = ("stage_layers", "first_stage_layers", "last_stage_layers")
-SEARCH_FIELDS = ("tp", "pp", "cp", "vp", "micro_batch", "zero", "recompute", "sequence_parallel", "grad_comm_dtype")
 PART_KEYS = BREAKDOWN_KEYS
 RANK_BY = ("step", "cost", "tokens_per_dollar")
 AGREEMENT_TOL = 1e-9  # relative: the search's numbers must be estimate's
-# columns of the plan table: integer codes (recompute and grad dtype as indices into the tuples above)
-COLUMNS = ("tp", "pp", "cp", "dp", "vp", "micro_batch", "sequence_parallel", "zero", "recompute", "grad_comm_dtype")
-
-
-# ----------------------------------------------------------------------------- the space
-@dataclass(frozen=True)
-class Constraint:
-    """What the user allows for one field: explicit values, or a closed range over the default candidates."""
-
-    values: tuple[Any, ...] | None = None
-    lo: float | None = None
-    hi: float | None = None
-
-    def filter(self, default: Sequence[Any]) -> list[Any]:
-        if self.values is not None:
-            return list(self.values)
-        return [v for v in default if (self.lo is None or v >= self.lo) and (self.hi is None or v <= self.hi)]
-
-    def describe(self) -> str:
-        if self.values is not None:
-            return ",".join(str(v) for v in self.values)
-        return f"{'' if self.lo is None else self.lo}..{'' if self.hi is None else self.hi}"
-
-
-def _field_adapter(fieldname: str) -> TypeAdapter:
-    """The spec's own type and constraints of a plan field (``Plan.model_fields``)."""
-    info = Plan.model_fields[fieldname]
-    return TypeAdapter(Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation)
-
-
-def _convert(fieldname: str, text: str) -> Any:
-    """One command-line value of a plan field, parsed and checked by the spec's own type (pydantic)."""
-    text = text.strip()
-    flag = f"--{fieldname.replace('_', '-')}"
-    value: Any = text
-    choices = get_args(Plan.model_fields[fieldname].annotation)
-    if choices and all(isinstance(c, int) for c in choices):  # an integer Literal (zero): "2" -> 2
-        try:
-            value = int(text)
-        except ValueError:
-            raise SpecError(f"{flag}: expected one of {', '.join(map(str, choices))}, got {text!r}") from None
-    try:
-        return _field_adapter(fieldname).validate_python(value)
-    except ValidationError as e:
-        raise SpecError(f"{flag}: {e.errors()[0]['msg'].lower()}, got {text!r}") from None
-
-
-def parse_constraint(fieldname: str, text: str) -> Constraint:
-    """``"8"`` / ``"1,2,4"`` (values) or ``"2..16"``, ``"..8"``, ``"4.."`` (range over the default candidates)."""
-    if fieldname not in SEARCH_FIELDS:
-        raise SpecError(f"cannot constrain {fieldname!r}; searchable fields: {', '.join(SEARCH_FIELDS)}")
-    text = text.strip()
-    if ".." in text:
-        if fieldname in ("recompute", "sequence_parallel", "grad_comm_dtype"):
-            raise SpecError(f"--{fieldname.replace('_', '-')}: give values (a,b), not a range")
-        lo_s, hi_s = text.split("..", 1)
-        lo = _convert(fieldname, lo_s) if lo_s.strip() else None
-        hi = _convert(fieldname, hi_s) if hi_s.strip() else None
-        if lo is not None and hi is not None and lo > hi:
-            raise SpecError(f"--{fieldname.replace('_', '-')}: empty range {text!r}")
-        return Constraint(lo=lo, hi=hi)
-    return Constraint(values=tuple(dict.fromkeys(_convert(fieldname, t) for t in text.split(",") if t.strip())))
-
-
-@dataclass(frozen=True)
-class Space:
-    """Constraints per field; an unconstrained field takes the plan space's default candidates.
-
-    ``grad_comm_dtype`` defaults to the job's own (compression changes the numerics: opt in).
-    ``fix`` pins fields to the job file's values.
-    """
-
-    constraints: dict[str, Constraint] = field(default_factory=dict)
-    fix: tuple[str, ...] = ()
-
-    @staticmethod
-    def parse(options: dict[str, str | None], fix: Iterable[str] = ()) -> Space:
-        cons = {k: parse_constraint(k, v) for k, v in options.items() if v is not None}
-        fix = tuple(fix)
-        for f in fix:
-            if f not in SEARCH_FIELDS:
-                raise SpecError(f"--fix: unknown field {f!r}; searchable fields: {', '.join(SEARCH_FIELDS)}")
-        return Space(cons, fix)
-
-    def asked(self, fieldname: str, job: Job) -> frozenset:
-        """Values of ``fieldname`` the user named: pinned with ``fix`` or listed in a constraint (not a range)."""
-        if fieldname in self.fix:
-            return frozenset({getattr(job.plan, fieldname)})
-        c = self.constraints.get(fieldname)
-        return frozenset(c.values) if c is not None and c.values is not None else frozenset()
-
-    def values(self, job: Job, fieldname: str, fixed: dict[str, Any], raw: dict) -> list[Any]:
-        if fieldname in self.fix:
-            return [getattr(job.plan, fieldname)]
-        if fieldname == "grad_comm_dtype":
-            c = self.constraints.get(fieldname)
-            return list(c.values) if c and c.values is not None else [job.plan.grad_comm_dtype]
-        c = self.constraints.get(fieldname, Constraint())
-        return c.filter(candidates(fieldname, fixed, raw))
-
-
-def _raw(job: Job) -> dict:
-    return {
-        "model": job.model.model_dump(),
-        "cluster": job.cluster.model_dump(),
-        "training": job.training.model_dump(),
-    }
+AXES = GRID_AXES  # the grid of one base, in the plan table's order
 
 
 # ----------------------------------------------------------------------------- result
@@ -259,11 +157,8 @@ class SearchResult:
 
 
 def plan_from_row(row: Sequence[int]) -> dict[str, Any]:
-    d = dict(zip(COLUMNS, (int(x) for x in row)))
-    d["sequence_parallel"] = bool(d["sequence_parallel"])
-    d["recompute"] = RECOMPUTE[d["recompute"]]
-    d["grad_comm_dtype"] = GRAD_DTYPES[d["grad_comm_dtype"]]
-    return d
+    """A row of the plan table as plan fields (``space.Axis.decode``; dp as it is)."""
+    return {c: AXIS[c].decode(int(x)) if c in AXIS else int(x) for c, x in zip(COLUMNS, row)}
 
 
 def job_for(job: Job, plan: dict[str, Any]) -> Job:
@@ -278,132 +173,32 @@ def split_reset(job: Job, pp: int) -> dict[str, None]:
 
 # ----------------------------------------------------------------------------- one base (tp, pp, cp)
 class _MemoCosts(Costs):
-    """The model's Costs with each phase priced once across all the bases that place TP and CP alike:
-    by identity (the layer blocks are shared between bases, see ``_eval_base``), then by content."""
+    """The model's Costs with each phase priced once across all the bases that place TP and CP alike (phases
+    are keyed by value; the layer blocks are shared between bases, see ``_eval_base``)."""
 
     def __init__(self, job: Job, shared: _Shared | None = None):
         super().__init__(job)
         self._shared = shared or _Shared()
         self.stage_cache = self._shared.stages
-
-    def phase(self, ph):  # type: ignore[override]
-        ids = self._shared.phase_ids
-        hit = ids.get(id(ph))
-        if hit is not None and hit[0] is ph:
-            return hit[1]
-        try:
-            v = self._shared.phases[ph]
-        except KeyError:
-            v = self._shared.phases[ph] = super().phase(ph)
-        ids[id(ph)] = (ph, v)  # holding ph keeps its id from being reused
-        return v
+        self._phases = self._shared.phases
 
 
 @dataclass
 class _Shared:
     """What bases with the same TP and CP placement share: phase prices and per-micro-batch workloads."""
 
-    phases: dict[Any, Any] = field(default_factory=dict)
-    phase_ids: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    phases: dict[Any, Any] = field(default_factory=dict)  # Phase -> PhaseCost
     workloads: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute) -> Workload
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
 
 
-def _model_copy(job: Job, **changes: Any) -> Job:
-    return job.model_copy(update={"plan": job.plan.model_copy(update=changes)})
-
-
-def _fast_copy(job: Job, **changes: Any) -> Job:
-    """``_model_copy`` without pydantic's generic copy machinery (2x faster; checked against it at import)."""
-    plan = object.__new__(type(job.plan))
-    for name, value in (
-        ("__dict__", {**job.plan.__dict__, **changes}),
-        ("__pydantic_fields_set__", job.plan.__pydantic_fields_set__ | set(changes)),
-        ("__pydantic_extra__", None),
-        ("__pydantic_private__", None),
-    ):
-        object.__setattr__(plan, name, value)
-    new = object.__new__(type(job))
-    for name, value in (
-        ("__dict__", {**job.__dict__, "plan": plan}),
-        ("__pydantic_fields_set__", job.__pydantic_fields_set__),
-        ("__pydantic_extra__", None),
-        ("__pydantic_private__", None),
-    ):
-        object.__setattr__(new, name, value)
-    return new
-
-
 def _copy(job: Job, **changes: Any) -> Job:
-    """A plan variant of a job already validated for the fields that the validator reads (no re-validation)."""
-    return (_fast_copy if _FAST_COPY_OK else _model_copy)(job, **changes)
-
-
-def _fast_copy_works() -> bool:
-    try:
-        from commtax.spec import Cluster, Model, Plan, Training
-
-        probe = Job.model_construct(
-            model=Model.model_construct(),
-            cluster=Cluster.model_construct(),
-            plan=Plan(),
-            training=Training.model_construct(),
-        )
-        a, b = _fast_copy(probe, zero=3, recompute="full"), _model_copy(probe, zero=3, recompute="full")
-        return a.plan == b.plan and a.plan.model_fields_set == b.plan.model_fields_set and a.plan.zero == 3
-    except Exception:  # pragma: no cover - a pydantic without these internals
-        return False
-
-
-_FAST_COPY_OK = _fast_copy_works()
-
-
-def _reason(msg: str) -> str:
-    """Group validator messages by their text with the numbers taken out."""
-    return re.sub(r"\d+", "n", msg).strip()
-
-
-@dataclass
-class _Base:
-    tp: int
-    pp: int
-    cp: int
-    axes: dict[str, list[Any]]  # vp, micro_batch, sequence_parallel, zero, recompute, grad_comm_dtype
-    asked_zero: frozenset[int] = frozenset()  # stages the user named (--fix zero, --zero 3): searched as asked
-
-
-AXES = ("vp", "micro_batch", "sequence_parallel", "zero", "recompute", "grad_comm_dtype")
-
-
-def _bases(job: Job, space: Space) -> tuple[list[_Base], Counter, dict[str, str]]:
-    """The (tp, pp, cp) combinations of the space whose product divides the GPU count, with their axes;
-    skipped ones counted by reason (with one full message per reason)."""
-    raw = _raw(job)
-    n = job.cluster.num_gpus
-    out: list[_Base] = []
-    skipped: Counter = Counter()
-    examples: dict[str, str] = {}
-    for tp, pp, cp in itertools.product(
-        space.values(job, "tp", {}, raw), space.values(job, "pp", {}, raw), space.values(job, "cp", {}, raw)
-    ):
-        if n % (tp * pp * cp):
-            msg = f"tp({tp}) * pp({pp}) * cp({cp}) = {tp * pp * cp} does not divide num_gpus({n})"
-            skipped[_reason(msg)] += 1
-            examples.setdefault(_reason(msg), msg)
-            continue
-        fixed = {"tp": tp, "pp": pp, "cp": cp}
-        axes = {
-            "vp": space.values(job, "vp", fixed, raw),
-            "micro_batch": space.values(job, "micro_batch", fixed, raw),
-            "sequence_parallel": space.values(job, "sequence_parallel", fixed, raw),
-            "zero": space.values(job, "zero", fixed, raw),
-            "recompute": space.values(job, "recompute", fixed, raw),
-            "grad_comm_dtype": space.values(job, "grad_comm_dtype", fixed, raw),
-        }
-        if any(not v for v in axes.values()):
-            continue
-        out.append(_Base(tp, pp, cp, axes, space.asked("zero", job)))
-    return out, skipped, examples
+    """A plan variant of a job already validated for the fields the validator reads (pydantic's own copy: the
+    grid axes it changes here, recompute, zero and gradient dtype, are checked for the base by ``_valid_jobs``)."""
+    plan = job.plan
+    if all(getattr(plan, k) == v for k, v in changes.items()):  # already so: no copy (a third of the calls)
+        return job
+    return job.model_copy(update={"plan": plan.model_copy(update=changes)})
 
 
 @dataclass
@@ -426,7 +221,13 @@ def _phase_key(job: Job) -> tuple:
     return tuple((lay.size[g], lay.stride[g]) for g in ("tp", "cp"))
 
 
-def _valid_jobs(job: Job, base: _Base) -> tuple[dict[tuple[int, int, int], Job], Counter, dict[str, str]]:
+def _shared_key(job: Job, base: Base) -> tuple:
+    """Bases share phase prices and workloads when they place TP and CP alike and agree on every layout axis
+    beyond tp, pp and cp (an added axis may change the blocks)."""
+    return (_phase_key(job), tuple(sorted(base.extra.items())))
+
+
+def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], Counter, dict[str, str]]:
     """The spec's own validator on every (vp, micro_batch, sequence_parallel) of a base: the valid jobs by index,
     and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans)."""
     axes = base.axes
@@ -439,11 +240,9 @@ def _valid_jobs(job: Job, base: _Base) -> tuple[dict[tuple[int, int, int], Job],
         enumerate(axes["vp"]), enumerate(axes["micro_batch"]), enumerate(axes["sequence_parallel"])
     ):
         try:
-            jobs[i, j, k] = job_with(
-                job, tp=base.tp, pp=base.pp, cp=base.cp, dp=None, vp=vp, micro_batch=mb, sequence_parallel=sp, **reset
-            )
+            jobs[i, j, k] = job_with(job, **base.fields, dp=None, vp=vp, micro_batch=mb, sequence_parallel=sp, **reset)
         except SpecError as e:
-            why = _reason(str(e))
+            why = reason(str(e))
             invalid[why] += others
             examples.setdefault(why, str(e))
     return jobs, invalid, examples
@@ -453,7 +252,7 @@ def _valid_jobs(job: Job, base: _Base) -> tuple[dict[tuple[int, int, int], Job],
 class _Grid:
     """One base's plan grid while it is evaluated: the axes' values, the valid jobs, and the stage splits."""
 
-    base: _Base
+    base: Base
     jobs: dict[tuple[int, int, int], Job]  # valid (vp, micro_batch, sequence_parallel) -> its job
     costs: _MemoCosts
     shared: _Shared
@@ -469,11 +268,9 @@ class _Grid:
         return next(x for (sj, _, _), x in self.sample.items() if sj == si)
 
 
-def _grid(
-    job: Job, base: _Base, jobs: dict[tuple[int, int, int], Job], phase_cache: dict[Any, _Shared] | None
-) -> _Grid:
+def _grid(job: Job, base: Base, jobs: dict[tuple[int, int, int], Job], phase_cache: dict[Any, _Shared] | None) -> _Grid:
     any_job = next(iter(jobs.values()))
-    shared = _Shared() if phase_cache is None else phase_cache.setdefault(_phase_key(any_job), _Shared())
+    shared = _Shared() if phase_cache is None else phase_cache.setdefault(_shared_key(any_job, base), _Shared())
     n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in base.axes["micro_batch"]], float)
     splits: list[tuple[int, ...]] = []
     split_of_vp = np.zeros(len(base.axes["vp"]), int)
@@ -615,7 +412,7 @@ def _fullest_memory(
 
 
 def _framework_zero_mask(
-    job: Job, base: _Base, valid: np.ndarray, invalid: Counter, examples: dict[str, str]
+    job: Job, base: Base, valid: np.ndarray, invalid: Counter, examples: dict[str, str]
 ) -> np.ndarray:
     """Plans whose ZeRO stage the job's framework cannot run (``spec.zero_refusal``) made invalid, counted by
     reason: the zero axis is not part of the per-job validator pass (``_valid_jobs``). A stage the user named
@@ -631,13 +428,13 @@ def _framework_zero_mask(
         if n_refused:
             valid = valid.copy() if not valid.flags.writeable else valid
             valid[tuple(index)] = False
-            why = _reason(msg)
+            why = reason(msg)
             invalid[why] += n_refused
             examples.setdefault(why, msg)
     return valid
 
 
-def _eval_base(job: Job, base: _Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
+def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
     """Evaluate every plan of one base on its grid (vp, micro_batch, sequence_parallel, zero, recompute, grad dtype).
 
     Each part of ``estimate`` is computed once per value of what it depends on (the module docstring's table),
@@ -728,22 +525,14 @@ def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
     return step, np.stack(parts), exposed
 
 
-def _codes(job: Job, base: _Base, grid: np.ndarray) -> np.ndarray:
-    A = base.axes
+def _codes(job: Job, base: Base, grid: np.ndarray) -> np.ndarray:
+    """The plan table of a base's grid (``COLUMNS``): layout and dp repeated, grid axes by their codes."""
     dp = job.cluster.num_gpus // (base.tp * base.pp * base.cp)
-    cols = [
-        np.full(len(grid), base.tp),
-        np.full(len(grid), base.pp),
-        np.full(len(grid), base.cp),
-        np.full(len(grid), dp),
-        np.asarray(A["vp"])[grid[:, 0]],
-        np.asarray(A["micro_batch"])[grid[:, 1]],
-        np.asarray(A["sequence_parallel"], int)[grid[:, 2]],
-        np.asarray(A["zero"])[grid[:, 3]],
-        np.asarray([RECOMPUTE.index(x) for x in A["recompute"]])[grid[:, 4]],
-        np.asarray([GRAD_DTYPES.index(x) for x in A["grad_comm_dtype"]])[grid[:, 5]],
-    ]
-    return np.stack(cols, 1).astype(np.int64)
+    fixed = {**base.fields, "dp": dp}
+    cols = {k: np.full(len(grid), AXIS[k].code(v) if k in AXIS else v) for k, v in fixed.items()}
+    for i, k in enumerate(GRID_AXES):
+        cols[k] = np.asarray([AXIS[k].code(x) for x in base.axes[k]], np.int64)[grid[:, i]]
+    return np.stack([cols[c] for c in COLUMNS], 1).astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- the search
@@ -753,15 +542,11 @@ def _mp_methods() -> list[str]:
     return mp.get_all_start_methods()
 
 
-_WORKER_CACHE: dict[Any, _Shared] = {}  # phase prices in a worker process, shared by all its chunks
-
-
 def _init_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's terminate() ends a worker at once
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's kill ends a worker at once
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     _die_with_parent()
-    _WORKER_CACHE.clear()
 
 
 def _die_with_parent() -> None:
@@ -770,35 +555,79 @@ def _die_with_parent() -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):  # not Linux: the parent's shutdown still terminates workers
+    except (OSError, AttributeError):  # not Linux: the parent's clean-up still kills workers
         pass
 
 
-def _stop_workers(ex: Any, procs: list[Any]) -> None:
-    """Cancel what is queued and end the worker processes now (a chunk can run for seconds).
-
-    SIGKILL, not SIGTERM: a worker forked a moment ago may not have run ``_init_worker`` yet and still holds the
-    parent's deferring handler. Runs with signals deferred, so no lock of the pool is held by a dead frame."""
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    for p in procs:
-        p.join(timeout=30)
-    # A worker killed while writing its result leaves half a message in the result pipe, and the pool's manager
-    # thread then blocks reading the rest forever (interpreter exit joins it: the hang seen with py-spy). The
-    # parent holds the pipe's other write end; closing it gives that read EOF, and the thread ends as "broken".
-    writer = getattr(getattr(ex, "_result_queue", None), "_writer", None)
-    if writer is not None:
-        writer.close()
-    manager = getattr(ex, "_executor_manager_thread", None)
-    ex.shutdown(wait=False, cancel_futures=True)
-    if manager is not None:  # it sees the dead workers and ends; joined here, not by an atexit hook a signal can cut
-        manager.join(timeout=30)
+def _worker(job: Job, chunks: list[list[Base]], conn: Any) -> None:
+    """One worker process: its chunks of bases in turn, each chunk's results sent as it ends, then None.
+    Phase prices are shared by all its chunks (one cache per process). An error is sent to the parent, which
+    raises it."""
+    _init_worker()
+    cache: dict[Any, _Shared] = {}
+    try:
+        for chunk in chunks:
+            conn.send(("results", [_eval_base(job, b, cache) for b in chunk]))
+        conn.send(("done", None))
+    except Exception as e:  # the parent re-raises it: a bug in the model must not read as a partial result
+        conn.send(("error", e))
+    finally:
+        conn.close()
 
 
-def _eval_chunk(args: tuple[Job, list[_Base]]) -> list[_BaseResult]:
-    job, bases = args
-    return [_eval_base(job, b, _WORKER_CACHE) for b in bases]
+def _run_workers(
+    job: Job, todo: list[Base], workers: int, progress: Callable[[int, int], None] | None
+) -> tuple[list[_BaseResult], bool]:
+    """Evaluate ``todo`` in ``workers`` forked processes, each with its own result pipe; (results, interrupted).
+
+    The processes and pipes are this function's own (no pool machinery, no locks a signal could leave held):
+    signals are deferred while it runs and checked between results, and on a signal, an error or a worker that
+    died, every worker is SIGKILLed and joined before it returns (a worker forked a moment ago may not have run
+    ``_init_worker`` yet and still hold the parent's deferring handler: SIGTERM could be ignored)."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    ctx = mp.get_context("fork")
+    # interleave bases so every worker gets a mix of cheap and costly ones, in a few chunks each (progress)
+    chunks = [c for c in (todo[i :: workers * 4] for i in range(workers * 4)) if c]
+    results: list[_BaseResult] = []
+    procs, conns = [], []
+    with signals.deferred() as stop:
+        try:
+            for w in range(workers):
+                mine = chunks[w::workers]
+                if not mine or stop:
+                    continue
+                reader, writer = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_worker, args=(job, mine, writer), daemon=True)
+                proc.start()
+                writer.close()  # the worker holds the write end: its death gives EOF here
+                procs.append(proc)
+                conns.append(reader)
+            live = list(conns)
+            while live and not stop:
+                for conn in wait(live, timeout=0.2):
+                    try:
+                        kind, payload = conn.recv()
+                    except EOFError:
+                        raise RuntimeError("a search worker died before it sent its results") from None
+                    if kind == "error":
+                        raise payload
+                    if kind == "done":
+                        live.remove(conn)
+                        continue
+                    results.extend(payload)
+                    if progress:
+                        progress(len(results), len(todo))
+        finally:
+            for proc in procs:
+                if proc.is_alive():
+                    proc.kill()
+            for proc in procs:
+                proc.join(timeout=30)
+            for conn in conns:
+                conn.close()
+        return results, bool(stop)
 
 
 def evaluate_space(
@@ -809,51 +638,22 @@ def evaluate_space(
 ) -> tuple[list[_BaseResult], Counter, dict[str, str], bool]:
     """Evaluate every plan of the space: per-base results, skipped-base reasons and examples, interrupted flag."""
     space = space or Space()
-    bases, skipped, skip_examples = _bases(job, space)
+    todo, skipped, skip_examples = bases(job, space)
     results: list[_BaseResult] = []
     interrupted = False
     if workers is None:
-        workers = min(2, os.cpu_count() or 1) if len(bases) >= 16 else 1
+        workers = min(2, os.cpu_count() or 1) if len(todo) >= 16 else 1
     if workers > 1 and "fork" not in _mp_methods():
         workers = 1  # workers inherit the job by fork; elsewhere (Windows) search in one process
     try:
         if workers <= 1:
             cache: dict[Any, _Shared] = {}
-            for n, b in enumerate(bases):
+            for n, b in enumerate(todo):
                 results.append(_eval_base(job, b, cache))
                 if progress:
-                    progress(n + 1, len(bases))
+                    progress(n + 1, len(todo))
         else:
-            import multiprocessing as mp
-            from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-            # interleave bases so both workers get a mix of cheap and costly ones
-            chunks = [bases[i :: workers * 4] for i in range(workers * 4)]
-            chunks = [c for c in chunks if c]
-            ctx = mp.get_context("fork")
-            with signals.deferred() as stop:  # a handler that raised inside the pool's locks could hang its shutdown
-                ex = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker)
-                pending: set[Any] = set()
-                try:
-                    for c in chunks:
-                        if stop:
-                            break
-                        pending.add(ex.submit(_eval_chunk, (job, c)))
-                    done = 0
-                    while pending and not stop:
-                        finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                        for f in finished:
-                            part = f.result()
-                            results.extend(part)
-                            done += len(part)
-                            if progress:
-                                progress(done, len(bases))
-                finally:
-                    if stop or pending:  # a signal, or an error in a chunk: end the workers, never wait on them
-                        _stop_workers(ex, list((getattr(ex, "_processes", None) or {}).values()))
-                    else:
-                        ex.shutdown()
-            interrupted = bool(stop)
+            results, interrupted = _run_workers(job, todo, workers, progress)
     except KeyboardInterrupt:  # one process: Ctrl-C/SIGTERM raise between plans, no pool lock to leave held
         interrupted = True
     return results, skipped, skip_examples, interrupted
@@ -1057,21 +857,10 @@ def agreement(job: Job, res: SearchResult, sample: int = 50, seed: int = 0) -> d
 def brute_force(job: Job, space: Space | None = None) -> list[tuple[dict[str, Any], Breakdown]]:
     """Every valid plan of the space through ``estimate`` one by one (slow; for tests)."""
     space = space or Space()
-    bases, _, _ = _bases(job, space)
     out = []
-    for b in bases:
-        for vp, mb, sp, zero, rc, gd in itertools.product(*(b.axes[k] for k in AXES)):
-            plan = dict(
-                tp=b.tp,
-                pp=b.pp,
-                cp=b.cp,
-                vp=vp,
-                micro_batch=mb,
-                sequence_parallel=sp,
-                zero=zero,
-                recompute=rc,
-                grad_comm_dtype=gd,
-            )
+    for b in bases(job, space)[0]:
+        for values in itertools.product(*(b.axes[k] for k in AXES)):
+            plan = {**b.fields, **dict(zip(AXES, values))}
             try:
                 j = job_with(job, dp=None, **split_reset(job, b.pp), **plan)
             except SpecError:

@@ -410,9 +410,23 @@ def recipe_plan(row: dict, fixed: dict) -> dict:
             continue
         if rule.get("precision", precision) != precision:
             continue
+        if rule.get("since") and not release_at_least(row, rule["since"]):
+            continue
         if all(fixed.get(k, 1) == v for k, v in (rule.get("when") or {}).items()):
             return dict(rule["plan"])
     return {}
+
+
+def row_release(row: dict) -> tuple[int, ...] | None:
+    """The NeMo container release a row was published under ('25.11 NeMo Container' in its source), as numbers."""
+    m = re.search(r"(\d\d\.\d\d(?:\.\d\d)?) NeMo Container", row.get("source") or "")
+    return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+def release_at_least(row: dict, since: str) -> bool:
+    """Whether the row's release is ``since`` or later; a row that names no release is not."""
+    rel = row_release(row)
+    return rel is not None and rel >= tuple(int(x) for x in since.split("."))
 
 
 def _moe_run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:

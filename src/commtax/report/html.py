@@ -28,7 +28,7 @@ from commtax.errors import SpecError
 from commtax.report import svg
 from commtax.report.svg import BREAKDOWN_STYLES, Segment, Series, Style
 from commtax.schedule.analytical import estimate
-from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
+from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown, part_keys
 from commtax.spec import Job
 from commtax.units import GB, memory_excess
 
@@ -40,6 +40,7 @@ PART_LABELS = {
     "pp_bubble": "pipeline bubble",
     "pp_exposed": "PP exposed",
     "dp_exposed": "DP exposed",
+    "ep_exposed": "EP all-to-all exposed",
     "optimizer": "optimizer",
 }
 GROUP_LABELS = {
@@ -47,8 +48,10 @@ GROUP_LABELS = {
     "cp": "context parallel (CP)",
     "pp": "pipeline (PP)",
     "dp": "data parallel (DP)",
+    "ep": "expert parallel (EP all-to-all)",
+    "edp": "expert data parallel (EDP)",
 }
-EXPOSED_KEY = {"tp": "tp_exposed", "cp": "cp_exposed", "pp": "pp_exposed", "dp": "dp_exposed"}
+EXPOSED_KEY = {"tp": "tp_exposed", "cp": "cp_exposed", "pp": "pp_exposed", "dp": "dp_exposed", "ep": "ep_exposed"}
 TRACE_FIELDS = (
     "window_s",
     "compute_s",
@@ -71,7 +74,26 @@ DEFINITIONS = {
     "step": "step time = compute + recompute + exposed TP + exposed CP + pipeline bubble + exposed PP + exposed DP + "
     "optimizer.",
 }
-SEGMENTS = tuple(Segment(k, PART_LABELS[k], BREAKDOWN_STYLES[k]) for k in BREAKDOWN_KEYS)
+# MoE jobs' exposed all-to-all: Paul Tol's "vibrant" orange, a pattern of its own colour (svg's eight are taken)
+PART_STYLES = {**BREAKDOWN_STYLES, "ep_exposed": Style("#ee7733", "diag")}
+SEGMENTS = tuple(Segment(k, PART_LABELS[k], PART_STYLES[k]) for k in BREAKDOWN_KEYS)
+
+
+def chart_keys(breakdowns: Sequence[Breakdown]) -> tuple[str, ...]:
+    """The parts a stacked bar of these breakdowns shows: the MoE parts when any of them has experts."""
+    return max((part_keys(b) for b in breakdowns), key=len, default=BREAKDOWN_KEYS)
+
+
+def comm_groups(b: Breakdown) -> tuple[str, ...]:
+    """Communication groups of a breakdown in display order (MoE jobs add ep, and edp where it is its own group)."""
+    return ("tp", "cp", "pp", "dp") + tuple(g for g in ("ep", "edp") if g in b.comm_time_s)
+
+
+def exposed_sum(parts: dict[str, float]) -> float:
+    """Exposed communication of a breakdown, every group (MoE: the all-to-all too)."""
+    return sum(parts.get(k, 0.0) for k in ("tp_exposed", "cp_exposed", "pp_exposed", "dp_exposed", "ep_exposed"))
+
+
 GANTT_KINDS = (
     Segment("compute", "compute", BREAKDOWN_STYLES["compute"]),
     Segment("recompute", "recompute (short bars)", BREAKDOWN_STYLES["recompute"]),
@@ -228,29 +250,30 @@ class Fig:
 
 
 def step_chart(rows: Sequence[tuple[str, Breakdown]], title: str) -> svg.StackedBars:
+    keys = chart_keys([b for _, b in rows])
     return svg.StackedBars(
         title,
         tuple(r for r, _ in rows),
-        SEGMENTS,
-        tuple(tuple(b.breakdown_s[k] for k in BREAKDOWN_KEYS) for _, b in rows),
+        tuple(Segment(k, PART_LABELS[k], PART_STYLES[k]) for k in keys),
+        tuple(tuple(b.breakdown_s.get(k, 0.0) for k in keys) for _, b in rows),
         "s",
     )
 
 
 def comm_chart(b: Breakdown) -> svg.Bars:
-    groups = [g for g in ("tp", "cp", "pp", "dp") if b.comm_time_s[g] > 0 or b.comm_bytes_per_gpu[g] > 0] or ["tp"]
+    groups = [g for g in comm_groups(b) if b.comm_time_s[g] > 0 or b.comm_bytes_per_gpu[g] > 0] or ["tp"]
     return svg.Bars(
         "Communication per GPU per step: link time vs exposed time",
         tuple(GROUP_LABELS[g] for g in groups),
         ("link time (wire busy)", "exposed (step waits)"),
-        tuple((b.comm_time_s[g], b.breakdown_s[EXPOSED_KEY[g]]) for g in groups),
+        tuple((b.comm_time_s[g], b.breakdown_s.get(EXPOSED_KEY.get(g, ""), 0.0)) for g in groups),
         "s",
         styles=(Style("#4477aa", "solid"), Style("#ee6677", "diag")),
     )
 
 
 def bytes_chart(b: Breakdown) -> svg.Bars:
-    groups = [g for g in ("tp", "cp", "pp", "dp") if b.comm_bytes_per_gpu[g] > 0] or ["tp"]
+    groups = [g for g in comm_groups(b) if b.comm_bytes_per_gpu[g] > 0] or ["tp"]
     return svg.Bars(
         "Bytes sent per GPU per step, by group",
         tuple(GROUP_LABELS[g] for g in groups),
@@ -485,7 +508,7 @@ def trace_chart(per_rank: dict[str, dict[str, float]], predicted: Breakdown | No
     rows, vals = [], []
     if predicted is not None:
         b = predicted.breakdown_s
-        exposed = b["tp_exposed"] + b["cp_exposed"] + b["pp_exposed"] + b["dp_exposed"]
+        exposed = exposed_sum(b)
         rows.append("predicted")
         vals.append((b["compute"] + b["recompute"] + b["optimizer"], exposed, b["pp_bubble"]))
     for rank, f in per_rank.items():
@@ -739,7 +762,7 @@ def summary_section(data: ReportData) -> str:
             num(f"breakdown_s.{k}", b.breakdown_s[k], f"{b.breakdown_s[k]:.4f}"),
             pct(b.breakdown_s[k] / b.step_time_s if b.step_time_s else 0.0),
         ]
-        for k in BREAKDOWN_KEYS
+        for k in part_keys(b)
     ]
     rows.append(["step time", num("step_time_s", b.step_time_s, f"{b.step_time_s:.4f}"), "100.0%"])
     html.append(table(["component", "seconds", "share of step"], rows, "The step, part by part", raw=True))
@@ -748,9 +771,9 @@ def summary_section(data: ReportData) -> str:
             GROUP_LABELS[g],
             num(f"comm_bytes_per_gpu.{g}", b.comm_bytes_per_gpu[g], f"{b.comm_bytes_per_gpu[g] / GB:,.2f} GB"),
             num(f"comm_time_s.{g}", b.comm_time_s[g], f"{b.comm_time_s[g]:.4f}"),
-            f"{b.breakdown_s[EXPOSED_KEY[g]]:.4f}",
+            f"{b.breakdown_s[EXPOSED_KEY[g]]:.4f}" if g in EXPOSED_KEY else "in DP exposed",
         ]
-        for g in ("tp", "cp", "pp", "dp")
+        for g in comm_groups(b)
     ]
     html.append(
         table(
@@ -965,7 +988,7 @@ def trace_section(per_rank: dict[str, dict[str, float]], predicted: Breakdown | 
         )
     if predicted is not None:
         b = predicted.breakdown_s
-        exposed = b["tp_exposed"] + b["cp_exposed"] + b["pp_exposed"] + b["dp_exposed"]
+        exposed = exposed_sum(b)
         comm = sum(predicted.comm_time_s.values())
         rows.append(
             [

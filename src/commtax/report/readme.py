@@ -1,7 +1,9 @@
-"""The README's generated blocks: the catalog tables (from the catalog) and the worked example (the output of
-``commtax estimate`` at 80 columns), so the README cannot drift from the code.
+"""The generated blocks of the README and docs/catalog.md: the catalog tables (from the catalog), the worked
+example (the output of ``commtax estimate`` at 80 columns) and the accuracy tables, so the docs cannot drift from
+the code. Each block lives in one file (``BLOCK_FILES``).
 
-    python -m commtax.report.readme README.md           # rewrite every block between its markers
+    python -m commtax.report.readme                     # rewrite every block of README.md and docs/catalog.md
+    python -m commtax.report.readme README.md           # the blocks of one file
     python -m commtax.report.readme --check README.md   # exit 1 if one differs (tests/test_readme.py does this)
 
 Catalog numbers are printed as the YAML gives them (``0.7``, ``989.4``); each source is cut to 80 characters.
@@ -21,7 +23,7 @@ SOURCE_CHARS = 80
 
 
 def begin(name: str) -> str:
-    return f"<!-- generated: {name} (python -m commtax.report.readme README.md; do not edit by hand) -->"
+    return f"<!-- generated: {name} (make readme; do not edit by hand) -->"
 
 
 def end(name: str) -> str:
@@ -224,6 +226,7 @@ def accuracy_tables() -> str:
 
 
 BLOCKS = {"catalog tables": catalog_tables, "worked example": estimate_example, "accuracy tables": accuracy_tables}
+BLOCK_FILES = {"catalog tables": "docs/catalog.md", "worked example": "README.md", "accuracy tables": "README.md"}
 
 
 def section(readme: str, name: str) -> str:
@@ -234,7 +237,10 @@ def section(readme: str, name: str) -> str:
 
 
 def rewrite(readme: str) -> str:
+    """Every block whose markers the text holds, made anew."""
     for name, make in BLOCKS.items():
+        if begin(name) not in readme or end(name) not in readme:
+            continue
         head, rest = readme.split(begin(name), 1)
         readme = f"{head}{begin(name)}\n{make()}\n{end(name)}{rest.split(end(name), 1)[1]}"
     return readme
@@ -243,15 +249,23 @@ def rewrite(readme: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     check = "--check" in args
-    path = Path(next((a for a in args if a != "--check"), "README.md"))
-    text = path.read_text()
-    if check:
-        stale = [name for name, make in BLOCKS.items() if section(text, name) != make()]
-        print(f"{path}: " + (f"stale: {', '.join(stale)}; run without --check" if stale else "up to date"))
-        return 1 if stale else 0
-    path.write_text(rewrite(text))
-    print(f"{path}: {', '.join(BLOCKS)} rewritten from the code")
-    return 0
+    paths = [Path(a) for a in args if a != "--check"] or sorted({REPO / f for f in BLOCK_FILES.values()})
+    status = 0
+    for path in paths:
+        text = path.read_text()
+        names = [name for name in BLOCKS if begin(name) in text]
+        missing = [n for n, f in BLOCK_FILES.items() if (REPO / f).resolve() == path.resolve() and n not in names]
+        if missing:
+            print(f"{path}: markers of {', '.join(missing)} not found")
+            status = 1
+        if check:
+            stale = [name for name in names if section(text, name) != BLOCKS[name]()]
+            print(f"{path}: " + (f"stale: {', '.join(stale)}; run without --check" if stale else "up to date"))
+            status |= 1 if stale else 0
+            continue
+        path.write_text(rewrite(text))
+        print(f"{path}: {', '.join(names)} rewritten from the code")
+    return status
 
 
 if __name__ == "__main__":

@@ -264,3 +264,23 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
         t.caption = "— no plan: " + "; ".join(unplaced)
         t.caption_justify = "left"
     return t
+
+
+def collective_table(pred: Any) -> Table:
+    """``commtax collective``: one row per message size (``costs.predict.CollectivePrediction``)."""
+    from commtax.units import format_duration, format_sig
+
+    t = new_table(f"{pred.op} over {pred.gpus} GPUs ({pred.per_node} per node) — predicted")
+    for col in ("size (B)", "time", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "bound by"):
+        t.add_column(col, justify="right")
+    for r in pred.rows:
+        algo = f"{r['algorithm']}/{r['protocol']}" if r["protocol"] else r["algorithm"]
+        t.add_row(
+            f"{r['message_bytes']:.0f}",
+            format_duration(r["time_s"]),
+            format_sig(r["algbw_GBps"]),
+            format_sig(r["busbw_GBps"]),
+            algo,
+            r["bottleneck"],
+        )
+    return t

@@ -183,6 +183,22 @@ def _combine(
     )
 
 
+class HashedKey:
+    """A tuple key whose hash is computed once (it is looked up many times); equal when the tuples are equal."""
+
+    __slots__ = ("value", "_hash")
+
+    def __init__(self, value: tuple) -> None:
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HashedKey) and self._hash == other._hash and self.value == other.value
+
+
 def stage_layer_counts(job: Job, wl: Workload) -> tuple[int, ...]:
     """Layers of each pipeline rank: the workload's virtual stages k = chunk·pp + stage, summed per rank."""
     p, v = job.plan.pp, job.plan.vp
@@ -194,14 +210,12 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
     Ranks alike (same layers, neither end) share one StageTime; ``costs.stage_cache`` keeps them across calls."""
     p = job.plan.pp
     plan = job.plan
-    cache = getattr(costs, "stage_cache", None)
-    if cache is None:  # a stand-in for Costs (tests)
-        cache = {}
     if wl.moe_layer is not None:
         return _moe_stage_times(job, wl, costs)
-    blocks = (wl.embed, wl.layer, wl.head)
-    # what _combine reads besides the blocks' phases: the TP/CP overlap flags and degrees
-    base_key = (id(blocks[0]), id(blocks[1]), id(blocks[2]), plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp)
+    cache = costs.stage_cache
+    # the blocks (by value: equal blocks price alike) and what _combine reads besides their phases: the TP/CP
+    # overlap flags and degrees
+    base_key = HashedKey((wl.embed, wl.layer, wl.head, plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp))
 
     passes = ("fwd", "bwd", "recompute")
     layers_of: dict[int, tuple[PhaseCost, ...]] = {}  # n layers' passes, scaled once per n
@@ -209,7 +223,7 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
     def stage(n: int, first: bool, last: bool) -> StageTime:
         key = (base_key, n, first, last)
         hit = cache.get(key)
-        if hit is None or hit[0] is not blocks[0] or hit[1] is not blocks[1] or hit[2] is not blocks[2]:
+        if hit is None:
             if n and n not in layers_of:
                 layers_of[n] = tuple(costs.phase(getattr(wl.layer, w)).scaled(n) for w in passes)
             parts = [(layers_of[n], 1)] if n else []
@@ -217,22 +231,19 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
                 parts.insert(0, (tuple(costs.phase(getattr(wl.embed, w)) for w in passes), 1))
             if last:
                 parts.append((tuple(costs.phase(getattr(wl.head, w)) for w in passes), 1))
-            hit = cache[key] = (
-                *blocks,
-                _combine(job, parts, costs.cm),
-            )  # holding the blocks keeps their ids from reuse
-        return hit[3]
+            hit = cache[key] = _combine(job, parts, costs.cm)
+        return hit
 
     counts = stage_layer_counts(job, wl)
     whole = cache.get((base_key, counts))
-    if whole is not None and all(map(operator.is_, whole[0], blocks)):
-        return whole[1]
+    if whole is not None:
+        return whole
     if p == 1:
         out = [stage(counts[0], True, True)]
     else:
         middle = {n: stage(n, False, False) for n in set(counts[1:-1])}
         out = [stage(counts[0], True, False)] + [middle[n] for n in counts[1:-1]] + [stage(counts[-1], False, True)]
-    cache[base_key, counts] = (blocks, out)  # callers read the list, never change it
+    cache[base_key, counts] = out  # callers read the list, never change it
     return out
 
 
@@ -338,6 +349,20 @@ def dp_step_parts(wl: Workload, costs: Costs) -> DPStepParts:
     codec = sum(costs.compute(op) for op in wl.dp_codec)
     first = times[1] * ratio if len(times) > 1 else 0.0
     return DPStepParts(sum(times) + codec * n, nbytes, times, tail, first, codec)
+
+
+def edp_traffic(job: Job, wl: Workload, costs: Costs) -> tuple[float, float]:
+    """(link time, bytes) per step of the expert gradients' reduction over edp: the share of the DP link time and
+    bytes (``dp_step_parts``) that the edp collectives carry, reported as their own group. ZeRO-3 prices the experts
+    with the dense ones and has none apart."""
+    if job.plan.zero >= 3:
+        return 0.0, 0.0
+    n = reduce_passes(wl)
+    ops = [c for c in (*wl.dp_step, *wl.edp_step) if c.group == "edp"]
+    first = {c.name for c in ops[:1]}  # the reduction runs once per pass, the gather once per step
+    link = sum((bucketed_time(costs, c, wl.bucket_bytes) * (n if c.name in first else 1) for c in ops), 0.0)
+    nbytes = sum((costs.sent_bytes(c) * (n if c.name in first else 1) for c in ops), 0.0)
+    return link, nbytes
 
 
 def dp_step_exposed(parts: DPStepParts, st: StageTime, pp: int, vp: int, m: int, passes: int = 1) -> float:
@@ -597,6 +622,9 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
         parts = {**dict(list(parts.items())[:4]), "ep_exposed": m * slow.ep_exposed, **dict(list(parts.items())[4:])}
         comm_time["ep"] = m * sum(slow.link.comm.get(g, 0.0) for g in EP_GROUPS)
         comm_bytes["ep"] = m * sum(slow.link.comm_bytes.get(g, 0.0) for g in EP_GROUPS)
+        edp_link, edp_bytes = edp_traffic(job, wl, costs)
+        comm_time["dp"], comm_bytes["dp"] = max(0.0, dp_link - edp_link), max(0.0, dp_bytes - edp_bytes)
+        comm_time["edp"], comm_bytes["edp"] = edp_link, edp_bytes
     mem = memory(job)
     return make_breakdown(
         job,

@@ -87,6 +87,8 @@ def steps_in(r: RankReport) -> int:
 
 def group_of(job: Job, kind: str, group_size: int | None) -> str:
     """The plan's process group a measured collective ran on (``?`` when the sizes do not say)."""
+    if kind == "all_to_all":  # MoE dispatch and combine (NCCL AllToAll/SendRecv, DeepEP): expert parallel
+        return "ep"
     if kind == "send_recv":
         return "pp" if job.plan.pp > 1 else "?"
     sizes = layout(job).size
@@ -182,16 +184,17 @@ def compare(report: TraceReport, job: Job) -> Comparison:
     mean = lambda name: statistics.fmean(per_step(r, name) for r in ranks)
     exposed = {
         g: statistics.fmean(measured_exposed_by_group(job, r).get(g, 0.0) for r in ranks)
-        for g in ("tp", "cp", "pp", "dp", "?")
+        for g in ("tp", "cp", "pp", "dp", "ep", "?")
     }
     rows = [
         Row("step_time_s", statistics.fmean(r.step_time_s for r in ranks), b.step_time_s),
         Row("compute_s", mean("compute_s"), predicted_compute_s(b)),
         Row("comm_s", mean("comm_s"), sum(b.comm_time_s.values())),
     ]
-    for g in ("tp", "cp", "pp", "dp"):
-        if exposed[g] > 0 or b.breakdown_s[f"{g}_exposed"] > 0:
-            rows.append(Row(f"{g}_exposed_s", exposed[g], b.breakdown_s[f"{g}_exposed"]))
+    for g in ("tp", "cp", "pp", "dp", "ep"):  # ep: the MoE all-to-alls (a dense estimate has no ep_exposed: 0)
+        predicted = b.breakdown_s.get(f"{g}_exposed", 0.0)
+        if exposed[g] > 0 or predicted > 0:
+            rows.append(Row(f"{g}_exposed_s", exposed[g], predicted))
     rows += [
         Row("exposed_comm_s", mean("exposed_comm_s"), sum(b.breakdown_s[f"{g}_exposed"] for g in GROUPS)),
         Row("idle_s", mean("idle_s"), None),
@@ -223,7 +226,8 @@ def measured_breakdown(report: TraceReport, job: Job) -> Breakdown:
 
     ranks = report.ranks
     mean = lambda name: statistics.fmean(per_step(r, name) for r in ranks)
-    exposed = {g: statistics.fmean(measured_exposed_by_group(job, r).get(g, 0.0) for r in ranks) for g in GROUPS}
+    groups = (*GROUPS, "ep")  # ep: the all-to-alls (MoE dispatch/combine)
+    exposed = {g: statistics.fmean(measured_exposed_by_group(job, r).get(g, 0.0) for r in ranks) for g in groups}
     compute, idle = mean("compute_s"), mean("idle_s")
     parts = {
         "compute": compute,
@@ -235,10 +239,13 @@ def measured_breakdown(report: TraceReport, job: Job) -> Breakdown:
         "dp_exposed": exposed["dp"],
         "optimizer": 0.0,
     }
+    has_ep = any(c.kind == "all_to_all" for r in ranks for c in r.collectives)
+    if has_ep:  # an MoE job's Breakdown has ep_exposed (schedule.breakdown.MOE_KEYS); a dense one has not
+        parts["ep_exposed"] = exposed["ep"]
     # what the step holds beyond compute and exposed communication on known groups: idle, memcpy, unmatched comm
     parts["idle"] = max(0.0, statistics.fmean(r.step_time_s for r in ranks) - sum(parts.values()))
-    link = {g: 0.0 for g in GROUPS}
-    nbytes = {g: 0.0 for g in GROUPS}
+    link = {g: 0.0 for g in groups if g != "ep" or has_ep}
+    nbytes = {g: 0.0 for g in link}
     for r in ranks:
         for c in r.collectives:
             g = group_of(job, c.kind, c.group_size)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Literal
 
 from commtax.spec import Job
 from commtax.spec.assumptions import default_assumptions
@@ -28,12 +29,29 @@ from commtax.spec.wire_dtypes import (
 DDP_BUCKET_BYTES = 25 * 2**20
 
 
+# the process group a collective runs on (Megatron-Core's names; ep/etp/edp: expert, expert-tensor and expert-data)
+Group = Literal["tp", "cp", "pp", "dp", "ep", "etp", "edp"]
+# what a compute op is, for the roofline's efficiency and for what overlap hides under (``costs.compute``)
+ComputeKind = Literal["gemm", "attention", "memory"]
+# the collectives the cost model prices (``costs.collectives.OPS`` and ``DEEPEP_OPS``)
+CollectiveOp = Literal[
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "all_to_all",
+    "send_recv",
+    "deepep_dispatch",
+    "deepep_combine",
+]
+
+
 @dataclass(frozen=True, slots=True)
 class Compute:
     name: str
     flop: float  # executed FLOPs on this GPU (hardware FLOPs)
     bytes: float  # HBM traffic
-    kind: str  # "gemm" | "attention" | "memory"
+    kind: ComputeKind
     m: int = 0  # GEMM shape (m×k)·(k×n); attention: m query rows of all (batch, head) pairs, n keys, k head dim
     n: int = 0
     k: int = 0
@@ -48,9 +66,9 @@ class Compute:
 @dataclass(frozen=True, slots=True)
 class Collective:
     name: str
-    op: str  # all_reduce | all_gather | reduce_scatter | send_recv | ...
+    op: CollectiveOp
     bytes: float  # nccl-tests message size: the whole buffer
-    group: str  # tp | cp | dp | pp | ep | etp | edp
+    group: Group
     # DeepEP/HybridEP (op deepep_dispatch / deepep_combine): inter-node bytes as a share of a pairwise all-to-all's,
     # after node deduplication (``workload.moe.internode_dedup``)
     dedup: float = 1.0
@@ -64,6 +82,17 @@ class Phase:
     """Ops of one pass (forward, backward or recompute) of one layer or one model end."""
 
     ops: tuple[Op, ...]
+
+    def __hash__(self) -> int:
+        """Hashed once: phases key the price caches (``costs.pricing``), and hashing ~30 ops each time is slow."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(self.ops)
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {"ops": self.ops}  # not the hash: string hashes are salted per process
 
     @property
     def computes(self) -> tuple[Compute, ...]:
@@ -82,6 +111,17 @@ class Block:
     fwd: Phase
     bwd: Phase
     recompute: Phase
+
+    def __hash__(self) -> int:
+        """Hashed once, as ``Phase``: blocks key the stage prices (``schedule.analytical.stage_times``)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.name, self.fwd, self.bwd, self.recompute))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {"name": self.name, "fwd": self.fwd, "bwd": self.bwd, "recompute": self.recompute}
 
 
 @dataclass(frozen=True)
@@ -729,7 +769,7 @@ def _zero3_tensors(job: Job, params: dict[str, float]) -> tuple[tuple[float, ...
 
 
 # Plan fields the layer, embedding and head blocks never read: plans differing only in these share their blocks
-# (``_blocks``), and with them the phase prices ``estimate.Costs`` keeps by identity. Every other plan field is part
+# (``_blocks``), and with them the phase prices ``costs.pricing`` keeps. Every other plan field is part
 # of the key, so a field a block starts to read later is covered unless it is listed here.
 BLOCK_IRRELEVANT = frozenset(
     {
@@ -748,7 +788,8 @@ BLOCK_IRRELEVANT = frozenset(
         "account_for_loss_in_pipeline_split",
     }
 )
-_BLOCKS: dict[tuple, tuple] = {}  # key -> (model, training, assumptions, (layer, embed, head)); held: ids kept
+# (model, training, assumptions, dropout, the fields they read[, NVLink domain]) -> (layer, embed, head, MoE layer)
+_BLOCKS: dict[tuple, tuple[Block, Block, Block, Block | None]] = {}
 
 
 @lru_cache(maxsize=8)
@@ -759,17 +800,15 @@ def _block_fields(plan_type: type) -> tuple[str, ...]:
 def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     """(layer, embed, head) of the job, built once per (model, training, the plan fields they read, dropout)."""
     p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
-    key = (id(job.model), id(job.training), id(a), job.dropout, *map(p.__getattribute__, _block_fields(type(p))))
+    key = (job.model, job.training, a, job.dropout, *map(p.__getattribute__, _block_fields(type(p))))
     if job.model.is_moe:  # the MoE layer's node deduplication reads the NVLink domain's size
         key += (job.cluster.gpus_per_node,)
-    hit = _BLOCKS.get(key)
-    if hit is not None and hit[0] is job.model and hit[1] is job.training and hit[2] is a:
-        return hit[3]
-    if len(_BLOCKS) >= 4096:
-        _BLOCKS.clear()
-    moe = _layer_block(job, moe=True) if job.model.is_moe else None
-    blocks = (_layer_block(job), _embed_block(job), _head_block(job), moe)
-    _BLOCKS[key] = (job.model, job.training, a, blocks)
+    blocks = _BLOCKS.get(key)
+    if blocks is None:
+        if len(_BLOCKS) >= 4096:
+            _BLOCKS.clear()
+        moe = _layer_block(job, moe=True) if job.model.is_moe else None
+        blocks = _BLOCKS[key] = (_layer_block(job), _embed_block(job), _head_block(job), moe)
     return blocks
 
 

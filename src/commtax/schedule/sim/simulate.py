@@ -220,7 +220,14 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
     busiest = max(range(p), key=lambda d: (round(pace[d] / step, 12) if step else 0.0, stage_end[d]))
     parts = _attribute(sim, busiest, step, hidden)
     est = estimate(job) if compare else None
-    bd = _breakdown(job, builder.wl, step, parts, link[busiest], builder.devices[busiest].bytes, est)
+    comm_time, comm_bytes = link[busiest], builder.devices[busiest].bytes
+    if builder.wl.moe_layer is not None:  # expert gradients as their own edp group, as estimate reports them
+        from commtax.schedule.analytical import edp_traffic
+
+        edp_s, edp_b = edp_traffic(job, builder.wl, builder.costs)
+        comm_time = {**comm_time, "dp": max(0.0, comm_time["dp"] - edp_s), "edp": edp_s}
+        comm_bytes = {**comm_bytes, "edp": edp_b}  # the stage's dp bytes count the dense gradients only
+    bd = _breakdown(job, builder.wl, step, parts, comm_time, comm_bytes, est)
     if job.plan.schedule in ("dualpipe", "dualpipev"):
         bd.notes.append(
             f"{job.plan.schedule} simulated in 1F1B order: the bubble is 1F1B's, estimate prices DualPipe's"

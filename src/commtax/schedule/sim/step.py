@@ -124,7 +124,7 @@ class StepBuilder:
         self.V = self.p * self.v
         # layers of each virtual stage k = chunk·p + stage, as the spec split them (uneven stages shown as they are)
         self.chunk_layers = self.wl.chunk_layers or (self.wl.layers_per_stage // self.v,) * self.V
-        self._phase_cache: dict[tuple[int, str], PhaseCost] = {}
+        self._phase_cache: dict[tuple[Block, str], PhaseCost] = {}
         self._templates: dict[tuple[int, str], Template] = {}
         self.chunks = [self._chunk(k) for k in range(self.V)]
         self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
@@ -145,7 +145,7 @@ class StepBuilder:
 
     # ------------------------------------------------------------------ costs
     def _phase(self, block: Block, which: str) -> PhaseCost:
-        key = (id(block), which)
+        key = (block, which)  # by value (phases hash once)
         if key not in self._phase_cache:
             self._phase_cache[key] = self.costs.phase(getattr(block, which))
         return self._phase_cache[key]
@@ -292,7 +292,7 @@ class StepBuilder:
         the slowest stage and paid once, at the end of the step's passes (the timeline does not stretch each pass
         a bucket overlaps)."""
         if self._dp_contention is None:
-            cm = getattr(self.costs, "cm", None)  # test doubles may price ops without a compute model
+            cm = self.costs.cm  # None: costs given directly (hand-worked schedules), no overlap contention
             self._dp_contention = 0.0
             if cm is not None and (self.wl.dp_step or self.wl.dp_microbatch):
                 slow = max(stage_times(self.job, self.wl, self.costs), key=lambda st: st.total)
@@ -351,7 +351,7 @@ class StepBuilder:
             rest -= pc.attention
         # the hidden TP/CP slows the compute it runs under (SMs and HBM it takes): the compute stream pays it
         # after the overlapped step, as exposed time of that group (estimate.overlap_contention)
-        cm = getattr(self.costs, "cm", None)  # test doubles may price ops without a compute model
+        cm = self.costs.cm  # None: costs given directly (hand-worked schedules), no overlap contention
         if cm is not None and ((tp and ov.tp) or (cp and ov.cp)):
             tp_h = min(pc.gemm, tp - first_chunk(tp, self.job.plan.tp)) if ov.tp else 0.0
             cp_h = min(pc.attention, cp - first_chunk(cp, self.job.plan.cp)) if ov.cp else 0.0
@@ -395,7 +395,7 @@ class StepBuilder:
         ep = 0.0
         if self.wl.moe_layer is not None:  # the pass's share of the chunk's exposed all-to-all, as estimate prices it
             ch = self.chunks[k]
-            e_f, e_b = ep_exposed(self.job, ch.fwd, ch.bwd, ch.recompute, getattr(self.costs, "cm", None))
+            e_f, e_b = ep_exposed(self.job, ch.fwd, ch.bwd, ch.recompute, self.costs.cm)
             a_r = ep_link(ch.recompute)
             ep = {"fwd": e_f, "bwd": e_b - a_r, "recompute": a_r}[which] * frac
         tmpl = self._template(

@@ -1,0 +1,123 @@
+"""One collective on a cluster, as ``commtax collective`` predicts it: time, algbw, busbw, algorithm, bound.
+
+The cluster comes from a file (a cluster or a job file) or from catalog ids; the group is ``gpus`` ranks placed
+contiguously (``topology.placement`` with stride 1); each size is priced by ``collectives.collective_cost``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from commtax.costs.collectives import CollectiveCost, bus_factor, collective_cost, deepep_time
+from commtax.costs.topology import placement
+from commtax.errors import SpecError
+from commtax.spec import Cluster, build, load_catalog, resolve_cluster
+from commtax.units import GB
+
+
+@dataclass(frozen=True)
+class CollectivePrediction:
+    """The rows of one prediction (one per message size) and the group's shape."""
+
+    op: str
+    gpus: int
+    per_node: int
+    rows: tuple[dict[str, Any], ...]
+
+
+def cluster_from_options(
+    cluster_file: Path | None,
+    catalog: Path | None,
+    *,
+    gpu: str,
+    gpus: int | None,
+    gpus_per_node: int,
+    intra: str,
+    inter: str,
+    nics_per_node: int,
+) -> Cluster:
+    """The cluster of a file (``--cluster``), or of catalog ids and a node size (one node unless ``gpus``)."""
+    cat = load_catalog(catalog)
+    if cluster_file is not None:
+        raw = resolve_cluster(str(cluster_file), cat, field="--cluster")
+    else:
+        raw = resolve_cluster(
+            {
+                "gpu": gpu,
+                "num_gpus": gpus_per_node if gpus is None else gpus,
+                "gpus_per_node": gpus_per_node,
+                "intra_node": intra,
+                "inter_node": inter,
+                "nics_per_node": nics_per_node,
+            },
+            cat,
+            field="cluster",
+        )
+    return build(Cluster, raw, "cluster")
+
+
+def check_options(op: str, gpus: int | None, algorithm: str | None, deepep: str | None = None) -> None:
+    """What is wrong with the group, the kernel or the algorithm whatever the cluster (checked before it is built)."""
+    if gpus is not None and gpus < 1:
+        raise SpecError(f"--gpus: a group has at least 1 GPU, got {gpus}")
+    if deepep is not None and op != "all_to_all":
+        raise SpecError(f"--deepep: DeepEP kernels are all_to_all (MoE dispatch/combine), not {op}")
+    if algorithm is not None and op in ("all_to_all", "send_recv"):
+        raise SpecError(f"--algorithm: {op} has one algorithm (pairwise exchange); drop --algorithm")
+
+
+def sweep_sizes(nbytes: float) -> list[float]:
+    """nccl-tests' sweep: 8 B up to ``nbytes``, doubling."""
+    sizes, s = [], 8.0
+    while s <= nbytes:
+        sizes.append(s)
+        s *= 2
+    return sizes
+
+
+def predict_collective(
+    op: str,
+    nbytes: float,
+    cluster: Cluster,
+    gpus: int | None = None,
+    algorithm: str | None = None,
+    protocol: str | None = None,
+    sweep: bool = False,
+    deepep: str | None = None,
+    dedup: float = 1.0,
+) -> CollectivePrediction:
+    """``op`` of ``nbytes`` (or the sweep up to it) over ``gpus`` ranks of ``cluster`` (all of them by default);
+    ``deepep`` ("dispatch"/"combine"): an all_to_all as DeepEP's kernel, keeping ``dedup`` of its inter-node bytes."""
+    check_options(op, gpus, algorithm, deepep)
+    n = cluster.num_gpus if gpus is None else gpus
+    if n < 1 or n > cluster.num_gpus:
+        raise SpecError(f"--gpus: must be between 1 and the cluster's num_gpus ({cluster.num_gpus}), got {n}")
+    if n > cluster.gpus_per_node and n % cluster.gpus_per_node:
+        raise SpecError(f"--gpus: a group spanning nodes must be a multiple of gpus_per_node ({cluster.gpus_per_node})")
+    place = placement(cluster, n, 1, op)
+    rows = []
+    for s in sweep_sizes(nbytes) if sweep else [nbytes]:
+        try:
+            c = collective_cost(op, s, place, algorithm, protocol)
+            if deepep is not None:
+                t = deepep_time(f"deepep_{deepep}", s, place, dedup)
+                bw = s / t if t > 0 else float("inf")
+                c = CollectiveCost(t, f"deepep_{deepep}", c.bottleneck, bw, bw * bus_factor(op, n), "")
+        except ValueError as e:
+            raise SpecError(f"{'--protocol' if 'protocol' in str(e) else '--algorithm'}: {e}") from None
+        rows.append(
+            {
+                "op": op,
+                "message_bytes": s,
+                "gpus": n,
+                "time_s": c.time_s,
+                "algorithm": c.algorithm,
+                "protocol": c.protocol,
+                "bottleneck": c.bottleneck,
+                "algbw_GBps": c.algbw_bytes_per_s / GB,
+                "busbw_GBps": c.busbw_bytes_per_s / GB,
+            }
+        )
+    return CollectivePrediction(op, n, place.per_node, tuple(rows))
