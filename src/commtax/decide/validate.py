@@ -169,11 +169,8 @@ class Report:
             d.update(r.extra)
             rows.append(d)
         out = {"kind": self.kind, "mape_pct": self.mape_pct, "subsets": self.subsets, "rows": rows}
-        reasons = {r.id: r.reason for r in self.rows if r.predicted is None and r.reason}
-        if self.unknown_columns:  # keys only when there is something to say: a clean file's JSON is unchanged
-            out["unknown_columns"] = self.unknown_columns
-        if reasons:
-            out["refused_reasons"] = reasons
+        if self.unknown_columns:  # only when there is something to say: a clean file's JSON is unchanged
+            out["unknown_columns"] = self.unknown_columns  # (a refused row's reason is its rows[].reason)
         if self.kind == "runs":
             out.update(
                 {
