@@ -102,7 +102,24 @@ def cluster_up(
     ] = "1gbit",
     uplink: Annotated[
         Optional[str],
-        typer.Option("--uplink", help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit"),
+        typer.Option(
+            "--uplink",
+            help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit (the legacy form of "
+            "--leaves 2 --spine RATE, written as uplink_Gbps)",
+        ),
+    ] = None,
+    leaves: Annotated[
+        Optional[int],
+        typer.Option(
+            "--leaves",
+            min=1,
+            max=200,
+            help="leaf bridges, nodes/leaves consecutive nodes under each; written as a fabric: section",
+        ),
+    ] = None,
+    spine: Annotated[
+        Optional[str],
+        typer.Option("--spine", help="rate of each leaf's shaped link to the spine, per direction, e.g. 200mbit"),
     ] = None,
     mtu: Annotated[int, typer.Option("--mtu", min=576, max=65000, help="MTU of every veth")] = 9000,
     out: Annotated[Path, typer.Option("--out", help="cluster YAML to write")] = DEFAULT_CLUSTER_FILE,
@@ -121,6 +138,19 @@ def cluster_up(
         uplink_bit_s = parse_rate_bit_s(uplink) if uplink else None
     except ValueError as e:
         fail(f"--link/--uplink: {e}")
+    if uplink and (leaves is not None or spine):
+        fail("--uplink: it is the two-leaf form of --leaves 2 --spine RATE; give --uplink or --leaves/--spine")
+    if spine and leaves is None:
+        leaves = 2
+    if leaves is not None:
+        if nodes % leaves:
+            fail(f"--leaves: {leaves} leaves do not split {nodes} nodes evenly; choose a divisor of --nodes")
+        if leaves > 1 and not spine:
+            fail(f"--spine: {leaves} leaves need the rate of their links to the spine, e.g. --spine 200mbit")
+        try:
+            uplink_bit_s = parse_rate_bit_s(spine) if spine and leaves > 1 else None
+        except ValueError as e:
+            fail(f"--spine: {e}")
     import yaml
 
     from commtax.measure.cluster import set_cluster_file
@@ -147,7 +177,7 @@ def cluster_up(
 
     try:
         check_host()
-        cluster = EmulatedCluster(nodes, ranks_per_node, link_bit_s, uplink_bit_s, mtu).up(record)
+        cluster = EmulatedCluster(nodes, ranks_per_node, link_bit_s, uplink_bit_s, mtu, leaves=leaves).up(record)
     except ClusterError as e:
         fail(f"commtax cluster: {e}")
     except BaseException:
@@ -161,8 +191,76 @@ def cluster_up(
     m = cluster.measured
     typer.echo(
         f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links {link_bit_s / 1e6:g} Mbit/s"
+        f"{f', {cluster.leaf_count} leaves' if leaves else ''}"
         f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
         f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {safe_text(str(out))}"
+    )
+
+
+@cluster_app.command("load")
+@user_errors
+def cluster_load(
+    cluster_file: ClusterFile = DEFAULT_CLUSTER_FILE,
+    src: Annotated[int, typer.Option("--from", min=0, help="node the background flow leaves from")] = 0,
+    dst: Annotated[int, typer.Option("--to", min=0, help="node it goes to")] = 1,
+    rate: Annotated[str, typer.Option("--rate", help="the most it sends per direction, tc units: 200mbit")] = "100mbit",
+    seconds: Annotated[
+        float, typer.Option("--seconds", min=1, max=3600, help="it stops after this long (or at `cluster down`)")
+    ] = 600.0,
+    max_bytes: Annotated[
+        Optional[str], typer.Option("--bytes", help="it stops after this many bytes (default: rate × seconds)")
+    ] = None,
+) -> None:
+    """Start background traffic between two nodes (another job's flow), recorded in the cluster file's fabric so
+    `commtax collective … --cluster` prices it; it stops after --seconds/--bytes or at `cluster down`."""
+    import yaml
+
+    from commtax.measure.cluster import (
+        ClusterError,
+        EmulatedCluster,
+        check_host,
+        existing_namespaces,
+        parse_rate_bit_s,
+    )
+    from commtax.measure.results import write_atomic
+    from commtax.units import parse_bytes
+
+    spec = _read_cluster(cluster_file)
+    try:
+        rate_bit_s = parse_rate_bit_s(rate)
+    except ValueError as e:
+        fail(f"--rate: {e}")
+    try:
+        nbytes = int(parse_bytes(max_bytes)) if max_bytes else int(rate_bit_s / 8 * seconds)
+    except ValueError as e:
+        fail(f"--bytes: {e}")
+    if nbytes < 1:
+        fail("--bytes: at least 1 byte")
+    try:
+        check_host()
+        cluster = EmulatedCluster.from_spec(spec)
+    except (ClusterError, ValueError) as e:
+        fail(f"commtax cluster: {e}")
+    if cluster.leaves is None:
+        fail(
+            f"--cluster: {cluster_file} was built without --leaves, so it has no fabric to record the flow in; "
+            "rebuild with `commtax cluster up --leaves L [--spine RATE]` (`--uplink R` = `--leaves 2 --spine R`)"
+        )
+    for opt, i in (("--from", src), ("--to", dst)):
+        if i >= cluster.nodes:
+            fail(f"{opt}: node {i} does not exist; the cluster has nodes 0..{cluster.nodes - 1}")
+    if src == dst:
+        fail(f"--to: the flow joins two different nodes, got --from {src} --to {dst}")
+    missing = set(cluster.namespaces) - set(existing_namespaces())
+    if missing:
+        fail(f"--cluster: namespaces {', '.join(sorted(missing))} are gone; run `commtax cluster up` again")
+    cluster.load(src, dst, rate_bit_s, seconds, nbytes)
+    fresh = cluster.spec()
+    spec.update(fabric=fresh["fabric"], emulated=fresh["emulated"])
+    write_atomic(cluster_file, yaml.safe_dump(spec, sort_keys=False))
+    typer.echo(
+        f"background flow node {src} → node {dst} at up to {rate_bit_s / 1e6:g} Mbit/s for {seconds:g} s "
+        f"(≤ {nbytes} B), recorded in {cluster_file}; `commtax cluster down` stops it"
     )
 
 
@@ -533,6 +631,40 @@ def bench_gemm(
     for r in gemm_sweep(hiddens, tokens, dts, warmup, iters):
         sink.append(r)
         typer.echo(f"{r['dtype']:>5} {r['name']:>9} {r['m']}×{r['k']}·{r['k']}×{r['n']}: {r['tflops']:.3f} TFLOP/s")
+
+
+@bench_app.command("gpu")
+@user_errors
+def bench_gpu(
+    out: Annotated[Path, typer.Option("--out", help="directory for gpu_sweep.json and the profiled step's trace.json")],
+    job: Annotated[Optional[Path], typer.Option("--job", help="job YAML whose layer GEMM shapes to measure")] = None,
+    sustain_s: Annotated[
+        float, typer.Option("--sustain-s", min=1.0, help="seconds of load before the sustained rate")
+    ] = 120.0,
+) -> None:
+    """One GPU, about 5-10 minutes: GEMM bf16/fp8 over the job's shapes, burst vs sustained clock, flash attention
+    against sequence length, HBM elementwise passes and a profiled small training step (commtax.measure.gpu_sweep)."""
+    from commtax.measure.gpu_sweep import run
+
+    r = run(job, out, sustain_s)
+    typer.echo(f"{r['device']}: wrote {out / 'gpu_sweep.json'} and {out / r['trace']} (commtax trace reads it)")
+
+
+@bench_app.command("gpu-entries")
+@user_errors
+def bench_gpu_entries(
+    results: Annotated[Path, typer.Argument(metavar="gpu_sweep.json", help="results of `commtax bench gpu`")],
+    gpu: Annotated[str, typer.Option("--gpu", help="catalog id of the GPU it ran on (its datasheet peaks)")],
+) -> None:
+    """The sweep's results as catalog entries (gpus.yaml, assumptions.yaml, attention.yaml), each with its source."""
+    import yaml
+
+    from commtax.measure.sweep_entries import entries_for_catalog_gpu, read_results
+
+    data = entries_for_catalog_gpu(read_results(results), gpu)
+    for name, fragment in data.items():
+        typer.echo(f"# catalog/{name}.yaml")
+        typer.echo(yaml.safe_dump(fragment, sort_keys=False, allow_unicode=True, width=110))
 
 
 @bench_app.command("ddp")

@@ -192,19 +192,51 @@ def search_command(
     if price_error:
         console.print(f"(no $ column: {price_error})", markup=False)
     print_table(search_table(res, mode, usd_per_s, max(top, verify), wide), wide)
+    _say_within_interval(res)
     console.print(PLAN_LABEL_KEY, style="dim")
     if res.verified:
         t = new_table(f"Top {len(res.verified)} simulated (ranked by the simulated step)")
-        for col in ("#", "plan", "estimate s", "simulate s", "diff"):
+        for col in ("#", "plan", "estimate s (80%)", "simulate s", "diff", "MFU"):
             t.add_column(col, justify="left" if col == "plan" else "right")
         for k, v in enumerate(res.verified, 1):
             est, sim = v["estimate_step_s"], v["simulate_step_s"]
-            t.add_row(str(k), plan_label(v["plan"]), f"{est:.3f}", f"{sim:.3f}", f"{(sim - est) / est:+.1%}")
+            lo, hi = v["estimate_step_s_p10"], v["estimate_step_s_p90"]
+            band = f" ({lo:.2f}–{hi:.2f})" if lo else ""
+            mfu = f"{v['mfu']:.1%}" + (" !" if v["above_published"] else "")
+            t.add_row(str(k), plan_label(v["plan"]), f"{est:.3f}{band}", f"{sim:.3f}", f"{(sim - est) / est:+.1%}", mfu)
         print_table(t, wide)
+        for v in res.verified[:1]:
+            if v["above_published"]:
+                err_console.print(f"warning: best plan: {v['above_published']}", markup=False)
     best_plan, best = res.top[0]
     console.print(f"\n[bold]Best plan[/bold] {plan_label(best_plan)}:")
     render_breakdown(best, console, job.cluster.gpu.mem_GiB)
     _exit_if_interrupted(res.interrupted)
+
+
+def within_interval_lines(named: list) -> list[str]:
+    """One line per pair of options whose central steps lie inside each other's 80% interval."""
+    from commtax.schedule.breakdown import within_each_other
+
+    return [
+        f"{a} and {b}: within each other's 80% interval (steps {ba.step_time_s:.2f} and {bb.step_time_s:.2f} s): "
+        f"the model cannot rank them; their ratio {ba.step_time_s / bb.step_time_s:.2f} is firmer than either time"
+        for i, (a, ba) in enumerate(named)
+        for b, bb in named[i + 1 :]
+        if within_each_other(ba, bb)
+    ]
+
+
+def _say_within_interval(res) -> None:
+    """The model cannot rank two plans whose central steps lie inside each other's 80% interval: say so."""
+    from commtax.schedule.breakdown import within_each_other
+
+    if len(res.top) >= 2 and within_each_other(res.top[0][1], res.top[1][1]):
+        console.print(
+            f"plans #1 and #2 are within each other's 80% interval ({plan_label(res.top[0][0])} vs "
+            f"{plan_label(res.top[1][0])}): the model cannot tell them apart; their ratio is firmer than either time",
+            markup=False,
+        )
 
 
 def _exit_if_interrupted(interrupted: bool) -> None:
@@ -223,6 +255,14 @@ def compare_command(
     plan: dict[str, Optional[str]],
     gpu: Annotated[
         Optional[list[str]], typer.Option("--gpu", help="GPU catalog ids to put on the first job's cluster")
+    ] = None,
+    fabric: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--fabric",
+            help="fabric presets to put under the first job's cluster (catalog/fabrics.yaml), ID or ID@R for an "
+            "R:1 spine, e.g. dgx-h100-superpod@1,dgx-h100-superpod@4,tor-4node",
+        ),
     ] = None,
     tokens: TokensOpt = None,
     rent: RentOpt = False,
@@ -273,7 +313,8 @@ def compare_command(
     if len(gpu_names) > MAX_COMPARE_GPUS:
         raise SpecError(f"--gpu: {len(gpu_names)} GPUs; the limit is {MAX_COMPARE_GPUS} clusters per comparison")
     counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()] if num_gpus else None
-    jobs = jobs_to_compare(list(inputs), gpu_names, counts, price_book, catalog)
+    fabric_names = [f.strip() for item in (fabric or []) for f in item.split(",") if f.strip()]
+    jobs = jobs_to_compare(list(inputs), gpu_names, counts, price_book, catalog, fabric_names)
     mode = "rented" if rent else "owned"
     with progress(f"searching {len(jobs)} clusters", enabled=not json_out) as update:
         rows = compare(
@@ -319,6 +360,8 @@ def compare_command(
         for r in rows:
             if r.plan is not None:
                 console.print(f"  {r.name}: {plan_label(r.plan)}", markup=False)
+    for line in within_interval_lines([(r.name, r.breakdown) for r in rows if r.breakdown is not None]):
+        console.print(line, markup=False)
     if deadline is not None:
         if choice is None:
             console.print(f"no cluster trains {data['tokens']:.3g} tokens within {deadline:g} days")
@@ -384,8 +427,14 @@ def advise_command(
     t.add_column("step", justify="right", no_wrap=True)
     t.add_column("what moves")
     for k, c in enumerate(a.changes[:top], 1):
-        t.add_row(str(k), c.label, f"{c.step_change:+.1%}", c.text().split(": ", 1)[-1].split("; ", 1)[-1])
+        step = f"{c.step_change:+.1%}" + (" ≈" if c.within_interval else "")
+        t.add_row(str(k), c.label, step, c.text().split(": ", 1)[-1].split("; ", 1)[-1])
     console.print(t)
+    if any(c.within_interval for c in a.changes[:top]):
+        console.print(
+            "≈: before and after lie within each other's 80% interval; the change's ratio is firmer than either time",
+            markup=False,
+        )
     helps = [r for r in a.remedies if r.change.step_change <= -0.0005]  # a cut that shows at 0.1%
     slower = [r for r in a.remedies if r.change.step_change > -0.0005]
     for r in helps:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
@@ -394,6 +443,14 @@ def advise_command(
         console.print(
             "not a remedy here (no faster step: the codec costs about what the bytes it saves): "
             + "; ".join(f"{r.label} {r.change.step_change:+.1%}" for r in slower),
+            highlight=False,
+        )
+    for line in a.placement:  # cluster.fabric: where each group sits, what to keep where
+        console.print(f"placement: {line}", highlight=False)
+    for c in (c for c in a.changes if c.kind == "fabric"):  # every fabric what-if, better or worse
+        console.print(
+            f"fabric what-if: {c.label}: step {c.step_after_s:.3f} s ({c.step_change:+.1%}), comm tax "
+            f"{pct(c.comm_tax_after)}",
             highlight=False,
         )
     s = a.sensitivities

@@ -58,6 +58,7 @@ from commtax.errors import Interrupted, SpecError
 from commtax.schedule import analytical as _est
 from commtax.schedule.analytical import estimate, pipeline_bubble, slowest_and_rest, stage_times, step_parts
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
+from commtax.schedule.interval import best_published_mfu
 from commtax.spec import Job, job_with, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import GiB, memory_need
@@ -761,10 +762,23 @@ def search_moe(
     return res
 
 
+def above_published(job: Job, mfu: float) -> str | None:
+    """Why a plan's predicted MFU is suspect: above every published run of its GPU and precision (the winner's
+    curse: the search lands where the model is most optimistic), naming the best run; None otherwise."""
+    best = best_published_mfu(job.cluster.gpu.name, job.training.precision)
+    if best is None or mfu <= best[0]:
+        return None
+    return (
+        f"MFU {mfu:.1%} is above every published {job.cluster.gpu.name} {job.training.precision} run in the "
+        f"validation data (best {best[0]:.1%}, {best[1]}): treat this plan's figure as optimistic"
+    )
+
+
 def verify_top(job: Job, res: SearchResult, k: int) -> None:
     """Simulate the best ``k`` plans (``commtax.schedule.sim``) and put them first in ``res.top`` in order of
-    the simulated step; ``res.verified`` keeps both times of each. The simulator runs the schedule the estimate averages
-    (send stalls, bucket tails, a shared NIC), so its order is the one to trust when the two disagree."""
+    the simulated step; ``res.verified`` keeps both times of each, the estimate's 80% interval and a flag on an
+    MFU above every published run of the GPU (``above_published``). The simulator runs the schedule the estimate
+    averages (send stalls, bucket tails, a shared NIC), so its order is the one to trust when the two disagree."""
     from commtax.schedule.sim import SimOptions, simulate
     from commtax.workload.step import grad_bucket_bytes
 
@@ -778,8 +792,12 @@ def verify_top(job: Job, res: SearchResult, k: int) -> None:
                 {
                     "plan": plan,
                     "estimate_step_s": b.step_time_s,
+                    "estimate_step_s_p10": b.step_time_s_p10,
+                    "estimate_step_s_p90": b.step_time_s_p90,
                     "simulate_step_s": sim.step_time_s,
                     "simulate_breakdown": sim.to_dict(),
+                    "mfu": b.mfu,
+                    "above_published": above_published(verify_job, b.mfu),
                 },
             )
         )

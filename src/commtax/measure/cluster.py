@@ -2,7 +2,9 @@
 
 Layout (``ctxXXXXXX`` is a random per-cluster id; nothing is created in the host namespace):
 
-    ctxXXXXXX-sw   the "switch": bridge br0 (and br1 + a shaped uplink u0<->u1 when oversubscribed)
+    ctxXXXXXX-sw   the "switch": bridge br0 (and br1 + a shaped uplink u0<->u1 when oversubscribed; with
+                   ``leaves`` L > 2, leaf bridges br0..br<L-1>, each joined to a spine bridge sp by a veth
+                   u<l> <-> s<l> shaped at the spine rate both ways)
     ctxXXXXXX-n<i> node i: lo + eth0 = 10.213.0.<i+1>/24, veth to port p<i> of the switch
 
 Each node's link is shaped in both directions with tc tbf at the link rate (eth0 egress =
@@ -34,6 +36,7 @@ from commtax.signals import terminate_as_interrupt
 
 SUBNET = "10.213.0"  # private, and only ever configured inside our own namespaces
 MASTER_PORT = 29400
+LOAD_PORT = 29700  # + k for the k-th background flow (`cluster load`)
 NAME_RE = re.compile(r"^ctx[0-9a-f]{6}-(sw|n\d+)$")
 TBF_QUEUE_MS = 100  # tbf queue limit expressed as latency: deep enough that TCP does not see drops
 MAX_NODES = 200  # namespaces per cluster: `up --nodes` and a cluster file's `emulated.nodes` alike
@@ -123,10 +126,18 @@ class EmulatedCluster:
     nodes: int
     ranks_per_node: int
     link_bit_s: float
-    uplink_bit_s: float | None = None
+    uplink_bit_s: float | None = None  # the spine: one shaped link per leaf (two leaves: the one link joining them)
     mtu: int = DEFAULT_MTU
     name: str = field(default_factory=lambda: f"ctx{secrets.token_hex(3)}")
     measured: dict = field(default_factory=dict)
+    leaves: int | None = None  # None: the legacy `--uplink` form (two halves, written as uplink_Gbps)
+    loads: list = field(default_factory=list)  # background flows `cluster load` started: {src, dst, rate_Gbps, …}
+
+    @property
+    def leaf_count(self) -> int:
+        if self.leaves is not None:
+            return self.leaves if self.nodes > 1 else 1
+        return 2 if self.uplink_bit_s and self.nodes > 1 else 1
 
     @property
     def switch_ns(self) -> str:
@@ -168,10 +179,18 @@ class EmulatedCluster:
         sw = self.switch_ns
         _sh("ip", "netns", "add", sw)
         _sh("ip", "-n", sw, "link", "set", "lo", "up")
-        leaves = ["br0", "br1"] if self.uplink_bit_s and self.nodes > 1 else ["br0"]
-        for br in leaves:
+        leaves = [f"br{i}" for i in range(self.leaf_count)]
+        for br in leaves + (["sp"] if len(leaves) > 2 else []):
             _sh("ip", "-n", sw, "link", "add", br, "type", "bridge")
             _sh("ip", "-n", sw, "link", "set", br, "up")
+        for i in range(len(leaves) if len(leaves) > 2 else 0):  # leaf i <-> spine, shaped both ways
+            u, sp = f"u{i}", f"s{i}"
+            _sh("ip", "-n", sw, "link", "add", u, "mtu", str(self.mtu), "type", "veth", "peer", "name", sp)
+            _sh("ip", "-n", sw, "link", "set", sp, "mtu", str(self.mtu))
+            _sh("ip", "-n", sw, "link", "set", u, "master", leaves[i], "up")
+            _sh("ip", "-n", sw, "link", "set", sp, "master", "sp", "up")
+            _tbf(sw, u, self.uplink_bit_s, self.mtu)
+            _tbf(sw, sp, self.uplink_bit_s, self.mtu)
         if len(leaves) == 2:
             _sh(
                 "ip",
@@ -225,13 +244,69 @@ class EmulatedCluster:
             _sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0")
 
     def leaf(self, i: int) -> int:
-        """Which leaf bridge node i hangs off: first half br0, second half br1 (only with an uplink)."""
-        return 0 if not self.uplink_bit_s else int(i >= (self.nodes + 1) // 2)
+        """Which leaf bridge node i hangs off: legacy uplink: first half br0, second half br1; ``leaves`` L:
+        nodes/L consecutive nodes per leaf."""
+        if self.leaves is None:
+            return 0 if not self.uplink_bit_s else int(i >= (self.nodes + 1) // 2)
+        return i // max(1, self.nodes // self.leaf_count)
+
+    def fabric(self) -> dict | None:
+        """The cluster file's ``fabric:`` (``--leaves`` form): leaves of nodes/L nodes, the spine's oversubscription
+        nodes_per_leaf · link / spine, and the background flows `cluster load` started."""
+        if self.leaves is None:
+            return None
+        npl = max(1, self.nodes // self.leaf_count)
+        out: dict = {"name": f"emulated-{self.leaf_count}-leaves", "topology": "tor", "nodes_per_leaf": npl}
+        if self.leaf_count > 1 and self.uplink_bit_s:
+            out["oversubscription"] = {"leaf": max(1.0, round(npl * self.link_bit_s / self.uplink_bit_s, 6))}
+        else:
+            out["topology"] = "single-switch"
+        if self.loads:
+            out["flows"] = [{k: f[k] for k in ("src", "dst", "rate_Gbps")} for f in self.loads]
+        out["source"] = "commtax cluster up --leaves/--spine (tc tbf rates as set); flows: commtax cluster load"
+        return out
 
     def down(self) -> None:
         """Kill every process left in our namespaces, then delete them (their veths and bridges go too)."""
         down_namespaces(self.namespaces)
         forget(self.name)
+
+    # ------------------------------------------------------------------ background traffic
+    def load(self, src: int, dst: int, rate_bit_s: float, seconds: float, max_bytes: int) -> dict:
+        """Start one paced TCP flow src → dst (commtax.measure.loadgen), bounded by ``seconds`` and ``max_bytes``
+        and by `timeout` around each end; both ends run inside our node namespaces, so `down` stops them."""
+        assert 0 <= src < self.nodes and 0 <= dst < self.nodes and src != dst
+        port = LOAD_PORT + len(self.loads)
+        bound = str(int(seconds) + 5)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+        def start(ns: str, *args: str) -> None:
+            subprocess.Popen(
+                ["ip", "netns", "exec", ns, "timeout", bound, sys.executable, "-m", "commtax.measure.loadgen", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # outlives this command; `cluster down` kills what runs in our namespaces
+                env=env,
+            )
+
+        start(self.node_ns(dst), "sink", str(port), str(seconds + 2))
+        time.sleep(0.3)
+        start(
+            self.node_ns(src), "send", self.address(dst), str(port), str(int(rate_bit_s)), str(seconds), str(max_bytes)
+        )
+        now = time.time()
+        flow = {
+            "src": src,
+            "dst": dst,
+            "rate_Gbps": rate_bit_s / 1e9,
+            "seconds": seconds,
+            "max_bytes": max_bytes,
+            "started_unix": round(now, 1),
+            "until_unix": round(now + seconds, 1),
+        }
+        self.loads.append(flow)
+        return flow
 
     # ------------------------------------------------------------------ measure
     def _probe(self, ns: str, *args: str, timeout_s: float = 60) -> dict:
@@ -315,7 +390,12 @@ class EmulatedCluster:
                 "source": "tc tbf rate set by commtax cluster up; latency measured (TCP ping-pong / 2)",
             },
             "nics_per_node": 1,
-            **({"uplink_Gbps": self.uplink_bit_s / 1e9} if self.uplink_bit_s and self.nodes > 1 else {}),
+            **(
+                {"uplink_Gbps": self.uplink_bit_s / 1e9}
+                if self.uplink_bit_s and self.nodes > 1 and self.leaves is None
+                else {}
+            ),
+            **({"fabric": self.fabric()} if self.leaves is not None else {}),
             "collective_library": "gloo",
             "emulated": {
                 "name": self.name,
@@ -323,12 +403,13 @@ class EmulatedCluster:
                 "ranks_per_node": self.ranks_per_node,
                 "switch_namespace": self.switch_ns,
                 "namespaces": [self.node_ns(i) for i in range(self.nodes)],
-                "bridge": "br0" if not self.uplink_bit_s else "br0+br1",
+                "bridge": "+".join(f"br{i}" for i in range(self.leaf_count)) + ("+sp" if self.leaf_count > 2 else ""),
                 "mtu": self.mtu,
                 "addresses": {self.node_ns(i): self.address(i) for i in range(self.nodes)},
                 "link_Gbps": link_Gbps,
                 "uplink_Gbps": self.uplink_bit_s / 1e9 if self.uplink_bit_s else None,
                 "leaves": [self.leaf(i) for i in range(self.nodes)],
+                **({"leaf_count": self.leaf_count, "loads": self.loads} if self.leaves is not None else {}),
                 "measured": m,
                 "python": sys.executable,
             },
@@ -359,7 +440,17 @@ class EmulatedCluster:
         if up is not None:
             up = number("uplink_Gbps", 1e-4, 100.0)
         measured = e.get("measured") if isinstance(e.get("measured"), dict) else {}
+        leaves = number("leaf_count", 1, MAX_NODES, True) if "leaf_count" in e else None
+        loads = e.get("loads") or []
+        if not isinstance(loads, list) or not all(isinstance(f, dict) for f in loads):
+            raise ValueError("emulated.loads: expected a list of flows written by `commtax cluster load`")
+        for f in loads:
+            ok = all(isinstance(f.get(k), int) and not isinstance(f.get(k), bool) for k in ("src", "dst"))
+            if not ok or not isinstance(f.get("rate_Gbps"), (int, float)) or isinstance(f.get("rate_Gbps"), bool):
+                raise ValueError(f"emulated.loads: {excerpt(f)} is not a flow written by `commtax cluster load`")
         return cls(
+            leaves=leaves,
+            loads=loads,
             nodes=nodes,
             ranks_per_node=ranks,
             link_bit_s=link * 1e9,

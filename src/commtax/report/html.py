@@ -613,6 +613,22 @@ def pct(x: float, digits: int = 1) -> str:
     return f"{100 * x:.{digits}f}%"
 
 
+def step_band(b: Breakdown) -> str:
+    """The 80% interval of the step under its central value: the numbers, and the band drawn to scale (0 to the
+    p90 end), the central step a tick in it."""
+    if b.step_time_s_p10 is None:
+        return ""
+    lo, hi, mid = b.step_time_s_p10, b.step_time_s_p90, b.step_time_s
+    left, width, tick = 100 * lo / hi, 100 * (hi - lo) / hi, 100 * mid / hi
+    return (
+        f" · 80% interval {num('step_time_s_p10', lo, secs(lo))}–{num('step_time_s_p90', hi, secs(hi))}"
+        f'<span class="band" role="img" aria-label="80% interval of the step time" '
+        f'style="display:block;position:relative;height:8px;margin-top:4px;background:#eee">'
+        f'<span style="position:absolute;left:{left:.1f}%;width:{width:.1f}%;height:100%;background:#9cc3e6"></span>'
+        f'<span style="position:absolute;left:{tick:.1f}%;width:2px;height:100%;background:#1f4e79"></span></span>'
+    )
+
+
 def secs(x: float) -> str:
     return f"{x:.4f} s" if x < 10 else f"{x:.3f} s"
 
@@ -697,11 +713,21 @@ def summary_section(data: ReportData) -> str:
         "tp/pp — the plans below fit.</p>"
     )
     cards = [
-        ("step time", num("step_time_s", b.step_time_s, secs(b.step_time_s)), "one optimizer step"),
+        ("step time", num("step_time_s", b.step_time_s, secs(b.step_time_s)), "one optimizer step" + step_band(b)),
         (
             "tokens/s",
             num("tokens_per_s", b.tokens_per_s, f"{b.tokens_per_s:,.0f}"),
-            num("tokens_per_s_per_gpu", b.tokens_per_s_per_gpu, f"{b.tokens_per_s_per_gpu:,.1f}") + " per GPU",
+            num("tokens_per_s_per_gpu", b.tokens_per_s_per_gpu, f"{b.tokens_per_s_per_gpu:,.1f}")
+            + " per GPU"
+            + (
+                " (80%: "
+                + num("tokens_per_s_per_gpu_p10", b.tokens_per_s_per_gpu_p10, f"{b.tokens_per_s_per_gpu_p10:,.1f}")
+                + "–"
+                + num("tokens_per_s_per_gpu_p90", b.tokens_per_s_per_gpu_p90, f"{b.tokens_per_s_per_gpu_p90:,.1f}")
+                + ")"
+                if b.tokens_per_s_per_gpu_p10 is not None
+                else ""
+            ),
         ),
         (
             "MFU",

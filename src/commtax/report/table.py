@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from commtax.decide.plans import plan_label
-from commtax.schedule.breakdown import Breakdown, part_keys
+from commtax.schedule.breakdown import Breakdown, fmt_step_interval, part_keys
 from commtax.units import GB
 
 
@@ -54,7 +54,8 @@ def summary_table(b: Breakdown) -> Table:
     t = new_table("Throughput and communication", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
-    rows = [
+    rows = [("step time (80% interval)", fmt_step_interval(b, 3))] if b.step_time_s_p10 is not None else []
+    rows += [
         ("tokens/s", f"{b.tokens_per_s:,.0f}"),
         ("tokens/s per GPU", f"{b.tokens_per_s_per_gpu:,.1f}"),
         ("model TFLOP/s per GPU", f"{b.tflops_per_gpu:.1f}"),
@@ -240,7 +241,8 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
             values = {
                 "cluster": r.name,
                 "best plan": plan_label(r.plan),
-                "step s": f"{b.step_time_s:.2f}",
+                "step s": f"{b.step_time_s:.2f}"
+                + (f" ({b.step_time_s_p10:.2f}–{b.step_time_s_p90:.2f})" if wide and b.step_time_s_p10 else ""),
                 "MFU": pct(b.mfu),
                 "tax": pct(b.comm_tax),
                 "share": pct(b.comm_share),
@@ -281,6 +283,6 @@ def collective_table(pred: Any) -> Table:
             format_sig(r["algbw_GBps"]),
             format_sig(r["busbw_GBps"]),
             algo,
-            r["bottleneck"],
+            f"inter ({r['binding_link']})" if "binding_link" in r else r["bottleneck"],
         )
     return t

@@ -553,7 +553,33 @@ def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> 
     if schedule == "gpipe":
         span = sum(map(_total, stages)) + (m - 1) * (max(s.fwd for s in stages) + max(s.bwd for s in stages))
         return max(0.0, span - m * slow.total)
-    return others / vp
+    if schedule in ("zb-h1", "zb-v") and m >= len(stages):
+        return zero_bubble(schedule, stages, slow)
+    return others / vp  # 1f1b, interleaved, 1f1b-flexible (Llama 3: the same bubble for any m, §3.3.2)
+
+
+def weight_grad_s(s: StageTime) -> float:
+    """W of one micro-batch on a stage: the weight-gradient GEMMs, half of the backward without recompute (each
+    linear layer's backward is a data-gradient and a weight-gradient GEMM of the forward's FLOPs; Qi et al. 2023
+    §2 take T_B = T_W)."""
+    return (s.bwd - s.recompute) / 2
+
+
+def zero_bubble(schedule: str, stages: list[StageTime], slow: StageTime) -> float:
+    """Zero-bubble schedules (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", Table 1 / §6): the backward is
+    split into B (input gradient) and W (weight gradient), and W passes fill the fill/drain bubble.
+
+    * ZB-H1, on every stage the peak memory of 1F1B's first: (p − 1)(T_F + T_B − T_W): Σ_{s≠max} (T_s − 2 W_s),
+      a third of 1F1B's (p − 1)(T_F + T_B + T_W) when T_F = T_B = T_W.
+    * ZB-V, two chunks per stage in a V, the same peak memory: (p − 1)(T_F + T_B − 2 T_W) with a chunk's times
+      (half a stage's): Σ_{s≠max} (T_s − 3 W_s) / 2, zero when T_F = T_B = T_W.
+
+    Both need m ≥ p micro-batches (fewer: 1F1B's bubble, ``pipeline_bubble``).
+    """
+    others = [s for s in stages if s is not slow]
+    if schedule == "zb-h1":
+        return sum(max(0.0, s.total - 2 * weight_grad_s(s)) for s in others)
+    return sum(max(0.0, s.total - 3 * weight_grad_s(s)) / 2 for s in others)
 
 
 def plan_notes(job: Job, wl: Workload) -> list[str]:

@@ -16,6 +16,7 @@ from pydantic import (
 
 from commtax.errors import SpecError
 from commtax.spec.base import Precision, _Spec
+from commtax.spec.fabric import Fabric
 from commtax.units import GB, GBIT, TFLOPS, US, GiB
 
 
@@ -181,6 +182,11 @@ class Cluster(_Spec):
         description="line rate per direction of the one link joining the two halves of the nodes (an oversubscribed "
         "spine, as `commtax cluster up --uplink` builds); a group spanning more than half the nodes crosses it",
     )
+    fabric: Fabric | None = Field(
+        default=None,
+        description="leaf/spine levels, oversubscription, the job's placement and other traffic (spec/fabric.py); "
+        "unset: every node reaches every other at its NIC rate",
+    )
     profile: Profile | None = None
     emulated: dict[str, Any] | None = None
 
@@ -190,6 +196,17 @@ class Cluster(_Spec):
             raise ValueError(
                 f"num_gpus ({self.num_gpus}) must be a multiple of gpus_per_node ({self.gpus_per_node}) "
                 "when the cluster spans nodes"
+            )
+        f = self.fabric
+        if f is not None and self.uplink_Gbps is not None:
+            raise ValueError(
+                "uplink_Gbps and fabric both describe the links above the nodes; drop uplink_Gbps and give "
+                "fabric.nodes_per_leaf and fabric.oversubscription.leaf instead"
+            )
+        if f is not None and isinstance(f.placement, list) and len(f.placement) != self.nodes:
+            raise ValueError(
+                f"fabric.placement lists {len(f.placement)} nodes but the job has {self.nodes} "
+                f"(num_gpus {self.num_gpus} / gpus_per_node {self.gpus_per_node}); list one fabric node per job node"
             )
         return self
 

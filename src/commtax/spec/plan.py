@@ -39,11 +39,16 @@ class Plan(_Spec):
     zero: Literal[0, 1, 2, 3] = 1
     recompute: Literal["none", "selective", "full"] = "selective"
     micro_batch: int = Field(default=1, gt=0, le=65_536)
-    schedule: Literal["gpipe", "1f1b", "dualpipe", "dualpipev"] = Field(
+    schedule: Literal["gpipe", "1f1b", "1f1b-flexible", "zb-h1", "zb-v", "dualpipe", "dualpipev"] = Field(
         default="1f1b",
-        description="pipeline schedule; dualpipe/dualpipev: DeepSeek-V3's bidirectional schedule (arXiv 2412.19437 "
-        "§3.2.1, Table 2: bubble (PP/2−1)(F&B+B−3W), 2× parameters, PP+1 activations; DualPipeV one copy), which "
-        "hides the EP all-to-all under the other direction's compute",
+        description=(
+            "pipeline schedule: gpipe; 1f1b (interleaved when vp > 1; Megatron needs pp | micro-batches); "
+            "1f1b-flexible (Llama 3's interleaved 1F1B for any number of micro-batches, framework custom); "
+            "zb-h1 / zb-v (zero-bubble, Qi et al. 2023: backward split into input and weight gradients; zb-v "
+            "runs vp = 2 chunks in a V); dualpipe/dualpipev: DeepSeek-V3's bidirectional schedule (arXiv "
+            "2412.19437 §3.2.1, Table 2: bubble (PP/2−1)(F&B+B−3W), 2× parameters, PP+1 activations; DualPipeV one "
+            "copy), which hides the EP all-to-all under the other direction's compute"
+        ),
     )
     # expert parallelism, Megatron-Core parallel folding (Liu et al. 2025, "MoE Parallel Folding", arXiv 2504.14960):
     # attention runs over tp×cp×dp×pp, the experts over etp×ep×edp×pp on the same GPUs

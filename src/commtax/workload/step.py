@@ -372,6 +372,30 @@ def _attention_ops(job: Job) -> tuple[Compute, Compute, float]:
     return fwd, bwd, flop
 
 
+# DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0/1, the Megatron-DeepSpeed bf16 path of BLOOM and MT-NLG)
+# keeps fp32 gradients and, after every micro-batch's backward, adds the bf16 ones into them, tensor by tensor:
+# `hp.grad.data.add_(lp.grad.data.to(hp.dtype))` (deepspeed/runtime/bf16_optimizer.py update_hp_grads, called from
+# engine.backward and from the pipeline engine's _exec_backward_pass "because we don't call optimizer.backward()").
+# Per parameter: the cast reads 2 B and writes a 4 B temporary, the add reads 4 + 4 B and writes 4 B.
+BF16_OPTIMIZER_ACCUM_BYTES_PER_PARAM = 2 + 4 + 4 + 4 + 4
+BF16_OPTIMIZER_FRAMEWORKS = ("megatron-deepspeed", "deepspeed")
+
+
+def uses_bf16_optimizer(job: Job) -> bool:
+    """DeepSpeed runs bf16 with ZeRO stage 0/1 through its BF16_Optimizer."""
+    p = job.plan
+    return p.framework in BF16_OPTIMIZER_FRAMEWORKS and job.training.precision == "bf16" and p.zero <= 1
+
+
+def bf16_optimizer_grad_accum(job: Job, gemms: list) -> list[Op]:
+    """The per-micro-batch fp32 gradient accumulation of DeepSpeed's BF16_Optimizer over one layer's weights
+    (two kernels per weight tensor), or nothing for other frameworks, precisions or ZeRO stages."""
+    if not uses_bf16_optimizer(job):
+        return []
+    weights = sum(kk * nn for _, _, nn, kk in gemms)  # (k × n) weight of each GEMM, this GPU's TP shard
+    return [_mem("bf16_optimizer_grad_accum", BF16_OPTIMIZER_ACCUM_BYTES_PER_PARAM * weights, 2 * len(gemms))]
+
+
 def _layer_block(job: Job, moe: bool = False) -> Block:
     p, tr = job.plan, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
@@ -399,7 +423,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
         casts_bwd = [_fp8_casts(job, f"{n}_grad_cast", mm * nn) for n, mm, nn, kk in gemms]
     tokens_full = p.micro_batch * tr.seq_len // p.cp
     tp_fwd = _tp_comm(job, act_bytes, tokens_full)
-    tp_bwd = _tp_comm(job, act_bytes, tokens_full)
+    tp_bwd = _tp_comm(job, act_bytes, tokens_full) + bf16_optimizer_grad_accum(job, gemms)
     moe_fwd: list[Op] = []
     moe_bwd: list[Op] = []
     if moe:
@@ -707,6 +731,13 @@ def _dp_ops(job: Job, params: float) -> tuple[tuple[Collective, ...], tuple[Coll
     p_bytes = weight_bytes_per_param(job.training.precision)  # the working copies of the weights are gathered
     if p.zero == 0:
         return (Collective("dp_grad_allreduce", "all_reduce", params * g_bytes, "dp"),), ()
+    if p.zero == 1 and uses_bf16_optimizer(job):
+        # BF16_Optimizer all-reduces the fp32 gradients (pipe/engine.py _exec_reduce_grads:
+        # buffered_allreduce_fallback), then each rank updates its shard and the bf16 weights are all-gathered
+        return (
+            Collective("dp_grad_allreduce", "all_reduce", params * g_bytes, "dp"),
+            Collective("dp_param_all_gather", "all_gather", params * p_bytes, "dp"),
+        ), ()
     if p.zero in (1, 2):
         return (
             Collective("dp_grad_reduce_scatter", "reduce_scatter", params * g_bytes, "dp"),
@@ -800,7 +831,15 @@ def _block_fields(plan_type: type) -> tuple[str, ...]:
 def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     """(layer, embed, head) of the job, built once per (model, training, the plan fields they read, dropout)."""
     p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
-    key = (job.model, job.training, a, job.dropout, *map(p.__getattribute__, _block_fields(type(p))))
+    # the ZeRO stage is not part of the key, only whether it selects DeepSpeed's BF16_Optimizer (ZeRO 0/1)
+    key = (
+        job.model,
+        job.training,
+        a,
+        job.dropout,
+        uses_bf16_optimizer(job),
+        *map(p.__getattribute__, _block_fields(type(p))),
+    )
     if job.model.is_moe:  # the MoE layer's node deduplication reads the NVLink domain's size
         key += (job.cluster.gpus_per_node,)
     blocks = _BLOCKS.get(key)

@@ -41,7 +41,7 @@ class SimResult:
     busiest_stage: int  # the stage the breakdown is read from: the most work (the pipeline's pace)
     stage_end_s: list[float]  # when each stage's last task ends
     stage_busy_s: list[float]  # each stage's own work: compute, recompute, optimizer, non-overlapped TP/CP
-    contention_wait_s: dict[str, float]  # time DP / PP tasks waited for a NIC held by the other
+    contention_wait_s: dict[str, float]  # time DP / PP tasks waited for (or, sharing it, lost on) a NIC
     estimate: Breakdown | None = None
 
     @property
@@ -199,6 +199,10 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
                 link[d][kind] += secs
         elif t.name == "dp contention":  # compute slowed by hidden DP traffic (StepBuilder): no link time
             continue
+        elif t.links:  # a flow-network transfer: its wire time alone, and what sharing its links added
+            link[d][t.kind] += t.work_s
+            if t.duration_s > t.work_s:
+                waited[t.kind] = waited.get(t.kind, 0.0) + t.duration_s - t.work_s
         else:
             link[d][t.kind] += t.duration_s
             if t.start_s > t.ready_s and t.cause is not None and tasks[t.cause].kind != t.kind:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from commtax.costs.pricing import Costs, PhaseCost
 from commtax.costs.topology import group_placement
@@ -64,6 +65,8 @@ Template = tuple[tuple[tuple[Step, ...], ...], float, float, float]  # steps, TP
 class SimOptions:
     bucket_bytes: float = DDP_BUCKET_BYTES  # gradient bucket size (bytes of gradients)
     nic_contention: bool = True  # DP and PP traffic of a GPU share its NIC when both leave the node
+    # how they share it: "flows" at max-min fair rates (schedule/sim/network.py), "channel" one transfer at a time
+    network: Literal["flows", "channel"] = "flows"
 
 
 @dataclass
@@ -74,6 +77,7 @@ class Device:
     streams: dict[str, int]
     nic: int | None  # the NIC shared by PP sends and DP collectives (when both leave the node)
     dp_link: int | None  # what DP collectives hold: the NIC, or the DP link of ZeRO-3's two streams
+    flows: bool = False  # ``nic`` is a flow-network link (shared fairly), not a channel (held in turn)
     prev: tuple[int, ...] = ()  # end of the last phase: the compute stream's next task waits for it
     grads: list[int] = field(default_factory=list)  # gradient reductions the optimizer waits for
     gathers: dict[int, list[int]] = field(default_factory=dict)  # ZeRO-1/2 parameter gather per chunk
@@ -136,6 +140,12 @@ class StepBuilder:
         self._dp_cost: dict[tuple[str, float], tuple[float, float]] = {}
         self._dp_contention: float | None = None
         self.last_bwd: dict[tuple[int, int], int] = {}  # (stage, chunk) -> micro-batch of its last backward
+        # zero-bubble: the backward is B (input gradient) then W (weight gradient), half each (Qi et al. 2023 take
+        # T_B = T_W; as schedule.analytical.weight_grad_s); the gradients the DP reduction waits for come from W
+        self.split_bwd = plan.schedule == "zb-h1"
+        self.grad_phase = "W" if self.split_bwd else "B"
+        if self.split_bwd and self.wl.dp_microbatch:
+            raise SimError("schedule zb-h1 with ZeRO-3: the per-layer gathers around split backwards are not simulated")
         self.stage_params = [sum(self.chunks[c * self.p + s].params for c in range(self.v)) for s in range(self.p)]
         # the workload sizes its DP ops (and the optimizer) for the stage with the most parameters;
         # a bucket or a lighter stage takes its share of them
@@ -219,17 +229,22 @@ class StepBuilder:
         for s in range(self.p):
             names = STREAMS + (MOE_STREAMS if self.wl.moe_layer is not None else ())
             streams = {name: sim.stream(s, name) for name in names}
-            nic = sim.channel(f"nic{s}") if contention and pp_spans and dp_spans else None
+            flows = self.options.network == "flows"
+            nic = None
+            if contention and pp_spans and dp_spans:
+                nic = sim.link(f"nic{s}") if flows else sim.channel(f"nic{s}")
             # ZeRO-3 gathers and reduce-scatters run on two streams (as FSDP's) but share one DP link
             dp_link = nic if nic is not None else (sim.channel(f"dp link {s}") if self.wl.dp_microbatch else None)
-            self.devices.append(Device(s, streams, nic, dp_link, params=self.stage_params[s]))
+            self.devices.append(
+                Device(s, streams, nic, dp_link, flows=flows and nic is not None, params=self.stage_params[s])
+            )
         # DualPipe's bidirectional pairing is not built as a task graph: its passes run in 1F1B order (the bubble
         # differs from estimate's DualPipe term; simulate names the effect)
         name = "1f1b" if job.plan.schedule in ("dualpipe", "dualpipev") else job.plan.schedule
         order = by_stage(schedule(name, self.p, self.m, self.v), self.p)
         for s, passes in enumerate(order):
             for x in passes:
-                if x.phase == "B":
+                if x.phase == self.grad_phase:
                     self.last_bwd[(s, x.chunk)] = x.mb
         for dev in self.devices:
             self._start_of_step(dev)
@@ -327,7 +342,18 @@ class StepBuilder:
     ) -> int:
         t, nbytes = self._dp(op, params, codec)
         dev.bytes["dp"] += nbytes
+        if dev.flows:  # the DP link is the NIC: a transfer sharing it with the PP sends
+            return self.sim.task(
+                name, dev.streams[stream], t, deps, "dp", priority, meta=meta + (nbytes,), links=(dev.nic,)
+            )
         return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority, dev.dp_link, meta + (nbytes,))
+
+    @staticmethod
+    def _nic(dev: Device) -> dict:
+        """How a PP send uses the NIC: a link of the flow network, a channel held in turn, or neither."""
+        if dev.nic is None:
+            return {}
+        return {"links": (dev.nic,)} if dev.flows else {"channel": dev.nic}
 
     def _template(self, pc: PhaseCost, kind: str, ep_exposed: float = 0.0) -> Template:
         """The tasks of one pass (or a piece of one) as steps; each step's tasks wait for the previous step's.
@@ -439,7 +465,7 @@ class StepBuilder:
         first_fwd = x.phase == "F" and x.chunk in dev.gathers
         # ZeRO-2 keeps only its gradient shard: every backward reduces its buckets (``Workload.grads_sharded``)
         last_bwd = (
-            x.phase == "B"
+            x.phase == self.grad_phase
             and wl.dp_step
             and self.ov.dp
             and (wl.grads_sharded or self.last_bwd.get((x.stage, x.chunk)) == x.mb)
@@ -475,8 +501,10 @@ class StepBuilder:
         sim, st, wl = self.sim, dev.streams, self.wl
         if x.phase == "F":
             recv = self._sent_fwd.pop((k - 1, x.mb)) if k > 0 else -1
-        else:
+        elif x.phase == "B":
             recv = self._sent_bwd.pop((k + 1, x.mb)) if k < self.V - 1 else -1
+        else:  # W: local, after its own B (the stage's order)
+            recv = -1
         chunk = self.chunks[k]
         meta = x  # (stage, mb, chunk, phase)
         deps: tuple[int, ...] = dev.prev + ((recv,) if recv >= 0 else ())
@@ -492,7 +520,9 @@ class StepBuilder:
                 deps += (self._dp_task(dev, "dp", "gather", op, gather_params, prefetch, meta, priority=0),)
             if x.phase == "B":
                 deps = self._emit(dev, self._pass_template(k, "recompute", frac), deps, meta)
-                deps = self._emit(dev, self._pass_template(k, "bwd", frac), deps, meta)
+                deps = self._emit(dev, self._pass_template(k, "bwd", frac / 2 if self.split_bwd else frac), deps, meta)
+            elif x.phase == "W":
+                deps = self._emit(dev, self._pass_template(k, "bwd", frac / 2), deps, meta)
             else:
                 deps = self._emit(dev, self._pass_template(k, "fwd", frac), deps, meta)
             for n in reduce_params:
@@ -517,10 +547,10 @@ class StepBuilder:
         if x.phase == "F" and k < self.V - 1:
             dev.bytes["pp"] += self.send_bytes
             self._sent_fwd[(k, x.mb)] = sim.task(
-                "send", st["pp_fwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
+                "send", st["pp_fwd"], self.t_send, deps, "pp", meta=meta + (self.send_bytes,), **self._nic(dev)
             )
         elif x.phase == "B" and k > 0:
             dev.bytes["pp"] += self.send_bytes
             self._sent_bwd[(k, x.mb)] = sim.task(
-                "send", st["pp_bwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
+                "send", st["pp_bwd"], self.t_send, deps, "pp", meta=meta + (self.send_bytes,), **self._nic(dev)
             )
