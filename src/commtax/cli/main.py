@@ -152,9 +152,18 @@ def _print_summary(report, loso: bool, subsets: bool) -> None:
         console.print(f"MAPE averaged by source ({len(report.by_source)} sources): {report.source_avg_mape_pct:.1f}%")
         console.print(f"MAPE on rows no constant was fitted on: {report.unfitted_mape_pct:.1f}%")
     if report.kind == "runs":
+        console.print(f"rows refused: {len(report.refused)}", highlight=False)
+    if report.refused:
+        reasons = {r.id: r.reason for r in report.rows if r.predicted is None}
+        for rid in report.refused:  # one line each, the reason beside the row: reads at 80 columns
+            console.print(f"  refused {rid}: {reasons.get(rid) or 'no prediction'}", markup=False, highlight=False)
+    if report.unknown_columns:
         console.print(
-            f"rows refused: {len(report.refused)}" + (f" ({', '.join(report.refused)})" if report.refused else "")
+            f"note: columns this validator does not read (ignored): {', '.join(report.unknown_columns)}",
+            markup=False,
+            highlight=False,
         )
+    if report.kind == "runs":
         if report.coverage_80 is not None:
             console.print(f"80% interval covers {report.coverage_80:.0%} of the rows (coverage_80)")
     if loso and report.kind == "runs":
@@ -356,6 +365,15 @@ def main() -> None:
 
     signals.install()  # SIGTERM/SIGHUP clean up like Ctrl-C (temp files, workers, launched ranks), exit 130
     command = sys.argv[1] if len(sys.argv) > 1 else None
+    if sys.argv[1:] == ["--version"]:  # no command to register: every module's import would cost a second
+        print(f"commtax {__version__}")
+        return
+    from commtax.cli.io import refuse_folder_outputs
+
+    try:
+        refuse_folder_outputs(sys.argv[1:])
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
     try:
         register_commands({command} if command in COMMANDS else None)
         if signals.RECEIVED:  # raised inside an import-lock callback, where Python ignores exceptions
@@ -363,7 +381,27 @@ def main() -> None:
     except KeyboardInterrupt as e:  # a signal while the command's modules import: still one line, exit 130
         print(f"error: interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
         sys.exit(130)  # errors.EXIT_INTERRUPTED
-    app()
+    sys.exit(run_app(command))
+
+
+def run_app(command: str | None) -> int:
+    """``app()`` with click's usage errors (a range, a choice, a missing file or argument, an unknown option)
+    as one ``error:`` line and exit 2, as the rest of the CLI reports bad input, not click's usage block."""
+    try:
+        rv = app(standalone_mode=False)
+    except Exception as e:
+        if type(e).__name__ == "Abort":  # click's: Ctrl-C or end of input at a prompt (cluster down --all)
+            print("error: aborted", file=sys.stderr)
+            return 130
+        if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):  # not a click exception
+            raise
+        from commtax.cli.io import safe_text
+
+        where = f"commtax {command} --help" if command in COMMANDS else "commtax --help"
+        message = " ".join(safe_text(e.format_message()).split()).rstrip(".")
+        print(f"error: {message}; see `{where}`", file=sys.stderr)
+        return 2 if e.exit_code in (1, 2) else e.exit_code
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import typer
 from commtax.cli.io import (  # user_errors: SpecError/OSError: one line, exit 2; Ctrl-C/SIGTERM: exit 130
     choice_list,
     fail,
+    safe_text,
     user_errors,
 )
 from commtax.costs.collectives import OPS
@@ -180,8 +181,12 @@ def cluster_up(
 
     _check_out(out)
     _refuse_live_record(out)
+    # what --out held before: an interrupted build puts it back (never deletes a file the user had)
+    prior = out.read_bytes() if out.is_file() else None
+    recorded: list[bool] = []
 
     def record(c: EmulatedCluster) -> None:  # before the first namespace: even a SIGKILL leaves the record
+        recorded.append(True)
         write_atomic(
             out,
             yaml.safe_dump(
@@ -209,7 +214,11 @@ def cluster_up(
     except ClusterError as e:
         fail(f"commtax cluster: {e}")
     except BaseException:
-        out.unlink(missing_ok=True)  # the cluster it recorded is gone again
+        if recorded:  # the cluster it recorded is gone again: the file goes back to what it was
+            if prior is None:
+                out.unlink(missing_ok=True)
+            else:
+                write_atomic(out, prior)
         raise
     write_atomic(out, yaml.safe_dump(cluster.spec(), sort_keys=False))
     m = cluster.measured
@@ -219,7 +228,7 @@ def cluster_up(
         f"{f', {cluster.leaf_count} leaves' if leaves else ''}"
         f"{f', node speeds {node_speed}' if speeds else ''}"
         f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
-        f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {out}"
+        f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {safe_text(str(out))}"
     )
 
 
@@ -359,9 +368,13 @@ def cluster_down(
         names = _mine_to_remove()
     else:
         try:
-            names = EmulatedCluster.from_spec(_read_cluster(cluster_file)).namespaces
+            cluster = EmulatedCluster.from_spec(_read_cluster(cluster_file))
         except ValueError as e:
             fail(f"--cluster: {e}")
+        names = cluster.namespaces
+        why = _not_ours(cluster.name, names)
+        if why:
+            fail(f"--cluster: cluster {cluster.name} ({', '.join(names)}) is not removed: {why}")
     removed = down_namespaces(names)
     from commtax.measure.cluster import forget
 
@@ -369,6 +382,24 @@ def cluster_down(
         if not any(ns.startswith(name + "-") for ns in existing_namespaces()):
             forget(name)
     typer.echo(f"removed {len(removed)} namespaces" + (f": {', '.join(removed)}" if removed else ""))
+
+
+def _not_ours(name: str, names: list[str]) -> str | None:
+    """Why ``cluster down --cluster`` must not touch cluster ``name``: it exists and this user's `cluster up`
+    has no ownership record of it (another user's, another tool's, or a file naming someone else's cluster)."""
+    from commtax.measure.cluster import existing_namespaces, owner_record, owner_uid, registry_dir
+
+    if not set(names) & set(existing_namespaces()):
+        return None  # nothing of it is left: nothing to kill or delete
+    rec = owner_record(name)
+    if rec is None:
+        return (
+            f"no record in {registry_dir()} that `commtax cluster up` built it; if it is yours, "
+            f"`ip netns del` its namespaces yourself"
+        )
+    if rec.get("uid") != owner_uid():
+        return f"built by uid {rec.get('uid')}, not by you"
+    return None
 
 
 def _mine_to_remove() -> list[str]:
@@ -462,9 +493,48 @@ MAX_SIZES = 1000  # rows of one sweep (nccl-tests' default 8 B..128 MiB ×2 is 2
 MAX_BENCH_BYTES = 2**36  # 64 GiB per message buffer
 
 
+def max_local_ranks() -> int:
+    """Local ranks `bench --nproc` may start: 4 per core (more CPU ranks only wait for each other), 8 at least."""
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
+def _check_nproc(nproc: int) -> None:
+    if "RANK" not in os.environ and nproc > max_local_ranks():
+        fail(f"--nproc: {nproc:,} local ranks on {os.cpu_count()} cores; the limit is {max_local_ranks()} (4 per core)")
+
+
+# bench ddp's model and loop: each bound far above what a CPU rank trains in minutes, far below what fills memory
+DDP_LIMITS = {
+    "--seq-len": 16_384,
+    "--accumulate": 4_096,
+    "--steps": 100_000,
+    "--warmup": 10_000,
+    "--micro-batch": 4_096,
+    "--hidden": 16_384,
+    "--layers": 256,
+    "--heads": 1_024,
+    "--vocab": 1_048_576,
+}
+MAX_DDP_TOKENS = 1 << 20  # micro-batch × seq-len per rank per micro-batch
+
+
+def _check_ddp_sizes(values: dict[str, int]) -> None:
+    for opt, v in values.items():
+        if v > DDP_LIMITS[opt]:
+            fail(f"{opt}: {v:,} is over the limit of {DDP_LIMITS[opt]:,} for bench ddp's CPU model")
+    tokens = values["--micro-batch"] * values["--seq-len"]
+    if tokens > MAX_DDP_TOKENS:
+        fail(
+            f"--micro-batch × --seq-len: {tokens:,} tokens per micro-batch per rank, over the limit of "
+            f"{MAX_DDP_TOKENS:,}"
+        )
+
+
 def _check_sweep(lo: int, hi: int, factor: float, timeout: float, nproc: int, backend: str, fault: str) -> None:
     """Everything a rank would trip over, checked once in the launcher: one line, exit 2, no rank started."""
     import math
+
+    _check_nproc(nproc)
 
     if not math.isfinite(factor):
         fail(f"--factor: a finite multiplier > 1, got {factor}")
@@ -688,6 +758,24 @@ def bench_ddp(
         gemm = read_gemm_records(gemm_json) if gemm_json is not None else None
     except SpecError as e:
         fail(str(e))
+    _check_nproc(nproc)
+    _check_ddp_sizes(
+        {
+            "--seq-len": seq_len,
+            "--accumulate": accumulate,
+            "--steps": steps,
+            "--warmup": warmup,
+            "--micro-batch": micro_batch,
+            "--hidden": hidden,
+            "--layers": layers,
+            "--heads": heads,
+            "--vocab": vocab,
+        }
+    )
+    if "RANK" not in os.environ and out is not None:
+        _check_out(out)
+        if append and out.exists():
+            _check_records(out, "--append")
     if "RANK" not in os.environ:  # not under torchrun: become it, locally (the output checked once, here)
         if out is not None:
             _check_out(out)
@@ -896,9 +984,18 @@ def calibrate_command(
     ] = None,
 ) -> None:
     """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
+    from commtax.atomic import refuse_overwriting_inputs
+    from commtax.errors import SpecError
+
+    try:
+        refuse_overwriting_inputs(
+            {"--out": out, "--cluster-out": cluster_out},
+            [bench_json, cluster_file, gemm_json, job_file, *(trace or [])],
+        )
+    except SpecError as e:
+        fail(str(e))
     if trace:
         from commtax.cli.trace import calibrate_from_trace, print_profile_summary
-        from commtax.errors import SpecError
 
         try:
             profile = calibrate_from_trace(trace, job_file, out, steps)
@@ -913,6 +1010,7 @@ def calibrate_command(
         check_cluster,
         check_gemm,
         check_records,
+        check_records_fit,
         compare,
         write_profile,
     )
@@ -925,6 +1023,7 @@ def calibrate_command(
         records = check_records(json.loads(read_text(bench_json, "JSON file")), bench_json)
         gemm = check_gemm(json.loads(read_text(gemm_json, "JSON file")), gemm_json) if gemm_json else None
         cluster = check_cluster(_read_cluster(cluster_file), cluster_file)
+        records = check_records_fit(records, cluster, bench_json)
         records = [r for r in records if r.get("impl") == impl]
         profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
     except ValueError as e:  # SpecError, or JSON that does not parse
@@ -952,8 +1051,8 @@ def calibrate_command(
             f"{a['error']:+6.1%}"
         )
     typer.echo(
-        f"wrote {out}"
-        + (f" and {cluster_out}" if cluster_out else "")
+        f"wrote {safe_text(str(out))}"
+        + (f" and {safe_text(str(cluster_out))}" if cluster_out else "")
         + f"; in a job file: `cluster: {{..., profile: {out}}}` replaces the catalog link numbers"
     )
 

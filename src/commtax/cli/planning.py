@@ -60,6 +60,9 @@ PLAN_OPTIONS: dict[str, tuple[str, str]] = {  # field -> (option, help)
     "grad_comm_dtype": ("--grad-comm-dtype", f"gradient all-reduce dtypes, of: {','.join(GRAD_DTYPES)}"),
 }
 
+MAX_VERIFY = 100  # search --verify: plans simulated (each a whole step's event graph)
+MAX_COMPARE_GPUS = 32  # compare --gpu: clusters, each searched in full
+
 
 def plan_options(command: Callable) -> Callable:
     """Add one option per plan field (``PLAN_OPTIONS``) to ``command``, which receives them as ``plan``: a dict of
@@ -150,6 +153,10 @@ def search_command(
         if prices is not None or rank != "step":
             raise
         price_error = str(e)
+    if verify > MAX_VERIFY:
+        raise SpecError(
+            f"--verify: {verify:,} plans to simulate; the limit is {MAX_VERIFY} (each is a full simulation)"
+        )
     with progress("searching plans", enabled=not json_out) as update:
         moe = {"ep": ep, "etp": etp, "moe_dispatcher": moe_dispatcher, "moe_a2a_overlap": moe_a2a_overlap}
         if any(v is not None for v in moe.values()):
@@ -177,7 +184,10 @@ def search_command(
     )
     for title, reasons in (("invalid", s["invalid_reasons"]), ("do not fit", s["do_not_fit_reasons"])):
         for why, count in list(reasons.items())[:4]:
-            console.print(f"  {title}: {count:,} × {why}", markup=False)
+            # the key has its numbers taken out to group messages ("vp(n) > n"): show one real message
+            example = res.invalid_examples.get(why)
+            text = f"{why}" if example is None else (f"e.g. {example}" if count > 1 else example)
+            console.print(f"  {title}: {count:,} × {text}", markup=False)
     if res.interrupted:
         console.print("[yellow]interrupted: the best of the plans evaluated so far[/yellow]")
     for w in res.warnings:
@@ -364,6 +374,11 @@ def compare_command(
     space = Space.parse(plan)
     price_book = load_prices(prices)
     gpu_names = [g.strip() for item in (gpu or []) for g in item.split(",") if g.strip()]
+    repeated = sorted({g for g in gpu_names if gpu_names.count(g) > 1})
+    if repeated:
+        raise SpecError(f"--gpu: {repeated[0]} given {gpu_names.count(repeated[0])} times; give each GPU once")
+    if len(gpu_names) > MAX_COMPARE_GPUS:
+        raise SpecError(f"--gpu: {len(gpu_names)} GPUs; the limit is {MAX_COMPARE_GPUS} clusters per comparison")
     counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()] if num_gpus else None
     fabric_names = [f.strip() for item in (fabric or []) for f in item.split(",") if f.strip()]
     jobs = jobs_to_compare(list(inputs), gpu_names, counts, price_book, catalog, fabric_names)
@@ -448,7 +463,9 @@ def advise_command(
     workers: WorkersOpt = None,
     catalog: CatalogOpt = None,
 ) -> None:
-    """What dominates the step, and the changes that cut the comm tax, each re-estimated."""
+    """What dominates the step, and the changes that cut the comm tax, each re-estimated.
+
+    By default one change is the best plan a full search finds (the slow part); --no-search leaves it out."""
     from commtax.decide.advise import advise
     from commtax.spec import load_job
 
@@ -477,7 +494,9 @@ def advise_command(
             else ""
         ),
     )
-    t = new_table("Changes, re-estimated (best first)")
+    # changes that fit memory come first, fastest first: with a plan that does not fit, a slower one can lead
+    order = "best first" if b.fits else "those that fit memory first, then fastest"
+    t = new_table(f"Changes, re-estimated ({order})")
     t.add_column("#", justify="right")
     t.add_column("change")
     t.add_column("step", justify="right", no_wrap=True)
@@ -491,8 +510,16 @@ def advise_command(
             "≈: before and after lie within each other's 80% interval; the change's ratio is firmer than either time",
             markup=False,
         )
-    for r in a.remedies:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
+    helps = [r for r in a.remedies if r.change.step_change <= -0.0005]  # a cut that shows at 0.1%
+    slower = [r for r in a.remedies if r.change.step_change > -0.0005]
+    for r in helps:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
         console.print(f"remedy: {r.text()}", highlight=False)
+    if slower:  # never listed as a remedy: the codec costs more than the bytes it saves on this network
+        console.print(
+            "not a remedy here (no faster step: the codec costs about what the bytes it saves): "
+            + "; ".join(f"{r.label} {r.change.step_change:+.1%}" for r in slower),
+            highlight=False,
+        )
     for line in a.placement:  # cluster.fabric: where each group sits, what to keep where
         console.print(f"placement: {line}", highlight=False)
     for c in (c for c in a.changes if c.kind == "fabric"):  # every fabric what-if, better or worse

@@ -67,6 +67,8 @@ class Change:
             parts.append(f"comm tax {self.comm_tax_before:.1%} → {self.comm_tax_after:.1%}")
         if self.fits_after != self.fits_before:
             parts.append("memory fits" if self.fits_after else "no longer fits memory")
+        elif not self.fits_after:  # a suggestion that still needs more memory than the GPU has says so
+            parts.append("still does not fit memory")
         if abs(self.mem_after_GiB - self.mem_before_GiB) >= 0.5:
             parts.append(f"memory {self.mem_before_GiB:.0f} → {self.mem_after_GiB:.0f} GiB")
         return "; ".join(parts)

@@ -147,6 +147,7 @@ def jobs_for_gpus(
             "inter_node": resolve_entry("inter_node", node.inter_node, catalog, f"prices.nodes.{g}.inter_node"),
             "gpus_per_node": node.gpus_per_node,
             "nics_per_node": node.nics_per_node,
+            "gpus_per_pcie_switch": node.gpus_per_pcie_switch,
         }
         out.append(_with_cluster(job, cluster))
     return out

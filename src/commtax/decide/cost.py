@@ -52,6 +52,7 @@ class NodePrice(_Spec):
     intra_node: str
     inter_node: str
     nics_per_node: int = Field(gt=0, le=1024)
+    gpus_per_pcie_switch: int = Field(default=1, gt=0, le=64, description="GPUs sharing one PCIe uplink")
     source: str
     date: str
 

@@ -9,7 +9,7 @@ that the coverage carries to runs of sources the table has not seen.
 
 Regenerate (from the repository root, with ``shared/`` beside it)::
 
-    python -m commtax.decide.intervals ../shared/validation/public_runs.csv ../shared/validation/public_runs_more.csv
+    python -m commtax.decide.intervals validation/public_runs.csv validation/public_runs_more.csv
 """
 
 from __future__ import annotations

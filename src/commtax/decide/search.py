@@ -61,7 +61,7 @@ from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
 from commtax.schedule.interval import best_published_mfu
 from commtax.spec import Job, job_with, zero_refusal
 from commtax.spec.assumptions import assumptions_for
-from commtax.units import GiB
+from commtax.units import GiB, memory_need
 from commtax.workload.memory import fixed_reserve_bytes, stage_activation_bytes, stage_kinds, stage_states
 from commtax.workload.step import build_workload
 
@@ -700,7 +700,9 @@ def search(
         need = np.nanmin(res.mem_bytes) / GiB
         raise SpecError(
             f"no plan fits memory: each of the {int(res.valid.sum())} valid plans needs more than "
-            f"{job.cluster.gpu.mem_GiB:g} GiB per GPU (the smallest needs {need:.1f} GiB); allow more GPUs, "
+            f"{job.cluster.gpu.mem_GiB:g} GiB per GPU (the smallest needs "
+            f"{memory_need(need, job.cluster.gpu.mem_GiB).replace(' needed per GPU', '')}); "
+            "allow more GPUs, "
             "ZeRO-3, full recompute or larger tp/pp"
         )
     res.top, res.max_rel_diff = exact_top(job, res, max(top, verify))

@@ -171,7 +171,7 @@ def estimate_example() -> str:
     return "\n".join(["```text", f"$ commtax estimate {EXAMPLE}", *lines, "```"])
 
 
-VALIDATION = REPO.parent / "shared" / "validation"
+VALIDATION = REPO / "validation"  # shipped with the repo (a copy of ../shared/validation)
 DENSE_RUNS_FILES = ("public_runs.csv", "public_runs_more.csv")
 
 

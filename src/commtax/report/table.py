@@ -144,12 +144,18 @@ def _cell(name: str, value: Any) -> str:
     return f"{short}{value}" if isinstance(value, int) else f"{short}:{value}"
 
 
+ID_ONE_LINE = 36  # validate's id column at 80 columns
+
+
 def validation_table(report: Any, wide: bool = False) -> Table:
     """One row per published measurement. The note is short at 80 columns (the plan cells the search chose or the
     framework's defaults filled, ``vp2 mb1``, and the framework); ``wide`` gives where the framework came from too."""
     runs = report.kind == "runs"
     t = new_table(f"Validation: {report.kind} (measured {'tokens/s per GPU' if runs else 'busbw GB/s'})")
-    t.add_column("id", no_wrap=True, min_width=max((len(r.id) for r in report.rows), default=2))
+    # an id up to 36 characters stays on one line; a longer one folds onto the next (whole, never cut), so the
+    # numbers keep their columns at 80
+    longest = max((len(r.id) for r in report.rows), default=2)
+    t.add_column("id", overflow="fold", min_width=min(longest, ID_ONE_LINE), max_width=None if wide else ID_ONE_LINE)
     for col, width in (("measured", 8), ("predicted", 9), ("error", 6)):
         t.add_column(col, justify="right", no_wrap=True, min_width=width)
     t.add_column(
@@ -249,9 +255,11 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
         )
     if article:
         t.add_column("article share·B/day·days·$/B" if wide else "article\ndays, $/B", justify="right", no_wrap=True)
+    unplaced = []
     for r in rows:
-        if r.breakdown is None:
-            cells = [r.name, f"— ({r.reason})"] + [""] * (len(cols) - 2)
+        if r.breakdown is None:  # the reason goes under the table: in a no_wrap number column it breaks the layout
+            unplaced.append(f"{r.name}: {r.reason}")
+            cells = [r.name] + ["—"] * (len(cols) - 1)
         else:
             b, c = r.breakdown, r.cost
             values = {
@@ -278,6 +286,9 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
             else:
                 cells.append(f"{a['days']:g}, ${a['usd_per_B']:g}")
         t.add_row(*cells)
+    if unplaced:
+        t.caption = "— no plan: " + "; ".join(unplaced)
+        t.caption_justify = "left"
     return t
 
 

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from commtax.costs.pricing import Costs
+from commtax.errors import SpecError
 from commtax.schedule.analytical import estimate
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown, make_breakdown
 from commtax.schedule.sim.events import Sim
@@ -138,6 +139,22 @@ def _own_parts(sim: Sim, device: int, hidden: tuple[str, ...]) -> dict[str, floa
     return parts
 
 
+# micro-batch passes through pipeline chunks (m · pp · vp) one simulation builds: the 16K-GPU Llama 3 plan of
+# examples/sim has 15,876 (98,508 events, ~1 s of CPU); 200,000 is ~12 s and ~1 GB. Beyond it, refused.
+MAX_SIM_PASSES = 200_000
+
+
+def check_size(job: Job) -> None:
+    """Refuse (one SpecError line naming the limit) a step whose event graph would not fit a laptop."""
+    m, pp, vp = job.micro_batches, job.plan.pp, job.plan.vp
+    if m * pp * vp > MAX_SIM_PASSES:
+        raise SpecError(
+            f"simulate: {m:,} micro-batches x pp {pp} x vp {vp} = {m * pp * vp:,} stage passes per step, over the "
+            f"simulator's limit of {MAX_SIM_PASSES:,}; raise plan.micro_batch or lower training.global_batch "
+            "(`commtax estimate` has no such limit)"
+        )
+
+
 def simulate(
     job: Job,
     options: SimOptions = SimOptions(),
@@ -150,6 +167,7 @@ def simulate(
     ``workload`` and ``costs`` default to ``build_workload(job)`` and ``Costs(job)`` (tests pass
     their own); ``compare`` also runs ``estimate(job)`` (for --explain, and for memory).
     """
+    check_size(job)
     with _no_gc():  # ~10^5 acyclic task objects: the cyclic collector would rescan them again and again
         if job.cluster.pools and job.plan.stage_pools is not None and workload is None:
             from commtax.schedule.sim.pools import PoolStepBuilder  # stages on GPU pools: each priced on its own
