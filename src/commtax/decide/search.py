@@ -342,7 +342,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
             job_zd = _copy(g.sample_of_split(si), zero=zero, grad_comm_dtype=dtype)
             dp_jobs[si, z, d] = (job_zd, build_workload(job_zd))
             states[si, z, d, : len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
-            optimizer[si, z, d] = g.costs.compute(dp_jobs[si, z, d][1].optimizer)
+            optimizer[si, z, d] = g.costs.compute(_est.slowest_optimizer(job_zd, dp_jobs[si, z, d][1]))
     vps = g.axis("vp")
     dims = (len(vps), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
     dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
@@ -354,6 +354,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
             counted = with_count.get((si, z, d, j))
             if counted is None:
                 counted = with_count[si, z, d, j] = dataclasses.replace(wl, micro_batches=int(g.n_micro[j]))
+            counted = _est.slowest_dp_workload(job_zd, counted, g.costs, slow)  # MoE: the slowest DP rank, as estimate
             if not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):  # vp does not change it
                 dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow)[1]
                 continue

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from commtax.costs.compute import ComputeModel, overlap_slowdown_s
 from commtax.costs.pricing import Costs, PhaseCost
@@ -24,10 +24,12 @@ from commtax.spec import Job, per_rank, zero_refusal
 from commtax.workload.memory import memory
 from commtax.workload.step import (
     Collective,
+    Compute,
     Workload,
     build_workload,
     grad_bytes_per_param,
     weight_bytes_per_param,
+    with_dp_stage,
 )
 
 
@@ -269,6 +271,30 @@ def _moe_stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
             memo[key] = _combine(job, parts, costs.cm)
         out.append(memo[key])
     return out
+
+
+def slowest_dp_workload(job: Job, wl: Workload, costs: Costs, st: StageTime) -> Workload:
+    """MoE: ``wl`` with its DP/EDP ops sized for the pipeline rank whose DP (dense gradients over dp plus expert
+    gradients over edp) leaves the most exposed (``dp_exposed``; then the longest link time), and the optimizer of
+    the rank with the most optimizer work: each rank runs its own DP and optimizer and the step waits for the
+    slowest. The rank with the most parameters may hold no experts (DeepSeek-V3's first stage: the embedding and the
+    dense layers), so sizing by parameters alone drops the expert gradients of every other rank.
+    Dense workloads (one split, or none) are returned as they are."""
+    if len(wl.dp_stage_splits) < 2:
+        return wl
+    ranks = [with_dp_stage(job, wl, s) for s in wl.dp_stage_splits]
+    link_exposed = [dp_exposed(job, r, costs, st)[1::-1] for r in ranks]
+    slowest = ranks[max(range(len(ranks)), key=lambda i: (*link_exposed[i], wl.dp_stage_splits[i] == wl.dp_split))]
+    optimizer = slowest_optimizer(job, wl)
+    return slowest if optimizer == slowest.optimizer else replace(slowest, optimizer=optimizer)
+
+
+def slowest_optimizer(job: Job, wl: Workload) -> Compute:
+    """The optimizer step of the pipeline rank with the most optimizer work (MoE: dense states over dp, expert
+    states over edp, ``wl.dp_stage_splits``); a dense workload's own."""
+    if len(wl.dp_stage_splits) < 2:
+        return wl.optimizer
+    return max((with_dp_stage(job, wl, s).optimizer for s in wl.dp_stage_splits), key=lambda c: c.bytes)
 
 
 def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
@@ -627,6 +653,7 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
     stages = stage_times(job, wl, costs)
     m = wl.micro_batches
     slow, _ = slowest_and_rest(stages)
+    wl = slowest_dp_workload(job, wl, costs, slow)
     pp_link, pp_exp, pp_bytes = pp_exposed(job, wl, costs, stages)
     dp_link, dp_exp, dp_bytes = dp_exposed(job, wl, costs, slow)
     optimizer = costs.compute(wl.optimizer)

@@ -232,8 +232,11 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
     comm_time, comm_bytes = link[busiest], builder.devices[busiest].bytes
     if builder.wl.moe_layer is not None:  # expert gradients as their own edp group, as estimate reports them
         from commtax.schedule.analytical import edp_traffic
+        from commtax.workload.step import with_dp_stage
 
-        edp_s, edp_b = edp_traffic(job, builder.wl, builder.costs)
+        # the busiest rank's own expert gradients (a rank without experts reduces none over edp)
+        own = with_dp_stage(job, builder.wl, builder.splits[busiest]) if builder.splits else builder.wl
+        edp_s, edp_b = edp_traffic(job, own, builder.costs)
         comm_time = {**comm_time, "dp": max(0.0, comm_time["dp"] - edp_s), "edp": edp_s}
         comm_bytes = {**comm_bytes, "edp": edp_b}  # the stage's dp bytes count the dense gradients only
     bd = _breakdown(job, builder.wl, step, parts, comm_time, comm_bytes, est)
