@@ -209,3 +209,11 @@ def test_simulate_prices_each_pool_stage_on_its_pool():
     assert s.breakdown.breakdown_s["compute"] == pytest.approx(e.breakdown_s["compute"], rel=1e-9)
     assert s.breakdown.breakdown_s["pp_bubble"] == pytest.approx(e.breakdown_s["pp_bubble"], rel=1e-6)
     assert s.breakdown.step_time_s == pytest.approx(e.step_time_s, rel=0.02)
+
+
+def test_a_dumped_single_pool_job_loads_again_with_the_same_estimate():
+    # model_dump writes `pools: None` for a single-pool cluster: loading it back is the same job
+    job = load_job("examples/llama2-70b-h100.yaml")
+    again = load_job(job.model_dump())
+    assert again.cluster.pools is None
+    assert estimate(again).step_time_s == estimate(job).step_time_s

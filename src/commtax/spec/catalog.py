@@ -122,7 +122,7 @@ def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field
     if not isinstance(raw, dict):
         raise SpecError(f"{field}: expected a mapping or the path of a cluster YAML file")
     out = dict(raw)
-    if "pools" in out:
+    if out.get("pools") is not None:  # a dumped single-pool cluster carries pools: None
         out["pools"] = resolve_pools(out["pools"], catalog, f"{field}.pools")
         return out
     for key in ("gpu", "intra_node", "inter_node"):
