@@ -5,9 +5,9 @@ import pytest
 from commtax.decide.validate import moe_layers_cell, validate
 from commtax.errors import SpecError
 
-# issue 18 asks for ≤ 15% source-averaged; the model reaches 31% today (docs/moe.md "Validation"): this gate holds
+# issue 18 asks for ≤ 15% source-averaged; the model reaches 25.2% today (docs/moe.md "Validation"): this gate holds
 # the figure where it is so that a change that makes it worse fails, until the goal is met
-MOE_MAPE_GATE = 33.0
+MOE_MAPE_GATE = 26.0
 MOE_MAPE_GOAL = 15.0
 
 
@@ -25,3 +25,35 @@ def test_moe_layers_column():
     assert moe_layers_cell("alternate") == {"moe_layers": "alternate"}
     with pytest.raises(SpecError, match="column moe_layers"):
         moe_layers_cell("every-third")
+
+
+def test_recipe_rules_dated_by_release():
+    # the H100 Qwen3-235B recipe overlaps the all-to-all from Megatron-Bridge v0.2.0 (25.11 container) on
+    from commtax.decide.validate import recipe_plan, release_at_least, row_release
+
+    def row(release):
+        return {
+            "model": "qwen3-235b-a22b",
+            "gpu": "h100-sxm5-80gb",
+            "precision": "fp8",
+            "source": f"NVIDIA-NeMo/Megatron-Bridge docs, '{release} NeMo Container' pre-training tables",
+        }
+
+    fixed = {"tp": 2, "pp": 8, "ep": 32}
+    assert row_release(row("26.04.01")) == (26, 4, 1)
+    assert release_at_least(row("25.11"), "25.11") and not release_at_least(row("25.09"), "25.11")
+    assert not release_at_least({"source": "a paper"}, "25.11")  # a row naming no release takes no dated rule
+    assert recipe_plan(row("26.02"), fixed) == {"moe_dispatcher": "alltoall", "moe_a2a_overlap": True}
+    assert recipe_plan(row("25.09"), fixed) == {"moe_dispatcher": "alltoall"}
+    assert recipe_plan(row("26.02"), {**fixed, "ep": 16}) == {}  # another parallelism: not the recipe's
+
+
+def test_deepseek_gb_mxfp8_overlap_from_26_06():
+    from commtax.decide.validate import recipe_plan
+
+    row = {"model": "deepseek-v3", "gpu": "gb300", "precision": "fp8"}
+    fixed = {"pp": 2, "ep": 32}
+    new = {**row, "source": "Megatron-Bridge docs, '26.06 NeMo Container' pre-training tables"}
+    old = {**row, "source": "Megatron-Bridge docs, '26.04.01 NeMo Container' pre-training tables"}
+    assert recipe_plan(new, fixed) == {"moe_dispatcher": "hybridep", "moe_a2a_overlap": True}
+    assert recipe_plan(old, fixed) == {"moe_dispatcher": "hybridep"}

@@ -49,6 +49,7 @@ class Placement:
     arch: str = "hopper"  # NCCL's GPU-architecture column: volta | ampere | hopper | blackwell
     intra_hw: str = "nvlink"  # NCCL's intra-node hardware class: "nvlink" (NVLink, xGMI) | "pci"
     measured: bool = False  # levels from a calibrated profile: Simple ring/tree priced as calibrate fits them
+    binding: str = ""  # the fabric link that caps ``inter`` (commtax.costs.fabric), "" when none does
 
     @property
     def nodes(self) -> int:

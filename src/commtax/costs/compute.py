@@ -227,12 +227,20 @@ def launch_floor(cm: ComputeModel, t_gpu: float, kernels: int) -> float:
     return max(t_gpu + kernels * cm.kernel_gap_s, kernels * cm.cpu_op_s)
 
 
+@lru_cache(maxsize=1)
+def grouped_gemm_floor_s() -> float:
+    """Least time of one expert's GEMM in TE's multi-stream grouped GEMM (catalog/grouped_gemm.yaml, TE PR #3134)."""
+    return float(read_yaml(CATALOG_DIR / "grouped_gemm.yaml")["per_expert_gemm_s"])
+
+
 def op_time(cm: ComputeModel, op: Compute) -> float:
     """Seconds for one compute op on one GPU."""
     t_mem = op.bytes / cm.mem_bw_bytes_per_s
     if op.kind == "gemm":
         t_flop = op.flop / (cm.peak_flops * gemm_efficiency(cm, op.m, op.n, op.k, op.groups))
-        return launch_floor(cm, max(t_flop, t_mem), op.kernels)
+        t = launch_floor(cm, max(t_flop, t_mem), op.kernels)
+        # MoE experts (``groups`` > 1, one kernel per expert): TE's per-expert GEMM loop has a floor per expert
+        return max(t, op.kernels * grouped_gemm_floor_s()) if op.groups > 1 else t
     if op.kind == "attention":
         return launch_floor(cm, max(attention_time(cm, op), t_mem), op.kernels)
     if op.convert:

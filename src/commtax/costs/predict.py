@@ -118,6 +118,9 @@ def predict_collective(
                 "bottleneck": c.bottleneck,
                 "algbw_GBps": c.algbw_bytes_per_s / GB,
                 "busbw_GBps": c.busbw_bytes_per_s / GB,
+                # the fabric link that binds the network level (cluster.fabric): a leaf uplink, a NIC shared
+                # with a background flow, ...
+                **({"binding_link": place.binding} if place.binding and c.bottleneck == "inter" else {}),
             }
         )
     return CollectivePrediction(op, n, place.per_node, tuple(rows))

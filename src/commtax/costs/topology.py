@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commtax.costs.collectives import Level, Placement, gpu_arch
+from commtax.costs.fabric import FabricShare, fabric_nodes, fabric_share
 from commtax.spec import Cluster, Job
 from commtax.units import GB, GBIT, US
 
@@ -81,6 +82,18 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
     inter = inter_level(cluster, op) if spans else None
     if inter is not None and cluster.uplink_Gbps and n // per_node > (cluster.nodes + 1) // 2:
         inter = uplink_capped(inter, cluster.uplink_Gbps, per_node if rails is None else max(1, min(rails, per_node)))
+    share = FabricShare(1.0, "")
+    if inter is not None and cluster.fabric is not None:
+        r = per_node if rails is None else max(1, min(rails, per_node))
+        pattern = "pairs" if op == "send_recv" and n == 2 else "all_to_all" if op == "all_to_all" else "ring"
+        share = fabric_share(
+            cluster,
+            concurrent_groups(cluster, n, stride, pattern),
+            pattern,
+            r * inter.bw_bytes_per_s,
+            cluster.gpus_per_node * inter.bw_bytes_per_s,
+        )
+        inter = Level("inter", inter.bw_bytes_per_s * share.factor, inter.latency_s)
     return Placement(
         n=n,
         per_node=per_node,
@@ -93,7 +106,26 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
         arch=gpu_arch(cluster.gpu.name),
         intra_hw="nvlink" if link.kind in ("nvlink", "xgmi") else "pci",
         measured=cluster.profile is not None,
+        binding=share.binding,
     )
+
+
+def concurrent_groups(cluster: Cluster, n: int, stride: int, pattern: str) -> list[list[int]]:
+    """Every group of this shape that runs at the same time, as the fabric nodes of its members in rank order.
+
+    Groups of n ranks ``stride`` apart tile the ranks in blocks of n·stride (Megatron's order: the DP groups of
+    every stage and TP slot); pipeline pairs are every rank with the rank ``stride`` after it."""
+    assert cluster.fabric is not None
+    G = cluster.gpus_per_node
+    where = fabric_nodes(cluster.fabric, cluster.nodes)
+    if pattern == "pairs":
+        return [[where[r // G], where[(r + stride) // G]] for r in range(max(0, cluster.num_gpus - stride))]
+    block = n * stride
+    return [
+        [where[(b * block + t + j * stride) // G] for j in range(n)]
+        for b in range(max(1, cluster.num_gpus // block))
+        for t in range(stride)
+    ]
 
 
 @dataclass(frozen=True)

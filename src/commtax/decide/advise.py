@@ -15,7 +15,7 @@ from typing import Any
 
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule.analytical import estimate
-from commtax.schedule.breakdown import Breakdown, part_keys
+from commtax.schedule.breakdown import Breakdown, part_keys, within_each_other
 from commtax.spec import Job, job_with
 from commtax.spec.wire_dtypes import bytes_per_element, powersgd_rank
 from commtax.workload.step import grad_bytes_per_param
@@ -43,6 +43,9 @@ class Change:
     component_before_s: float
     component_after_s: float
     plan: dict[str, Any] = field(default_factory=dict)
+    # both steps inside each other's 80% interval: the model cannot say the change helps (its ratio is firmer,
+    # since the two share most of their errors)
+    within_interval: bool = False
 
     @property
     def step_change(self) -> float:
@@ -64,6 +67,8 @@ class Change:
             parts.append(f"comm tax {self.comm_tax_before:.1%} → {self.comm_tax_after:.1%}")
         if self.fits_after != self.fits_before:
             parts.append("memory fits" if self.fits_after else "no longer fits memory")
+        elif not self.fits_after:  # a suggestion that still needs more memory than the GPU has says so
+            parts.append("still does not fit memory")
         if abs(self.mem_after_GiB - self.mem_before_GiB) >= 0.5:
             parts.append(f"memory {self.mem_before_GiB:.0f} → {self.mem_after_GiB:.0f} GiB")
         return "; ".join(parts)
@@ -159,6 +164,8 @@ class Advice:
     sensitivities: dict[str, dict[str, float]]
     remedies: list[Remedy] = field(default_factory=list)  # gradient compression, re-estimated, with caveats
     interrupted: bool = False  # Ctrl-C/SIGTERM cut the plan search short: its best is of a partial search
+    placement: list[str] = field(default_factory=list)  # where the groups sit on cluster.fabric (decide/fabric.py)
+    groups: list[dict[str, Any]] = field(default_factory=list)  # the same, as numbers
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -173,6 +180,7 @@ class Advice:
             "changes": [c.to_dict() for c in self.changes],
             "sensitivities": self.sensitivities,
             "remedies": [r.to_dict() for r in self.remedies],
+            **({"placement": self.placement, "fabric_groups": self.groups} if self.placement else {}),
         }
 
 
@@ -311,6 +319,7 @@ def _change(label: str, kind: str, before: Breakdown, after: Breakdown, plan: di
         component_before_s=before.breakdown_s[comp],
         component_after_s=after.breakdown_s.get(comp, 0.0),
         plan=plan,
+        within_interval=within_each_other(before, after),
     )
 
 
@@ -370,6 +379,15 @@ def advise(
         ("½ intra-node latency", lambda j: with_intra(j, latency=0.5)),
     ):
         changes.append(_change(label, "cluster", base, estimate(vary(job)), {}))
+    placement: list[str] = []
+    groups: list[dict[str, Any]] = []
+    if job.cluster.fabric is not None:  # what-ifs on the fabric, and where each group sits on it
+        from commtax.decide.fabric import group_places, placement_advice, what_ifs
+
+        for label, j in what_ifs(job):
+            changes.append(_change(label, "fabric", base, estimate(j), {}))
+        places = group_places(job, base.comm_bytes_per_gpu)
+        placement, groups = placement_advice(job, places), [p.to_dict() for p in places]
     for label, upd in _plan_variants(job):
         try:
             j = job_with(job, **upd)
@@ -406,4 +424,6 @@ def advise(
         sensitivities(job, base),
         remedies(job, base),
         interrupted,
+        placement,
+        groups,
     )

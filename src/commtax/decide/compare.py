@@ -23,6 +23,7 @@ from commtax.decide.cost import (
     load_prices,
     usd_per_B_tokens,
 )
+from commtax.decide.pool_search import pool_search
 from commtax.decide.search import SearchResult, Space, search
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule.breakdown import Breakdown
@@ -55,7 +56,7 @@ class Row:
         c = self.job.cluster
         out: dict[str, Any] = {
             "name": self.name,
-            "gpu": c.gpu.name,
+            "gpu": "+".join(f"{p.num_gpus}×{p.gpu.name}" for p in c.pools) if c.pools else c.gpu.name,
             "num_gpus": c.num_gpus,
             "intra_node": c.intra_node.name,
             "inter_node": c.inter_node.name,
@@ -85,9 +86,49 @@ class Row:
 
 
 def label(job: Job) -> str:
-    """``256×h100-sxm5-80gb 8×ib-ndr``: GPUs and network (the scale-up link follows from the GPU's node)."""
+    """``256×h100-sxm5-80gb 8×ib-ndr``: GPUs and network (the scale-up link follows from the GPU's node); with a
+    fabric, its name and spine oversubscription too."""
     c = job.cluster
-    return f"{c.num_gpus}×{c.gpu.name} {c.nics_per_node}×{c.inter_node.name}"
+    if c.pools:
+        return " + ".join(f"{p.num_gpus}×{p.gpu.name} {p.nics_per_node}×{p.inter_node.name}" for p in c.pools)
+    out = f"{c.num_gpus}×{c.gpu.name} {c.nics_per_node}×{c.inter_node.name}"
+    if c.fabric is not None:
+        f = c.fabric
+        out += f" {f.name} {f.oversubscription.get('leaf', 1):g}:1"
+        if f.placement != "contiguous":
+            out += f" {f.placement if isinstance(f.placement, str) else 'listed nodes'}"
+    return out
+
+
+def jobs_for_fabrics(job: Job, fabrics: list[str], catalog_file: str | None = None) -> list[Job]:
+    """The job on each fabric preset (``ID`` or ``ID@R`` for an R:1 spine above the leaves); its placement and
+    background traffic kept."""
+    from commtax.spec.catalog import resolve_fabric
+
+    catalog = load_catalog(catalog_file)
+    keep = (
+        {k: v for k, v in job.cluster.fabric.model_dump().items() if k in ("placement", "background", "flows")}
+        if job.cluster.fabric is not None
+        else {}
+    )
+    out = []
+    for item in fabrics:
+        name, _, ratio = item.partition("@")
+        fab = resolve_fabric({"preset": name, **keep}, catalog, "--fabric")
+        if ratio:
+            try:
+                r = float(ratio)
+            except ValueError:
+                raise SpecError(
+                    f"--fabric: {item!r}: after @ comes the spine's oversubscription, e.g. {name}@4"
+                ) from None
+            fab["oversubscription"] = {**fab.get("oversubscription", {}), "leaf": r}
+            fab["name"] = f"{name}@{ratio}"
+        cluster = {**job.cluster.model_dump(exclude={"fabric"}), "fabric": fab}
+        if cluster.get("uplink_Gbps") is not None:
+            cluster["uplink_Gbps"] = None  # the fabric describes the links above the nodes now
+        out.append(_with_cluster(job, cluster))
+    return out
 
 
 def jobs_for_gpus(
@@ -106,6 +147,7 @@ def jobs_for_gpus(
             "inter_node": resolve_entry("inter_node", node.inter_node, catalog, f"prices.nodes.{g}.inter_node"),
             "gpus_per_node": node.gpus_per_node,
             "nics_per_node": node.nics_per_node,
+            "gpus_per_pcie_switch": node.gpus_per_pcie_switch,
         }
         out.append(_with_cluster(job, cluster))
     return out
@@ -160,7 +202,11 @@ def compare(
         cc = job_cluster_cost(job, prices, power)
         within = (lambda d, t, k=k: progress(k + d / max(t, 1), len(jobs))) if progress else None
         try:
-            res = search(job, space, top=1, workers=workers, progress=within)
+            res = (
+                pool_search(job, top=1, progress=within)  # pools: assignments, layer splits, batch shares
+                if job.cluster.pools
+                else search(job, space, top=1, workers=workers, progress=within)
+            )
         except SpecError as e:
             rows.append(Row(name, job, None, None, None, cc, None, reason=str(e)))
             continue
@@ -178,6 +224,7 @@ def jobs_to_compare(
     counts: list[int] | None,
     prices: Any,
     catalog: Any = None,
+    fabrics: list[str] | None = None,
 ) -> list[Job]:
     """The jobs ``compare`` ranks: one per job file, or (``--gpu``) the one job on each GPU; at the GPU ``counts``
     instead when given (None: as the files say). With GPU names, arguments after the first job that name a catalog
@@ -200,6 +247,10 @@ def jobs_to_compare(
         if len(jobs) != 1:
             raise SpecError("compare --gpu: give exactly one job file (its cluster gets each GPU in turn)")
         jobs = jobs_for_gpus(jobs[0], gpu_names, prices, catalog)
+    if fabrics:  # `--fabric a,b`: the one job (or its one GPU) on each fabric preset
+        if len(jobs) != 1:
+            raise SpecError("compare --fabric: give exactly one job file (or one --gpu): its cluster gets each fabric")
+        jobs = jobs_for_fabrics(jobs[0], fabrics, catalog)
     return with_gpu_counts(jobs, counts) if counts is not None else jobs
 
 

@@ -2,7 +2,9 @@
 
 Layout (``ctxXXXXXX`` is a random per-cluster id; nothing is created in the host namespace):
 
-    ctxXXXXXX-sw   the "switch": bridge br0 (and br1 + a shaped uplink u0<->u1 when oversubscribed)
+    ctxXXXXXX-sw   the "switch": bridge br0 (and br1 + a shaped uplink u0<->u1 when oversubscribed; with
+                   ``leaves`` L > 2, leaf bridges br0..br<L-1>, each joined to a spine bridge sp by a veth
+                   u<l> <-> s<l> shaped at the spine rate both ways)
     ctxXXXXXX-n<i> node i: lo + eth0 = 10.213.0.<i+1>/24, veth to port p<i> of the switch
 
 Each node's link is shaped in both directions with tc tbf at the link rate (eth0 egress =
@@ -30,10 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from commtax.errors import excerpt
+from commtax.measure import cgroups
 from commtax.signals import terminate_as_interrupt
 
 SUBNET = "10.213.0"  # private, and only ever configured inside our own namespaces
 MASTER_PORT = 29400
+LOAD_PORT = 29700  # + k for the k-th background flow (`cluster load`)
 NAME_RE = re.compile(r"^ctx[0-9a-f]{6}-(sw|n\d+)$")
 TBF_QUEUE_MS = 100  # tbf queue limit expressed as latency: deep enough that TCP does not see drops
 MAX_NODES = 200  # namespaces per cluster: `up --nodes` and a cluster file's `emulated.nodes` alike
@@ -123,10 +127,30 @@ class EmulatedCluster:
     nodes: int
     ranks_per_node: int
     link_bit_s: float
-    uplink_bit_s: float | None = None
+    uplink_bit_s: float | None = None  # the spine: one shaped link per leaf (two leaves: the one link joining them)
     mtu: int = DEFAULT_MTU
     name: str = field(default_factory=lambda: f"ctx{secrets.token_hex(3)}")
     measured: dict = field(default_factory=dict)
+    leaves: int | None = None  # None: the legacy `--uplink` form (two halves, written as uplink_Gbps)
+    loads: list = field(default_factory=list)  # background flows `cluster load` started: {src, dst, rate_Gbps, …}
+
+    @property
+    def leaf_count(self) -> int:
+        if self.leaves is not None:
+            return self.leaves if self.nodes > 1 else 1
+        return 2 if self.uplink_bit_s and self.nodes > 1 else 1
+
+    # unequal nodes (``--node-speed``, a comma list of ``--link``): CPUs per rank, and a link rate per node
+    node_speed: tuple[float, ...] | None = None
+    node_link_bit_s: tuple[float, ...] | None = None
+
+    def link_of(self, i: int) -> float:
+        """Node i's link rate, bit/s (its own with a per-node ``--link``, else the cluster's)."""
+        return self.node_link_bit_s[i] if self.node_link_bit_s else self.link_bit_s
+
+    @property
+    def unequal(self) -> bool:
+        return bool(self.node_speed) or bool(self.node_link_bit_s)
 
     @property
     def switch_ns(self) -> str:
@@ -168,10 +192,18 @@ class EmulatedCluster:
         sw = self.switch_ns
         _sh("ip", "netns", "add", sw)
         _sh("ip", "-n", sw, "link", "set", "lo", "up")
-        leaves = ["br0", "br1"] if self.uplink_bit_s and self.nodes > 1 else ["br0"]
-        for br in leaves:
+        leaves = [f"br{i}" for i in range(self.leaf_count)]
+        for br in leaves + (["sp"] if len(leaves) > 2 else []):
             _sh("ip", "-n", sw, "link", "add", br, "type", "bridge")
             _sh("ip", "-n", sw, "link", "set", br, "up")
+        for i in range(len(leaves) if len(leaves) > 2 else 0):  # leaf i <-> spine, shaped both ways
+            u, sp = f"u{i}", f"s{i}"
+            _sh("ip", "-n", sw, "link", "add", u, "mtu", str(self.mtu), "type", "veth", "peer", "name", sp)
+            _sh("ip", "-n", sw, "link", "set", sp, "mtu", str(self.mtu))
+            _sh("ip", "-n", sw, "link", "set", u, "master", leaves[i], "up")
+            _sh("ip", "-n", sw, "link", "set", sp, "master", "sp", "up")
+            _tbf(sw, u, self.uplink_bit_s, self.mtu)
+            _tbf(sw, sp, self.uplink_bit_s, self.mtu)
         if len(leaves) == 2:
             _sh(
                 "ip",
@@ -219,19 +251,80 @@ class EmulatedCluster:
             _sh("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
             _sh("ip", "-n", sw, "link", "set", port, "master", leaves[self.leaf(i)], "up")
-            _tbf(ns, "eth0", self.link_bit_s, self.mtu)
-            _tbf(sw, port, self.link_bit_s, self.mtu)
+            _tbf(ns, "eth0", self.link_of(i), self.mtu)
+            _tbf(sw, port, self.link_of(i), self.mtu)
+            if self.node_speed:
+                try:
+                    cgroups.create(ns, self.node_speed[i], self.ranks_per_node)
+                except cgroups.CgroupError as e:
+                    raise ClusterError(f"--node-speed: {e}") from None
             # idle gaps between measurements must not send TCP back to slow start
             _sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0")
 
     def leaf(self, i: int) -> int:
-        """Which leaf bridge node i hangs off: first half br0, second half br1 (only with an uplink)."""
-        return 0 if not self.uplink_bit_s else int(i >= (self.nodes + 1) // 2)
+        """Which leaf bridge node i hangs off: legacy uplink: first half br0, second half br1; ``leaves`` L:
+        nodes/L consecutive nodes per leaf."""
+        if self.leaves is None:
+            return 0 if not self.uplink_bit_s else int(i >= (self.nodes + 1) // 2)
+        return i // max(1, self.nodes // self.leaf_count)
+
+    def fabric(self) -> dict | None:
+        """The cluster file's ``fabric:`` (``--leaves`` form): leaves of nodes/L nodes, the spine's oversubscription
+        nodes_per_leaf · link / spine, and the background flows `cluster load` started."""
+        if self.leaves is None:
+            return None
+        npl = max(1, self.nodes // self.leaf_count)
+        out: dict = {"name": f"emulated-{self.leaf_count}-leaves", "topology": "tor", "nodes_per_leaf": npl}
+        if self.leaf_count > 1 and self.uplink_bit_s:
+            out["oversubscription"] = {"leaf": max(1.0, round(npl * self.link_bit_s / self.uplink_bit_s, 6))}
+        else:
+            out["topology"] = "single-switch"
+        if self.loads:
+            out["flows"] = [{k: f[k] for k in ("src", "dst", "rate_Gbps")} for f in self.loads]
+        out["source"] = "commtax cluster up --leaves/--spine (tc tbf rates as set); flows: commtax cluster load"
+        return out
 
     def down(self) -> None:
         """Kill every process left in our namespaces, then delete them (their veths and bridges go too)."""
         down_namespaces(self.namespaces)
         forget(self.name)
+
+    # ------------------------------------------------------------------ background traffic
+    def load(self, src: int, dst: int, rate_bit_s: float, seconds: float, max_bytes: int) -> dict:
+        """Start one paced TCP flow src → dst (commtax.measure.loadgen), bounded by ``seconds`` and ``max_bytes``
+        and by `timeout` around each end; both ends run inside our node namespaces, so `down` stops them."""
+        assert 0 <= src < self.nodes and 0 <= dst < self.nodes and src != dst
+        port = LOAD_PORT + len(self.loads)
+        bound = str(int(seconds) + 5)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+        def start(ns: str, *args: str) -> None:
+            subprocess.Popen(
+                ["ip", "netns", "exec", ns, "timeout", bound, sys.executable, "-m", "commtax.measure.loadgen", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # outlives this command; `cluster down` kills what runs in our namespaces
+                env=env,
+            )
+
+        start(self.node_ns(dst), "sink", str(port), str(seconds + 2))
+        time.sleep(0.3)
+        start(
+            self.node_ns(src), "send", self.address(dst), str(port), str(int(rate_bit_s)), str(seconds), str(max_bytes)
+        )
+        now = time.time()
+        flow = {
+            "src": src,
+            "dst": dst,
+            "rate_Gbps": rate_bit_s / 1e9,
+            "seconds": seconds,
+            "max_bytes": max_bytes,
+            "started_unix": round(now, 1),
+            "until_unix": round(now + seconds, 1),
+        }
+        self.loads.append(flow)
+        return flow
 
     # ------------------------------------------------------------------ measure
     def _probe(self, ns: str, *args: str, timeout_s: float = 60) -> dict:
@@ -275,7 +368,9 @@ class EmulatedCluster:
             )
             try:
                 server.stdout.readline()
-                bulk = int(self.link_bit_s / 8 * 0.4)  # 0.4 s of traffic at the link rate: the tbf bucket is noise
+                bulk = int(
+                    min(self.link_of(0), self.link_of(1)) / 8 * 0.4
+                )  # 0.4 s of traffic at the link rate: the tbf bucket is noise
                 link = self._probe(self.node_ns(0), "client", self.address(1), "29399", str(max(bulk, 4 * 2**20)))
                 out.update(link_latency_us=link["latency_us"], link_bw_GBps=link["bw_GBps"])
             finally:
@@ -284,7 +379,44 @@ class EmulatedCluster:
 
     # ------------------------------------------------------------------ describe
     def spec(self) -> dict:
-        """The cluster YAML: what estimate and collective need, plus what was built under ``emulated``."""
+        """The cluster YAML: what estimate and collective need, plus what was built under ``emulated``.
+
+        Unequal nodes (``node_speed``, per-node links) are written as one pool per node (spec/pools.py): a node at
+        speed x is a CPU rank with x times the compute and memory rate (its cgroup's CPU share slows both), its link
+        its own rate; ``emulated`` keeps the speeds and rates for ``from_spec``."""
+        out = self._uniform_spec()
+        if not self.unequal:
+            return out
+        hardware = ("gpu", "num_gpus", "gpus_per_node", "intra_node", "inter_node", "nics_per_node")
+        pools = []
+        for i in range(self.nodes):
+            x = self.node_speed[i] if self.node_speed else 1.0
+            gpu = dict(out["gpu"], name=f"cpu-gloo-x{x:g}", source=out["gpu"]["source"] + f"; node speed {x:g}")
+            gpu["peak_tflops"] = {k: v * x for k, v in gpu["peak_tflops"].items()}
+            gpu["mem_bw_GBps"] = round(gpu["mem_bw_GBps"] * x, 3)
+            link = dict(
+                out["inter_node"], name=f"veth-tbf-{self.link_of(i) / 1e6:g}mbit", bw_Gbps=self.link_of(i) / 1e9
+            )
+            pools.append(
+                {
+                    "name": f"n{i}",
+                    "gpu": gpu,
+                    "num_gpus": self.ranks_per_node,
+                    "gpus_per_node": self.ranks_per_node,
+                    "intra_node": dict(out["intra_node"]),
+                    "inter_node": link,
+                    "nics_per_node": 1,
+                }
+            )
+        rest = {k: v for k, v in out.items() if k not in hardware}
+        rest["emulated"] = {
+            **rest["emulated"],
+            "node_speed": list(self.node_speed) if self.node_speed else None,
+            "node_link_Gbps": [self.link_of(i) / 1e9 for i in range(self.nodes)],
+        }
+        return {"pools": pools, **rest}
+
+    def _uniform_spec(self) -> dict:
         m = self.measured
         link_Gbps = self.link_bit_s / 1e9
         return {
@@ -315,7 +447,12 @@ class EmulatedCluster:
                 "source": "tc tbf rate set by commtax cluster up; latency measured (TCP ping-pong / 2)",
             },
             "nics_per_node": 1,
-            **({"uplink_Gbps": self.uplink_bit_s / 1e9} if self.uplink_bit_s and self.nodes > 1 else {}),
+            **(
+                {"uplink_Gbps": self.uplink_bit_s / 1e9}
+                if self.uplink_bit_s and self.nodes > 1 and self.leaves is None
+                else {}
+            ),
+            **({"fabric": self.fabric()} if self.leaves is not None else {}),
             "collective_library": "gloo",
             "emulated": {
                 "name": self.name,
@@ -323,12 +460,13 @@ class EmulatedCluster:
                 "ranks_per_node": self.ranks_per_node,
                 "switch_namespace": self.switch_ns,
                 "namespaces": [self.node_ns(i) for i in range(self.nodes)],
-                "bridge": "br0" if not self.uplink_bit_s else "br0+br1",
+                "bridge": "+".join(f"br{i}" for i in range(self.leaf_count)) + ("+sp" if self.leaf_count > 2 else ""),
                 "mtu": self.mtu,
                 "addresses": {self.node_ns(i): self.address(i) for i in range(self.nodes)},
                 "link_Gbps": link_Gbps,
                 "uplink_Gbps": self.uplink_bit_s / 1e9 if self.uplink_bit_s else None,
                 "leaves": [self.leaf(i) for i in range(self.nodes)],
+                **({"leaf_count": self.leaf_count, "loads": self.loads} if self.leaves is not None else {}),
                 "measured": m,
                 "python": sys.executable,
             },
@@ -359,7 +497,21 @@ class EmulatedCluster:
         if up is not None:
             up = number("uplink_Gbps", 1e-4, 100.0)
         measured = e.get("measured") if isinstance(e.get("measured"), dict) else {}
+        leaves = number("leaf_count", 1, MAX_NODES, True) if "leaf_count" in e else None
+        loads = e.get("loads") or []
+        if not isinstance(loads, list) or not all(isinstance(f, dict) for f in loads):
+            raise ValueError("emulated.loads: expected a list of flows written by `commtax cluster load`")
+        for f in loads:
+            ok = all(isinstance(f.get(k), int) and not isinstance(f.get(k), bool) for k in ("src", "dst"))
+            if not ok or not isinstance(f.get("rate_Gbps"), (int, float)) or isinstance(f.get("rate_Gbps"), bool):
+                raise ValueError(f"emulated.loads: {excerpt(f)} is not a flow written by `commtax cluster load`")
+        speeds = _per_node(e, "node_speed", nodes, 0.01, 64.0)
+        links = _per_node(e, "node_link_Gbps", nodes, 1e-4, 100.0)
         return cls(
+            leaves=leaves,
+            loads=loads,
+            node_speed=speeds,
+            node_link_bit_s=tuple(x * 1e9 for x in links) if links else None,
             nodes=nodes,
             ranks_per_node=ranks,
             link_bit_s=link * 1e9,
@@ -408,6 +560,13 @@ class EmulatedCluster:
             *resolve_command(cmd),
         ]
 
+    def _cgroup_join(self, i: int) -> Callable[[], None] | None:
+        """What the launched child runs before exec: join node i's CPU share (``--node-speed``), if it has one."""
+        if not self.node_speed:
+            return None
+        path = cgroups.path_of(self.node_ns(i))
+        return lambda: cgroups.join(path)
+
     def run(self, cmd: list[str], grace_s: float = 60.0, log=print) -> int:
         """Run ``cmd`` on every rank; returns 0 or the first failing node's exit code.
 
@@ -424,7 +583,10 @@ class EmulatedCluster:
         old_hup = signal.signal(signal.SIGHUP, _raise_interrupt)
         try:
             for i in range(self.nodes):
-                procs.append(subprocess.Popen(self.torchrun_argv(i, cmd, tmpdir=tmp), start_new_session=True))
+                into = self._cgroup_join(i)
+                procs.append(
+                    subprocess.Popen(self.torchrun_argv(i, cmd, tmpdir=tmp), start_new_session=True, preexec_fn=into)
+                )
             while any(p.poll() is None for p in procs):
                 for i, p in enumerate(procs):
                     if p.returncode not in (None, 0) and first_fail is None:
@@ -453,6 +615,20 @@ class EmulatedCluster:
             bad = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode]
             first_fail = bad[0] if bad else None
         return 0 if first_fail is None else (first_fail[1] if first_fail[1] > 0 else 1)
+
+
+def _per_node(e: dict, key: str, nodes: int, lo: float, hi: float) -> tuple[float, ...] | None:
+    """``emulated.<key>``: absent, or one number in [lo, hi] per node."""
+    v = e.get(key)
+    if v is None:
+        return None
+    ok = isinstance(v, list) and len(v) == nodes
+    ok = ok and all(isinstance(x, (int, float)) and not isinstance(x, bool) and lo <= x <= hi for x in v)
+    if not ok:
+        raise ValueError(
+            f"emulated.{key}: expected {nodes} numbers in [{lo:g}, {hi:g}], one per node, got {excerpt(v)}"
+        )
+    return tuple(float(x) for x in v)
 
 
 def _raise_interrupt(signum, frame):
@@ -503,6 +679,8 @@ def down_namespaces(names: list[str]) -> list[str]:
     kill_namespace_processes(ours)
     for ns in ours:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    for ns in names:  # the nodes' CPU shares (--node-speed), if any
+        cgroups.remove(ns)
     return ours
 
 

@@ -28,9 +28,9 @@ from commtax.errors import SpecError
 from commtax.report import svg
 from commtax.report.svg import BREAKDOWN_STYLES, Segment, Series, Style
 from commtax.schedule.analytical import estimate
-from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
+from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown, part_keys
 from commtax.spec import Job
-from commtax.units import GB
+from commtax.units import GB, memory_excess
 
 PART_LABELS = {
     "compute": "compute",
@@ -40,6 +40,7 @@ PART_LABELS = {
     "pp_bubble": "pipeline bubble",
     "pp_exposed": "PP exposed",
     "dp_exposed": "DP exposed",
+    "ep_exposed": "EP all-to-all exposed",
     "optimizer": "optimizer",
 }
 GROUP_LABELS = {
@@ -47,8 +48,10 @@ GROUP_LABELS = {
     "cp": "context parallel (CP)",
     "pp": "pipeline (PP)",
     "dp": "data parallel (DP)",
+    "ep": "expert parallel (EP all-to-all)",
+    "edp": "expert data parallel (EDP)",
 }
-EXPOSED_KEY = {"tp": "tp_exposed", "cp": "cp_exposed", "pp": "pp_exposed", "dp": "dp_exposed"}
+EXPOSED_KEY = {"tp": "tp_exposed", "cp": "cp_exposed", "pp": "pp_exposed", "dp": "dp_exposed", "ep": "ep_exposed"}
 TRACE_FIELDS = (
     "window_s",
     "compute_s",
@@ -71,7 +74,26 @@ DEFINITIONS = {
     "step": "step time = compute + recompute + exposed TP + exposed CP + pipeline bubble + exposed PP + exposed DP + "
     "optimizer.",
 }
-SEGMENTS = tuple(Segment(k, PART_LABELS[k], BREAKDOWN_STYLES[k]) for k in BREAKDOWN_KEYS)
+# MoE jobs' exposed all-to-all: Paul Tol's "vibrant" orange, a pattern of its own colour (svg's eight are taken)
+PART_STYLES = {**BREAKDOWN_STYLES, "ep_exposed": Style("#ee7733", "diag")}
+SEGMENTS = tuple(Segment(k, PART_LABELS[k], PART_STYLES[k]) for k in BREAKDOWN_KEYS)
+
+
+def chart_keys(breakdowns: Sequence[Breakdown]) -> tuple[str, ...]:
+    """The parts a stacked bar of these breakdowns shows: the MoE parts when any of them has experts."""
+    return max((part_keys(b) for b in breakdowns), key=len, default=BREAKDOWN_KEYS)
+
+
+def comm_groups(b: Breakdown) -> tuple[str, ...]:
+    """Communication groups of a breakdown in display order (MoE jobs add ep, and edp where it is its own group)."""
+    return ("tp", "cp", "pp", "dp") + tuple(g for g in ("ep", "edp") if g in b.comm_time_s)
+
+
+def exposed_sum(parts: dict[str, float]) -> float:
+    """Exposed communication of a breakdown, every group (MoE: the all-to-all too)."""
+    return sum(parts.get(k, 0.0) for k in ("tp_exposed", "cp_exposed", "pp_exposed", "dp_exposed", "ep_exposed"))
+
+
 GANTT_KINDS = (
     Segment("compute", "compute", BREAKDOWN_STYLES["compute"]),
     Segment("recompute", "recompute (short bars)", BREAKDOWN_STYLES["recompute"]),
@@ -228,29 +250,30 @@ class Fig:
 
 
 def step_chart(rows: Sequence[tuple[str, Breakdown]], title: str) -> svg.StackedBars:
+    keys = chart_keys([b for _, b in rows])
     return svg.StackedBars(
         title,
         tuple(r for r, _ in rows),
-        SEGMENTS,
-        tuple(tuple(b.breakdown_s[k] for k in BREAKDOWN_KEYS) for _, b in rows),
+        tuple(Segment(k, PART_LABELS[k], PART_STYLES[k]) for k in keys),
+        tuple(tuple(b.breakdown_s.get(k, 0.0) for k in keys) for _, b in rows),
         "s",
     )
 
 
 def comm_chart(b: Breakdown) -> svg.Bars:
-    groups = [g for g in ("tp", "cp", "pp", "dp") if b.comm_time_s[g] > 0 or b.comm_bytes_per_gpu[g] > 0] or ["tp"]
+    groups = [g for g in comm_groups(b) if b.comm_time_s[g] > 0 or b.comm_bytes_per_gpu[g] > 0] or ["tp"]
     return svg.Bars(
         "Communication per GPU per step: link time vs exposed time",
         tuple(GROUP_LABELS[g] for g in groups),
         ("link time (wire busy)", "exposed (step waits)"),
-        tuple((b.comm_time_s[g], b.breakdown_s[EXPOSED_KEY[g]]) for g in groups),
+        tuple((b.comm_time_s[g], b.breakdown_s.get(EXPOSED_KEY.get(g, ""), 0.0)) for g in groups),
         "s",
         styles=(Style("#4477aa", "solid"), Style("#ee6677", "diag")),
     )
 
 
 def bytes_chart(b: Breakdown) -> svg.Bars:
-    groups = [g for g in ("tp", "cp", "pp", "dp") if b.comm_bytes_per_gpu[g] > 0] or ["tp"]
+    groups = [g for g in comm_groups(b) if b.comm_bytes_per_gpu[g] > 0] or ["tp"]
     return svg.Bars(
         "Bytes sent per GPU per step, by group",
         tuple(GROUP_LABELS[g] for g in groups),
@@ -380,8 +403,24 @@ def plans_chart(data: ReportData) -> svg.StackedBars | None:
     if data.search is None or not data.search.top:
         return None
     rows = [("this plan", data.breakdown)]
-    rows += [(f"#{i + 1} {plan_label(p)}", b) for i, (p, b) in enumerate(data.search.top)]
+    labels = distinct_labels([p for p, _ in data.search.top])
+    rows += [(f"#{i + 1} {label}", b) for i, (label, (_, b)) in enumerate(zip(labels, data.search.top))]
     return step_chart(rows, "This plan and the best plans from search")
+
+
+LABEL_FIELDS = ("recompute", "sequence_parallel", "grad_comm_dtype", "schedule", "framework")
+
+
+def distinct_labels(plans: list[dict[str, Any]]) -> list[str]:
+    """``plan_label`` of each plan, with the fields that tell apart plans whose labels collide appended
+    ("tp2 pp8 dp16 vp10 mb1 z1 recompute=full" next to "… recompute=selective")."""
+    labels = [plan_label(p) for p in plans]
+    for label in {x for x in labels if labels.count(x) > 1}:
+        group = [i for i, x in enumerate(labels) if x == label]
+        differ = [k for k in LABEL_FIELDS if len({str(plans[i].get(k)) for i in group}) > 1]
+        for i in group:
+            labels[i] = " ".join([label, *(f"{k}={plans[i].get(k)}" for k in differ)])
+    return labels
 
 
 def advice_chart(data: ReportData, limit: int = 12) -> svg.Bars | None:
@@ -469,7 +508,7 @@ def trace_chart(per_rank: dict[str, dict[str, float]], predicted: Breakdown | No
     rows, vals = [], []
     if predicted is not None:
         b = predicted.breakdown_s
-        exposed = b["tp_exposed"] + b["cp_exposed"] + b["pp_exposed"] + b["dp_exposed"]
+        exposed = exposed_sum(b)
         rows.append("predicted")
         vals.append((b["compute"] + b["recompute"] + b["optimizer"], exposed, b["pp_bubble"]))
     for rank, f in per_rank.items():
@@ -574,6 +613,22 @@ def pct(x: float, digits: int = 1) -> str:
     return f"{100 * x:.{digits}f}%"
 
 
+def step_band(b: Breakdown) -> str:
+    """The 80% interval of the step under its central value: the numbers, and the band drawn to scale (0 to the
+    p90 end), the central step a tick in it."""
+    if b.step_time_s_p10 is None:
+        return ""
+    lo, hi, mid = b.step_time_s_p10, b.step_time_s_p90, b.step_time_s
+    left, width, tick = 100 * lo / hi, 100 * (hi - lo) / hi, 100 * mid / hi
+    return (
+        f" · 80% interval {num('step_time_s_p10', lo, secs(lo))}–{num('step_time_s_p90', hi, secs(hi))}"
+        f'<span class="band" role="img" aria-label="80% interval of the step time" '
+        f'style="display:block;position:relative;height:8px;margin-top:4px;background:#eee">'
+        f'<span style="position:absolute;left:{left:.1f}%;width:{width:.1f}%;height:100%;background:#9cc3e6"></span>'
+        f'<span style="position:absolute;left:{tick:.1f}%;width:2px;height:100%;background:#1f4e79"></span></span>'
+    )
+
+
 def secs(x: float) -> str:
     return f"{x:.4f} s" if x < 10 else f"{x:.3f} s"
 
@@ -653,16 +708,26 @@ def summary_section(data: ReportData) -> str:
         f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} of {cap:.1f} GiB per GPU.</p>"
         if b.fits
         else f'<p class="fit bad" role="alert">✗ {num("fits", b.fits, "Does NOT fit in memory")}: '
-        f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} needed per GPU, {cap:.1f} GiB on "
-        f"{escape(job.cluster.gpu.name)}. Try a higher plan.zero, recompute: full, a smaller micro-batch or larger "
+        f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} needed per GPU ({memory_excess(mem, cap)} on "
+        f"{escape(job.cluster.gpu.name)}). Try a higher plan.zero, recompute: full, a smaller micro-batch or larger "
         "tp/pp — the plans below fit.</p>"
     )
     cards = [
-        ("step time", num("step_time_s", b.step_time_s, secs(b.step_time_s)), "one optimizer step"),
+        ("step time", num("step_time_s", b.step_time_s, secs(b.step_time_s)), "one optimizer step" + step_band(b)),
         (
             "tokens/s",
             num("tokens_per_s", b.tokens_per_s, f"{b.tokens_per_s:,.0f}"),
-            num("tokens_per_s_per_gpu", b.tokens_per_s_per_gpu, f"{b.tokens_per_s_per_gpu:,.1f}") + " per GPU",
+            num("tokens_per_s_per_gpu", b.tokens_per_s_per_gpu, f"{b.tokens_per_s_per_gpu:,.1f}")
+            + " per GPU"
+            + (
+                " (80%: "
+                + num("tokens_per_s_per_gpu_p10", b.tokens_per_s_per_gpu_p10, f"{b.tokens_per_s_per_gpu_p10:,.1f}")
+                + "–"
+                + num("tokens_per_s_per_gpu_p90", b.tokens_per_s_per_gpu_p90, f"{b.tokens_per_s_per_gpu_p90:,.1f}")
+                + ")"
+                if b.tokens_per_s_per_gpu_p10 is not None
+                else ""
+            ),
         ),
         (
             "MFU",
@@ -723,7 +788,7 @@ def summary_section(data: ReportData) -> str:
             num(f"breakdown_s.{k}", b.breakdown_s[k], f"{b.breakdown_s[k]:.4f}"),
             pct(b.breakdown_s[k] / b.step_time_s if b.step_time_s else 0.0),
         ]
-        for k in BREAKDOWN_KEYS
+        for k in part_keys(b)
     ]
     rows.append(["step time", num("step_time_s", b.step_time_s, f"{b.step_time_s:.4f}"), "100.0%"])
     html.append(table(["component", "seconds", "share of step"], rows, "The step, part by part", raw=True))
@@ -732,9 +797,9 @@ def summary_section(data: ReportData) -> str:
             GROUP_LABELS[g],
             num(f"comm_bytes_per_gpu.{g}", b.comm_bytes_per_gpu[g], f"{b.comm_bytes_per_gpu[g] / GB:,.2f} GB"),
             num(f"comm_time_s.{g}", b.comm_time_s[g], f"{b.comm_time_s[g]:.4f}"),
-            f"{b.breakdown_s[EXPOSED_KEY[g]]:.4f}",
+            f"{b.breakdown_s[EXPOSED_KEY[g]]:.4f}" if g in EXPOSED_KEY else "in DP exposed",
         ]
-        for g in ("tp", "cp", "pp", "dp")
+        for g in comm_groups(b)
     ]
     html.append(
         table(
@@ -949,7 +1014,7 @@ def trace_section(per_rank: dict[str, dict[str, float]], predicted: Breakdown | 
         )
     if predicted is not None:
         b = predicted.breakdown_s
-        exposed = b["tp_exposed"] + b["cp_exposed"] + b["pp_exposed"] + b["dp_exposed"]
+        exposed = exposed_sum(b)
         comm = sum(predicted.comm_time_s.values())
         rows.append(
             [
@@ -1098,8 +1163,16 @@ def render_page(data: ReportData, figs: list[Fig] | None = None) -> str:
     step_body = "".join(figure(by_id[k]) for k in ("step", "comm-time", "comm-bytes", "memory"))
     sections.append(section("step", "The step: compute, communication, bubble, memory", step_body))
     if "timeline" in by_id:
+        # the close-ups draw windows of the same spans: their table is the window, not the whole step's rows again
+        def window_table(fig: Fig) -> str:
+            w0, w1 = fig.chart.window
+            note = '<p class="note">The spans of this close-up are in the whole-step timeline\'s table above.</p>'
+            return table(["window", "from s", "to s"], [[fig.chart.title, f"{w0:.4g}", f"{w1:.4g}"]]) + note
+
         tl = "".join(
-            figure(by_id[k]) for k in ("timeline", "timeline-start", "timeline-end", "sim-vs-estimate") if k in by_id
+            figure(by_id[k], table_html=window_table(by_id[k]) if k in ("timeline-start", "timeline-end") else None)
+            for k in ("timeline", "timeline-start", "timeline-end", "sim-vs-estimate")
+            if k in by_id
         )
         sim = data.sim
         tl += (
@@ -1193,8 +1266,9 @@ def trace_figures(result: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def load_trace(paths: Sequence[str]) -> dict[str, dict[str, float]]:
-    """Per-rank measured figures from profiler traces, through ``commtax.trace`` when it is installed."""
+def load_trace(paths: Sequence[str], job: Any = None, warn: Any = None) -> dict[str, dict[str, float]]:
+    """Per-rank measured figures from profiler traces, through ``commtax.trace`` when it is installed; with
+    ``job`` and ``warn``, ``warn(line)`` for each reason the traces may be of another job (world size, GPU)."""
     try:
         from commtax import trace as trace_mod  # type: ignore[attr-defined]
     except ImportError:
@@ -1203,4 +1277,9 @@ def load_trace(paths: Sequence[str]) -> dict[str, dict[str, float]]:
         result = trace_mod.analyze([str(p) for p in paths])
     except (ValueError, OSError) as e:  # an unreadable or foreign trace file: one line, exit 2
         raise SpecError(f"--trace: {e}") from None
+    if job is not None and warn is not None:
+        from commtax.trace.against import job_mismatch
+
+        for line in job_mismatch(result, job):
+            warn(f"--trace: {line}")
     return trace_figures(result)

@@ -20,6 +20,7 @@ from commtax.spec.catalog import (  # noqa: F401
     resolve_cluster,
     resolve_entry,
 )
+from commtax.spec.fabric import Fabric, FabricFlow, FabricJob  # noqa: F401
 from commtax.spec.files import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, read_text, read_yaml  # noqa: F401
 from commtax.spec.frameworks import (  # noqa: F401
     GENERATION_ALIAS,
@@ -34,8 +35,9 @@ from commtax.spec.frameworks import (  # noqa: F401
     frameworks,
     zero_refusal,
 )
-from commtax.spec.hardware import GPU, Cluster, IntraLink, LevelNumbers, Network, Profile  # noqa: F401
+from commtax.spec.hardware import GPU, Cluster, InterPoolLink, IntraLink, LevelNumbers, Network, Pool, Profile  # noqa: F401
 from commtax.spec.job import Job, eager_attention_archs  # noqa: F401
 from commtax.spec.model import Model  # noqa: F401
 from commtax.spec.pipeline_split import per_rank, pipeline_split  # noqa: F401
 from commtax.spec.plan import Plan, Training  # noqa: F401
+from commtax.spec.pools import pool_cluster, pool_shares, stage_pool_indices  # noqa: F401

@@ -20,6 +20,7 @@ from commtax.spec.job import Job
 
 # ----------------------------------------------------------------------------- catalog
 CATALOG_FILES = {"gpu": "gpus.yaml", "intra_node": "links.yaml", "inter_node": "networks.yaml", "model": "models.yaml"}
+FABRIC_FILE = "fabrics.yaml"  # cluster.fabric presets: a catalog section of their own (docs/fabric.md)
 
 
 @lru_cache(maxsize=1)
@@ -54,11 +55,17 @@ def read_overrides(
     return out
 
 
+@lru_cache(maxsize=1)
+def builtin_fabrics() -> dict[str, dict]:
+    return read_yaml(CATALOG_DIR / FABRIC_FILE) or {}
+
+
 def load_catalog(extra: Path | str | None = None) -> dict[str, dict[str, dict]]:
-    """Built-in catalog, plus/overridden by a user file with sections gpu/intra_node/inter_node/model."""
+    """Built-in catalog, plus/overridden by a user file with sections gpu/intra_node/inter_node/model/fabric."""
     cat = {k: dict(v) for k, v in _builtin_catalog().items()}
+    cat["fabric"] = dict(builtin_fabrics())
     if extra is not None:
-        for section, entries in read_overrides(extra, CATALOG_FILES).items():
+        for section, entries in read_overrides(extra, (*CATALOG_FILES, "fabric")).items():
             cat[section].update(entries)
     return cat
 
@@ -68,7 +75,12 @@ def resolve_entry(kind: str, value: Any, catalog: dict, field: str) -> dict:
     if isinstance(value, dict):
         return dict(value)
     if not isinstance(value, str):
-        raise SpecError(f"{field}: expected a catalog id or a mapping, got {excerpt(value)}")
+        hint = (
+            "; GPUs of several kinds are pools: give cluster.pools, a list of {gpu, num_gpus, …}"
+            if (isinstance(value, list) and field.endswith(".gpu"))
+            else ""
+        )
+        raise SpecError(f"{field}: expected a catalog id or a mapping, got {excerpt(value)}{hint}")
     entries = catalog[kind]
     if value not in entries:
         close = difflib.get_close_matches(value, entries.keys(), n=1, cutoff=0.4)
@@ -110,10 +122,24 @@ def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field
     if not isinstance(raw, dict):
         raise SpecError(f"{field}: expected a mapping or the path of a cluster YAML file")
     out = dict(raw)
+    if out.get("pools") is not None:  # a dumped single-pool cluster carries pools: None
+        out["pools"] = resolve_pools(out["pools"], catalog, f"{field}.pools")
+        return out
     for key in ("gpu", "intra_node", "inter_node"):
         if key not in out:
             raise SpecError(f"{field}.{key}: missing (a catalog id or a mapping of numbers)")
         out[key] = resolve_entry(key, out[key], catalog, f"{field}.{key}")
+    if out.get("fabric") is not None:
+        out["fabric"] = resolve_fabric(out["fabric"], catalog, f"{field}.fabric")
+        co = out["fabric"].get("colocated")
+        if isinstance(co, list):
+            first = _nodes_of(out, out["fabric"])
+            resolved = []
+            for i, entry in enumerate(co):
+                resolved.append(_colocated(entry, base_dir, first, f"{field}.fabric.colocated.{i}"))
+                if isinstance(entry, dict) and "job" in entry and not entry.get("nodes"):
+                    first += len({n for ring in resolved[-1]["rings"] for n in ring})
+            out["fabric"]["colocated"] = resolved
     if isinstance(out.get("profile"), str):
         p = _relative_to(Path(out["profile"]), base_dir)
         out["profile"] = read_yaml(p)
@@ -122,6 +148,78 @@ def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field
                 f"{field}.profile: {p} is not a hardware profile (a mapping with source and levels, "
                 "written by `commtax calibrate`)"
             )
+    return out
+
+
+def resolve_fabric(value: Any, catalog: dict, field: str) -> dict:
+    """A fabric preset id, or a mapping; ``preset: id`` in a mapping starts from that preset, the mapping's own
+    fields (a placement, background load) replacing the preset's."""
+    if isinstance(value, dict) and "preset" in value:
+        own = {k: v for k, v in value.items() if k != "preset"}
+        base = resolve_entry("fabric", value["preset"], catalog, f"{field}.preset")
+        return {**base, **own}
+    return resolve_entry("fabric", value, catalog, field)
+
+
+def _nodes_of(cluster: dict, fabric: dict) -> int:
+    """The first fabric node after ours (where a co-located job lands unless it lists its nodes)."""
+    placed = fabric.get("placement")
+    if isinstance(placed, list) and placed and all(isinstance(x, int) for x in placed):
+        return max(placed) + 1
+    try:
+        return max(1, -(-int(cluster["num_gpus"]) // int(cluster.get("gpus_per_node", 8))))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return 1  # the cluster's own validation names what is wrong
+
+
+def _colocated(entry: Any, base_dir: Path | None, first_node: int, field: str) -> Any:
+    """``{job: FILE, nodes: [...]}`` -> the other job's DP rings on the fabric (``FabricJob``); Megatron's rank
+    order (tp fastest, then cp, dp, pp), as commtax.costs.topology lays out our own groups."""
+    if not isinstance(entry, dict) or "job" not in entry:
+        return entry  # the resolved form, validated as a FabricJob
+    unknown = set(entry) - {"job", "nodes"}
+    if unknown:
+        raise SpecError(f"{field}: unknown field(s) {', '.join(sorted(unknown))}; use job and nodes")
+    if not isinstance(entry["job"], str):
+        raise SpecError(f"{field}.job: expected the path of a job file")
+    path = _relative_to(Path(entry["job"]), base_dir)
+    other = load_job(path)
+    oc = other.cluster
+    if oc.fabric is not None and oc.fabric.colocated:
+        raise SpecError(f"{field}.job: {path} has co-located jobs of its own; list every job in one fabric")
+    G, N = oc.gpus_per_node, oc.nodes
+    nodes = entry.get("nodes") or list(range(first_node, first_node + N))
+    if not isinstance(nodes, list) or len(nodes) != N or not all(isinstance(x, int) and x >= 0 for x in nodes):
+        raise SpecError(f"{field}.nodes: {path} runs on {N} nodes; list {N} fabric node ids (or leave nodes out)")
+    n, stride = other.dp * other.plan.cp, other.plan.tp  # its gradient groups: DP × CP ranks, tp apart
+    block = n * stride
+    rings = [
+        [nodes[(b * block + t + j * stride) // G] for j in range(n)]
+        for b in range(max(1, oc.num_gpus // block))
+        for t in range(stride)
+    ]
+    per_node = 1 if stride >= G else max(1, min(n, G // stride))
+    share_Gbps = oc.nics_per_node * oc.inter_node.bw_Gbps * oc.inter_node.efficiency / G  # a GPU's NIC share
+    return {"name": path.stem, "rings": rings, "rate_Gbps": per_node * share_Gbps}
+
+
+def resolve_pools(raw: Any, catalog: dict, field: str) -> list[dict]:
+    """``cluster.pools``: a list of pools, each naming its gpu, intra_node and inter_node (catalog ids or numbers)."""
+    if not isinstance(raw, list) or not raw:
+        raise SpecError(
+            f"{field}: expected a list of pools, each {{gpu, num_gpus, gpus_per_node, intra_node, "
+            f"inter_node, nics_per_node}}, got {excerpt(raw)}"
+        )
+    out = []
+    for i, pool in enumerate(raw):
+        if not isinstance(pool, dict):
+            raise SpecError(f"{field}.{i}: expected a mapping {{gpu, num_gpus, …}}, got {excerpt(pool)}")
+        pool = dict(pool)
+        for key in ("gpu", "intra_node", "inter_node"):
+            if key not in pool:
+                raise SpecError(f"{field}.{i}.{key}: missing (a catalog id or a mapping of numbers)")
+            pool[key] = resolve_entry(key, pool[key], catalog, f"{field}.{i}.{key}")
+        out.append(pool)
     return out
 
 

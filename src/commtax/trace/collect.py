@@ -31,6 +31,10 @@ KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv",
 # ncclDevKernel_Generic (op only in the args); RCCL keeps the nccl names and adds rccl-prefixed ones.
 COMM_KERNEL = re.compile(r"^(?:nccl|rccl)\w*?kernel", re.IGNORECASE)
 _KERNEL_OP = re.compile(r"^(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", re.IGNORECASE)
+# DeepEP's expert-parallel kernels (deepseek-ai/DeepEP csrc/kernels/intranode.cu, internode.cu, internode_ll.cu):
+# dispatch, combine and their notify/cleanup kernels, as Kineto writes them demangled:
+# "void deep_ep::internode_ll::dispatch<true, 3, 10, 7168>(void*, …)"
+DEEPEP_KERNEL = re.compile(r"\bdeep_ep::(intranode|internode|internode_ll)::(\w+)")
 # CPU-side collectives of CPU-only jobs: gloo:all_reduce, gloo:broadcast, mpi:…, ucc:… (torch c10d record them)
 CPU_COMM_OP = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):([A-Za-z_]+)$")
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -94,10 +98,23 @@ def kernel_op(name: str) -> str | None:
     return None if kind == "other" and m.group(1).lower() in ("generic", "") else kind
 
 
+def ep_kernel(name: str) -> str | None:
+    """``deepep <mode> <kernel>`` for a DeepEP kernel (mode: intranode, internode, internode_ll), else None."""
+    m = DEEPEP_KERNEL.search(name)
+    return f"deepep {m.group(1)} {m.group(2)}" if m else None
+
+
+def parallel_group(kind: str) -> str:
+    """The plan group a collective kind names by itself: an all-to-all is expert-parallel (dispatch/combine)."""
+    return "ep" if kind == "all_to_all" else ""
+
+
 def _number(x: Any) -> float | None:
+    """A count or size from a trace's args: a finite number ≥ 0, else unknown (a negative size is not one)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    return float(x)
+    x = float(x)
+    return x if math.isfinite(x) and x >= 0 else None
 
 
 def comm_args(args: dict) -> dict:
@@ -238,7 +255,17 @@ def _int(x: Any, default: int = -1) -> int:
 def _one(c: Collected, name: str, ts: float, dur: float, cat: str, args: dict, ev: dict) -> None:
     if cat in ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"):
         device = _int(args.get("device"), _int(ev.get("pid"), 0))
-        lane = c.gpus.setdefault(device, Lane())
+        lane = c.gpus.get(device)
+        if lane is None:
+            from commtax.trace.analyze import MAX_DEVICES_PER_TRACE  # the bound is the analysis's
+            from commtax.trace.reader import TraceFormatError
+
+            if len(c.gpus) >= MAX_DEVICES_PER_TRACE:
+                raise TraceFormatError(
+                    f"{c.path}: over {MAX_DEVICES_PER_TRACE:,} devices in one trace, the limit (a profiler traces "
+                    "one process's GPUs; give one trace file per rank)"
+                )
+            lane = c.gpus[device] = Lane()
         corr = _int(args.get("correlation"))
         if cat != "kernel":
             lane.add(ts, dur, MEMSET if "memset" in cat else MEMCPY, corr)
@@ -247,6 +274,9 @@ def _one(c: Collected, name: str, ts: float, dur: float, cat: str, args: dict, e
             info.setdefault("kind", kernel_op(name) or "other")
             info["name_kind"] = kernel_op(name)
             c.comm_info.append(info)
+            lane.add(ts, dur, COMM, corr, comm=len(c.comm_info) - 1)
+        elif ep_kernel(name):  # DeepEP moves tokens itself (NVLink stores, NVSHMEM/IBGDA puts): an all-to-all
+            c.comm_info.append({"kind": "all_to_all", "name_kind": "all_to_all", "kernel": ep_kernel(name)})
             lane.add(ts, dur, COMM, corr, comm=len(c.comm_info) - 1)
         else:
             lane.add(ts, dur, COMPUTE, corr)

@@ -21,6 +21,9 @@ from commtax.workload.step import Collective, Compute, Op, _fp8_casts, _gemm, _m
 # DeepEP FP8 dispatch: 1 B per element plus one fp32 scale per 128 elements (deep_ep tests: (1 + 4/128) B)
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 DEDUP_DISPATCHERS = ("deepep", "hybridep")
+# TE's grouped GEMM (nvte_multi_stream_cublas_gemm, transformer_engine/common/gemm/cublaslt_gemm.cu) runs each
+# expert's GEMM as its own cuBLAS call on the next of num_compute_streams = 4 streams (common/util/multi_stream.cpp)
+TE_GEMM_STREAMS = 4
 
 
 def router_tokens(job: Job) -> int:
@@ -131,10 +134,16 @@ def expert_gemms(job: Job) -> list[tuple[str, int, int, int, int]]:
 
 
 def _grouped(name: str, mm: int, nn: int, kk: int, groups: int, act_bytes: float, fp8: bool) -> Compute:
+    """One projection of all local experts: TE GroupedLinear issues one cuBLAS GEMM per expert, round-robin over
+    TE_GEMM_STREAMS compute streams, so at most that many experts' tiles share the SMs at once (their waves
+    quantise together) and every expert is its own kernel launch."""
     g = _gemm(name, mm, nn, kk, act_bytes, fp8)
     if groups == 1:
         return g
-    return Compute(name, g.flop * groups, g.bytes * groups, "gemm", mm, nn, kk, fp8=fp8, groups=groups)
+    in_flight = min(groups, TE_GEMM_STREAMS)
+    return Compute(
+        name, g.flop * groups, g.bytes * groups, "gemm", mm, nn, kk, fp8=fp8, groups=in_flight, kernels=groups
+    )
 
 
 def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[Op]]:

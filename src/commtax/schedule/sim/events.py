@@ -4,7 +4,10 @@ A *task* runs for a fixed ``duration_s`` on one *stream*. A stream runs its task
 time in the order they were added (as a CUDA stream does). A task starts when it is the head
 of its stream, the stream is idle, all its dependencies have finished and, if it names a
 *channel* (a shared wire, e.g. one GPU's NIC used by its DP and PP streams), the channel is
-free. Waiting tasks get a channel in (ready time, priority, sequence) order.
+free. Waiting tasks get a channel in (ready time, priority, sequence) order. A task may instead
+name *links* (``Sim.link``): it starts at once and shares them with the other transfers on them at
+max-min fair rates (schedule/sim/network.py), so its end moves whenever a transfer on its links
+starts or ends; after the run its ``duration_s`` is the time it took, ``work_s`` its time alone.
 
 Events are finish times kept in a heap of ``(time_s, priority, sequence, task)`` (SimPy's
 ordering), so a run is reproducible to the bit. Each task records its *cause*: the task whose
@@ -58,6 +61,8 @@ class Task:
         "end_s",
         "cause",
         "channel_prev",
+        "links",
+        "work_s",
     )
 
     def __init__(
@@ -78,6 +83,8 @@ class Task:
         self.priority, self.channel = priority, channel
         self.meta = meta  # free-form (stage, micro-batch, chunk, phase[, bytes]) for traces
         self.tail = tail  # the last seconds of the task, spent on other streams of the device (see Sim.task)
+        self.links: tuple[int, ...] = ()  # flow-network links it crosses (Sim.link), shared max-min fairly
+        self.work_s = duration_s  # its time alone on its links (duration_s becomes the time it took)
         self.succ: list[int] = []
         self.waiting = 0  # unfinished dependencies
         # set by Sim.run: ready_s (when it could first start; it may then wait for its channel),
@@ -100,6 +107,7 @@ class Sim:
         self.channel_names: list[str] = []
         self.events = 0
         self.start_order: list[int] = []  # task ids as they started: a topological order of every constraint
+        self.network = None  # a FlowNetwork once a link is made
         self._ran = False
 
     # ------------------------------------------------------------------ construction
@@ -112,6 +120,14 @@ class Sim:
         self.channel_names.append(name)
         return len(self.channel_names) - 1
 
+    def link(self, name: str, capacity: float = 1.0) -> int:
+        """A link of the flow network: transfers on it share ``capacity`` (1 = one transfer at its own rate)."""
+        if self.network is None:
+            from commtax.schedule.sim.network import FlowNetwork
+
+            self.network = FlowNetwork()
+        return self.network.link(name, capacity)
+
     def task(
         self,
         name: str,
@@ -123,6 +139,7 @@ class Sim:
         channel: int | None = None,
         meta: tuple = (),
         tail: Tail = (),
+        links: tuple[int, ...] = (),
     ) -> int:
         """Add a task after every task already on ``stream``; returns its id. ``None`` deps are skipped.
 
@@ -147,6 +164,12 @@ class Sim:
         if channel is not None and not 0 <= channel < len(self.channel_names):
             raise SimError(f"task {name!r}: channel {channel} does not exist")
         t = Task(tid, name, stream, duration_s, deps, kind, priority, channel, meta, tail)
+        if links:
+            if channel is not None:
+                raise SimError(f"task {name!r}: a task holds a channel or shares links, not both")
+            if self.network is None or not all(0 <= x < len(self.network.capacity) for x in links):
+                raise SimError(f"task {name!r}: link {links} does not exist")
+            t.links = tuple(links)
         unique = set(deps) if len(deps) > 2 or (len(deps) == 2 and deps[0] == deps[1]) else deps
         t.waiting = len(unique)
         for x in unique:
@@ -168,6 +191,19 @@ class Sim:
         chan_last: list[int | None] = [None] * len(self.channel_names)
         started = self.start_order
         seq = 0
+        net = self.network
+        flow_end: dict[int, float] = {}  # a transfer's current finish time: heap entries at other times are stale
+        # a transfer alone on its one link runs at its own rate, as a plain task (the common case, kept cheap);
+        # it joins the network when another transfer comes onto its link
+        on_link = [0] * (len(net.capacity) if net is not None else 0)
+        solo: dict[int, int] = {}  # link -> the transfer alone on it, outside the network
+
+        def reschedule(ends: dict[int, float]) -> None:
+            nonlocal seq
+            for tid, end in ends.items():
+                flow_end[tid] = end
+                seq += 1
+                heapq.heappush(heap, (end, tasks[tid].priority, seq, tid))
 
         def start(t: Task, now: float, cause: int | None) -> None:
             nonlocal seq
@@ -175,6 +211,20 @@ class Sim:
             if t.channel is not None:
                 t.channel_prev, chan_last[t.channel] = chan_last[t.channel], t.id
             started.append(t.id)
+            if t.links and t.duration_s > 0:
+                links = t.links
+                if len(links) == 1 and not on_link[links[0]] and net.capacity[links[0]] >= 1:
+                    on_link[links[0]] = 1
+                    solo[links[0]] = t.id
+                else:
+                    for lk in links:
+                        on_link[lk] += 1
+                        other = solo.pop(lk, None)
+                        if other is not None:  # it shares from now on: into the network with the work it has left
+                            o = tasks[other]
+                            reschedule(net.start(other, o.start_s + o.duration_s - now, o.links, now))
+                    reschedule(net.start(t.id, t.duration_s, links, now))
+                    return
             seq += 1
             heapq.heappush(heap, (now + t.duration_s, t.priority, seq, t.id))
 
@@ -199,8 +249,20 @@ class Sim:
         events = 0
         while heap:
             now, _, _, tid = heapq.heappop(heap)
-            events += 1
             t = tasks[tid]
+            if t.links and t.duration_s > 0:
+                if solo.get(t.links[0]) == tid:  # alone all along: done at its own rate
+                    del solo[t.links[0]]
+                    on_link[t.links[0]] = 0
+                elif flow_end.get(tid) == now:
+                    del flow_end[tid]
+                    reschedule(net.finish(tid, now))
+                    for lk in t.links:
+                        on_link[lk] -= 1
+                    t.duration_s = now - t.start_s  # the time it took, sharing its links
+                else:
+                    continue  # its rate changed since this finish was pushed
+            events += 1
             t.end_s = now
             s = streams[t.stream]
             s.busy = False

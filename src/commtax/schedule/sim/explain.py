@@ -137,9 +137,12 @@ def explain(r: SimResult) -> list[str]:
         parts = ", ".join(
             f"{'DP collectives' if k == 'dp' else 'PP sends'} {_ms(w)}" for k, w in sorted(waited.items())
         )
+        fair = r.builder.options.network == "flows"
+        how = "share it at max-min fair rates" if fair else "queue behind each other"
         out.append(
-            f"shared NIC: DP and PP traffic of a GPU both leave the node over its NIC share and queue behind "
-            f"each other ({parts} of waiting, all stages); the estimate assumes they never collide"
+            f"shared NIC: DP and PP traffic of a GPU both leave the node over its NIC share and {how} "
+            f"({parts} {'lost to sharing' if fair else 'of waiting'}, all stages); the estimate assumes they never "
+            "collide"
         )
     if len(out) == 1:
         out.append("no part differs by more than 0.2% of the step: uniform stages, no contention")

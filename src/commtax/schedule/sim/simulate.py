@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from commtax.costs.pricing import Costs
+from commtax.errors import SpecError
 from commtax.schedule.analytical import estimate
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown, make_breakdown
 from commtax.schedule.sim.events import Sim
@@ -41,7 +42,7 @@ class SimResult:
     busiest_stage: int  # the stage the breakdown is read from: the most work (the pipeline's pace)
     stage_end_s: list[float]  # when each stage's last task ends
     stage_busy_s: list[float]  # each stage's own work: compute, recompute, optimizer, non-overlapped TP/CP
-    contention_wait_s: dict[str, float]  # time DP / PP tasks waited for a NIC held by the other
+    contention_wait_s: dict[str, float]  # time DP / PP tasks waited for (or, sharing it, lost on) a NIC
     estimate: Breakdown | None = None
 
     @property
@@ -139,6 +140,22 @@ def _own_parts(sim: Sim, device: int, hidden: tuple[str, ...]) -> dict[str, floa
     return parts
 
 
+# micro-batch passes through pipeline chunks (m · pp · vp) one simulation builds: the 16K-GPU Llama 3 plan of
+# examples/sim has 15,876 (98,508 events, ~1 s of CPU); 200,000 is ~12 s and ~1 GB. Beyond it, refused.
+MAX_SIM_PASSES = 200_000
+
+
+def check_size(job: Job) -> None:
+    """Refuse (one SpecError line naming the limit) a step whose event graph would not fit a laptop."""
+    m, pp, vp = job.micro_batches, job.plan.pp, job.plan.vp
+    if m * pp * vp > MAX_SIM_PASSES:
+        raise SpecError(
+            f"simulate: {m:,} micro-batches x pp {pp} x vp {vp} = {m * pp * vp:,} stage passes per step, over the "
+            f"simulator's limit of {MAX_SIM_PASSES:,}; raise plan.micro_batch or lower training.global_batch "
+            "(`commtax estimate` has no such limit)"
+        )
+
+
 def simulate(
     job: Job,
     options: SimOptions = SimOptions(),
@@ -151,8 +168,14 @@ def simulate(
     ``workload`` and ``costs`` default to ``build_workload(job)`` and ``Costs(job)`` (tests pass
     their own); ``compare`` also runs ``estimate(job)`` (for --explain, and for memory).
     """
+    check_size(job)
     with _no_gc():  # ~10^5 acyclic task objects: the cyclic collector would rescan them again and again
-        builder = StepBuilder(job, workload, options, costs)
+        if job.cluster.pools and job.plan.stage_pools is not None and workload is None:
+            from commtax.schedule.sim.pools import PoolStepBuilder  # stages on GPU pools: each priced on its own
+
+            builder = PoolStepBuilder(job, options, costs)
+        else:
+            builder = StepBuilder(job, workload, options, costs)
         sim = builder.build()
         step = sim.run()
         return _result(job, builder, sim, step, compare)
@@ -182,6 +205,10 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
                 link[d][kind] += secs
         elif t.name == "dp contention":  # compute slowed by hidden DP traffic (StepBuilder): no link time
             continue
+        elif t.links:  # a flow-network transfer: its wire time alone, and what sharing its links added
+            link[d][t.kind] += t.work_s
+            if t.duration_s > t.work_s:
+                waited[t.kind] = waited.get(t.kind, 0.0) + t.duration_s - t.work_s
         else:
             link[d][t.kind] += t.duration_s
             if t.start_s > t.ready_s and t.cause is not None and tasks[t.cause].kind != t.kind:
@@ -203,7 +230,17 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
     busiest = max(range(p), key=lambda d: (round(pace[d] / step, 12) if step else 0.0, stage_end[d]))
     parts = _attribute(sim, busiest, step, hidden)
     est = estimate(job) if compare else None
-    bd = _breakdown(job, builder.wl, step, parts, link[busiest], builder.devices[busiest].bytes, est)
+    comm_time, comm_bytes = link[busiest], builder.devices[busiest].bytes
+    if builder.wl.moe_layer is not None:  # expert gradients as their own edp group, as estimate reports them
+        from commtax.schedule.analytical import edp_traffic
+        from commtax.workload.step import with_dp_stage
+
+        # the busiest rank's own expert gradients (a rank without experts reduces none over edp)
+        own = with_dp_stage(job, builder.wl, builder.splits[busiest]) if builder.splits else builder.wl
+        edp_s, edp_b = edp_traffic(job, own, builder.costs)
+        comm_time = {**comm_time, "dp": max(0.0, comm_time["dp"] - edp_s), "edp": edp_s}
+        comm_bytes = {**comm_bytes, "edp": edp_b}  # the stage's dp bytes count the dense gradients only
+    bd = _breakdown(job, builder.wl, step, parts, comm_time, comm_bytes, est)
     if job.plan.schedule in ("dualpipe", "dualpipev"):
         bd.notes.append(
             f"{job.plan.schedule} simulated in 1F1B order: the bubble is 1F1B's, estimate prices DualPipe's"
@@ -212,6 +249,15 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
         f"breakdown of the busiest stage, {busiest}"
     )
+    if est is not None and est.pools and getattr(builder, "where", None):  # stages on pools: as simulated
+        bd.pools = [
+            {
+                **x,
+                "stage_s": [work[s] / builder.m for s in x["stages"]],  # busy seconds per micro-batch, simulated
+                "straggler": busiest in x["stages"],
+            }
+            for x in est.pools
+        ]
     return SimResult(bd, builder, busiest, stage_end, work, waited, est)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from commtax.costs.pricing import Costs, PhaseCost
 from commtax.costs.topology import group_placement
@@ -30,6 +31,8 @@ from commtax.schedule.analytical import (
     ep_link,
     first_chunk,
     overlap_contention,
+    slowest_and_rest,
+    slowest_dp_workload,
     stage_times,
 )
 from commtax.schedule.sim.events import Sim, SimError, Tail
@@ -49,6 +52,8 @@ from commtax.workload.step import (
     Workload,
     build_workload,
     grad_bytes_per_param,
+    stage_param_split,
+    with_dp_stage,
 )
 
 STREAMS = ("compute", "tp", "cp", "pp_fwd", "pp_bwd", "dp", "dp_rs")
@@ -64,6 +69,8 @@ Template = tuple[tuple[tuple[Step, ...], ...], float, float, float]  # steps, TP
 class SimOptions:
     bucket_bytes: float = DDP_BUCKET_BYTES  # gradient bucket size (bytes of gradients)
     nic_contention: bool = True  # DP and PP traffic of a GPU share its NIC when both leave the node
+    # how they share it: "flows" at max-min fair rates (schedule/sim/network.py), "channel" one transfer at a time
+    network: Literal["flows", "channel"] = "flows"
 
 
 @dataclass
@@ -74,6 +81,7 @@ class Device:
     streams: dict[str, int]
     nic: int | None  # the NIC shared by PP sends and DP collectives (when both leave the node)
     dp_link: int | None  # what DP collectives hold: the NIC, or the DP link of ZeRO-3's two streams
+    flows: bool = False  # ``nic`` is a flow-network link (shared fairly), not a channel (held in turn)
     prev: tuple[int, ...] = ()  # end of the last phase: the compute stream's next task waits for it
     grads: list[int] = field(default_factory=list)  # gradient reductions the optimizer waits for
     gathers: dict[int, list[int]] = field(default_factory=dict)  # ZeRO-1/2 parameter gather per chunk
@@ -119,6 +127,9 @@ class StepBuilder:
         self.job, self.options = job, options
         self.wl = workload if workload is not None else build_workload(job)
         self.costs = costs if costs is not None else Costs(job)
+        if len(self.wl.dp_stage_splits) > 1:  # MoE: the DP/EDP ops of the rank with the slowest DP, as estimate
+            slow, _ = slowest_and_rest(stage_times(job, self.wl, self.costs))
+            self.wl = slowest_dp_workload(job, self.wl, self.costs, slow)
         plan = job.plan
         self.p, self.v, self.m = plan.pp, plan.vp, self.wl.micro_batches
         self.V = self.p * self.v
@@ -139,10 +150,25 @@ class StepBuilder:
         self._dp_cost: dict[tuple[str, float], tuple[float, float]] = {}
         self._dp_contention: float | None = None
         self.last_bwd: dict[tuple[int, int], int] = {}  # (stage, chunk) -> micro-batch of its last backward
+        # zero-bubble: the backward is B (input gradient) then W (weight gradient), half each (Qi et al. 2023 take
+        # T_B = T_W; as schedule.analytical.weight_grad_s); the gradients the DP reduction waits for come from W
+        self.split_bwd = plan.schedule == "zb-h1"
+        self.grad_phase = "W" if self.split_bwd else "B"
+        if self.split_bwd and self.wl.dp_microbatch:
+            raise SimError("schedule zb-h1 with ZeRO-3: the per-layer gathers around split backwards are not simulated")
         self.stage_params = [sum(self.chunks[c * self.p + s].params for c in range(self.v)) for s in range(self.p)]
         # the workload sizes its DP ops (and the optimizer) for the stage with the most parameters;
         # a bucket or a lighter stage takes its share of them
         self.max_stage_params = max(self.stage_params)
+        # MoE: each rank's (dense, expert) parameters; the DP ops are sized for the dense ones of ``wl.dp_split``
+        # and each rank's expert share is its own experts (a rank without experts reduces none over edp)
+        self.splits = stage_param_split(job) if self.wl.dp_stage_splits else []
+        self.edp_ops, self.edp_experts = self.wl.edp_step, self.wl.dp_split[1]
+        if self.splits:
+            self.max_stage_params = self.wl.dp_split[0]
+            # the edp ops sized for the rank with the most experts (the slowest DP rank may hold none)
+            most = max(self.splits, key=lambda s: s[1])
+            self.edp_ops, self.edp_experts = with_dp_stage(job, self.wl, most).edp_step, most[1]
         self.grad_bytes = grad_bytes_per_param(job)
         self.ov = plan.overlap
 
@@ -191,17 +217,27 @@ class StepBuilder:
 
         return Chunk(tuple(units), total("fwd"), total("bwd"), total("recompute"))
 
-    def _dp(self, op: Collective, params: float, codec: bool = True) -> tuple[float, float]:
-        """(time, sent bytes) of a DP collective of the workload, cut to ``params`` parameters; with ``codec``, a
-        gradient reduction's codec runs in line with it (a reduction after backward: nothing to overlap)."""
+    def _expert_share(self, params: float, stage: int) -> float:
+        """The share of the workload's edp ops a bucket of ``params`` dense parameters of ``stage`` carries with
+        it: the bucket's share of the rank's dense parameters times the rank's experts over those ``wl.edp_step``
+        is sized for."""
+        if not self.splits:
+            return params / self.max_stage_params
+        dense, experts = self.splits[stage]
+        return params / dense * experts / max(1.0, self.edp_experts)
+
+    def _dp(self, op: Collective, params: float, codec: bool = True, stage: int = 0) -> tuple[float, float]:
+        """(time, sent bytes) of a DP collective of the workload, cut to ``params`` parameters of ``stage``; with
+        ``codec``, a gradient reduction's codec runs in line with it (a reduction after backward: nothing to
+        overlap)."""
         c = Collective(op.name, op.op, op.bytes * params / self.max_stage_params, op.group)
-        key = (op.op, c.bytes, codec)
+        share = self._expert_share(params, stage) if self.edp_ops else 0.0
+        key = (op.op, c.bytes, codec, share)
         if key not in self._dp_cost:
             t = self.costs.collective(c)
-            edp = self.wl.edp_step
+            edp = self.edp_ops
             if edp and op in self.wl.dp_step:  # expert grads over edp ride with the dense buckets (estimate's times)
                 i = min(self.wl.dp_step.index(op), len(edp) - 1)
-                share = params / self.max_stage_params
                 t += self.costs.collective(Collective(edp[i].name, edp[i].op, edp[i].bytes * share, "edp"))
             if codec and self.wl.dp_step and op is self.wl.dp_step[0]:
                 t += self._codec_s(params)
@@ -226,17 +262,22 @@ class StepBuilder:
         for s in range(self.p):
             names = STREAMS + (MOE_STREAMS if self.wl.moe_layer is not None else ())
             streams = {name: sim.stream(s, name) for name in names}
-            nic = sim.channel(f"nic{s}") if contention and pp_spans and dp_spans else None
+            flows = self.options.network == "flows"
+            nic = None
+            if contention and pp_spans and dp_spans:
+                nic = sim.link(f"nic{s}") if flows else sim.channel(f"nic{s}")
             # ZeRO-3 gathers and reduce-scatters run on two streams (as FSDP's) but share one DP link
             dp_link = nic if nic is not None else (sim.channel(f"dp link {s}") if self.wl.dp_microbatch else None)
-            self.devices.append(Device(s, streams, nic, dp_link, params=self.stage_params[s]))
+            self.devices.append(
+                Device(s, streams, nic, dp_link, flows=flows and nic is not None, params=self.stage_params[s])
+            )
         # DualPipe's bidirectional pairing is not built as a task graph: its passes run in 1F1B order (the bubble
         # differs from estimate's DualPipe term; simulate names the effect)
         name = "1f1b" if job.plan.schedule in ("dualpipe", "dualpipev") else job.plan.schedule
         order = by_stage(schedule(name, self.p, self.m, self.v), self.p)
         for s, passes in enumerate(order):
             for x in passes:
-                if x.phase == "B":
+                if x.phase == self.grad_phase:
                     self.last_bwd[(s, x.chunk)] = x.mb
         for dev in self.devices:
             self._start_of_step(dev)
@@ -282,6 +323,8 @@ class StepBuilder:
             deps.extend(reduce)
         adam = wl.optimizer
         op = Compute(adam.name, adam.flop, adam.bytes * dev.params / self.max_stage_params, adam.kind)
+        if self.splits:  # MoE: the rank's own dense and expert optimizer states
+            op = with_dp_stage(self.job, self.wl, self.splits[dev.stage]).optimizer
         dev.optimizer = sim.task(
             "optimizer",
             dev.streams["compute"],
@@ -332,9 +375,20 @@ class StepBuilder:
         priority: int = 1,
         codec: bool = True,
     ) -> int:
-        t, nbytes = self._dp(op, params, codec)
+        t, nbytes = self._dp(op, params, codec, dev.stage)
         dev.bytes["dp"] += nbytes
+        if dev.flows:  # the DP link is the NIC: a transfer sharing it with the PP sends
+            return self.sim.task(
+                name, dev.streams[stream], t, deps, "dp", priority, meta=meta + (nbytes,), links=(dev.nic,)
+            )
         return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority, dev.dp_link, meta + (nbytes,))
+
+    @staticmethod
+    def _nic(dev: Device) -> dict:
+        """How a PP send uses the NIC: a link of the flow network, a channel held in turn, or neither."""
+        if dev.nic is None:
+            return {}
+        return {"links": (dev.nic,)} if dev.flows else {"channel": dev.nic}
 
     def _template(self, pc: PhaseCost, kind: str, ep_exposed: float = 0.0) -> Template:
         """The tasks of one pass (or a piece of one) as steps; each step's tasks wait for the previous step's.
@@ -446,7 +500,7 @@ class StepBuilder:
         first_fwd = x.phase == "F" and x.chunk in dev.gathers
         # ZeRO-2 keeps only its gradient shard: every backward reduces its buckets (``Workload.grads_sharded``)
         last_bwd = (
-            x.phase == "B"
+            x.phase == self.grad_phase
             and wl.dp_step
             and self.ov.dp
             and (wl.grads_sharded or self.last_bwd.get((x.stage, x.chunk)) == x.mb)
@@ -495,8 +549,10 @@ class StepBuilder:
         sim, st, wl = self.sim, dev.streams, self.wl
         if x.phase == "F":
             recv = self._sent_fwd.pop((k - 1, x.mb)) if k > 0 else -1
-        else:
+        elif x.phase == "B":
             recv = self._sent_bwd.pop((k + 1, x.mb)) if k < self.V - 1 else -1
+        else:  # W: local, after its own B (the stage's order)
+            recv = -1
         chunk = self.chunks[k]
         meta = x  # (stage, mb, chunk, phase)
         deps: tuple[int, ...] = dev.prev + ((recv,) if recv >= 0 else ())
@@ -512,7 +568,9 @@ class StepBuilder:
                 deps += (self._dp_task(dev, "dp", "gather", op, gather_params, prefetch, meta, priority=0),)
             if x.phase == "B":
                 deps = self._emit(dev, self._pass_template(k, "recompute", frac), deps, meta)
-                deps = self._emit(dev, self._pass_template(k, "bwd", frac), deps, meta)
+                deps = self._emit(dev, self._pass_template(k, "bwd", frac / 2 if self.split_bwd else frac), deps, meta)
+            elif x.phase == "W":
+                deps = self._emit(dev, self._pass_template(k, "bwd", frac / 2), deps, meta)
             else:
                 deps = self._emit(dev, self._pass_template(k, "fwd", frac), deps, meta)
             for n in reduce_params:
@@ -537,10 +595,10 @@ class StepBuilder:
         if x.phase == "F" and k < self.V - 1:
             dev.bytes["pp"] += self.send_bytes
             self._sent_fwd[(k, x.mb)] = sim.task(
-                "send", st["pp_fwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
+                "send", st["pp_fwd"], self.t_send, deps, "pp", meta=meta + (self.send_bytes,), **self._nic(dev)
             )
         elif x.phase == "B" and k > 0:
             dev.bytes["pp"] += self.send_bytes
             self._sent_bwd[(k, x.mb)] = sim.task(
-                "send", st["pp_bwd"], self.t_send, deps, "pp", channel=dev.nic, meta=meta + (self.send_bytes,)
+                "send", st["pp_bwd"], self.t_send, deps, "pp", meta=meta + (self.send_bytes,), **self._nic(dev)
             )

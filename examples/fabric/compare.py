@@ -1,0 +1,45 @@
+"""Measured (bench JSON) against predicted (`commtax collective OP --bytes B --cluster C --json`) per run of measure.sh.
+
+Usage: python compare.py WORK_DIR OUT.json -- WORK_DIR holds bench_<label>.json and cluster_<label>.yaml pairs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def predicted(op: str, nbytes: int, cluster: Path) -> dict:
+    cmd = [sys.executable, "-m", "commtax.cli", "collective", op, "--bytes", str(nbytes), "--cluster", str(cluster)]
+    return json.loads(subprocess.run([*cmd, "--json"], check=True, capture_output=True, text=True).stdout)
+
+
+def main(work: Path, out: Path) -> None:
+    rows = []
+    for bench in sorted(work.glob("bench_*.json")):
+        label = bench.stem.removeprefix("bench_")
+        for r in json.loads(bench.read_text()):
+            p = predicted(r["op"], r["message_bytes"], work / f"cluster_{label}.yaml")
+            rows.append(
+                {
+                    "background": label,
+                    "op": r["op"],
+                    "message_bytes": r["message_bytes"],
+                    "measured_s": r["time_s"],
+                    "predicted_s": p["time_s"],
+                    "ratio": r["time_s"] / p["time_s"],
+                    "binding_link": p.get("binding_link", ""),
+                }
+            )
+    out.write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"{'background':>10} {'op':>10} {'MiB':>4} {'measured':>9} {'predicted':>9} {'ratio':>6}  binding link")
+    for r in rows:
+        print(
+            f"{r['background']:>10} {r['op']:>10} {r['message_bytes'] / 2**20:4.0f} {r['measured_s'] * 1e3:7.0f}ms "
+            f"{r['predicted_s'] * 1e3:7.0f}ms {r['ratio']:6.2f}  {r['binding_link']}"
+        )
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,0 +1,245 @@
+"""Collectives on a leaf/spine fabric: the links a group crosses, who else crosses them, max-min fair shares.
+
+A group kind (all DP groups of every stage, all PP pairs, …) runs its collectives at once, so each group is a
+*coflow*: its inter-node traffic is a set of node → node hops, each carrying a fixed fraction ``w`` of the rate
+``x`` at which the group's members on one node push into the network (a ring: every hop w = 1; an all-to-all over
+N nodes: w = 1/(N−1) to each other node; a pipeline pair: one hop). A hop crosses the NIC links of its
+two nodes and, when they sit under different leaves (pods), the leaf (pod) uplink on each side. Rates are max-min
+fair (progressive filling, Bertsekas & Gallager, *Data Networks* §6.5.2): every coflow's x rises at the same pace
+until a link it loads is full or it reaches its own NIC rate; frozen coflows keep their rate, the rest go on.
+Background flows (``fabric.flows``, another job's traffic) take part the same way, a background share of a
+level (``fabric.background``) removes that share of its uplinks first.
+
+The collective formulas then see the group's per-GPU inter-node rate scaled by x / (its own NIC rate), and the
+binding link is named. Pure numbers in, pure numbers out: commtax.costs.topology builds the groups.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from commtax.spec import Cluster, Fabric
+from commtax.units import GBIT
+
+Link = tuple[str, int, str]  # (level "node" | "leaf" | "pod", index, direction "up" | "down")
+Hop = tuple[int, int, float]  # (source fabric node, destination fabric node, share w of the coflow's rate)
+
+
+@dataclass(frozen=True)
+class FabricShare:
+    """What the fabric leaves a group kind: its rate as a fraction of its own NIC rate, and what binds it."""
+
+    factor: float  # x / x_own ≤ 1 for the slowest group of the kind
+    binding: str  # "" when nothing in the fabric binds it (its own NICs do), else a link like "leaf 0 uplink"
+
+
+# ----------------------------------------------------------------------------- placement of the job's nodes
+def leaves_used(fabric: Fabric, nodes: int) -> int:
+    return max(1, math.ceil(nodes / fabric.nodes_per_leaf))
+
+
+def fabric_nodes(fabric: Fabric, nodes: int) -> tuple[int, ...]:
+    """The fabric node each job node lands on. contiguous: i → i. scattered: dealt round-robin over the leaves the
+    job would fill contiguously, alternating pods (leaf 0 of pod 0, leaf 0 of pod 1, …, leaf 1 of pod 0, …), so
+    neighbouring ranks sit under different leaves wherever they can."""
+    if isinstance(fabric.placement, list):
+        return tuple(fabric.placement)
+    if fabric.placement == "contiguous":
+        return tuple(range(nodes))
+    L = leaves_used(fabric, nodes)
+    per_pod = fabric.leaves_per_pod or L
+    pods = math.ceil(L / per_pod)
+    order = [p * per_pod + i for i in range(per_pod) for p in range(pods) if p * per_pod + i < L]
+    return tuple(order[j % L] * fabric.nodes_per_leaf + j // L for j in range(nodes))
+
+
+def leaf_of(fabric: Fabric, node: int) -> int:
+    return node // fabric.nodes_per_leaf
+
+
+def pod_of(fabric: Fabric, leaf: int) -> int:
+    return leaf // fabric.leaves_per_pod if fabric.leaves_per_pod else 0
+
+
+def path(fabric: Fabric, a: int, b: int) -> tuple[Link, ...]:
+    """Links a hop from fabric node a to b crosses (each direction of a link is a link of its own)."""
+    out: list[Link] = [("node", a, "up"), ("node", b, "down")]
+    if fabric.topology == "single-switch":
+        return tuple(out)
+    la, lb = leaf_of(fabric, a), leaf_of(fabric, b)
+    if la != lb:
+        out += [("leaf", la, "up"), ("leaf", lb, "down")]
+        pa, pb = pod_of(fabric, la), pod_of(fabric, lb)
+        if pa != pb:
+            out += [("pod", pa, "up"), ("pod", pb, "down")]
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------- capacities
+@dataclass(frozen=True)
+class Capacities:
+    """Per direction, bytes/s: a node's NICs (as the job's GPUs share them), a leaf's and a pod's uplink."""
+
+    node: float
+    leaf: float
+    pod: float
+
+    def of(self, link: Link) -> float:
+        return {"node": self.node, "leaf": self.leaf, "pod": self.pod}[link[0]]
+
+
+def capacities(cluster: Cluster, node_bytes_per_s: float) -> Capacities:
+    """leaf uplink = nodes_per_leaf · nics · B_nic / oversubscription_leaf · (1 − background_leaf);
+    pod uplink = leaves_per_pod · (leaf uplink before background) / oversubscription_pod · (1 − background_pod)."""
+    f = cluster.fabric
+    assert f is not None
+    leaf_line = f.nodes_per_leaf * cluster.nics_per_node * cluster.inter_node.bw_bytes_per_s
+    leaf = leaf_line / f.oversubscription.get("leaf", 1.0)
+    pod = (f.leaves_per_pod or 0) * leaf / f.oversubscription.get("pod", 1.0)
+    return Capacities(
+        node=node_bytes_per_s,
+        leaf=leaf * (1 - f.background.get("leaf", 0.0)),
+        pod=pod * (1 - f.background.get("pod", 0.0)) if f.leaves_per_pod else math.inf,
+    )
+
+
+# ----------------------------------------------------------------------------- max-min fair rates
+@dataclass(frozen=True)
+class Coflow:
+    """``count`` identical coflows: each with its own rate cap, loading ``usage[link]`` × its rate on each link."""
+
+    cap: float
+    usage: tuple[tuple[Link, float], ...]
+    count: int = 1
+
+
+def max_min(coflows: Sequence[Coflow], capacity) -> list[tuple[float, Link | None]]:
+    """Progressive filling: (rate, the link that froze it, or None when its own cap did) for each coflow.
+
+    ``capacity(link)`` gives a link's capacity. Every active coflow's rate rises together to the next level at
+    which a link fills, (C_l − frozen load_l) / Σ_active count·usage_l, or a coflow reaches its cap."""
+    rate = [0.0] * len(coflows)
+    why: list[Link | None] = [None] * len(coflows)
+    active = set(range(len(coflows)))
+    users: dict[Link, list[tuple[int, float]]] = {}  # link -> (coflow, the load it puts there per unit of rate)
+    for i, c in enumerate(coflows):
+        for link, u in c.usage:
+            users.setdefault(link, []).append((i, c.count * u))
+    frozen_load = dict.fromkeys(users, 0.0)
+    cap_of = {link: capacity(link) for link in users}
+    while active:
+        # the load the active coflows put on each link they share, per unit of their common rate
+        load = {}
+        for link, us in users.items():
+            x = sum(w for i, w in us if i in active)
+            if x > 0:
+                load[link] = x
+        level, bound = min(coflows[i].cap for i in active), None
+        for link, x in load.items():
+            t = max(0.0, cap_of[link] - frozen_load[link]) / x
+            if t < level:
+                level, bound = t, link
+        done = {i for i in active if coflows[i].cap <= level * (1 + 1e-12)}
+        for link, x in load.items():
+            if frozen_load[link] + x * level >= cap_of[link] * (1 - 1e-9):
+                for i, _ in users[link]:
+                    if i in active and i not in done:
+                        done.add(i)
+                        why[i] = link
+        if not done:  # rounding left nothing exactly full: freeze the users of the link that set the level
+            done = {i for i, _ in users[bound] if i in active} if bound is not None else set(active)
+            for i in done:
+                why[i] = bound
+        for i in done:
+            c = coflows[i]
+            rate[i] = min(level, c.cap)
+            for link, u in c.usage:
+                frozen_load[link] += c.count * u * rate[i]
+        active -= done
+    return list(zip(rate, why, strict=True))
+
+
+# ----------------------------------------------------------------------------- groups -> coflows
+def ring_hops(nodes: Sequence[int]) -> tuple[Hop, ...]:
+    """A ring through the members in rank order leaves each node once: consecutive distinct nodes, wrapping."""
+    seq = [n for i, n in enumerate(nodes) if i == 0 or n != nodes[i - 1]]
+    if len(seq) > 1 and seq[0] == seq[-1]:
+        seq.pop()
+    if len(seq) < 2:
+        return ()
+    return tuple((seq[i], seq[(i + 1) % len(seq)], 1.0) for i in range(len(seq)))
+
+
+def all_to_all_hops(nodes: Sequence[int]) -> tuple[Hop, ...]:
+    """Pairwise exchange: a node's inter-node traffic is split evenly over the other N − 1 nodes."""
+    seq = list(dict.fromkeys(nodes))
+    if len(seq) < 2:
+        return ()
+    w = 1.0 / (len(seq) - 1)
+    return tuple((a, b, w) for a in seq for b in seq if a != b)
+
+
+def pair_hops(nodes: Sequence[int]) -> tuple[Hop, ...]:
+    """Pipeline neighbours: one send at a time, as the estimate prices a PP send (activations forward; the
+    gradients going back use the other direction of the same links)."""
+    a, b = nodes[0], nodes[-1]
+    return () if a == b else ((a, b, 1.0),)
+
+
+PATTERNS = {"ring": ring_hops, "all_to_all": all_to_all_hops, "pairs": pair_hops}
+
+
+def coflows_of(fabric: Fabric, groups: Iterable[Sequence[int]], pattern: str, cap: float) -> list[Coflow]:
+    """Identical groups (the same hops) become one Coflow with a count: a kind of 16K ranks is a handful of them."""
+    hops_of = PATTERNS[pattern]
+    counts = Counter(hops_of(g) for g in groups)
+    out = []
+    for hops, count in counts.items():
+        if not hops:
+            continue
+        usage: dict[Link, float] = {}
+        for a, b, w in hops:
+            for link in path(fabric, a, b):
+                usage[link] = usage.get(link, 0.0) + w
+        out.append(Coflow(cap, tuple(usage.items()), count))
+    return out
+
+
+def background_coflows(fabric: Fabric) -> list[Coflow]:
+    """Other traffic: each flow, and each co-located job's gradient rings (always on: an upper bound)."""
+    out = [Coflow(f.rate_Gbps * GBIT, tuple((link, 1.0) for link in path(fabric, f.src, f.dst))) for f in fabric.flows]
+    for job in fabric.colocated:
+        out += coflows_of(fabric, job.rings, "ring", job.rate_Gbps * GBIT)
+    return out
+
+
+def describe(link: Link | None) -> str:
+    if link is None:
+        return ""
+    level, i, direction = link
+    if level == "node":
+        return f"node {i} NIC {'out' if direction == 'up' else 'in'}"
+    return f"{level} {i} {'uplink' if direction == 'up' else 'downlink'}"
+
+
+def fabric_share(
+    cluster: Cluster, groups: Sequence[Sequence[int]], pattern: str, cap: float, node_cap: float
+) -> FabricShare:
+    """The slowest group's max-min rate over its own NIC rate ``cap`` (bytes/s its members on a node push).
+
+    ``groups``: every concurrent group of the kind, as the fabric nodes of its members in rank order;
+    ``node_cap``: what one node's NICs carry per direction (its GPUs' shares together)."""
+    f = cluster.fabric
+    assert f is not None
+    mine = coflows_of(f, groups, pattern, cap)
+    if not mine:
+        return FabricShare(1.0, "")
+    caps = capacities(cluster, node_cap)
+    rates = max_min(mine + background_coflows(f), caps.of)
+    r, link = min(rates[: len(mine)], key=lambda x: x[0])
+    if r >= cap * (1 - 1e-9):
+        return FabricShare(1.0, "")
+    return FabricShare(r / cap, describe(link))
