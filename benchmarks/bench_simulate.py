@@ -1,8 +1,9 @@
 """How fast is the event simulator? Run by hand: `.venv/bin/python benchmarks/bench_simulate.py`.
 
 The job: Llama-3-405B on 16,128 H100s (tp=8, pp=14, vp=9, dp=144, 128 micro-batches per
-replica; examples/sim/llama3-405b-16k-h100.yaml). One data-parallel replica's pipeline is
-simulated (symmetry), so the cost is that of 14 stages × 9 chunks × 128 micro-batches × 2 passes.
+replica; benchmarks/llama3-405b-16k-h100-fits.yaml, full recompute so that it fits memory). One
+data-parallel replica's pipeline is simulated (symmetry); it is also timed with ZeRO-2 (a bucketed reduction
+after every micro-batch) and at 100,800 GPUs (dp 900: the event count must not grow with dp).
 
 Prints, pinned to one core: the in-process simulation (build + run + breakdown) in seconds and
 events per second, and the `commtax simulate` CLI end to end (Python start-up included; goal
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-JOB = REPO / "examples" / "sim" / "llama3-405b-16k-h100.yaml"
+JOB = REPO / "benchmarks" / "llama3-405b-16k-h100-fits.yaml"  # full recompute: fits memory
 GOAL_S = 2.0
 
 
@@ -84,8 +85,68 @@ def cli_command() -> list[str]:
     return [sys.executable, "-m", "commtax.cli.simulate", str(JOB)]
 
 
+# issue 17's bars: ZeRO-1 at or below the issue-5 release (2.1 CPU-s on the 2-core dev machine), ZeRO-2 within twice
+# ZeRO-1 (timed in the same run), < 200 MB peak for both, and 100,800 GPUs of the same shape in ZeRO-1's time
+VARIANTS = {
+    "zero1": {},
+    "zero2": {"plan": {"zero": 2}},
+    "100,800 GPUs": {"cluster": {"num_gpus": 100800}, "training": {"global_batch": 100800}},
+}
+ISSUE5_ZERO1_CPU_S = 2.1
+PEAK_MB_GOAL = 200.0
+VARIANT_CODE = """
+import json, resource, sys, time
+import yaml
+from commtax.schedule.sim import simulate
+from commtax.spec import load_job
+data = yaml.safe_load(open(sys.argv[1]))
+for k, v in json.loads(sys.argv[2]).items():
+    data[k] = {**data[k], **v}
+job = load_job(data)
+c = time.process_time()
+simulate(job, compare=False)
+cpu = time.process_time() - c
+print(json.dumps({"cpu_s": cpu, "peak_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def variants() -> dict[str, dict]:
+    """CPU s of simulate() and the process's peak RSS for each variant, each in a fresh process on one core."""
+    import json
+
+    out = {}
+    for name, change in VARIANTS.items():
+        r = subprocess.run(
+            [sys.executable, "-c", VARIANT_CODE, str(JOB), json.dumps(change)],
+            check=True,
+            capture_output=True,
+            text=True,
+            preexec_fn=one_core,
+        )
+        out[name] = json.loads(r.stdout.strip().splitlines()[-1])
+    return out
+
+
+def report_variants(v: dict[str, dict]) -> None:
+    z1, z2, big = v["zero1"], v["zero2"], v["100,800 GPUs"]
+    for name, r in v.items():
+        print(f"simulate() {name}: {r['cpu_s']:.2f} s CPU, peak {r['peak_MB']:.0f} MB (whole process)")
+    lines = [
+        (f"ZeRO-1 at or below the issue-5 release's {ISSUE5_ZERO1_CPU_S} CPU-s", z1["cpu_s"] <= ISSUE5_ZERO1_CPU_S),
+        (f"ZeRO-2 within 2x ZeRO-1 (ratio {z2['cpu_s'] / z1['cpu_s']:.1f})", z2["cpu_s"] <= 2 * z1["cpu_s"]),
+        (f"peak < {PEAK_MB_GOAL:.0f} MB for ZeRO-1 and ZeRO-2", max(z1["peak_MB"], z2["peak_MB"]) < PEAK_MB_GOAL),
+        (
+            f"100,800 GPUs in ZeRO-1's time (ratio {big['cpu_s'] / z1['cpu_s']:.2f}, goal <= 1.2)",
+            big["cpu_s"] <= 1.2 * z1["cpu_s"],
+        ),
+    ]
+    for what, ok in lines:
+        print(f"{what}: {'met' if ok else 'MISSED'}")
+
+
 def main() -> int:
     one_core()
+    report_variants(variants())
     wall, cpu, events = in_process()
     print(f"job: {JOB.relative_to(REPO)}")
     print(
