@@ -25,7 +25,7 @@ def cluster_file(tmp_path):
 
     def up(*args: str):
         path = tmp_path / f"cluster{len(made)}.yaml"
-        r = cli("cluster", "up", *args, "--out", str(path), timeout=120)
+        r = cli("cluster", "up", "--no-duplex-probe", *args, "--out", str(path), timeout=120)
         assert r.returncode == 0, r.stderr
         made.append(path)
         return path, yaml.safe_load(path.read_text())
@@ -226,7 +226,18 @@ def test_up_interrupted_while_building_leaves_no_namespace_and_no_record(tmp_pat
     require_netns()
     out = tmp_path / "big.yaml"
     p = subprocess.Popen(
-        [sys.executable, "-m", "commtax.cli.measure", "cluster", "up", "--nodes", "60", "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "commtax.cli.measure",
+            "cluster",
+            "up",
+            "--no-duplex-probe",
+            "--nodes",
+            "60",
+            "--out",
+            str(out),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -22,7 +22,19 @@ PY_BENCH = ("bench", "collective")
 def four_nodes(tmp_path_factory):
     require_netns()
     path = tmp_path_factory.mktemp("c4") / "cluster.yaml"
-    r = cli("cluster", "up", "--nodes", "4", "--ranks-per-node", "1", "--link", "300mbit", "--out", str(path))
+    r = cli(
+        "cluster",
+        "up",
+        "--no-duplex-probe",
+        "--nodes",
+        "4",
+        "--ranks-per-node",
+        "1",
+        "--link",
+        "300mbit",
+        "--out",
+        str(path),
+    )
     assert r.returncode == 0, r.stderr
     yield path, yaml.safe_load(path.read_text())
     cli("cluster", "down", "--cluster", str(path))
@@ -181,7 +193,19 @@ def test_hierarchical_beats_flat_ring_as_predicted(tmp_path):
     from commtax.measure.calibrate import compare
 
     path = tmp_path / "c24.yaml"
-    r = cli("cluster", "up", "--nodes", "2", "--ranks-per-node", "4", "--link", "300mbit", "--out", str(path))
+    r = cli(
+        "cluster",
+        "up",
+        "--no-duplex-probe",
+        "--nodes",
+        "2",
+        "--ranks-per-node",
+        "4",
+        "--link",
+        "300mbit",
+        "--out",
+        str(path),
+    )
     assert r.returncode == 0, r.stderr
     try:
         spec = yaml.safe_load(path.read_text())

@@ -362,10 +362,10 @@ class EmulatedCluster:
 
     def _duplex_probe(self, seconds_at_rate: float = 0.2, timeout_s: int = 90) -> dict:
         """gloo all_to_all's κ on a node link: ``commtax.measure.a2a_probe`` under torchrun on nodes 0 and 1 (the
-        same leaf) with as many TCP connections on the link as the cluster's all_to_all puts there (every local rank
-        to every remote one: rpn · (nodes − 1) · rpn, at most 8), a symmetric exchange of ``seconds_at_rate`` of the
-        link rate each way (1-16 MiB), median of 5. A failed probe is recorded as such (the cluster still comes up;
-        its all_to_all priced as full duplex)."""
+        same leaf) with as many TCP connections on the link as the cluster's all_to_all puts there (every local
+        rank to every remote one: rpn · (nodes − 1) · rpn, at most 4: each is a process on a node), a symmetric
+        exchange of ``seconds_at_rate`` of the link rate each way (1-16 MiB), median of 5. A failed probe is
+        recorded as such (the cluster still comes up; its all_to_all priced as full duplex)."""
         one_way = int(min(16 * 2**20, max(2**20, self.link_bit_s / 8 * seconds_at_rate)))
         lat = self.measured.get("link_latency_us", 50.0)
         with tempfile.TemporaryDirectory(prefix=f"commtax-{self.name}-a2a-") as tmp:
@@ -373,7 +373,7 @@ class EmulatedCluster:
             out = Path(tmp) / "probe.json"
             cmd = ["timeout", str(timeout_s), sys.executable, "-m", "commtax.measure.a2a_probe"]
             cmd += ["--bytes-one-way", str(one_way), "--link-bit-s", str(self.link_bit_s), "--latency-us", str(lat)]
-            conns = min(8, self.ranks_per_node**2 * (self.nodes - 1))
+            conns = min(4, self.ranks_per_node**2 * (self.nodes - 1))
             pair = EmulatedCluster(2, conns, self.link_bit_s, mtu=self.mtu, name=self.name)
             rc = pair.run([*cmd, "--out", str(out)], grace_s=5.0, log=lambda msg: print(msg, file=sys.stderr))
             if rc != 0 or not out.exists():
