@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-model validate bench readme clean
+.PHONY: demo test test-model validate intervals bench readme clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,9 +28,18 @@ test: $(STAMP)
 test-model: $(STAMP)
 	$(BIN)/python -m pytest -m model
 
+VALIDATION := validation  # shipped with the repo (a copy of ../shared/validation)
+DENSE_RUNS := $(VALIDATION)/public_runs.csv $(VALIDATION)/public_runs_more.csv
+
+# every published set: the dense runs files each and together (by source), the MoE runs, the collectives
 validate: $(STAMP)
-	$(BIN)/commtax validate ../shared/validation/public_runs.csv
-	$(BIN)/commtax validate ../shared/validation/public_collectives.csv
+	$(BIN)/commtax validate $(DENSE_RUNS) --loso
+	$(BIN)/commtax validate $(VALIDATION)/public_moe_runs.csv
+	$(BIN)/commtax validate $(VALIDATION)/public_collectives.csv
+
+# the 80% interval's residual table (catalog/intervals.json) from the dense runs: after any change to the model
+intervals: $(STAMP)
+	$(BIN)/python -m commtax.decide.intervals $(DENSE_RUNS)
 
 # every goal line ends in "met" or "MISSED"; the last line counts the misses (speed depends on the machine)
 bench: $(STAMP)

@@ -1,6 +1,6 @@
 """Why the 2021 DeepSpeed ZeRO-3 rows (Narayanan et al. 2021, Table 2) are slow: a worked hypothesis.
 
-    PYTHONPATH=src python benchmarks/zero3_deepspeed_2021.py [../shared/validation/public_runs.csv]
+    PYTHONPATH=src python benchmarks/zero3_deepspeed_2021.py [validation/public_runs.csv]
 
 DeepSpeed v0.3.13 (2021-03, deepspeed/runtime/zero/partition_parameters.py, ``_allgather_param``) fetches
 every parameter tensor separately, after a ``torch.cuda.synchronize()``, with the list form of
@@ -36,7 +36,7 @@ BUCKET_ELEMENTS = 5e8  # DeepSpeed reduce_bucket_size default
 GATHERS_PER_PARAM = 3  # forward, recomputed forward, backward
 
 
-def main(path: str = "../shared/validation/public_runs.csv") -> None:
+def main(path: str = "validation/public_runs.csv") -> None:
     cat = load_catalog()
     with open(path, newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["id"].startswith("meg21_t2") and r["zero"] == "3"]

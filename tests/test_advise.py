@@ -7,7 +7,7 @@ import json
 
 import pytest
 import yaml
-from conftest import job_dict
+from conftest import REPO, job_dict
 from typer.testing import CliRunner
 
 from commtax.decide.advise import FD_REL, advise, sensitivities, with_intra, with_network
@@ -125,3 +125,21 @@ def test_powersgd_remedy_only_for_ddp_all_reduce():
     zero1 = {r.grad_comm_dtype for r in advise(load_job(seed_job(zero=1)), search_best=False).remedies}
     assert "powersgd_r4" in zero0 and "powersgd_r4" not in zero1  # P and Q are all-reduced: no reduce-scatter form
     assert {"int8", "int4"} <= zero1
+
+
+def test_a_suggestion_that_still_does_not_fit_says_so_and_the_order_is_named(tmp_path):
+    """The article's plan on 256 x 4090 with selective recompute needs 0.8 MiB more than the card: changes that
+    fit come first (the title says so), and a faster one that still needs more memory says it does not fit."""
+    from typer.testing import CliRunner
+
+    from commtax.cli.main import app, register_commands
+
+    register_commands()
+    job = tmp_path / "sel.yaml"
+    src = (REPO / "examples" / "compare" / "llama2-70b-256-4090.yaml").read_text()
+    job.write_text(src.replace("recompute: full", "recompute: selective"))
+    r = CliRunner().invoke(app, ["advise", str(job), "--no-search"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert "(those that fit memory first, then fastest)" in text
+    assert "tp 8→4, dp ×2" in text and "still does not fit memory" in text

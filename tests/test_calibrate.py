@@ -130,3 +130,37 @@ def test_calibrate_cli_bad_input_exits_2(tmp_path):
     assert r.exit_code == 2 and "no multi-rank collective records" in r.output
     r = CliRunner().invoke(app, [str(tmp_path / "missing.json"), "--cluster", str(tmp_path / "c.yaml")])
     assert r.exit_code == 2 and "calibrate:" in r.output
+
+
+def test_a_latency_bound_intra_fit_keeps_the_clusters_link_and_estimate_accepts_the_profile(tmp_path):
+    """Intra records whose time is all latency leave β at its floor (1e6 GB/s once, which estimate refuses
+    over its 100,000 bound): the cluster's link stays, the profile says why, and the spec reads it."""
+    from commtax.spec import Profile
+
+    intra = C.Level("intra", 1e20, 30 * US)  # no bandwidth term at all: every size takes the same time
+    recs = []
+    for size in (256 * 1024, MiB, 4 * MiB):
+        t = model_time_s("all_reduce", "ring", size, 2, 2, intra, intra)
+        recs.append(
+            {"op": "all_reduce", "impl": "ring", "world_size": 2, "ranks_per_node": 2, "nodes": 1}
+            | {"message_bytes": size, "time_s": t}
+        )
+    prof = calibrate(recs, {**CLUSTER, "gpus_per_node": 2})
+    assert prof["levels"]["intra"]["bw_GBps"] == 5.0  # the cluster file's loopback, not the fit
+    assert "intra: the fitted bandwidth" in prof["notes"][0] and "the cluster's number is kept" in prof["notes"][0]
+    Profile(**prof)
+
+
+def test_records_from_a_bigger_cluster_are_refused(tmp_path):
+    import typer
+
+    app = typer.Typer()
+    app.command()(calibrate_command)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(CLUSTER))
+    recs = synthetic(100 * US, 30e6)
+    recs[0]["world_size"] = 10**9
+    (tmp_path / "b.json").write_text(json.dumps(recs))
+    out = tmp_path / "p.yaml"
+    r = CliRunner().invoke(app, [str(tmp_path / "b.json"), "--cluster", str(tmp_path / "c.yaml"), "--out", str(out)])
+    assert r.exit_code == 2 and "world_size 1000000000 is more than the cluster's 4 GPUs" in r.output
+    assert not out.exists()

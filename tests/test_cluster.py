@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -77,6 +78,7 @@ def test_up_writes_the_cluster_it_built_and_down_removes_it(cluster_file):
 
 
 @netns
+@pytest.mark.timing
 def test_measured_link_bandwidth_is_the_tc_rate(cluster_file):
     require_netns()
     _, spec = cluster_file("--nodes", "2", "--link", "200mbit")
@@ -220,11 +222,9 @@ def test_run_of_a_missing_program_is_one_line(cluster_file):
     assert r.returncode == 2 and r.stderr.strip() == "error: cluster run: /nonexistent/prog: command not found"
 
 
-@netns
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_up_interrupted_while_building_leaves_no_namespace_and_no_record(tmp_path, sig):
-    require_netns()
-    out = tmp_path / "big.yaml"
+def _interrupt_up(out, sig, nodes: int = 20) -> tuple[str, int, str]:
+    """Start `cluster up --nodes N --out OUT`, send ``sig`` once its record is in OUT (before the first
+    namespace: 20 nodes take seconds to build), and return (cluster id, exit status, stderr)."""
     p = subprocess.Popen(
         [
             sys.executable,
@@ -234,7 +234,7 @@ def test_up_interrupted_while_building_leaves_no_namespace_and_no_record(tmp_pat
             "up",
             "--no-duplex-probe",
             "--nodes",
-            "60",
+            str(nodes),
             "--out",
             str(out),
         ],
@@ -243,13 +243,59 @@ def test_up_interrupted_while_building_leaves_no_namespace_and_no_record(tmp_pat
         text=True,
     )
     end = time.monotonic() + 120
-    while not out.exists() and p.poll() is None and time.monotonic() < end:
+    while p.poll() is None and time.monotonic() < end and "emulated" not in (out.read_text() if out.exists() else ""):
         time.sleep(0.05)  # the record is written before the first namespace
     name = yaml.safe_load(out.read_text())["emulated"]["name"]
     p.send_signal(sig)
     _, err = p.communicate(timeout=180)
-    assert p.returncode == 130 and "Traceback" not in err, err[-2000:]
+    return name, p.returncode, err
+
+
+@netns
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_up_interrupted_while_building_leaves_no_namespace_and_no_record(tmp_path, sig):
+    require_netns()
+    out = tmp_path / "big.yaml"
+    name, code, err = _interrupt_up(out, sig)
+    assert code == 130 and "Traceback" not in err, err[-2000:]
     assert not [ns for ns in namespaces() if ns.startswith(name)] and not out.exists()
+
+
+@netns
+def test_up_interrupted_puts_back_the_users_own_out_file(tmp_path):
+    require_netns()
+    out = tmp_path / "notes.yaml"
+    out.write_text("my notes: keep me\n")
+    out.chmod(0o600)
+    name, code, err = _interrupt_up(out, signal.SIGTERM)
+    assert code == 130 and "Traceback" not in err, err[-2000:]
+    assert not [ns for ns in namespaces() if ns.startswith(name)]
+    assert out.read_text() == "my notes: keep me\n" and stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+@netns
+def test_down_of_a_cluster_with_no_ownership_record_is_refused(tmp_path):
+    """`down --cluster F` where F names a cluster this user's `cluster up` has no record of (another user's
+    or tool's, with a process running in it): one line, exit 2, the namespaces and the process untouched."""
+    require_netns()
+    theirs = tmp_path / "reg-theirs"
+    env = {**os.environ, "COMMTAX_CLUSTER_REGISTRY": str(theirs)}
+    out = tmp_path / "theirs.yaml"
+    r = cli("cluster", "up", "--nodes", "1", "--out", str(out), timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    emu = yaml.safe_load(out.read_text())["emulated"]
+    sleeper = subprocess.Popen(["ip", "netns", "exec", emu["namespaces"][0], "sleep", "120"])
+    try:
+        mine = {**os.environ, "COMMTAX_CLUSTER_REGISTRY": str(tmp_path / "reg-mine")}
+        r = cli("cluster", "down", "--cluster", str(out), timeout=60, env=mine)
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert r.stderr.startswith(f"error: --cluster: cluster {emu['name']}") and "no record" in r.stderr
+        assert set(emu["namespaces"]) <= namespaces() and sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        cli("cluster", "down", "--cluster", str(out), timeout=60, env=env)
+    assert not set(emu["namespaces"]) & namespaces()
 
 
 @netns

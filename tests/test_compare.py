@@ -253,3 +253,64 @@ def test_cli_compare_sizes_and_deadline(tmp_path):
     assert data["deadline_choice"] == cheapest["name"]
     r = CliRunner().invoke(_app(), ["compare", str(f), "--num-gpus", "8,x"])
     assert r.exit_code == 2 and "--num-gpus: expected integers" in r.output
+
+
+def test_compare_table_stays_whole_at_80_when_a_cluster_has_no_plan_that_fits():
+    """The article's plan on three clusters (docs/compare.md): the 4090 fits no plan. Its row is dashes and the
+    reason goes under the table, so cluster names and numbers stay whole at 80 columns."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from commtax.cli.io import console
+    from commtax.cli.main import app, register_commands
+
+    register_commands()
+    repo = Path(__file__).resolve().parents[1]
+    args = ["compare", str(repo / "examples/compare/llama2-70b-256-h100.yaml"), "--gpu", "h100-sxm5-80gb"]
+    args += ["a100-sxm4-80gb", "rtx-4090-24gb", "--tokens", "6e11", "--tp", "8", "--pp", "4", "--cp", "1"]
+    args += ["--vp", "1", "--micro-batch", "1", "--zero", "1", "--recompute", "selective", "--sequence-parallel"]
+    args += ["true"]
+    width = console.width
+    console.width = 80
+    try:
+        r = CliRunner().invoke(app, args)
+    finally:
+        console.width = width
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in r.stdout
+    assert any(line.startswith(" 256×rtx-4090-24gb 1×roce-200g") and line.rstrip().endswith("—") for line in lines)
+    assert "no plan: 256×rtx-4090-24gb" in r.stdout and "0.8 MiB over the 24.0 GiB" in " ".join(r.stdout.split())
+
+
+def test_docs_compare_tables_are_what_compare_prints_for_the_articles_plan():
+    """docs/compare.md's second table (the article's own plan: no search, so cheap to re-run) holds the numbers
+    `commtax compare --json` gives now; the first table is the same command with the search (run by hand)."""
+    import json
+    import re
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from commtax.cli.main import app, register_commands
+
+    register_commands()
+    repo = Path(__file__).resolve().parents[1]
+    doc = (repo / "docs" / "compare.md").read_text()
+    args = ["compare", str(repo / "examples/compare/llama2-70b-256-h100.yaml"), "--gpu", "h100-sxm5-80gb"]
+    args += ["a100-sxm4-80gb", "--tokens", "6e11", "--tp", "8", "--pp", "4", "--cp", "1", "--vp", "1"]
+    args += ["--micro-batch", "1", "--zero", "1", "--recompute", "selective", "--sequence-parallel", "true", "--json"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    got = {row["gpu"]: row for row in json.loads(r.stdout)["rows"]}
+    for name, gpu in (("H100 SXM", "h100-sxm5-80gb"), ("A100 SXM 80GB", "a100-sxm4-80gb")):
+        line = re.search(rf"^\| {name} \| ([0-9.]+) \| ([0-9.]+)% \| ([0-9.]+)% \| [0-9.]+% \| ([0-9.]+) \|", doc, re.M)
+        assert line, name
+        g = got[gpu]
+        assert line.groups() == (
+            f"{g['step_time_s']:.1f}",
+            f"{100 * g['mfu']:.1f}",
+            f"{100 * g['comm_tax']:.1f}",
+            f"{g['tokens_per_day'] / 1e9:.1f}",
+        ), name

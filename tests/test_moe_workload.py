@@ -261,3 +261,82 @@ def test_moe_blocks_follow_the_nvlink_domain():
     assert dedup(nodes) == [pytest.approx(distinct_nodes(2, 2) / 2)] * 2  # 2 nodes, top-2
     assert dedup(domain) == [1.0, 1.0]
     assert dedup(job(16)) == [1.0, 1.0]
+
+
+def _dense_first_stage_job():
+    # 8 layers, the first 4 dense (stage 0 of PP2: embedding + 4 dense layers, no experts), 64 experts of
+    # moe_ffn 2048 top-2 on the other 4; EP8 in a node, dp = 16, edp = 16 / 8 = 2 (one GPU per node)
+    model = {
+        "layers": 8,
+        "hidden": 4096,
+        "heads": 32,
+        "kv_heads": 8,
+        "ffn_hidden": 28672,
+        "vocab": 128000,
+        "gated_mlp": True,
+        "num_experts": 64,
+        "top_k": 2,
+        "moe_ffn_hidden": 2048,
+        "first_k_dense": 4,
+    }
+    return load_job(
+        {
+            "model": model,
+            "cluster": {**H100, "num_gpus": 32},
+            "plan": {"pp": 2, "ep": 8, "zero": 1},
+            "training": {"seq_len": 4096, "global_batch": 64},
+        }
+    )
+
+
+def test_dp_is_priced_on_the_rank_with_the_slowest_dp_not_the_most_parameters():
+    # issue 18: the rank with the most parameters (stage 0: embedding + dense layers) holds no experts; sizing the
+    # DP ops for it dropped the other rank's expert gradients (edp = 0). The step waits for the slowest DP rank.
+    from commtax.costs.pricing import Costs
+    from commtax.schedule.analytical import dp_exposed, slowest_and_rest, slowest_dp_workload, stage_times
+    from commtax.schedule.sim.simulate import simulate
+    from commtax.workload.step import with_dp_stage
+
+    job = _dense_first_stage_job()
+    (d0, e0), (d1, e1) = stage_param_split(job)
+    assert e0 == 0 and d0 > d1 + e1  # stage 0 has the most parameters and no experts
+    # stage 1's experts by hand: 4 MoE layers x 64/8 experts x 3 matrices of 4096 x 2048
+    assert e1 == 4 * 8 * 3 * 4096 * 2048
+    wl, costs = build_workload(job), Costs(job)
+    assert wl.dp_split == (d0, e0) and not wl.edp_step  # the parameter-sized default: no expert gradients
+    slow, _ = slowest_and_rest(stage_times(job, wl, costs))
+    links = [dp_exposed(job, with_dp_stage(job, wl, s), costs, slow)[0] for s in [(d0, e0), (d1, e1)]]
+    assert links[1] > links[0]  # dense over dp=16 plus experts over edp=2 (across nodes) take longer
+    assert slowest_dp_workload(job, wl, costs, slow).dp_split == (d1, e1)
+    b = estimate(job)
+    assert b.comm_time_s["dp"] + b.comm_time_s["edp"] == pytest.approx(links[1])
+    # ZeRO-1 over edp = 2: reduce-scatter of the gradients and all-gather of the weights, each sending half
+    g = grad_bytes_per_param(job)
+    assert b.comm_bytes_per_gpu["edp"] == pytest.approx(e1 * (g + 2) / 2)
+    # the simulator prices each rank's own: the expert rank reduces its experts, the dense rank none
+    res = simulate(job)
+    assert res.builder.splits == [(d0, e0), (d1, e1)]
+    assert res.builder._expert_share(d0, 0) == 0.0 and res.builder._expert_share(d1, 1) == pytest.approx(1.0)
+
+
+def test_dense_workloads_have_one_dp_rank_kind():
+    # dense jobs keep the parameter-sized DP ops untouched (their byte-identical figures depend on it)
+    from commtax.costs.pricing import Costs
+    from commtax.schedule.analytical import slowest_and_rest, slowest_dp_workload, stage_times
+
+    job = load_job(Path(__file__).resolve().parents[1] / "examples" / "llama2-70b-h100.yaml")
+    wl, costs = build_workload(job), Costs(job)
+    assert wl.dp_stage_splits == ()
+    assert slowest_dp_workload(job, wl, costs, slowest_and_rest(stage_times(job, wl, costs))[0]) is wl
+
+
+def test_search_prices_moe_dp_on_the_slowest_rank_as_estimate_does():
+    # search's assembled step (grid DP exposure and optimizer) agrees with estimate on the job whose fullest rank
+    # holds no experts (with the DP sized by parameters it differed by 1.5e-2: it dropped the edp gradients)
+    from commtax.decide.search import Space, search
+
+    fixed = {"tp": "1", "pp": "2", "cp": "1", "vp": "1", "zero": "1", "recompute": "full"}
+    space = Space.parse({**fixed, "micro_batch": "1,2"})
+    res = search(_dense_first_stage_job(), space, top=3)
+    assert res.max_rel_diff < 1e-9
+    assert all(b.comm_time_s["edp"] > 0 for _, b in res.top)

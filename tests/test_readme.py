@@ -46,8 +46,10 @@ def test_required_catalog_ids_exist():
 
 @pytest.mark.parametrize("block", ["catalog tables", "worked example", "accuracy tables"])
 def test_readme_generated_blocks_are_what_the_code_prints(block):
-    from commtax.report.readme import BLOCK_FILES, BLOCKS, section
+    from commtax.report.readme import BLOCK_FILES, BLOCKS, VALIDATION, section
 
+    if block == "accuracy tables" and not (VALIDATION / "public_runs.csv").exists():
+        pytest.skip(f"the accuracy tables are computed from {VALIDATION}, which this checkout lacks")
     text = (REPO / BLOCK_FILES[block]).read_text()
     assert section(text, block), f"{BLOCK_FILES[block]} markers for {block!r} not found"
     assert section(text, block) == BLOCKS[block](), f"{BLOCK_FILES[block]} {block} drifted: run `make readme`"

@@ -214,3 +214,36 @@ def test_long_row_labels_are_clipped_but_kept_in_tooltips_and_tables():
     assert svg.clip_label(label) + "</text>" in text and svg.clip_label(label).endswith("…")
     assert label in text  # the tooltip
     assert c.table()[1][0][0] == label
+
+
+def test_plans_whose_labels_collide_are_told_apart_by_the_field_that_differs():
+    from commtax.report.html import distinct_labels
+
+    base = {"tp": 2, "pp": 8, "dp": 16, "vp": 10, "micro_batch": 1, "zero": 1, "sequence_parallel": True}
+    plans = [{**base, "recompute": "selective"}, {**base, "tp": 4, "recompute": "none"}, {**base, "recompute": "full"}]
+    assert distinct_labels(plans) == [
+        "tp2 pp8 dp16 vp10 mb1 z1 recompute=selective",
+        "tp4 pp8 dp16 vp10 mb1 z1",
+        "tp2 pp8 dp16 vp10 mb1 z1 recompute=full",
+    ]
+
+
+def test_the_timeline_table_appears_once(tmp_path):
+    """The close-ups (fill, drain) draw windows of the same spans: only the whole-step figure has the table."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from commtax.cli.main import app, register_commands
+
+    register_commands()
+    job = Path(__file__).resolve().parents[1] / "examples" / "sim" / "llama2-7b-interleaved.yaml"
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(app, ["report", str(job), "--no-search", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert 'id="fig-timeline-start"' in page and 'id="fig-timeline-end"' in page
+    assert page.count("whole-step timeline's table above") == 2
+    fig = lambda k: page.split(f'id="fig-{k}"', 1)[1].split("</figure>", 1)[0]
+    assert fig("timeline").count("<tr>") > 20  # the spans' table, once
+    assert fig("timeline-start").count("<tr>") == fig("timeline-end").count("<tr>") == 2  # header and the window

@@ -170,3 +170,103 @@ def csv_rows(validation_dir):
 
     with open(validation_dir / "public_runs.csv", newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+# issue 21: both dense files together (162 rows, 10 sources), averaged by source, nothing fitted
+UNION_SOURCE_AVG_CEILING = 10.0
+
+
+def dense_files(validation_dir):
+    return [validation_dir / "public_runs.csv", validation_dir / "public_runs_more.csv"]
+
+
+def test_both_dense_files_each_and_together(validation_dir):
+    from commtax.decide.validate import validate_files
+
+    multi = validate_files(dense_files(validation_dir))
+    assert [len(r.rows) for r in multi.files.values()] == [54, 108]
+    union = multi.union
+    assert len(union.rows) == 162 and len(union.by_source) == 10
+    assert union.refused == []  # every row predicted (the 22 Llama 3.1 405B Megatron-Bridge rows included)
+    assert union.source_avg_mape_pct == pytest.approx(sum(union.by_source.values()) / 10)
+    assert union.source_avg_mape_pct <= UNION_SOURCE_AVG_CEILING
+    # the 80% interval, fitted without each row's source, covers 75-85% of the rows
+    assert 0.75 <= union.coverage_80 <= 0.85
+    row = union.rows[0]
+    assert row.extra["predicted_tokens_per_s_per_gpu_p10"] < row.extra["predicted_tokens_per_s_per_gpu_p90"]
+    assert row.extra["interval"] == "fitted without this source"
+
+
+def test_llama31_405b_rows_use_megatron_bridges_pipeline_split(validation_dir):
+    from commtax.decide.validate import nvlink_segment, run_job_raw
+    from commtax.spec import Job, build, load_catalog, pipeline_split
+
+    rows = [r for r in csv_rows_of(validation_dir / "public_runs_more.csv") if "LLAMA3.1_405B" in r["id"]]
+    assert len(rows) == 22
+    raw, fixed, _ = run_job_raw(rows[0], load_catalog())
+    assert fixed["account_for_embedding_in_pipeline_split"] and fixed["account_for_loss_in_pipeline_split"]
+    # 126 layers + embedding + loss = 128 over pp16 · vp4 = 64 chunks of 2; the first and the last hold 1
+    job = build(Job, {**raw, "plan": {**fixed, "sequence_parallel": True}}, "")
+    split = pipeline_split(126, job.plan)
+    assert split[0] == 1 and split[-1] == 1 and set(split[1:-1]) == {2} and sum(split) == 126
+    # 256 GPUs on NVL72 racks: four Slurm segments of 64 GPUs (NVIDIA's GB200 NVL72 guidance)
+    assert nvlink_segment(256, 72) == 64 and nvlink_segment(128, 72) == 64 and nvlink_segment(64, 72) == 72
+    assert nvlink_segment(1024, 8) == 8 and raw["cluster"]["gpus_per_node"] == 64
+
+
+def test_validate_cli_several_files_json_and_text(validation_dir):
+    files = [str(p) for p in dense_files(validation_dir)]
+    r = runner.invoke(app, ["validate", *files, "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert list(d["files"]) == files and len(d["union"]["rows"]) == 162
+    assert 0.75 <= d["union"]["coverage_80"] <= 0.85
+    assert {"predicted_tokens_per_s_per_gpu_p10", "predicted_tokens_per_s_per_gpu_p90"} <= set(d["union"]["rows"][0])
+    r = runner.invoke(app, ["validate", *files])
+    assert r.exit_code == 0
+    assert "All runs files together (162 rows)" in r.stdout and "MAPE averaged by source (10 sources)" in r.stdout
+
+
+def test_an_id_in_two_files_is_refused(tmp_path, validation_dir):
+    lines = (validation_dir / "public_runs.csv").read_text().splitlines()
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text("\n".join(lines[:2]) + "\n")
+    b.write_text("\n".join(lines[:2]) + "\n")
+    r = runner.invoke(app, ["validate", str(a), str(b)])
+    assert r.exit_code == 2 and "is also in" in r.stderr and "ids are unique across files" in r.stderr
+
+
+def csv_rows_of(path):
+    import csv
+
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_published_software_facts_of_the_new_sources():
+    from commtax.decide.validate import source_plan
+
+    # torchtitan's Trainy benchmark runs with --training.compile
+    assert source_plan({"source": "Trainy team on WhiteFiber; pytorch/torchtitan benchmarks/..."}) == {
+        "elementwise": "compiled"
+    }
+    # Megatron-DeepSpeed bf16 (BF16_Optimizer): the fp32 gradients are all-reduced
+    assert source_plan({"source": "BigScience BLOOM-176B training (tr11-176B-ml); ..."})["grad_comm_dtype"] == "fp32"
+    assert source_plan({"source": "Smith et al. 2022; Sec 2.4"})["grad_comm_dtype"] == "fp32"
+
+
+def test_bf16_optimizer_all_reduces_fp32_gradients_then_gathers_bf16_weights():
+    from tests.conftest import job_dict
+
+    from commtax.spec import load_job
+    from commtax.workload.step import build_workload, stage_params
+
+    d = job_dict(
+        tp=8, pp=4, dp=8, zero=1, framework="megatron-deepspeed", sequence_parallel=False, grad_comm_dtype="fp32"
+    )
+    job = load_job(d)
+    ar, ag = build_workload(job).dp_step
+    fullest = max(stage_params(job))
+    assert (ar.op, ar.bytes) == ("all_reduce", 4 * fullest) and (ag.op, ag.bytes) == ("all_gather", 2 * fullest)
+    megatron = load_job({**d, "plan": {**d["plan"], "framework": "megatron-core"}})
+    assert build_workload(megatron).dp_step[0].op == "reduce_scatter"

@@ -236,3 +236,20 @@ def test_the_fields_blocks_are_shared_across_are_fields_they_do_not_read(grad_dt
         covered |= set(changes)
         assert fresh(job_with(base, **changes)) == ref, changes
     assert covered == BLOCK_IRRELEVANT
+
+
+def test_deepspeeds_bf16_optimizer_accumulates_fp32_gradients_every_micro_batch():
+    # deepspeed/runtime/bf16_optimizer.py update_hp_grads after each backward: 18 B per weight (cast 2 + 4, add
+    # 4 + 4 + 4), two kernels per weight tensor; BF16_Optimizer is DeepSpeed's bf16 path for ZeRO stage 0/1 only:
+    # the block cache keys on that, not on the stage
+    from commtax.spec import job_with
+    from commtax.workload.step import _layer_block, _layer_gemms
+
+    job = load_job(job_dict(tp=8, pp=4, dp=8, zero=1, framework="megatron-deepspeed", sequence_parallel=False))
+    op = next(o for o in _layer_block(job).bwd.ops if o.name == "bf16_optimizer_grad_accum")
+    weights = sum(kk * nn for _, _, nn, kk in _layer_gemms(job, job.training.seq_len))
+    assert op.bytes == 18 * weights
+    for other in (job_with(job, zero=2), job_with(job, framework="megatron-lm")):
+        assert all(o.name != "bf16_optimizer_grad_accum" for o in _layer_block(other).bwd.ops)
+        assert all(o.name != "bf16_optimizer_grad_accum" for o in build_workload(other).layer.bwd.ops)
+    assert build_workload(job_with(job, zero=0)).layer is build_workload(job).layer

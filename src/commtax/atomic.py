@@ -194,3 +194,39 @@ def strict_json(data: Any, **kwargs: Any) -> str:
         raise TypeError(f"{type(o).__name__} is not JSON serialisable")
 
     return json.dumps(_finite(data), allow_nan=False, default=default, **kwargs)
+
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
+
+
+def refuse_overwriting_inputs(outputs: dict[str, Path | str | None], inputs: list[Path | str | None]) -> None:
+    """Raise SpecError (one line) when an output option names one of the command's inputs (or another output),
+    or a trace-like file inside an input folder: writing it would replace what the command reads."""
+
+    def same(a: Path, b: Path) -> bool:
+        try:
+            return os.path.samefile(a, b)  # hard links and symlinks too
+        except OSError:
+            return os.path.realpath(a) == os.path.realpath(b)
+
+    seen: dict[str, Path] = {}
+    for opt, out in outputs.items():
+        if out is None or str(out) in ("-", "/dev/null", "/dev/stdout", "/dev/stderr"):
+            continue
+        out = Path(out)
+        for inp in (Path(p) for p in inputs if p is not None):
+            if inp.is_dir() and not out.is_dir():
+                inside = os.path.realpath(out).startswith(os.path.realpath(inp) + os.sep)
+                if inside and out.name.endswith(TRACE_SUFFIXES):
+                    raise SpecError(
+                        f"{opt}: {out} is inside the input folder {inp}, where it would be read as an input next "
+                        "time; write it elsewhere"
+                    )
+            elif same(out, inp):
+                raise SpecError(
+                    f"{opt}: {out} is also an input ({inp}); writing it would replace it: give another file"
+                )
+        for other_opt, other in seen.items():
+            if same(out, other):
+                raise SpecError(f"{opt}: {out} is also {other_opt}; give each output its own file")
+        seen[opt] = out

@@ -75,3 +75,19 @@ def format_sig(x: float, digits: int = 3) -> str:
         return f"{x:g}"
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
     return f"{x:,.{decimals}f}"
+
+
+def memory_need(need_GiB: float, cap_GiB: float) -> str:
+    """ "24.0 GiB needed per GPU (0.8 MiB over the 24.0 GiB …" never reads as a contradiction: the excess is
+    printed in a unit that shows it (GiB to 0.1, else MiB), and the need with enough digits to differ."""
+    digits = 1
+    while digits < 6 and f"{need_GiB:.{digits}f}" == f"{cap_GiB:.{digits}f}":
+        digits += 1
+    return f"{need_GiB:.{digits}f} GiB needed per GPU, {memory_excess(need_GiB, cap_GiB)}"
+
+
+def memory_excess(need_GiB: float, cap_GiB: float) -> str:
+    """ "0.8 MiB over the 24.0 GiB": GiB when the excess shows at 0.1 GiB, MiB below that."""
+    over = need_GiB - cap_GiB
+    excess = f"{over:.1f} GiB" if abs(over) >= 0.1 else f"{over * GiB / MiB:.1f} MiB"
+    return f"{excess} over the {cap_GiB:.1f} GiB"

@@ -26,6 +26,7 @@ import typer
 
 from commtax.atomic import strict_json, write_atomic
 from commtax.errors import EXIT_INTERRUPTED, SpecError, os_error_line
+from commtax.units import memory_need
 
 EXIT_INFEASIBLE = 1  # the plan does not fit, or a check (--max-mape) failed
 EXIT_BAD_INPUT = 2  # bad input: one line naming the field and the fix
@@ -123,12 +124,34 @@ WIDE_COLUMNS = 200
 # ----------------------------------------------------------------------------- errors
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print ``error: message`` on stderr (one logical line) and exit with ``code``."""
-    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True, highlight=False)
+    err_console.print(f"[red]error:[/red] {escape(safe_text(message))}", soft_wrap=True, highlight=False)
     raise typer.Exit(code)
 
 
+FILE_OUTPUT_OPTIONS = ("--out", "-o", "--cluster-out")  # each names a file (--plots names a folder)
+
+
+def refuse_folder_outputs(argv: list[str]) -> None:
+    """``--out x.json/`` names a folder: refused here, since ``Path("x.json/")`` drops the slash and would
+    write x.json. Checked on the raw command line, before typer converts it."""
+    for i, arg in enumerate(argv):
+        if arg == "--":  # what follows is another program's command line (`cluster run -- CMD ...`)
+            break
+        opt, eq, value = arg.partition("=")
+        if opt in FILE_OUTPUT_OPTIONS:
+            value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            if value.endswith("/") and value != "/dev/stdout/":
+                fail(f"{opt}: {value} ends in '/', a folder; an output option names a file (drop the '/')")
+
+
+def safe_text(text: str) -> str:
+    """``text`` (a file name, a message quoting one) with terminal control characters escaped: an escape
+    sequence cannot recolour or clear the terminal, a newline cannot forge another output line."""
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+
+
 def warn(message: str) -> None:
-    err_console.print(f"[yellow]warning:[/yellow] {escape(message)}", soft_wrap=True, highlight=False)
+    err_console.print(f"[yellow]warning:[/yellow] {escape(safe_text(message))}", soft_wrap=True, highlight=False)
 
 
 def user_errors(fn: Callable) -> Callable:
@@ -151,9 +174,14 @@ def user_errors(fn: Callable) -> Callable:
 
 def does_not_fit(b: Any, job: Any) -> NoReturn:
     """A plan that does not fit memory: one line naming the need, the capacity and the fixes; exit 1."""
+    need, cap, gpu = b.memory_gib_per_gpu["total"], job.cluster.gpu.mem_GiB, job.cluster.gpu.name
+    over = [x for x in b.pools or [] if not x["fits"]]
+    if over:  # GPU pools: the pool that overflows, on its own GPU
+        x = max(over, key=lambda x: x["memory_gib"] / x["mem_GiB"])
+        need, cap, gpu = x["memory_gib"], x["mem_GiB"], f"{x['gpu']} (pool {x['pool']})"
     fail(
-        f"plan does not fit GPU memory: {b.memory_gib_per_gpu['total']:.1f} GiB needed per GPU, "
-        f"{job.cluster.gpu.mem_GiB:.1f} GiB on {job.cluster.gpu.name}; try a higher plan.zero, "
+        f"plan does not fit GPU memory: {memory_need(need, cap)} "
+        f"on {gpu}; try a higher plan.zero, "
         "plan.recompute: full, a smaller plan.micro_batch, or larger tp/pp (commtax search finds one)",
         EXIT_INFEASIBLE,
     )

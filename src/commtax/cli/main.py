@@ -89,64 +89,95 @@ def estimate(
 
 # ----------------------------------------------------------------------------- validate
 def validate(
-    csv_file: Annotated[Path, typer.Argument(metavar="FILE.csv", help="published measurements (runs or collectives)")],
+    csv_files: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="FILE.csv...", help="published measurements (runs or collectives); several: each and the union"
+        ),
+    ],
     json_out: JsonOpt = False,
     catalog: CatalogOpt = None,
     max_mape: Annotated[
-        Optional[float], typer.Option("--max-mape", metavar="PCT", help="exit 1 when the MAPE (%) is above this")
+        Optional[float],
+        typer.Option("--max-mape", metavar="PCT", help="exit 1 when a file's MAPE (%) is above this"),
     ] = None,
     plot: PlotOpt = None,
-    loso: Annotated[bool, flag("--loso", "leave-one-source-out MAPE of fitted assumptions")] = False,
+    loso: Annotated[
+        bool, flag("--loso", "leave-one-source-out MAPE of fitted assumptions and coverage of the interval")
+    ] = False,
     wide: WideOpt = False,
 ) -> None:
-    """Predict published measurements and report the error per row and the MAPE."""
-    from commtax.decide.validate import read_rows
-    from commtax.decide.validate import validate as run_validate
+    """Predict published measurements and report the error per row, the MAPE and the 80% interval's coverage;
+    several files: each file, then the runs files' rows together (by source)."""
+    from commtax.decide.validate import read_rows, validate_files
     from commtax.report.table import validation_table
 
     if max_mape is not None and not (0 <= max_mape < float("inf")):
         raise SpecError(f"--max-mape: a percentage ≥ 0, got {max_mape}")
-    n = len(read_rows(csv_file))
+    n = sum(len(read_rows(f)) for f in csv_files)
     with progress("predicting", enabled=not json_out) as update:
         done = iter(range(1, n + 1))
-        report = run_validate(csv_file, catalog, progress=lambda: update(next(done, n), n), loso=loso)
+        multi = validate_files(csv_files, catalog, progress=lambda: update(next(done, n), n), loso=loso)
+    reports = list(multi.files.values())
     if plot is not None:
         from commtax.report.plots import parity_plot
 
-        parity_plot(report, plot)
+        parity_plot(multi.union or reports[0], plot)
     if json_out:
-        emit(report.to_dict(), True)
+        emit(reports[0].to_dict() if len(reports) == 1 else multi.to_dict(), True)
     else:
-        print_table(validation_table(report, wide), wide)
+        for name, report in multi.files.items():
+            if len(reports) > 1:
+                console.print(f"\n[bold]{name}[/bold]")
+            print_table(validation_table(report, wide), wide)
+            _print_summary(report, loso, subsets=True)
+        if multi.union is not None:
+            console.print(f"\n[bold]All runs files together ({len(multi.union.rows)} rows)[/bold]")
+            _print_summary(multi.union, loso, subsets=False)
+    for name, report in multi.files.items():
+        where = f"{name}: " if len(reports) > 1 else ""
+        if max_mape is not None and (report.mape_pct is None or not report.mape_pct <= max_mape):
+            if report.mape_pct is None:
+                fail(f"{where}no row could be predicted, so --max-mape {max_mape:g}% cannot pass", EXIT_INFEASIBLE)
+            fail(f"{where}MAPE {report.mape_pct:.1f}% is above --max-mape {max_mape:g}%", EXIT_INFEASIBLE)
+
+
+def _print_summary(report, loso: bool, subsets: bool) -> None:
+    if subsets:
         for name, value in report.subsets.items():
             console.print(f"MAPE {name}: {value:.1f}%")
-        for name, value in report.by_source.items():
-            console.print(f"MAPE by source: {name[:48]} ({report.rows_by_source[name]} rows): {value:.1f}%")
-        if report.source_avg_mape_pct is not None:
-            console.print(
-                f"MAPE averaged by source ({len(report.by_source)} sources): {report.source_avg_mape_pct:.1f}%"
-            )
-            console.print(f"MAPE on rows no constant was fitted on: {report.unfitted_mape_pct:.1f}%")
-        if report.kind == "runs":
-            console.print(
-                f"rows refused: {len(report.refused)}" + (f" ({', '.join(report.refused)})" if report.refused else "")
-            )
-        if loso and report.kind == "runs":
-            console.print(
-                f"leave-one-source-out MAPE: {report.loso_mape_pct:.1f}% ({report.loso_note})"
-                if report.loso_mape_pct is not None
-                else f"leave-one-source-out: {report.loso_note}"
-            )
-        n_ok = sum(r.error_pct is not None for r in report.rows)
+    for name, value in report.by_source.items():
+        console.print(f"MAPE by source: {name[:48]} ({report.rows_by_source[name]} rows): {value:.1f}%")
+    if report.source_avg_mape_pct is not None:
+        console.print(f"MAPE averaged by source ({len(report.by_source)} sources): {report.source_avg_mape_pct:.1f}%")
+        console.print(f"MAPE on rows no constant was fitted on: {report.unfitted_mape_pct:.1f}%")
+    if report.kind == "runs":
+        console.print(f"rows refused: {len(report.refused)}", highlight=False)
+    if report.refused:
+        reasons = {r.id: r.reason for r in report.rows if r.predicted is None}
+        for rid in report.refused:  # one line each, the reason beside the row: reads at 80 columns
+            console.print(f"  refused {rid}: {reasons.get(rid) or 'no prediction'}", markup=False, highlight=False)
+    if report.unknown_columns:
         console.print(
-            f"[bold]MAPE ({report.kind}, {n_ok} rows): {report.mape_pct:.1f}%[/bold]"
-            if report.mape_pct is not None
-            else "no row could be predicted"
+            f"note: columns this validator does not read (ignored): {', '.join(report.unknown_columns)}",
+            markup=False,
+            highlight=False,
         )
-    if max_mape is not None and (report.mape_pct is None or not report.mape_pct <= max_mape):
-        if report.mape_pct is None:
-            fail(f"no row could be predicted, so --max-mape {max_mape:g}% cannot pass", EXIT_INFEASIBLE)
-        fail(f"MAPE {report.mape_pct:.1f}% is above --max-mape {max_mape:g}%", EXIT_INFEASIBLE)
+    if report.kind == "runs":
+        if report.coverage_80 is not None:
+            console.print(f"80% interval covers {report.coverage_80:.0%} of the rows (coverage_80)")
+    if loso and report.kind == "runs":
+        console.print(
+            f"leave-one-source-out MAPE: {report.loso_mape_pct:.1f}% ({report.loso_note})"
+            if report.loso_mape_pct is not None
+            else f"leave-one-source-out: {report.loso_note}"
+        )
+    n_ok = sum(r.error_pct is not None for r in report.rows)
+    console.print(
+        f"[bold]MAPE ({report.kind}, {n_ok} rows): {report.mape_pct:.1f}%[/bold]"
+        if report.mape_pct is not None
+        else "no row could be predicted"
+    )
 
 
 # ----------------------------------------------------------------------------- collective
@@ -334,6 +365,15 @@ def main() -> None:
 
     signals.install()  # SIGTERM/SIGHUP clean up like Ctrl-C (temp files, workers, launched ranks), exit 130
     command = sys.argv[1] if len(sys.argv) > 1 else None
+    if sys.argv[1:] == ["--version"]:  # no command to register: every module's import would cost a second
+        print(f"commtax {__version__}")
+        return
+    from commtax.cli.io import refuse_folder_outputs
+
+    try:
+        refuse_folder_outputs(sys.argv[1:])
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
     try:
         register_commands({command} if command in COMMANDS else None)
         if signals.RECEIVED:  # raised inside an import-lock callback, where Python ignores exceptions
@@ -341,7 +381,27 @@ def main() -> None:
     except KeyboardInterrupt as e:  # a signal while the command's modules import: still one line, exit 130
         print(f"error: interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
         sys.exit(130)  # errors.EXIT_INTERRUPTED
-    app()
+    sys.exit(run_app(command))
+
+
+def run_app(command: str | None) -> int:
+    """``app()`` with click's usage errors (a range, a choice, a missing file or argument, an unknown option)
+    as one ``error:`` line and exit 2, as the rest of the CLI reports bad input, not click's usage block."""
+    try:
+        rv = app(standalone_mode=False)
+    except Exception as e:
+        if type(e).__name__ == "Abort":  # click's: Ctrl-C or end of input at a prompt (cluster down --all)
+            print("error: aborted", file=sys.stderr)
+            return 130
+        if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):  # not a click exception
+            raise
+        from commtax.cli.io import safe_text
+
+        where = f"commtax {command} --help" if command in COMMANDS else "commtax --help"
+        message = " ".join(safe_text(e.format_message()).split()).rstrip(".")
+        print(f"error: {message}; see `{where}`", file=sys.stderr)
+        return 2 if e.exit_code in (1, 2) else e.exit_code
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import typer
 from commtax.cli.io import (  # user_errors: SpecError/OSError: one line, exit 2; Ctrl-C/SIGTERM: exit 130
     choice_list,
     fail,
+    safe_text,
     user_errors,
 )
 from commtax.costs.collectives import OPS
@@ -97,8 +98,20 @@ def cluster_up(
         int, typer.Option("--ranks-per-node", min=1, max=64, help="torchrun processes per node")
     ] = 1,
     link: Annotated[
-        str, typer.Option("--link", help="each node's link rate per direction, tc units: 300mbit, 1gbit")
+        str,
+        typer.Option(
+            "--link",
+            help="each node's link rate per direction, tc units: 300mbit, 1gbit; or one per node: 1gbit,500mbit",
+        ),
     ] = "1gbit",
+    node_speed: Annotated[
+        Optional[str],
+        typer.Option(
+            "--node-speed",
+            metavar="X,...",
+            help="CPUs per rank of each node, e.g. 1,0.5 (a cgroup CPU quota per node; priced as one pool per node)",
+        ),
+    ] = None,
     uplink: Annotated[
         Optional[str],
         typer.Option(
@@ -140,10 +153,22 @@ def cluster_up(
     from commtax.measure.results import write_atomic
 
     try:
-        link_bit_s = parse_rate_bit_s(link)
+        links = [parse_rate_bit_s(x) for x in link.split(",")]
         uplink_bit_s = parse_rate_bit_s(uplink) if uplink else None
     except ValueError as e:
         fail(f"--link/--uplink: {e}")
+    if len(links) not in (1, nodes):
+        fail(f"--link: {len(links)} rates for {nodes} nodes; give one rate, or one per node")
+    link_bit_s = min(links)
+    node_links = tuple(links) if len(links) > 1 else None
+    speeds = None
+    if node_speed is not None:
+        try:
+            speeds = tuple(float(x) for x in node_speed.split(","))
+        except ValueError:
+            fail(f"--node-speed: {node_speed!r} is not a comma list of numbers, e.g. 1,0.5")
+        if len(speeds) != nodes or not all(0.01 <= x <= 64 for x in speeds):
+            fail(f"--node-speed: give {nodes} numbers in [0.01, 64] (CPUs per rank), one per node, got {node_speed!r}")
     if uplink and (leaves is not None or spine):
         fail("--uplink: it is the two-leaf form of --leaves 2 --spine RATE; give --uplink or --leaves/--spine")
     if spine and leaves is None:
@@ -163,8 +188,12 @@ def cluster_up(
 
     _check_out(out)
     _refuse_live_record(out)
+    # what --out held before: an interrupted build puts it back (never deletes a file the user had)
+    prior = out.read_bytes() if out.is_file() else None
+    recorded: list[bool] = []
 
     def record(c: EmulatedCluster) -> None:  # before the first namespace: even a SIGKILL leaves the record
+        recorded.append(True)
         write_atomic(
             out,
             yaml.safe_dump(
@@ -180,18 +209,32 @@ def cluster_up(
     try:
         check_host()
         cluster = EmulatedCluster(
-            nodes, ranks_per_node, link_bit_s, uplink_bit_s, mtu, leaves=leaves, probe_duplex=duplex_probe
+            nodes,
+            ranks_per_node,
+            link_bit_s,
+            uplink_bit_s,
+            mtu,
+            leaves=leaves,
+            node_speed=speeds,
+            node_link_bit_s=node_links,
+            probe_duplex=duplex_probe,
         ).up(record)
     except ClusterError as e:
         fail(f"commtax cluster: {e}")
     except BaseException:
-        out.unlink(missing_ok=True)  # the cluster it recorded is gone again
+        if recorded:  # the cluster it recorded is gone again: the file goes back to what it was
+            if prior is None:
+                out.unlink(missing_ok=True)
+            else:
+                write_atomic(out, prior)
         raise
     write_atomic(out, yaml.safe_dump(cluster.spec(), sort_keys=False))
     m = cluster.measured
     typer.echo(
-        f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links {link_bit_s / 1e6:g} Mbit/s"
+        f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links "
+        f"{','.join(f'{x / 1e6:g}' for x in links)} Mbit/s"
         f"{f', {cluster.leaf_count} leaves' if leaves else ''}"
+        f"{f', node speeds {node_speed}' if speeds else ''}"
         f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
         f"{m['loopback_bw_GBps']:.2f} GB/s"
         + (
@@ -201,7 +244,7 @@ def cluster_up(
             if "gloo_a2a" in m
             else ""
         )
-        + f"; wrote {out}"
+        + f"; wrote {safe_text(str(out))}"
     )
 
 
@@ -341,9 +384,13 @@ def cluster_down(
         names = _mine_to_remove()
     else:
         try:
-            names = EmulatedCluster.from_spec(_read_cluster(cluster_file)).namespaces
+            cluster = EmulatedCluster.from_spec(_read_cluster(cluster_file))
         except ValueError as e:
             fail(f"--cluster: {e}")
+        names = cluster.namespaces
+        why = _not_ours(cluster.name, names)
+        if why:
+            fail(f"--cluster: cluster {cluster.name} ({', '.join(names)}) is not removed: {why}")
     removed = down_namespaces(names)
     from commtax.measure.cluster import forget
 
@@ -351,6 +398,24 @@ def cluster_down(
         if not any(ns.startswith(name + "-") for ns in existing_namespaces()):
             forget(name)
     typer.echo(f"removed {len(removed)} namespaces" + (f": {', '.join(removed)}" if removed else ""))
+
+
+def _not_ours(name: str, names: list[str]) -> str | None:
+    """Why ``cluster down --cluster`` must not touch cluster ``name``: it exists and this user's `cluster up`
+    has no ownership record of it (another user's, another tool's, or a file naming someone else's cluster)."""
+    from commtax.measure.cluster import existing_namespaces, owner_record, owner_uid, registry_dir
+
+    if not set(names) & set(existing_namespaces()):
+        return None  # nothing of it is left: nothing to kill or delete
+    rec = owner_record(name)
+    if rec is None:
+        return (
+            f"no record in {registry_dir()} that `commtax cluster up` built it; if it is yours, "
+            f"`ip netns del` its namespaces yourself"
+        )
+    if rec.get("uid") != owner_uid():
+        return f"built by uid {rec.get('uid')}, not by you"
+    return None
 
 
 def _mine_to_remove() -> list[str]:
@@ -444,9 +509,48 @@ MAX_SIZES = 1000  # rows of one sweep (nccl-tests' default 8 B..128 MiB ×2 is 2
 MAX_BENCH_BYTES = 2**36  # 64 GiB per message buffer
 
 
+def max_local_ranks() -> int:
+    """Local ranks `bench --nproc` may start: 4 per core (more CPU ranks only wait for each other), 8 at least."""
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
+def _check_nproc(nproc: int) -> None:
+    if "RANK" not in os.environ and nproc > max_local_ranks():
+        fail(f"--nproc: {nproc:,} local ranks on {os.cpu_count()} cores; the limit is {max_local_ranks()} (4 per core)")
+
+
+# bench ddp's model and loop: each bound far above what a CPU rank trains in minutes, far below what fills memory
+DDP_LIMITS = {
+    "--seq-len": 16_384,
+    "--accumulate": 4_096,
+    "--steps": 100_000,
+    "--warmup": 10_000,
+    "--micro-batch": 4_096,
+    "--hidden": 16_384,
+    "--layers": 256,
+    "--heads": 1_024,
+    "--vocab": 1_048_576,
+}
+MAX_DDP_TOKENS = 1 << 20  # micro-batch × seq-len per rank per micro-batch
+
+
+def _check_ddp_sizes(values: dict[str, int]) -> None:
+    for opt, v in values.items():
+        if v > DDP_LIMITS[opt]:
+            fail(f"{opt}: {v:,} is over the limit of {DDP_LIMITS[opt]:,} for bench ddp's CPU model")
+    tokens = values["--micro-batch"] * values["--seq-len"]
+    if tokens > MAX_DDP_TOKENS:
+        fail(
+            f"--micro-batch × --seq-len: {tokens:,} tokens per micro-batch per rank, over the limit of "
+            f"{MAX_DDP_TOKENS:,}"
+        )
+
+
 def _check_sweep(lo: int, hi: int, factor: float, timeout: float, nproc: int, backend: str, fault: str) -> None:
     """Everything a rank would trip over, checked once in the launcher: one line, exit 2, no rank started."""
     import math
+
+    _check_nproc(nproc)
 
     if not math.isfinite(factor):
         fail(f"--factor: a finite multiplier > 1, got {factor}")
@@ -580,6 +684,40 @@ def bench_gemm(
         typer.echo(f"{r['dtype']:>5} {r['name']:>9} {r['m']}×{r['k']}·{r['k']}×{r['n']}: {r['tflops']:.3f} TFLOP/s")
 
 
+@bench_app.command("gpu")
+@user_errors
+def bench_gpu(
+    out: Annotated[Path, typer.Option("--out", help="directory for gpu_sweep.json and the profiled step's trace.json")],
+    job: Annotated[Optional[Path], typer.Option("--job", help="job YAML whose layer GEMM shapes to measure")] = None,
+    sustain_s: Annotated[
+        float, typer.Option("--sustain-s", min=1.0, help="seconds of load before the sustained rate")
+    ] = 120.0,
+) -> None:
+    """One GPU, about 5-10 minutes: GEMM bf16/fp8 over the job's shapes, burst vs sustained clock, flash attention
+    against sequence length, HBM elementwise passes and a profiled small training step (commtax.measure.gpu_sweep)."""
+    from commtax.measure.gpu_sweep import run
+
+    r = run(job, out, sustain_s)
+    typer.echo(f"{r['device']}: wrote {out / 'gpu_sweep.json'} and {out / r['trace']} (commtax trace reads it)")
+
+
+@bench_app.command("gpu-entries")
+@user_errors
+def bench_gpu_entries(
+    results: Annotated[Path, typer.Argument(metavar="gpu_sweep.json", help="results of `commtax bench gpu`")],
+    gpu: Annotated[str, typer.Option("--gpu", help="catalog id of the GPU it ran on (its datasheet peaks)")],
+) -> None:
+    """The sweep's results as catalog entries (gpus.yaml, assumptions.yaml, attention.yaml), each with its source."""
+    import yaml
+
+    from commtax.measure.sweep_entries import entries_for_catalog_gpu, read_results
+
+    data = entries_for_catalog_gpu(read_results(results), gpu)
+    for name, fragment in data.items():
+        typer.echo(f"# catalog/{name}.yaml")
+        typer.echo(yaml.safe_dump(fragment, sort_keys=False, allow_unicode=True, width=110))
+
+
 @bench_app.command("ddp")
 def bench_ddp(
     hook: Annotated[
@@ -636,6 +774,24 @@ def bench_ddp(
         gemm = read_gemm_records(gemm_json) if gemm_json is not None else None
     except SpecError as e:
         fail(str(e))
+    _check_nproc(nproc)
+    _check_ddp_sizes(
+        {
+            "--seq-len": seq_len,
+            "--accumulate": accumulate,
+            "--steps": steps,
+            "--warmup": warmup,
+            "--micro-batch": micro_batch,
+            "--hidden": hidden,
+            "--layers": layers,
+            "--heads": heads,
+            "--vocab": vocab,
+        }
+    )
+    if "RANK" not in os.environ and out is not None:
+        _check_out(out)
+        if append and out.exists():
+            _check_records(out, "--append")
     if "RANK" not in os.environ:  # not under torchrun: become it, locally (the output checked once, here)
         if out is not None:
             _check_out(out)
@@ -663,6 +819,82 @@ def bench_ddp(
     )
     sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
     run(cfg, sink, cluster, gemm, log=lambda s: typer.echo(s, err=True))
+
+
+@bench_app.command("pipeline")
+def bench_pipeline(
+    layers: Annotated[int, typer.Option("--layers", min=1, max=64, help="transformer blocks of the small GPT")] = 4,
+    stage_layers: Annotated[
+        str, typer.Option("--stage-layers", metavar="N,...", help="blocks per pipeline stage (one rank each)")
+    ] = "2,2",
+    schedule: Annotated[Literal["gpipe", "1f1b"], typer.Option("--schedule", help="pipeline schedule")] = "1f1b",
+    micro_batches: Annotated[int, typer.Option("--micro-batches", min=1, max=256, help="per step")] = 4,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", min=1, help="sequences per micro-batch")] = 8,
+    hidden: Annotated[int, typer.Option("--hidden", min=8)] = 256,
+    heads: Annotated[int, typer.Option("--heads", min=1)] = 4,
+    vocab: Annotated[int, typer.Option("--vocab", min=8)] = 512,
+    seq_len: Annotated[int, typer.Option("--seq-len", min=2)] = 64,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="timed steps")] = 6,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="untimed steps first")] = 2,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    cluster_file: Annotated[
+        Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_step_time_s")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")
+    ] = 300.0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records, one per run")] = None,
+    append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
+) -> None:
+    """A small GPT split into pipeline stages over p2p: per-stage compute, send/recv, bubble, step, prediction."""
+    try:
+        split = tuple(int(x) for x in stage_layers.split(","))
+    except ValueError:
+        fail(f"--stage-layers: {stage_layers!r} is not a comma list of block counts, e.g. 3,1")
+    if any(x < 0 for x in split) or sum(split) != layers:
+        fail(f"--stage-layers {stage_layers}: must be ≥ 0 each and sum to --layers ({layers})")
+    if len(split) < 2:
+        fail("--stage-layers: a pipeline needs at least 2 stages, e.g. 2,2")
+    if hidden % heads:
+        fail(f"--hidden ({hidden}) must be divisible by --heads ({heads})")
+    cluster = _read_cluster(cluster_file) if cluster_file is not None else None
+    if cluster is not None and cluster.get("pools") and len(cluster["pools"]) != len(split):
+        fail(f"--stage-layers: {len(split)} stages on a cluster of {len(cluster['pools'])} nodes; give one per node")
+    if "RANK" not in os.environ:  # not under torchrun: become it, locally, one rank per stage
+        if out is not None:
+            _check_out(out)
+        from commtax.measure.bench import run_local
+
+        raise typer.Exit(run_local(len(split), ["bench", "pipeline", *_argv_tail("pipeline")]))
+    if int(os.environ.get("WORLD_SIZE", "0")) != len(split):
+        fail(
+            f"--stage-layers: {len(split)} stages need {len(split)} ranks, torchrun started {os.environ['WORLD_SIZE']}"
+        )
+    from commtax.measure.ddp_bench import GPTConfig
+    from commtax.measure.pipeline_bench import PipelineBenchConfig, run
+    from commtax.measure.results import ResultFile
+
+    cfg = PipelineBenchConfig(
+        split,
+        schedule,
+        micro_batches,
+        micro_batch,
+        steps,
+        warmup,
+        seed=seed,
+        timeout_s=timeout,
+        model=GPTConfig(vocab, hidden, layers, heads, seq_len),
+    )
+    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None)
+    if append and out is not None and out.exists() and int(os.environ["RANK"]) == 0:
+        try:  # pipeline records, not collective ones: ResultFile's loader checks the collective fields
+            old = json.loads(out.read_text())
+        except (OSError, ValueError) as e:
+            fail(f"--append: cannot read {out}: {e}")
+        if not isinstance(old, list) or not all(isinstance(r, dict) and r.get("bench") == "pipeline" for r in old):
+            fail(f"--append: {out} does not hold `bench pipeline` records; give another --out")
+        sink.records = old
+    run(cfg, sink, cluster, log=lambda s: typer.echo(s, err=True))
 
 
 MAX_MOE_EXPERTS = 1024
@@ -768,9 +1000,18 @@ def calibrate_command(
     ] = None,
 ) -> None:
     """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
+    from commtax.atomic import refuse_overwriting_inputs
+    from commtax.errors import SpecError
+
+    try:
+        refuse_overwriting_inputs(
+            {"--out": out, "--cluster-out": cluster_out},
+            [bench_json, cluster_file, gemm_json, job_file, *(trace or [])],
+        )
+    except SpecError as e:
+        fail(str(e))
     if trace:
         from commtax.cli.trace import calibrate_from_trace, print_profile_summary
-        from commtax.errors import SpecError
 
         try:
             profile = calibrate_from_trace(trace, job_file, out, steps)
@@ -785,6 +1026,7 @@ def calibrate_command(
         check_cluster,
         check_gemm,
         check_records,
+        check_records_fit,
         compare,
         write_profile,
     )
@@ -797,6 +1039,7 @@ def calibrate_command(
         records = check_records(json.loads(read_text(bench_json, "JSON file")), bench_json)
         gemm = check_gemm(json.loads(read_text(gemm_json, "JSON file")), gemm_json) if gemm_json else None
         cluster = check_cluster(_read_cluster(cluster_file), cluster_file)
+        records = check_records_fit(records, cluster, bench_json)
         records = [r for r in records if r.get("impl") == impl]
         profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
     except ValueError as e:  # SpecError, or JSON that does not parse
@@ -824,8 +1067,8 @@ def calibrate_command(
             f"{a['error']:+6.1%}"
         )
     typer.echo(
-        f"wrote {out}"
-        + (f" and {cluster_out}" if cluster_out else "")
+        f"wrote {safe_text(str(out))}"
+        + (f" and {safe_text(str(cluster_out))}" if cluster_out else "")
         + f"; in a job file: `cluster: {{..., profile: {out}}}` replaces the catalog link numbers"
     )
 

@@ -60,6 +60,9 @@ PLAN_OPTIONS: dict[str, tuple[str, str]] = {  # field -> (option, help)
     "grad_comm_dtype": ("--grad-comm-dtype", f"gradient all-reduce dtypes, of: {','.join(GRAD_DTYPES)}"),
 }
 
+MAX_VERIFY = 100  # search --verify: plans simulated (each a whole step's event graph)
+MAX_COMPARE_GPUS = 32  # compare --gpu: clusters, each searched in full
+
 
 def plan_options(command: Callable) -> Callable:
     """Add one option per plan field (``PLAN_OPTIONS``) to ``command``, which receives them as ``plan``: a dict of
@@ -137,6 +140,9 @@ def search_command(
     from commtax.spec import load_job
 
     job = load_job(job_file, catalog)
+    if job.cluster.pools:  # several GPU pools: assignments, layer splits and batch shares (decide/pool_search.py)
+        _search_pools(job, top, rent, json_out, out, prices, wide)
+        return
     space = Space.parse(plan, [f.strip() for f in fix.split(",") if f.strip()] if fix else [])
     mode = "rented" if rent else "owned"
     usd_per_s = None
@@ -147,6 +153,10 @@ def search_command(
         if prices is not None or rank != "step":
             raise
         price_error = str(e)
+    if verify > MAX_VERIFY:
+        raise SpecError(
+            f"--verify: {verify:,} plans to simulate; the limit is {MAX_VERIFY} (each is a full simulation)"
+        )
     with progress("searching plans", enabled=not json_out) as update:
         moe = {"ep": ep, "etp": etp, "moe_dispatcher": moe_dispatcher, "moe_a2a_overlap": moe_a2a_overlap}
         if any(v is not None for v in moe.values()):
@@ -174,7 +184,10 @@ def search_command(
     )
     for title, reasons in (("invalid", s["invalid_reasons"]), ("do not fit", s["do_not_fit_reasons"])):
         for why, count in list(reasons.items())[:4]:
-            console.print(f"  {title}: {count:,} × {why}", markup=False)
+            # the key has its numbers taken out to group messages ("vp(n) > n"): show one real message
+            example = res.invalid_examples.get(why)
+            text = f"{why}" if example is None else (f"e.g. {example}" if count > 1 else example)
+            console.print(f"  {title}: {count:,} × {text}", markup=False)
     if res.interrupted:
         console.print("[yellow]interrupted: the best of the plans evaluated so far[/yellow]")
     for w in res.warnings:
@@ -182,19 +195,115 @@ def search_command(
     if price_error:
         console.print(f"(no $ column: {price_error})", markup=False)
     print_table(search_table(res, mode, usd_per_s, max(top, verify), wide), wide)
+    _say_within_interval(res)
     console.print(PLAN_LABEL_KEY, style="dim")
     if res.verified:
         t = new_table(f"Top {len(res.verified)} simulated (ranked by the simulated step)")
-        for col in ("#", "plan", "estimate s", "simulate s", "diff"):
+        for col in ("#", "plan", "estimate s (80%)", "simulate s", "diff", "MFU"):
             t.add_column(col, justify="left" if col == "plan" else "right")
         for k, v in enumerate(res.verified, 1):
             est, sim = v["estimate_step_s"], v["simulate_step_s"]
-            t.add_row(str(k), plan_label(v["plan"]), f"{est:.3f}", f"{sim:.3f}", f"{(sim - est) / est:+.1%}")
+            lo, hi = v["estimate_step_s_p10"], v["estimate_step_s_p90"]
+            band = f" ({lo:.2f}–{hi:.2f})" if lo else ""
+            mfu = f"{v['mfu']:.1%}" + (" !" if v["above_published"] else "")
+            t.add_row(str(k), plan_label(v["plan"]), f"{est:.3f}{band}", f"{sim:.3f}", f"{(sim - est) / est:+.1%}", mfu)
         print_table(t, wide)
+        for v in res.verified[:1]:
+            if v["above_published"]:
+                err_console.print(f"warning: best plan: {v['above_published']}", markup=False)
     best_plan, best = res.top[0]
     console.print(f"\n[bold]Best plan[/bold] {plan_label(best_plan)}:")
     render_breakdown(best, console, job.cluster.gpu.mem_GiB)
     _exit_if_interrupted(res.interrupted)
+
+
+def within_interval_lines(named: list) -> list[str]:
+    """One line per pair of options whose central steps lie inside each other's 80% interval."""
+    from commtax.schedule.breakdown import within_each_other
+
+    return [
+        f"{a} and {b}: within each other's 80% interval (steps {ba.step_time_s:.2f} and {bb.step_time_s:.2f} s): "
+        f"the model cannot rank them; their ratio {ba.step_time_s / bb.step_time_s:.2f} is firmer than either time"
+        for i, (a, ba) in enumerate(named)
+        for b, bb in named[i + 1 :]
+        if within_each_other(ba, bb)
+    ]
+
+
+def _say_within_interval(res) -> None:
+    """The model cannot rank two plans whose central steps lie inside each other's 80% interval: say so."""
+    from commtax.schedule.breakdown import within_each_other
+
+    if len(res.top) >= 2 and within_each_other(res.top[0][1], res.top[1][1]):
+        console.print(
+            f"plans #1 and #2 are within each other's 80% interval ({plan_label(res.top[0][0])} vs "
+            f"{plan_label(res.top[1][0])}): the model cannot tell them apart; their ratio is firmer than either time",
+            markup=False,
+        )
+
+
+def stage_runs(pools: list, layers: list[int]) -> str:
+    """``4×rtx4090:6 + 4×a100:14``: runs of equal stages, each as count × pool:layers."""
+    runs: list[list] = []
+    for key in zip(pools, layers):
+        if runs and runs[-1][1] == key:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, key])
+    return " + ".join(f"{n}×{w}:{x}" for n, (w, x) in runs)
+
+
+def _search_pools(job, top: int, rent: bool, json_out: bool, out: Path | None, prices, wide: bool) -> None:
+    """``search`` on a cluster of GPU pools: the pool search's best plans, refusals counted by rule."""
+    from commtax.decide.cost import job_cluster_cost, load_prices
+    from commtax.decide.pool_search import pool_search
+
+    mode = "rented" if rent else "owned"
+    usd_per_s, price_error = None, None
+    try:
+        usd_per_s = job_cluster_cost(job, load_prices(prices)).usd_per_s(mode)
+    except SpecError as e:  # an unpriced GPU: no $ column, as search does
+        if prices is not None:
+            raise
+        price_error = str(e)
+    with progress("searching pool plans", enabled=not json_out) as update:
+        res = pool_search(job, top=top, progress=update)
+    data = res.to_dict()
+    for entry, (_, b) in zip(data["top"], res.top):
+        entry["usd_per_B_tokens"] = usd_per_s * 1e9 / b.tokens_per_s if usd_per_s else None
+    emit(data, json_out, out)
+    if json_out:
+        return
+    if price_error:
+        console.print(f"(no $ column: {price_error})", markup=False)
+    console.print(f"{res.evaluated:,} pool plans: {res.fit:,} valid and fit memory")
+    for why, count in res.refusals.most_common(5):
+        console.print(f"  refused: {count:,} × {why}", markup=False)
+    t = new_table(f"Top {len(res.top)} plans on the pools ($ {mode})")
+    for col in ("#", "plan", "stages (pool:layers)", "step s", "tax", "MFU", "$/B tok", "straggler"):
+        t.add_column(col, justify="left" if col in ("plan", "stages (pool:layers)", "straggler") else "right")
+    for k, ((p, b), entry) in enumerate(zip(res.top, data["top"]), 1):
+        where = (
+            stage_runs(p["stage_pools"], p["stage_layers"])
+            if p["stage_pools"]
+            else "dp across pools, shares " + ",".join(f"{x:.3g}" for x in (p["pool_batch_share"] or []) or ["even"])
+        )
+        slow = next((x["pool"] for x in b.pools or [] if x["straggler"]), "")
+        label = f"tp{p['tp']}·pp{p['pp']}·dp{p['dp']}·mb{p['micro_batch']}·{p['recompute']}"
+        t.add_row(
+            str(k),
+            label,
+            where,
+            f"{b.step_time_s:.2f}",
+            f"{b.comm_tax:.1%}",
+            f"{b.mfu:.1%}",
+            f"{entry['usd_per_B_tokens']:,.0f}",
+            slow,
+        )
+    print_table(t, wide)
+    best = res.top[0][1]
+    console.print("\n[bold]Best plan[/bold]:")
+    render_breakdown(best, console, job.cluster.gpu.mem_GiB)
 
 
 def _exit_if_interrupted(interrupted: bool) -> None:
@@ -265,6 +374,11 @@ def compare_command(
     space = Space.parse(plan)
     price_book = load_prices(prices)
     gpu_names = [g.strip() for item in (gpu or []) for g in item.split(",") if g.strip()]
+    repeated = sorted({g for g in gpu_names if gpu_names.count(g) > 1})
+    if repeated:
+        raise SpecError(f"--gpu: {repeated[0]} given {gpu_names.count(repeated[0])} times; give each GPU once")
+    if len(gpu_names) > MAX_COMPARE_GPUS:
+        raise SpecError(f"--gpu: {len(gpu_names)} GPUs; the limit is {MAX_COMPARE_GPUS} clusters per comparison")
     counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()] if num_gpus else None
     fabric_names = [f.strip() for item in (fabric or []) for f in item.split(",") if f.strip()]
     jobs = jobs_to_compare(list(inputs), gpu_names, counts, price_book, catalog, fabric_names)
@@ -313,6 +427,8 @@ def compare_command(
         for r in rows:
             if r.plan is not None:
                 console.print(f"  {r.name}: {plan_label(r.plan)}", markup=False)
+    for line in within_interval_lines([(r.name, r.breakdown) for r in rows if r.breakdown is not None]):
+        console.print(line, markup=False)
     if deadline is not None:
         if choice is None:
             console.print(f"no cluster trains {data['tokens']:.3g} tokens within {deadline:g} days")
@@ -347,11 +463,21 @@ def advise_command(
     workers: WorkersOpt = None,
     catalog: CatalogOpt = None,
 ) -> None:
-    """What dominates the step, and the changes that cut the comm tax, each re-estimated."""
+    """What dominates the step, and the changes that cut the comm tax, each re-estimated.
+
+    By default one change is the best plan a full search finds (the slow part); --no-search leaves it out."""
     from commtax.decide.advise import advise
     from commtax.spec import load_job
 
     job = load_job(job_file, catalog)
+    if job.cluster.pools:  # several GPU pools: the straggler and what rebalancing buys (decide/pool_search.py)
+        from commtax.decide.pool_search import pool_advice
+
+        pa = pool_advice(job)
+        emit({**pa.__dict__, "gain": pa.gain, "line": pa.line()}, json_out, out)
+        if not json_out:
+            console.print(pa.line(), markup=False, highlight=False)
+        return
     with progress("re-estimating changes", enabled=not json_out) as update:
         a = advise(job, search_best=not no_search, workers=workers, progress=update)
     emit(a.to_dict(), json_out, out)
@@ -368,16 +494,32 @@ def advise_command(
             else ""
         ),
     )
-    t = new_table("Changes, re-estimated (best first)")
+    # changes that fit memory come first, fastest first: with a plan that does not fit, a slower one can lead
+    order = "best first" if b.fits else "those that fit memory first, then fastest"
+    t = new_table(f"Changes, re-estimated ({order})")
     t.add_column("#", justify="right")
     t.add_column("change")
     t.add_column("step", justify="right", no_wrap=True)
     t.add_column("what moves")
     for k, c in enumerate(a.changes[:top], 1):
-        t.add_row(str(k), c.label, f"{c.step_change:+.1%}", c.text().split(": ", 1)[-1].split("; ", 1)[-1])
+        step = f"{c.step_change:+.1%}" + (" ≈" if c.within_interval else "")
+        t.add_row(str(k), c.label, step, c.text().split(": ", 1)[-1].split("; ", 1)[-1])
     console.print(t)
-    for r in a.remedies:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
+    if any(c.within_interval for c in a.changes[:top]):
+        console.print(
+            "≈: before and after lie within each other's 80% interval; the change's ratio is firmer than either time",
+            markup=False,
+        )
+    helps = [r for r in a.remedies if r.change.step_change <= -0.0005]  # a cut that shows at 0.1%
+    slower = [r for r in a.remedies if r.change.step_change > -0.0005]
+    for r in helps:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
         console.print(f"remedy: {r.text()}", highlight=False)
+    if slower:  # never listed as a remedy: the codec costs more than the bytes it saves on this network
+        console.print(
+            "not a remedy here (no faster step: the codec costs about what the bytes it saves): "
+            + "; ".join(f"{r.label} {r.change.step_change:+.1%}" for r in slower),
+            highlight=False,
+        )
     for line in a.placement:  # cluster.fabric: where each group sits, what to keep where
         console.print(f"placement: {line}", highlight=False)
     for c in (c for c in a.changes if c.kind == "fabric"):  # every fabric what-if, better or worse

@@ -9,6 +9,7 @@ import typer
 
 from commtax.cli.io import CatalogOpt, JobArg, flag
 from commtax.errors import SpecError
+from commtax.units import memory_need
 
 
 def _counts(text: str | None) -> list[int] | None:
@@ -29,15 +30,22 @@ def _bench_sets(paths: list[Path], cluster_file: Path | None, job):
     from commtax.report.html import BenchSet
 
     if cluster_file is not None:
+        from commtax.measure.calibrate import check_cluster
+
         try:
             cluster = load_cluster_file(cluster_file)
         except OSError as e:
             raise SpecError(f"--bench-cluster: cannot read {cluster_file}: {e.strerror}") from None
+        except ValueError as e:
+            raise SpecError(f"--bench-cluster: {e}") from None
         if not isinstance(cluster, dict) or "intra_node" not in cluster or "inter_node" not in cluster:
             raise SpecError(
                 f"--bench-cluster: {cluster_file} is not a cluster YAML (needs intra_node and inter_node "
                 "with numbers, e.g. the file `commtax cluster up` writes)"
             )
+        cluster = check_cluster(
+            cluster, cluster_file, "--bench-cluster"
+        )  # numbers the model can price, or one line naming the field
         label = f"{cluster_file.name}"
     else:
         cluster = job.cluster.model_dump()
@@ -99,12 +107,21 @@ def report(
     no_search: Annotated[bool, flag("--no-search", "skip search, advise and best-plan scaling (a quick page)")] = False,
     catalog: CatalogOpt = None,
 ) -> None:
-    """One self-contained HTML page for a job: summary, step, timeline, scaling, plans (works offline)."""
-    from commtax.atomic import write_atomic
-    from commtax.cli.io import EXIT_BAD_INPUT, console, fail
+    """One self-contained HTML page for a job: summary, step, timeline, scaling, plans (works offline).
+
+    By default it also runs a plan search, advise and the best plan's scaling (the slow part: tens of seconds
+    on a busy core); --no-search skips them for a page in a few seconds; --trace and --bench add their files'
+    analysis."""
+    from rich.markup import escape
+
+    from commtax.atomic import refuse_overwriting_inputs, write_atomic
+    from commtax.cli.io import EXIT_BAD_INPUT, console, fail, safe_text
     from commtax.report.html import TraceUnavailable, collect, figures, load_trace, render_page
     from commtax.spec import load_job
 
+    refuse_overwriting_inputs(
+        {"--out": out}, [job_file, bench_cluster, catalog, *(bench or []), *(trace or []), *(compare or [])]
+    )
     job = load_job(job_file, catalog)
     counts = _counts(scale)
     others = [(p.stem, load_job(p, catalog)) for p in compare or []]
@@ -115,7 +132,9 @@ def report(
         if missing:
             raise SpecError(f"--trace: {missing[0]} does not exist")
         try:
-            per_rank = load_trace([str(p) for p in trace])
+            from commtax.cli.io import warn
+
+            per_rank = load_trace([str(p) for p in trace], job, warn)
         except TraceUnavailable as e:
             fail(str(e), EXIT_BAD_INPUT)
     data = collect(
@@ -129,25 +148,16 @@ def report(
         plan_search=not no_search,
     )
     figs = figures(data)
-    write_atomic(out, render_page(data, figs))
-    _shareable(out)
-    console.print(f"wrote {out} ({len(figs)} figures)")
+    write_atomic(out, render_page(data, figs))  # a new page 0666 less the umask; an existing file keeps its mode
+    console.print(f"wrote {escape(safe_text(str(out)))} ({len(figs)} figures)", highlight=False)
     if plots is not None:
         from commtax.report.png import write_figures
 
         written = write_figures(figs, plots)
-        console.print(f"wrote {len(written)} files to {plots}/ (SVG and PNG)")
+        console.print(f"wrote {len(written)} files to {escape(safe_text(str(plots)))}/ (SVG and PNG)", highlight=False)
     if not data.breakdown.fits:
         console.print(
-            f"note: the plan does not fit GPU memory ({data.breakdown.memory_gib_per_gpu['total']:.1f} GiB "
-            f"needed, {job.cluster.gpu.mem_GiB:.1f} GiB per GPU); the page says so"
+            f"note: the plan does not fit GPU memory "
+            f"({memory_need(data.breakdown.memory_gib_per_gpu['total'], job.cluster.gpu.mem_GiB)} per GPU); "
+            "the page says so"
         )
-
-
-def _shareable(path: Path) -> None:
-    """The page is for sharing: the usual file mode (0666 less the umask), not the temporary file's 0600."""
-    import os
-
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)

@@ -10,14 +10,23 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from commtax.cli.io import CatalogOpt, JsonOpt, OutOpt, emit, fail
+from commtax.cli.io import CatalogOpt, JsonOpt, OutOpt, emit, fail, safe_text, warn
 from commtax.errors import SpecError
 from commtax.units import MB
 
-WIDTH = 100  # the table view fits 100 columns
+MAX_WIDTH = 100  # the table view fits 100 columns, or the terminal when it is narrower
+
+
+def width() -> int:
+    """The terminal's columns (COLUMNS when not a terminal), at most MAX_WIDTH."""
+    import shutil
+
+    return max(40, min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns))
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:
@@ -43,11 +52,42 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
+def foreign_traces(report) -> list[str]:
+    """Why the traces given together look like more than one job (world sizes differ, a rank repeats)."""
+    worlds = sorted({r.world_size for r in report.ranks if r.world_size is not None})
+    ranks = [r.rank for r in report.ranks if r.rank is not None]
+    repeated = sorted({x for x in ranks if ranks.count(x) > 1})
+    why = []
+    if len(worlds) > 1:
+        why.append(f"world sizes {', '.join(map(str, worlds))}")
+    if repeated:
+        why.append(f"rank {repeated[0]} appears {ranks.count(repeated[0])} times")
+    if not why:
+        return []
+    return [
+        f"these {len(report.ranks)} traces are not one job ({'; '.join(why)}): each row is its own file "
+        "(the file column), and the straggler table compares unrelated runs; trace each job's folder on its own"
+    ]
+
+
 def rank_table(report) -> Table:
-    t = Table(title="Measured per rank (ms over the traced window)", header_style="bold", width=WIDTH)
-    for col in ("rank", "device", "window", "compute", "comm", "overlap", "exposed", "idle", "tax", "share"):
-        t.add_column(col, justify="right" if col not in ("device",) else "left")
+    t = Table(
+        title="Measured per rank (ms over the traced window)",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0),
+        pad_edge=False,
+        show_edge=False,
+    )
+    files = len({r.file for r in report.ranks}) > 1
+    cols = ("rank", "device", "window", "compute", "comm", "overlap", "exposed", "idle", "tax", "share")
+    for col in cols + (("file",) if files else ()):
+        t.add_column(col, justify="left" if col in ("device", "file") else "right", no_wrap=True)
+    index = {f: k for k, f in enumerate(dict.fromkeys(r.file for r in report.ranks), 1)}
+    if files:  # the names are below the table (a long name would squeeze the numbers at 80 columns)
+        t.caption = "  ".join(f"f{k}: {safe_text(Path(f).name)}" for f, k in index.items())
     for r in report.ranks:
+        name = (f"f{index[r.file]}",) if files else ()
         t.add_row(
             "?" if r.rank is None else str(r.rank),
             r.device,
@@ -59,6 +99,7 @@ def rank_table(report) -> Table:
             _ms(r.idle_s),
             _pct(r.comm_tax),
             _pct(r.comm_share),
+            *name,
         )
     return t
 
@@ -67,9 +108,11 @@ def step_table(report) -> Table | None:
     rows = [(r, s) for r in report.ranks for s in r.steps]
     if not rows:
         return None
-    t = Table(title="Per step (ms)", header_style="bold", width=WIDTH)
+    t = Table(
+        title="Per step (ms)", header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False
+    )
     for col in ("rank", "step", "window", "compute", "comm", "exposed", "idle", "tax", "share"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", no_wrap=True)
     for r, s in rows:
         t.add_row(
             "?" if r.rank is None else str(r.rank),
@@ -102,9 +145,16 @@ def collective_table(report) -> Table | None:
     rows = [(r, c) for r in report.ranks for c in r.collectives]
     if not rows:
         return None
-    t = Table(title="Collectives (size: nccl-tests convention)", header_style="bold", width=WIDTH)
+    t = Table(
+        title="Collectives (size: nccl-tests convention)",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0),
+        pad_edge=False,
+        show_edge=False,
+    )
     for col in ("rank", "kind", "group", "size MB", "calls", "mean ms", "exposed ms", "algbw GB/s", "busbw GB/s"):
-        t.add_column(col, justify="right" if col not in ("kind",) else "left")
+        t.add_column(col, justify="right" if col not in ("kind",) else "left", no_wrap=True)
     for r, c in rows:
         t.add_row(
             "?" if r.rank is None else str(r.rank),
@@ -126,10 +176,13 @@ def straggler_table(report) -> Table | None:
     t = Table(
         title="Stragglers: slowest compute per step, and the others' wait in collectives",
         header_style="bold",
-        width=WIDTH,
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0),
+        pad_edge=False,
+        show_edge=False,
     )
     for col in ("step", "ranks", "slowest", "its compute ms", "median ms", "others wait ms", "max wait ms"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", no_wrap=True)
     for s in report.stragglers:
         t.add_row(
             str(s.step),
@@ -144,12 +197,21 @@ def straggler_table(report) -> Table | None:
 
 
 def comparison_tables(cmp) -> list[Table]:
-    t = Table(title="Measured vs predicted (per step)", header_style="bold", width=WIDTH)
+    t = Table(
+        title="Measured vs predicted (per step)",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0),
+        pad_edge=False,
+        show_edge=False,
+    )
     for col in ("metric", "measured", "predicted", "measured/predicted"):
-        t.add_column(col, justify="right" if col != "metric" else "left")
+        t.add_column(col, justify="right" if col != "metric" else "left", no_wrap=True)
     for r in cmp.rows:
         ratio = "—" if r.ratio is None else f"{r.ratio:.3g}×"
-        if r.metric in ("comm_tax", "comm_share", "mfu"):
+        if r.metric == "mfu" and r.measured is not None and r.measured > 1:  # the job's FLOPs are not the trace's
+            t.add_row(r.metric, ">100%: not this job?", _pct(r.predicted), "—")
+        elif r.metric in ("comm_tax", "comm_share", "mfu"):
             t.add_row(r.metric, _pct(r.measured), _pct(r.predicted), ratio)
         else:
             t.add_row(
@@ -160,9 +222,16 @@ def comparison_tables(cmp) -> list[Table]:
             )
     out = [t]
     if cmp.collectives:
-        c = Table(title="Collectives: measured vs predicted", header_style="bold", width=WIDTH)
+        c = Table(
+            title="Collectives: measured vs predicted",
+            header_style="bold",
+            box=box.SIMPLE_HEAD,
+            padding=(0, 0),
+            pad_edge=False,
+            show_edge=False,
+        )
         for col in ("kind", "group", "n", "size MB", "meas ms", "pred ms", "meas busbw", "pred busbw", "ratio"):
-            c.add_column(col, justify="right" if col != "kind" else "left")
+            c.add_column(col, justify="right" if col != "kind" else "left", no_wrap=True)
         for x in cmp.collectives:
             c.add_row(
                 x.kind,
@@ -197,14 +266,20 @@ def trace_command(
     from commtax.trace.analyze import analyze
 
     try:
+        from commtax.atomic import refuse_overwriting_inputs
+
+        refuse_overwriting_inputs({"--out": out}, [*traces, against, catalog])
         step_range = parse_steps(steps)
         report = analyze(traces, step_range)
         cmp = None
         if against is not None:
             from commtax.spec import load_job
-            from commtax.trace.against import compare
+            from commtax.trace.against import compare, job_mismatch
 
-            cmp = compare(report, load_job(against, catalog))
+            job = load_job(against, catalog)
+            for line in job_mismatch(report, job):  # on stderr too: the figures below may compare two jobs
+                warn(f"--against: {line}")
+            cmp = compare(report, job)
     except SpecError as e:
         fail(str(e))
     data = report.to_dict()
@@ -213,14 +288,18 @@ def trace_command(
     emit(data, json_out, out)
     if json_out:
         return
-    console = Console(width=WIDTH)
+    console = Console(width=width())
+    for line in foreign_traces(report):
+        warn(line)
     for table in (rank_table(report), step_table(report), collective_table(report), straggler_table(report)):
         if table is not None:
             console.print(table)
     for r in report.ranks:
         for m in r.missing:
             console.print(
-                f"[yellow]rank {'?' if r.rank is None else r.rank} ({Path(r.file).name}):[/yellow] {m}", highlight=False
+                f"[yellow]rank {'?' if r.rank is None else r.rank} ({escape(safe_text(Path(r.file).name))}):[/yellow] "
+                f"{escape(safe_text(m))}",
+                highlight=False,
             )
     if cmp is not None:
         for table in comparison_tables(cmp):
@@ -265,4 +344,4 @@ def print_profile_summary(profile: dict, out: Path) -> None:
         )
     lv = profile.get("levels", {})
     typer.echo("links: " + ", ".join(f"{k} {v['bw_GBps']:.3g} GB/s α {v['latency_us']:.1f} µs" for k, v in lv.items()))
-    typer.echo(f"wrote {out}; in a job file: `cluster: {{..., profile: {out}}}`")
+    typer.echo(f"wrote {safe_text(str(out))}; in a job file: `cluster: {{..., profile: {safe_text(str(out))}}}`")

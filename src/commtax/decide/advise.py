@@ -15,7 +15,7 @@ from typing import Any
 
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule.analytical import estimate
-from commtax.schedule.breakdown import Breakdown, part_keys
+from commtax.schedule.breakdown import Breakdown, part_keys, within_each_other
 from commtax.spec import Job, job_with
 from commtax.spec.wire_dtypes import bytes_per_element, powersgd_rank
 from commtax.workload.step import grad_bytes_per_param
@@ -43,6 +43,9 @@ class Change:
     component_before_s: float
     component_after_s: float
     plan: dict[str, Any] = field(default_factory=dict)
+    # both steps inside each other's 80% interval: the model cannot say the change helps (its ratio is firmer,
+    # since the two share most of their errors)
+    within_interval: bool = False
 
     @property
     def step_change(self) -> float:
@@ -64,6 +67,8 @@ class Change:
             parts.append(f"comm tax {self.comm_tax_before:.1%} → {self.comm_tax_after:.1%}")
         if self.fits_after != self.fits_before:
             parts.append("memory fits" if self.fits_after else "no longer fits memory")
+        elif not self.fits_after:  # a suggestion that still needs more memory than the GPU has says so
+            parts.append("still does not fit memory")
         if abs(self.mem_after_GiB - self.mem_before_GiB) >= 0.5:
             parts.append(f"memory {self.mem_before_GiB:.0f} → {self.mem_after_GiB:.0f} GiB")
         return "; ".join(parts)
@@ -314,6 +319,7 @@ def _change(label: str, kind: str, before: Breakdown, after: Breakdown, plan: di
         component_before_s=before.breakdown_s[comp],
         component_after_s=after.breakdown_s.get(comp, 0.0),
         plan=plan,
+        within_interval=within_each_other(before, after),
     )
 
 

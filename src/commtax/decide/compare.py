@@ -23,6 +23,7 @@ from commtax.decide.cost import (
     load_prices,
     usd_per_B_tokens,
 )
+from commtax.decide.pool_search import pool_search
 from commtax.decide.search import SearchResult, Space, search
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule.breakdown import Breakdown
@@ -55,7 +56,7 @@ class Row:
         c = self.job.cluster
         out: dict[str, Any] = {
             "name": self.name,
-            "gpu": c.gpu.name,
+            "gpu": "+".join(f"{p.num_gpus}×{p.gpu.name}" for p in c.pools) if c.pools else c.gpu.name,
             "num_gpus": c.num_gpus,
             "intra_node": c.intra_node.name,
             "inter_node": c.inter_node.name,
@@ -88,6 +89,8 @@ def label(job: Job) -> str:
     """``256×h100-sxm5-80gb 8×ib-ndr``: GPUs and network (the scale-up link follows from the GPU's node); with a
     fabric, its name and spine oversubscription too."""
     c = job.cluster
+    if c.pools:
+        return " + ".join(f"{p.num_gpus}×{p.gpu.name} {p.nics_per_node}×{p.inter_node.name}" for p in c.pools)
     out = f"{c.num_gpus}×{c.gpu.name} {c.nics_per_node}×{c.inter_node.name}"
     if c.fabric is not None:
         f = c.fabric
@@ -144,6 +147,7 @@ def jobs_for_gpus(
             "inter_node": resolve_entry("inter_node", node.inter_node, catalog, f"prices.nodes.{g}.inter_node"),
             "gpus_per_node": node.gpus_per_node,
             "nics_per_node": node.nics_per_node,
+            "gpus_per_pcie_switch": node.gpus_per_pcie_switch,
         }
         out.append(_with_cluster(job, cluster))
     return out
@@ -198,7 +202,11 @@ def compare(
         cc = job_cluster_cost(job, prices, power)
         within = (lambda d, t, k=k: progress(k + d / max(t, 1), len(jobs))) if progress else None
         try:
-            res = search(job, space, top=1, workers=workers, progress=within)
+            res = (
+                pool_search(job, top=1, progress=within)  # pools: assignments, layer splits, batch shares
+                if job.cluster.pools
+                else search(job, space, top=1, workers=workers, progress=within)
+            )
         except SpecError as e:
             rows.append(Row(name, job, None, None, None, cc, None, reason=str(e)))
             continue

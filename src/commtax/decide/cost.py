@@ -52,6 +52,7 @@ class NodePrice(_Spec):
     intra_node: str
     inter_node: str
     nics_per_node: int = Field(gt=0, le=1024)
+    gpus_per_pcie_switch: int = Field(default=1, gt=0, le=64, description="GPUs sharing one PCIe uplink")
     source: str
     date: str
 
@@ -162,7 +163,28 @@ def cluster_cost(
 
 def job_cluster_cost(job: Job, prices: Prices, power: PowerBasis = "typical") -> ClusterCost:
     c = job.cluster
+    if c.pools:
+        return pools_cluster_cost(job, prices, power)
     return cluster_cost(c.gpu.name, c.num_gpus, c.gpus_per_node, prices, power, c.gpu.tdp_W)
+
+
+def pools_cluster_cost(job: Job, prices: Prices, power: PowerBasis = "typical") -> ClusterCost:
+    """A cluster of GPU pools: each pool priced as its own GPUs and nodes (prices.yaml by its GPU), summed."""
+    parts = [
+        cluster_cost(p.gpu.name, p.num_gpus, p.gpus_per_node, prices, power, p.gpu.tdp_W) for p in job.cluster.pools
+    ]
+    rack_units = sum(x.rack_units for x in parts)
+    return ClusterCost(
+        gpus=sum(x.gpus for x in parts),
+        nodes=sum(x.nodes for x in parts),
+        capex_usd=sum(x.capex_usd for x in parts),
+        it_power_W=sum(x.it_power_W for x in parts),
+        facility_power_W=sum(x.facility_power_W for x in parts),
+        owned_usd_per_s=sum(x.owned_usd_per_s for x in parts),
+        rented_usd_per_s=sum(x.rented_usd_per_s for x in parts),
+        rack_units=rack_units,
+        racks=math.ceil(rack_units / prices.site.rack_U),
+    )
 
 
 # ----------------------------------------------------------------------------- cost of a training run

@@ -15,7 +15,7 @@ from commtax.errors import SpecError
 from commtax.schedule.analytical import estimate
 from commtax.schedule.breakdown import Breakdown
 from commtax.spec import GPU, Job, job_with, load_job
-from commtax.units import SECONDS_PER_DAY
+from commtax.units import SECONDS_PER_DAY, memory_need
 
 SEED_PLAN = {
     "tp": 8,
@@ -134,7 +134,7 @@ def seed_rows() -> list[DemoRow]:
                 b2 = estimate(job2)
                 if b2.fits:
                     need = b.memory_gib_per_gpu["total"]
-                    note = f"does not fit as given ({need:.0f} GiB > {job.cluster.gpu.mem_GiB:.0f}): " + ", ".join(
+                    note = f"does not fit as given ({memory_need(need, job.cluster.gpu.mem_GiB)}): " + ", ".join(
                         f"{k}={v}" for k, v in change.items()
                     )
                     job, b = job2, b2

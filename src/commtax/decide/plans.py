@@ -7,7 +7,7 @@ tuned them", and by ``search``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,11 @@ def candidates(field: str, fixed: dict[str, Any], raw: dict[str, Any]) -> list[A
         if pp == 1:
             return [1]
         layers = model["layers"]
+        extra = int(bool(fixed.get("account_for_embedding_in_pipeline_split"))) + int(
+            bool(fixed.get("account_for_loss_in_pipeline_split"))
+        )
+        if extra:  # the embedding and/or loss count as layers: layers + extra divide over pp·vp (spec.pipeline_split)
+            return divisors((layers + extra) // pp) if (layers + extra) % pp == 0 else [1]
         if layers % pp == 0:
             return divisors(layers // pp)
         # uneven stages: the balanced split gives each stage a multiple of vp layers (spec.pipeline_split)
@@ -92,12 +97,20 @@ def feasible_jobs(raw: dict, plans: Iterable[dict]) -> Iterator[Job]:
             continue
 
 
-def best_plan(raw: dict, fixed: dict[str, Any], free: Iterable[str], require_fit: bool = True) -> Choice | None:
+def best_plan(
+    raw: dict,
+    fixed: dict[str, Any],
+    free: Iterable[str],
+    require_fit: bool = True,
+    allow: Callable[[dict], bool] | None = None,
+) -> Choice | None:
     """Fastest plan (tokens/s) over the free fields that fits memory (any valid plan when ``require_fit`` is
-    false); None when none qualifies."""
+    false) and that ``allow`` accepts (a fact the publication states about the free fields); None when none
+    qualifies."""
     free = list(free)
     best: Choice | None = None
-    for job in feasible_jobs(raw, plan_space(raw, fixed, free)):
+    plans = plan_space(raw, fixed, free)
+    for job in feasible_jobs(raw, plans if allow is None else filter(allow, plans)):
         b = estimate(job)
         if require_fit and not b.fits:
             continue

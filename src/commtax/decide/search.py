@@ -58,9 +58,10 @@ from commtax.errors import Interrupted, SpecError
 from commtax.schedule import analytical as _est
 from commtax.schedule.analytical import estimate, pipeline_bubble, slowest_and_rest, stage_times, step_parts
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
+from commtax.schedule.interval import best_published_mfu
 from commtax.spec import Job, job_with, zero_refusal
 from commtax.spec.assumptions import assumptions_for
-from commtax.units import GiB
+from commtax.units import GiB, memory_need
 from commtax.workload.memory import fixed_reserve_bytes, stage_activation_bytes, stage_kinds, stage_states
 from commtax.workload.step import build_workload
 
@@ -341,7 +342,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
             job_zd = _copy(g.sample_of_split(si), zero=zero, grad_comm_dtype=dtype)
             dp_jobs[si, z, d] = (job_zd, build_workload(job_zd))
             states[si, z, d, : len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
-            optimizer[si, z, d] = g.costs.compute(dp_jobs[si, z, d][1].optimizer)
+            optimizer[si, z, d] = g.costs.compute(_est.slowest_optimizer(job_zd, dp_jobs[si, z, d][1]))
     vps = g.axis("vp")
     dims = (len(vps), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
     dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
@@ -353,6 +354,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
             counted = with_count.get((si, z, d, j))
             if counted is None:
                 counted = with_count[si, z, d, j] = dataclasses.replace(wl, micro_batches=int(g.n_micro[j]))
+            counted = _est.slowest_dp_workload(job_zd, counted, g.costs, slow)  # MoE: the slowest DP rank, as estimate
             if not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):  # vp does not change it
                 dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow)[1]
                 continue
@@ -698,7 +700,9 @@ def search(
         need = np.nanmin(res.mem_bytes) / GiB
         raise SpecError(
             f"no plan fits memory: each of the {int(res.valid.sum())} valid plans needs more than "
-            f"{job.cluster.gpu.mem_GiB:g} GiB per GPU (the smallest needs {need:.1f} GiB); allow more GPUs, "
+            f"{job.cluster.gpu.mem_GiB:g} GiB per GPU (the smallest needs "
+            f"{memory_need(need, job.cluster.gpu.mem_GiB).replace(' needed per GPU', '')}); "
+            "allow more GPUs, "
             "ZeRO-3, full recompute or larger tp/pp"
         )
     res.top, res.max_rel_diff = exact_top(job, res, max(top, verify))
@@ -759,10 +763,23 @@ def search_moe(
     return res
 
 
+def above_published(job: Job, mfu: float) -> str | None:
+    """Why a plan's predicted MFU is suspect: above every published run of its GPU and precision (the winner's
+    curse: the search lands where the model is most optimistic), naming the best run; None otherwise."""
+    best = best_published_mfu(job.cluster.gpu.name, job.training.precision)
+    if best is None or mfu <= best[0]:
+        return None
+    return (
+        f"MFU {mfu:.1%} is above every published {job.cluster.gpu.name} {job.training.precision} run in the "
+        f"validation data (best {best[0]:.1%}, {best[1]}): treat this plan's figure as optimistic"
+    )
+
+
 def verify_top(job: Job, res: SearchResult, k: int) -> None:
     """Simulate the best ``k`` plans (``commtax.schedule.sim``) and put them first in ``res.top`` in order of
-    the simulated step; ``res.verified`` keeps both times of each. The simulator runs the schedule the estimate averages
-    (send stalls, bucket tails, a shared NIC), so its order is the one to trust when the two disagree."""
+    the simulated step; ``res.verified`` keeps both times of each, the estimate's 80% interval and a flag on an
+    MFU above every published run of the GPU (``above_published``). The simulator runs the schedule the estimate
+    averages (send stalls, bucket tails, a shared NIC), so its order is the one to trust when the two disagree."""
     from commtax.schedule.sim import SimOptions, simulate
     from commtax.workload.step import grad_bucket_bytes
 
@@ -776,8 +793,12 @@ def verify_top(job: Job, res: SearchResult, k: int) -> None:
                 {
                     "plan": plan,
                     "estimate_step_s": b.step_time_s,
+                    "estimate_step_s_p10": b.step_time_s_p10,
+                    "estimate_step_s_p90": b.step_time_s_p90,
                     "simulate_step_s": sim.step_time_s,
                     "simulate_breakdown": sim.to_dict(),
+                    "mfu": b.mfu,
+                    "above_published": above_published(verify_job, b.mfu),
                 },
             )
         )

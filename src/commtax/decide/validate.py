@@ -23,6 +23,7 @@ from commtax.costs.collectives import collective_cost
 from commtax.costs.topology import placement
 from commtax.decide.plans import best_plan
 from commtax.errors import SpecError, excerpt
+from commtax.schedule.interval import job_regime, load_table
 from commtax.spec import (
     CATALOG_DIR,
     GENERATION_ALIAS,
@@ -73,6 +74,64 @@ SIZE_BANDS = (
 )
 
 
+# ----------------------------------------------------------------------------- columns: known, not modelled
+# Every column a file of each kind may carry that the predictor reads or that only describes the row. A column
+# outside these sets is named in the report (never silently ignored); extend the sets as the model learns more.
+DESCRIPTIVE_COLUMNS = {"source", "target_note", "note", "model"}
+KNOWN_COLUMNS = {
+    "runs": {
+        *RUN_COLUMNS,
+        *PLAN_COLUMNS,
+        *SOFTWARE_COLUMNS,
+        *SOFTWARE_TEXT_COLUMNS,
+        *DESCRIPTIVE_COLUMNS,
+        "kv_heads",
+        "ffn_hidden",
+        "vocab",
+        "gated_mlp",
+        "gpus_per_node",
+        "intra_node",
+        "inter_node",
+        "nics_per_node",
+        "precision",
+        "framework",
+        "generation",
+        *MOE_PLAN_COLUMNS,  # MoE runs (public_moe_runs.csv): the moe branch models them
+        *MOE_MODEL_COLUMNS,
+        "moe_layers",
+    },
+    "collectives": {
+        *COLLECTIVE_COLUMNS,
+        *DESCRIPTIVE_COLUMNS,
+        "gpus_per_node",
+        "intra_node",
+        "inter_node",
+        "nics_per_node",
+        "algorithm",
+    },
+}
+# Columns whose non-empty value describes something the predictor does not model: such a row is refused with
+# the reason, not scored as something else (as an MoE row was once scored as a dense model). column -> what it
+# means. Empty now that MoE is modelled (its columns moved to KNOWN_COLUMNS); a future file's column that the
+# model cannot honour goes here, e.g. {"pipeline_schedule_override": "a hand-written pipeline schedule"}.
+UNMODELLED_COLUMNS: dict[str, str] = {}
+
+
+def unknown_columns(columns: list[str] | set[str], kind: str) -> list[str]:
+    """Columns of the file that the validator neither reads nor refuses rows by, in file order."""
+    known = KNOWN_COLUMNS[kind] | set(UNMODELLED_COLUMNS)
+    return [c for c in columns if c is not None and c not in known]
+
+
+def unmodelled(row: dict) -> str | None:
+    """Why the row cannot be predicted by this model (a set column it does not model), or None."""
+    for col, meaning in UNMODELLED_COLUMNS.items():
+        v = (row.get(col) or "").strip()
+        if v and v.lower() not in ("0", "1", "none", "false"):  # 1 expert, ep 1: a dense run
+            return f"{col}={excerpt(v)}: {meaning} is not modelled; refused rather than scored without it"
+    return None
+
+
 @dataclass
 class RowResult:
     id: str
@@ -96,8 +155,11 @@ class Report:
     unfitted_mape_pct: float | None = None  # rows no assumption was fitted on
     fitted: dict[str, list[str]] = field(default_factory=dict)  # assumption -> rows it was fitted on
     refused: list[str] = field(default_factory=list)  # rows without a prediction
+    unknown_columns: list[str] = field(default_factory=list)  # columns in the file the validator does not read
     loso_mape_pct: float | None = None  # leave-one-source-out MAPE averaged by source (with --loso)
     loso_note: str = ""
+    # share of predicted rows whose measurement lies in the 80% interval (fitted without the row's source)
+    coverage_80: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         key_m = "measured_tokens_per_s_per_gpu" if self.kind == "runs" else "measured_busbw_GBps"
@@ -110,6 +172,8 @@ class Report:
             d.update(r.extra)
             rows.append(d)
         out = {"kind": self.kind, "mape_pct": self.mape_pct, "subsets": self.subsets, "rows": rows}
+        if self.unknown_columns:  # only when there is something to say: a clean file's JSON is unchanged
+            out["unknown_columns"] = self.unknown_columns  # (a refused row's reason is its rows[].reason)
         if self.kind == "runs":
             out.update(
                 {
@@ -119,6 +183,7 @@ class Report:
                     "unfitted_mape_pct": self.unfitted_mape_pct,
                     "fitted": self.fitted,
                     "refused": self.refused,
+                    "coverage_80": self.coverage_80,
                 }
             )
             if self.loso_mape_pct is not None or self.loso_note:
@@ -154,14 +219,27 @@ def mape(rows: list[RowResult]) -> float | None:
     return sum(errs) / len(errs) if errs else None
 
 
+def nvlink_segment(num_gpus: int | None, domain: int) -> int:
+    """GPUs of one NVLink domain a job spanning several domains uses: the domain itself when the job fills whole
+    domains, else equal segments of the domain (the largest divisor of the job ≤ the domain). NVIDIA's GB200 NVL72
+    Slurm guidance schedules jobs of 128+ GPUs in segments of 16 compute trays (64 of a rack's 72 GPUs; NVIDIA
+    technical blog "Unlock exascale performance on GB200 NVL72 with Slurm topology-aware job scheduling")."""
+    if num_gpus is None or num_gpus <= domain or num_gpus % domain == 0:
+        return domain
+    return max(d for d in range(1, domain + 1) if num_gpus % d == 0)
+
+
 def _cluster_raw(row: dict) -> dict:
+    n, domain = _cell(row, "num_gpus"), _cell(row, "gpus_per_node") or 8
+    nics = _cell(row, "nics_per_node") or 8
+    segment = nvlink_segment(n, domain)
     return {
         "gpu": row["gpu"],
-        "num_gpus": _cell(row, "num_gpus"),
-        "gpus_per_node": _cell(row, "gpus_per_node") or 8,
+        "num_gpus": n,
+        "gpus_per_node": segment,
         "intra_node": row.get("intra_node") or "nvlink4",
         "inter_node": row.get("inter_node") or "ib-ndr",
-        "nics_per_node": _cell(row, "nics_per_node") or 8,
+        "nics_per_node": nics if segment == domain else max(1, nics * segment // domain),  # NICs go with the GPUs
     }
 
 
@@ -223,12 +301,21 @@ def framework_of_row(row: dict) -> tuple[str, str]:
     return GENERATION_ALIAS[gen], f"fallback year rule: {why} -> {gen}"
 
 
+def source_min_vp(row: dict) -> int:
+    """The fewest virtual stages a publication states its pipeline ran (rules with ``min_vp``: an interleaved
+    schedule whose chunk count it does not give); 1 otherwise."""
+    src = row.get("source") or ""
+    return max([1] + [int(rule["min_vp"]) for rule in source_rules() if "min_vp" in rule and rule["match"] in src])
+
+
 def source_plan(row: dict) -> dict:
     """Plan facts a published table states for all its rows (validation_sources.yaml rules with ``plan``)."""
     src = row.get("source") or ""
     out: dict[str, Any] = {}
     for rule in source_rules():
-        if "plan" in rule and rule["match"] in src:
+        when = rule.get("when") or {}
+        applies = all((row.get(k) or "").strip() == str(v) for k, v in when.items())
+        if "plan" in rule and rule["match"] in src and applies:
             out.update(rule["plan"])
     return out
 
@@ -407,13 +494,17 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
         raw, fixed, free = run_job_raw(row, catalog)
         with_defaults, still_free, defaults = framework_defaults(fixed, free)
         searchable = [f for f in free if f != "dp"]
-        choice = best_plan(raw, with_defaults, [f for f in still_free if f != "dp"])
+        min_vp = source_min_vp(row)
+        allow = (lambda plan: plan.get("vp", 1) >= min_vp) if min_vp > 1 else None
+        choice = best_plan(raw, with_defaults, [f for f in still_free if f != "dp"], allow=allow)
         notes = []
         if choice is None and defaults:  # the framework's usual setting does not fit here: the authors changed it
-            choice, defaults = best_plan(raw, fixed, searchable), {}
+            choice, defaults = best_plan(raw, fixed, searchable, allow=allow), {}
             notes.append("framework defaults do not fit memory: searched")
         if choice is None:  # the run did happen: predict its speed even if the memory model says it cannot fit
-            choice = best_plan(raw, fixed, searchable, require_fit=False)
+            choice = best_plan(raw, with_defaults, [f for f in still_free if f != "dp"], False, allow) or best_plan(
+                raw, fixed, searchable, require_fit=False, allow=allow
+            )
             notes.append("memory model says no plan fits; predicted anyway")
         fw, why = framework_of_row(row)
         legacy, legacy_why = legacy_software(row, fw)
@@ -436,6 +527,9 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
     b = choice.breakdown
     extra = {
         "mfu": round(b.mfu, 4),
+        "regime": job_regime(choice.job),
+        "gpu": choice.job.cluster.gpu.name,
+        "precision": choice.job.training.precision,
         "comm_tax": round(b.comm_tax, 4),
         "step_time_s": round(b.step_time_s, 4),
         "framework": f"{fw} ({why})",
@@ -443,10 +537,13 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
         "source_key": source_key(row),
         "fits": choice.breakdown.fits,
     }
+    if b.tokens_per_s_per_gpu_p10 is not None:
+        extra["predicted_tokens_per_s_per_gpu_p10"] = b.tokens_per_s_per_gpu_p10
+        extra["predicted_tokens_per_s_per_gpu_p90"] = b.tokens_per_s_per_gpu_p90
     if notes:
         extra["note"] = "; ".join(notes)
     err = error_pct(pred, measured) if measured else None
-    return RowResult(rid, measured, pred, err, chosen=choice.chosen, extra=extra)
+    return held_out_interval(RowResult(rid, measured, pred, err, chosen=choice.chosen, extra=extra))
 
 
 def predict_collective(row: dict, catalog: dict) -> RowResult:
@@ -470,6 +567,9 @@ def predict_collective(row: dict, catalog: dict) -> RowResult:
     return RowResult(rid, measured, pred, error_pct(pred, measured) if measured else None, extra=extra)
 
 
+MAX_ROWS = 2_000  # the published files hold 54-162 rows; a row whose plan is blank costs a search
+
+
 def read_rows(path: Path | str) -> list[dict]:
     """Rows of a UTF-8 CSV (a BOM is fine); each id once."""
     text = read_text(path, "CSV file")
@@ -479,6 +579,11 @@ def read_rows(path: Path | str) -> list[dict]:
         raise SpecError(f"{path}: not a readable CSV ({e})") from None
     if not rows:
         raise SpecError(f"{path}: no rows")
+    if len(rows) > MAX_ROWS:
+        raise SpecError(
+            f"{path}: {len(rows):,} rows, over the limit of {MAX_ROWS:,} per file (rows with blank plan fields "
+            "each run a search); split the file"
+        )
     seen: dict[str, int] = {}
     for line, row in enumerate(rows, 2):
         rid = (row.get("id") or "").strip()
@@ -520,6 +625,30 @@ def source_average(per_source: dict[str, float]) -> float | None:
     return sum(per_source.values()) / len(per_source) if per_source else None
 
 
+def coverage(results: list[RowResult]) -> float | None:
+    """Share of predicted rows whose measurement lies in their 80% interval (the shipped table)."""
+    rows = [r for r in results if r.measured and "predicted_tokens_per_s_per_gpu_p10" in r.extra]
+    hits = [
+        r.extra["predicted_tokens_per_s_per_gpu_p10"] <= r.measured <= r.extra["predicted_tokens_per_s_per_gpu_p90"]
+        for r in rows
+    ]
+    return sum(hits) / len(hits) if hits else None
+
+
+def held_out_interval(result: RowResult) -> RowResult:
+    """A row of a source the shipped interval table was fitted on gets the interval fitted without that source
+    (``held_out`` in catalog/intervals.json): its coverage is then out of sample, as for any new run."""
+    table = load_table()
+    src = result.extra.get("source_key")
+    if table is None or result.predicted is None or src not in table.held_out:
+        return result
+    lo, hi = table.held_out[src].log_bounds(result.extra["regime"])
+    result.extra["predicted_tokens_per_s_per_gpu_p10"] = result.predicted * math.exp(lo)
+    result.extra["predicted_tokens_per_s_per_gpu_p90"] = result.predicted * math.exp(hi)
+    result.extra["interval"] = "fitted without this source"
+    return result
+
+
 def leave_one_source_out(report: Report, rows: list[dict], catalog: dict) -> tuple[float | None, str]:
     """Leave-one-source-out MAPE, averaged by source: each source predicted with the assumptions as they would
     be fitted without its rows (``assumptions.without_rows``: a constant fitted only on them falls back to its
@@ -551,17 +680,28 @@ def leave_one_source_out(report: Report, rows: list[dict], catalog: dict) -> tup
     return source_average(per_source), "; ".join(notes)
 
 
-def validate(path: Path | str, catalog_file: Path | str | None = None, progress=None, loso: bool = False) -> Report:
+def predict_file(path: Path | str, catalog: dict, progress=None) -> tuple[str, list[dict], list[RowResult]]:
+    """(kind, CSV rows, one prediction per row) of one measurement file."""
     rows = read_rows(path)
     kind = kind_of(rows, path)
     check_measured(rows, "measured_tokens_per_s_per_gpu" if kind == "runs" else "measured_busbw_GBps", path)
-    catalog = load_catalog(catalog_file)
     predict = predict_run if kind == "runs" else predict_collective
     results = []
     for row in rows:
-        results.append(predict(row, catalog))
+        why = unmodelled(row)
+        if why is None:
+            results.append(predict(row, catalog))
+        else:
+            measured = _cell(row, "measured_tokens_per_s_per_gpu" if kind == "runs" else "measured_busbw_GBps", float)
+            results.append(RowResult((row.get("id") or "?").strip(), measured, None, None, reason=why))
         if progress is not None:
             progress()
+    return kind, rows, results
+
+
+def summarise(kind: str, rows: list[dict], results: list[RowResult], catalog: dict, loso: bool = False) -> Report:
+    """The Report of predicted rows: MAPE per subset and per source, what was fitted, refused rows, the 80%
+    interval's coverage (runs) and, with ``loso``, the leave-one-source-out figures."""
     subsets: dict[str, float] = {}
     if kind == "collectives":
         for name, lo, hi in SIZE_BANDS:
@@ -574,6 +714,8 @@ def validate(path: Path | str, catalog_file: Path | str | None = None, progress=
             if sub is not None:
                 subsets[prefix] = sub
     report = Report(kind, results, mape(results), subsets)
+    report.unknown_columns = unknown_columns(list(rows[0]), kind)
+    report.refused = [r.id for r in results if r.predicted is None]
     if kind == "runs":
         report.by_source, report.rows_by_source = by_source(results)
         report.source_avg_mape_pct = source_average(report.by_source)
@@ -581,6 +723,59 @@ def validate(path: Path | str, catalog_file: Path | str | None = None, progress=
         fitted_rows = {i for ids in report.fitted.values() for i in ids}
         report.unfitted_mape_pct = mape([r for r in results if r.id not in fitted_rows])
         report.refused = [r.id for r in results if r.predicted is None]
+        report.coverage_80 = coverage(results)
         if loso:
             report.loso_mape_pct, report.loso_note = leave_one_source_out(report, rows, catalog)
     return report
+
+
+def validate(path: Path | str, catalog_file: Path | str | None = None, progress=None, loso: bool = False) -> Report:
+    catalog = load_catalog(catalog_file)
+    kind, rows, results = predict_file(path, catalog, progress)
+    return summarise(kind, rows, results, catalog, loso)
+
+
+@dataclass
+class MultiReport:
+    """Several measurement files: each file's Report, and the runs files' rows together (``union``)."""
+
+    files: dict[str, Report]
+    union: Report | None  # every runs row of every file, by source; None unless two or more runs files
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "files": {name: r.to_dict() for name, r in self.files.items()},
+            "union": self.union.to_dict() if self.union is not None else None,
+        }
+
+
+def validate_files(
+    paths: list[Path | str], catalog_file: Path | str | None = None, progress=None, loso: bool = False
+) -> MultiReport:
+    """Each file predicted and reported, and the runs files' rows together (each source weighs the same there
+    too); a row id may appear in one file only, since the union reports rows by id."""
+    catalog = load_catalog(catalog_file)
+    files: dict[str, Report] = {}
+    all_rows: list[dict] = []
+    all_results: list[RowResult] = []
+    first_seen: dict[str, str] = {}
+    runs_files = 0
+    for path in paths:
+        name = str(path)
+        if name in files:
+            raise SpecError(f"{name}: given twice; name each file once")
+        kind, rows, results = predict_file(path, catalog, progress)
+        files[name] = summarise(kind, rows, results, catalog, loso)
+        if kind != "runs":
+            continue
+        runs_files += 1
+        for result in results:
+            if result.id in first_seen:
+                raise SpecError(
+                    f"{name}: id {excerpt(result.id)} is also in {first_seen[result.id]}; ids are unique across files"
+                )
+            first_seen[result.id] = name
+        all_rows += rows
+        all_results += results
+    union = summarise("runs", all_rows, all_results, catalog, loso) if runs_files > 1 else None
+    return MultiReport(files, union)

@@ -148,6 +148,35 @@ def fit_level(records: list[dict], level: str, intra: C.Level, inter: C.Level, r
     return LevelFit(1.0 / beta, alpha, float(np.sqrt(np.mean(rel**2))), float(np.abs(rel).max()), len(records))
 
 
+# a fit beyond this many times the cluster file's link rate is unresolved (the records are latency-bound
+# there, β hit its floor), not a faster link: the cluster's number stays and the profile says so
+MAX_FIT_OVER_LINK = 10.0
+MAX_LEVEL_GBPS = 100_000  # spec.LevelNumbers' bound: estimate refuses a profile above it
+
+
+def resolved(fit: LevelFit | None, start: C.Level, level: str, notes: list[str]) -> LevelFit | None:
+    """``fit`` if its bandwidth is one a link can have; None (keep the cluster's number, noted) otherwise."""
+    if fit is None:
+        return None
+    bound = min(MAX_FIT_OVER_LINK * start.bw_bytes_per_s, MAX_LEVEL_GBPS * GB)
+    if fit.bw_bytes_per_s <= bound and math.isfinite(fit.latency_s) and fit.latency_s / US <= 1e7:
+        return fit
+    notes.append(
+        f"{level}: the fitted bandwidth ({fit.bw_bytes_per_s / GB:.4g} GB/s) is over {bound / GB:.4g} GB/s "
+        f"({MAX_FIT_OVER_LINK:g}x the cluster's {start.bw_bytes_per_s / GB:.4g} GB/s): the records do not "
+        "resolve it (latency-bound); the cluster's number is kept"
+    )
+    return None
+
+
+def check_profile(profile: dict, where: str = "calibrate") -> dict:
+    """The profile as ``cluster: {profile: FILE}`` reads it: a value estimate would refuse is never written."""
+    from commtax.spec import Profile, build
+
+    build(Profile, profile, where)
+    return profile
+
+
 def _numbers(fit: LevelFit) -> dict:
     return {"bw_GBps": round(fit.bw_bytes_per_s / GB, 6), "latency_us": round(fit.latency_s / US, 3)}
 
@@ -163,8 +192,9 @@ def calibrate(records: list[dict], cluster: dict, gemm: list[dict] | None = None
         and r["world_size"] > 1
         and r["impl"] in IMPL_ALGORITHM
     ]
-    levels, ops, residuals = {}, {}, {}
+    levels, ops, residuals, notes = {}, {}, {}, []
     intra_fit = fit_level([r for r in usable if level_of(r) == "intra"], "intra", intra0, inter0)
+    intra_fit = resolved(intra_fit, intra0, "intra", notes)
     intra = C.Level("intra", intra_fit.bw_bytes_per_s, intra_fit.latency_s) if intra_fit else intra0
     levels["intra"] = (
         _numbers(intra_fit)
@@ -172,14 +202,14 @@ def calibrate(records: list[dict], cluster: dict, gemm: list[dict] | None = None
         else {"bw_GBps": float(intra0.bw_bytes_per_s / GB), "latency_us": float(intra0.latency_s / US)}
     )
     inter_recs = [r for r in usable if level_of(r) == "inter"]
-    inter_fit = fit_level(inter_recs, "inter", intra, inter0)
+    inter_fit = resolved(fit_level(inter_recs, "inter", intra, inter0), inter0, "inter", notes)
     levels["inter"] = (
         _numbers(inter_fit)
         if inter_fit
         else {"bw_GBps": float(inter0.bw_bytes_per_s / GB), "latency_us": float(inter0.latency_s / US)}
     )
     for op in sorted({r["op"] for r in inter_recs}):
-        f = fit_level([r for r in inter_recs if r["op"] == op], "inter", intra, inter0)
+        f = resolved(fit_level([r for r in inter_recs if r["op"] == op], "inter", intra, inter0), inter0, op, notes)
         if f:
             ops[op] = {"inter": _numbers(f)}
             residuals[op] = {"rms_rel": round(f.rms_rel, 4), "max_rel": round(f.max_rel, 4), "records": f.count}
@@ -196,9 +226,11 @@ def calibrate(records: list[dict], cluster: dict, gemm: list[dict] | None = None
             },
         },
     }
+    if notes:
+        profile["notes"] = notes
     if gemm:
         profile["gemm_efficiency"] = gemm_efficiency(gemm, cluster.get("gpu", {}).get("peak_tflops", {}))
-    return profile
+    return check_profile(profile)
 
 
 def gemm_efficiency(gemm: list[dict], peak_tflops: dict) -> dict:
@@ -269,6 +301,25 @@ def check_records(records: object, path: Path | str) -> list[dict]:
     return records
 
 
+def check_records_fit(records: list[dict], cluster: dict, path: Path | str) -> list[dict]:
+    """Records that could have run on ``cluster``: no more ranks than its GPUs, no more per node than a node has."""
+    n, per_node = cluster.get("num_gpus"), cluster.get("gpus_per_node")
+    for i, r in enumerate(records):
+        if r.get("op") == "gemm":
+            continue
+        if isinstance(n, int) and r["world_size"] > n:
+            raise SpecError(
+                f"{path}: record {i}: world_size {r['world_size']} is more than the cluster's {n} GPUs: "
+                "these records are not from this cluster; give the --cluster they ran on"
+            )
+        if isinstance(per_node, int) and r.get("ranks_per_node", 1) > per_node:
+            raise SpecError(
+                f"{path}: record {i}: ranks_per_node {r['ranks_per_node']} is more than the cluster's "
+                f"gpus_per_node ({per_node}); give the --cluster they ran on"
+            )
+    return records
+
+
 def check_gemm(gemm: object, path: Path | str) -> list[dict]:
     """GEMM records (`commtax bench gemm --out`): each a dtype name and achieved TFLOP/s > 0."""
     if not isinstance(gemm, list):
@@ -280,12 +331,12 @@ def check_gemm(gemm: object, path: Path | str) -> list[dict]:
     return gemm
 
 
-def check_cluster(raw: dict, path: Path | str) -> dict:
+def check_cluster(raw: dict, path: Path | str, field: str = "--cluster") -> dict:
     """The cluster file as the spec validates it (catalog ids resolved, zero bandwidths and GPUs per node refused)."""
     from commtax.spec import Cluster, build, load_catalog, resolve_cluster
 
-    resolved = resolve_cluster(raw, load_catalog(), Path(path).parent, field="--cluster")
-    build(Cluster, resolved, "--cluster")
+    resolved = resolve_cluster(raw, load_catalog(), Path(path).parent, field=field)
+    build(Cluster, resolved, field)
     return resolved
 
 

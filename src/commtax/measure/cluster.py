@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from commtax.errors import excerpt
+from commtax.measure import cgroups
 from commtax.signals import terminate_as_interrupt
 
 SUBNET = "10.213.0"  # private, and only ever configured inside our own namespaces
@@ -140,6 +141,18 @@ class EmulatedCluster:
             return self.leaves if self.nodes > 1 else 1
         return 2 if self.uplink_bit_s and self.nodes > 1 else 1
 
+    # unequal nodes (``--node-speed``, a comma list of ``--link``): CPUs per rank, and a link rate per node
+    node_speed: tuple[float, ...] | None = None
+    node_link_bit_s: tuple[float, ...] | None = None
+
+    def link_of(self, i: int) -> float:
+        """Node i's link rate, bit/s (its own with a per-node ``--link``, else the cluster's)."""
+        return self.node_link_bit_s[i] if self.node_link_bit_s else self.link_bit_s
+
+    @property
+    def unequal(self) -> bool:
+        return bool(self.node_speed) or bool(self.node_link_bit_s)
+
     @property
     def switch_ns(self) -> str:
         return f"{self.name}-sw"
@@ -241,8 +254,13 @@ class EmulatedCluster:
             _sh("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
             _sh("ip", "-n", sw, "link", "set", port, "master", leaves[self.leaf(i)], "up")
-            _tbf(ns, "eth0", self.link_bit_s, self.mtu)
-            _tbf(sw, port, self.link_bit_s, self.mtu)
+            _tbf(ns, "eth0", self.link_of(i), self.mtu)
+            _tbf(sw, port, self.link_of(i), self.mtu)
+            if self.node_speed:
+                try:
+                    cgroups.create(ns, self.node_speed[i], self.ranks_per_node)
+                except cgroups.CgroupError as e:
+                    raise ClusterError(f"--node-speed: {e}") from None
             # idle gaps between measurements must not send TCP back to slow start
             _sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0")
 
@@ -353,7 +371,9 @@ class EmulatedCluster:
             )
             try:
                 server.stdout.readline()
-                bulk = int(self.link_bit_s / 8 * 0.4)  # 0.4 s of traffic at the link rate: the tbf bucket is noise
+                bulk = int(
+                    min(self.link_of(0), self.link_of(1)) / 8 * 0.4
+                )  # 0.4 s of traffic at the link rate: the tbf bucket is noise
                 link = self._probe(self.node_ns(0), "client", self.address(1), "29399", str(max(bulk, 4 * 2**20)))
                 out.update(link_latency_us=link["latency_us"], link_bw_GBps=link["bw_GBps"])
             finally:
@@ -366,15 +386,16 @@ class EmulatedCluster:
         rank to every remote one: rpn · (nodes − 1) · rpn, at most 4: each is a process on a node), a symmetric
         exchange of ``seconds_at_rate`` of the link rate each way (1-16 MiB), median of 5. A failed probe is
         recorded as such (the cluster still comes up; its all_to_all priced as full duplex)."""
-        one_way = int(min(16 * 2**20, max(2**20, self.link_bit_s / 8 * seconds_at_rate)))
+        rate = min(self.link_of(0), self.link_of(1))  # unequal links: the slower of the two ends
+        one_way = int(min(16 * 2**20, max(2**20, rate / 8 * seconds_at_rate)))
         lat = self.measured.get("link_latency_us", 50.0)
         with tempfile.TemporaryDirectory(prefix=f"commtax-{self.name}-a2a-") as tmp:
             os.chmod(tmp, 0o755)
             out = Path(tmp) / "probe.json"
             cmd = ["timeout", str(timeout_s), sys.executable, "-m", "commtax.measure.a2a_probe"]
-            cmd += ["--bytes-one-way", str(one_way), "--link-bit-s", str(self.link_bit_s), "--latency-us", str(lat)]
+            cmd += ["--bytes-one-way", str(one_way), "--link-bit-s", str(rate), "--latency-us", str(lat)]
             conns = min(4, self.ranks_per_node**2 * (self.nodes - 1))
-            pair = EmulatedCluster(2, conns, self.link_bit_s, mtu=self.mtu, name=self.name)
+            pair = EmulatedCluster(2, conns, rate, mtu=self.mtu, name=self.name)
             rc = pair.run([*cmd, "--out", str(out)], grace_s=5.0, log=lambda msg: print(msg, file=sys.stderr))
             if rc != 0 or not out.exists():
                 return {"error": f"probe exited with code {rc}"}
@@ -382,7 +403,44 @@ class EmulatedCluster:
 
     # ------------------------------------------------------------------ describe
     def spec(self) -> dict:
-        """The cluster YAML: what estimate and collective need, plus what was built under ``emulated``."""
+        """The cluster YAML: what estimate and collective need, plus what was built under ``emulated``.
+
+        Unequal nodes (``node_speed``, per-node links) are written as one pool per node (spec/pools.py): a node at
+        speed x is a CPU rank with x times the compute and memory rate (its cgroup's CPU share slows both), its link
+        its own rate; ``emulated`` keeps the speeds and rates for ``from_spec``."""
+        out = self._uniform_spec()
+        if not self.unequal:
+            return out
+        hardware = ("gpu", "num_gpus", "gpus_per_node", "intra_node", "inter_node", "nics_per_node")
+        pools = []
+        for i in range(self.nodes):
+            x = self.node_speed[i] if self.node_speed else 1.0
+            gpu = dict(out["gpu"], name=f"cpu-gloo-x{x:g}", source=out["gpu"]["source"] + f"; node speed {x:g}")
+            gpu["peak_tflops"] = {k: v * x for k, v in gpu["peak_tflops"].items()}
+            gpu["mem_bw_GBps"] = round(gpu["mem_bw_GBps"] * x, 3)
+            link = dict(
+                out["inter_node"], name=f"veth-tbf-{self.link_of(i) / 1e6:g}mbit", bw_Gbps=self.link_of(i) / 1e9
+            )
+            pools.append(
+                {
+                    "name": f"n{i}",
+                    "gpu": gpu,
+                    "num_gpus": self.ranks_per_node,
+                    "gpus_per_node": self.ranks_per_node,
+                    "intra_node": dict(out["intra_node"]),
+                    "inter_node": link,
+                    "nics_per_node": 1,
+                }
+            )
+        rest = {k: v for k, v in out.items() if k not in hardware}
+        rest["emulated"] = {
+            **rest["emulated"],
+            "node_speed": list(self.node_speed) if self.node_speed else None,
+            "node_link_Gbps": [self.link_of(i) / 1e9 for i in range(self.nodes)],
+        }
+        return {"pools": pools, **rest}
+
+    def _uniform_spec(self) -> dict:
         m = self.measured
         link_Gbps = self.link_bit_s / 1e9
         return {
@@ -485,9 +543,13 @@ class EmulatedCluster:
             ok = all(isinstance(f.get(k), int) and not isinstance(f.get(k), bool) for k in ("src", "dst"))
             if not ok or not isinstance(f.get("rate_Gbps"), (int, float)) or isinstance(f.get("rate_Gbps"), bool):
                 raise ValueError(f"emulated.loads: {excerpt(f)} is not a flow written by `commtax cluster load`")
+        speeds = _per_node(e, "node_speed", nodes, 0.01, 64.0)
+        links = _per_node(e, "node_link_Gbps", nodes, 1e-4, 100.0)
         return cls(
             leaves=leaves,
             loads=loads,
+            node_speed=speeds,
+            node_link_bit_s=tuple(x * 1e9 for x in links) if links else None,
             nodes=nodes,
             ranks_per_node=ranks,
             link_bit_s=link * 1e9,
@@ -536,6 +598,13 @@ class EmulatedCluster:
             *resolve_command(cmd),
         ]
 
+    def _cgroup_join(self, i: int) -> Callable[[], None] | None:
+        """What the launched child runs before exec: join node i's CPU share (``--node-speed``), if it has one."""
+        if not self.node_speed:
+            return None
+        path = cgroups.path_of(self.node_ns(i))
+        return lambda: cgroups.join(path)
+
     def run(self, cmd: list[str], grace_s: float = 60.0, log=print) -> int:
         """Run ``cmd`` on every rank; returns 0 or the first failing node's exit code.
 
@@ -552,7 +621,10 @@ class EmulatedCluster:
         old_hup = signal.signal(signal.SIGHUP, _raise_interrupt)
         try:
             for i in range(self.nodes):
-                procs.append(subprocess.Popen(self.torchrun_argv(i, cmd, tmpdir=tmp), start_new_session=True))
+                into = self._cgroup_join(i)
+                procs.append(
+                    subprocess.Popen(self.torchrun_argv(i, cmd, tmpdir=tmp), start_new_session=True, preexec_fn=into)
+                )
             while any(p.poll() is None for p in procs):
                 for i, p in enumerate(procs):
                     if p.returncode not in (None, 0) and first_fail is None:
@@ -581,6 +653,20 @@ class EmulatedCluster:
             bad = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode]
             first_fail = bad[0] if bad else None
         return 0 if first_fail is None else (first_fail[1] if first_fail[1] > 0 else 1)
+
+
+def _per_node(e: dict, key: str, nodes: int, lo: float, hi: float) -> tuple[float, ...] | None:
+    """``emulated.<key>``: absent, or one number in [lo, hi] per node."""
+    v = e.get(key)
+    if v is None:
+        return None
+    ok = isinstance(v, list) and len(v) == nodes
+    ok = ok and all(isinstance(x, (int, float)) and not isinstance(x, bool) and lo <= x <= hi for x in v)
+    if not ok:
+        raise ValueError(
+            f"emulated.{key}: expected {nodes} numbers in [{lo:g}, {hi:g}], one per node, got {excerpt(v)}"
+        )
+    return tuple(float(x) for x in v)
 
 
 def _raise_interrupt(signum, frame):
@@ -631,6 +717,8 @@ def down_namespaces(names: list[str]) -> list[str]:
     kill_namespace_processes(ours)
     for ns in ours:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    for ns in names:  # the nodes' CPU shares (--node-speed), if any
+        cgroups.remove(ns)
     return ours
 
 

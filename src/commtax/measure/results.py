@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
 from commtax.atomic import strict_json, write_atomic
@@ -47,11 +46,16 @@ class ResultFile:
 
 def load_records(path: Path | str) -> list[dict]:
     """Records from a bench JSON file; a missing required field names the record and the field."""
-    data = json.loads(Path(path).read_text())
+    from commtax.measure.calibrate import check_records
+    from commtax.spec.files import read_json
+
+    data = read_json(path)
     if not isinstance(data, list):
         raise ValueError(f"{path}: expected a JSON list of bench records")
     for i, r in enumerate(data):
+        if not isinstance(r, dict):
+            raise ValueError(f"{path}: record {i} is not a mapping (a bench record from `commtax bench --out`)")
         missing = [k for k in REQUIRED_FIELDS if k not in r and r.get("op") != "gemm"]
         if missing:
             raise ValueError(f"{path}: record {i} lacks {', '.join(missing)}")
-    return data
+    return check_records(data, path)

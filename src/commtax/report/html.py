@@ -30,7 +30,7 @@ from commtax.report.svg import BREAKDOWN_STYLES, Segment, Series, Style
 from commtax.schedule.analytical import estimate
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown, part_keys
 from commtax.spec import Job
-from commtax.units import GB
+from commtax.units import GB, memory_excess
 
 PART_LABELS = {
     "compute": "compute",
@@ -403,8 +403,24 @@ def plans_chart(data: ReportData) -> svg.StackedBars | None:
     if data.search is None or not data.search.top:
         return None
     rows = [("this plan", data.breakdown)]
-    rows += [(f"#{i + 1} {plan_label(p)}", b) for i, (p, b) in enumerate(data.search.top)]
+    labels = distinct_labels([p for p, _ in data.search.top])
+    rows += [(f"#{i + 1} {label}", b) for i, (label, (_, b)) in enumerate(zip(labels, data.search.top))]
     return step_chart(rows, "This plan and the best plans from search")
+
+
+LABEL_FIELDS = ("recompute", "sequence_parallel", "grad_comm_dtype", "schedule", "framework")
+
+
+def distinct_labels(plans: list[dict[str, Any]]) -> list[str]:
+    """``plan_label`` of each plan, with the fields that tell apart plans whose labels collide appended
+    ("tp2 pp8 dp16 vp10 mb1 z1 recompute=full" next to "… recompute=selective")."""
+    labels = [plan_label(p) for p in plans]
+    for label in {x for x in labels if labels.count(x) > 1}:
+        group = [i for i, x in enumerate(labels) if x == label]
+        differ = [k for k in LABEL_FIELDS if len({str(plans[i].get(k)) for i in group}) > 1]
+        for i in group:
+            labels[i] = " ".join([label, *(f"{k}={plans[i].get(k)}" for k in differ)])
+    return labels
 
 
 def advice_chart(data: ReportData, limit: int = 12) -> svg.Bars | None:
@@ -597,6 +613,22 @@ def pct(x: float, digits: int = 1) -> str:
     return f"{100 * x:.{digits}f}%"
 
 
+def step_band(b: Breakdown) -> str:
+    """The 80% interval of the step under its central value: the numbers, and the band drawn to scale (0 to the
+    p90 end), the central step a tick in it."""
+    if b.step_time_s_p10 is None:
+        return ""
+    lo, hi, mid = b.step_time_s_p10, b.step_time_s_p90, b.step_time_s
+    left, width, tick = 100 * lo / hi, 100 * (hi - lo) / hi, 100 * mid / hi
+    return (
+        f" · 80% interval {num('step_time_s_p10', lo, secs(lo))}–{num('step_time_s_p90', hi, secs(hi))}"
+        f'<span class="band" role="img" aria-label="80% interval of the step time" '
+        f'style="display:block;position:relative;height:8px;margin-top:4px;background:#eee">'
+        f'<span style="position:absolute;left:{left:.1f}%;width:{width:.1f}%;height:100%;background:#9cc3e6"></span>'
+        f'<span style="position:absolute;left:{tick:.1f}%;width:2px;height:100%;background:#1f4e79"></span></span>'
+    )
+
+
 def secs(x: float) -> str:
     return f"{x:.4f} s" if x < 10 else f"{x:.3f} s"
 
@@ -676,16 +708,26 @@ def summary_section(data: ReportData) -> str:
         f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} of {cap:.1f} GiB per GPU.</p>"
         if b.fits
         else f'<p class="fit bad" role="alert">✗ {num("fits", b.fits, "Does NOT fit in memory")}: '
-        f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} needed per GPU, {cap:.1f} GiB on "
-        f"{escape(job.cluster.gpu.name)}. Try a higher plan.zero, recompute: full, a smaller micro-batch or larger "
+        f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} needed per GPU ({memory_excess(mem, cap)} on "
+        f"{escape(job.cluster.gpu.name)}). Try a higher plan.zero, recompute: full, a smaller micro-batch or larger "
         "tp/pp — the plans below fit.</p>"
     )
     cards = [
-        ("step time", num("step_time_s", b.step_time_s, secs(b.step_time_s)), "one optimizer step"),
+        ("step time", num("step_time_s", b.step_time_s, secs(b.step_time_s)), "one optimizer step" + step_band(b)),
         (
             "tokens/s",
             num("tokens_per_s", b.tokens_per_s, f"{b.tokens_per_s:,.0f}"),
-            num("tokens_per_s_per_gpu", b.tokens_per_s_per_gpu, f"{b.tokens_per_s_per_gpu:,.1f}") + " per GPU",
+            num("tokens_per_s_per_gpu", b.tokens_per_s_per_gpu, f"{b.tokens_per_s_per_gpu:,.1f}")
+            + " per GPU"
+            + (
+                " (80%: "
+                + num("tokens_per_s_per_gpu_p10", b.tokens_per_s_per_gpu_p10, f"{b.tokens_per_s_per_gpu_p10:,.1f}")
+                + "–"
+                + num("tokens_per_s_per_gpu_p90", b.tokens_per_s_per_gpu_p90, f"{b.tokens_per_s_per_gpu_p90:,.1f}")
+                + ")"
+                if b.tokens_per_s_per_gpu_p10 is not None
+                else ""
+            ),
         ),
         (
             "MFU",
@@ -1121,8 +1163,16 @@ def render_page(data: ReportData, figs: list[Fig] | None = None) -> str:
     step_body = "".join(figure(by_id[k]) for k in ("step", "comm-time", "comm-bytes", "memory"))
     sections.append(section("step", "The step: compute, communication, bubble, memory", step_body))
     if "timeline" in by_id:
+        # the close-ups draw windows of the same spans: their table is the window, not the whole step's rows again
+        def window_table(fig: Fig) -> str:
+            w0, w1 = fig.chart.window
+            note = '<p class="note">The spans of this close-up are in the whole-step timeline\'s table above.</p>'
+            return table(["window", "from s", "to s"], [[fig.chart.title, f"{w0:.4g}", f"{w1:.4g}"]]) + note
+
         tl = "".join(
-            figure(by_id[k]) for k in ("timeline", "timeline-start", "timeline-end", "sim-vs-estimate") if k in by_id
+            figure(by_id[k], table_html=window_table(by_id[k]) if k in ("timeline-start", "timeline-end") else None)
+            for k in ("timeline", "timeline-start", "timeline-end", "sim-vs-estimate")
+            if k in by_id
         )
         sim = data.sim
         tl += (
@@ -1216,8 +1266,9 @@ def trace_figures(result: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def load_trace(paths: Sequence[str]) -> dict[str, dict[str, float]]:
-    """Per-rank measured figures from profiler traces, through ``commtax.trace`` when it is installed."""
+def load_trace(paths: Sequence[str], job: Any = None, warn: Any = None) -> dict[str, dict[str, float]]:
+    """Per-rank measured figures from profiler traces, through ``commtax.trace`` when it is installed; with
+    ``job`` and ``warn``, ``warn(line)`` for each reason the traces may be of another job (world size, GPU)."""
     try:
         from commtax import trace as trace_mod  # type: ignore[attr-defined]
     except ImportError:
@@ -1226,4 +1277,9 @@ def load_trace(paths: Sequence[str]) -> dict[str, dict[str, float]]:
         result = trace_mod.analyze([str(p) for p in paths])
     except (ValueError, OSError) as e:  # an unreadable or foreign trace file: one line, exit 2
         raise SpecError(f"--trace: {e}") from None
+    if job is not None and warn is not None:
+        from commtax.trace.against import job_mismatch
+
+        for line in job_mismatch(result, job):
+            warn(f"--trace: {line}")
     return trace_figures(result)

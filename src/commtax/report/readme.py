@@ -171,7 +171,8 @@ def estimate_example() -> str:
     return "\n".join(["```text", f"$ commtax estimate {EXAMPLE}", *lines, "```"])
 
 
-VALIDATION = REPO.parent / "shared" / "validation"
+VALIDATION = REPO / "validation"  # shipped with the repo (a copy of ../shared/validation)
+DENSE_RUNS_FILES = ("public_runs.csv", "public_runs_more.csv")
 
 
 def _pct(x: float | None) -> str:
@@ -179,10 +180,11 @@ def _pct(x: float | None) -> str:
 
 
 def accuracy_tables() -> str:
-    """``commtax validate`` of the public runs (with ``--loso``) and collectives, as README tables."""
-    from commtax.decide.validate import validate
+    """``commtax validate`` of the public dense runs, both files together (with ``--loso``), and the collectives,
+    as README tables."""
+    from commtax.decide.validate import validate, validate_files
 
-    runs = validate(VALIDATION / "public_runs.csv", loso=True)
+    runs = validate_files([VALIDATION / f for f in DENSE_RUNS_FILES], loso=True).union
     rows = [[name, str(runs.rows_by_source[name]), _pct(mape)] for name, mape in runs.by_source.items()]
     n_ok = sum(r.error_pct is not None for r in runs.rows)
     fitted_rows = {row for rows_of in runs.fitted.values() for row in rows_of}
@@ -201,6 +203,11 @@ def accuracy_tables() -> str:
         ],
         ["rows no constant was fitted on", str(n_unfitted), _pct(runs.unfitted_mape_pct)],
         ["rows refused", str(len(runs.refused)), "—"],
+        [
+            "80% interval covers (`coverage_80`, each source's interval fitted without it)",
+            str(n_ok),
+            _pct(100 * runs.coverage_80 if runs.coverage_80 is not None else None),
+        ],
     ]
     coll = validate(VALIDATION / "public_collectives.csv")
     band_names = {
@@ -212,7 +219,7 @@ def accuracy_tables() -> str:
     bands.append([f"all {len(coll.rows)} rows", _pct(coll.mape_pct)])
     return "\n".join(
         [
-            "Training runs (`public_runs.csv`, tokens/s per GPU):",
+            "Training runs (`public_runs.csv` and `public_runs_more.csv` together, tokens/s per GPU):",
             "",
             *_table(["source", "rows", "MAPE"], rows),
             "",

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from commtax.decide.plans import plan_label
-from commtax.schedule.breakdown import Breakdown, part_keys
+from commtax.schedule.breakdown import Breakdown, fmt_step_interval, part_keys
 from commtax.units import GB
 
 
@@ -54,7 +54,8 @@ def summary_table(b: Breakdown) -> Table:
     t = new_table("Throughput and communication", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
-    rows = [
+    rows = [("step time (80% interval)", fmt_step_interval(b, 3))] if b.step_time_s_p10 is not None else []
+    rows += [
         ("tokens/s", f"{b.tokens_per_s:,.0f}"),
         ("tokens/s per GPU", f"{b.tokens_per_s_per_gpu:,.1f}"),
         ("model TFLOP/s per GPU", f"{b.tflops_per_gpu:.1f}"),
@@ -94,17 +95,41 @@ def memory_table(b: Breakdown, capacity_gib: float | None = None) -> Table:
 
 
 def render_breakdown(b: Breakdown, console: Console, capacity_gib: float | None = None) -> None:
-    """The four tables of one step, then its notes (each printed once)."""
+    """The four tables of one step (and, on GPU pools, what each pool does), then its notes (each printed once)."""
+    tables = [breakdown_table(b, f"One training step ({b.source})"), summary_table(b), comm_table(b)]
+    if b.pools:
+        tables.append(pools_table(b))
+        # the memory shown is the pool nearest its limit: its own GPU's capacity
+        binding = max(b.pools, key=lambda x: x["memory_gib"] / x["mem_GiB"])
+        capacity_gib = binding["mem_GiB"]
     for table in (
-        breakdown_table(b, f"One training step ({b.source})"),
-        summary_table(b),
-        comm_table(b),
+        *tables,
         memory_table(b, capacity_gib),
     ):
         console.print(table)
         console.print()
     for note in b.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
+
+
+def pools_table(b: Breakdown) -> Table:
+    """One row per GPU pool: its stages and layers, the slowest stage's seconds per micro-batch, memory, straggler."""
+    t = new_table("GPU pools")
+    for col in ("pool", "GPU", "GPUs", "stages", "layers", "s/mb", "GiB/GPU", "slowest"):
+        t.add_column(col, justify="left" if col in ("pool", "GPU", "stages", "layers", "slowest") else "right")
+    for x in b.pools or []:
+        st, ly = x["stages"], x["layers"]
+        t.add_row(
+            x["pool"],
+            x["gpu"],
+            str(x["num_gpus"]),
+            f"{st[0]}-{st[-1]}" if len(st) > 1 and st == list(range(st[0], st[-1] + 1)) else ",".join(map(str, st)),
+            f"{len(ly)}×{ly[0]}" if len(set(ly)) == 1 else ",".join(map(str, ly)),
+            f"{max(x['stage_s']):.4g}",
+            f"{x['memory_gib']:.1f}/{x['mem_GiB']:g}",
+            "straggler" if x["straggler"] else "",
+        )
+    return t
 
 
 # ----------------------------------------------------------------------------- validate
@@ -119,12 +144,18 @@ def _cell(name: str, value: Any) -> str:
     return f"{short}{value}" if isinstance(value, int) else f"{short}:{value}"
 
 
+ID_ONE_LINE = 36  # validate's id column at 80 columns
+
+
 def validation_table(report: Any, wide: bool = False) -> Table:
     """One row per published measurement. The note is short at 80 columns (the plan cells the search chose or the
     framework's defaults filled, ``vp2 mb1``, and the framework); ``wide`` gives where the framework came from too."""
     runs = report.kind == "runs"
     t = new_table(f"Validation: {report.kind} (measured {'tokens/s per GPU' if runs else 'busbw GB/s'})")
-    t.add_column("id", no_wrap=True, min_width=max((len(r.id) for r in report.rows), default=2))
+    # an id up to 36 characters stays on one line; a longer one folds onto the next (whole, never cut), so the
+    # numbers keep their columns at 80
+    longest = max((len(r.id) for r in report.rows), default=2)
+    t.add_column("id", overflow="fold", min_width=min(longest, ID_ONE_LINE), max_width=None if wide else ID_ONE_LINE)
     for col, width in (("measured", 8), ("predicted", 9), ("error", 6)):
         t.add_column(col, justify="right", no_wrap=True, min_width=width)
     t.add_column(
@@ -224,15 +255,18 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
         )
     if article:
         t.add_column("article share·B/day·days·$/B" if wide else "article\ndays, $/B", justify="right", no_wrap=True)
+    unplaced = []
     for r in rows:
-        if r.breakdown is None:
-            cells = [r.name, f"— ({r.reason})"] + [""] * (len(cols) - 2)
+        if r.breakdown is None:  # the reason goes under the table: in a no_wrap number column it breaks the layout
+            unplaced.append(f"{r.name}: {r.reason}")
+            cells = [r.name] + ["—"] * (len(cols) - 1)
         else:
             b, c = r.breakdown, r.cost
             values = {
                 "cluster": r.name,
                 "best plan": plan_label(r.plan),
-                "step s": f"{b.step_time_s:.2f}",
+                "step s": f"{b.step_time_s:.2f}"
+                + (f" ({b.step_time_s_p10:.2f}–{b.step_time_s_p90:.2f})" if wide and b.step_time_s_p10 else ""),
                 "MFU": pct(b.mfu),
                 "tax": pct(b.comm_tax),
                 "share": pct(b.comm_share),
@@ -252,6 +286,9 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
             else:
                 cells.append(f"{a['days']:g}, ${a['usd_per_B']:g}")
         t.add_row(*cells)
+    if unplaced:
+        t.caption = "— no plan: " + "; ".join(unplaced)
+        t.caption_justify = "left"
     return t
 
 

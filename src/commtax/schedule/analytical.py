@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from commtax.costs.compute import ComputeModel, overlap_slowdown_s
 from commtax.costs.pricing import Costs, PhaseCost
@@ -24,10 +24,12 @@ from commtax.spec import Job, per_rank, zero_refusal
 from commtax.workload.memory import memory
 from commtax.workload.step import (
     Collective,
+    Compute,
     Workload,
     build_workload,
     grad_bytes_per_param,
     weight_bytes_per_param,
+    with_dp_stage,
 )
 
 
@@ -271,6 +273,30 @@ def _moe_stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
     return out
 
 
+def slowest_dp_workload(job: Job, wl: Workload, costs: Costs, st: StageTime) -> Workload:
+    """MoE: ``wl`` with its DP/EDP ops sized for the pipeline rank whose DP (dense gradients over dp plus expert
+    gradients over edp) leaves the most exposed (``dp_exposed``; then the longest link time), and the optimizer of
+    the rank with the most optimizer work: each rank runs its own DP and optimizer and the step waits for the
+    slowest. The rank with the most parameters may hold no experts (DeepSeek-V3's first stage: the embedding and the
+    dense layers), so sizing by parameters alone drops the expert gradients of every other rank.
+    Dense workloads (one split, or none) are returned as they are."""
+    if len(wl.dp_stage_splits) < 2:
+        return wl
+    ranks = [with_dp_stage(job, wl, s) for s in wl.dp_stage_splits]
+    link_exposed = [dp_exposed(job, r, costs, st)[1::-1] for r in ranks]
+    slowest = ranks[max(range(len(ranks)), key=lambda i: (*link_exposed[i], wl.dp_stage_splits[i] == wl.dp_split))]
+    optimizer = slowest_optimizer(job, wl)
+    return slowest if optimizer == slowest.optimizer else replace(slowest, optimizer=optimizer)
+
+
+def slowest_optimizer(job: Job, wl: Workload) -> Compute:
+    """The optimizer step of the pipeline rank with the most optimizer work (MoE: dense states over dp, expert
+    states over edp, ``wl.dp_stage_splits``); a dense workload's own."""
+    if len(wl.dp_stage_splits) < 2:
+        return wl.optimizer
+    return max((with_dp_stage(job, wl, s).optimizer for s in wl.dp_stage_splits), key=lambda c: c.bytes)
+
+
 def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
     """(link time, exposed time, bytes) of data-parallel traffic per step: what the timeline leaves exposed
     (``dp_timeline``) plus what the hidden part costs the compute it runs under (``dp_contention``)."""
@@ -470,15 +496,20 @@ def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) ->
         return 0.0, 0.0, 0.0
     t_send = costs.collective(wl.pp_send)
     sends = 2 * v * m  # each micro-batch: forward activation and backward gradient, per model chunk
-    fill = 2 * (p - 1) * t_send
-    if job.plan.schedule == "gpipe":
-        exposed = fill
-    elif v > 1:
-        exposed = 2 * (p * v - 1) * t_send + (0.0 if job.plan.overlap.pp else 2 * m * t_send)
-    else:
-        totals = list(map(_total, stages))
-        exposed = max(fill, m * (steady_cycle(totals, t_send) - max(totals)) + 2 * (p - 2) * t_send)
+    exposed = sends_exposed(job.plan.schedule, p, v, m, t_send, list(map(_total, stages)), job.plan.overlap.pp)
     return sends * t_send, exposed, sends * costs.sent_bytes(wl.pp_send)
+
+
+def sends_exposed(
+    schedule: str, p: int, v: int, m: int, t_send: float, totals: list[float], overlap_pp: bool = True
+) -> float:
+    """Exposed pipeline-send time of one step (``pp_exposed``), from the stages' per-micro-batch totals."""
+    fill = 2 * (p - 1) * t_send
+    if schedule == "gpipe":
+        return fill
+    if v > 1:
+        return 2 * (p * v - 1) * t_send + (0.0 if overlap_pp else 2 * m * t_send)
+    return max(fill, m * (steady_cycle(totals, t_send) - max(totals)) + 2 * (p - 2) * t_send)
 
 
 def steady_cycle(totals: list[float], t_send: float) -> float:
@@ -553,7 +584,33 @@ def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> 
     if schedule == "gpipe":
         span = sum(map(_total, stages)) + (m - 1) * (max(s.fwd for s in stages) + max(s.bwd for s in stages))
         return max(0.0, span - m * slow.total)
-    return others / vp
+    if schedule in ("zb-h1", "zb-v") and m >= len(stages):
+        return zero_bubble(schedule, stages, slow)
+    return others / vp  # 1f1b, interleaved, 1f1b-flexible (Llama 3: the same bubble for any m, §3.3.2)
+
+
+def weight_grad_s(s: StageTime) -> float:
+    """W of one micro-batch on a stage: the weight-gradient GEMMs, half of the backward without recompute (each
+    linear layer's backward is a data-gradient and a weight-gradient GEMM of the forward's FLOPs; Qi et al. 2023
+    §2 take T_B = T_W)."""
+    return (s.bwd - s.recompute) / 2
+
+
+def zero_bubble(schedule: str, stages: list[StageTime], slow: StageTime) -> float:
+    """Zero-bubble schedules (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", Table 1 / §6): the backward is
+    split into B (input gradient) and W (weight gradient), and W passes fill the fill/drain bubble.
+
+    * ZB-H1, on every stage the peak memory of 1F1B's first: (p − 1)(T_F + T_B − T_W): Σ_{s≠max} (T_s − 2 W_s),
+      a third of 1F1B's (p − 1)(T_F + T_B + T_W) when T_F = T_B = T_W.
+    * ZB-V, two chunks per stage in a V, the same peak memory: (p − 1)(T_F + T_B − 2 T_W) with a chunk's times
+      (half a stage's): Σ_{s≠max} (T_s − 3 W_s) / 2, zero when T_F = T_B = T_W.
+
+    Both need m ≥ p micro-batches (fewer: 1F1B's bubble, ``pipeline_bubble``).
+    """
+    others = [s for s in stages if s is not slow]
+    if schedule == "zb-h1":
+        return sum(max(0.0, s.total - 2 * weight_grad_s(s)) for s in others)
+    return sum(max(0.0, s.total - 3 * weight_grad_s(s)) / 2 for s in others)
 
 
 def plan_notes(job: Job, wl: Workload) -> list[str]:
@@ -587,11 +644,16 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
     ``workload`` and ``costs`` default to the job's own; passing them lets a caller (the simulator's
     agreement tests, search) evaluate the same ops and prices both ways.
     """
+    if job.cluster.pools and workload is None and costs is None:
+        from commtax.schedule.pools import pooled_estimate  # it builds on this module's functions
+
+        return pooled_estimate(job)
     wl = workload or build_workload(job)
     costs = costs or Costs(job)
     stages = stage_times(job, wl, costs)
     m = wl.micro_batches
     slow, _ = slowest_and_rest(stages)
+    wl = slowest_dp_workload(job, wl, costs, slow)
     pp_link, pp_exp, pp_bytes = pp_exposed(job, wl, costs, stages)
     dp_link, dp_exp, dp_bytes = dp_exposed(job, wl, costs, slow)
     optimizer = costs.compute(wl.optimizer)

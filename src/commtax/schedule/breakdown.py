@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from commtax.schedule.interval import throughput_bounds
 from commtax.spec import Job
 from commtax.units import SECONDS_PER_DAY, TFLOPS
 from commtax.workload.step import (
@@ -52,9 +53,49 @@ class Breakdown:
     days_to_train: float | None = None
     source: str = "estimate"
     notes: list[str] = field(default_factory=list)
+    # the 80% interval (schedule.interval: validation residuals by regime); None where no table applies.
+    # p10 of the step time is the fast end: it goes with the p90 of throughput
+    step_time_s_p10: float | None = None
+    step_time_s_p90: float | None = None
+    tokens_per_s_per_gpu_p10: float | None = None
+    tokens_per_s_per_gpu_p90: float | None = None
+    pools: list[dict[str, Any]] | None = None  # a cluster of GPU pools: what each pool does (schedule/pools.py)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for k in INTERVAL_KEYS:
+            if d[k] is None:
+                del d[k]
+        if d["pools"] is None:  # single-pool records read as they always have
+            del d["pools"]
+        return d
+
+    def with_interval(self, tps_p10: float, tps_p90: float) -> Breakdown:
+        """This record with the 80% interval of a throughput interval (step time is its inverse)."""
+        self.tokens_per_s_per_gpu_p10, self.tokens_per_s_per_gpu_p90 = tps_p10, tps_p90
+        self.step_time_s_p10 = self.step_time_s * self.tokens_per_s_per_gpu / tps_p90
+        self.step_time_s_p90 = self.step_time_s * self.tokens_per_s_per_gpu / tps_p10
+        return self
+
+
+INTERVAL_KEYS = ("step_time_s_p10", "step_time_s_p90", "tokens_per_s_per_gpu_p10", "tokens_per_s_per_gpu_p90")
+
+
+def within_each_other(a: Breakdown, b: Breakdown) -> bool:
+    """Each central step time lies inside the other's 80% interval: the model cannot tell the two apart."""
+    if a.step_time_s_p10 is None or b.step_time_s_p10 is None:
+        return False
+    return (b.step_time_s_p10 <= a.step_time_s <= b.step_time_s_p90) and (
+        a.step_time_s_p10 <= b.step_time_s <= a.step_time_s_p90
+    )
+
+
+def fmt_step_interval(b: Breakdown, digits: int = 2) -> str:
+    """\"1.87 s (1.71–2.05)\": the central step time and its 80% interval."""
+    central = f"{b.step_time_s:.{digits}f} s"
+    if b.step_time_s_p10 is None:
+        return central
+    return f"{central} ({b.step_time_s_p10:.{digits}f}–{b.step_time_s_p90:.{digits}f})"
 
 
 def model_flops_per_gpu_step(job: Job, wl: Workload) -> float:
@@ -101,7 +142,7 @@ def make_breakdown(
     model_flops = model_flops_per_gpu_step(job, wl) / step
     hw_flops = model_flops + recompute_model_flops(job, wl) / c.num_gpus / step
     tokens_per_s = tr.global_batch * tr.seq_len / step
-    return Breakdown(
+    b = Breakdown(
         step_time_s=step,
         tokens_per_s=tokens_per_s,
         tokens_per_s_per_gpu=tokens_per_s / c.num_gpus,
@@ -119,3 +160,6 @@ def make_breakdown(
         source=source,
         notes=list(notes or []),
     )
+    # a prediction (analytical or simulated) carries the 80% interval of the validation residuals of its regime
+    bounds = throughput_bounds(job, b.tokens_per_s_per_gpu) if source in ("estimate", "simulate") else None
+    return b.with_interval(*bounds) if bounds else b

@@ -35,8 +35,9 @@ from commtax.spec.frameworks import (  # noqa: F401
     frameworks,
     zero_refusal,
 )
-from commtax.spec.hardware import GPU, Cluster, IntraLink, LevelNumbers, Network, Profile  # noqa: F401
+from commtax.spec.hardware import GPU, Cluster, InterPoolLink, IntraLink, LevelNumbers, Network, Pool, Profile  # noqa: F401
 from commtax.spec.job import Job, eager_attention_archs  # noqa: F401
 from commtax.spec.model import Model  # noqa: F401
 from commtax.spec.pipeline_split import per_rank, pipeline_split  # noqa: F401
 from commtax.spec.plan import Plan, Training  # noqa: F401
+from commtax.spec.pools import pool_cluster, pool_shares, stage_pool_indices  # noqa: F401

@@ -75,7 +75,12 @@ def resolve_entry(kind: str, value: Any, catalog: dict, field: str) -> dict:
     if isinstance(value, dict):
         return dict(value)
     if not isinstance(value, str):
-        raise SpecError(f"{field}: expected a catalog id or a mapping, got {excerpt(value)}")
+        hint = (
+            "; GPUs of several kinds are pools: give cluster.pools, a list of {gpu, num_gpus, …}"
+            if (isinstance(value, list) and field.endswith(".gpu"))
+            else ""
+        )
+        raise SpecError(f"{field}: expected a catalog id or a mapping, got {excerpt(value)}{hint}")
     entries = catalog[kind]
     if value not in entries:
         close = difflib.get_close_matches(value, entries.keys(), n=1, cutoff=0.4)
@@ -117,6 +122,9 @@ def resolve_cluster(raw: Any, catalog: dict, base_dir: Path | None = None, field
     if not isinstance(raw, dict):
         raise SpecError(f"{field}: expected a mapping or the path of a cluster YAML file")
     out = dict(raw)
+    if out.get("pools") is not None:  # a dumped single-pool cluster carries pools: None
+        out["pools"] = resolve_pools(out["pools"], catalog, f"{field}.pools")
+        return out
     for key in ("gpu", "intra_node", "inter_node"):
         if key not in out:
             raise SpecError(f"{field}.{key}: missing (a catalog id or a mapping of numbers)")
@@ -193,6 +201,26 @@ def _colocated(entry: Any, base_dir: Path | None, first_node: int, field: str) -
     per_node = 1 if stride >= G else max(1, min(n, G // stride))
     share_Gbps = oc.nics_per_node * oc.inter_node.bw_Gbps * oc.inter_node.efficiency / G  # a GPU's NIC share
     return {"name": path.stem, "rings": rings, "rate_Gbps": per_node * share_Gbps}
+
+
+def resolve_pools(raw: Any, catalog: dict, field: str) -> list[dict]:
+    """``cluster.pools``: a list of pools, each naming its gpu, intra_node and inter_node (catalog ids or numbers)."""
+    if not isinstance(raw, list) or not raw:
+        raise SpecError(
+            f"{field}: expected a list of pools, each {{gpu, num_gpus, gpus_per_node, intra_node, "
+            f"inter_node, nics_per_node}}, got {excerpt(raw)}"
+        )
+    out = []
+    for i, pool in enumerate(raw):
+        if not isinstance(pool, dict):
+            raise SpecError(f"{field}.{i}: expected a mapping {{gpu, num_gpus, …}}, got {excerpt(pool)}")
+        pool = dict(pool)
+        for key in ("gpu", "intra_node", "inter_node"):
+            if key not in pool:
+                raise SpecError(f"{field}.{i}.{key}: missing (a catalog id or a mapping of numbers)")
+            pool[key] = resolve_entry(key, pool[key], catalog, f"{field}.{i}.{key}")
+        out.append(pool)
+    return out
 
 
 def _relative_to(path: Path, base_dir: Path | None) -> Path:

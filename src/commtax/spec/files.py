@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +17,21 @@ MAX_YAML_NODES = 200_000  # nodes after expanding aliases: a 600-byte alias bomb
 MAX_YAML_DEPTH = 64  # nesting; job files need 4
 
 
+def _refuse_fifo(path: Path | str, what: str) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return  # open() names the problem
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        kind = "FIFO" if stat.S_ISFIFO(mode) else "socket"
+        raise SpecError(f"{path}: is a {kind}, not a {what}; save it to a file")
+
+
 def read_text(path: Path | str, what: str = "file") -> str:
-    """A user's text file, bounded in size, as UTF-8 (a BOM is dropped): anything else is one SpecError line."""
+    """A user's text file, bounded in size, as UTF-8 (a BOM is dropped): anything else is one SpecError line.
+
+    A FIFO or socket is refused before it is opened: open() would wait for a writer that may never come."""
+    _refuse_fifo(path, what)
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_YAML_BYTES + 1)
@@ -38,6 +54,23 @@ def read_text(path: Path | str, what: str = "file") -> str:
         raise SpecError(
             f"{path}: not UTF-8 text (Latin-1?): byte 0x{raw[e.start]:02x} at offset {e.start}; save it as UTF-8"
         ) from None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number (JSON has no NaN or Infinity)")
+
+
+def read_json(path: Path | str, what: str = "JSON file") -> object:
+    """A user's JSON file, bounded as ``read_text``; NaN/Infinity, nesting too deep or bad JSON: one SpecError."""
+    text = read_text(path, what)
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise SpecError(f"{path}: JSON nested too deep; not a {what}") from None
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except ValueError as e:  # NaN/Infinity, or an integer of over 4,300 digits
+        raise SpecError(f"{path}: {e}") from None
 
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present

@@ -17,6 +17,7 @@ from pydantic import (
 from commtax.errors import SpecError
 from commtax.spec.base import Precision, _Spec
 from commtax.spec.fabric import Fabric
+from commtax.spec.pools import fill_from_pools
 from commtax.units import GB, GBIT, TFLOPS, US, GiB
 
 
@@ -169,6 +170,39 @@ class Profile(_Spec):
         return v
 
 
+class Pool(_Spec):
+    """One homogeneous block of nodes."""
+
+    name: str = Field(default="", description="how plans and reports name the pool (default: its GPU's name)")
+    gpu: GPU
+    num_gpus: int = Field(gt=0, le=1_000_000)
+    gpus_per_node: int = Field(default=8, gt=0, le=1024)
+    intra_node: IntraLink
+    inter_node: Network
+    nics_per_node: int = Field(default=8, gt=0, le=1024)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.gpu.name
+
+
+class InterPoolLink(_Spec):
+    """The link joining the pools, when it is not the shared network: total line rate per direction."""
+
+    bw_Gbps: float = Field(gt=0, le=1_000_000, allow_inf_nan=False, description="line rate per direction, all of it")
+    latency_us: float = Field(default=20, ge=0, le=1e6, allow_inf_nan=False)
+    efficiency: float = Field(default=0.9, gt=0, le=1)
+    source: str = "inline"
+
+    @property
+    def bw_bytes_per_s(self) -> float:
+        return self.bw_Gbps * GBIT * self.efficiency
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * US
+
+
 class Cluster(_Spec):
     gpu: GPU
     num_gpus: int = Field(gt=0, le=1_000_000)
@@ -199,9 +233,30 @@ class Cluster(_Spec):
     )
     profile: Profile | None = None
     emulated: dict[str, Any] | None = None
+    # ---- several GPU pools (spec/pools.py): the top-level hardware fields are then the first pool's
+    pools: tuple[Pool, ...] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="GPU pools, each {name, gpu, num_gpus, gpus_per_node, intra_node, inter_node, nics_per_node}; "
+        "the top-level hardware fields are then taken from the first pool and num_gpus is their sum",
+    )
+    inter_pool: InterPoolLink | None = Field(
+        default=None,
+        description="the link joining the pools (total line rate per direction); unset: the shared network",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_pools(cls, data: Any) -> Any:
+        return fill_from_pools(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _shape(self) -> Cluster:
+        if self.inter_pool is not None and not self.pools:
+            raise ValueError("inter_pool: joins GPU pools; describe them in cluster.pools or remove inter_pool")
+        if self.pools:
+            return self  # each pool's shape is checked with the plan (spec/pools.py check_pools)
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
             raise ValueError(
                 f"num_gpus ({self.num_gpus}) must be a multiple of gpus_per_node ({self.gpus_per_node}) "

@@ -14,6 +14,7 @@ from commtax.spec.hardware import Cluster
 from commtax.spec.model import Model
 from commtax.spec.pipeline_split import per_rank, pipeline_split
 from commtax.spec.plan import Plan, Training
+from commtax.spec.pools import check_pools
 
 
 @lru_cache(maxsize=1)
@@ -46,24 +47,36 @@ class Job(_Spec):
             )
         if p.vp > 1 and p.pp == 1:
             raise ValueError("vp > 1 (interleaved 1F1B) needs pp > 1")
-        if p.vp > 1 and p.schedule != "1f1b":
+        if p.vp > 1 and p.schedule not in ("1f1b", "1f1b-flexible", "zb-v"):
             raise ValueError(
-                f"vp({p.vp}) > 1 needs schedule 1f1b (interleaving is Megatron's interleaved 1F1B); "
-                "set vp: 1 or schedule: 1f1b"
+                f"vp({p.vp}) > 1 needs schedule 1f1b, 1f1b-flexible or zb-v (interleaving is Megatron's interleaved "
+                "1F1B); set vp: 1 or schedule: 1f1b"
+            )
+        if p.schedule == "zb-v" and p.vp != 2:
+            raise ValueError(
+                f"schedule zb-v runs two model chunks per stage in a V (Qi et al. 2023): set vp: 2, not {p.vp}"
+            )
+        if p.schedule == "1f1b-flexible" and p.framework != "custom":
+            raise ValueError(
+                f"schedule 1f1b-flexible is Llama 3's modified interleaved schedule (Llama Team 2024 §3.3.2), not "
+                f"{p.framework}'s: set framework: custom, or schedule: 1f1b"
             )
         pipeline_split(m.layers, p)  # raises naming the stage-split field and the fix
-        if t.global_batch % (dp * p.micro_batch):
+        check_pools(self)  # pools: TP inside a pool, stages and batch shares per pool (spec/pools.py)
+        dp_across_pools = bool(c.pools) and p.stage_pools is None
+        if not dp_across_pools and t.global_batch % (dp * p.micro_batch):
             raise ValueError(
                 f"global_batch({t.global_batch}) must be divisible by dp({dp}) * micro_batch({p.micro_batch}) = "
                 f"{dp * p.micro_batch}"
             )
         m_micro = t.global_batch // (dp * p.micro_batch)
-        if p.vp > 1 and m_micro % p.pp:
+        if p.vp > 1 and p.schedule == "1f1b" and m_micro % p.pp:
             # Megatron-LM/Core schedules.py, forward_backward_pipelining_with_interleaving: "number of microbatches
             # is not divisible by pipeline-model-parallel-size when using interleaved schedule" (Narayanan 2021 §2.2)
             raise ValueError(
                 f"vp({p.vp}) > 1 needs the micro-batches per replica, global_batch/(dp*micro_batch) = {m_micro}, to be "
                 f"a multiple of pp({p.pp}) (Megatron's interleaved schedule); use vp: 1, a smaller micro_batch or pp"
+                + (", or schedule: 1f1b-flexible (Llama 3's interleaving)" if p.framework == "custom" else "")
             )
         moe_refusal(m, p, c.num_gpus, m_micro)
         if t.seq_len % p.cp:

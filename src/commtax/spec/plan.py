@@ -39,11 +39,16 @@ class Plan(_Spec):
     zero: Literal[0, 1, 2, 3] = 1
     recompute: Literal["none", "selective", "full"] = "selective"
     micro_batch: int = Field(default=1, gt=0, le=65_536)
-    schedule: Literal["gpipe", "1f1b", "dualpipe", "dualpipev"] = Field(
+    schedule: Literal["gpipe", "1f1b", "1f1b-flexible", "zb-h1", "zb-v", "dualpipe", "dualpipev"] = Field(
         default="1f1b",
-        description="pipeline schedule; dualpipe/dualpipev: DeepSeek-V3's bidirectional schedule (arXiv 2412.19437 "
-        "§3.2.1, Table 2: bubble (PP/2−1)(F&B+B−3W), 2× parameters, PP+1 activations; DualPipeV one copy), which "
-        "hides the EP all-to-all under the other direction's compute",
+        description=(
+            "pipeline schedule: gpipe; 1f1b (interleaved when vp > 1; Megatron needs pp | micro-batches); "
+            "1f1b-flexible (Llama 3's interleaved 1F1B for any number of micro-batches, framework custom); "
+            "zb-h1 / zb-v (zero-bubble, Qi et al. 2023: backward split into input and weight gradients; zb-v "
+            "runs vp = 2 chunks in a V); dualpipe/dualpipev: DeepSeek-V3's bidirectional schedule (arXiv "
+            "2412.19437 §3.2.1, Table 2: bubble (PP/2−1)(F&B+B−3W), 2× parameters, PP+1 activations; DualPipeV one "
+            "copy), which hides the EP all-to-all under the other direction's compute"
+        ),
     )
     # expert parallelism, Megatron-Core parallel folding (Liu et al. 2025, "MoE Parallel Folding", arXiv 2504.14960):
     # attention runs over tp×cp×dp×pp, the experts over etp×ep×edp×pp on the same GPUs
@@ -123,6 +128,18 @@ class Plan(_Spec):
         description="layers of each virtual stage k = chunk·pp + stage (pp·vp entries), any split: Megatron-Core "
         "--pipeline-model-parallel-layout in counts (the Megatron-Bridge DeepSeek-V3 / Qwen3 recipes use it for "
         "layer counts that do not divide)",
+    )
+
+    # ---- GPU pools (spec/pools.py): where the stages run, and each pool's share of the batch
+    stage_pools: tuple[int | str, ...] | None = Field(
+        default=None,
+        description="pool of each pipeline stage, first to last (pp entries: a pool's name or index); "
+        "unset on a cluster with pools: data parallelism across pools, each pool holding whole pipelines",
+    )
+    pool_batch_share: tuple[float, ...] | None = Field(
+        default=None,
+        description="share of the global batch each pool computes (one per pool, summing to 1), data parallelism "
+        "across pools; default: the same per replica",
     )
 
     @model_validator(mode="after")

@@ -152,6 +152,31 @@ def measured_exposed_by_group(job: Job, r: RankReport) -> dict[str, float]:
     return out
 
 
+def _gpu_family(gpu_id: str) -> str:
+    """The model token of a catalog GPU id ("a100-sxm4-40gb" -> "a100"; "rtx-4090-24gb" -> "4090")."""
+    parts = [p for p in gpu_id.lower().split("-") if p not in ("rtx", "nvidia", "amd", "instinct")]
+    return parts[0] if parts else gpu_id.lower()
+
+
+def job_mismatch(report: TraceReport, job: Job) -> list[str]:
+    """Why the trace may not be of ``job``: a world size other than num_gpus, devices other than its GPU."""
+    out = []
+    worlds = {r.world_size for r in report.ranks if r.world_size is not None}
+    if worlds and worlds != {job.cluster.num_gpus}:
+        out.append(
+            f"the trace's world size ({', '.join(map(str, sorted(worlds)))}) is not the job's num_gpus "
+            f"({job.cluster.num_gpus}): is this the job that ran?"
+        )
+    family = "" if job.cluster.gpu.name == "custom-gpu" else _gpu_family(job.cluster.gpu.name)
+    names = {r.device_name for r in report.ranks if r.device_name and r.device.startswith("gpu")}
+    if family and names and not any(family in n.lower() for n in names):
+        out.append(
+            f"the trace ran on {', '.join(sorted(names))}, not the job's {job.cluster.gpu.name}: "
+            "is this the job that ran?"
+        )
+    return out
+
+
 def compare(report: TraceReport, job: Job) -> Comparison:
     """Measured (mean over ranks, per step) vs the estimate of ``job``, and the largest gaps in words."""
     b = estimate(job)
@@ -177,13 +202,7 @@ def compare(report: TraceReport, job: Job) -> Comparison:
         Row("comm_share", mean("comm_share"), b.comm_share),
     ]
     colls = collective_rows(job, ranks)
-    notes = []
-    worlds = {r.world_size for r in ranks if r.world_size is not None}
-    if worlds and worlds != {job.cluster.num_gpus}:
-        notes.append(
-            f"the trace's world size ({', '.join(map(str, sorted(worlds)))}) is not the job's num_gpus "
-            f"({job.cluster.num_gpus}): is this the job that ran?"
-        )
+    notes = job_mismatch(report, job)
     if exposed["?"] > 0:
         notes.append(
             f"{exposed['?'] * 1e3:.2f} ms of exposed communication per step ran on groups the plan "
@@ -260,8 +279,8 @@ def explain(rows: list[Row], colls: list[CollectiveRow], top: int = 4) -> list[s
     """The largest measured/predicted gaps in words, largest first by the seconds per step they account for."""
     items: list[tuple[float, str]] = []
     for r in rows:
-        if r.ratio is None or r.metric in ("comm_tax", "comm_share", "step_time_s") or not r.measured:
-            continue
+        if r.ratio is None or not r.metric.endswith("_s") or r.metric == "step_time_s" or not r.measured:
+            continue  # ratios (comm tax, share, MFU) are in the table as percentages, not times
         what = r.metric.removesuffix("_s").replace("_", " ")
         text = (
             f"{what} took {r.ratio:.3g}× the predicted time ({r.measured * 1e3:.3g} ms measured, "
@@ -282,6 +301,10 @@ def explain(rows: list[Row], colls: list[CollectiveRow], top: int = 4) -> list[s
 
 
 # ----------------------------------------------------------------------------- calibrate --trace
+MAX_SLOWER_THAN_LINK = 10.0  # a trace's link fit this far under the job's link is waiting, not the wire
+MAX_COMPUTE_MISFIT = 2.0  # compute still this far off at the efficiency bound: the job is not what ran
+
+
 def calibration_records(report: TraceReport, job: Job) -> list[dict]:
     """One bench-style record per measured collective size and group (``commtax.measure.calibrate`` reads them)."""
     c = job.cluster
@@ -300,7 +323,8 @@ def calibration_records(report: TraceReport, job: Job) -> list[dict]:
                     "world_size": n,
                     "ranks_per_node": per_node,
                     "nodes": math.ceil(n / per_node),
-                    "time_s": s.mean_time_s,
+                    # the fastest call: kernel time includes waiting for peers, which is not the wire's
+                    "time_s": s.min_time_s or s.mean_time_s,
                     "backend": c.collective_library,
                     "count": s.count,
                 }
@@ -333,14 +357,34 @@ def compute_efficiency(report: TraceReport, job: Job, rounds: int = 8) -> tuple[
 
 def profile_from_trace(report: TraceReport, job: Job, source: str) -> dict:
     """The hardware profile (``spec.Profile`` schema) a trace implies: GEMM efficiency and link α/β fits."""
-    from commtax.measure.calibrate import calibrate
+    from commtax.errors import SpecError
+    from commtax.measure.calibrate import calibrate, check_profile, levels_from_cluster
 
+    mismatch = job_mismatch(report, job)
+    if mismatch:  # a profile fitted to another job's trace would poison every estimate that reads it
+        raise SpecError(f"--job: {mismatch[0].replace(': is this the job that ran?', '')}; give the job that ran")
     cluster = job.cluster.model_dump(exclude={"profile", "emulated"})
     records = calibration_records(report, job)
     profile = calibrate(records, cluster, None, source=source)
+    for name, link in zip(("intra", "inter"), levels_from_cluster(cluster)):
+        fitted = profile["levels"][name]["bw_GBps"] * GB
+        if name in profile["residuals"]["levels"] and fitted < link.bw_bytes_per_s / MAX_SLOWER_THAN_LINK:
+            raise SpecError(
+                f"--trace: the {name} link fits at {fitted / GB:.3g} GB/s, under 1/{MAX_SLOWER_THAN_LINK:g} of the "
+                f"job's {link.bw_bytes_per_s / GB:.3g} GB/s: the kernels' durations include waiting for peers or "
+                "compute, not only the wire; fit links with `commtax bench collective` and `commtax calibrate`"
+            )
     eff, measured, predicted = compute_efficiency(report, job)
+    if not (math.isfinite(measured) and measured > 0):
+        raise SpecError("--trace: the trace has no measurable compute per step; nothing to calibrate against")
+    if not 1 / MAX_COMPUTE_MISFIT <= predicted / measured <= MAX_COMPUTE_MISFIT:
+        raise SpecError(
+            f"--job: predicted compute stays {predicted * 1e3:.3g} ms per step against {measured * 1e3:.3g} ms "
+            f"measured at GEMM efficiency {eff:.3g} (the bound is 1): the job's GPU entry (peak_tflops, "
+            "mem_bw_GBps, sms) or model does not describe what ran; fix the job, or give the job that ran"
+        )
     profile["gemm_efficiency"] = {job.training.precision: round(eff, 6)}
-    if abs(predicted / measured - 1) > 0.02 if measured > 0 else False:
+    if abs(predicted / measured - 1) > 0.02:
         profile["compute_fit"] = (
             f"predicted compute stays {predicted * 1e3:.3g} ms per step against "
             f"{measured * 1e3:.3g} ms measured at GEMM efficiency {eff:.3g}: the GPU entry's "
@@ -359,7 +403,7 @@ def profile_from_trace(report: TraceReport, job: Job, source: str) -> dict:
         for r in records
         if r["time_s"] > 0
     ]
-    return profile
+    return check_profile(profile, "--trace")
 
 
 def _bus(op: str, n: int) -> float:

@@ -73,6 +73,7 @@ class CollectiveStat:
     exposed_s: float = 0.0  # the part of these calls no compute runs under
     parallel_group: str = ""  # "ep" for all-to-alls (MoE dispatch/combine); "" where the kind alone does not say
     kernel: str = ""  # the kernel family when it is not NCCL's: "deepep internode_ll dispatch", …
+    min_time_s: float = 0.0  # the fastest call: the one that waited least for its peers
 
 
 @dataclass
@@ -269,9 +270,10 @@ def collective_stats(
         busbw = algbw * bus_factor(kind, ranks) if algbw is not None and ranks and kind != "other" else None
         own = iv.union(a[:, 0], a[:, 1])
         exposed = (iv.length(own) - iv.intersection_length(own, compute)) * US_TO_S
+        fastest = float(np.min(a[:, 1] - a[:, 0])) * US_TO_S
         out.append(
             CollectiveStat(
-                kind, group, nbytes, n, t, t / n, algbw, busbw, source, exposed, parallel_group(kind), kernel
+                kind, group, nbytes, n, t, t / n, algbw, busbw, source, exposed, parallel_group(kind), kernel, fastest
             )
         )
     return out
@@ -363,7 +365,19 @@ def _rank_report(
     )
 
 
+# devices one trace file may hold: a profiler traces one process (1-8 GPUs; 72 on an NVL72 tray at most);
+# each device is analysed on its own, so 200,000 of them took minutes and GBs: refused beyond the limit
+MAX_DEVICES_PER_TRACE = 1024
+
+
 def _gpu_reports(c: Collected, step_range: tuple[int, int] | None = None) -> list[RankReport]:
+    if len(c.gpus) > MAX_DEVICES_PER_TRACE:
+        from commtax.trace.reader import TraceFormatError
+
+        raise TraceFormatError(
+            f"{c.path}: {len(c.gpus):,} devices in one trace, over the limit of {MAX_DEVICES_PER_TRACE:,} "
+            "(a profiler traces one process's GPUs; give one trace file per rank)"
+        )
     out = []
     cpu_step_windows = sorted({(n, s, e) for n, s, e, _ in c.cpu_steps}, key=lambda w: w[1])
     names = c.device_names

@@ -110,9 +110,11 @@ def parallel_group(kind: str) -> str:
 
 
 def _number(x: Any) -> float | None:
+    """A count or size from a trace's args: a finite number ≥ 0, else unknown (a negative size is not one)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    return float(x)
+    x = float(x)
+    return x if math.isfinite(x) and x >= 0 else None
 
 
 def comm_args(args: dict) -> dict:
@@ -253,7 +255,17 @@ def _int(x: Any, default: int = -1) -> int:
 def _one(c: Collected, name: str, ts: float, dur: float, cat: str, args: dict, ev: dict) -> None:
     if cat in ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"):
         device = _int(args.get("device"), _int(ev.get("pid"), 0))
-        lane = c.gpus.setdefault(device, Lane())
+        lane = c.gpus.get(device)
+        if lane is None:
+            from commtax.trace.analyze import MAX_DEVICES_PER_TRACE  # the bound is the analysis's
+            from commtax.trace.reader import TraceFormatError
+
+            if len(c.gpus) >= MAX_DEVICES_PER_TRACE:
+                raise TraceFormatError(
+                    f"{c.path}: over {MAX_DEVICES_PER_TRACE:,} devices in one trace, the limit (a profiler traces "
+                    "one process's GPUs; give one trace file per rank)"
+                )
+            lane = c.gpus[device] = Lane()
         corr = _int(args.get("correlation"))
         if cat != "kernel":
             lane.add(ts, dur, MEMSET if "memset" in cat else MEMCPY, corr)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,9 +26,40 @@ from commtax.errors import SpecError
 
 CHUNK_CHARS = 1 << 20  # text read per refill
 MAX_EVENT_CHARS = 64 << 20  # one event larger than this is taken as a malformed file (it would otherwise fill memory)
+MAX_TRACE_CHARS = 4 << 30  # text per file (after gunzip): beyond it the file is refused (a gzip bomb stops here)
+# gunzipped text per compressed byte: Kineto traces compress 10-20x; past 64 MiB of text a ratio over this is
+# a gzip bomb (runs of one byte), refused before it costs minutes of CPU
+MAX_GZIP_RATIO = 200
+MAX_EVENTS = 20_000_000  # events per file: ~5x a 1 GB Kineto trace; more is refused, not parsed for minutes
 KEPT_METADATA = ("distributedInfo", "deviceProperties", "schemaVersion", "traceName")
 _WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
+
+
+class _BadNumber(ValueError):
+    """A JSON number a trace cannot hold (NaN, ±Infinity, 1e999, an integer beyond int64)."""
+
+
+def _constant(name: str) -> Any:
+    raise _BadNumber(f"{name} is not a number a trace can hold (times and sizes are finite)")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_constant)  # the C scanner: NaN/Infinity refused, numbers native
+_INT64 = 2**63
+
+
+def _check_numbers(obj: Any, depth: int = 0) -> None:
+    """An event's numbers (its fields and its args', two levels) are finite and within int64: 1e999 parses as
+    inf and a 30-digit correlation id as a Python int, neither of which the figures can use."""
+    for v in obj.values() if isinstance(obj, dict) else ():
+        t = type(v)
+        if t is float:
+            if v - v != 0.0:  # inf or nan
+                raise _BadNumber(f"{v} is not a finite number (times and sizes are finite)")
+        elif t is int:
+            if not -_INT64 <= v < _INT64:
+                raise _BadNumber(f"integer {str(v)[:24]}… is beyond int64")
+        elif t is dict and depth < 1:
+            _check_numbers(v, depth + 1)
 
 
 class TraceFormatError(SpecError):
@@ -45,6 +78,12 @@ class TraceMeta:
 
 
 def _open_text(path: Path) -> TextIO:
+    st = os.stat(path)  # never blocks: a FIFO is refused here, not opened (open() would wait for a writer)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(path)
+    if not stat.S_ISREG(st.st_mode):
+        kind = "FIFO" if stat.S_ISFIFO(st.st_mode) else "device or socket"
+        raise TraceFormatError(f"{path}: is a {kind}, not a trace file; save the trace to a file first")
     with open(path, "rb") as f:
         magic = f.read(2)
     if magic == b"\x1f\x8b":
@@ -58,6 +97,7 @@ class _Buffer:
     def __init__(self, stream: TextIO, path: Path):
         self.stream, self.path = stream, path
         self.text, self.pos, self.eof = "", 0, False
+        self.read_chars = 0
 
     def fail(self, problem: str) -> TraceFormatError:
         return TraceFormatError(f"{self.path}: {problem}")
@@ -73,8 +113,26 @@ class _Buffer:
             raise self.fail("not a text (UTF-8 JSON) trace file") from None
         if not chunk:
             self.eof = True
+        self.read_chars += len(chunk)
+        self._check_ratio()
+        if self.read_chars > MAX_TRACE_CHARS:
+            raise self.fail(f"over {MAX_TRACE_CHARS >> 30} GiB of text (after gunzip): the limit per trace file")
         self.text = self.text[self.pos :] + chunk
         self.pos = 0
+
+    def _check_ratio(self) -> None:
+        raw = getattr(getattr(self.stream, "buffer", None), "fileobj", None)  # a GzipFile's compressed file
+        if raw is None or self.read_chars < 64 << 20:
+            return
+        try:
+            packed = raw.tell()
+        except (OSError, ValueError):
+            return
+        if packed > 0 and self.read_chars / packed > MAX_GZIP_RATIO:
+            raise self.fail(
+                f"{self.read_chars / packed:,.0f}:1 gzip expansion after {self.read_chars >> 20} MiB: over the limit "
+                f"of {MAX_GZIP_RATIO}:1 (profiler traces compress 10-20x); not a trace"
+            )
 
     def skip_ws(self) -> str:
         """The next non-blank character ('' at the end of the file)."""
@@ -103,6 +161,10 @@ class _Buffer:
         while True:
             try:
                 obj, end = _DECODER.raw_decode(self.text, self.pos)
+            except _BadNumber as e:
+                raise self.fail(f"{what}: {e}") from None
+            except RecursionError:
+                raise self.fail(f"{what}: JSON nested too deep (a profiler writes a few levels)") from None
             except json.JSONDecodeError as e:
                 if self.eof:
                     cut = e.pos >= len(self.text) - 1 or "Unterminated" in e.msg
@@ -120,6 +182,8 @@ class _Buffer:
                     ) from None
                 self.fill()
                 continue
+            except ValueError:  # int() of more than 4,300 digits (JSONDecodeError is handled above)
+                raise self.fail(f"{what}: an integer of over 4,300 digits, beyond int64") from None
             if end >= len(self.text) and not self.eof:  # a number or literal may go on in the next chunk
                 self.fill()
                 continue
@@ -152,6 +216,7 @@ def iter_events(path: Path | str, meta: TraceMeta | None = None) -> Iterator[Any
         if first == "[":
             meta.bare_array = meta.saw_events_key = True
             yield from _array(buf, meta)
+            _end(buf)
             return
         if first != "{":
             raise buf.fail(f"not a JSON trace (starts with {buf.text[buf.pos : buf.pos + 20]!r})")
@@ -178,6 +243,17 @@ def iter_events(path: Path | str, meta: TraceMeta | None = None) -> Iterator[Any
                     break
         if not meta.saw_events_key:
             raise buf.fail("no traceEvents array: not a PyTorch profiler (Kineto) trace")
+        _end(buf)
+
+
+def _end(buf: _Buffer) -> None:
+    """Nothing but blanks may follow the top-level JSON value (two traces run together are not one)."""
+    c = buf.skip_ws()
+    if c != "":
+        raise buf.fail(
+            f"text after the top-level JSON ({buf.text[buf.pos : buf.pos + 20]!r}): one trace per file "
+            "(two concatenated traces are not one)"
+        )
 
 
 def _array(buf: _Buffer, meta: TraceMeta) -> Iterator[Any]:
@@ -186,8 +262,15 @@ def _array(buf: _Buffer, meta: TraceMeta) -> Iterator[Any]:
         buf.pos += 1
         return
     while True:
-        yield buf.value(f"traceEvents[{meta.events}]")
+        event = buf.value(f"traceEvents[{meta.events}]")
+        try:
+            _check_numbers(event)
+        except _BadNumber as e:
+            raise buf.fail(f"traceEvents[{meta.events}]: {e}") from None
+        yield event
         meta.events += 1
+        if meta.events > MAX_EVENTS:
+            raise buf.fail(f"over {MAX_EVENTS:,} events: refused, the limit per trace file (give --steps a range)")
         if buf.expect(",]", f"after traceEvents[{meta.events - 1}]") == "]":
             return
 

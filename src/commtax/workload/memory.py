@@ -124,17 +124,23 @@ def in_flight_micro_batches(job: Job, stage: int = 0) -> float:
     1F1B: p − s (Narayanan 2021 §2.2.1: stage s runs p − s − 1 warm-up forwards, then one more before its first
     backward); interleaved: its warm-up chunk forwards, 2(p − s − 1) + (v − 1)·p, plus one, each 1/v of the
     stage's layers (Megatron-Core get_pipeline_parallel_order / schedules.py): p·(1 + (p−1)/(p·v)) on the first
-    (Korthikanti §4.2.3); GPipe: all m; never more than m.
+    (Korthikanti §4.2.3); GPipe: all m; ZB-H1 and ZB-V p on every stage (Qi et al. 2023); never more than m.
     """
     p, m = job.plan, job.micro_batches
     if p.pp == 1:
         return 1.0
     if p.schedule == "gpipe":
         return float(m)
+    if p.schedule in ("zb-h1", "zb-v"):
+        # Qi et al. 2023: every stage holds p micro-batches (ZB-H1 defers stage s's W passes by s: p − s − 1 warm-up
+        # forwards + 1 + s), 1F1B's first stage; counted in full (a W-pending micro-batch keeps less: an upper bound)
+        return min(float(m), float(p.pp))
     if p.schedule in ("dualpipe", "dualpipev"):  # DeepSeek-V3 Table 2: PP + 1 micro-batches' activations
         return min(float(m), float(p.pp + 1))
     if p.vp > 1:
-        return min(float(m), (2 * (p.pp - stage - 1) + (p.vp - 1) * p.pp + 1) / p.vp)
+        # the remainder of m mod p joins the first group (1f1b-flexible; schedule.sim.pipeline.interleaved_order)
+        first_group = p.pp + m % p.pp if m >= p.pp else m
+        return min(float(m), (2 * (p.pp - stage - 1) + (p.vp - 1) * first_group + 1) / p.vp)
     return min(float(m), float(p.pp - stage))
 
 

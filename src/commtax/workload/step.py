@@ -9,7 +9,7 @@ h hidden, a heads, g KV heads, d head dim, f FFN size, V vocabulary, t TP degree
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -158,6 +158,10 @@ class Workload:
     stage_moe_layers: tuple[int, ...] = ()
     # expert gradients reduce over the expert-data-parallel group (edp), not dp: per step, ZeRO-1/2 style
     edp_step: tuple[Collective, ...] = ()
+    # MoE: the distinct (dense, expert) parameters per GPU of the pipeline ranks (``stage_param_split``), and the
+    # one the DP/EDP ops above are sized for (``with_dp_stage``); the schedule prices the slowest DP of them
+    dp_stage_splits: tuple[tuple[float, float], ...] = ()
+    dp_split: tuple[float, float] = (0.0, 0.0)
 
 
 def activation_bytes_per_element(precision: str) -> float:
@@ -372,6 +376,30 @@ def _attention_ops(job: Job) -> tuple[Compute, Compute, float]:
     return fwd, bwd, flop
 
 
+# DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0/1, the Megatron-DeepSpeed bf16 path of BLOOM and MT-NLG)
+# keeps fp32 gradients and, after every micro-batch's backward, adds the bf16 ones into them, tensor by tensor:
+# `hp.grad.data.add_(lp.grad.data.to(hp.dtype))` (deepspeed/runtime/bf16_optimizer.py update_hp_grads, called from
+# engine.backward and from the pipeline engine's _exec_backward_pass "because we don't call optimizer.backward()").
+# Per parameter: the cast reads 2 B and writes a 4 B temporary, the add reads 4 + 4 B and writes 4 B.
+BF16_OPTIMIZER_ACCUM_BYTES_PER_PARAM = 2 + 4 + 4 + 4 + 4
+BF16_OPTIMIZER_FRAMEWORKS = ("megatron-deepspeed", "deepspeed")
+
+
+def uses_bf16_optimizer(job: Job) -> bool:
+    """DeepSpeed runs bf16 with ZeRO stage 0/1 through its BF16_Optimizer."""
+    p = job.plan
+    return p.framework in BF16_OPTIMIZER_FRAMEWORKS and job.training.precision == "bf16" and p.zero <= 1
+
+
+def bf16_optimizer_grad_accum(job: Job, gemms: list) -> list[Op]:
+    """The per-micro-batch fp32 gradient accumulation of DeepSpeed's BF16_Optimizer over one layer's weights
+    (two kernels per weight tensor), or nothing for other frameworks, precisions or ZeRO stages."""
+    if not uses_bf16_optimizer(job):
+        return []
+    weights = sum(kk * nn for _, _, nn, kk in gemms)  # (k × n) weight of each GEMM, this GPU's TP shard
+    return [_mem("bf16_optimizer_grad_accum", BF16_OPTIMIZER_ACCUM_BYTES_PER_PARAM * weights, 2 * len(gemms))]
+
+
 def _layer_block(job: Job, moe: bool = False) -> Block:
     p, tr = job.plan, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
@@ -399,7 +427,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
         casts_bwd = [_fp8_casts(job, f"{n}_grad_cast", mm * nn) for n, mm, nn, kk in gemms]
     tokens_full = p.micro_batch * tr.seq_len // p.cp
     tp_fwd = _tp_comm(job, act_bytes, tokens_full)
-    tp_bwd = _tp_comm(job, act_bytes, tokens_full)
+    tp_bwd = _tp_comm(job, act_bytes, tokens_full) + bf16_optimizer_grad_accum(job, gemms)
     moe_fwd: list[Op] = []
     moe_bwd: list[Op] = []
     if moe:
@@ -707,6 +735,13 @@ def _dp_ops(job: Job, params: float) -> tuple[tuple[Collective, ...], tuple[Coll
     p_bytes = weight_bytes_per_param(job.training.precision)  # the working copies of the weights are gathered
     if p.zero == 0:
         return (Collective("dp_grad_allreduce", "all_reduce", params * g_bytes, "dp"),), ()
+    if p.zero == 1 and uses_bf16_optimizer(job):
+        # BF16_Optimizer all-reduces the fp32 gradients (pipe/engine.py _exec_reduce_grads:
+        # buffered_allreduce_fallback), then each rank updates its shard and the bf16 weights are all-gathered
+        return (
+            Collective("dp_grad_allreduce", "all_reduce", params * g_bytes, "dp"),
+            Collective("dp_param_all_gather", "all_gather", params * p_bytes, "dp"),
+        ), ()
     if p.zero in (1, 2):
         return (
             Collective("dp_grad_reduce_scatter", "reduce_scatter", params * g_bytes, "dp"),
@@ -800,7 +835,15 @@ def _block_fields(plan_type: type) -> tuple[str, ...]:
 def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     """(layer, embed, head) of the job, built once per (model, training, the plan fields they read, dropout)."""
     p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
-    key = (job.model, job.training, a, job.dropout, *map(p.__getattribute__, _block_fields(type(p))))
+    # the ZeRO stage is not part of the key, only whether it selects DeepSpeed's BF16_Optimizer (ZeRO 0/1)
+    key = (
+        job.model,
+        job.training,
+        a,
+        job.dropout,
+        uses_bf16_optimizer(job),
+        *map(p.__getattribute__, _block_fields(type(p))),
+    )
     if job.model.is_moe:  # the MoE layer's node deduplication reads the NVLink domain's size
         key += (job.cluster.gpus_per_node,)
     blocks = _BLOCKS.get(key)
@@ -812,31 +855,58 @@ def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     return blocks
 
 
+def _moe_dp_fields(job: Job, split: tuple[float, float]) -> dict:
+    """The DP fields of an MoE workload sized for one pipeline rank's (dense, expert) parameters: dense gradients
+    reduce over dp, expert gradients over edp (Megatron-Core expert_data_parallel group), and the distributed
+    optimizer shards dense states over dp·cp, expert states over edp."""
+    p = job.plan
+    dense, experts = split
+    dp_step, dp_mb = _dp_ops(job, dense)
+    edp_step = _edp_ops(job, experts)
+    if not dp_step and not dp_mb:  # dense weights unreplicated (dp·cp = 1): only the experts' reduction runs
+        dp_step, edp_step = edp_step, ()
+    shard = job.dp * p.cp if p.zero >= 1 else 1
+    adam = adam_bytes_per_param(job.training.precision)
+    optimizer_bytes = adam * (dense / shard + experts / (job.edp if p.zero >= 1 else 1))
+    return {
+        "dp_step": dp_step,
+        "dp_microbatch": dp_mb,
+        "edp_step": edp_step,
+        "optimizer": _mem("adam", optimizer_bytes),
+        "dp_codec": grad_codec_ops(job, dense) if dp_step else (),  # what the dense DP codec sees
+        "dp_split": split,
+    }
+
+
+def with_dp_stage(job: Job, wl: Workload, split: tuple[float, float]) -> Workload:
+    """``wl`` with its DP/EDP ops and optimizer sized for the pipeline rank holding ``split`` (dense, expert)
+    parameters, one of ``wl.dp_stage_splits`` (MoE jobs; a dense workload is returned as it is)."""
+    if not job.model.is_moe or split == wl.dp_split:
+        return wl
+    return replace(wl, **_moe_dp_fields(job, split))
+
+
 def build_workload(job: Job) -> Workload:
     p, tr = job.plan, job.training
     params = params_per_gpu(job)
-    fullest = max(stage_params(job))  # DP traffic and the optimizer of the stage with the most parameters
-    edp_step: tuple[Collective, ...] = ()
-    shard = job.dp * p.cp if p.zero >= 1 else 1
-    adam = adam_bytes_per_param(tr.precision)
-    optimizer_bytes = adam * fullest / shard
     if job.model.is_moe:
-        # dense gradients reduce over dp, expert gradients over edp (Megatron-Core expert_data_parallel group)
-        split = stage_param_split(job)
-        dense, experts = max(split, key=sum)
-        dp_step, dp_mb = _dp_ops(job, dense)
-        edp_step = _edp_ops(job, experts)
-        if not dp_step and not dp_mb:  # dense weights unreplicated (dp·cp = 1): only the experts' reduction runs
-            dp_step, edp_step = edp_step, ()
-        fullest = dense  # what the dense DP codec and buckets see
-        # the distributed optimizer shards dense states over dp, expert states over edp
-        optimizer_bytes = adam * (dense / shard + experts / (job.edp if p.zero >= 1 else 1))
+        # sized for the rank with the most parameters; the schedule re-sizes them for the rank whose DP (dense +
+        # expert) time is the largest (``analytical.slowest_dp_workload``): a rank without experts has no edp
+        splits = tuple(dict.fromkeys(stage_param_split(job)))
+        dp = _moe_dp_fields(job, max(splits, key=sum)) | {"dp_stage_splits": splits}
     else:
+        fullest = max(stage_params(job))  # DP traffic and the optimizer of the stage with the most parameters
+        shard = job.dp * p.cp if p.zero >= 1 else 1
         dp_step, dp_mb = _dp_ops(job, fullest)
+        dp = {
+            "dp_step": dp_step,
+            "dp_microbatch": dp_mb,
+            "optimizer": _mem("adam", adam_bytes_per_param(tr.precision) * fullest / shard),
+            "dp_codec": grad_codec_ops(job, fullest) if dp_step else (),
+        }
     act_bytes = activation_bytes_per_element(tr.precision)
     # Megatron sends the sequence-sharded activation per TP rank (Narayanan 2021 §4.1 scatter/gather)
     send_bytes = p.micro_batch * tr.seq_len // p.cp * job.model.hidden * act_bytes / p.tp
-    optimizer = _mem("adam", optimizer_bytes)
     tokens_per_step = tr.global_batch * tr.seq_len
     layer_tensors, other_tensors = _zero3_tensors(job, params)
     # DeepSpeed's per-parameter hooks gather again for the recomputed forward (checkpointed layers re-enter the
@@ -849,9 +919,6 @@ def build_workload(job: Job) -> Workload:
         head=head,
         layers_per_stage=max(job.stage_layers),
         pp_send=Collective("pp_send", "send_recv", send_bytes, "pp"),
-        dp_step=dp_step,
-        dp_microbatch=dp_mb,
-        optimizer=optimizer,
         micro_batches=job.micro_batches,
         model_flop_per_step=model_flop_per_token(job) * tokens_per_step,
         params_per_gpu=params,
@@ -862,10 +929,9 @@ def build_workload(job: Job) -> Workload:
         zero3_other_tensors=other_tensors,
         zero3_gather_passes=3 if sync and p.recompute == "full" else 2,
         grads_sharded=p.zero == 2,
-        dp_codec=grad_codec_ops(job, fullest) if dp_step else (),
         moe_layer=moe_layer,
         stage_moe_layers=stage_moe_layers(job),
-        edp_step=edp_step,
+        **dp,
     )
 
 

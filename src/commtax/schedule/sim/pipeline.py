@@ -2,7 +2,8 @@
 
 Each schedule is a generator of ``Pass(stage, mb, chunk, phase)``, stage 0's passes in order,
 then stage 1's, and so on. ``chunk`` is the model chunk on the stage (virtual stage
-``chunk * p + stage``); ``phase`` is "F" (forward) or "B" (backward).
+``chunk * p + stage``); ``phase`` is "F" (forward), "B" (backward; under zero-bubble schedules the input
+gradient only) or "W" (zero-bubble: the weight gradient).
 
 * GPipe (Huang et al. 2019): all forwards, then all backwards (last micro-batch first).
 * 1F1B (Narayanan et al. 2021, PipeDream-Flush): stage s runs p − s − 1 warm-up forwards,
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
+
+from commtax.errors import SpecError
 
 
 class Pass(NamedTuple):
@@ -53,6 +56,26 @@ def one_f_one_b(p: int, m: int) -> Iterator[Pass]:
             yield Pass(s, i, 0, "B")
 
 
+def zb_h1(p: int, m: int) -> Iterator[Pass]:
+    """ZB-H1 (Qi et al. 2023 §2.1, Fig. 3 top): 1F1B's forwards and backwards, each backward split into B (input
+    gradient, sent on) and W (weight gradient, local). Stage s runs 1F1B's p − s − 1 warm-up forwards and defers
+    its W passes by s micro-batches, so that every stage holds p micro-batches in flight and the later stages'
+    B passes reach the earlier ones sooner; the deferred W's fill the drain. With T_F = T_B = T_W the step is
+    3m + (p − 1) units, the paper's bubble (p − 1)(T_F + T_B − T_W)."""
+    for s in range(p):
+        warm, delay = min(p - s - 1, m), min(s, m)
+        order = [Pass(s, i, 0, "F") for i in range(warm)]
+        pending: list[int] = []
+        for b in range(m):
+            if warm + b < m:  # steady state: one forward, then one B
+                order.append(Pass(s, warm + b, 0, "F"))
+            order.append(Pass(s, b, 0, "B"))
+            pending.append(b)
+            if len(pending) > delay:
+                order.append(Pass(s, pending.pop(0), 0, "W"))
+        yield from order + [Pass(s, i, 0, "W") for i in pending]
+
+
 def interleaved_order(p: int, v: int, m: int) -> list[tuple[int, int]]:
     """(micro-batch, chunk) in forward order on every stage: groups of p micro-batches, chunk-major."""
     first = m % p + p if m >= p else m
@@ -83,11 +106,19 @@ def interleaved_1f1b(p: int, v: int, m: int) -> Iterator[Pass]:
 
 
 def schedule(name: str, p: int, m: int, v: int = 1) -> Iterator[Pass]:
-    """The plan's schedule: ``gpipe``, or 1F1B (interleaved when v > 1)."""
+    """The plan's schedule: ``gpipe``, 1F1B (interleaved when v > 1; ``1f1b-flexible``, Llama 3's, is the
+    interleaved order above, whose first group takes the remainder of m mod p), or ZB-H1; ZB-V is refused."""
     if name == "gpipe":
         return gpipe(p, m, v)
-    if name == "1f1b":
+    if name in ("1f1b", "1f1b-flexible"):
         return one_f_one_b(p, m) if v == 1 else interleaved_1f1b(p, v, m)
+    if name == "zb-h1":
+        return zb_h1(p, m)
+    if name == "zb-v":
+        raise SpecError(
+            "plan.schedule: zb-v's V-shaped placement of two chunks per stage is not simulated (zb-h1 is); use "
+            "`commtax estimate` (its closed form, Qi et al. 2023) or schedule: zb-h1"
+        )
     raise ValueError(f"unknown pipeline schedule {name!r}; use gpipe or 1f1b")
 
 
@@ -118,6 +149,8 @@ def dependency_order(stages: list[list[Pass]], p: int, v: int) -> Iterator[Pass]
                 k = x.chunk * p + s
                 if x.phase == "F":
                     need = (k - 1, x.mb, "F")
+                elif x.phase == "W":  # the weight gradient follows its own B (earlier in the stage's order)
+                    need = (k, x.mb, "B")
                 else:  # the gradient from the next virtual stage; on the last one, its own forward
                     need = (k + 1, x.mb, "B") if k < last else (k, x.mb, "F")
                 if (0 <= need[0] <= last) and need not in done:

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from commtax.costs.pricing import Costs
+from commtax.errors import SpecError
 from commtax.schedule.analytical import estimate
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown, make_breakdown
 from commtax.schedule.sim.events import Sim
@@ -138,6 +139,22 @@ def _own_parts(sim: Sim, device: int, hidden: tuple[str, ...]) -> dict[str, floa
     return parts
 
 
+# micro-batch passes through pipeline chunks (m · pp · vp) one simulation builds: the 16K-GPU Llama 3 plan of
+# examples/sim has 15,876 (98,508 events, ~1 s of CPU); 200,000 is ~12 s and ~1 GB. Beyond it, refused.
+MAX_SIM_PASSES = 200_000
+
+
+def check_size(job: Job) -> None:
+    """Refuse (one SpecError line naming the limit) a step whose event graph would not fit a laptop."""
+    m, pp, vp = job.micro_batches, job.plan.pp, job.plan.vp
+    if m * pp * vp > MAX_SIM_PASSES:
+        raise SpecError(
+            f"simulate: {m:,} micro-batches x pp {pp} x vp {vp} = {m * pp * vp:,} stage passes per step, over the "
+            f"simulator's limit of {MAX_SIM_PASSES:,}; raise plan.micro_batch or lower training.global_batch "
+            "(`commtax estimate` has no such limit)"
+        )
+
+
 def simulate(
     job: Job,
     options: SimOptions = SimOptions(),
@@ -150,8 +167,14 @@ def simulate(
     ``workload`` and ``costs`` default to ``build_workload(job)`` and ``Costs(job)`` (tests pass
     their own); ``compare`` also runs ``estimate(job)`` (for --explain, and for memory).
     """
+    check_size(job)
     with _no_gc():  # ~10^5 acyclic task objects: the cyclic collector would rescan them again and again
-        builder = StepBuilder(job, workload, options, costs)
+        if job.cluster.pools and job.plan.stage_pools is not None and workload is None:
+            from commtax.schedule.sim.pools import PoolStepBuilder  # stages on GPU pools: each priced on its own
+
+            builder = PoolStepBuilder(job, options, costs)
+        else:
+            builder = StepBuilder(job, workload, options, costs)
         sim = builder.build()
         step = sim.run()
         return _result(job, builder, sim, step, compare)
@@ -209,8 +232,11 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
     comm_time, comm_bytes = link[busiest], builder.devices[busiest].bytes
     if builder.wl.moe_layer is not None:  # expert gradients as their own edp group, as estimate reports them
         from commtax.schedule.analytical import edp_traffic
+        from commtax.workload.step import with_dp_stage
 
-        edp_s, edp_b = edp_traffic(job, builder.wl, builder.costs)
+        # the busiest rank's own expert gradients (a rank without experts reduces none over edp)
+        own = with_dp_stage(job, builder.wl, builder.splits[busiest]) if builder.splits else builder.wl
+        edp_s, edp_b = edp_traffic(job, own, builder.costs)
         comm_time = {**comm_time, "dp": max(0.0, comm_time["dp"] - edp_s), "edp": edp_s}
         comm_bytes = {**comm_bytes, "edp": edp_b}  # the stage's dp bytes count the dense gradients only
     bd = _breakdown(job, builder.wl, step, parts, comm_time, comm_bytes, est)
@@ -222,6 +248,15 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
         f"breakdown of the busiest stage, {busiest}"
     )
+    if est is not None and est.pools and getattr(builder, "where", None):  # stages on pools: as simulated
+        bd.pools = [
+            {
+                **x,
+                "stage_s": [work[s] / builder.m for s in x["stages"]],  # busy seconds per micro-batch, simulated
+                "straggler": busiest in x["stages"],
+            }
+            for x in est.pools
+        ]
     return SimResult(bd, builder, busiest, stage_end, work, waited, est)
 
 

@@ -31,6 +31,8 @@ from commtax.schedule.analytical import (
     ep_link,
     first_chunk,
     overlap_contention,
+    slowest_and_rest,
+    slowest_dp_workload,
     stage_times,
 )
 from commtax.schedule.sim.events import Sim, SimError, Tail
@@ -50,6 +52,8 @@ from commtax.workload.step import (
     Workload,
     build_workload,
     grad_bytes_per_param,
+    stage_param_split,
+    with_dp_stage,
 )
 
 STREAMS = ("compute", "tp", "cp", "pp_fwd", "pp_bwd", "dp", "dp_rs")
@@ -123,6 +127,9 @@ class StepBuilder:
         self.job, self.options = job, options
         self.wl = workload if workload is not None else build_workload(job)
         self.costs = costs if costs is not None else Costs(job)
+        if len(self.wl.dp_stage_splits) > 1:  # MoE: the DP/EDP ops of the rank with the slowest DP, as estimate
+            slow, _ = slowest_and_rest(stage_times(job, self.wl, self.costs))
+            self.wl = slowest_dp_workload(job, self.wl, self.costs, slow)
         plan = job.plan
         self.p, self.v, self.m = plan.pp, plan.vp, self.wl.micro_batches
         self.V = self.p * self.v
@@ -140,10 +147,25 @@ class StepBuilder:
         self._dp_cost: dict[tuple[str, float], tuple[float, float]] = {}
         self._dp_contention: float | None = None
         self.last_bwd: dict[tuple[int, int], int] = {}  # (stage, chunk) -> micro-batch of its last backward
+        # zero-bubble: the backward is B (input gradient) then W (weight gradient), half each (Qi et al. 2023 take
+        # T_B = T_W; as schedule.analytical.weight_grad_s); the gradients the DP reduction waits for come from W
+        self.split_bwd = plan.schedule == "zb-h1"
+        self.grad_phase = "W" if self.split_bwd else "B"
+        if self.split_bwd and self.wl.dp_microbatch:
+            raise SimError("schedule zb-h1 with ZeRO-3: the per-layer gathers around split backwards are not simulated")
         self.stage_params = [sum(self.chunks[c * self.p + s].params for c in range(self.v)) for s in range(self.p)]
         # the workload sizes its DP ops (and the optimizer) for the stage with the most parameters;
         # a bucket or a lighter stage takes its share of them
         self.max_stage_params = max(self.stage_params)
+        # MoE: each rank's (dense, expert) parameters; the DP ops are sized for the dense ones of ``wl.dp_split``
+        # and each rank's expert share is its own experts (a rank without experts reduces none over edp)
+        self.splits = stage_param_split(job) if self.wl.dp_stage_splits else []
+        self.edp_ops, self.edp_experts = self.wl.edp_step, self.wl.dp_split[1]
+        if self.splits:
+            self.max_stage_params = self.wl.dp_split[0]
+            # the edp ops sized for the rank with the most experts (the slowest DP rank may hold none)
+            most = max(self.splits, key=lambda s: s[1])
+            self.edp_ops, self.edp_experts = with_dp_stage(job, self.wl, most).edp_step, most[1]
         self.grad_bytes = grad_bytes_per_param(job)
         self.ov = plan.overlap
 
@@ -192,17 +214,27 @@ class StepBuilder:
 
         return Chunk(tuple(units), total("fwd"), total("bwd"), total("recompute"))
 
-    def _dp(self, op: Collective, params: float, codec: bool = True) -> tuple[float, float]:
-        """(time, sent bytes) of a DP collective of the workload, cut to ``params`` parameters; with ``codec``, a
-        gradient reduction's codec runs in line with it (a reduction after backward: nothing to overlap)."""
+    def _expert_share(self, params: float, stage: int) -> float:
+        """The share of the workload's edp ops a bucket of ``params`` dense parameters of ``stage`` carries with
+        it: the bucket's share of the rank's dense parameters times the rank's experts over those ``wl.edp_step``
+        is sized for."""
+        if not self.splits:
+            return params / self.max_stage_params
+        dense, experts = self.splits[stage]
+        return params / dense * experts / max(1.0, self.edp_experts)
+
+    def _dp(self, op: Collective, params: float, codec: bool = True, stage: int = 0) -> tuple[float, float]:
+        """(time, sent bytes) of a DP collective of the workload, cut to ``params`` parameters of ``stage``; with
+        ``codec``, a gradient reduction's codec runs in line with it (a reduction after backward: nothing to
+        overlap)."""
         c = Collective(op.name, op.op, op.bytes * params / self.max_stage_params, op.group)
-        key = (op.op, c.bytes, codec)
+        share = self._expert_share(params, stage) if self.edp_ops else 0.0
+        key = (op.op, c.bytes, codec, share)
         if key not in self._dp_cost:
             t = self.costs.collective(c)
-            edp = self.wl.edp_step
+            edp = self.edp_ops
             if edp and op in self.wl.dp_step:  # expert grads over edp ride with the dense buckets (estimate's times)
                 i = min(self.wl.dp_step.index(op), len(edp) - 1)
-                share = params / self.max_stage_params
                 t += self.costs.collective(Collective(edp[i].name, edp[i].op, edp[i].bytes * share, "edp"))
             if codec and self.wl.dp_step and op is self.wl.dp_step[0]:
                 t += self._codec_s(params)
@@ -238,7 +270,7 @@ class StepBuilder:
         order = by_stage(schedule(name, self.p, self.m, self.v), self.p)
         for s, passes in enumerate(order):
             for x in passes:
-                if x.phase == "B":
+                if x.phase == self.grad_phase:
                     self.last_bwd[(s, x.chunk)] = x.mb
         for dev in self.devices:
             self._start_of_step(dev)
@@ -284,6 +316,8 @@ class StepBuilder:
             deps.extend(reduce)
         adam = wl.optimizer
         op = Compute(adam.name, adam.flop, adam.bytes * dev.params / self.max_stage_params, adam.kind)
+        if self.splits:  # MoE: the rank's own dense and expert optimizer states
+            op = with_dp_stage(self.job, self.wl, self.splits[dev.stage]).optimizer
         dev.optimizer = sim.task(
             "optimizer",
             dev.streams["compute"],
@@ -334,7 +368,7 @@ class StepBuilder:
         priority: int = 1,
         codec: bool = True,
     ) -> int:
-        t, nbytes = self._dp(op, params, codec)
+        t, nbytes = self._dp(op, params, codec, dev.stage)
         dev.bytes["dp"] += nbytes
         if dev.flows:  # the DP link is the NIC: a transfer sharing it with the PP sends
             return self.sim.task(
@@ -459,7 +493,7 @@ class StepBuilder:
         first_fwd = x.phase == "F" and x.chunk in dev.gathers
         # ZeRO-2 keeps only its gradient shard: every backward reduces its buckets (``Workload.grads_sharded``)
         last_bwd = (
-            x.phase == "B"
+            x.phase == self.grad_phase
             and wl.dp_step
             and self.ov.dp
             and (wl.grads_sharded or self.last_bwd.get((x.stage, x.chunk)) == x.mb)
@@ -495,8 +529,10 @@ class StepBuilder:
         sim, st, wl = self.sim, dev.streams, self.wl
         if x.phase == "F":
             recv = self._sent_fwd.pop((k - 1, x.mb)) if k > 0 else -1
-        else:
+        elif x.phase == "B":
             recv = self._sent_bwd.pop((k + 1, x.mb)) if k < self.V - 1 else -1
+        else:  # W: local, after its own B (the stage's order)
+            recv = -1
         chunk = self.chunks[k]
         meta = x  # (stage, mb, chunk, phase)
         deps: tuple[int, ...] = dev.prev + ((recv,) if recv >= 0 else ())
@@ -512,7 +548,9 @@ class StepBuilder:
                 deps += (self._dp_task(dev, "dp", "gather", op, gather_params, prefetch, meta, priority=0),)
             if x.phase == "B":
                 deps = self._emit(dev, self._pass_template(k, "recompute", frac), deps, meta)
-                deps = self._emit(dev, self._pass_template(k, "bwd", frac), deps, meta)
+                deps = self._emit(dev, self._pass_template(k, "bwd", frac / 2 if self.split_bwd else frac), deps, meta)
+            elif x.phase == "W":
+                deps = self._emit(dev, self._pass_template(k, "bwd", frac / 2), deps, meta)
             else:
                 deps = self._emit(dev, self._pass_template(k, "fwd", frac), deps, meta)
             for n in reduce_params:
