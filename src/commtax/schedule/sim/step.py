@@ -136,7 +136,10 @@ class StepBuilder:
         # layers of each virtual stage k = chunk·p + stage, as the spec split them (uneven stages shown as they are)
         self.chunk_layers = self.wl.chunk_layers or (self.wl.layers_per_stage // self.v,) * self.V
         self._phase_cache: dict[tuple[Block, str], PhaseCost] = {}
-        self._templates: dict[tuple[int, str], Template] = {}
+        self._templates: dict[tuple[int, str, float], Template] = {}
+        # a pass's pieces by (virtual stage, phase)
+        self._cuts: dict[tuple[int, str], list[tuple[float, tuple[int, ...], float, list[float]]]] = {}
+        self._codec: dict[float, float] = {}
         self.chunks = [self._chunk(k) for k in range(self.V)]
         self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
         self.send_bytes = self.costs.sent_bytes(self.wl.pp_send) if self.p > 1 else 0.0
@@ -243,7 +246,11 @@ class StepBuilder:
 
     def _codec_s(self, params: float) -> float:
         """The gradient codec of ``params`` gradients (``Workload.dp_codec``)."""
-        return sum(self.costs.compute(x) for x in self.wl.dp_codec) * params / self.max_stage_params
+        s = self._codec.get(params)
+        if s is None:
+            s = sum(self.costs.compute(x) for x in self.wl.dp_codec) * params / self.max_stage_params
+            self._codec[params] = s
+        return s
 
     # ------------------------------------------------------------------ graph
     def build(self) -> Sim:
@@ -441,10 +448,11 @@ class StepBuilder:
         return deps
 
     def _pass_template(self, k: int, which: str, frac: float) -> Template:
-        if frac == 1.0:
-            tmpl = self._templates.get((k, which))
-            if tmpl is not None:
-                return tmpl
+        # by value: every micro-batch's pass of a chunk is cut at the same fractions (ZeRO-2 buckets), so a
+        # piece's tasks are priced once, not once per micro-batch
+        tmpl = self._templates.get((k, which, frac))
+        if tmpl is not None:
+            return tmpl
         pc = getattr(self.chunks[k], which)
         ep = 0.0
         if self.wl.moe_layer is not None:  # the pass's share of the chunk's exposed all-to-all, as estimate prices it
@@ -455,8 +463,7 @@ class StepBuilder:
         tmpl = self._template(
             pc if frac == 1.0 else pc.scaled(frac), "recompute" if which == "recompute" else "compute", ep
         )
-        if frac == 1.0:
-            self._templates[(k, which)] = tmpl
+        self._templates[(k, which, frac)] = tmpl
         return tmpl
 
     @staticmethod
@@ -500,6 +507,19 @@ class StepBuilder:
         )
         if not (wl.dp_microbatch or first_fwd or last_bwd):
             return ONE_PIECE
+        k = x.chunk * self.p + x.stage
+        if not first_fwd:  # the same cut for every micro-batch of the chunk (it reads only the chunk and phase)
+            key = (k, x.phase)
+            cached = self._cuts.get(key)
+            if cached is None:
+                cached = self._cuts[key] = self._uncached_pieces(dev, x, chunk, False)
+            return cached
+        return self._uncached_pieces(dev, x, chunk, True)
+
+    def _uncached_pieces(
+        self, dev: Device, x: Pass, chunk: Chunk, first_fwd: bool
+    ) -> list[tuple[float, tuple[int, ...], float, list[float]]]:
+        wl = self.wl
         units = chunk.units if x.phase == "F" else chunk.units[::-1]
         which = "fwd" if x.phase == "F" else "bwd"
         weights = [
@@ -518,10 +538,10 @@ class StepBuilder:
                 (w, tuple(gathers[i] for i in idx), 0.0, [])
                 for w, idx in self._cut(weights, params, self._buckets(chunk.params))
             ]
-        if last_bwd:  # last micro-batch: a bucket's reduction is launched when backward has produced its last gradient
-            buckets = self._buckets(chunk.params)
-            return [(w, (), 0.0, [buckets[i] for i in idx]) for w, idx in self._cut(weights, params, buckets)]
-        return ONE_PIECE
+        # a backward that reduces (the last micro-batch's, or every one's with ZeRO-2): a bucket's reduction is
+        # launched when backward has produced its last gradient
+        buckets = self._buckets(chunk.params)
+        return [(w, (), 0.0, [buckets[i] for i in idx]) for w, idx in self._cut(weights, params, buckets)]
 
     def _add_pass(self, dev: Device, x: Pass) -> None:
         """Add one pass's tasks (what it receives was added before: ``dependency_order``)."""
