@@ -188,6 +188,7 @@ class EmulatedCluster:
             except BaseException:
                 with _signals_blocked():  # a second Ctrl-C/SIGTERM must not stop the clean-up half-way
                     self.down()
+                    self._down_stragglers()
                 raise
         return self
 
@@ -291,6 +292,16 @@ class EmulatedCluster:
         """Kill every process left in our namespaces, then delete them (their veths and bridges go too)."""
         down_namespaces(self.namespaces)
         forget(self.name)
+
+    def _down_stragglers(self, tries: int = 5, wait_s: float = 0.1) -> None:
+        """After an interrupted build: a namespace an `ip netns add` killed mid-way can appear after `down` looked;
+        our names carry this cluster's random id, so anything still named ``<id>-…`` is ours to delete."""
+        for _ in range(tries):
+            left = [ns for ns in existing_namespaces() if ns.startswith(f"{self.name}-")]
+            if not left:
+                return
+            down_namespaces(left)
+            time.sleep(wait_s)
 
     # ------------------------------------------------------------------ background traffic
     def load(self, src: int, dst: int, rate_bit_s: float, seconds: float, max_bytes: int) -> dict:
