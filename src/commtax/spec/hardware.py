@@ -117,7 +117,23 @@ class IntraLink(_Spec):
         return self.latency_us * US
 
 
-class Network(_Spec):
+class _LineRate:
+    """A link quoted as a line rate in Gb/s with an efficiency: the rate it delivers, in bytes/s, and its latency."""
+
+    bw_Gbps: float
+    efficiency: float
+    latency_us: float
+
+    @property
+    def bw_bytes_per_s(self) -> float:
+        return self.bw_Gbps * GBIT * self.efficiency
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * US
+
+
+class Network(_LineRate, _Spec):
     name: str = "custom-network"
     bw_Gbps: float = Field(gt=0, le=100_000, description="per NIC, per direction, line rate")
     latency_us: float = Field(default=20, ge=0, le=1e6)
@@ -133,14 +149,6 @@ class Network(_Spec):
         "Unset: not measured, priced as 0",
     )
     source: str = "inline"
-
-    @property
-    def bw_bytes_per_s(self) -> float:
-        return self.bw_Gbps * GBIT * self.efficiency
-
-    @property
-    def latency_s(self) -> float:
-        return self.latency_us * US
 
 
 class LevelNumbers(_Spec):
@@ -186,21 +194,13 @@ class Pool(_Spec):
         return self.name or self.gpu.name
 
 
-class InterPoolLink(_Spec):
+class InterPoolLink(_LineRate, _Spec):
     """The link joining the pools, when it is not the shared network: total line rate per direction."""
 
     bw_Gbps: float = Field(gt=0, le=1_000_000, allow_inf_nan=False, description="line rate per direction, all of it")
     latency_us: float = Field(default=20, ge=0, le=1e6, allow_inf_nan=False)
     efficiency: float = Field(default=0.9, gt=0, le=1)
     source: str = "inline"
-
-    @property
-    def bw_bytes_per_s(self) -> float:
-        return self.bw_Gbps * GBIT * self.efficiency
-
-    @property
-    def latency_s(self) -> float:
-        return self.latency_us * US
 
 
 class Cluster(_Spec):
