@@ -229,7 +229,8 @@ def test_bench_moe_under_the_emulated_cluster(tmp_path):
     pytest.importorskip("torch")
     cluster = tmp_path / "c.yaml"
     up = cli(
-        "cluster", "up", "--nodes", "2", "--ranks-per-node", "2", "--link", "1gbit", "--out", str(cluster),
+        "cluster", "up", "--no-duplex-probe", "--nodes", "2", "--ranks-per-node", "2", "--link", "1gbit",
+        "--out", str(cluster),
         timeout=120,
     )  # fmt: skip
     assert up.returncode == 0, up.stderr

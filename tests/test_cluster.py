@@ -26,7 +26,7 @@ def cluster_file(tmp_path):
 
     def up(*args: str):
         path = tmp_path / f"cluster{len(made)}.yaml"
-        r = cli("cluster", "up", *args, "--out", str(path), timeout=120)
+        r = cli("cluster", "up", "--no-duplex-probe", *args, "--out", str(path), timeout=120)
         assert r.returncode == 0, r.stderr
         made.append(path)
         return path, yaml.safe_load(path.read_text())
@@ -226,7 +226,18 @@ def _interrupt_up(out, sig, nodes: int = 20) -> tuple[str, int, str]:
     """Start `cluster up --nodes N --out OUT`, send ``sig`` once its record is in OUT (before the first
     namespace: 20 nodes take seconds to build), and return (cluster id, exit status, stderr)."""
     p = subprocess.Popen(
-        [sys.executable, "-m", "commtax.cli.measure", "cluster", "up", "--nodes", str(nodes), "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "commtax.cli.measure",
+            "cluster",
+            "up",
+            "--no-duplex-probe",
+            "--nodes",
+            str(nodes),
+            "--out",
+            str(out),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

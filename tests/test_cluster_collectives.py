@@ -25,7 +25,19 @@ PY_BENCH = ("bench", "collective")
 def four_nodes(tmp_path_factory):
     require_netns()
     path = tmp_path_factory.mktemp("c4") / "cluster.yaml"
-    r = cli("cluster", "up", "--nodes", "4", "--ranks-per-node", "1", "--link", "300mbit", "--out", str(path))
+    r = cli(
+        "cluster",
+        "up",
+        "--no-duplex-probe",
+        "--nodes",
+        "4",
+        "--ranks-per-node",
+        "1",
+        "--link",
+        "300mbit",
+        "--out",
+        str(path),
+    )
     assert r.returncode == 0, r.stderr
     yield path, yaml.safe_load(path.read_text())
     cli("cluster", "down", "--cluster", str(path))
@@ -220,7 +232,19 @@ def test_killed_rank_fails_the_others_fast_and_keeps_results(four_nodes, tmp_pat
 def two_by_four(tmp_path_factory):
     require_netns()
     path = tmp_path_factory.mktemp("c24") / "c24.yaml"
-    r = cli("cluster", "up", "--nodes", "2", "--ranks-per-node", "4", "--link", "300mbit", "--out", str(path))
+    r = cli(
+        "cluster",
+        "up",
+        "--no-duplex-probe",
+        "--nodes",
+        "2",
+        "--ranks-per-node",
+        "4",
+        "--link",
+        "300mbit",
+        "--out",
+        str(path),
+    )
     assert r.returncode == 0, r.stderr
     yield path, yaml.safe_load(path.read_text())
     cli("cluster", "down", "--cluster", str(path))

@@ -42,7 +42,19 @@ def test_up_with_leaves_load_and_down(tmp_path):
     require_netns()
     path = tmp_path / "c.yaml"
     r = cli(
-        "cluster", "up", "--nodes", "4", "--leaves", "2", "--link", "200mbit", "--spine", "200mbit", "--out", str(path)
+        "cluster",
+        "up",
+        "--no-duplex-probe",
+        "--nodes",
+        "4",
+        "--leaves",
+        "2",
+        "--link",
+        "200mbit",
+        "--spine",
+        "200mbit",
+        "--out",
+        str(path),
     )
     assert r.returncode == 0, r.stderr
     try:

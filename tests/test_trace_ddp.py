@@ -111,7 +111,19 @@ def cluster(tmp_path_factory):
 
     require_netns()
     path = tmp_path_factory.mktemp("c2") / "cluster.yaml"
-    r = cli("cluster", "up", "--nodes", "2", "--ranks-per-node", "1", "--link", LINK, "--out", str(path))
+    r = cli(
+        "cluster",
+        "up",
+        "--no-duplex-probe",
+        "--nodes",
+        "2",
+        "--ranks-per-node",
+        "1",
+        "--link",
+        LINK,
+        "--out",
+        str(path),
+    )
     assert r.returncode == 0, r.stderr
     yield path
     cli("cluster", "down", "--cluster", str(path))

@@ -30,6 +30,7 @@ def main(work: Path, out: Path) -> None:
                     "predicted_s": p["time_s"],
                     "ratio": r["time_s"] / p["time_s"],
                     "binding_link": p.get("binding_link", ""),
+                    "gloo_a2a_duplex": p.get("gloo_a2a_duplex"),  # κ the prediction used (all_to_all; None: unmeasured)
                 }
             )
     out.write_text(json.dumps(rows, indent=1) + "\n")

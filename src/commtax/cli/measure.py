@@ -135,6 +135,13 @@ def cluster_up(
     ] = None,
     mtu: Annotated[int, typer.Option("--mtu", min=576, max=65000, help="MTU of every veth")] = 9000,
     out: Annotated[Path, typer.Option("--out", help="cluster YAML to write")] = DEFAULT_CLUSTER_FILE,
+    duplex_probe: Annotated[
+        bool,
+        typer.Option(
+            "--duplex-probe/--no-duplex-probe",
+            help="measure gloo all_to_all's duplex κ between nodes 0 and 1 (a few seconds; inter_node.gloo_a2a_duplex)",
+        ),
+    ] = True,
 ) -> None:
     """Build the cluster, measure it, write the cluster YAML that `estimate`, `collective` and `bench` share."""
     from commtax.measure.cluster import (
@@ -210,6 +217,7 @@ def cluster_up(
             leaves=leaves,
             node_speed=speeds,
             node_link_bit_s=node_links,
+            probe_duplex=duplex_probe,
         ).up(record)
     except ClusterError as e:
         fail(f"commtax cluster: {e}")
@@ -228,7 +236,15 @@ def cluster_up(
         f"{f', {cluster.leaf_count} leaves' if leaves else ''}"
         f"{f', node speeds {node_speed}' if speeds else ''}"
         f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
-        f"{m['loopback_bw_GBps']:.2f} GB/s; wrote {safe_text(str(out))}"
+        f"{m['loopback_bw_GBps']:.2f} GB/s"
+        + (
+            f"; gloo all_to_all duplex κ = {m['gloo_a2a']['gloo_a2a_duplex']:g}"
+            if "gloo_a2a_duplex" in m.get("gloo_a2a", {})
+            else f"; gloo all_to_all duplex not measured ({m['gloo_a2a']['error']})"
+            if "gloo_a2a" in m
+            else ""
+        )
+        + f"; wrote {safe_text(str(out))}"
     )
 
 

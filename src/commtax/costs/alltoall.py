@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commtax.costs.collectives import Placement
+from commtax.costs.collectives import Placement, link_time_s  # the κ link formula, one copy
+
+__all__ = ["RoutedAllToAll", "link_time_s", "node_of", "routed_all_to_all"]
 
 
 @dataclass(frozen=True)
@@ -37,12 +39,6 @@ class RoutedAllToAll:
 
 def node_of(rank: int, per_node: int) -> int:
     return rank // per_node
-
-
-def link_time_s(out_bytes: float, in_bytes: float, bw_bytes_per_s: float, reverse_share: float) -> float:
-    """One node link: the heavier direction at the link rate, plus κ of the lighter one that does not overlap it."""
-    hi, lo = max(out_bytes, in_bytes), min(out_bytes, in_bytes)
-    return (hi + reverse_share * lo) / bw_bytes_per_s
 
 
 def routed_all_to_all(matrix: list[list[float]], p: Placement, reverse_share: float = 0.0) -> RoutedAllToAll:

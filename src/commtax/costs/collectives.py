@@ -50,6 +50,9 @@ class Placement:
     intra_hw: str = "nvlink"  # NCCL's intra-node hardware class: "nvlink" (NVLink, xGMI) | "pci"
     measured: bool = False  # levels from a calibrated profile: Simple ring/tree priced as calibrate fits them
     binding: str = ""  # the fabric link that caps ``inter`` (commtax.costs.fabric), "" when none does
+    # κ of the node links for all_to_all (costs.alltoall): the lighter direction's share that does not overlap the
+    # heavier one; 0 full duplex (NCCL), gloo's measured by `cluster up` (Network.gloo_a2a_duplex)
+    reverse_share: float = 0.0
 
     @property
     def nodes(self) -> int:
@@ -184,6 +187,13 @@ def hierarchical_time(op: str, S: float, p: Placement) -> tuple[float, str]:
     raise ValueError(f"hierarchical has no {op}")
 
 
+def link_time_s(out_bytes: float, in_bytes: float, bw_bytes_per_s: float, reverse_share: float) -> float:
+    """One node link: the heavier direction at the link rate, plus κ of the lighter one that does not overlap it
+    (docs/moe_bench.md "Why κ"; κ = 0: full duplex, the heavier direction alone)."""
+    hi, lo = max(out_bytes, in_bytes), min(out_bytes, in_bytes)
+    return (hi + reverse_share * lo) / bw_bytes_per_s
+
+
 def all_to_all_time(S: float, p: Placement) -> tuple[float, str]:
     """Pairwise exchange: each GPU keeps 1/n, sends (k-1)/n·S over NVLink; the node's k GPUs send k(n-k)/n·S over
     its rails.
@@ -191,12 +201,14 @@ def all_to_all_time(S: float, p: Placement) -> tuple[float, str]:
     NCCL runs all_to_all as grouped point-to-point sends (ncclGroupStart; ncclSend/ncclRecv to every peer, NCCL
     src/collectives.cc / enqueue.cc p2p path): n−1 peer exchanges each paying the level's step latency, the bytes
     moving at the level's bandwidth, NVLink and network in parallel; the MoE dispatch and combine of the
-    ``alltoall`` dispatcher are this op."""
+    ``alltoall`` dispatcher are this op. A node link carries as much in as out: (1 + κ) · vol / B_node with κ the
+    placement's ``reverse_share`` (``link_time_s``, the routed all-to-all's formula; 0 unless gloo measured it)."""
     n, k = p.n, min(p.per_node, p.n)
     intra = (k - 1) / n * S / p.intra.bw_bytes_per_s
     if not p.spans_nodes or p.inter is None:
         return (n - 1) * p.intra.latency_s + intra, "intra"
-    inter = k * (n - k) / n * S / p.node_inter_bw
+    vol = k * (n - k) / n * S  # a node's bytes out, and as many in
+    inter = link_time_s(vol, vol, p.node_inter_bw, p.reverse_share)
     return (n - 1) * p.inter.latency_s + max(intra, inter), "inter" if inter >= intra else "intra"
 
 

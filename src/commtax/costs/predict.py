@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from commtax.costs.collectives import CollectiveCost, bus_factor, collective_cost, deepep_time
-from commtax.costs.topology import placement
+from commtax.costs.topology import gloo_duplex, placement
 from commtax.errors import SpecError
 from commtax.spec import Cluster, build, load_catalog, resolve_cluster
 from commtax.units import GB
@@ -25,6 +25,7 @@ class CollectivePrediction:
     gpus: int
     per_node: int
     rows: tuple[dict[str, Any], ...]
+    note: str = ""  # shown under the table: e.g. gloo all_to_all's duplex κ, measured or not
 
 
 def cluster_from_options(
@@ -97,6 +98,7 @@ def predict_collective(
     if n > cluster.gpus_per_node and n % cluster.gpus_per_node:
         raise SpecError(f"--gpus: a group spanning nodes must be a multiple of gpus_per_node ({cluster.gpus_per_node})")
     place = placement(cluster, n, 1, op)
+    duplex_applies = op == "all_to_all" and cluster.collective_library == "gloo" and place.spans_nodes and not deepep
     rows = []
     for s in sweep_sizes(nbytes) if sweep else [nbytes]:
         try:
@@ -121,6 +123,18 @@ def predict_collective(
                 # the fabric link that binds the network level (cluster.fabric): a leaf uplink, a NIC shared
                 # with a background flow, ...
                 **({"binding_link": place.binding} if place.binding and c.bottleneck == "inter" else {}),
+                **({"gloo_a2a_duplex": gloo_duplex(cluster)} if duplex_applies else {}),
             }
         )
-    return CollectivePrediction(op, n, place.per_node, tuple(rows))
+    return CollectivePrediction(op, n, place.per_node, tuple(rows), duplex_note(cluster) if duplex_applies else "")
+
+
+def duplex_note(cluster: Cluster) -> str:
+    """What gloo's all_to_all was priced with: κ measured by `cluster up`, or the full-duplex default."""
+    k = gloo_duplex(cluster)
+    if k is None:
+        return (
+            "gloo all_to_all: duplex not measured (κ = 0, both directions of a node link at once); "
+            "`commtax cluster up` measures it (inter_node.gloo_a2a_duplex)"
+        )
+    return f"gloo all_to_all: duplex κ = {k:g} (inter_node.gloo_a2a_duplex): each node link priced (1 + κ) · bytes / B"

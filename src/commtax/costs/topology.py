@@ -107,7 +107,14 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
         intra_hw="nvlink" if link.kind in ("nvlink", "xgmi") else "pci",
         measured=cluster.profile is not None,
         binding=share.binding,
+        reverse_share=gloo_duplex(cluster) or 0.0,
     )
+
+
+def gloo_duplex(cluster: Cluster) -> float | None:
+    """κ of the node links under gloo, as `cluster up` measured it (``inter_node.gloo_a2a_duplex``); None when not
+    measured (priced as 0, full duplex) or when the library is not gloo (NCCL drives both directions at once)."""
+    return cluster.inter_node.gloo_a2a_duplex if cluster.collective_library == "gloo" else None
 
 
 def concurrent_groups(cluster: Cluster, n: int, stride: int, pattern: str) -> list[list[int]]:

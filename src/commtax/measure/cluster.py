@@ -133,6 +133,7 @@ class EmulatedCluster:
     measured: dict = field(default_factory=dict)
     leaves: int | None = None  # None: the legacy `--uplink` form (two halves, written as uplink_Gbps)
     loads: list = field(default_factory=list)  # background flows `cluster load` started: {src, dst, rate_Gbps, …}
+    probe_duplex: bool = False  # `up` also measures gloo's all_to_all duplex κ (`cluster up` does; tests may not)
 
     @property
     def leaf_count(self) -> int:
@@ -182,6 +183,8 @@ class EmulatedCluster:
                     record(self)
                 self._build()
                 self.measured = self._measure()
+                if self.probe_duplex and self.nodes > 1:
+                    self.measured["gloo_a2a"] = self._duplex_probe()
             except BaseException:
                 with _signals_blocked():  # a second Ctrl-C/SIGTERM must not stop the clean-up half-way
                     self.down()
@@ -377,6 +380,27 @@ class EmulatedCluster:
                 server.wait(timeout=30)
         return out
 
+    def _duplex_probe(self, seconds_at_rate: float = 0.2, timeout_s: int = 90) -> dict:
+        """gloo all_to_all's κ on a node link: ``commtax.measure.a2a_probe`` under torchrun on nodes 0 and 1 (the
+        same leaf) with as many TCP connections on the link as the cluster's all_to_all puts there (every local
+        rank to every remote one: rpn · (nodes − 1) · rpn, at most 4: each is a process on a node), a symmetric
+        exchange of ``seconds_at_rate`` of the link rate each way (1-16 MiB), median of 5. A failed probe is
+        recorded as such (the cluster still comes up; its all_to_all priced as full duplex)."""
+        rate = min(self.link_of(0), self.link_of(1))  # unequal links: the slower of the two ends
+        one_way = int(min(16 * 2**20, max(2**20, rate / 8 * seconds_at_rate)))
+        lat = self.measured.get("link_latency_us", 50.0)
+        with tempfile.TemporaryDirectory(prefix=f"commtax-{self.name}-a2a-") as tmp:
+            os.chmod(tmp, 0o755)
+            out = Path(tmp) / "probe.json"
+            cmd = ["timeout", str(timeout_s), sys.executable, "-m", "commtax.measure.a2a_probe"]
+            cmd += ["--bytes-one-way", str(one_way), "--link-bit-s", str(rate), "--latency-us", str(lat)]
+            conns = min(4, self.ranks_per_node**2 * (self.nodes - 1))
+            pair = EmulatedCluster(2, conns, rate, mtu=self.mtu, name=self.name)
+            rc = pair.run([*cmd, "--out", str(out)], grace_s=5.0, log=lambda msg: print(msg, file=sys.stderr))
+            if rc != 0 or not out.exists():
+                return {"error": f"probe exited with code {rc}"}
+            return json.loads(out.read_text())
+
     # ------------------------------------------------------------------ describe
     def spec(self) -> dict:
         """The cluster YAML: what estimate and collective need, plus what was built under ``emulated``.
@@ -444,7 +468,21 @@ class EmulatedCluster:
                 "bw_Gbps": link_Gbps,
                 "latency_us": round(m.get("link_latency_us", 50.0), 2),
                 "efficiency": 1.0,
-                "source": "tc tbf rate set by commtax cluster up; latency measured (TCP ping-pong / 2)",
+                "source": "tc tbf rate set by commtax cluster up; latency measured (TCP ping-pong / 2)"
+                + (
+                    "; gloo_a2a_duplex measured by commtax cluster up: a symmetric gloo all_to_all between nodes 0 "
+                    f"and 1 over {m['gloo_a2a']['connections']} connections (as many as the cluster's all_to_all "
+                    f"puts on a node link), {m['gloo_a2a']['bytes_one_way']} B each way, median of 5: "
+                    f"{m['gloo_a2a']['probe_s']:.4f} s against {m['gloo_a2a']['wire_s']:.4f} s at the link rate, "
+                    "κ = t · B / bytes − 1 (docs/fabric.md)"
+                    if "gloo_a2a_duplex" in m.get("gloo_a2a", {})
+                    else ""
+                ),
+                **(
+                    {"gloo_a2a_duplex": m["gloo_a2a"]["gloo_a2a_duplex"]}
+                    if "gloo_a2a_duplex" in m.get("gloo_a2a", {})
+                    else {}
+                ),
             },
             "nics_per_node": 1,
             **(

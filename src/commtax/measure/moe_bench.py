@@ -399,7 +399,8 @@ def predict(record: dict, cluster: dict) -> dict:
     n, rpn = record["world_size"], record["ranks_per_node"]
     h, f, E, T, k = record["hidden"], record["ffn"], record["experts"], record["tokens"], record["top_k"]
     p = cluster_placement(cluster, n, rpn)
-    kappa = reverse_share(calib, p) if p.library == "gloo" else 0.0
+    # gloo: this run's probe at the dispatch's own size; without one, the cluster file's (`cluster up`'s probe)
+    kappa = (reverse_share(calib, p) if "probe_s" in calib else p.reverse_share) if p.library == "gloo" else 0.0
     m = traffic_bytes(record)
     dispatch = routed_all_to_all(m, p, kappa)
     combine = routed_all_to_all(transpose(m), p, kappa)
@@ -437,6 +438,9 @@ def predict(record: dict, cluster: dict) -> dict:
         "predicted_inter_node_bytes": {"out": list(dispatch.inter_out_bytes), "in": list(dispatch.inter_in_bytes)},
         "predicted_a2a_bottleneck": dispatch.bottleneck,
         "reverse_share": kappa,
+        "reverse_share_from": (
+            "none (nccl)" if p.library != "gloo" else "probe" if "probe_s" in calib else "cluster file (cluster up)"
+        ),
     }
 
 

@@ -309,4 +309,6 @@ def collective_table(pred: Any) -> Table:
             algo,
             f"inter ({r['binding_link']})" if "binding_link" in r else r["bottleneck"],
         )
+    if getattr(pred, "note", ""):
+        t.caption = pred.note
     return t

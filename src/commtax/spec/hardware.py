@@ -122,6 +122,16 @@ class Network(_Spec):
     bw_Gbps: float = Field(gt=0, le=100_000, description="per NIC, per direction, line rate")
     latency_us: float = Field(default=20, ge=0, le=1e6)
     efficiency: float = Field(default=0.9, gt=0, le=1)
+    gloo_a2a_duplex: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="κ, a fraction (no unit): the share of the lighter direction of a node link that gloo's "
+        "all_to_all does not overlap with the heavier one (0 full duplex, 1 the directions take turns); measured "
+        "by `commtax cluster up` (a symmetric gloo all_to_all between two nodes: κ = t·B/bytes − 1; docs/fabric.md). "
+        "Unset: not measured, priced as 0",
+    )
     source: str = "inline"
 
     @property
