@@ -28,7 +28,8 @@ test: $(STAMP)
 test-model: $(STAMP)
 	$(BIN)/python -m pytest -m model
 
-VALIDATION := validation  # shipped with the repo (a copy of ../shared/validation)
+# shipped with the repo (a copy of ../shared/validation); no comment on the line: make keeps its spaces
+VALIDATION := validation
 DENSE_RUNS := $(VALIDATION)/public_runs.csv $(VALIDATION)/public_runs_more.csv
 
 # every published set: the dense runs files each and together (by source), the MoE runs, the collectives

@@ -298,3 +298,64 @@ def test_search_signalled_at_any_moment_never_hangs_and_leaves_no_worker(tmp_pat
             if p.poll() is None:
                 p.kill()
                 p.communicate()
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds a process has used (utime + stime): "it is busy in its work" however loaded the host is."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("inf")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def big_trace(path: Path, events: int = 900_000) -> Path:
+    """A one-rank trace several CPU-seconds long to analyse (written as text: json.dumps of it is slower)."""
+    row = '{"ph":"X","cat":"kernel","name":"k%d","pid":0,"tid":7,"ts":%d,"dur":5,"args":{}}'
+    path.write_text('{"traceEvents":[' + ",".join(row % (i % 50, i * 10) for i in range(events)) + "]}")
+    return path
+
+
+def _stopped_mid_run(argv: list[str], tmp_path: Path, busy_cpu_s: float) -> tuple[subprocess.Popen, str, Path]:
+    """Run a command with its own TMPDIR, SIGTERM it once it has spent ``busy_cpu_s`` of CPU in its work."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = commtax(*argv, env={**os.environ, "TMPDIR": str(tmp)})
+    wait_for(lambda: cpu_s(p.pid) >= busy_cpu_s or p.poll() is not None, what="the command to be busy")
+    assert p.poll() is None, "it ended before the signal: the work is too small for this test"
+    tree = [p.pid, *_descendants(p.pid)]
+    p.send_signal(signal.SIGTERM)
+    _, stderr = p.communicate(timeout=60)  # a hang guard only: it exits at once
+    wait_for(lambda: not any(alive(x) for x in tree), 30, "its processes to exit")
+    return p, stderr, tmp
+
+
+def test_report_stopped_by_sigterm_exits_130_and_writes_nothing(tmp_path):
+    out = tmp_path / "out" / "r.html"
+    out.parent.mkdir()
+    job = Path(__file__).resolve().parents[1] / "examples" / "llama2-70b-h100.yaml"
+    p, stderr, tmp = _stopped_mid_run(["report", str(job), "--out", str(out)], tmp_path, 3.0)
+    assert p.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    assert list(out.parent.iterdir()) == [] and list(tmp.iterdir()) == []  # no page, no half page, no temp file
+
+
+def test_trace_stopped_by_sigterm_exits_130_and_writes_nothing(tmp_path):
+    trace = big_trace(tmp_path / "big.json")
+    out = tmp_path / "out" / "t.json"
+    out.parent.mkdir()
+    p, stderr, tmp = _stopped_mid_run(["trace", str(trace), "--out", str(out)], tmp_path, 1.5)
+    assert p.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    assert list(out.parent.iterdir()) == [] and list(tmp.iterdir()) == []
+
+
+def test_advise_stopped_by_sigterm_exits_130_flagged_and_reaps_its_workers(tmp_path):
+    out = tmp_path / "a.json"
+    p = commtax("advise", str(JOB), "--workers", "2", "--out", str(out))
+    wait_for(lambda: len(children(p.pid)) >= 2 or p.poll() is not None, what="advise's search workers")
+    assert p.poll() is None
+    tree = [p.pid, *_descendants(p.pid)]
+    p.send_signal(signal.SIGTERM)
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    wait_for(lambda: not any(alive(x) for x in tree), 30, "advise's workers to exit")
+    assert json.loads(out.read_text())["interrupted"] is True

@@ -502,8 +502,8 @@ def test_against_another_job_warns_and_never_states_mfu_as_a_time(app):
 
 
 def test_tables_fit_80_columns_and_a_folder_of_unrelated_traces_says_so(app, tmp_path, monkeypatch):
-    """At 80 columns every line fits and no number is cut ("…"); three traces of three jobs get a file
-    column (names under the table) and a warning that they are not one job."""
+    """At 80 columns every line fits and no number is cut ("…"); three traces of three jobs are three jobs'
+    tables (grouped by world size and start time), each naming its file, with a warning saying so."""
     for name in ("a100-2gpu-allreduce-rank0", "a100-8gpu-rank3", "a100-128gpu-sampled-rank0"):
         shutil.copy(shared(name), tmp_path)
     monkeypatch.setenv("COLUMNS", "80")
@@ -511,5 +511,8 @@ def test_tables_fit_80_columns_and_a_folder_of_unrelated_traces_says_so(app, tmp
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
     assert max(map(len, lines)) <= 80 and not any("…" in line for line in lines)
-    assert "f1: a100-128gpu-sampled-rank0.json.gz" in " ".join(res.stdout.split())
-    assert "these 3 traces are not one job (world sizes 2, 8, 128; rank 0 appears 2 times)" in res.stderr
+    text = " ".join(res.stdout.split())
+    assert text.count("Measured per rank") == 3
+    for world, name in ((2, "a100-2gpu-allreduce-rank0"), (8, "a100-8gpu-rank3"), (128, "a100-128gpu-sampled-rank0")):
+        assert f"world size {world}, 1 rank(s)" in text and f"files: {name}.json.gz" in text
+    assert "these 3 traces are 3 jobs (by world size and start time)" in " ".join(res.stderr.split())

@@ -282,18 +282,42 @@ def trace_command(
             cmp = compare(report, job)
     except SpecError as e:
         fail(str(e))
+    from commtax.trace.analyze import TraceReport, jobs_of, stragglers
+
+    groups = jobs_of(report.ranks)
     data = report.to_dict()
+    data["jobs"] = [
+        {"world_size": g[0].world_size, "start_s": g[0].start_s, "files": list(dict.fromkeys(r.file for r in g))}
+        for g in groups
+    ]
     if cmp is not None:
         data["against"] = cmp.to_dict()
     emit(data, json_out, out)
     if json_out:
         return
     console = Console(width=width())
-    for line in foreign_traces(report):
-        warn(line)
-    for table in (rank_table(report), step_table(report), collective_table(report), straggler_table(report)):
-        if table is not None:
-            console.print(table)
+    if len(groups) > 1:
+        warn(
+            f"these {len(report.ranks)} traces are {len(groups)} jobs (by world size and start time): "
+            "one set of tables per job"
+        )
+    else:
+        for line in foreign_traces(report):
+            warn(line)
+    t0 = min((r.start_s for r in report.ranks if r.start_s is not None), default=None)
+    for k, g in enumerate(groups, 1):
+        sub = report if len(groups) == 1 else TraceReport(ranks=g, stragglers=stragglers(g))
+        if len(groups) > 1:
+            start = "" if t0 is None or g[0].start_s is None else f", started +{g[0].start_s - t0:.0f} s"
+            files = ", ".join(safe_text(Path(f).name) for f in dict.fromkeys(r.file for r in g))
+            console.print(
+                f"[bold]job {k} of {len(groups)}[/bold]: world size {g[0].world_size or '?'}, "
+                f"{len(g)} rank(s){start}; files: {escape(files)}",
+                highlight=False,
+            )
+        for table in (rank_table(sub), step_table(sub), collective_table(sub), straggler_table(sub)):
+            if table is not None:
+                console.print(table)
     for r in report.ranks:
         for m in r.missing:
             console.print(

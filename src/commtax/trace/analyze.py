@@ -98,6 +98,7 @@ class RankReport:
     steps: list[StepFigures]
     collectives: list[CollectiveStat]
     missing: list[str] = field(default_factory=list)
+    start_s: float | None = None  # the file's first event, trace clock (s): which job a rank belongs to
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -453,7 +454,30 @@ def analyze_file(path: Path | str, step_range: tuple[int, int] | None = None) ->
     for r in reports:
         if note:
             r.missing.insert(0, note)
+        r.start_s = None if c.base_us is None else c.base_us * US_TO_S
     return reports
+
+
+# Ranks of one job start their profilers within a few steps of each other; traces started further apart
+# (or of another world size, or repeating a rank) are another job's.
+SAME_JOB_S = 600.0
+
+
+def jobs_of(ranks: list[RankReport]) -> list[list[RankReport]]:
+    """The ranks grouped by job: same world size, first events within SAME_JOB_S, no rank twice."""
+    groups: list[list[RankReport]] = []
+    order = sorted(ranks, key=lambda r: (r.world_size or 0, r.start_s or 0.0))
+    for r in order:
+        for g in groups:
+            head = g[0]
+            near = head.start_s is None or r.start_s is None or abs(r.start_s - head.start_s) <= SAME_JOB_S
+            taken = r.rank is not None and any(x.rank == r.rank and x.device == r.device for x in g)
+            if head.world_size == r.world_size and near and not taken:
+                g.append(r)
+                break
+        else:
+            groups.append([r])
+    return sorted(groups, key=lambda g: g[0].start_s or 0.0)  # in the order the jobs started
 
 
 def analyze(paths: list[Path | str] | Path | str, step_range: tuple[int, int] | None = None) -> TraceReport:
