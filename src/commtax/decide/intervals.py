@@ -7,7 +7,7 @@ widens them about their middle by ``width``. ``width`` is the one fitted number:
 source's rows left out of the percentiles, the interval covers 80% of the left-out rows (leave-one-source-out), so
 that the coverage carries to runs of sources the table has not seen.
 
-Regenerate (from the repository root, with ``shared/`` beside it)::
+Regenerate (from the repository root; the validation CSVs ship in ``validation/``; or `make intervals`)::
 
     python -m commtax.decide.intervals validation/public_runs.csv validation/public_runs_more.csv
 """
