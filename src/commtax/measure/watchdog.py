@@ -102,7 +102,8 @@ class Watchdog:
             names = self.culprits() or ["no peer looks dead: a network partition or a slow link?"]
         except Exception as e:  # the store lives with the rendezvous host: it is gone too
             names = [f"lost the rendezvous store ({type(e).__name__}): the node running rank 0 / the launcher died"]
-        print(f"commtax bench: rank {self.rank}: {reason}; " + "; ".join(names), file=sys.stderr, flush=True)
+        # one write per line: ranks share the launcher's stderr, and print() writes the text and the newline apart
+        os.write(sys.stderr.fileno(), f"commtax bench: rank {self.rank}: {reason}; {'; '.join(names)}\n".encode())
         os._exit(EXIT_PEER_FAILED)
 
 
