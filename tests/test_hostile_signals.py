@@ -48,6 +48,15 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def worker_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a live process (/proc/PID/stat utime, stime), None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_for(cond, limit_s: float = 120.0, what: str = "") -> None:
     """Poll until ``cond()``; the limit only keeps a broken build from hanging the suite (not a timing check)."""
     end = time.monotonic() + limit_s
@@ -70,31 +79,38 @@ def wider_job(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def wide_search(tmp_path_factory) -> tuple[Path, float]:
-    """The wider job, and how long its search's workers run on this host when nothing stops them: a signal half
-    way through lands mid-search however fast or busy the host is (a fixed delay did not: the search got faster)."""
+    """The wider job, and the CPU seconds its search's workers use when nothing stops them: a signal once the
+    workers have used a fraction of that lands at the same point of the search however busy the host is (a wall
+    delay did not: on a quieter host than the one measured the search had ended before the signal)."""
     job = wider_job(tmp_path_factory.mktemp("wide"))
     p = commtax("search", str(job), "--workers", "2", "--json")
     wait_for(lambda: len(children(p.pid)) >= 2 or p.poll() is not None, what="search workers")
-    t0, workers = time.monotonic(), children(p.pid)
-    wait_for(lambda: not any(alive(w) for w in workers), 600, "the search's workers to finish")
-    seconds = time.monotonic() - t0
+    workers, used = children(p.pid), {}
+
+    def finished() -> bool:
+        used.update({w: s for w in workers if (s := worker_cpu_s(w)) is not None})  # the last reading before each exits
+        return not any(alive(w) for w in workers)
+
+    wait_for(finished, 600, "the search's workers to finish")
     p.communicate(timeout=120)
     assert p.returncode == 0
-    return job, seconds
+    return job, sum(used.values())
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_search_interrupted_exits_130_flags_the_result_and_reaps_its_workers(tmp_path, sig, wide_search):
-    job, seconds = wide_search
+    job, cpu_total_s = wide_search
     out = tmp_path / "s.json"
     # its own session, as a shell starts a job: signal dispositions and the process group are the search's own
     p = commtax("search", str(job), "--workers", "2", "--out", str(out), "--json", start_new_session=True)
     wait_for(lambda: len(children(p.pid)) >= 2 or p.poll() is not None, what="search workers")
     assert p.poll() is None, "search finished before it could be interrupted"
     workers = children(p.pid)
-    # let chunks of plans finish, so there is a partial result to flag; a quarter of the once-measured time leaves
-    # room for a host that got quieter since (a search then runs up to 4x faster and is still running here)
-    time.sleep(seconds / 4)
+    # let chunks of plans finish, so there is a partial result to flag: a quarter of the workers' measured CPU
+    wait_for(
+        lambda: sum(worker_cpu_s(w) or 0.0 for w in workers) >= cpu_total_s / 4 or p.poll() is not None,
+        what="the workers to use a quarter of their CPU",
+    )
     assert any(alive(w) for w in workers), "the search's workers finished before the signal"
     p.send_signal(sig)
     stdout, stderr = p.communicate(timeout=120)
@@ -251,7 +267,7 @@ def test_search_signalled_at_any_moment_never_hangs_and_leaves_no_worker(tmp_pat
     """Issue 12: a SIGHUPped search once hung for minutes on a futex, its handler having raised inside the pool's
     locks. Six runs per signal, from the import of the CLI to mid-search: each exits 130, leaves no process of its
     group alive, and writes a flagged partial --out when plans were found. The 300 s limit is a hang guard only."""
-    job, seconds = wide_search
+    job, cpu_total_s = wide_search
     for moment in MOMENTS:
         out = tmp_path / f"s-{moment}.json"
         out.unlink(missing_ok=True)
@@ -270,8 +286,14 @@ def test_search_signalled_at_any_moment_never_hangs_and_leaves_no_worker(tmp_pat
             wait_for(lambda p=p: _handles_sighup(p.pid) or p.poll() is not None, what="the CLI's signal handlers")
             if moment != "handler":
                 wait_for(lambda p=p: children(p.pid) or p.poll() is not None, what="the first search worker")
-                if not isinstance(moment, str):
-                    time.sleep(seconds * moment)
+                if not isinstance(moment, str):  # the workers' CPU, not wall time: the host's load cannot move it
+                    wait_for(
+                        lambda p=p, m=moment: (
+                            sum(worker_cpu_s(w) or 0.0 for w in children(p.pid)) >= m * cpu_total_s
+                            or p.poll() is not None
+                        ),
+                        what=f"the workers to use {moment:.0%} of their CPU",
+                    )
             assert p.poll() is None, f"search ended before the signal at {moment!r}"
             p.send_signal(sig)
             try:

@@ -368,13 +368,13 @@ def main() -> None:
     if sys.argv[1:] == ["--version"]:  # no command to register: every module's import would cost a second
         print(f"commtax {__version__}")
         return
-    from commtax.cli.io import refuse_folder_outputs
+    try:  # from the handlers on, a signal is one line and exit 130, whatever is importing
+        from commtax.cli.io import refuse_folder_outputs
 
-    try:
-        refuse_folder_outputs(sys.argv[1:])
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    try:
+        try:
+            refuse_folder_outputs(sys.argv[1:])
+        except typer.Exit as e:
+            sys.exit(e.exit_code)
         register_commands({command} if command in COMMANDS else None)
         if signals.RECEIVED:  # raised inside an import-lock callback, where Python ignores exceptions
             raise KeyboardInterrupt(signals.RECEIVED[0])
