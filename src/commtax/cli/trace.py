@@ -22,6 +22,11 @@ from commtax.units import MB
 MAX_WIDTH = 100  # the table view fits 100 columns, or the terminal when it is narrower
 
 
+def _table(title: str) -> Table:
+    """The trace tables' one look: bold header, a rule under it, no edges or padding (every column counts at 80)."""
+    return Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False)
+
+
 def width() -> int:
     """The terminal's columns (COLUMNS when not a terminal), at most MAX_WIDTH."""
     import shutil
@@ -71,14 +76,7 @@ def foreign_traces(report) -> list[str]:
 
 
 def rank_table(report) -> Table:
-    t = Table(
-        title="Measured per rank (ms over the traced window)",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 0),
-        pad_edge=False,
-        show_edge=False,
-    )
+    t = _table("Measured per rank (ms over the traced window)")
     files = len({r.file for r in report.ranks}) > 1
     cols = ("rank", "device", "window", "compute", "comm", "overlap", "exposed", "idle", "tax", "share")
     for col in cols + (("file",) if files else ()):
@@ -108,9 +106,7 @@ def step_table(report) -> Table | None:
     rows = [(r, s) for r in report.ranks for s in r.steps]
     if not rows:
         return None
-    t = Table(
-        title="Per step (ms)", header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False
-    )
+    t = _table("Per step (ms)")
     for col in ("rank", "step", "window", "compute", "comm", "exposed", "idle", "tax", "share"):
         t.add_column(col, justify="right", no_wrap=True)
     for r, s in rows:
@@ -145,14 +141,7 @@ def collective_table(report) -> Table | None:
     rows = [(r, c) for r in report.ranks for c in r.collectives]
     if not rows:
         return None
-    t = Table(
-        title="Collectives (size: nccl-tests convention)",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 0),
-        pad_edge=False,
-        show_edge=False,
-    )
+    t = _table("Collectives (size: nccl-tests convention)")
     for col in ("rank", "kind", "group", "size MB", "calls", "mean ms", "exposed ms", "algbw GB/s", "busbw GB/s"):
         t.add_column(col, justify="right" if col not in ("kind",) else "left", no_wrap=True)
     for r, c in rows:
@@ -173,14 +162,7 @@ def collective_table(report) -> Table | None:
 def straggler_table(report) -> Table | None:
     if not report.stragglers:
         return None
-    t = Table(
-        title="Stragglers: slowest compute per step, and the others' wait in collectives",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 0),
-        pad_edge=False,
-        show_edge=False,
-    )
+    t = _table("Stragglers: slowest compute per step, and the others' wait in collectives")
     for col in ("step", "ranks", "slowest", "its compute ms", "median ms", "others wait ms", "max wait ms"):
         t.add_column(col, justify="right", no_wrap=True)
     for s in report.stragglers:
@@ -197,14 +179,7 @@ def straggler_table(report) -> Table | None:
 
 
 def comparison_tables(cmp) -> list[Table]:
-    t = Table(
-        title="Measured vs predicted (per step)",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 0),
-        pad_edge=False,
-        show_edge=False,
-    )
+    t = _table("Measured vs predicted (per step)")
     for col in ("metric", "measured", "predicted", "measured/predicted"):
         t.add_column(col, justify="right" if col != "metric" else "left", no_wrap=True)
     for r in cmp.rows:
@@ -222,14 +197,7 @@ def comparison_tables(cmp) -> list[Table]:
             )
     out = [t]
     if cmp.collectives:
-        c = Table(
-            title="Collectives: measured vs predicted",
-            header_style="bold",
-            box=box.SIMPLE_HEAD,
-            padding=(0, 0),
-            pad_edge=False,
-            show_edge=False,
-        )
+        c = _table("Collectives: measured vs predicted")
         for col in ("kind", "group", "n", "size MB", "meas ms", "pred ms", "meas busbw", "pred busbw", "ratio"):
             c.add_column(col, justify="right" if col != "kind" else "left", no_wrap=True)
         for x in cmp.collectives:
