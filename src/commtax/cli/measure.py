@@ -29,6 +29,10 @@ cluster_app = typer.Typer(
 bench_app = typer.Typer(
     no_args_is_help=True, rich_markup_mode=None, help="Measure collectives, p2p copies and GEMMs (torch.distributed)"
 )
+# the bench commands' watchdog: one step longer than this and a peer is named dead or hung
+StepTimeoutOpt = Annotated[
+    float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")
+]
 IMPLS = ("torch", "ring", "rhd", "tree", "hier")  # torch: the library's own; the rest: commtax.measure.algorithms
 GEMM_DTYPES = ("fp32", "bf16", "fp16")
 
@@ -755,9 +759,7 @@ def bench_ddp(
         Optional[Path],
         typer.Option("--gemm", help="`commtax bench gemm --out` records: calibrates the predicted compute"),
     ] = None,
-    timeout: Annotated[
-        float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")
-    ] = 300.0,
+    timeout: StepTimeoutOpt = 300.0,
     out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records, one per hook")] = None,
     append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
     nproc: Annotated[
@@ -840,9 +842,7 @@ def bench_pipeline(
     cluster_file: Annotated[
         Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_step_time_s")
     ] = None,
-    timeout: Annotated[
-        float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")
-    ] = 300.0,
+    timeout: StepTimeoutOpt = 300.0,
     out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records, one per run")] = None,
     append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
 ) -> None:
@@ -920,9 +920,7 @@ def bench_moe(
     cluster_file: Annotated[
         Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_* per phase from the cost model")
     ] = None,
-    timeout: Annotated[
-        float, typer.Option("--timeout", min=1, help="seconds one step may take before a peer is declared dead/hung")
-    ] = 300.0,
+    timeout: StepTimeoutOpt = 300.0,
     out: Annotated[Optional[Path], typer.Option("--out", help="JSON list with the run's record (and a .csv)")] = None,
     nproc: Annotated[int, typer.Option("--nproc", help="local ranks to launch when not already under torchrun")] = 2,
 ) -> None:
