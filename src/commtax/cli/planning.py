@@ -364,6 +364,7 @@ def compare_command(
         cheapest_within,
         compare,
         default_scaling_counts,
+        fabric_tradeoff_lines,
         jobs_to_compare,
         pareto_points,
         scaling,
@@ -428,6 +429,8 @@ def compare_command(
             if r.plan is not None:
                 console.print(f"  {r.name}: {plan_label(r.plan)}", markup=False)
     for line in within_interval_lines([(r.name, r.breakdown) for r in rows if r.breakdown is not None]):
+        console.print(line, markup=False)
+    for line in fabric_tradeoff_lines(rows, mode):
         console.print(line, markup=False)
     if deadline is not None:
         if choice is None:
