@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bytes-one-way", type=int, required=True, help="bytes on the node link, each direction")
     ap.add_argument("--link-bit-s", type=float, required=True, help="the node link's rate per direction")
     ap.add_argument("--latency-us", type=float, required=True, help="one message step across the link (α)")
-    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=11)  # κ is a race per call (docs/fabric.md): a median of many
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
