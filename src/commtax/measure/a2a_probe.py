@@ -4,10 +4,10 @@ gloo keeps one TCP connection per pair of ranks and, over it, sometimes moves th
 (docs/remedies.md "gloo duplex": 2× at 2 ranks); with several connections on one node link the turns partly
 overlap (docs/moe_bench.md "Why κ"). So the probe puts on one node link as many connections as the cluster's own
 all_to_all does: ``c`` ranks on each of the two nodes, rank k exchanging only with rank k of the other node
-(``all_to_all_single``, the same bytes each way, nothing inside a node), median of the timed repeats, barrier to
-barrier. κ, the share of the lighter direction that does not overlap the heavier one (the ``reverse_share`` of
-costs.collectives.link_time_s), is then t · B / (bytes one way) − 1 after one α, clipped to [0, 1].
-Rank 0 writes one JSON object to ``--out``.
+(``all_to_all_single``, the same bytes each way, nothing inside a node), timed back to back as `commtax bench
+collective` times (the slowest rank's median). κ, the share of the lighter direction that does not overlap the
+heavier one (the ``reverse_share`` of costs.collectives.link_time_s), is then t · B / (bytes one way) − 1 after
+one α, clipped to [0, 1]. Rank 0 writes one JSON object to ``--out``.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from commtax.measure.bench import init_distributed
+from commtax.measure.bench import init_distributed, time_op
 
 
 def duplex_share(t_s: float, one_way_bytes: float, bw_bytes_per_s: float, latency_s: float) -> float:
@@ -30,21 +29,18 @@ def duplex_share(t_s: float, one_way_bytes: float, bw_bytes_per_s: float, latenc
 
 
 def probe(per_pair: int, iters: int) -> float:
-    """Median time of a partner-only all_to_all_single: local rank k ↔ local rank k of the other node."""
+    """Time of a partner-only all_to_all_single (local rank k ↔ local rank k of the other node), timed as
+    ``commtax bench collective`` times every op (``bench.time_op``: back to back after one barrier, each rank's
+    median, the slowest rank's): κ is what the link loses in the steady state the bench measures and `collective`
+    predicts. Back to back, one call's tail overlaps the next call's start and gloo's turns line up worse than in
+    an isolated call (on the 4 × 1 cluster: 1.6-1.9× the wire time against 1.25-1.3× barrier to barrier)."""
     n, rank = dist.get_world_size(), dist.get_rank()
     c = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     partner = (rank + c) % n
     splits = [per_pair if j == partner else 0 for j in range(n)]
     a, b = torch.zeros(per_pair, dtype=torch.uint8), torch.zeros(per_pair, dtype=torch.uint8)
-    dist.all_to_all_single(b, a, splits, splits)  # warm-up: connections made
-    ts = []
-    for _ in range(iters):
-        dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_to_all_single(b, a, splits, splits)
-        dist.barrier()
-        ts.append(time.perf_counter() - t0)
-    return sorted(ts)[len(ts) // 2]
+    median_s, _ = time_op(lambda: dist.all_to_all_single(b, a, splits, splits), 1, iters, torch.device("cpu"))
+    return median_s
 
 
 def main(argv: list[str] | None = None) -> int:
