@@ -397,8 +397,9 @@ class EmulatedCluster:
         same leaf) with as many TCP connections on the link as the cluster's all_to_all puts there (every local
         rank to every remote one: rpn · (nodes − 1) · rpn, at most 4: each is a process on a node), a symmetric
         exchange of ``seconds_at_rate`` of the link rate each way (1-16 MiB), timed back to back as `bench
-        collective` times (the slowest rank's median of 11). A failed probe is recorded as such (the cluster still
-        comes up; its all_to_all priced as full duplex)."""
+        collective` times (the slowest rank's median of 5, on 5 process groups of their own connections, their
+        mean). A failed probe is recorded as such (the cluster still comes up; its all_to_all priced as full
+        duplex)."""
         rate = min(self.link_of(0), self.link_of(1))  # unequal links: the slower of the two ends
         one_way = int(min(16 * 2**20, max(2**20, rate / 8 * seconds_at_rate)))
         lat = self.measured.get("link_latency_us", 50.0)
@@ -486,7 +487,7 @@ class EmulatedCluster:
                     "; gloo_a2a_duplex measured by commtax cluster up: a symmetric gloo all_to_all between nodes 0 "
                     f"and 1 over {m['gloo_a2a']['connections']} connections (as many as the cluster's all_to_all "
                     f"puts on a node link), {m['gloo_a2a']['bytes_one_way']} B each way, back to back as bench "
-                    "collective times (median of 11): "
+                    "collective times (median of 5, mean of 5 process groups): "
                     f"{m['gloo_a2a']['probe_s']:.4f} s against {m['gloo_a2a']['wire_s']:.4f} s at the link rate, "
                     "κ = t · B / bytes − 1 (docs/fabric.md)"
                     if "gloo_a2a_duplex" in m.get("gloo_a2a", {})
