@@ -63,7 +63,7 @@ from commtax.spec import Job, job_with, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import GiB, memory_need
 from commtax.workload.memory import fixed_reserve_bytes, stage_activation_bytes, stage_kinds, stage_states
-from commtax.workload.step import build_workload
+from commtax.workload.step import build_workload, stage_moe_layers
 
 # the allowed values, as the spec declares them
 RECOMPUTE: tuple[str, ...] = AXIS["recompute"].choices
@@ -285,6 +285,12 @@ def _grid(job: Job, base: Base, jobs: dict[tuple[int, int, int], Job], phase_cac
     return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
 
 
+def _moe_split(job: Job) -> dict[str, Any]:
+    """MoE: which of this base's layers are MoE, per pipeline rank (``step.stage_moe_layers``): the shared template
+    was built for another pp, and a first_k_dense model puts its dense layers on the first ranks only."""
+    return {"stage_moe_layers": stage_moe_layers(job)} if job.model.is_moe else {}
+
+
 def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     """Per (split, mb, sp, recompute): the slowest stage (its compute, recompute, exposed TP and CP); per
     (vp, mb, sp, recompute): the bubble and the exposed pipeline sends. The layer, embedding and head blocks do
@@ -310,6 +316,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
                 layers_per_stage=max(job_rc.stage_layers),
                 chunk_layers=job_rc.chunk_layers,
                 micro_batches=int(g.n_micro[j]),
+                **_moe_split(job_rc),
             )
             stages = stage_times(job_rc, wl, g.costs)
             slow, _ = slowest_and_rest(stages)
