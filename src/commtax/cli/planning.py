@@ -30,7 +30,7 @@ from commtax.cli.io import (
     progress,
 )
 from commtax.decide.cost import PowerBasis
-from commtax.decide.plans import PLAN_LABEL_KEY, plan_label
+from commtax.decide.plans import MOE_LABEL_KEY, PLAN_LABEL_KEY, plan_label
 from commtax.decide.search import GRAD_DTYPES, RANK_BY, RECOMPUTE
 from commtax.errors import EXIT_INTERRUPTED, SpecError
 from commtax.report.table import (
@@ -197,6 +197,8 @@ def search_command(
     print_table(search_table(res, mode, usd_per_s, max(top, verify), wide), wide)
     _say_within_interval(res)
     console.print(PLAN_LABEL_KEY, style="dim")
+    if job.model.is_moe:
+        console.print(MOE_LABEL_KEY, style="dim")
     if res.verified:
         t = new_table(f"Top {len(res.verified)} simulated (ranked by the simulated step)")
         for col in ("#", "plan", "estimate s (80%)", "simulate s", "diff", "MFU"):

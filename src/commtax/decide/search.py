@@ -45,14 +45,16 @@ from commtax.decide.space import (
     AXIS,
     COLUMNS,
     GRID_AXES,
+    MOE_AXES,
     Base,
     Space,
     bases,
+    columns,
+    raw_spec,
     reason,
 )
 from commtax.decide.space import SEARCH_FIELDS as SEARCH_FIELDS  # re-exported: the search's public names
 from commtax.decide.space import Constraint as Constraint
-from commtax.decide.space import convert_value as _convert
 from commtax.decide.space import parse_constraint as parse_constraint
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule import analytical as _est
@@ -82,7 +84,7 @@ class SearchResult:
     """All evaluated plans of one job, as columns; ``order`` ranks the ones that are valid and fit."""
 
     job: Job
-    plans: np.ndarray  # (n, len(COLUMNS)) int codes
+    plans: np.ndarray  # (n, len(columns(job))) int codes
     step_s: np.ndarray  # (n,) nan where invalid
     parts_s: np.ndarray  # (n, len(PART_KEYS))
     exposed_s: np.ndarray
@@ -111,7 +113,7 @@ class SearchResult:
         return self.evaluated / self.elapsed_s if self.elapsed_s > 0 else math.inf
 
     def plan_dict(self, i: int) -> dict[str, Any]:
-        return plan_from_row(self.plans[i])
+        return plan_from_row(self.plans[i], columns(self.job))
 
     def best(self) -> tuple[dict[str, Any], Breakdown] | None:
         return self.top[0] if self.top else None
@@ -135,11 +137,12 @@ class SearchResult:
 
     def to_csv(self) -> str:
         """Every valid plan, one row each: plan fields, step and its parts (s), memory (GiB), fits."""
-        head = list(COLUMNS) + ["step_time_s"] + [f"{k}_s" for k in PART_KEYS] + ["memory_GiB", "fits"]
+        cols = columns(self.job)
+        head = list(cols) + ["step_time_s"] + [f"{k}_s" for k in PART_KEYS] + ["memory_GiB", "fits"]
         lines = [",".join(head)]
         for i in np.flatnonzero(self.valid):
             p = self.plan_dict(int(i))
-            vals = [str(p[c]) for c in COLUMNS] + [repr(float(self.step_s[i]))]
+            vals = [str(p[c]) for c in cols] + [repr(float(self.step_s[i]))]
             vals += [repr(float(x)) for x in self.parts_s[i]]
             vals += [repr(float(self.mem_bytes[i] / GiB)), str(bool(self.fits[i]))]
             lines.append(",".join(vals))
@@ -157,9 +160,9 @@ class SearchResult:
         return out
 
 
-def plan_from_row(row: Sequence[int]) -> dict[str, Any]:
+def plan_from_row(row: Sequence[int], cols: Sequence[str] = COLUMNS) -> dict[str, Any]:
     """A row of the plan table as plan fields (``space.Axis.decode``; dp as it is)."""
-    return {c: AXIS[c].decode(int(x)) if c in AXIS else int(x) for c, x in zip(COLUMNS, row)}
+    return {c: AXIS[c].decode(int(x)) if c in AXIS else int(x) for c, x in zip(cols, row)}
 
 
 def job_for(job: Job, plan: dict[str, Any]) -> Job:
@@ -190,6 +193,7 @@ class _Shared:
 
     phases: dict[Any, Any] = field(default_factory=dict)  # Phase -> PhaseCost
     workloads: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute) -> Workload
+    priced: dict[tuple, dict] = field(default_factory=dict)  # MoE: (mb, sp, recompute) -> its blocks' pass prices
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
 
 
@@ -233,7 +237,7 @@ def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], 
     and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans)."""
     axes = base.axes
     others = len(axes["zero"]) * len(axes["recompute"]) * len(axes["grad_comm_dtype"])
-    reset = split_reset(job, base.pp)
+    reset = split_reset(job, base.pp) | _moe_recompute(job, base)
     jobs: dict[tuple[int, int, int], Job] = {}
     invalid: Counter = Counter()
     examples: dict[str, str] = {}
@@ -247,6 +251,46 @@ def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], 
             invalid[why] += others
             examples.setdefault(why, str(e))
     return jobs, invalid, examples
+
+
+def _moe_recompute(job: Job, base: Base) -> dict[str, str]:
+    """MoE: the recompute the base's jobs are validated with. Megatron refuses moe_a2a_overlap with full recompute
+    (``spec.moe_refusal``): a base that overlaps is validated with another recompute of its axis when the job's is
+    full, so its other plans are not refused with it; ``_recompute_mask`` then refuses the full ones by name."""
+    if not (base.fields.get("moe_a2a_overlap") and job.plan.recompute == "full"):
+        return {}
+    others = [r for r in base.axes["recompute"] if r != "full"]
+    return {"recompute": others[0]} if others else {}
+
+
+def _recompute_mask(
+    job: Job, base: Base, jobs: dict, valid: np.ndarray, invalid: Counter, examples: dict[str, str]
+) -> np.ndarray:
+    """MoE: plans whose recompute the spec refuses with the base's MoE fields (``spec.moe_refusal``: the overlap
+    does not run with full recompute) made invalid, counted by the spec's own message. The recompute axis is not
+    part of the per-job validator pass (``_valid_jobs``); the refusal depends on the MoE fields only, so one
+    valid job of the base stands for all. Dense jobs: unchanged."""
+    if not job.model.is_moe or not jobs:
+        return valid
+    sample = next(iter(jobs.values()))
+    axis = AXES.index("recompute")
+    for r, rc in enumerate(base.axes["recompute"]):
+        if rc == sample.plan.recompute:
+            continue
+        try:
+            job_with(sample, recompute=rc)
+            continue
+        except SpecError as e:
+            msg = str(e)
+        index = [slice(None)] * valid.ndim
+        index[axis] = r
+        n_refused = int(valid[tuple(index)].sum())
+        if n_refused:
+            valid = valid.copy() if not valid.flags.writeable else valid
+            valid[tuple(index)] = False
+            invalid[reason(msg)] += n_refused
+            examples.setdefault(reason(msg), msg)
+    return valid
 
 
 @dataclass
@@ -318,7 +362,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
                 micro_batches=int(g.n_micro[j]),
                 **_moe_split(job_rc),
             )
-            stages = stage_times(job_rc, wl, g.costs)
+            stages = stage_times(job_rc, wl, g.costs, g.shared.priced.setdefault(key, {}))
             slow, _ = slowest_and_rest(stages)
             slowest[si, j, k, r] = slow
             # MoE: the exposed all-to-all ranks with the TP slot (the grid has no column of its own; the top plans are
@@ -354,6 +398,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     dims = (len(vps), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
     dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
     with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
+    ranks: dict[tuple, list] = {}  # MoE: the DP ranks (``dp_ranks``: no stage time in them), per micro-batch count
     for (si, j, k, r), slow in slowest.items():
         vps_here = [i for i in range(len(vps)) if g.split_of_vp[i] == si]
         for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
@@ -361,7 +406,12 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
             counted = with_count.get((si, z, d, j))
             if counted is None:
                 counted = with_count[si, z, d, j] = dataclasses.replace(wl, micro_batches=int(g.n_micro[j]))
-            counted = _est.slowest_dp_workload(job_zd, counted, g.costs, slow)  # MoE: the slowest DP rank, as estimate
+                if len(counted.dp_stage_splits) > 1:
+                    if (si, z, d) not in ranks:
+                        ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
+                    ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], int(g.n_micro[j]), g.costs)
+            # MoE: the slowest DP rank, as estimate
+            counted = _est.slowest_dp_workload(job_zd, counted, g.costs, slow, ranks.get((si, z, d, j)))
             if not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):  # vp does not change it
                 dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow)[1]
                 continue
@@ -472,6 +522,7 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
         valid[idx] = True
     valid = np.broadcast_to(valid[:, :, :, None, None, None], shape)
     valid = _framework_zero_mask(job, base, valid, invalid, examples)
+    valid = _recompute_mask(job, base, jobs, valid, invalid, examples)
     g = _grid(job, base, jobs, phase_cache)
     slowest, slow_parts, bubble, pp_exposed = _stage_parts(g)
     # only the first stage of each kind can be the fullest (``memory.stage_kinds``), per split
@@ -541,7 +592,7 @@ def _codes(job: Job, base: Base, grid: np.ndarray) -> np.ndarray:
     cols = {k: np.full(len(grid), AXIS[k].code(v) if k in AXIS else v) for k, v in fixed.items()}
     for i, k in enumerate(GRID_AXES):
         cols[k] = np.asarray([AXIS[k].code(x) for x in base.axes[k]], np.int64)[grid[:, i]]
-    return np.stack([cols[c] for c in COLUMNS], 1).astype(np.int64)
+    return np.stack([cols[c] for c in columns(job)], 1).astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- the search
@@ -727,47 +778,74 @@ def search(
 
 
 # ----------------------------------------------------------------------------- MoE dimensions
-MOE_SEARCH_FIELDS = ("ep", "etp", "moe_dispatcher", "moe_a2a_overlap")
+MOE_SEARCH_FIELDS = MOE_AXES  # ep, etp, moe_dispatcher, moe_a2a_overlap: layout axes of MoE jobs (decide.space)
 
 
 def moe_values(job: Job, options: dict[str, str | None]) -> dict[str, list[Any]]:
-    """Values of each MoE plan field to try: the ones given (comma lists, parsed by the spec's types), else the
-    job's."""
-    out: dict[str, list[Any]] = {}
-    for f in MOE_SEARCH_FIELDS:
-        text = options.get(f)
-        if text is None:
-            out[f] = [getattr(job.plan, f)]
-        else:
-            out[f] = list(dict.fromkeys(_convert(f, t) for t in text.split(",") if t.strip()))
-    return out
+    """Values of each MoE plan field to try: the ones given (comma lists or ranges, parsed by the spec's types),
+    else the job's."""
+    space = Space.parse({f: options.get(f) for f in MOE_SEARCH_FIELDS})
+    return {f: space.values(job, f, {}, raw_spec(job)) for f in MOE_SEARCH_FIELDS}
 
 
 def search_moe(
     job: Job, moe_options: dict[str, str | None], space: Space | None = None, top: int = 5, **kw: Any
 ) -> SearchResult:
-    """``search`` over the MoE plan fields as well (ep, etp, moe_dispatcher, moe_a2a_overlap): the grid search of
-    every other field once per combination Megatron accepts, the fastest combination's result returned with each
-    combination's best step in ``moe_choices`` (and its fields in the top plans)."""
-    import itertools
-
+    """``search`` with the MoE plan fields (ep, etp, moe_dispatcher, moe_a2a_overlap) as given in ``moe_options``
+    (layout axes of the one grid search); ``moe_choices`` holds each combination's best step, or why it has none
+    (the spec's refusal on the job's own plan, or that none of its plans is valid and fits)."""
+    space = space or Space()
+    given = {f: v for f, v in moe_options.items() if v is not None}
+    moe_space = Space.parse(given)
+    merged = Space({**space.constraints, **moe_space.constraints}, space.fix)
     vals = moe_values(job, moe_options)
-    tried: list[tuple[dict[str, Any], SearchResult]] = []
-    refused: list[dict[str, Any]] = []
+    try:
+        res = search(job, merged, top=top, **kw)
+    except SpecError as e:
+        refused = _refusals(job, vals)
+        if refused and len(refused) == _combinations(vals):
+            raise SpecError(f"no MoE combination is valid: {refused[0]['refused']}") from e
+        raise
+    res.moe_choices = _moe_choices(job, res, vals)
+    return res
+
+
+def _combinations(vals: dict[str, list[Any]]) -> int:
+    return math.prod(len(v) for v in vals.values())
+
+
+def _refusals(job: Job, vals: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Each MoE combination the spec refuses on the job's own plan, with the refusal."""
+    out = []
     for combo in itertools.product(*vals.values()):
         change = dict(zip(vals, combo))
         try:
-            j = job_with(job, **change)
-            tried.append((change, search(j, space, top=top, **kw)))
+            job_with(job, **change)
         except SpecError as e:
-            refused.append({**change, "refused": str(e)})
-    if not tried:
-        raise SpecError(f"no MoE combination is valid: {refused[0]['refused'] if refused else 'none given'}")
-    tried.sort(key=lambda cr: cr[1].top[0][1].step_time_s)
-    best_change, res = tried[0]
-    res.top = [({**plan, **best_change}, b) for plan, b in res.top]
-    res.moe_choices = [{**c, "best_step_s": r.top[0][1].step_time_s} for c, r in tried] + refused
-    return res
+            out.append({**change, "refused": str(e)})
+    return out
+
+
+def _moe_choices(job: Job, res: SearchResult, vals: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Per MoE combination: the best step among the plans that fit (by the ranking's order), else why none."""
+    cols = columns(job)
+    codes = {f: res.plans[:, cols.index(f)] for f in vals}
+    best: dict[tuple, float] = {}
+    for i in res.order:  # best first
+        key = tuple(AXIS[f].decode(int(codes[f][i])) for f in vals)
+        best.setdefault(key, float(res.step_s[i]))
+    refused = {tuple(r[f] for f in vals): r for r in _refusals(job, vals)}
+    tried, others = [], []
+    for combo in itertools.product(*vals.values()):
+        change = dict(zip(vals, combo))
+        if combo in best:
+            tried.append({**change, "best_step_s": best[combo]})
+        elif combo in refused:
+            others.append(refused[combo])
+        else:
+            others.append({**change, "refused": "no plan of the space with these fields is valid and fits memory"})
+    tried.sort(key=lambda c: c["best_step_s"])
+    return tried + others
 
 
 def above_published(job: Job, mfu: float) -> str | None:
@@ -818,7 +896,8 @@ def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: 
     cat = lambda name, width=None: (
         np.concatenate([getattr(p, name) for p in parts]) if parts else np.zeros((0, width) if width else 0)
     )
-    plans = cat("plans", len(COLUMNS)).astype(np.int64) if parts else np.zeros((0, len(COLUMNS)), np.int64)
+    width = len(columns(job))
+    plans = cat("plans", width).astype(np.int64) if parts else np.zeros((0, width), np.int64)
     step = cat("step")
     mem = cat("mem")
     valid = cat("valid").astype(bool) if parts else np.zeros(0, bool)
