@@ -47,11 +47,23 @@ def test_first_k_dense_layers_fall_on_the_first_ranks():
     assert stage_moe_layers(moe_job(pp=2)) == (1, 4)
     assert stage_moe_layers(moe_job(pp=4)) == (0, 1, 2, 2)
     assert stage_moe_layers(moe_job(pp=1)) == (5,)
+    # PP2 with vp 2: chunks of 2 layers alternate ranks (0-1, 4-5 on rank 0): the same 4+4 layers, (2, 3) MoE
+    assert stage_moe_layers(moe_job(pp=2, vp=2)) == (2, 3)
+
+
+def test_search_keeps_vp_apart_when_it_moves_the_moe_layers():
+    # vp 1 and 2 give each rank the same layer count but not the same MoE layers: priced apart (it was 2.5% off)
+    space = Space.parse({"tp": "1", "pp": "2", "cp": "1", "vp": "1,2,4", "micro_batch": "1", "zero": "1"})
+    job = moe_job(pp=2)
+    res = search(job, space, top=3, workers=1)
+    assert {res.plan_dict(int(i))["vp"] for i in res.valid.nonzero()[0]} == {1, 2, 4}
+    a = agreement(job, res, sample=12, seed=0)
+    assert a["step_rel"] <= 1e-9 and a["mem_rel"] <= 1e-9
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "dualpipe"])
 def test_search_agrees_with_estimate_across_pp(schedule):
-    space = Space.parse({"tp": "1,2", "pp": "1,2,4", "cp": "1", "micro_batch": "1,2", "zero": "0,1,2", "vp": "1"})
+    space = Space.parse({"tp": "1,2", "pp": "1,2,4", "cp": "1", "micro_batch": "1,2", "zero": "0,1,2", "vp": "1,2"})
     job = moe_job(pp=2, schedule=schedule)
     res = search(job, space, top=3, workers=1)
     pps = {res.plan_dict(int(i))["pp"] for i in res.valid.nonzero()[0]}

@@ -302,7 +302,7 @@ class _Grid:
     costs: _MemoCosts
     shared: _Shared
     n_micro: np.ndarray  # micro-batches per replica, per micro-batch size
-    splits: list[tuple[int, ...]]  # distinct layers-per-rank tuples among the valid jobs
+    splits: list[tuple]  # distinct layers-per-rank tuples among the valid jobs (``_split_key``)
     split_of_vp: np.ndarray  # vp index -> split index
     sample: dict[tuple[int, int, int], Job]  # (split, micro_batch, sp) -> one valid job with that split
 
@@ -317,16 +317,26 @@ def _grid(job: Job, base: Base, jobs: dict[tuple[int, int, int], Job], phase_cac
     any_job = next(iter(jobs.values()))
     shared = _Shared() if phase_cache is None else phase_cache.setdefault(_shared_key(any_job, base), _Shared())
     n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in base.axes["micro_batch"]], float)
-    splits: list[tuple[int, ...]] = []
+    splits: list[tuple] = []
     split_of_vp = np.zeros(len(base.axes["vp"]), int)
     for (i, _, _), valid_job in sorted(jobs.items()):
-        if valid_job.stage_layers not in splits:
-            splits.append(valid_job.stage_layers)
-        split_of_vp[i] = splits.index(valid_job.stage_layers)
+        key = _split_key(valid_job)
+        if key not in splits:
+            splits.append(key)
+        split_of_vp[i] = splits.index(key)
     sample: dict[tuple[int, int, int], Job] = {}
     for (i, j, k), valid_job in jobs.items():
         sample.setdefault((int(split_of_vp[i]), j, k), valid_job)
     return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
+
+
+def _split_key(job: Job) -> tuple:
+    """What a pipeline rank's stage-level parts depend on: its layers; MoE also which of them are MoE, which moves
+    with vp when the first layers are dense (8 layers, 3 dense, PP2: (1, 4) MoE layers per rank; with vp 2 the
+    chunks interleave, (2, 3)), as do the rank's parameters and activations."""
+    if not job.model.is_moe:
+        return job.stage_layers
+    return job.stage_layers, stage_moe_layers(job)
 
 
 def _moe_split(job: Job) -> dict[str, Any]:
@@ -348,6 +358,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     slow_parts = np.full((4,) + dims, np.nan)
     bubble = np.full((len(vps),) + dims[1:], np.nan)
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
+    moe_split = {si: _moe_split(g.sample_of_split(si)) for si in range(len(g.splits))}
     for (si, j, k), sample_job in g.sample.items():
         for r, rc in enumerate(recomputes):
             job_rc = _copy(sample_job, recompute=rc)
@@ -360,7 +371,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
                 layers_per_stage=max(job_rc.stage_layers),
                 chunk_layers=job_rc.chunk_layers,
                 micro_batches=int(g.n_micro[j]),
-                **_moe_split(job_rc),
+                **moe_split[si],
             )
             stages = stage_times(job_rc, wl, g.costs, g.shared.priced.setdefault(key, {}))
             slow, _ = slowest_and_rest(stages)
@@ -411,12 +422,12 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                         ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
                     ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], int(g.n_micro[j]), g.costs)
             # MoE: the slowest DP rank, as estimate
-            counted = _est.slowest_dp_workload(job_zd, counted, g.costs, slow, ranks.get((si, z, d, j)))
+            counted, dp_traffic = _est.slowest_dp_rank(job_zd, counted, g.costs, slow, ranks.get((si, z, d, j)))
             if not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):  # vp does not change it
-                dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow)[1]
+                dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow, dp_traffic)[1]
                 continue
             # interleaving reduces and gathers each model chunk on its own (``estimate.dp_step_exposed``)
-            parts = _est.dp_step_parts(counted, g.costs)
+            parts = dp_traffic or _est.dp_step_parts(counted, g.costs)
             for i in vps_here:
                 exposed = _est.dp_step_exposed(
                     parts, slow, g.base.pp, vps[i], counted.micro_batches, _est.reduce_passes(counted)

@@ -302,32 +302,38 @@ def dp_ranks_with_count(ranks: list[DPRank], m: int, costs: Costs) -> list[DPRan
 
 def dp_ranks(job: Job, wl: Workload, costs: Costs) -> list[DPRank]:
     """MoE: each kind of pipeline rank's DP workload (``Workload.dp_stage_splits``) with its per-step traffic
-    (``dp_step_parts``, where ``dp_timeline`` reads it): what ``slowest_dp_workload`` compares, independent of the
-    stage times, so a caller pricing many stage times (search) computes it once."""
+    (``dp_step_parts``, where ``dp_timeline`` reads it), each carrying the optimizer of the rank with the most
+    optimizer work (``slowest_optimizer``: the step waits for the slowest): what ``slowest_dp_workload`` compares,
+    independent of the stage times, so a caller pricing many stage times (search) computes it once."""
+    ranks = [with_dp_stage(job, wl, split) for split in wl.dp_stage_splits]
+    optimizer = max((r.optimizer for r in ranks), key=lambda c: c.bytes)  # = slowest_optimizer(job, wl)
     out: list[DPRank] = []
-    for split in wl.dp_stage_splits:
-        rank = with_dp_stage(job, wl, split)
-        parts = dp_step_parts(rank, costs) if rank.dp_step and not rank.dp_microbatch else None
-        out.append((rank, parts))
+    for rank in ranks:
+        rank = rank if rank.optimizer == optimizer else replace(rank, optimizer=optimizer)
+        out.append((rank, dp_step_parts(rank, costs) if rank.dp_step and not rank.dp_microbatch else None))
     return out
 
 
 def slowest_dp_workload(
     job: Job, wl: Workload, costs: Costs, st: StageTime, ranks: list[DPRank] | None = None
 ) -> Workload:
+    """``slowest_dp_rank``'s workload."""
+    return slowest_dp_rank(job, wl, costs, st, ranks)[0]
+
+
+def slowest_dp_rank(job: Job, wl: Workload, costs: Costs, st: StageTime, ranks: list[DPRank] | None = None) -> DPRank:
     """MoE: ``wl`` with its DP/EDP ops sized for the pipeline rank whose DP (dense gradients over dp plus expert
     gradients over edp) leaves the most exposed (``dp_exposed``; then the longest link time), and the optimizer of
     the rank with the most optimizer work: each rank runs its own DP and optimizer and the step waits for the
     slowest. The rank with the most parameters may hold no experts (DeepSeek-V3's first stage: the embedding and the
     dense layers), so sizing by parameters alone drops the expert gradients of every other rank.
-    Dense workloads (one split, or none) are returned as they are."""
+    Dense workloads (one split, or none) are returned as they are (with no traffic parts). ``ranks``: ``dp_ranks``
+    when the caller has them."""
     if len(wl.dp_stage_splits) < 2:
-        return wl
+        return wl, None
     ranks = dp_ranks(job, wl, costs) if ranks is None else ranks
     link_exposed = [dp_exposed(job, r, costs, st, parts)[1::-1] for r, parts in ranks]
-    slowest = ranks[max(range(len(ranks)), key=lambda i: (*link_exposed[i], wl.dp_stage_splits[i] == wl.dp_split))][0]
-    optimizer = max((r.optimizer for r, _ in ranks), key=lambda c: c.bytes)  # = slowest_optimizer(job, wl)
-    return slowest if optimizer == slowest.optimizer else replace(slowest, optimizer=optimizer)
+    return ranks[max(range(len(ranks)), key=lambda i: (*link_exposed[i], wl.dp_stage_splits[i] == wl.dp_split))]
 
 
 def slowest_optimizer(job: Job, wl: Workload) -> Compute:
