@@ -139,12 +139,12 @@ def plan_label(p: dict[str, Any]) -> str:
         parts.append("sp")
     if p.get("grad_comm_dtype", "bf16") != "bf16":
         parts.append(f"g:{p['grad_comm_dtype']}")
-    if "ep" in p:  # MoE plans: the expert layout and dispatcher (dense plans have no such keys)
-        parts += [f"ep{p['ep']}", f"etp{p['etp']}" if p.get("etp", 1) > 1 else ""]
-        parts += [DISPATCHER_LABEL.get(p.get("moe_dispatcher", ""), ""), "ovl" if p.get("moe_a2a_overlap") else ""]
+    # MoE plans: the expert layout and dispatcher, each where the plan has it (dense plans have no such keys)
+    parts += [f"ep{p['ep']}" if "ep" in p else "", f"etp{p['etp']}" if p.get("etp", 1) > 1 else ""]
+    parts += [DISPATCHER_LABEL.get(p.get("moe_dispatcher", ""), ""), "ovl" if p.get("moe_a2a_overlap") else ""]
     return "·".join(x for x in parts if x)
 
 
-DISPATCHER_LABEL = {"alltoall": "a2a", "allgather": "ag", "deepep": "deepep", "hybridep": "hybridep"}
+DISPATCHER_LABEL = {"alltoall": "a2a", "allgather": "ag", "deepep": "dep", "hybridep": "hep"}
 PLAN_LABEL_KEY = "plan: tp·pp·(cp)·dp·mb, then vp, z=ZeRO stage, sel/full=recompute, sp, g:=grad dtype"
-MOE_LABEL_KEY = "MoE: ep·(etp), dispatcher a2a/ag/deepep/hybridep, ovl=all-to-all overlap"
+MOE_LABEL_KEY = "MoE: ep·(etp), then a2a/ag/dep/hep = dispatcher, ovl = all-to-all overlap"
