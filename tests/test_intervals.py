@@ -236,3 +236,15 @@ def test_bounds_are_ordered_for_any_table(per_key, pooled_lo, pooled_span, width
     unseen = {k: "never-seen" for k in REGIME}
     mid = pooled_lo + pooled_span / 2
     assert table.log_bounds(unseen) == pytest.approx((mid - width * pooled_span / 2, mid + width * pooled_span / 2))
+
+
+def test_plain_search_gives_the_reason_for_a_best_plan_above_the_published_runs():
+    from commtax.decide.search import search
+    from commtax.decide.space import Space
+
+    job = load_job(LLAMA_256_A100)
+    space = Space.parse({"tp": "2", "pp": "8", "cp": "1", "vp": "10", "micro_batch": "1", "recompute": "none"})
+    res = search(job, space, top=1, workers=1)
+    assert res.top[0][1].mfu > 0.6 and not res.verified
+    (warning,) = [w for w in res.warnings if w.startswith("best plan:")]
+    assert "mpt_a100_80gb_bf16_70b_2048_64" in warning and "The gap is activation recompute" in warning

@@ -716,6 +716,11 @@ def search(
     if verify and not interrupted:  # Ctrl-C/SIGTERM: show the partial ranking now, not after K simulations
         verify_top(job, res, verify)
     res.top = res.top[: max(top, verify)]
+    if not res.verified and res.top:  # --verify flags its best simulated plan itself (``verify_top``)
+        plan, b = res.top[0]
+        why = above_published(job_for(job, plan), b.mfu, b.hfu)
+        if why:
+            res.warnings.append(f"best plan: {why}")
     return res
 
 
