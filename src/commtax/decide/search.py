@@ -830,6 +830,7 @@ def verify_top(job: Job, res: SearchResult, k: int) -> None:
                     "simulate_step_s": sim.step_time_s,
                     "simulate_breakdown": sim.to_dict(),
                     "mfu": b.mfu,
+                    "hfu": b.hfu,
                     "above_published": above_published(verify_job, b.mfu, b.hfu),
                 },
             )
