@@ -71,8 +71,9 @@ def test_collective_all_to_all_shows_deepep():
 
 # ----------------------------------------------------------------------------- MoE fields as layout axes of the grid
 def test_moe_fields_are_grid_axes_and_agree_with_estimate():
-    from commtax.decide.search import agreement, search
+    from commtax.decide.search import agreement, job_for, search
     from commtax.decide.space import MOE_COLUMNS
+    from commtax.schedule.analytical import estimate
 
     space = Space.parse({**SMALL_FIELDS, "ep": "2,4,8", "moe_dispatcher": "alltoall,deepep"})
     job = load_job(JOB)
@@ -85,8 +86,17 @@ def test_moe_fields_are_grid_axes_and_agree_with_estimate():
     head = res.to_csv().splitlines()[0].split(",")
     assert head[: len(MOE_COLUMNS)] == list(MOE_COLUMNS) and head[len(MOE_COLUMNS)] == "step_time_s"
     assert MOE_COLUMNS[-4:] == ("ep", "etp", "moe_dispatcher", "moe_a2a_overlap")
+    assert "ep_exposed_s" in head and head.index("ep_exposed_s") == head.index("cp_exposed_s") + 1
     best_plan, best = res.top[0]
     assert {"ep", "etp", "moe_dispatcher", "moe_a2a_overlap"} <= set(best_plan)
+    # every part of the grid is estimate's, the exposed all-to-all apart from TP (as the Breakdown reports it)
+    from commtax.decide.search import MOE_PART_KEYS
+
+    for i in res.order[:3]:
+        b = estimate(job_for(job, res.plan_dict(int(i))))
+        for key, value in zip(MOE_PART_KEYS, res.parts_s[i]):
+            assert value == pytest.approx(b.breakdown_s[key], rel=1e-9, abs=1e-12), key
+    assert res.parts_s[res.order[0], MOE_PART_KEYS.index("ep_exposed")] > 0
 
 
 def test_ep_range_spans_the_divisors_of_the_experts():

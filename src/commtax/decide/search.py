@@ -59,7 +59,7 @@ from commtax.decide.space import parse_constraint as parse_constraint
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule import analytical as _est
 from commtax.schedule.analytical import estimate, pipeline_bubble, slowest_and_rest, stage_times, step_parts
-from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
+from commtax.schedule.breakdown import BREAKDOWN_KEYS, MOE_KEYS, Breakdown
 from commtax.schedule.interval import published_best
 from commtax.spec import Job, job_with, zero_refusal
 from commtax.spec.assumptions import assumptions_for
@@ -73,6 +73,14 @@ GRAD_DTYPES: tuple[str, ...] = AXIS["grad_comm_dtype"].choices
 # the explicit split of a plan's layers over its pp stages: dropped when the search changes pp
 STAGE_SPLIT_FIELDS = ("stage_layers", "first_stage_layers", "last_stage_layers")
 PART_KEYS = BREAKDOWN_KEYS
+MOE_PART_KEYS = (*BREAKDOWN_KEYS[:4], *MOE_KEYS, *BREAKDOWN_KEYS[4:])  # MoE: the exposed all-to-all after CP
+
+
+def part_keys(job: Job) -> tuple[str, ...]:
+    """The step parts of a job's plan table, in estimate's order (``breakdown.part_keys``)."""
+    return MOE_PART_KEYS if job.model.is_moe else PART_KEYS
+
+
 RANK_BY = ("step", "cost", "tokens_per_dollar")
 AGREEMENT_TOL = 1e-9  # relative: the search's numbers must be estimate's
 AXES = GRID_AXES  # the grid of one base, in the plan table's order
@@ -86,7 +94,7 @@ class SearchResult:
     job: Job
     plans: np.ndarray  # (n, len(columns(job))) int codes
     step_s: np.ndarray  # (n,) nan where invalid
-    parts_s: np.ndarray  # (n, len(PART_KEYS))
+    parts_s: np.ndarray  # (n, len(part_keys(job)))
     exposed_s: np.ndarray
     mem_bytes: np.ndarray
     valid: np.ndarray  # bool
@@ -138,7 +146,7 @@ class SearchResult:
     def to_csv(self) -> str:
         """Every valid plan, one row each: plan fields, step and its parts (s), memory (GiB), fits."""
         cols = columns(self.job)
-        head = list(cols) + ["step_time_s"] + [f"{k}_s" for k in PART_KEYS] + ["memory_GiB", "fits"]
+        head = list(cols) + ["step_time_s"] + [f"{k}_s" for k in part_keys(self.job)] + ["memory_GiB", "fits"]
         lines = [",".join(head)]
         for i in np.flatnonzero(self.valid):
             p = self.plan_dict(int(i))
@@ -355,7 +363,8 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     vps_of_split = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
     dims = (len(g.splits), len(micro_sizes), len(seq_pars), len(recomputes))
     slowest: dict[tuple[int, int, int, int], Any] = {}
-    slow_parts = np.full((4,) + dims, np.nan)
+    moe = next(iter(g.jobs.values())).model.is_moe
+    slow_parts = np.full((5 if moe else 4,) + dims, np.nan)  # MoE: the exposed all-to-all fifth
     bubble = np.full((len(vps),) + dims[1:], np.nan)
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
     moe_split = {si: _moe_split(g.sample_of_split(si)) for si in range(len(g.splits))}
@@ -376,13 +385,8 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
             stages = stage_times(job_rc, wl, g.costs, g.shared.priced.setdefault(key, {}))
             slow, _ = slowest_and_rest(stages)
             slowest[si, j, k, r] = slow
-            # MoE: the exposed all-to-all ranks with the TP slot (the grid has no column of its own; the top plans are
-            # re-estimated, and their Breakdowns report ep_exposed apart)
-            slow_parts[:, si, j, k, r] = (
-                slow.compute,
-                slow.recompute,
-                slow.tp_exposed + slow.ep_exposed,
-                slow.cp_exposed,
+            slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed) + (
+                (slow.ep_exposed,) if len(slow_parts) == 5 else ()
             )
             for i in vps_of_split[si]:
                 if (i, j, k) in g.jobs:  # the others are invalid plans
@@ -520,7 +524,7 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
         return _BaseResult(
             _codes(job, base, grid),
             nan,
-            np.full((len(grid), len(PART_KEYS)), np.nan),
+            np.full((len(grid), len(part_keys(job))), np.nan),
             nan,
             nan,
             np.zeros(len(grid), bool),
@@ -558,7 +562,7 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
     return _BaseResult(
         plans=_codes(job, base, grid),
         step=np.where(valid, step, np.nan).reshape(flat),
-        parts=np.moveaxis(parts, 0, -1).reshape(flat, len(PART_KEYS)),
+        parts=np.moveaxis(parts, 0, -1).reshape(flat, len(parts)),
         exposed=np.where(valid, exposed, np.nan).reshape(flat),
         mem=mem.reshape(flat),
         valid=valid.reshape(flat).copy(),
@@ -571,8 +575,9 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
 def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
     """Step time on the (vp, mb, sp, zero, recompute, gd) grid: ``estimate.step_parts`` on arrays, summed in its order.
 
-    Axes of the inputs: slow_parts (4, vp, mb, sp, recompute); bubble and pp_exposed (vp, mb, sp, recompute);
-    dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd); n_micro (mb,).
+    Axes of the inputs: slow_parts (4, vp, mb, sp, recompute; MoE: 5, the exposed all-to-all last); bubble and
+    pp_exposed (vp, mb, sp, recompute); dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd);
+    n_micro (mb,). The parts come back in ``part_keys`` order (MoE: ep_exposed after cp_exposed, as estimate).
     """
     slow = slow_parts[:, :, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, recompute, gd)
     named = step_parts(
@@ -586,13 +591,19 @@ def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
         dp_exposed=np.moveaxis(dp_exposed, 3, 4),
         optimizer=optimizer[:, None, None, :, None, :],
     )
-    parts = [np.asarray(named[k], float) for k in BREAKDOWN_KEYS]
+    keys = BREAKDOWN_KEYS
+    if len(slow) == 5:  # MoE: m × the exposed all-to-all of the slowest stage, as estimate's ep_exposed
+        named["ep_exposed"] = n_micro[None, :, None, None, None, None] * slow[4]
+        keys = MOE_PART_KEYS
+    parts = [np.asarray(named[k], float) for k in keys]
     shape = np.broadcast_shapes(*(p.shape for p in parts))
     parts = [np.broadcast_to(p, shape) for p in parts]
     step = parts[0]
     for p in parts[1:]:
         step = step + p
-    exposed = parts[2] + parts[3] + parts[5] + parts[6]
+    exposed = parts[2] + parts[3] + parts[keys.index("pp_exposed")] + parts[keys.index("dp_exposed")]
+    if keys is MOE_PART_KEYS:
+        exposed = exposed + parts[4]
     return step, np.stack(parts), exposed
 
 
@@ -961,7 +972,7 @@ def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: 
         job=job,
         plans=plans,
         step_s=step,
-        parts_s=cat("parts", len(PART_KEYS)),
+        parts_s=cat("parts", len(part_keys(job))),
         exposed_s=cat("exposed"),
         mem_bytes=mem,
         valid=valid,
