@@ -144,3 +144,18 @@ def test_moe_blocks_are_priced_once_per_moe_configuration_not_per_layout():
     assert len({b.pp for b in todo}) == 3
     assert len(cache) == 2  # one per ep (tp, cp, etp, dispatcher and overlap fixed)
     assert all(len(shared.workloads) == 2 for shared in cache.values())  # (mb 1, 2) × sp × recompute
+
+
+def test_pool_search_names_a_plan_flag_it_does_not_read():
+    # a cluster of GPU pools runs the pool search, which spans its own space: --ep (or --tp) is refused by name
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from commtax.cli.main import app, register_commands
+
+    register_commands()
+    pools = Path(__file__).resolve().parents[1] / "examples" / "pools" / "llama2-70b-a100-4090.yaml"
+    for flag in ("--ep", "--tp"):
+        r = CliRunner().invoke(app, ["search", str(pools), flag, "2"])
+        assert r.exit_code == 2 and f"error: {flag}: a cluster of GPU pools" in r.output, r.output
