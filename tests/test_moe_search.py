@@ -159,3 +159,16 @@ def test_pool_search_names_a_plan_flag_it_does_not_read():
     for flag in ("--ep", "--tp"):
         r = CliRunner().invoke(app, ["search", str(pools), flag, "2"])
         assert r.exit_code == 2 and f"error: {flag}: a cluster of GPU pools" in r.output, r.output
+
+
+def test_cli_search_with_ep_on_a_dense_model_names_the_flag():
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from commtax.cli.main import app, register_commands
+
+    register_commands()
+    dense = Path(__file__).resolve().parents[1] / "examples" / "llama2-70b-h100.yaml"
+    r = CliRunner().invoke(app, ["search", str(dense), "--ep", "2"])
+    assert r.exit_code == 2 and r.output.startswith("error: --ep: the model has no experts"), r.output

@@ -829,6 +829,8 @@ def search_moe(
     try:
         res = search(job, merged, top=top, **kw)
     except SpecError as e:
+        if not job.model.is_moe:  # the MoE flags themselves are refused (``space.bases``)
+            raise
         refused = _refusals(job, vals)
         if refused and len(refused) == _combinations(vals):
             raise SpecError(f"no MoE combination is valid: {refused[0]['refused']}") from e
