@@ -561,15 +561,15 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker(job: Job, chunks: list[list[Base]], conn: Any) -> None:
-    """One worker process: its chunks of bases in turn, each chunk's results sent as it ends, then None.
+def _worker(job: Job, chunks: list[list[tuple[int, Base]]], conn: Any) -> None:
+    """One worker process: its chunks of (position, base) in turn, each chunk's results sent as it ends, then None.
     Phase prices are shared by all its chunks (one cache per process). An error is sent to the parent, which
     raises it."""
     _init_worker()
     cache: dict[Any, _Shared] = {}
     try:
         for chunk in chunks:
-            conn.send(("results", [_eval_base(job, b, cache) for b in chunk]))
+            conn.send(("results", [(i, _eval_base(job, b, cache)) for i, b in chunk]))
         conn.send(("done", None))
     except Exception as e:  # the parent re-raises it: a bug in the model must not read as a partial result
         conn.send(("error", e))
@@ -590,9 +590,12 @@ def _run_workers(
     from multiprocessing.connection import wait
 
     ctx = mp.get_context("fork")
-    # interleave bases so every worker gets a mix of cheap and costly ones, in a few chunks each (progress)
-    chunks = [c for c in (todo[i :: workers * 4] for i in range(workers * 4)) if c]
-    results: list[_BaseResult] = []
+    # interleave bases so every worker gets a mix of cheap and costly ones, in a few chunks each (progress); each
+    # result comes back with its base's position: the results are put in the bases' order, whichever worker ends
+    # first (the CSV rows, the first example of a refusal and the order of equal plans do not depend on it)
+    numbered = list(enumerate(todo))
+    chunks = [c for c in (numbered[i :: workers * 4] for i in range(workers * 4)) if c]
+    results: list[tuple[int, _BaseResult]] = []
     procs, conns = [], []
     with signals.deferred() as stop:
         try:
@@ -629,7 +632,7 @@ def _run_workers(
                 proc.join(timeout=30)
             for conn in conns:
                 conn.close()
-        return results, bool(stop)
+        return [r for _, r in sorted(results, key=lambda ir: ir[0])], bool(stop)
 
 
 def evaluate_space(
