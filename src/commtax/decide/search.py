@@ -347,19 +347,27 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     dims = (len(vps), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
     dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
     with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
+    # the DP traffic of a dense workload (``dp_step_parts``) is that of (split, zero, grad dtype, micro-batch count),
+    # whichever stage is the slowest: priced once per key, not once per (sp, recompute) as well
+    step_parts: dict[tuple[int, int, int, int], Any] = {}
     for (si, j, k, r), slow in slowest.items():
         vps_here = [i for i in range(len(vps)) if g.split_of_vp[i] == si]
         for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
             job_zd, wl = dp_jobs[si, z, d]
-            counted = with_count.get((si, z, d, j))
-            if counted is None:
-                counted = with_count[si, z, d, j] = dataclasses.replace(wl, micro_batches=int(g.n_micro[j]))
-            counted = _est.slowest_dp_workload(job_zd, counted, g.costs, slow)  # MoE: the slowest DP rank, as estimate
+            dense = with_count.get((si, z, d, j))
+            if dense is None:
+                dense = with_count[si, z, d, j] = dataclasses.replace(wl, micro_batches=int(g.n_micro[j]))
+            counted = _est.slowest_dp_workload(job_zd, dense, g.costs, slow)  # MoE: the slowest DP rank, as estimate
             if not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):  # vp does not change it
                 dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow)[1]
                 continue
             # interleaving reduces and gathers each model chunk on its own (``estimate.dp_step_exposed``)
-            parts = _est.dp_step_parts(counted, g.costs)
+            if counted is dense:
+                parts = step_parts.get((si, z, d, j))
+                if parts is None:
+                    parts = step_parts[si, z, d, j] = _est.dp_step_parts(counted, g.costs)
+            else:
+                parts = _est.dp_step_parts(counted, g.costs)
             for i in vps_here:
                 exposed = _est.dp_step_exposed(
                     parts, slow, g.base.pp, vps[i], counted.micro_batches, _est.reduce_passes(counted)
