@@ -386,8 +386,12 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
     acts = np.full(shape + (max(len(x) for x in kinds),), np.nan)
     for (i, j, k), valid_job in g.jobs.items():
         stages = kinds[g.split_of_vp[i]]
+        moe = valid_job.model.is_moe  # an MoE layer's activations read the plan's recompute: a copy per value
         for r, rc in enumerate(recomputes):
-            acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
+            if moe:
+                acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
+            else:
+                acts[i, j, k, r, : len(stages)] = stage_activation_bytes(valid_job, stages, rc)
     return acts
 
 
