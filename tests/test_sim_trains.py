@@ -75,6 +75,17 @@ def test_a_send_between_two_transfers_runs_alone_and_the_next_transfer_joins_it(
     assert spans_ == pytest.approx([3.0, 4.0, 8.8, 1.2, 11.0, 1.0])
 
 
+def test_the_next_transfer_takes_the_place_of_the_last_on_a_shared_link():
+    # launches at 3, 3.5 and 11, 1 s each; a send of 3 s from 3: the first transfer and the send share 3..5 (the
+    # transfer done, the send 1 s along); the second, due since 3.5, takes its place 5..7 (the send 2 s along);
+    # the send ends alone at 8, the third transfer runs 11..12
+    sim, train, (send,) = _sim_with_train((2.0, 2.5, 10.0), (1.0, 1.0, 1.0), sends=[(3.0, 3.0)])
+    sim.run()
+    assert sim.tasks[send].end_s == pytest.approx(8.0)
+    spans_ = [x for _, b, d in sim.tasks[train].train.spans() for x in (b, d)]
+    assert spans_ == pytest.approx([3.0, 2.0, 5.0, 2.0, 11.0, 1.0])
+
+
 def test_a_train_is_checked_at_construction():
     sim = Sim()
     s = sim.stream(0, "dp")

@@ -441,8 +441,6 @@ class Sim:
                 if flow_end.get(t.id) != now:
                     return False  # stale: its rate changed since
                 del flow_end[t.id]
-                reschedule(net.finish(t.id, now))
-                on_link[t.links[0]] -= 1
                 took = now - tr.launch_s
                 if took != tr.shape.work_s[tr.next]:
                     if tr.took is None:
@@ -450,6 +448,14 @@ class Sim:
                     tr.took[tr.next] = took
                 tr.next += 1
                 tr.free_s = now
+                lk = t.links[0]
+                if tr.next < n and on_link[lk] > 1 and not net.multi and tr.start_of(tr.next, now) <= now:
+                    # the next transfer takes this one's place on the shared link at once: no other rate changes
+                    tr.launch_s = now
+                    reschedule(net.renew(t.id, tr.shape.work_s[tr.next], now))
+                    return False
+                reschedule(net.finish(t.id, now))
+                on_link[lk] -= 1
             elif sq != tr.token:
                 return False  # stale: settled or launched since
             elif tr.state == WAIT:

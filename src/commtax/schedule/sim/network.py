@@ -90,6 +90,13 @@ class FlowNetwork:
             self.on[lk].add(tid)
         return self._share(links, now)
 
+    def renew(self, tid: int, work_s: float, now: float) -> dict[int, float]:
+        """Transfer ``tid`` ends and another of ``work_s`` takes its place on the same one link at once (a train's
+        next transfer, ``events.Sim.train``): as many transfers share the link, so nobody's rate changes."""
+        assert not self.multi and len(self.links[tid]) == 1
+        self.remaining[tid], self.since[tid] = work_s, now
+        return {tid: now + work_s / self.rate[tid]}
+
     def finish(self, tid: int, now: float) -> dict[int, float]:
         links = self.links.pop(tid)
         del self.remaining[tid], self.since[tid], self.rate[tid]
