@@ -58,11 +58,11 @@ from commtax.errors import Interrupted, SpecError
 from commtax.schedule import analytical as _est
 from commtax.schedule.analytical import estimate, pipeline_bubble, slowest_and_rest, stage_times, step_parts
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
-from commtax.schedule.interval import best_published_mfu
+from commtax.schedule.interval import published_best
 from commtax.spec import Job, job_with, zero_refusal
 from commtax.spec.assumptions import assumptions_for
-from commtax.units import GiB, memory_need
-from commtax.workload.memory import fixed_reserve_bytes, stage_activation_bytes, stage_kinds, stage_states
+from commtax.units import TFLOPS, GiB, memory_need
+from commtax.workload.memory import fixed_reserve_bytes, memory, stage_activation_bytes, stage_kinds, stage_states
 from commtax.workload.step import build_workload
 
 # the allowed values, as the spec declares them
@@ -731,6 +731,11 @@ def search(
     if verify and not interrupted:  # Ctrl-C/SIGTERM: show the partial ranking now, not after K simulations
         verify_top(job, res, verify)
     res.top = res.top[: max(top, verify)]
+    if not res.verified and res.top:  # --verify flags its best simulated plan itself (``verify_top``)
+        plan, b = res.top[0]
+        why = above_published(job_for(job, plan), b.mfu, b.hfu)
+        if why:
+            res.warnings.append(f"best plan: {why}")
     return res
 
 
@@ -778,15 +783,42 @@ def search_moe(
     return res
 
 
-def above_published(job: Job, mfu: float) -> str | None:
-    """Why a plan's predicted MFU is suspect: above every published run of its GPU and precision (the winner's
-    curse: the search lands where the model is most optimistic), naming the best run; None otherwise."""
-    best = best_published_mfu(job.cluster.gpu.name, job.training.precision)
-    if best is None or mfu <= best[0]:
+def above_published(job: Job, mfu: float, hfu: float | None = None) -> str | None:
+    """Why a plan's predicted MFU is suspect: above every published run of its GPU at its precision's peak (the
+    winner's curse: the search lands where the model is most optimistic), naming the best run; None otherwise.
+
+    MFU counts model FLOPs only, so a plan without activation recompute can beat every published run's MFU at the
+    hardware rate those runs sustained: full recompute spends a quarter of a step's FLOPs on a second forward
+    (mosaicml/llm-foundry scripts/train/benchmarking/README.md "MFU and HFU": hfu = 4·flops_per_seq where
+    mfu = 3·flops_per_seq). The message says which: a hardware rate (HFU, ``hfu``) within the best published one
+    names that run and its recompute as the reason; one above it too is optimistic outright."""
+    best = published_best(job.cluster.gpu.name, job.training.precision)
+    if best is None or mfu <= best.mfu:
         return None
+    gpu, prec = job.cluster.gpu.name, job.training.precision
+    peak = job.cluster.gpu.peak_flops(prec) / TFLOPS
+    head = (
+        f"MFU {mfu:.1%} is above every published {gpu} {prec} run in the validation data (best {best.mfu:.1%}, "
+        f"{best.row}" + (f", {best.precision}: the same {peak:g} TFLOP/s peak)" if best.precision != prec else ")")
+    )
+    hfu = mfu if hfu is None else hfu
+    if hfu > best.hfu:
+        return (
+            f"{head}, and its hardware rate (HFU {hfu:.1%}) is above every published run's too (best {best.hfu:.1%}, "
+            f"{best.hfu_row}): treat this plan's figure as optimistic"
+        )
+    recomputes = best.hfu_row_recompute not in ("", "none") and best.hfu_row_mfu < best.hfu
+    if not recomputes:
+        return f"{head}; its hardware rate (HFU {hfu:.1%}) is within {best.hfu_row}'s ({best.hfu:.1%})"
+    mine = (
+        f"this plan does not recompute: it keeps {memory(job).activations / GiB:.1f} GiB of activations per GPU instead"
+        if job.plan.recompute == "none"
+        else f"this plan's recompute is {job.plan.recompute}"
+    )
     return (
-        f"MFU {mfu:.1%} is above every published {job.cluster.gpu.name} {job.training.precision} run in the "
-        f"validation data (best {best[0]:.1%}, {best[1]}): treat this plan's figure as optimistic"
+        f"{head}; its hardware rate is not: HFU {hfu:.1%} against {best.hfu:.1%} for {best.hfu_row}. The gap is "
+        f"activation recompute: that run recomputes (recompute {best.hfu_row_recompute}, so its MFU is "
+        f"{best.hfu_row_mfu:.1%}); {mine}. Its MFU holds if it fits memory as estimated"
     )
 
 
@@ -813,7 +845,8 @@ def verify_top(job: Job, res: SearchResult, k: int) -> None:
                     "simulate_step_s": sim.step_time_s,
                     "simulate_breakdown": sim.to_dict(),
                     "mfu": b.mfu,
-                    "above_published": above_published(verify_job, b.mfu),
+                    "hfu": b.hfu,
+                    "above_published": above_published(verify_job, b.mfu, b.hfu),
                 },
             )
         )

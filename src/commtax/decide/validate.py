@@ -141,6 +141,10 @@ class RowResult:
     chosen: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # predicted hardware FLOP utilisation (model + recompute FLOPs) and the plan's recompute: what the search's
+    # winner's-curse check compares a plan's hardware rate with (``decide.intervals.published_mfu``); not in to_dict
+    hfu: float | None = None
+    recompute: str | None = None
 
 
 @dataclass
@@ -543,7 +547,10 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
     if notes:
         extra["note"] = "; ".join(notes)
     err = error_pct(pred, measured) if measured else None
-    return held_out_interval(RowResult(rid, measured, pred, err, chosen=choice.chosen, extra=extra))
+    hfu, recompute = round(b.hfu, 4), choice.job.plan.recompute
+    return held_out_interval(
+        RowResult(rid, measured, pred, err, chosen=choice.chosen, extra=extra, hfu=hfu, recompute=recompute)
+    )
 
 
 def predict_collective(row: dict, catalog: dict) -> RowResult:

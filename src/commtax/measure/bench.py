@@ -244,6 +244,7 @@ def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
         "-m",
         "torch.distributed.run",
         "--standalone",
+        "--local-addr=127.0.0.1",  # every rank is on this host: no lookup of its name (a fresh host may not resolve it)
         f"--nproc-per-node={nproc}",
         "--max-restarts=0",
         "--shutdown-timeout=2",
@@ -265,7 +266,8 @@ def run_local(nproc: int, module_argv: list[str]) -> int:
     from commtax.signals import terminate_as_interrupt
 
     tmp = tempfile.mkdtemp(prefix="commtax-bench-")
-    env = {**os.environ, "TMPDIR": tmp}
+    # the ranks talk over loopback: gloo would otherwise bind the address the host name resolves to
+    env = {**os.environ, "TMPDIR": tmp, "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
     proc = None
     try:
         with terminate_as_interrupt():
