@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from commtax.schedule.sim import SimOptions, simulate
 from commtax.schedule.sim.chrome_trace import spans
-from commtax.schedule.sim.events import Sim, SimError, TrainShape
+from commtax.schedule.sim.events import Sim, SimError, Train, TrainShape
 from commtax.spec import load_job
 from commtax.spec.catalog import job_with
 
@@ -209,3 +209,27 @@ def test_moe_and_pools_zero2_steps_are_the_same_with_trains():
         fast, slow = (simulate(job, SimOptions(bucket_trains=x), compare=False) for x in (True, False))
         assert any(t.train for t in fast.sim.tasks)
         _same(fast.breakdown, slow.breakdown)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    gaps=st.lists(st.floats(0.0, 2.0), min_size=1, max_size=8),
+    data=st.data(),
+    anchor_s=st.floats(0.0, 5.0),
+    free_s=st.floats(0.0, 12.0),
+)
+def test_a_train_priced_again_is_its_recurrence_stepped_one_transfer_at_a_time(gaps, data, anchor_s, free_s):
+    """``Train.end_after`` (``_makespan_without``): closed form around the transfers that took longer, against
+    B_j = max(anchor + offset_j, E_{j−1}), E_j = B_j + d_j stepped over every transfer."""
+    offsets = tuple(math.fsum(gaps[: i + 1]) for i in range(len(gaps)))
+    n = len(offsets)
+    work = tuple(data.draw(st.lists(durations, min_size=n, max_size=n)))
+    shape = TrainShape(offsets, work, (1.0,) * n)
+    tr = Train(shape, 0)
+    slower = data.draw(st.dictionaries(st.integers(0, n - 1), st.floats(0.0, 2.0), max_size=3))
+    tr.took = {j: work[j] + x for j, x in slower.items()} or None
+    end = free_s
+    for o, d in zip(offsets, tr.durations()):
+        end = max(anchor_s + o, end) + d
+    assert tr.end_after(anchor_s, free_s, False) == pytest.approx(end, rel=1e-12, abs=1e-12)
+    assert tr.end_after(anchor_s, free_s, True) == max(free_s, anchor_s + offsets[-1])

@@ -25,6 +25,7 @@ makes the critical path a walk over ``cause`` links.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -42,7 +43,9 @@ class TrainShape:
 
     ``suffix_work_s[j]`` = Σ_{k≥j} work_k and ``suffix_reach_s[j]`` = max_{k≥j} (offset_k + Σ_{k'≥k} work_k'): from
     transfer j on, a train alone ends at max(F + suffix_work_s[j], anchor start + suffix_reach_s[j]), F the end of
-    transfer j − 1 (the recurrence unrolled).
+    transfer j − 1 (the recurrence unrolled). Likewise up to transfer j: with W_j = ``prefix_work_s[j]`` = Σ_{k<j}
+    work_k and ``prefix_reach_s[j]`` = max_{k<j} (offset_k − W_k), transfer j − 1 ends at
+    max(F + W_j, anchor start + prefix_reach_s[j] + W_j), F the end of the stream's previous task.
     """
 
     offsets_s: tuple[float, ...]
@@ -50,6 +53,8 @@ class TrainShape:
     bytes: tuple[float, ...]
     suffix_work_s: tuple[float, ...] = field(init=False)
     suffix_reach_s: tuple[float, ...] = field(init=False)
+    prefix_work_s: tuple[float, ...] = field(init=False)
+    prefix_reach_s: tuple[float, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         n = len(self.offsets_s)
@@ -65,6 +70,11 @@ class TrainShape:
         reach = tuple(accumulate((o + w for o, w in zip(reversed(self.offsets_s), reversed(suffix))), max))[::-1]
         object.__setattr__(self, "suffix_work_s", suffix)
         object.__setattr__(self, "suffix_reach_s", reach)
+        prefix = (0.0, *accumulate(self.work_s))
+        object.__setattr__(self, "prefix_work_s", prefix)
+        object.__setattr__(
+            self, "prefix_reach_s", (-math.inf, *accumulate((o - w for o, w in zip(self.offsets_s, prefix)), max))
+        )
 
     @property
     def total_work_s(self) -> float:
@@ -114,10 +124,15 @@ class Train:
             return max(free_s, anchor_start_s + sh.offsets_s[-1])
         if not self.took:
             return max(free_s + sh.suffix_work_s[0], anchor_start_s + sh.suffix_reach_s[0])
-        end = free_s
-        for o, d in zip(sh.offsets_s, self.durations()):
-            b = anchor_start_s + o
-            end = (b if b > end else end) + d
+        # in closed form before the first transfer that took longer and after the last, stepped in between
+        first, last = min(self.took), max(self.took)
+        w = sh.prefix_work_s[first]
+        end = max(free_s + w, anchor_start_s + sh.prefix_reach_s[first] + w) if first else free_s
+        for j in range(first, last + 1):
+            b = anchor_start_s + sh.offsets_s[j]
+            end = (b if b > end else end) + self.took.get(j, sh.work_s[j])
+        if last + 1 < len(sh.work_s):
+            end = max(end + sh.suffix_work_s[last + 1], anchor_start_s + sh.suffix_reach_s[last + 1])
         return end
 
     def spans(self) -> Iterator[tuple[int, float, float]]:
@@ -469,7 +484,9 @@ class Sim:
             if tr.next < n:
                 launch(t, now)
                 return False
-            t.duration_s = t.work_s if tr.took is None else sum(tr.durations())
+            t.duration_s = t.work_s
+            if tr.took is not None:  # what sharing its link added
+                t.duration_s += sum(x - tr.shape.work_s[j] for j, x in tr.took.items())
             return True
 
         def activate(t: Task, now: float, cause: int | None) -> None:
