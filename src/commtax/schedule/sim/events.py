@@ -422,6 +422,9 @@ class Sim:
                     else:  # the train's transfer on the wire (``settle``)
                         left = tr.launch_s + tr.shape.work_s[tr.next] - now
                         tr.state = NET
+                    if len(links) == 1 and not net.multi:  # the two onto one link at once: their rates set once
+                        reschedule(net.start_two(other, left, tid, work_s, lk, now))
+                        return
                     reschedule(net.start(other, left, o.links, now))
             reschedule(net.start(tid, work_s, links, now))
 
