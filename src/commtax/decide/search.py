@@ -63,7 +63,7 @@ from commtax.spec import Job, job_with, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import fixed_reserve_bytes, memory, stage_activation_bytes, stage_kinds, stage_states
-from commtax.workload.step import build_workload
+from commtax.workload.step import Block, Phase, Workload, build_workload
 
 # the allowed values, as the spec declares them
 RECOMPUTE: tuple[str, ...] = AXIS["recompute"].choices
@@ -190,6 +190,7 @@ class _Shared:
 
     phases: dict[Any, Any] = field(default_factory=dict)  # Phase -> PhaseCost
     workloads: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute) -> Workload
+    interned: dict[Phase, Phase] = field(default_factory=dict)  # each distinct phase of those workloads, by value
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
 
 
@@ -285,6 +286,22 @@ def _grid(job: Job, base: Base, jobs: dict[tuple[int, int, int], Job], phase_cac
     return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
 
 
+def _interned(wl: Workload, seen: dict[Phase, Phase]) -> Workload:
+    """``wl`` with each phase of its blocks replaced by an equal one met before (by value): the workloads of one TP/CP
+    placement share their equal phases (a forward is the same whatever the recompute), so the price caches find a
+    phase by identity instead of comparing its ~30 ops each time. Equal values: the same prices."""
+
+    def block(b: Block | None) -> Block | None:
+        if b is None:
+            return None
+        f, bw, r = (seen.setdefault(x, x) for x in (b.fwd, b.bwd, b.recompute))
+        return b if f is b.fwd and bw is b.bwd and r is b.recompute else Block(b.name, f, bw, r)
+
+    return dataclasses.replace(
+        wl, layer=block(wl.layer), embed=block(wl.embed), head=block(wl.head), moe_layer=block(wl.moe_layer)
+    )
+
+
 def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     """Per (split, mb, sp, recompute): the slowest stage (its compute, recompute, exposed TP and CP); per
     (vp, mb, sp, recompute): the bubble and the exposed pipeline sends. The layer, embedding and head blocks do
@@ -304,7 +321,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
             key = (micro_sizes[j], seq_pars[k], rc)
             template = g.shared.workloads.get(key)
             if template is None:
-                template = g.shared.workloads[key] = build_workload(job_rc)
+                template = g.shared.workloads[key] = _interned(build_workload(job_rc), g.shared.interned)
             wl = dataclasses.replace(
                 template,
                 layers_per_stage=max(job_rc.stage_layers),
