@@ -439,6 +439,8 @@ def recipe_plan(row: dict, fixed: dict) -> dict:
             continue
         if rule.get("since") and not release_at_least(row, rule["since"]):
             continue
+        if rule.get("before") and not release_before(row, rule["before"]):
+            continue
         if all(fixed.get(k, 1) == v for k, v in (rule.get("when") or {}).items()):
             return dict(rule["plan"])
     return {}
@@ -448,6 +450,12 @@ def row_release(row: dict) -> tuple[int, ...] | None:
     """The NeMo container release a row was published under ('25.11 NeMo Container' in its source), as numbers."""
     m = re.search(r"(\d\d\.\d\d(?:\.\d\d)?) NeMo Container", row.get("source") or "")
     return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+def release_before(row: dict, until: str) -> bool:
+    """Whether the row's release is older than ``until``; a row that names no release is not."""
+    rel = row_release(row)
+    return rel is not None and rel < tuple(int(x) for x in until.split("."))
 
 
 def release_at_least(row: dict, since: str) -> bool:
