@@ -137,7 +137,7 @@ def test_search_workers_die_with_a_killed_parent():
 
 def test_advise_interrupted_during_its_search_is_flagged_and_exits_130(tmp_path):
     out = tmp_path / "a.json"
-    p = commtax("advise", str(JOB), "--workers", "2", "--out", str(out))
+    p = commtax("advise", str(JOB), "--search", "--workers", "2", "--out", str(out))
     wait_for(lambda: len(children(p.pid)) >= 2 or p.poll() is not None, what="advise's search workers")
     assert p.poll() is None
     p.send_signal(signal.SIGINT)
@@ -356,7 +356,7 @@ def test_report_stopped_by_sigterm_exits_130_and_writes_nothing(tmp_path):
     out = tmp_path / "out" / "r.html"
     out.parent.mkdir()
     job = Path(__file__).resolve().parents[1] / "examples" / "llama2-70b-h100.yaml"
-    p, stderr, tmp = _stopped_mid_run(["report", str(job), "--out", str(out)], tmp_path, 3.0)
+    p, stderr, tmp = _stopped_mid_run(["report", str(job), "--search", "--out", str(out)], tmp_path, 3.0)
     assert p.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
     assert list(out.parent.iterdir()) == [] and list(tmp.iterdir()) == []  # no page, no half page, no temp file
 
@@ -372,7 +372,7 @@ def test_trace_stopped_by_sigterm_exits_130_and_writes_nothing(tmp_path):
 
 def test_advise_stopped_by_sigterm_exits_130_flagged_and_reaps_its_workers(tmp_path):
     out = tmp_path / "a.json"
-    p = commtax("advise", str(JOB), "--workers", "2", "--out", str(out))
+    p = commtax("advise", str(JOB), "--search", "--workers", "2", "--out", str(out))
     wait_for(lambda: len(children(p.pid)) >= 2 or p.poll() is not None, what="advise's search workers")
     assert p.poll() is None
     tree = [p.pid, *_descendants(p.pid)]

@@ -73,6 +73,12 @@ def flag(name: str, help: str) -> Any:  # noqa: A002 - typer's own keyword
     return typer.Option(name, metavar="", help=help)
 
 
+def search_flag(adds: str) -> Any:
+    """``--search/--no-search`` (default: no search, the job's own plan), the same name on report, advise and
+    compare; ``adds`` says what searching adds and roughly how long it takes."""
+    return typer.Option("--search/--no-search", help=f"also search every valid plan: {adds} (default: the job's plan)")
+
+
 def choice_list(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
     """A typer ``parser`` for a comma list of choices (``--ops all_reduce,all_gather``): typer reports a bad item
     as ``Invalid value for '--ops': unknown X; choose from ...`` (exit 2)."""
