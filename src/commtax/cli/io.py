@@ -16,6 +16,7 @@ from nowhere else in the CLI layer, so there is no import cycle between them.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from typing import Annotated, Any, NoReturn, Optional
 import typer
 
 from commtax.atomic import strict_json, write_atomic
-from commtax.errors import EXIT_INTERRUPTED, SpecError, os_error_line
+from commtax.errors import EXIT_INTERRUPTED, LAUNCHED_ENV, SpecError, os_error_line
 from commtax.units import memory_need
 
 EXIT_INFEASIBLE = 1  # the plan does not fit, or a check (--max-mape) failed
@@ -173,6 +174,12 @@ def user_errors(fn: Callable) -> Callable:
         except OSError as e:
             fail(os_error_line(e))
         except KeyboardInterrupt as e:
+            if os.environ.get(LAUNCHED_ENV):  # a rank commtax launched: the command that launched it says it once
+                sys.stdout.flush()
+                sys.stderr.flush()
+                # the finally blocks have run (no temp file left); skip the C++ teardown of the process group's
+                # threads, which can abort with "terminate called without an active exception"
+                os._exit(EXIT_INTERRUPTED)
             fail(f"interrupted{f' ({e})' if str(e) else ''}", EXIT_INTERRUPTED)
 
     return wrapper

@@ -242,7 +242,7 @@ def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "commtax.measure.launch",  # torch.distributed.run, without its traceback when commtax stops it
         "--standalone",
         f"--nproc-per-node={nproc}",
         "--max-restarts=0",
@@ -261,11 +261,11 @@ def run_local(nproc: int, module_argv: list[str]) -> int:
     import subprocess
     import tempfile
 
-    from commtax.errors import EXIT_INTERRUPTED
+    from commtax.errors import EXIT_INTERRUPTED, LAUNCHED_ENV
     from commtax.signals import terminate_as_interrupt
 
     tmp = tempfile.mkdtemp(prefix="commtax-bench-")
-    env = {**os.environ, "TMPDIR": tmp}
+    env = {**os.environ, "TMPDIR": tmp, LAUNCHED_ENV: "1"}  # the ranks leave the interrupt's one line to this process
     proc = None
     try:
         with terminate_as_interrupt():
