@@ -106,6 +106,16 @@ PricesOpt = Annotated[
     Optional[Path], typer.Option("--prices", metavar="FILE", help="YAML file overriding catalog/prices.yaml entries")
 ]
 PlotOpt = Annotated[Optional[Path], typer.Option("--plot", metavar="PNG", help="also draw a chart to this file")]
+TraceJobOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--job",
+        min=1,
+        metavar="K",
+        help="of traces from several jobs, job K (as `commtax trace` numbers them, in the order they started); "
+        "by default the one of the job's world size",
+    ),
+]
 RentOpt = Annotated[bool, flag("--rent", "price by rental $/GPU-hour instead of owning (depreciation + power)")]
 WideOpt = Annotated[bool, flag("--wide", "all columns, past 80 (the default fits 80 columns)")]
 WorkersOpt = Annotated[

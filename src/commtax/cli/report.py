@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from commtax.cli.io import CatalogOpt, JobArg, search_flag
+from commtax.cli.io import CatalogOpt, JobArg, TraceJobOpt, search_flag
 from commtax.errors import SpecError
 from commtax.units import memory_need
 
@@ -87,6 +87,7 @@ def report(
             "--trace", metavar="FILE", help="profiler trace of one rank (repeat for each rank); needs commtax.trace"
         ),
     ] = None,
+    trace_job: TraceJobOpt = None,
     compare: Annotated[
         Optional[list[Path]],
         typer.Option("--compare", metavar="JOB.yaml", help="another job to show side by side (repeat for several)"),
@@ -126,6 +127,8 @@ def report(
     refuse_overwriting_inputs(
         {"--out": out}, [job_file, bench_cluster, catalog, *(bench or []), *(trace or []), *(compare or [])]
     )
+    if trace_job is not None and not trace:
+        raise SpecError("--job: picks one job of the --trace files; give --trace, or drop --job")
     job = load_job(job_file, catalog)
     counts = _counts(scale)
     others = [(p.stem, load_job(p, catalog)) for p in compare or []]
@@ -138,7 +141,7 @@ def report(
         try:
             from commtax.cli.io import warn
 
-            per_rank = load_trace([str(p) for p in trace], job, warn)
+            per_rank = load_trace([str(p) for p in trace], job, warn, trace_job)
         except TraceUnavailable as e:
             fail(str(e), EXIT_BAD_INPUT)
     data = collect(

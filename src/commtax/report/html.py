@@ -1259,17 +1259,24 @@ def trace_figures(result: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def load_trace(paths: Sequence[str], job: Any = None, warn: Any = None) -> dict[str, dict[str, float]]:
-    """Per-rank measured figures from profiler traces, through ``commtax.trace`` when it is installed; with
-    ``job`` and ``warn``, ``warn(line)`` for each reason the traces may be of another job (world size, GPU)."""
+def load_trace(
+    paths: Sequence[str], job: Any = None, warn: Any = None, k: int | None = None
+) -> dict[str, dict[str, float]]:
+    """Per-rank measured figures from profiler traces, through ``commtax.trace`` when it is installed; of traces
+    from several jobs, job ``k`` or the one of the job's world size (``trace.analyze.one_job``); with ``job`` and
+    ``warn``, ``warn(line)`` for each reason the traces may be of another job (world size, GPU)."""
     try:
         from commtax import trace as trace_mod  # type: ignore[attr-defined]
+        from commtax.trace.analyze import one_job
     except ImportError:
         raise TraceUnavailable("--trace: trace support (commtax.trace) is not installed in this build yet") from None
     try:
         result = trace_mod.analyze([str(p) for p in paths])
     except (ValueError, OSError) as e:  # an unreadable or foreign trace file: one line, exit 2
         raise SpecError(f"--trace: {e}") from None
+    result, _, how = one_job(result, k, job.cluster.num_gpus if job is not None else None, "--trace")
+    if how and k is None and warn is not None:
+        warn(f"--trace: the page shows {how}; --job K picks another")
     if job is not None and warn is not None:
         from commtax.trace.against import job_mismatch
 
