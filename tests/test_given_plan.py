@@ -109,3 +109,18 @@ def test_the_three_commands_say_what_search_adds():
         text = " ".join(r.stdout.split())
         assert "--search / --no-search" in text and "also search every valid plan" in text, command
         assert " s" in text.split("also search every valid plan", 1)[1][:160], command  # roughly how long
+
+
+def test_unsearched_scaling_and_pareto_are_the_plans_own(searches):
+    from commtax.decide.compare import compare, pareto_points, scaling, with_gpu_counts
+    from commtax.schedule.analytical import estimate
+    from commtax.spec import load_job
+
+    job = load_job(JOB)
+    points = scaling(job, [128, 512], search_plans=False)
+    assert searches == [] and [p.plan["dp"] for p in points] == [4, 16]  # tp8·pp4 kept, DP takes up the GPUs
+    assert [p.plan["tp"] for p in points] == [8, 8]
+    assert points[1].breakdown.step_time_s == estimate(with_gpu_counts([job], [512])[0]).step_time_s
+    (row,) = compare([job], search_plans=False)
+    (pt,) = pareto_points([row])
+    assert pt.days.tolist() == [row.cost.days] and pt.usd_per_B.tolist() == [row.cost.owned_usd_per_B_tokens]

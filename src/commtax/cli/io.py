@@ -77,7 +77,9 @@ def flag(name: str, help: str) -> Any:  # noqa: A002 - typer's own keyword
 def search_flag(adds: str) -> Any:
     """``--search/--no-search`` (default: no search, the job's own plan), the same name on report, advise and
     compare; ``adds`` says what searching adds and roughly how long it takes."""
-    return typer.Option("--search/--no-search", help=f"also search every valid plan: {adds} (default: the job's plan)")
+    return typer.Option(
+        "--search/--no-search", help=f"also search every valid plan: {adds}; off by default", show_default=False
+    )
 
 
 def choice_list(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
