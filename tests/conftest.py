@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,18 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.model)
         if "timing" in item.keywords and not timing:
             item.add_marker(skip)
+
+
+PROGRESS = REPO / "out" / "pytest-progress.log"  # .ci/run prints its tail when the run fails or times out
+
+
+def pytest_sessionstart(session) -> None:
+    PROGRESS.parent.mkdir(exist_ok=True)
+    PROGRESS.write_text("")
+
+
+def pytest_runtest_logstart(nodeid, location) -> None:
+    """One line per test as it starts (seconds since boot, load average): a CI run that ends without pytest's
+    summary still says which test was running and how busy the host was."""
+    with open(PROGRESS, "a") as f:
+        f.write(f"{time.monotonic():10.1f} load {os.getloadavg()[0]:5.2f} {nodeid}\n")

@@ -477,3 +477,19 @@ def test_progress_goes_to_stderr_only_on_a_terminal(tmp_path):
     r = run("search", write_job(tmp_path, SMALL), *NARROW, "--json")
     assert r.exit_code == 0 and r.stderr == ""  # no progress bar when stderr is not a terminal
     json.loads(r.stdout)
+
+
+def test_a_signal_while_a_class_is_built_is_still_an_interrupt():
+    """Ctrl-C landing in a descriptor's ``__set_name__`` (pydantic builds the spec classes at import) reaches the
+    CLI as "RuntimeError: Error calling __set_name__" on Python 3.11: it must still exit 130, not print a
+    traceback (a CI rehearsal's SIGINT at the handler moment did)."""
+    from commtax.cli.main import _interrupt_in
+
+    class Interrupting:
+        def __set_name__(self, owner, name):
+            raise KeyboardInterrupt("SIGINT")
+
+    with pytest.raises(BaseException) as caught:
+        type("Spec", (), {"field": Interrupting()})
+    assert str(_interrupt_in(caught.value)) == "SIGINT"
+    assert _interrupt_in(RuntimeError("a real error")) is None

@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -133,29 +134,88 @@ def test_the_shipped_table_is_regenerated_from_the_validation_csvs(tmp_path, val
     assert 0.75 <= data["coverage_80_loso"] <= 0.85
 
 
+LLAMA_256_A100 = {
+    "model": "llama2-70b",
+    "cluster": {
+        "gpu": "a100-sxm4-80gb",
+        "num_gpus": 256,
+        "gpus_per_node": 8,
+        "intra_node": "nvlink3",
+        "inter_node": "ib-hdr",
+        "nics_per_node": 8,
+    },
+    "plan": {"tp": 2, "pp": 8, "vp": 10, "recompute": "none", "sequence_parallel": True, "micro_batch": 1},
+    "training": {"seq_len": 4096, "global_batch": 1024, "precision": "bf16"},
+}
+
+
 def test_a_plan_above_every_published_run_of_its_gpu_is_flagged():
     from commtax.decide.search import above_published
     from commtax.schedule.interval import best_published_mfu
 
-    d = {
-        "model": "llama2-70b",
-        "cluster": {
-            "gpu": "a100-sxm4-80gb",
-            "num_gpus": 256,
-            "gpus_per_node": 8,
-            "intra_node": "nvlink3",
-            "inter_node": "ib-hdr",
-            "nics_per_node": 8,
-        },
-        "plan": {"tp": 2, "pp": 8, "vp": 10, "recompute": "none", "sequence_parallel": True, "micro_batch": 1},
-        "training": {"seq_len": 4096, "global_batch": 1024, "precision": "bf16"},
-    }
-    job = load_job(d)
+    job = load_job(LLAMA_256_A100)
     best, row = best_published_mfu("a100-sxm4-80gb", "bf16")
-    assert 0.4 < best < 0.6 and row  # the best published A100-80GB bf16 run in the validation data
+    assert 0.4 < best < 0.6 and row  # the best published A100-80GB 16-bit run in the validation data
     # the search's winner's curse: 66.1% MFU on A100 is above every published run
     assert "above every published a100-sxm4-80gb bf16 run" in above_published(job, 0.661)
     assert above_published(job, best - 0.01) is None
+
+
+def _row(rid, gpu, precision, mfu, hfu, recompute, measured_over_predicted=1.0):
+    from commtax.decide.validate import RowResult
+
+    extra = {"mfu": mfu, "gpu": gpu, "precision": precision}
+    return RowResult(rid, 100.0 * measured_over_predicted, 100.0, 0.0, extra=extra, hfu=hfu, recompute=recompute)
+
+
+def test_published_bests_pool_the_precisions_of_one_peak_and_keep_the_hardware_rate():
+    from commtax.decide.intervals import published_mfu
+
+    rows = [
+        # measured 10% below its prediction: MFU 0.55 × 0.9, HFU 0.70 × 0.9 (full recompute: 4/3 of the MFU's FLOPs)
+        _row("fsdp_70b", "a100-sxm4-80gb", "bf16", 0.55, 0.55 * 4 / 3, "full", 0.9),
+        _row("megatron_fp16", "a100-sxm4-80gb", "fp16", 0.56, 0.57, "selective"),
+        _row("h100_fp8", "h100-sxm5-80gb", "fp8", 0.45, 0.45, "none"),
+    ]
+    best = published_mfu(rows)
+    # A100 datasheet: FP16 and BF16 tensor cores both 312 TFLOP/s, so a bf16 plan is compared with the fp16 run
+    assert best["a100-sxm4-80gb/bf16"] == best["a100-sxm4-80gb/fp16"]
+    a100 = best["a100-sxm4-80gb/bf16"]
+    assert (a100["mfu"], a100["row"], a100["precision"]) == (0.56, "megatron_fp16", "fp16")
+    assert a100["hfu"] == pytest.approx(0.55 * 4 / 3 * 0.9, abs=1e-4) and a100["hfu_row"] == "fsdp_70b"
+    assert a100["hfu_row_mfu"] == pytest.approx(0.55 * 0.9, abs=1e-4) and a100["hfu_row_recompute"] == "full"
+    # H100's fp8 peak (1,979 TFLOP/s) is twice its bf16 one: no bf16 entry comes from an fp8 run
+    assert "h100-sxm5-80gb/fp8" in best and "h100-sxm5-80gb/bf16" not in best
+
+
+def test_the_flag_names_recompute_when_the_hardware_rate_is_within_the_published_one():
+    from commtax.decide.search import above_published
+    from commtax.schedule.interval import published_best
+
+    job = load_job(LLAMA_256_A100)
+    best = published_best("a100-sxm4-80gb", "bf16")
+    assert best.hfu_row_recompute == "full" and best.hfu_row_mfu < best.hfu  # MosaicML's 70B: 71% HFU, 53% MFU
+    within = above_published(job, best.mfu + 0.05, best.hfu - 0.01)
+    assert f"its hardware rate is not: HFU {best.hfu - 0.01:.1%}" in within and best.hfu_row in within
+    assert "recompute full" in within and "this plan does not recompute" in within
+    above = above_published(job, best.hfu + 0.01, best.hfu + 0.01)
+    assert "above every published run's too" in above and "treat this plan's figure as optimistic" in above
+
+
+def test_the_two_winners_curse_jobs_search_best_plans_against_the_published_runs():
+    """Issue 21: search's best plan for Llama-2 70B on 256 A100-80GB (tp2·pp8·vp10, no recompute) and GPT-3 175B
+    on 4,096 A100 (tp4·pp8·cp2·vp12, mb3), estimated: GPT-3's MFU is at or below the best published A100 run's;
+    Llama's is above it but its hardware rate (HFU) is within MosaicML's 70B run's, which recomputes."""
+    from commtax.schedule.analytical import estimate
+    from commtax.schedule.interval import published_best
+    from commtax.spec import job_with
+
+    best = published_best("a100-sxm4-80gb", "bf16")
+    llama = estimate(load_job(LLAMA_256_A100))
+    assert llama.mfu > best.mfu and llama.hfu <= best.hfu
+    gpt3_file = Path(__file__).parents[1] / "examples/accuracy/gpt3-175b-4096-a100.yaml"
+    gpt3 = job_with(load_job(gpt3_file), tp=4, pp=8, cp=2, dp=64, vp=12, micro_batch=3, recompute="none")
+    assert estimate(gpt3).mfu <= best.mfu
 
 
 @settings(max_examples=50, deadline=None)
@@ -176,3 +236,15 @@ def test_bounds_are_ordered_for_any_table(per_key, pooled_lo, pooled_span, width
     unseen = {k: "never-seen" for k in REGIME}
     mid = pooled_lo + pooled_span / 2
     assert table.log_bounds(unseen) == pytest.approx((mid - width * pooled_span / 2, mid + width * pooled_span / 2))
+
+
+def test_plain_search_gives_the_reason_for_a_best_plan_above_the_published_runs():
+    from commtax.decide.search import search
+    from commtax.decide.space import Space
+
+    job = load_job(LLAMA_256_A100)
+    space = Space.parse({"tp": "2", "pp": "8", "cp": "1", "vp": "10", "micro_batch": "1", "recompute": "none"})
+    res = search(job, space, top=1, workers=1)
+    assert res.top[0][1].mfu > 0.6 and not res.verified
+    (warning,) = [w for w in res.warnings if w.startswith("best plan:")]
+    assert "mpt_a100_80gb_bf16_70b_2048_64" in warning and "The gap is activation recompute" in warning

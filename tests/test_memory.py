@@ -96,3 +96,32 @@ def test_reserve_is_context_nccl_groups_and_fragmentation():
         }
     )
     assert memory(single).reserve == pytest.approx(0.6 * GiB + 0.10 * memory(single).activations)
+
+
+def test_the_interleaved_no_recompute_llama_plan_of_the_search_fits_as_derived_by_hand():
+    """Issue 21's winner's-curse plan, Llama-2 70B tp2·pp8·vp10, mb1, s 4096, no recompute, on A100-80GB: per layer
+    (GQA g·d = h/8, SwiGLU f = 3.5h, flash, no dropout, SP) norm inputs 4 + QKV and MLP inputs 4 + Q 2 + K, V 0.5 +
+    attention output 2 + gate and up outputs 14 + down input 7 = 33.5·sbh/t bytes; rank 0 holds 2(p−1) + (v−1)p + 1
+    = 87 one-layer chunks = L(1 + (p−1)/(pv)) layers (Megatron-Core schedules.py; Korthikanti 2022 §4.2.3; Megatron's
+    theoretical_memory_usage.py applies the same penalty), plus the embedding output."""
+    from commtax.units import GiB
+
+    d = {
+        "model": "llama2-70b",
+        "cluster": {
+            "gpu": "a100-sxm4-80gb",
+            "num_gpus": 256,
+            "gpus_per_node": 8,
+            "intra_node": "nvlink3",
+            "inter_node": "ib-hdr",
+        },
+        "plan": {"tp": 2, "pp": 8, "vp": 10, "recompute": "none", "sequence_parallel": True, "micro_batch": 1},
+        "training": {"seq_len": 4096, "global_batch": 1024, "precision": "bf16"},
+    }
+    job = load_job(d)
+    s, b, h, t = 4096, 1, 8192, 2
+    assert layer_activation_bytes(job) == pytest.approx(33.5 * s * b * h / t)
+    assert in_flight_micro_batches(job) * 80 / 8 == pytest.approx(80 * (1 + 7 / 80)) == pytest.approx(87)
+    mem = memory(job)
+    assert mem.activations == pytest.approx(87 * 33.5 * s * b * h / t + 2 * s * b * h / t)
+    assert mem.activations / GiB == pytest.approx(45.6, abs=0.05) and mem.total < job.cluster.gpu.mem_bytes

@@ -378,6 +378,11 @@ def main() -> None:
         register_commands({command} if command in COMMANDS else None)
         if signals.RECEIVED:  # raised inside an import-lock callback, where Python ignores exceptions
             raise KeyboardInterrupt(signals.RECEIVED[0])
+    except Exception as e:  # Python wraps an interrupt raised while a class is built ("Error calling __set_name__")
+        if (cause := _interrupt_in(e)) is None:
+            raise
+        print(f"error: interrupted{f' ({cause})' if str(cause) else ''}", file=sys.stderr)
+        sys.exit(130)  # errors.EXIT_INTERRUPTED
     except KeyboardInterrupt as e:  # a signal while the command's modules import: still one line, exit 130
         print(f"error: interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
         forget_caught_interrupt()
@@ -393,6 +398,17 @@ def forget_caught_interrupt() -> None:
     SIGINT (-2) instead of exiting 130 (a CI rehearsal, and one run in eight signalled 65-225 ms after start-up).
     Running any string clears the mark (Python/pythonrun.c, run_eval_code_obj)."""
     exec("")  # noqa: S102 - an empty string: the reset is the point
+
+
+def _interrupt_in(e: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (Ctrl-C, or SIGTERM/SIGHUP as ``Interrupted``) that caused ``e``, if one did."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def run_app(command: str | None) -> int:

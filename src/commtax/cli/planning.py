@@ -31,7 +31,7 @@ from commtax.cli.io import (
     search_flag,
 )
 from commtax.decide.cost import PowerBasis
-from commtax.decide.plans import PLAN_LABEL_KEY, plan_label
+from commtax.decide.plans import MOE_LABEL_KEY, PLAN_LABEL_KEY, plan_label
 from commtax.decide.search import GRAD_DTYPES, RANK_BY, RECOMPUTE
 from commtax.errors import EXIT_INTERRUPTED, SpecError
 from commtax.report.table import (
@@ -143,7 +143,15 @@ def search_command(
     from commtax.spec import load_job
 
     job = load_job(job_file, catalog)
+    moe = {"ep": ep, "etp": etp, "moe_dispatcher": moe_dispatcher, "moe_a2a_overlap": moe_a2a_overlap}
     if job.cluster.pools:  # several GPU pools: assignments, layer splits and batch shares (decide/pool_search.py)
+        given = [k for k, v in {**plan, **moe}.items() if v is not None] + (["fix"] if fix else [])
+        if given:  # the pool search spans its own space: a flag it would not read is named, not ignored
+            name = f"--{given[0].replace('_', '-')}"
+            raise SpecError(
+                f"{name}: a cluster of GPU pools is searched over its pool assignments and splits "
+                "(decide/pool_search.py), which take no plan flags; drop it or set the field in the job file"
+            )
         _search_pools(job, top, rent, json_out, out, prices, wide)
         return
     space = Space.parse(plan, [f.strip() for f in fix.split(",") if f.strip()] if fix else [])
@@ -161,7 +169,6 @@ def search_command(
             f"--verify: {verify:,} plans to simulate; the limit is {MAX_VERIFY} (each is a full simulation)"
         )
     with progress("searching plans", enabled=not json_out) as update:
-        moe = {"ep": ep, "etp": etp, "moe_dispatcher": moe_dispatcher, "moe_a2a_overlap": moe_a2a_overlap}
         if any(v is not None for v in moe.values()):
             from commtax.decide.search import search_moe
 
@@ -200,6 +207,8 @@ def search_command(
     print_table(search_table(res, mode, usd_per_s, max(top, verify), wide), wide)
     _say_within_interval(res)
     console.print(PLAN_LABEL_KEY, style="dim")
+    if job.model.is_moe:
+        console.print(MOE_LABEL_KEY, style="dim")
     if res.verified:
         t = new_table(f"Top {len(res.verified)} simulated (ranked by the simulated step)")
         for col in ("#", "plan", "estimate s (80%)", "simulate s", "diff", "MFU"):

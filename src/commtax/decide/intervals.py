@@ -109,17 +109,47 @@ def residuals_of(results: list[Any]) -> list[Residual]:
     return out
 
 
+def same_peak_precisions(peaks: dict[str, float], precision: str) -> list[str]:
+    """The precisions of a GPU (its ``peak_tflops``, catalog/gpus.yaml) whose dense tensor-core peak equals
+    ``precision``'s: MFU in any of them is a share of the same FLOP rate (A100 datasheet: 312 TFLOP/s for both FP16
+    and BF16)."""
+    if precision not in peaks:
+        return [precision]
+    return sorted(p for p, v in peaks.items() if v == peaks[precision])
+
+
 def published_mfu(results: list[Any]) -> dict[str, dict[str, Any]]:
-    """The highest measured MFU per GPU and precision ("gpu/precision"): the measured throughput over the
-    predicted one times the predicted MFU (the same FLOP count for both), with the row it comes from."""
-    best: dict[str, dict[str, Any]] = {}
+    """The highest measured MFU and HFU per GPU and precision ("gpu/precision"), over the runs of that GPU whose
+    precision has the same peak (fp16 and bf16 on A100 and H100): the measured throughput over the predicted one
+    times the predicted MFU (HFU: × the predicted HFU; the same FLOP counts for both), each with its row. HFU counts
+    recompute FLOPs, so it compares hardware rates: a plan without recompute has HFU = MFU, while the published run
+    with the highest hardware rate may spend a quarter of it on recompute (``hfu_row_mfu``, ``hfu_row_recompute``)."""
+    from commtax.spec import load_catalog
+
+    gpus = load_catalog()["gpu"]
+    runs: dict[str, list[tuple[float, float, str, str, str]]] = {}
     for r in results:
         if not (r.predicted and r.measured and "mfu" in r.extra and "gpu" in r.extra):
             continue
-        key = f"{r.extra['gpu']}/{r.extra['precision']}"
-        mfu = r.extra["mfu"] * r.measured / r.predicted
-        if key not in best or mfu > best[key]["mfu"]:
-            best[key] = {"mfu": round(mfu, 4), "row": r.id}
+        scale = r.measured / r.predicted
+        hfu = (r.hfu if r.hfu is not None else r.extra["mfu"]) * scale
+        entry = (r.extra["mfu"] * scale, hfu, r.id, r.extra["precision"], r.recompute or "")
+        peaks = (gpus.get(r.extra["gpu"]) or {}).get("peak_tflops") or {}
+        for prec in same_peak_precisions(peaks, r.extra["precision"]):
+            runs.setdefault(f"{r.extra['gpu']}/{prec}", []).append(entry)
+    best: dict[str, dict[str, Any]] = {}
+    for key, entries in runs.items():
+        mfu = max(entries, key=lambda e: e[0])
+        hfu = max(entries, key=lambda e: e[1])
+        best[key] = {
+            "mfu": round(mfu[0], 4),
+            "row": mfu[2],
+            "precision": mfu[3],
+            "hfu": round(hfu[1], 4),
+            "hfu_row": hfu[2],
+            "hfu_row_mfu": round(hfu[0], 4),
+            "hfu_row_recompute": hfu[4],
+        }
     return dict(sorted(best.items()))
 
 

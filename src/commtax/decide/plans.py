@@ -39,6 +39,10 @@ def candidates(field: str, fixed: dict[str, Any], raw: dict[str, Any]) -> list[A
         return [d for d in divisors(n_gpus, min(n_gpus, cluster.get("gpus_per_node", 8)))]
     if field in ("pp", "cp"):
         return divisors(n_gpus, min(n_gpus, 64))
+    if field == "ep":  # Megatron: num_experts % ep == 0
+        return [d for d in divisors(model.get("num_experts") or 1) if d <= n_gpus]
+    if field == "etp":  # expert TP: inside the node, as TP
+        return divisors(n_gpus, min(n_gpus, cluster.get("gpus_per_node", 8)))
     if field == "dp":
         return [None]
     if field == "vp":
@@ -135,7 +139,12 @@ def plan_label(p: dict[str, Any]) -> str:
         parts.append("sp")
     if p.get("grad_comm_dtype", "bf16") != "bf16":
         parts.append(f"g:{p['grad_comm_dtype']}")
+    # MoE plans: the expert layout and dispatcher, each where the plan has it (dense plans have no such keys)
+    parts += [f"ep{p['ep']}" if "ep" in p else "", f"etp{p['etp']}" if p.get("etp", 1) > 1 else ""]
+    parts += [DISPATCHER_LABEL.get(p.get("moe_dispatcher", ""), ""), "ovl" if p.get("moe_a2a_overlap") else ""]
     return "·".join(x for x in parts if x)
 
 
+DISPATCHER_LABEL = {"alltoall": "a2a", "allgather": "ag", "deepep": "dep", "hybridep": "hep"}
 PLAN_LABEL_KEY = "plan: tp·pp·(cp)·dp·mb, then vp, z=ZeRO stage, sel/full=recompute, sp, g:=grad dtype"
+MOE_LABEL_KEY = "MoE: ep·(etp), then a2a/ag/dep/hep = dispatcher, ovl = all-to-all overlap"

@@ -45,25 +45,27 @@ from commtax.decide.space import (
     AXIS,
     COLUMNS,
     GRID_AXES,
+    MOE_AXES,
     Base,
     Space,
     bases,
+    columns,
+    raw_spec,
     reason,
 )
 from commtax.decide.space import SEARCH_FIELDS as SEARCH_FIELDS  # re-exported: the search's public names
 from commtax.decide.space import Constraint as Constraint
-from commtax.decide.space import convert_value as _convert
 from commtax.decide.space import parse_constraint as parse_constraint
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule import analytical as _est
 from commtax.schedule.analytical import estimate, pipeline_bubble, slowest_and_rest, stage_times, step_parts
-from commtax.schedule.breakdown import BREAKDOWN_KEYS, Breakdown
-from commtax.schedule.interval import best_published_mfu
+from commtax.schedule.breakdown import BREAKDOWN_KEYS, MOE_KEYS, Breakdown
+from commtax.schedule.interval import published_best
 from commtax.spec import Job, job_with, zero_refusal
 from commtax.spec.assumptions import assumptions_for
-from commtax.units import GiB, memory_need
-from commtax.workload.memory import fixed_reserve_bytes, stage_activation_bytes, stage_kinds, stage_states
-from commtax.workload.step import build_workload
+from commtax.units import TFLOPS, GiB, memory_need
+from commtax.workload.memory import fixed_reserve_bytes, memory, stage_activation_bytes, stage_kinds, stage_states
+from commtax.workload.step import build_workload, stage_moe_layers
 
 # the allowed values, as the spec declares them
 RECOMPUTE: tuple[str, ...] = AXIS["recompute"].choices
@@ -71,6 +73,14 @@ GRAD_DTYPES: tuple[str, ...] = AXIS["grad_comm_dtype"].choices
 # the explicit split of a plan's layers over its pp stages: dropped when the search changes pp
 STAGE_SPLIT_FIELDS = ("stage_layers", "first_stage_layers", "last_stage_layers")
 PART_KEYS = BREAKDOWN_KEYS
+MOE_PART_KEYS = (*BREAKDOWN_KEYS[:4], *MOE_KEYS, *BREAKDOWN_KEYS[4:])  # MoE: the exposed all-to-all after CP
+
+
+def part_keys(job: Job) -> tuple[str, ...]:
+    """The step parts of a job's plan table, in estimate's order (``breakdown.part_keys``)."""
+    return MOE_PART_KEYS if job.model.is_moe else PART_KEYS
+
+
 RANK_BY = ("step", "cost", "tokens_per_dollar")
 AGREEMENT_TOL = 1e-9  # relative: the search's numbers must be estimate's
 AXES = GRID_AXES  # the grid of one base, in the plan table's order
@@ -82,9 +92,9 @@ class SearchResult:
     """All evaluated plans of one job, as columns; ``order`` ranks the ones that are valid and fit."""
 
     job: Job
-    plans: np.ndarray  # (n, len(COLUMNS)) int codes
+    plans: np.ndarray  # (n, len(columns(job))) int codes
     step_s: np.ndarray  # (n,) nan where invalid
-    parts_s: np.ndarray  # (n, len(PART_KEYS))
+    parts_s: np.ndarray  # (n, len(part_keys(job)))
     exposed_s: np.ndarray
     mem_bytes: np.ndarray
     valid: np.ndarray  # bool
@@ -111,7 +121,7 @@ class SearchResult:
         return self.evaluated / self.elapsed_s if self.elapsed_s > 0 else math.inf
 
     def plan_dict(self, i: int) -> dict[str, Any]:
-        return plan_from_row(self.plans[i])
+        return plan_from_row(self.plans[i], columns(self.job))
 
     def best(self) -> tuple[dict[str, Any], Breakdown] | None:
         return self.top[0] if self.top else None
@@ -135,11 +145,12 @@ class SearchResult:
 
     def to_csv(self) -> str:
         """Every valid plan, one row each: plan fields, step and its parts (s), memory (GiB), fits."""
-        head = list(COLUMNS) + ["step_time_s"] + [f"{k}_s" for k in PART_KEYS] + ["memory_GiB", "fits"]
+        cols = columns(self.job)
+        head = list(cols) + ["step_time_s"] + [f"{k}_s" for k in part_keys(self.job)] + ["memory_GiB", "fits"]
         lines = [",".join(head)]
         for i in np.flatnonzero(self.valid):
             p = self.plan_dict(int(i))
-            vals = [str(p[c]) for c in COLUMNS] + [repr(float(self.step_s[i]))]
+            vals = [str(p[c]) for c in cols] + [repr(float(self.step_s[i]))]
             vals += [repr(float(x)) for x in self.parts_s[i]]
             vals += [repr(float(self.mem_bytes[i] / GiB)), str(bool(self.fits[i]))]
             lines.append(",".join(vals))
@@ -157,9 +168,9 @@ class SearchResult:
         return out
 
 
-def plan_from_row(row: Sequence[int]) -> dict[str, Any]:
+def plan_from_row(row: Sequence[int], cols: Sequence[str] = COLUMNS) -> dict[str, Any]:
     """A row of the plan table as plan fields (``space.Axis.decode``; dp as it is)."""
-    return {c: AXIS[c].decode(int(x)) if c in AXIS else int(x) for c, x in zip(COLUMNS, row)}
+    return {c: AXIS[c].decode(int(x)) if c in AXIS else int(x) for c, x in zip(cols, row)}
 
 
 def job_for(job: Job, plan: dict[str, Any]) -> Job:
@@ -190,6 +201,7 @@ class _Shared:
 
     phases: dict[Any, Any] = field(default_factory=dict)  # Phase -> PhaseCost
     workloads: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute) -> Workload
+    priced: dict[tuple, dict] = field(default_factory=dict)  # MoE: (mb, sp, recompute) -> its blocks' pass prices
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
 
 
@@ -233,7 +245,7 @@ def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], 
     and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans)."""
     axes = base.axes
     others = len(axes["zero"]) * len(axes["recompute"]) * len(axes["grad_comm_dtype"])
-    reset = split_reset(job, base.pp)
+    reset = split_reset(job, base.pp) | _moe_recompute(job, base)
     jobs: dict[tuple[int, int, int], Job] = {}
     invalid: Counter = Counter()
     examples: dict[str, str] = {}
@@ -249,6 +261,46 @@ def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], 
     return jobs, invalid, examples
 
 
+def _moe_recompute(job: Job, base: Base) -> dict[str, str]:
+    """MoE: the recompute the base's jobs are validated with. Megatron refuses moe_a2a_overlap with full recompute
+    (``spec.moe_refusal``): a base that overlaps is validated with another recompute of its axis when the job's is
+    full, so its other plans are not refused with it; ``_recompute_mask`` then refuses the full ones by name."""
+    if not (base.fields.get("moe_a2a_overlap") and job.plan.recompute == "full"):
+        return {}
+    others = [r for r in base.axes["recompute"] if r != "full"]
+    return {"recompute": others[0]} if others else {}
+
+
+def _recompute_mask(
+    job: Job, base: Base, jobs: dict, valid: np.ndarray, invalid: Counter, examples: dict[str, str]
+) -> np.ndarray:
+    """MoE: plans whose recompute the spec refuses with the base's MoE fields (``spec.moe_refusal``: the overlap
+    does not run with full recompute) made invalid, counted by the spec's own message. The recompute axis is not
+    part of the per-job validator pass (``_valid_jobs``); the refusal depends on the MoE fields only, so one
+    valid job of the base stands for all. Dense jobs: unchanged."""
+    if not job.model.is_moe or not jobs:
+        return valid
+    sample = next(iter(jobs.values()))
+    axis = AXES.index("recompute")
+    for r, rc in enumerate(base.axes["recompute"]):
+        if rc == sample.plan.recompute:
+            continue
+        try:
+            job_with(sample, recompute=rc)
+            continue
+        except SpecError as e:
+            msg = str(e)
+        index = [slice(None)] * valid.ndim
+        index[axis] = r
+        n_refused = int(valid[tuple(index)].sum())
+        if n_refused:
+            valid = valid.copy() if not valid.flags.writeable else valid
+            valid[tuple(index)] = False
+            invalid[reason(msg)] += n_refused
+            examples.setdefault(reason(msg), msg)
+    return valid
+
+
 @dataclass
 class _Grid:
     """One base's plan grid while it is evaluated: the axes' values, the valid jobs, and the stage splits."""
@@ -258,7 +310,7 @@ class _Grid:
     costs: _MemoCosts
     shared: _Shared
     n_micro: np.ndarray  # micro-batches per replica, per micro-batch size
-    splits: list[tuple[int, ...]]  # distinct layers-per-rank tuples among the valid jobs
+    splits: list[tuple]  # distinct layers-per-rank tuples among the valid jobs (``_split_key``)
     split_of_vp: np.ndarray  # vp index -> split index
     sample: dict[tuple[int, int, int], Job]  # (split, micro_batch, sp) -> one valid job with that split
 
@@ -273,16 +325,32 @@ def _grid(job: Job, base: Base, jobs: dict[tuple[int, int, int], Job], phase_cac
     any_job = next(iter(jobs.values()))
     shared = _Shared() if phase_cache is None else phase_cache.setdefault(_shared_key(any_job, base), _Shared())
     n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in base.axes["micro_batch"]], float)
-    splits: list[tuple[int, ...]] = []
+    splits: list[tuple] = []
     split_of_vp = np.zeros(len(base.axes["vp"]), int)
     for (i, _, _), valid_job in sorted(jobs.items()):
-        if valid_job.stage_layers not in splits:
-            splits.append(valid_job.stage_layers)
-        split_of_vp[i] = splits.index(valid_job.stage_layers)
+        key = _split_key(valid_job)
+        if key not in splits:
+            splits.append(key)
+        split_of_vp[i] = splits.index(key)
     sample: dict[tuple[int, int, int], Job] = {}
     for (i, j, k), valid_job in jobs.items():
         sample.setdefault((int(split_of_vp[i]), j, k), valid_job)
     return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
+
+
+def _split_key(job: Job) -> tuple:
+    """What a pipeline rank's stage-level parts depend on: its layers; MoE also which of them are MoE, which moves
+    with vp when the first layers are dense (8 layers, 3 dense, PP2: (1, 4) MoE layers per rank; with vp 2 the
+    chunks interleave, (2, 3)), as do the rank's parameters and activations."""
+    if not job.model.is_moe:
+        return job.stage_layers
+    return job.stage_layers, stage_moe_layers(job)
+
+
+def _moe_split(job: Job) -> dict[str, Any]:
+    """MoE: which of this base's layers are MoE, per pipeline rank (``step.stage_moe_layers``): the shared template
+    was built for another pp, and a first_k_dense model puts its dense layers on the first ranks only."""
+    return {"stage_moe_layers": stage_moe_layers(job)} if job.model.is_moe else {}
 
 
 def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
@@ -295,9 +363,11 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     vps_of_split = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
     dims = (len(g.splits), len(micro_sizes), len(seq_pars), len(recomputes))
     slowest: dict[tuple[int, int, int, int], Any] = {}
-    slow_parts = np.full((4,) + dims, np.nan)
+    moe = next(iter(g.jobs.values())).model.is_moe
+    slow_parts = np.full((5 if moe else 4,) + dims, np.nan)  # MoE: the exposed all-to-all fifth
     bubble = np.full((len(vps),) + dims[1:], np.nan)
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
+    moe_split = {si: _moe_split(g.sample_of_split(si)) for si in range(len(g.splits))}
     for (si, j, k), sample_job in g.sample.items():
         for r, rc in enumerate(recomputes):
             job_rc = _copy(sample_job, recompute=rc)
@@ -310,17 +380,13 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
                 layers_per_stage=max(job_rc.stage_layers),
                 chunk_layers=job_rc.chunk_layers,
                 micro_batches=int(g.n_micro[j]),
+                **moe_split[si],
             )
-            stages = stage_times(job_rc, wl, g.costs)
+            stages = stage_times(job_rc, wl, g.costs, g.shared.priced.setdefault(key, {}))
             slow, _ = slowest_and_rest(stages)
             slowest[si, j, k, r] = slow
-            # MoE: the exposed all-to-all ranks with the TP slot (the grid has no column of its own; the top plans are
-            # re-estimated, and their Breakdowns report ep_exposed apart)
-            slow_parts[:, si, j, k, r] = (
-                slow.compute,
-                slow.recompute,
-                slow.tp_exposed + slow.ep_exposed,
-                slow.cp_exposed,
+            slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed) + (
+                (slow.ep_exposed,) if len(slow_parts) == 5 else ()
             )
             for i in vps_of_split[si]:
                 if (i, j, k) in g.jobs:  # the others are invalid plans
@@ -347,6 +413,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     dims = (len(vps), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
     dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
     with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
+    ranks: dict[tuple, list] = {}  # MoE: the DP ranks (``dp_ranks``: no stage time in them), per micro-batch count
     for (si, j, k, r), slow in slowest.items():
         vps_here = [i for i in range(len(vps)) if g.split_of_vp[i] == si]
         for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
@@ -354,12 +421,17 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
             counted = with_count.get((si, z, d, j))
             if counted is None:
                 counted = with_count[si, z, d, j] = dataclasses.replace(wl, micro_batches=int(g.n_micro[j]))
-            counted = _est.slowest_dp_workload(job_zd, counted, g.costs, slow)  # MoE: the slowest DP rank, as estimate
+                if len(counted.dp_stage_splits) > 1:
+                    if (si, z, d) not in ranks:
+                        ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
+                    ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], int(g.n_micro[j]), g.costs)
+            # MoE: the slowest DP rank, as estimate
+            counted, dp_traffic = _est.slowest_dp_rank(job_zd, counted, g.costs, slow, ranks.get((si, z, d, j)))
             if not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):  # vp does not change it
-                dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow)[1]
+                dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow, dp_traffic)[1]
                 continue
             # interleaving reduces and gathers each model chunk on its own (``estimate.dp_step_exposed``)
-            parts = _est.dp_step_parts(counted, g.costs)
+            parts = dp_traffic or _est.dp_step_parts(counted, g.costs)
             for i in vps_here:
                 exposed = _est.dp_step_exposed(
                     parts, slow, g.base.pp, vps[i], counted.micro_batches, _est.reduce_passes(counted)
@@ -452,7 +524,7 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
         return _BaseResult(
             _codes(job, base, grid),
             nan,
-            np.full((len(grid), len(PART_KEYS)), np.nan),
+            np.full((len(grid), len(part_keys(job))), np.nan),
             nan,
             nan,
             np.zeros(len(grid), bool),
@@ -465,6 +537,7 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
         valid[idx] = True
     valid = np.broadcast_to(valid[:, :, :, None, None, None], shape)
     valid = _framework_zero_mask(job, base, valid, invalid, examples)
+    valid = _recompute_mask(job, base, jobs, valid, invalid, examples)
     g = _grid(job, base, jobs, phase_cache)
     slowest, slow_parts, bubble, pp_exposed = _stage_parts(g)
     # only the first stage of each kind can be the fullest (``memory.stage_kinds``), per split
@@ -489,7 +562,7 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
     return _BaseResult(
         plans=_codes(job, base, grid),
         step=np.where(valid, step, np.nan).reshape(flat),
-        parts=np.moveaxis(parts, 0, -1).reshape(flat, len(PART_KEYS)),
+        parts=np.moveaxis(parts, 0, -1).reshape(flat, len(parts)),
         exposed=np.where(valid, exposed, np.nan).reshape(flat),
         mem=mem.reshape(flat),
         valid=valid.reshape(flat).copy(),
@@ -502,8 +575,9 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
 def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
     """Step time on the (vp, mb, sp, zero, recompute, gd) grid: ``estimate.step_parts`` on arrays, summed in its order.
 
-    Axes of the inputs: slow_parts (4, vp, mb, sp, recompute); bubble and pp_exposed (vp, mb, sp, recompute);
-    dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd); n_micro (mb,).
+    Axes of the inputs: slow_parts (4, vp, mb, sp, recompute; MoE: 5, the exposed all-to-all last); bubble and
+    pp_exposed (vp, mb, sp, recompute); dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd);
+    n_micro (mb,). The parts come back in ``part_keys`` order (MoE: ep_exposed after cp_exposed, as estimate).
     """
     slow = slow_parts[:, :, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, recompute, gd)
     named = step_parts(
@@ -517,13 +591,19 @@ def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
         dp_exposed=np.moveaxis(dp_exposed, 3, 4),
         optimizer=optimizer[:, None, None, :, None, :],
     )
-    parts = [np.asarray(named[k], float) for k in BREAKDOWN_KEYS]
+    keys = BREAKDOWN_KEYS
+    if len(slow) == 5:  # MoE: m × the exposed all-to-all of the slowest stage, as estimate's ep_exposed
+        named["ep_exposed"] = n_micro[None, :, None, None, None, None] * slow[4]
+        keys = MOE_PART_KEYS
+    parts = [np.asarray(named[k], float) for k in keys]
     shape = np.broadcast_shapes(*(p.shape for p in parts))
     parts = [np.broadcast_to(p, shape) for p in parts]
     step = parts[0]
     for p in parts[1:]:
         step = step + p
-    exposed = parts[2] + parts[3] + parts[5] + parts[6]
+    exposed = parts[2] + parts[3] + parts[keys.index("pp_exposed")] + parts[keys.index("dp_exposed")]
+    if keys is MOE_PART_KEYS:
+        exposed = exposed + parts[4]
     return step, np.stack(parts), exposed
 
 
@@ -534,7 +614,7 @@ def _codes(job: Job, base: Base, grid: np.ndarray) -> np.ndarray:
     cols = {k: np.full(len(grid), AXIS[k].code(v) if k in AXIS else v) for k, v in fixed.items()}
     for i, k in enumerate(GRID_AXES):
         cols[k] = np.asarray([AXIS[k].code(x) for x in base.axes[k]], np.int64)[grid[:, i]]
-    return np.stack([cols[c] for c in COLUMNS], 1).astype(np.int64)
+    return np.stack([cols[c] for c in columns(job)], 1).astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- the search
@@ -716,62 +796,123 @@ def search(
     if verify and not interrupted:  # Ctrl-C/SIGTERM: show the partial ranking now, not after K simulations
         verify_top(job, res, verify)
     res.top = res.top[: max(top, verify)]
+    if not res.verified and res.top:  # --verify flags its best simulated plan itself (``verify_top``)
+        plan, b = res.top[0]
+        why = above_published(job_for(job, plan), b.mfu, b.hfu)
+        if why:
+            res.warnings.append(f"best plan: {why}")
     return res
 
 
 # ----------------------------------------------------------------------------- MoE dimensions
-MOE_SEARCH_FIELDS = ("ep", "etp", "moe_dispatcher", "moe_a2a_overlap")
+MOE_SEARCH_FIELDS = MOE_AXES  # ep, etp, moe_dispatcher, moe_a2a_overlap: layout axes of MoE jobs (decide.space)
 
 
 def moe_values(job: Job, options: dict[str, str | None]) -> dict[str, list[Any]]:
-    """Values of each MoE plan field to try: the ones given (comma lists, parsed by the spec's types), else the
-    job's."""
-    out: dict[str, list[Any]] = {}
-    for f in MOE_SEARCH_FIELDS:
-        text = options.get(f)
-        if text is None:
-            out[f] = [getattr(job.plan, f)]
-        else:
-            out[f] = list(dict.fromkeys(_convert(f, t) for t in text.split(",") if t.strip()))
-    return out
+    """Values of each MoE plan field to try: the ones given (comma lists or ranges, parsed by the spec's types),
+    else the job's."""
+    space = Space.parse({f: options.get(f) for f in MOE_SEARCH_FIELDS})
+    return {f: space.values(job, f, {}, raw_spec(job)) for f in MOE_SEARCH_FIELDS}
 
 
 def search_moe(
     job: Job, moe_options: dict[str, str | None], space: Space | None = None, top: int = 5, **kw: Any
 ) -> SearchResult:
-    """``search`` over the MoE plan fields as well (ep, etp, moe_dispatcher, moe_a2a_overlap): the grid search of
-    every other field once per combination Megatron accepts, the fastest combination's result returned with each
-    combination's best step in ``moe_choices`` (and its fields in the top plans)."""
-    import itertools
-
+    """``search`` with the MoE plan fields (ep, etp, moe_dispatcher, moe_a2a_overlap) as given in ``moe_options``
+    (layout axes of the one grid search); ``moe_choices`` holds each combination's best step, or why it has none
+    (the spec's refusal on the job's own plan, or that none of its plans is valid and fits)."""
+    space = space or Space()
+    given = {f: v for f, v in moe_options.items() if v is not None}
+    moe_space = Space.parse(given)
+    merged = Space({**space.constraints, **moe_space.constraints}, space.fix)
     vals = moe_values(job, moe_options)
-    tried: list[tuple[dict[str, Any], SearchResult]] = []
-    refused: list[dict[str, Any]] = []
-    for combo in itertools.product(*vals.values()):
-        change = dict(zip(vals, combo))
-        try:
-            j = job_with(job, **change)
-            tried.append((change, search(j, space, top=top, **kw)))
-        except SpecError as e:
-            refused.append({**change, "refused": str(e)})
-    if not tried:
-        raise SpecError(f"no MoE combination is valid: {refused[0]['refused'] if refused else 'none given'}")
-    tried.sort(key=lambda cr: cr[1].top[0][1].step_time_s)
-    best_change, res = tried[0]
-    res.top = [({**plan, **best_change}, b) for plan, b in res.top]
-    res.moe_choices = [{**c, "best_step_s": r.top[0][1].step_time_s} for c, r in tried] + refused
+    try:
+        res = search(job, merged, top=top, **kw)
+    except SpecError as e:
+        if not job.model.is_moe:  # the MoE flags themselves are refused (``space.bases``)
+            raise
+        refused = _refusals(job, vals)
+        if refused and len(refused) == _combinations(vals):
+            raise SpecError(f"no MoE combination is valid: {refused[0]['refused']}") from e
+        raise
+    res.moe_choices = _moe_choices(job, res, vals)
     return res
 
 
-def above_published(job: Job, mfu: float) -> str | None:
-    """Why a plan's predicted MFU is suspect: above every published run of its GPU and precision (the winner's
-    curse: the search lands where the model is most optimistic), naming the best run; None otherwise."""
-    best = best_published_mfu(job.cluster.gpu.name, job.training.precision)
-    if best is None or mfu <= best[0]:
+def _combinations(vals: dict[str, list[Any]]) -> int:
+    return math.prod(len(v) for v in vals.values())
+
+
+def _refusals(job: Job, vals: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Each MoE combination the spec refuses on the job's own plan, with the refusal."""
+    out = []
+    for combo in itertools.product(*vals.values()):
+        change = dict(zip(vals, combo))
+        try:
+            job_with(job, **change)
+        except SpecError as e:
+            out.append({**change, "refused": str(e)})
+    return out
+
+
+def _moe_choices(job: Job, res: SearchResult, vals: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Per MoE combination: the best step among the plans that fit (by the ranking's order), else why none."""
+    cols = columns(job)
+    codes = {f: res.plans[:, cols.index(f)] for f in vals}
+    best: dict[tuple, float] = {}
+    for i in res.order:  # best first
+        key = tuple(AXIS[f].decode(int(codes[f][i])) for f in vals)
+        best.setdefault(key, float(res.step_s[i]))
+    refused = {tuple(r[f] for f in vals): r for r in _refusals(job, vals)}
+    tried, others = [], []
+    for combo in itertools.product(*vals.values()):
+        change = dict(zip(vals, combo))
+        if combo in best:
+            tried.append({**change, "best_step_s": best[combo]})
+        elif combo in refused:
+            others.append(refused[combo])
+        else:
+            others.append({**change, "refused": "no plan of the space with these fields is valid and fits memory"})
+    tried.sort(key=lambda c: c["best_step_s"])
+    return tried + others
+
+
+def above_published(job: Job, mfu: float, hfu: float | None = None) -> str | None:
+    """Why a plan's predicted MFU is suspect: above every published run of its GPU at its precision's peak (the
+    winner's curse: the search lands where the model is most optimistic), naming the best run; None otherwise.
+
+    MFU counts model FLOPs only, so a plan without activation recompute can beat every published run's MFU at the
+    hardware rate those runs sustained: full recompute spends a quarter of a step's FLOPs on a second forward
+    (mosaicml/llm-foundry scripts/train/benchmarking/README.md "MFU and HFU": hfu = 4·flops_per_seq where
+    mfu = 3·flops_per_seq). The message says which: a hardware rate (HFU, ``hfu``) within the best published one
+    names that run and its recompute as the reason; one above it too is optimistic outright."""
+    best = published_best(job.cluster.gpu.name, job.training.precision)
+    if best is None or mfu <= best.mfu:
         return None
+    gpu, prec = job.cluster.gpu.name, job.training.precision
+    peak = job.cluster.gpu.peak_flops(prec) / TFLOPS
+    head = (
+        f"MFU {mfu:.1%} is above every published {gpu} {prec} run in the validation data (best {best.mfu:.1%}, "
+        f"{best.row}" + (f", {best.precision}: the same {peak:g} TFLOP/s peak)" if best.precision != prec else ")")
+    )
+    hfu = mfu if hfu is None else hfu
+    if hfu > best.hfu:
+        return (
+            f"{head}, and its hardware rate (HFU {hfu:.1%}) is above every published run's too (best {best.hfu:.1%}, "
+            f"{best.hfu_row}): treat this plan's figure as optimistic"
+        )
+    recomputes = best.hfu_row_recompute not in ("", "none") and best.hfu_row_mfu < best.hfu
+    if not recomputes:
+        return f"{head}; its hardware rate (HFU {hfu:.1%}) is within {best.hfu_row}'s ({best.hfu:.1%})"
+    mine = (
+        f"this plan does not recompute: it keeps {memory(job).activations / GiB:.1f} GiB of activations per GPU instead"
+        if job.plan.recompute == "none"
+        else f"this plan's recompute is {job.plan.recompute}"
+    )
     return (
-        f"MFU {mfu:.1%} is above every published {job.cluster.gpu.name} {job.training.precision} run in the "
-        f"validation data (best {best[0]:.1%}, {best[1]}): treat this plan's figure as optimistic"
+        f"{head}; its hardware rate is not: HFU {hfu:.1%} against {best.hfu:.1%} for {best.hfu_row}. The gap is "
+        f"activation recompute: that run recomputes (recompute {best.hfu_row_recompute}, so its MFU is "
+        f"{best.hfu_row_mfu:.1%}); {mine}. Its MFU holds if it fits memory as estimated"
     )
 
 
@@ -798,7 +939,8 @@ def verify_top(job: Job, res: SearchResult, k: int) -> None:
                     "simulate_step_s": sim.step_time_s,
                     "simulate_breakdown": sim.to_dict(),
                     "mfu": b.mfu,
-                    "above_published": above_published(verify_job, b.mfu),
+                    "hfu": b.hfu,
+                    "above_published": above_published(verify_job, b.mfu, b.hfu),
                 },
             )
         )
@@ -811,7 +953,8 @@ def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: 
     cat = lambda name, width=None: (
         np.concatenate([getattr(p, name) for p in parts]) if parts else np.zeros((0, width) if width else 0)
     )
-    plans = cat("plans", len(COLUMNS)).astype(np.int64) if parts else np.zeros((0, len(COLUMNS)), np.int64)
+    width = len(columns(job))
+    plans = cat("plans", width).astype(np.int64) if parts else np.zeros((0, width), np.int64)
     step = cat("step")
     mem = cat("mem")
     valid = cat("valid").astype(bool) if parts else np.zeros(0, bool)
@@ -831,7 +974,7 @@ def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: 
         job=job,
         plans=plans,
         step_s=step,
-        parts_s=cat("parts", len(PART_KEYS)),
+        parts_s=cat("parts", len(part_keys(job))),
         exposed_s=cat("exposed"),
         mem_bytes=mem,
         valid=valid,

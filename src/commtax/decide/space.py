@@ -7,6 +7,11 @@ with ``role="layout"``) make the *bases*: each base is one parallel layout whose
 count, and the search evaluates the grid axes of a base together. Adding a plan dimension is one line in
 ``AXES``; a layout axis is set on every job of its bases through the spec's own validator (``job_with``), so
 everything the model reads from it is priced by the model itself.
+
+The MoE axes (``moe=True``: ep, etp, moe_dispatcher, moe_a2a_overlap) exist for MoE models only: a dense job's
+bases and plan table (``columns``) are the dense ones, and an MoE flag on a dense job is refused. They default to
+the job file's values (``--ep 8,16,64`` or ``--ep 8..64`` spans them); bases that share TP/CP placement and the
+MoE fields share their layer blocks and phase prices (``decide.search._shared_key``).
 """
 
 from __future__ import annotations
@@ -29,12 +34,13 @@ from commtax.spec import Job, Plan
 class Axis:
     """One searched plan field. ``role``: "layout" axes form the bases, "grid" axes the grid inside a base.
     ``default``: "candidates" (the plan space's defaults) or "job" (the job file's value unless the user lists
-    values). ``ranged``: whether ``a..b`` is accepted (ordered values)."""
+    values). ``ranged``: whether ``a..b`` is accepted (ordered values). ``moe``: an axis of MoE models only."""
 
     name: str
     role: Literal["layout", "grid"]
     default: Literal["candidates", "job"] = "candidates"
     ranged: bool = True
+    moe: bool = False
 
     @property
     def flag(self) -> str:
@@ -52,7 +58,7 @@ class Axis:
         return int(value)
 
     def decode(self, code: int) -> Any:
-        if self.name == "sequence_parallel":
+        if Plan.model_fields[self.name].annotation is bool:  # sequence_parallel, moe_a2a_overlap
             return bool(code)
         choices = self.choices
         if choices and isinstance(choices[0], str):
@@ -71,13 +77,31 @@ AXES: tuple[Axis, ...] = (
     Axis("zero", "grid"),
     Axis("recompute", "grid", ranged=False),
     Axis("grad_comm_dtype", "grid", default="job", ranged=False),
+    # MoE models only: the expert layout and dispatcher change the MoE block (its all-to-all, expert GEMMs, edp)
+    Axis("ep", "layout", default="job", moe=True),
+    Axis("etp", "layout", default="job", moe=True),
+    Axis("moe_dispatcher", "layout", default="job", ranged=False, moe=True),
+    Axis("moe_a2a_overlap", "layout", default="job", ranged=False, moe=True),
 )
 AXIS = {a.name: a for a in AXES}
 SEARCH_FIELDS: tuple[str, ...] = tuple(a.name for a in AXES)
 LAYOUT_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.role == "layout")
 GRID_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.role == "grid")
-# the plan table: the layout, dp (it follows from the layout), then the grid
-COLUMNS: tuple[str, ...] = (*LAYOUT_AXES[:3], "dp", *GRID_AXES, *LAYOUT_AXES[3:])
+MOE_AXES: tuple[str, ...] = tuple(a.name for a in AXES if a.moe)
+DENSE_LAYOUT_AXES: tuple[str, ...] = tuple(a for a in LAYOUT_AXES if a not in MOE_AXES)
+# the plan table: the layout, dp (it follows from the layout), then the grid; MoE jobs add their axes last
+COLUMNS: tuple[str, ...] = (*DENSE_LAYOUT_AXES[:3], "dp", *GRID_AXES, *DENSE_LAYOUT_AXES[3:])
+MOE_COLUMNS: tuple[str, ...] = (*COLUMNS, *MOE_AXES)
+
+
+def layout_axes(job: Job) -> tuple[str, ...]:
+    """The layout axes of a job's search: a dense model has no MoE axes."""
+    return LAYOUT_AXES if job.model.is_moe else DENSE_LAYOUT_AXES
+
+
+def columns(job: Job) -> tuple[str, ...]:
+    """The plan table's columns of a job's search (``COLUMNS``; MoE jobs: ``MOE_COLUMNS``)."""
+    return MOE_COLUMNS if job.model.is_moe else COLUMNS
 
 
 @dataclass(frozen=True)
@@ -170,8 +194,10 @@ class Space:
         if fieldname in self.fix:
             return [getattr(job.plan, fieldname)]
         c = self.constraints.get(fieldname)
-        if AXIS[fieldname].default == "job":
-            return list(c.values) if c and c.values is not None else [getattr(job.plan, fieldname)]
+        if AXIS[fieldname].default == "job" and c is None:
+            return [getattr(job.plan, fieldname)]
+        if c is not None and c.values is not None:
+            return list(c.values)
         return (c or Constraint()).filter(candidates(fieldname, fixed, raw))
 
 
@@ -215,7 +241,7 @@ class Base:
 
     @property
     def extra(self) -> dict[str, Any]:
-        """Layout axes beyond tp, pp, cp (set on the base's jobs as they are)."""
+        """Layout axes beyond tp, pp, cp, the MoE ones included (set on the base's jobs as they are)."""
         return {k: v for k, v in self.layout if k not in ("tp", "pp", "cp")}
 
     def shape(self) -> tuple[int, ...]:
@@ -230,8 +256,10 @@ def bases(job: Job, space: Space) -> tuple[list[Base], Counter, dict[str, str]]:
     out: list[Base] = []
     skipped: Counter = Counter()
     examples: dict[str, str] = {}
-    for values in itertools.product(*(space.values(job, k, {}, raw) for k in LAYOUT_AXES)):
-        fixed = dict(zip(LAYOUT_AXES, values))
+    _refuse_moe_axes(job, space)
+    names = layout_axes(job)
+    for values in itertools.product(*(space.values(job, k, {}, raw) for k in names)):
+        fixed = dict(zip(names, values))
         tp, pp, cp = fixed["tp"], fixed["pp"], fixed["cp"]
         if n % (tp * pp * cp):
             msg = f"tp({tp}) * pp({pp}) * cp({cp}) = {tp * pp * cp} does not divide num_gpus({n})"
@@ -243,3 +271,15 @@ def bases(job: Job, space: Space) -> tuple[list[Base], Counter, dict[str, str]]:
             continue
         out.append(Base(tuple(fixed.items()), axes, space.asked("zero", job)))
     return out, skipped, examples
+
+
+def _refuse_moe_axes(job: Job, space: Space) -> None:
+    """An MoE axis asked of a dense model is named, not ignored."""
+    if job.model.is_moe:
+        return
+    for name in MOE_AXES:
+        if name in space.constraints or name in space.fix:
+            raise SpecError(
+                f"{AXIS[name].flag}: the model has no experts ({name} applies to MoE models); drop {AXIS[name].flag} "
+                "or give the model num_experts, top_k and moe_ffn_hidden"
+            )

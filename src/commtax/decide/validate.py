@@ -141,6 +141,10 @@ class RowResult:
     chosen: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # predicted hardware FLOP utilisation (model + recompute FLOPs) and the plan's recompute: what the search's
+    # winner's-curse check compares a plan's hardware rate with (``decide.intervals.published_mfu``); not in to_dict
+    hfu: float | None = None
+    recompute: str | None = None
 
 
 @dataclass
@@ -435,6 +439,8 @@ def recipe_plan(row: dict, fixed: dict) -> dict:
             continue
         if rule.get("since") and not release_at_least(row, rule["since"]):
             continue
+        if rule.get("before") and not release_before(row, rule["before"]):
+            continue
         if all(fixed.get(k, 1) == v for k, v in (rule.get("when") or {}).items()):
             return dict(rule["plan"])
     return {}
@@ -444,6 +450,12 @@ def row_release(row: dict) -> tuple[int, ...] | None:
     """The NeMo container release a row was published under ('25.11 NeMo Container' in its source), as numbers."""
     m = re.search(r"(\d\d\.\d\d(?:\.\d\d)?) NeMo Container", row.get("source") or "")
     return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+def release_before(row: dict, until: str) -> bool:
+    """Whether the row's release is older than ``until``; a row that names no release is not."""
+    rel = row_release(row)
+    return rel is not None and rel < tuple(int(x) for x in until.split("."))
 
 
 def release_at_least(row: dict, since: str) -> bool:
@@ -543,7 +555,10 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
     if notes:
         extra["note"] = "; ".join(notes)
     err = error_pct(pred, measured) if measured else None
-    return held_out_interval(RowResult(rid, measured, pred, err, chosen=choice.chosen, extra=extra))
+    hfu, recompute = round(b.hfu, 4), choice.job.plan.recompute
+    return held_out_interval(
+        RowResult(rid, measured, pred, err, chosen=choice.chosen, extra=extra, hfu=hfu, recompute=recompute)
+    )
 
 
 def predict_collective(row: dict, catalog: dict) -> RowResult:

@@ -244,6 +244,7 @@ def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
         "-m",
         "commtax.measure.launch",  # torch.distributed.run, without its traceback when commtax stops it
         "--standalone",
+        "--local-addr=127.0.0.1",  # every rank is on this host: no lookup of its name (a fresh host may not resolve it)
         f"--nproc-per-node={nproc}",
         "--max-restarts=0",
         "--shutdown-timeout=2",
@@ -265,7 +266,14 @@ def run_local(nproc: int, module_argv: list[str]) -> int:
     from commtax.signals import terminate_as_interrupt
 
     tmp = tempfile.mkdtemp(prefix="commtax-bench-")
-    env = {**os.environ, "TMPDIR": tmp, LAUNCHED_ENV: "1"}  # the ranks leave the interrupt's one line to this process
+    # the ranks talk over loopback: gloo would otherwise bind the address the host name resolves to; they leave the
+    # interrupt's one line to this process
+    env = {
+        **os.environ,
+        "TMPDIR": tmp,
+        "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+        LAUNCHED_ENV: "1",
+    }
     proc = None
     try:
         with terminate_as_interrupt():

@@ -212,11 +212,14 @@ def search_table(res: Any, mode: str, usd_per_s: float | None, n: int, wide: boo
         t.add_column(col, justify="left" if col == "plan" else "right", no_wrap=col == "plan")
     if usd_per_s is not None:
         t.add_column("$/B tok", justify="right")
+    # MoE fields the shown plans share are left to the best plan's full label (the table stays at 80 columns)
+    moe = ("ep", "etp", "moe_dispatcher", "moe_a2a_overlap")
+    same = {f for f in moe if len({p.get(f) for p, _ in res.top[:n]}) == 1}
     for k, (p, b) in enumerate(res.top[:n], 1):
         parts = b.breakdown_s
         row = [
             str(k),
-            plan_label(p),
+            plan_label({f: v for f, v in p.items() if f not in same}),
             f"{b.step_time_s:.3f}",
             pct(b.mfu),
             pct(b.comm_tax),

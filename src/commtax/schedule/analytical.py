@@ -207,13 +207,16 @@ def stage_layer_counts(job: Job, wl: Workload) -> tuple[int, ...]:
     return per_rank(wl.chunk_layers or (wl.layers_per_stage // v,) * (p * v), p, v)
 
 
-def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
+def stage_times(
+    job: Job, wl: Workload, costs: Costs, priced: dict[str, tuple[PhaseCost, ...]] | None = None
+) -> list[StageTime]:
     """Every pipeline rank, first to last: its layers, the embedding on the first, the head on the last.
-    Ranks alike (same layers, neither end) share one StageTime; ``costs.stage_cache`` keeps them across calls."""
+    Ranks alike (same layers, neither end) share one StageTime; ``costs.stage_cache`` keeps them across calls.
+    ``priced``: MoE only (``_moe_stage_times``)."""
     p = job.plan.pp
     plan = job.plan
     if wl.moe_layer is not None:
-        return _moe_stage_times(job, wl, costs)
+        return _moe_stage_times(job, wl, costs, priced)
     cache = costs.stage_cache
     # the blocks (by value: equal blocks price alike) and what _combine reads besides their phases: the TP/CP
     # overlap flags and degrees
@@ -249,44 +252,88 @@ def stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
     return out
 
 
-def _moe_stage_times(job: Job, wl: Workload, costs: Costs) -> list[StageTime]:
-    """``stage_times`` of an MoE model: each rank's dense layers and MoE layers (``Workload.stage_moe_layers``)."""
-    passes = ("fwd", "bwd", "recompute")
+def _moe_stage_times(
+    job: Job, wl: Workload, costs: Costs, priced: dict[str, tuple[PhaseCost, ...]] | None = None
+) -> list[StageTime]:
+    """``stage_times`` of an MoE model: each rank's dense layers and MoE layers (``Workload.stage_moe_layers``).
+    ``priced``: block name -> its passes' prices, filled here; a caller that prices many splits of the same blocks
+    (search, one template per micro-batch, sp and recompute) keeps it for them."""
     p = job.plan.pp
     counts = stage_layer_counts(job, wl)
     out: list[StageTime] = []
     memo: dict[tuple, StageTime] = {}
+    priced = {} if priced is None else priced  # each block's passes, priced once
+
+    def passes(block: str) -> tuple[PhaseCost, ...]:
+        if block not in priced:
+            priced[block] = tuple(costs.phase(getattr(getattr(wl, block), w)) for w in ("fwd", "bwd", "recompute"))
+        return priced[block]
+
     for s, (n, e) in enumerate(zip(counts, wl.stage_moe_layers)):
         key = (n, e, s == 0, s == p - 1)
-        if key not in memo:
+        hit = memo.get(key)
+        if hit is None:
             parts = []
             if n - e:
-                parts.append((tuple(costs.phase(getattr(wl.layer, w)) for w in passes), n - e))
+                parts.append((passes("layer"), n - e))
             if e:
-                parts.append((tuple(costs.phase(getattr(wl.moe_layer, w)) for w in passes), e))
+                parts.append((passes("moe_layer"), e))
             if s == 0:
-                parts.insert(0, (tuple(costs.phase(getattr(wl.embed, w)) for w in passes), 1))
+                parts.insert(0, (passes("embed"), 1))
             if s == p - 1:
-                parts.append((tuple(costs.phase(getattr(wl.head, w)) for w in passes), 1))
-            memo[key] = _combine(job, parts, costs.cm)
-        out.append(memo[key])
+                parts.append((passes("head"), 1))
+            hit = memo[key] = _combine(job, parts, costs.cm)
+        out.append(hit)
     return out
 
 
-def slowest_dp_workload(job: Job, wl: Workload, costs: Costs, st: StageTime) -> Workload:
+DPRank = tuple[Workload, "DPStepParts | None"]  # one pipeline rank's DP workload and its bucketed traffic
+
+
+def dp_ranks_with_count(ranks: list[DPRank], m: int, costs: Costs) -> list[DPRank]:
+    """``dp_ranks`` for ``m`` micro-batches: the bucketed traffic depends on m only where the gradients are reduced
+    every micro-batch (ZeRO-2, ``reduce_passes``)."""
+    out: list[DPRank] = []
+    for rank, parts in ranks:
+        rank = replace(rank, micro_batches=m)
+        out.append((rank, dp_step_parts(rank, costs) if parts is not None and rank.grads_sharded else parts))
+    return out
+
+
+def dp_ranks(job: Job, wl: Workload, costs: Costs) -> list[DPRank]:
+    """MoE: each kind of pipeline rank's DP workload (``Workload.dp_stage_splits``) with its per-step traffic
+    (``dp_step_parts``, where ``dp_timeline`` reads it), each carrying the optimizer of the rank with the most
+    optimizer work (``slowest_optimizer``: the step waits for the slowest): what ``slowest_dp_workload`` compares,
+    independent of the stage times, so a caller pricing many stage times (search) computes it once."""
+    ranks = [with_dp_stage(job, wl, split) for split in wl.dp_stage_splits]
+    optimizer = max((r.optimizer for r in ranks), key=lambda c: c.bytes)  # = slowest_optimizer(job, wl)
+    out: list[DPRank] = []
+    for rank in ranks:
+        rank = rank if rank.optimizer == optimizer else replace(rank, optimizer=optimizer)
+        out.append((rank, dp_step_parts(rank, costs) if rank.dp_step and not rank.dp_microbatch else None))
+    return out
+
+
+def slowest_dp_workload(
+    job: Job, wl: Workload, costs: Costs, st: StageTime, ranks: list[DPRank] | None = None
+) -> Workload:
+    """``slowest_dp_rank``'s workload."""
+    return slowest_dp_rank(job, wl, costs, st, ranks)[0]
+
+
+def slowest_dp_rank(job: Job, wl: Workload, costs: Costs, st: StageTime, ranks: list[DPRank] | None = None) -> DPRank:
     """MoE: ``wl`` with its DP/EDP ops sized for the pipeline rank whose DP (dense gradients over dp plus expert
     gradients over edp) leaves the most exposed (``dp_exposed``; then the longest link time), and the optimizer of
     the rank with the most optimizer work: each rank runs its own DP and optimizer and the step waits for the
     slowest. The rank with the most parameters may hold no experts (DeepSeek-V3's first stage: the embedding and the
     dense layers), so sizing by parameters alone drops the expert gradients of every other rank.
-    Dense workloads (one split, or none) are returned as they are."""
+    Dense workloads (one split, or none) are returned as they are (with no traffic parts). ``ranks``: ``dp_ranks``
+    when the caller has them."""
     if len(wl.dp_stage_splits) < 2:
-        return wl
-    ranks = [with_dp_stage(job, wl, s) for s in wl.dp_stage_splits]
-    link_exposed = [dp_exposed(job, r, costs, st)[1::-1] for r in ranks]
-    slowest = ranks[max(range(len(ranks)), key=lambda i: (*link_exposed[i], wl.dp_stage_splits[i] == wl.dp_split))]
-    optimizer = slowest_optimizer(job, wl)
-    return slowest if optimizer == slowest.optimizer else replace(slowest, optimizer=optimizer)
+        return wl, None
+    ranks = dp_ranks(job, wl, costs) if ranks is None else ranks
+    link_exposed = [dp_exposed(job, r, costs, st, parts)[1::-1] for r, parts in ranks]
+    return ranks[max(range(len(ranks)), key=lambda i: (*link_exposed[i], wl.dp_stage_splits[i] == wl.dp_split))]
 
 
 def slowest_optimizer(job: Job, wl: Workload) -> Compute:
@@ -297,14 +344,19 @@ def slowest_optimizer(job: Job, wl: Workload) -> Compute:
     return max((with_dp_stage(job, wl, s).optimizer for s in wl.dp_stage_splits), key=lambda c: c.bytes)
 
 
-def dp_exposed(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
+def dp_exposed(
+    job: Job, wl: Workload, costs: Costs, st: StageTime, parts: DPStepParts | None = None
+) -> tuple[float, float, float]:
     """(link time, exposed time, bytes) of data-parallel traffic per step: what the timeline leaves exposed
-    (``dp_timeline``) plus what the hidden part costs the compute it runs under (``dp_contention``)."""
-    link, exposed, nbytes = dp_timeline(job, wl, costs, st)
+    (``dp_timeline``) plus what the hidden part costs the compute it runs under (``dp_contention``). ``parts``:
+    ``dp_step_parts(wl, costs)`` when the caller has it."""
+    link, exposed, nbytes = dp_timeline(job, wl, costs, st, parts)
     return link, exposed + dp_contention(costs.cm, link, exposed, nbytes, st.link), nbytes
 
 
-def dp_timeline(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[float, float, float]:
+def dp_timeline(
+    job: Job, wl: Workload, costs: Costs, st: StageTime, parts: DPStepParts | None = None
+) -> tuple[float, float, float]:
     """(link time per step, exposed time per step, bytes per step) of data-parallel traffic.
 
     Overlapped reduction hides under the last micro-batch's backward; the last bucket stays exposed
@@ -335,7 +387,7 @@ def dp_timeline(job: Job, wl: Workload, costs: Costs, st: StageTime) -> tuple[fl
         return link, per_mb * m + last_rs, nbytes
     if not wl.dp_step:
         return 0.0, 0.0, 0.0
-    parts = dp_step_parts(wl, costs)
+    parts = dp_step_parts(wl, costs) if parts is None else parts
     if not ov:
         return parts.link, parts.link, parts.nbytes
     return parts.link, dp_step_exposed(parts, st, job.plan.pp, job.plan.vp, m, reduce_passes(wl)), parts.nbytes

@@ -108,7 +108,37 @@ def throughput_bounds(job: Job, tokens_per_s: float) -> tuple[float, float] | No
     return tokens_per_s * math.exp(lo), tokens_per_s * math.exp(hi)
 
 
+@dataclass(frozen=True)
+class PublishedBest:
+    """The best published validation runs of one GPU at one peak (``decide.intervals.published_mfu``)."""
+
+    mfu: float  # highest measured MFU
+    row: str  # its validation row
+    precision: str  # that row's precision (fp16 and bf16 share a peak)
+    hfu: float  # highest measured HFU (model + recompute FLOPs): the hardware rate the GPU was seen to sustain
+    hfu_row: str
+    hfu_row_mfu: float  # that row's MFU (lower when it recomputes)
+    hfu_row_recompute: str
+
+
+def published_best(gpu: str, precision: str) -> PublishedBest | None:
+    """The best published runs of this GPU at this precision's peak, or None (no row, or no table)."""
+    e = ((_data(str(INTERVALS_FILE)) or {}).get("published_mfu") or {}).get(f"{gpu}/{precision}")
+    if not e:
+        return None
+    mfu = float(e["mfu"])
+    return PublishedBest(
+        mfu,
+        str(e["row"]),
+        str(e.get("precision", precision)),
+        float(e.get("hfu", mfu)),
+        str(e.get("hfu_row", e["row"])),
+        float(e.get("hfu_row_mfu", mfu)),
+        str(e.get("hfu_row_recompute", "")),
+    )
+
+
 def best_published_mfu(gpu: str, precision: str) -> tuple[float, str] | None:
-    """(MFU, row id) of the best published validation run on this GPU in this precision, or None."""
-    entry = ((_data(str(INTERVALS_FILE)) or {}).get("published_mfu") or {}).get(f"{gpu}/{precision}")
-    return (float(entry["mfu"]), str(entry["row"])) if entry else None
+    """(MFU, row id) of the best published validation run on this GPU at this precision's peak, or None."""
+    best = published_best(gpu, precision)
+    return (best.mfu, best.row) if best else None

@@ -162,9 +162,17 @@ class Model(_Spec):
             return False
         return self.moe_layers == "all" or i % 2 == 1
 
+    def moe_layers_before(self, i: int) -> int:
+        """MoE layers among layers 0..i−1 (``is_moe_layer`` summed, in closed form: the search asks it per plan):
+        after the first_k_dense K, all of them, or the odd ones, ⌊i/2⌋ − ⌊K/2⌋."""
+        k = self.first_k_dense
+        if not self.is_moe or i <= k:
+            return 0
+        return i - k if self.moe_layers == "all" else i // 2 - k // 2
+
     @property
     def moe_layer_count(self) -> int:
-        return sum(self.is_moe_layer(i) for i in range(self.layers))
+        return self.moe_layers_before(self.layers)
 
     @property
     def moe_dense_layers(self) -> int:

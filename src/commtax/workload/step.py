@@ -587,7 +587,7 @@ def stage_moe_layers(job: Job) -> tuple[int, ...]:
     out = [0] * p.pp
     start = 0
     for k, n in enumerate(job.chunk_layers):
-        out[k % p.pp] += sum(m.is_moe_layer(i) for i in range(start, start + n))
+        out[k % p.pp] += m.moe_layers_before(start + n) - m.moe_layers_before(start)
         start += n
     return tuple(out)
 
