@@ -382,6 +382,7 @@ def main() -> None:
         if (cause := _interrupt_in(e)) is None:
             raise
         print(f"error: interrupted{f' ({cause})' if str(cause) else ''}", file=sys.stderr)
+        forget_caught_interrupt()
         sys.exit(130)  # errors.EXIT_INTERRUPTED
     except KeyboardInterrupt as e:  # a signal while the command's modules import: still one line, exit 130
         print(f"error: interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
