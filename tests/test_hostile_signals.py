@@ -434,3 +434,23 @@ def test_a_caught_interrupt_from_exec_code_exits_130_not_by_sigint(tmp_path, cle
         assert p.returncode == 130, p.stderr
     elif sys.version_info[:2] == (3, 11):  # the interpreter this suite runs on: the quirk is there
         assert p.returncode == -signal.SIGINT, p.stderr
+
+
+def test_an_interrupt_python_cannot_raise_is_kept_not_printed(monkeypatch):
+    """A signal landing in an import-lock callback: Python drops the exception and printed "Exception ignored in …"
+    with a traceback (the 'handler' moment, SIGHUP, one CI run). The CLI's unraisable hook keeps it for the check
+    after the imports (exit 130, one line) and prints nothing; other unraisable errors still reach the old hook."""
+    from types import SimpleNamespace
+
+    from commtax import signals
+
+    monkeypatch.setattr(signals, "RECEIVED", [])
+    passed = []
+    hook = signals.quiet_unraisable_interrupts(passed.append)
+    hook(SimpleNamespace(exc_type=KeyboardInterrupt, exc_value=KeyboardInterrupt()))  # Ctrl-C's own handler
+    assert signals.RECEIVED == ["SIGINT"] and passed == []
+    hook(SimpleNamespace(exc_type=signals.Interrupted, exc_value=signals.Interrupted("SIGHUP")))  # noted already
+    assert signals.RECEIVED == ["SIGINT"] and passed == []
+    other = SimpleNamespace(exc_type=ValueError, exc_value=ValueError("a bug"))
+    hook(other)
+    assert passed == [other]
