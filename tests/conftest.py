@@ -98,6 +98,22 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(skip)
 
 
+# issue 21's winner's-curse job: Llama-2 70B on 256 A100-80GB, the plan search picks (tp2 pp8 vp10, no recompute)
+LLAMA_256_A100 = {
+    "model": "llama2-70b",
+    "cluster": {
+        "gpu": "a100-sxm4-80gb",
+        "num_gpus": 256,
+        "gpus_per_node": 8,
+        "intra_node": "nvlink3",
+        "inter_node": "ib-hdr",
+        "nics_per_node": 8,
+    },
+    "plan": {"tp": 2, "pp": 8, "vp": 10, "recompute": "none", "sequence_parallel": True, "micro_batch": 1},
+    "training": {"seq_len": 4096, "global_batch": 1024, "precision": "bf16"},
+}
+
+
 PROGRESS = REPO / "out" / "pytest-progress.log"  # .ci/run prints its tail when the run fails or times out
 
 

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -115,20 +116,49 @@ def test_interrupted_up_removes_what_it_made(monkeypatch):
     assert not set(c.namespaces) & namespaces()
 
 
+def _running_in(ns: str, program: str) -> bool:
+    """A process of ``ns`` runs ``program`` (its argv[0] from /proc)."""
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30).stdout.split()
+    for pid in pids:
+        try:
+            if Path(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()).name == program:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 @netns
-def test_ctrl_c_on_run_kills_every_rank(cluster_file):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_on_run_kills_every_rank_and_says_one_line(cluster_file, sig):
+    """Issue 22: the signal was followed by torchrun's SignalException traceback and its warnings (36-63 lines). Now
+    `cluster run` says it once, exits 130, and no rank is left in any node."""
     require_netns()
     path, spec = cluster_file("--nodes", "2", "--link", "100mbit")
     p = subprocess.Popen(
         [sys.executable, "-m", "commtax.cli.measure", "cluster", "run", "--cluster", str(path), "--", "sleep", "300"],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    time.sleep(8)  # torchrun up, sleep running in both nodes
-    p.send_signal(signal.SIGINT)
-    assert p.wait(timeout=30) != 0
+    try:
+        end = time.monotonic() + 120  # a hang guard only: torchrun starts `sleep` in both nodes
+        while not all(_running_in(ns, "sleep") for ns in spec["emulated"]["namespaces"]):
+            assert p.poll() is None and time.monotonic() < end, "the ranks did not start"
+            time.sleep(0.2)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+    finally:  # a failed check: stop it as a user would (its ranks hold the pipe: no wait without a limit)
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=30)
+    assert p.returncode == 130 and err.splitlines() == ["commtax cluster: interrupted; stopping every rank"], err
     left = [
-        subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30).stdout.split()
         for ns in spec["emulated"]["namespaces"]
     ]
     assert left == [[], []]

@@ -137,7 +137,7 @@ def test_search_workers_die_with_a_killed_parent():
 
 def test_advise_interrupted_during_its_search_is_flagged_and_exits_130(tmp_path):
     out = tmp_path / "a.json"
-    p = commtax("advise", str(JOB), "--workers", "2", "--out", str(out))
+    p = commtax("advise", str(JOB), "--search", "--workers", "2", "--out", str(out))
     wait_for(lambda: len(children(p.pid)) >= 2 or p.poll() is not None, what="advise's search workers")
     assert p.poll() is None
     p.send_signal(signal.SIGINT)
@@ -196,6 +196,10 @@ def test_bench_stopped_by_a_signal_leaves_no_rank_and_no_temp_folder(tmp_path, s
     p.send_signal(sig)
     _, stderr = p.communicate(timeout=120)
     assert p.returncode in (130, 0), stderr[-2000:]  # 0 only if the sweep ended before the signal
+    # issue 22: no torchrun SignalException traceback, no torch elastic warnings, no line from each rank, no C++
+    # abort: commtax's one line, besides the records and the progress bar's last frame
+    said = [ln for ln in stderr.splitlines() if ln.strip() and "GB/s" not in ln and not ln.startswith("torch gloo")]
+    assert said == (["commtax bench: interrupted; stopping every rank"] if p.returncode == 130 else []), stderr
     wait_for(lambda: not any(alive(x) for x in tree), 30, "torchrun and ranks to exit")
     assert list(tmp.iterdir()) == []  # torchrun's torchelastic_* folder and ours are gone
     assert json.loads(out.read_text())  # records already written are whole
@@ -322,15 +326,6 @@ def test_search_signalled_at_any_moment_never_hangs_and_leaves_no_worker(tmp_pat
                 p.communicate()
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds a process has used (utime + stime): "it is busy in its work" however loaded the host is."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("inf")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def big_trace(path: Path, events: int = 900_000) -> Path:
     """A one-rank trace several CPU-seconds long to analyse (written as text: json.dumps of it is slower)."""
     row = '{"ph":"X","cat":"kernel","name":"k%d","pid":0,"tid":7,"ts":%d,"dur":5,"args":{}}'
@@ -338,41 +333,81 @@ def big_trace(path: Path, events: int = 900_000) -> Path:
     return path
 
 
-def _stopped_mid_run(argv: list[str], tmp_path: Path, busy_cpu_s: float) -> tuple[subprocess.Popen, str, Path]:
-    """Run a command with its own TMPDIR, SIGTERM it once it has spent ``busy_cpu_s`` of CPU in its work."""
-    tmp = tmp_path / "tmp"
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process, of the children it has reaped (cutime, cstime) and of its live descendants."""
+    total = 0.0
+    for x in [pid, *_descendants(pid)]:
+        try:
+            fields = Path(f"/proc/{x}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended just now: its reaped time shows in its parent's cutime
+            continue
+        total += sum(int(f) for f in fields[11 : 15 if x == pid else 13]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def sim_job(tmp_path: Path) -> Path:
+    """The worked example with 128× the batch: 16,384 micro-batches per replica, a few CPU-seconds to simulate."""
+    src = (Path(__file__).resolve().parents[1] / "examples" / "llama2-70b-h100.yaml").read_text()
+    assert "global_batch: 1024" in src
+    path = tmp_path / "sim-job.yaml"
+    path.write_text(src.replace("global_batch: 1024", "global_batch: 131072"))
+    return path
+
+
+WORKED = Path(__file__).resolve().parents[1] / "examples" / "llama2-70b-h100.yaml"
+# each command mid-work: (argv before --out, the output's name, CPU seconds spent in it before the signal)
+BUSY = {
+    "simulate": (lambda d: ["simulate", str(sim_job(d))], "sim.json", 1.5),
+    "report": (lambda d: ["report", str(WORKED), "--search"], "r.html", 3.0),
+    "trace": (lambda d: ["trace", str(big_trace(d / "big.json"))], "t.json", 1.5),
+    "search": (lambda d: ["search", str(JOB), "--workers", "2", "--json"], "s.json", 3.0),
+}
+AFTER_SIGNAL_CPU_S = 1.0  # "honoured within a second", in CPU time: the host's load cannot stretch it
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("command", list(BUSY))
+def test_a_signal_mid_work_is_honoured_within_a_cpu_second(tmp_path, command, sig):
+    """simulate, report, trace and search, signalled once busy in their work: exit 130 having used at most one CPU
+    second more (the process and every worker it reaped: os.wait4's rusage), no traceback, no half-written output,
+    no temp file, no process left. The 60 s wall limit is a hang guard only."""
+    argv, name, busy_cpu_s = BUSY[command]
+    tmp, out = tmp_path / "tmp", tmp_path / "out" / name
     tmp.mkdir()
-    p = commtax(*argv, env={**os.environ, "TMPDIR": str(tmp)})
-    wait_for(lambda: cpu_s(p.pid) >= busy_cpu_s or p.poll() is not None, what="the command to be busy")
-    assert p.poll() is None, "it ended before the signal: the work is too small for this test"
-    tree = [p.pid, *_descendants(p.pid)]
-    p.send_signal(signal.SIGTERM)
-    _, stderr = p.communicate(timeout=60)  # a hang guard only: it exits at once
+    out.parent.mkdir()
+    argv = [sys.executable, "-m", "commtax.cli", *argv(tmp_path), "--out", str(out)]
+    with open(tmp_path / "stdout", "w") as so, open(tmp_path / "stderr", "w") as se:
+        p = subprocess.Popen(argv, stdout=so, stderr=se, env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        wait_for(lambda: tree_cpu_s(p.pid) >= busy_cpu_s or p.poll() is not None, what="the command to be busy")
+        assert p.poll() is None, "it ended before the signal: the work is too small for this test"
+        tree = [p.pid, *_descendants(p.pid)]
+        before = tree_cpu_s(p.pid)
+        p.send_signal(sig)
+        end = time.monotonic() + 60
+        while (done := os.wait4(p.pid, os.WNOHANG))[0] == 0:
+            assert time.monotonic() < end, f"{command} still running 60 s after {sig.name}"
+            time.sleep(0.02)
+        p.returncode = os.waitstatus_to_exitcode(done[1])
+    finally:
+        if p.returncode is None:
+            p.kill()
+            p.wait(timeout=30)
+    after = done[2].ru_utime + done[2].ru_stime - before
+    stderr = (tmp_path / "stderr").read_text()
+    assert p.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    assert after <= AFTER_SIGNAL_CPU_S, f"{command} used {after:.2f} CPU-s after {sig.name}"
     wait_for(lambda: not any(alive(x) for x in tree), 30, "its processes to exit")
-    return p, stderr, tmp
-
-
-def test_report_stopped_by_sigterm_exits_130_and_writes_nothing(tmp_path):
-    out = tmp_path / "out" / "r.html"
-    out.parent.mkdir()
-    job = Path(__file__).resolve().parents[1] / "examples" / "llama2-70b-h100.yaml"
-    p, stderr, tmp = _stopped_mid_run(["report", str(job), "--out", str(out)], tmp_path, 3.0)
-    assert p.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
-    assert list(out.parent.iterdir()) == [] and list(tmp.iterdir()) == []  # no page, no half page, no temp file
-
-
-def test_trace_stopped_by_sigterm_exits_130_and_writes_nothing(tmp_path):
-    trace = big_trace(tmp_path / "big.json")
-    out = tmp_path / "out" / "t.json"
-    out.parent.mkdir()
-    p, stderr, tmp = _stopped_mid_run(["trace", str(trace), "--out", str(out)], tmp_path, 1.5)
-    assert p.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
-    assert list(out.parent.iterdir()) == [] and list(tmp.iterdir()) == []
+    assert list(tmp.iterdir()) == []  # no temp file
+    if command == "search" and out.exists():  # plans found before the signal: whole, flagged as partial
+        assert json.loads(out.read_text())["interrupted"] is True
+    else:  # no page, no half page, no partial record
+        assert list(out.parent.iterdir()) == []
 
 
 def test_advise_stopped_by_sigterm_exits_130_flagged_and_reaps_its_workers(tmp_path):
     out = tmp_path / "a.json"
-    p = commtax("advise", str(JOB), "--workers", "2", "--out", str(out))
+    p = commtax("advise", str(JOB), "--search", "--workers", "2", "--out", str(out))
     wait_for(lambda: len(children(p.pid)) >= 2 or p.poll() is not None, what="advise's search workers")
     assert p.poll() is None
     tree = [p.pid, *_descendants(p.pid)]
@@ -381,3 +416,41 @@ def test_advise_stopped_by_sigterm_exits_130_flagged_and_reaps_its_workers(tmp_p
     assert p.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
     wait_for(lambda: not any(alive(x) for x in tree), 30, "advise's workers to exit")
     assert json.loads(out.read_text())["interrupted"] is True
+
+
+@pytest.mark.parametrize("cleared", [False, True], ids=["as-is", "cleared"])
+def test_a_caught_interrupt_from_exec_code_exits_130_not_by_sigint(tmp_path, cleared):
+    """CPython 3.11 marks a KeyboardInterrupt leaving ``exec(str)`` code (dataclasses, pydantic: a Ctrl-C while the
+    CLI imports) as unhandled even once caught, and a ``python -m`` process then ends by SIGINT: -2, not 130 (the
+    'handler' moment above, one run in eight). ``forget_caught_interrupt`` (both CLI entry points call it) clears
+    the mark. ``python -m``: a script's SystemExit exits at once and never reaches the check."""
+    clear = "from commtax.cli.main import forget_caught_interrupt\nforget_caught_interrupt()\n" if cleared else ""
+    body = "try:\n    exec('raise KeyboardInterrupt')\nexcept KeyboardInterrupt:\n    pass\n"
+    (tmp_path / "caught_interrupt.py").write_text(f"import sys\n{body}{clear}sys.exit(130)\n")
+    p = subprocess.run(
+        [sys.executable, "-m", "caught_interrupt"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    if cleared:
+        assert p.returncode == 130, p.stderr
+    elif sys.version_info[:2] == (3, 11):  # the interpreter this suite runs on: the quirk is there
+        assert p.returncode == -signal.SIGINT, p.stderr
+
+
+def test_an_interrupt_python_cannot_raise_is_kept_not_printed(monkeypatch):
+    """A signal landing in an import-lock callback: Python drops the exception and printed "Exception ignored in …"
+    with a traceback (the 'handler' moment, SIGHUP, one CI run). The CLI's unraisable hook keeps it for the check
+    after the imports (exit 130, one line) and prints nothing; other unraisable errors still reach the old hook."""
+    from types import SimpleNamespace
+
+    from commtax import signals
+
+    monkeypatch.setattr(signals, "RECEIVED", [])
+    passed = []
+    hook = signals.quiet_unraisable_interrupts(passed.append)
+    hook(SimpleNamespace(exc_type=KeyboardInterrupt, exc_value=KeyboardInterrupt()))  # Ctrl-C's own handler
+    assert signals.RECEIVED == ["SIGINT"] and passed == []
+    hook(SimpleNamespace(exc_type=signals.Interrupted, exc_value=signals.Interrupted("SIGHUP")))  # noted already
+    assert signals.RECEIVED == ["SIGINT"] and passed == []
+    other = SimpleNamespace(exc_type=ValueError, exc_value=ValueError("a bug"))
+    hook(other)
+    assert passed == [other]

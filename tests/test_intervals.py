@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import LLAMA_256_A100
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -132,21 +133,6 @@ def test_the_shipped_table_is_regenerated_from_the_validation_csvs(tmp_path, val
     # `make intervals` after a model change: the shipped file must be what the model and the data give now
     assert data == shipped, "catalog/intervals.json is stale: run `make intervals`"
     assert 0.75 <= data["coverage_80_loso"] <= 0.85
-
-
-LLAMA_256_A100 = {
-    "model": "llama2-70b",
-    "cluster": {
-        "gpu": "a100-sxm4-80gb",
-        "num_gpus": 256,
-        "gpus_per_node": 8,
-        "intra_node": "nvlink3",
-        "inter_node": "ib-hdr",
-        "nics_per_node": 8,
-    },
-    "plan": {"tp": 2, "pp": 8, "vp": 10, "recompute": "none", "sequence_parallel": True, "micro_batch": 1},
-    "training": {"seq_len": 4096, "global_batch": 1024, "precision": "bf16"},
-}
 
 
 def test_a_plan_above_every_published_run_of_its_gpu_is_flagged():

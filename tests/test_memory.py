@@ -1,7 +1,7 @@
 """Per-GPU memory against Korthikanti et al. 2022 (activations) and ZeRO (model states)."""
 
 import pytest
-from conftest import job_dict
+from conftest import LLAMA_256_A100, job_dict
 
 from commtax.spec import load_job
 from commtax.workload.memory import in_flight_micro_batches, layer_activation_bytes, memory
@@ -106,19 +106,7 @@ def test_the_interleaved_no_recompute_llama_plan_of_the_search_fits_as_derived_b
     theoretical_memory_usage.py applies the same penalty), plus the embedding output."""
     from commtax.units import GiB
 
-    d = {
-        "model": "llama2-70b",
-        "cluster": {
-            "gpu": "a100-sxm4-80gb",
-            "num_gpus": 256,
-            "gpus_per_node": 8,
-            "intra_node": "nvlink3",
-            "inter_node": "ib-hdr",
-        },
-        "plan": {"tp": 2, "pp": 8, "vp": 10, "recompute": "none", "sequence_parallel": True, "micro_batch": 1},
-        "training": {"seq_len": 4096, "global_batch": 1024, "precision": "bf16"},
-    }
-    job = load_job(d)
+    job = load_job(LLAMA_256_A100)
     s, b, h, t = 4096, 1, 8192, 2
     assert layer_activation_bytes(job) == pytest.approx(33.5 * s * b * h / t)
     assert in_flight_micro_batches(job) * 80 / 8 == pytest.approx(80 * (1 + 7 / 80)) == pytest.approx(87)

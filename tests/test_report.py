@@ -74,13 +74,14 @@ def make_page(path: Path, *args) -> Path:
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
-    """The seed page (full), a job that does not fit memory, and one with bench records and another cluster."""
+    """The seed page (full: --search), a job that does not fit memory (searched), and one with bench records and
+    another cluster (the job's plan only)."""
     d = tmp_path_factory.mktemp("report")
     nofit = d / "nofit.yaml"
     nofit.write_text(yaml.safe_dump(job_dict(tp=8, pp=1, dp=None, zero=0)))
     return {
-        "seed": make_page(d / "seed.html", SEED, "--scale", "128,256,512"),
-        "nofit": make_page(d / "nofit.html", nofit, "--scale", "256,512"),
+        "seed": make_page(d / "seed.html", SEED, "--search", "--scale", "128,256,512"),
+        "nofit": make_page(d / "nofit.html", nofit, "--search", "--scale", "256,512"),
         "extras": make_page(
             d / "extras.html",
             SEED,

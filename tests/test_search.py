@@ -112,6 +112,9 @@ def test_two_workers_give_the_same_ranking():
     two = search(job, space, top=3, workers=2)
     assert [p for p, _ in one.top] == [p for p, _ in two.top]
     assert one.evaluated == two.evaluated
+    # every output in the bases' order, whichever worker ends first: the CSV rows and the refusals' examples
+    assert two.to_csv() == one.to_csv()
+    assert two.invalid_examples == one.invalid_examples and list(two.order) == list(one.order)
 
 
 def test_fixed_fields_and_ranges_restrict_the_space():

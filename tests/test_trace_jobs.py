@@ -87,3 +87,68 @@ def test_json_lists_the_jobs(tmp_path):
         (2, ["c0.json"]),
     ]
     assert jobs[2]["start_s"] - jobs[0]["start_s"] == 3600.0
+
+
+# ----------------------------------------------------------------------------- picking one job (issue 22)
+def job_file(d: Path, num_gpus: int) -> Path:
+    import yaml
+
+    cluster = {"gpu": "a100-sxm4-80gb", "num_gpus": num_gpus, "gpus_per_node": num_gpus, "intra_node": "nvlink3"}
+    cluster |= {"inter_node": "ib-hdr", "nics_per_node": 1}
+    job = {"model": "llama2-7b", "cluster": cluster, "plan": {"zero": 3}}
+    job["training"] = {"seq_len": 2048, "global_batch": 8, "precision": "bf16"}
+    path = d / f"job-{num_gpus}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def traces_in(tmp_path: Path) -> Path:
+    """The three jobs' traces in a folder of their own (the job YAMLs go beside it)."""
+    (tmp_path / "t").mkdir()
+    return folder(tmp_path / "t")
+
+
+def test_job_k_keeps_one_job(tmp_path):
+    traces_in(tmp_path)
+    r = CliRunner().invoke(app, ["trace", str(tmp_path / "t"), "--job", "2"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count("Measured per rank") == 1 and "job 1 of" not in r.output and "warning" not in r.output
+    data = json.loads(CliRunner().invoke(app, ["trace", str(tmp_path / "t"), "--job", "2", "--json"]).stdout)
+    assert data["job"] == 2 and [Path(x["file"]).name for x in data["ranks"]] == ["b0.json"]
+    assert len(data["jobs"]) == 3  # every job is still listed
+    r = CliRunner().invoke(app, ["trace", str(tmp_path / "t"), "--job", "4"])
+    assert r.exit_code == 2 and r.output.startswith("error: --job: 4 is not one of the 3 job(s) in these traces")
+
+
+def test_against_compares_the_one_job_of_its_world_size_or_asks(tmp_path):
+    traces = traces_in(tmp_path)
+    r = CliRunner().invoke(app, ["trace", str(traces), "--against", str(job_file(tmp_path, 4)), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["job"] == 2 and "against" in data
+    assert "comparing job 2 of 3, the one of the job's world size 4" in r.stderr
+    # world size 2: jobs 1 and 3 are both candidates, so the command names them and asks for --job
+    two = job_file(tmp_path, 2)
+    r = CliRunner().invoke(app, ["trace", str(traces), "--against", str(two)])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert r.output.startswith("error: --against: these 4 traces are 3 jobs (job 1: world size 2, 2 rank(s); job 2:")
+    assert "2 have the job's world size 2; pick one with --job K" in r.output
+    r = CliRunner().invoke(app, ["trace", str(traces), "--against", str(two), "--job", "3", "--json"])
+    assert r.exit_code == 0, r.output
+    assert [Path(x["file"]).name for x in json.loads(r.stdout)["ranks"]] == ["c0.json"]
+
+
+def test_report_trace_picks_the_job_of_its_world_size_or_asks(tmp_path):
+    traces = traces_in(tmp_path)
+    page = tmp_path / "r.html"
+    r = CliRunner().invoke(app, ["report", str(job_file(tmp_path, 4)), "--trace", str(traces), "-o", str(page)])
+    assert r.exit_code == 0, r.output
+    assert "the page shows job 2 of 3" in r.stderr and "b0.json" not in r.stderr
+    r = CliRunner().invoke(app, ["report", str(job_file(tmp_path, 2)), "--trace", str(traces), "-o", str(page)])
+    assert r.exit_code == 2 and "pick one with --job K" in r.output and r.output.startswith("error: --trace: ")
+    r = CliRunner().invoke(
+        app, ["report", str(job_file(tmp_path, 2)), "--trace", str(traces), "--job", "1", "-o", str(page)]
+    )
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["report", str(job_file(tmp_path, 2)), "--job", "1", "-o", str(page)])
+    assert r.exit_code == 2 and r.output.startswith("error: --job: picks one job of the --trace files")

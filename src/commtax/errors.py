@@ -14,6 +14,9 @@ from typing import Any
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd program
+# set in the ranks' environment by the commtax command that launched them: an interrupt exits 130 without a line of
+# the rank's own, the launching command prints the one line
+LAUNCHED_ENV = "COMMTAX_LAUNCHED"
 EXCERPT_CHARS = 40
 
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from commtax.errors import Interrupted
 
@@ -48,11 +50,30 @@ def terminate_as_interrupt(signals: tuple[int, ...] = TERMINATING) -> Iterator[N
 
 
 def install() -> None:
-    """For a whole process (the CLI's entry point): SIGTERM/SIGHUP raise ``Interrupted`` from now on."""
+    """For a whole process (the CLI's entry point): SIGTERM/SIGHUP raise ``Interrupted`` from now on, and an
+    interrupt Python cannot raise where it lands is remembered, not printed (``quiet_unraisable_interrupts``)."""
     if threading.current_thread() is threading.main_thread():
         for s in TERMINATING:
             if signal.getsignal(s) in (signal.SIG_DFL, None):
                 signal.signal(s, _raise_interrupted)
+        if not getattr(sys.unraisablehook, "_commtax", False):
+            sys.unraisablehook = quiet_unraisable_interrupts(sys.unraisablehook)
+
+
+def quiet_unraisable_interrupts(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``sys.unraisablehook`` that keeps a Ctrl-C/SIGTERM/SIGHUP raised inside an import-lock or weakref callback
+    (Python drops it there and printed "Exception ignored in: <function _get_module_lock.<locals>.cb>" with a
+    traceback) in ``RECEIVED`` for the CLI's check, and prints nothing; anything else goes to ``hook``."""
+
+    def quiet(unraisable: Any) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            if not RECEIVED:  # _raise_interrupted has noted SIGTERM/SIGHUP already; Ctrl-C's handler does not
+                RECEIVED.append(str(unraisable.exc_value) or "SIGINT")
+            return
+        hook(unraisable)
+
+    quiet._commtax = True  # type: ignore[attr-defined]
+    return quiet
 
 
 class Deferred:

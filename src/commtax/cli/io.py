@@ -16,6 +16,7 @@ from nowhere else in the CLI layer, so there is no import cycle between them.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from typing import Annotated, Any, NoReturn, Optional
 import typer
 
 from commtax.atomic import strict_json, write_atomic
-from commtax.errors import EXIT_INTERRUPTED, SpecError, os_error_line
+from commtax.errors import EXIT_INTERRUPTED, LAUNCHED_ENV, SpecError, os_error_line
 from commtax.units import memory_need
 
 EXIT_INFEASIBLE = 1  # the plan does not fit, or a check (--max-mape) failed
@@ -73,6 +74,14 @@ def flag(name: str, help: str) -> Any:  # noqa: A002 - typer's own keyword
     return typer.Option(name, metavar="", help=help)
 
 
+def search_flag(adds: str) -> Any:
+    """``--search/--no-search`` (default: no search, the job's own plan), the same name on report, advise and
+    compare; ``adds`` says what searching adds and roughly how long it takes."""
+    return typer.Option(
+        "--search/--no-search", help=f"also search every valid plan: {adds}; off by default", show_default=False
+    )
+
+
 def choice_list(choices: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
     """A typer ``parser`` for a comma list of choices (``--ops all_reduce,all_gather``): typer reports a bad item
     as ``Invalid value for '--ops': unknown X; choose from ...`` (exit 2)."""
@@ -99,6 +108,16 @@ PricesOpt = Annotated[
     Optional[Path], typer.Option("--prices", metavar="FILE", help="YAML file overriding catalog/prices.yaml entries")
 ]
 PlotOpt = Annotated[Optional[Path], typer.Option("--plot", metavar="PNG", help="also draw a chart to this file")]
+TraceJobOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--job",
+        min=1,
+        metavar="K",
+        help="of traces from several jobs, job K (as `commtax trace` numbers them, in the order they started); "
+        "by default the one of the job's world size",
+    ),
+]
 RentOpt = Annotated[bool, flag("--rent", "price by rental $/GPU-hour instead of owning (depreciation + power)")]
 WideOpt = Annotated[bool, flag("--wide", "all columns, past 80 (the default fits 80 columns)")]
 WorkersOpt = Annotated[
@@ -167,6 +186,12 @@ def user_errors(fn: Callable) -> Callable:
         except OSError as e:
             fail(os_error_line(e))
         except KeyboardInterrupt as e:
+            if os.environ.get(LAUNCHED_ENV):  # a rank commtax launched: the command that launched it says it once
+                sys.stdout.flush()
+                sys.stderr.flush()
+                # the finally blocks have run (no temp file left); skip the C++ teardown of the process group's
+                # threads, which can abort with "terminate called without an active exception"
+                os._exit(EXIT_INTERRUPTED)
             fail(f"interrupted{f' ({e})' if str(e) else ''}", EXIT_INTERRUPTED)
 
     return wrapper

@@ -1008,4 +1008,9 @@ if __name__ == "__main__":
     app.add_typer(cluster_app, name="cluster")
     app.add_typer(bench_app, name="bench")
     app.command("calibrate")(calibrate_command)
-    app()
+    from commtax.cli.main import forget_caught_interrupt
+
+    try:
+        app()
+    finally:  # exit 130 after a caught Ctrl-C, not death by SIGINT (see forget_caught_interrupt)
+        forget_caught_interrupt()

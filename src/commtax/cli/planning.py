@@ -28,6 +28,7 @@ from commtax.cli.io import (
     flag,
     print_table,
     progress,
+    search_flag,
 )
 from commtax.decide.cost import PowerBasis
 from commtax.decide.plans import MOE_LABEL_KEY, PLAN_LABEL_KEY, plan_label
@@ -44,6 +45,9 @@ from commtax.report.table import (
 
 TokensOpt = Annotated[Optional[float], typer.Option("--tokens", min=1, help="training tokens (default: the job's)")]
 PowerOpt = Annotated[PowerBasis, typer.Option("--power", help="GPU power used for energy")]
+SearchOpt = Annotated[
+    bool, search_flag("each cluster gets its own best plan (about 5 s per cluster on an idle core, more on a busy one)")
+]
 
 # ----------------------------------------------------------------------------- the plan fields, declared once
 # Each is a string typer passes through and ``Space.parse`` reads: values (``8``, ``1,2,4``) for every field, ranges
@@ -61,7 +65,6 @@ PLAN_OPTIONS: dict[str, tuple[str, str]] = {  # field -> (option, help)
 }
 
 MAX_VERIFY = 100  # search --verify: plans simulated (each a whole step's event graph)
-MAX_COMPARE_GPUS = 32  # compare --gpu: clusters, each searched in full
 
 
 def plan_options(command: Callable) -> Callable:
@@ -343,6 +346,7 @@ def compare_command(
     tokens: TokensOpt = None,
     rent: RentOpt = False,
     power: PowerOpt = "typical",
+    search: SearchOpt = False,
     article: Annotated[bool, flag("--article", "show the seed article's 256-GPU numbers alongside")] = False,
     pareto: Annotated[
         Optional[Path], typer.Option("--pareto", metavar="PNG", help="write the Pareto plot here")
@@ -365,119 +369,87 @@ def compare_command(
     catalog: CatalogOpt = None,
     prices: PricesOpt = None,
 ) -> None:
-    """Side-by-side clusters: step time, MFU, comm tax, days, $/B tokens, energy, each with its best plan.
+    """Side-by-side clusters: step time, MFU, comm tax, days, $/B tokens, energy, each with the job's plan.
 
-    Plan options (--tp, --pp, ...) restrict every cluster's search, e.g. to one fixed plan.
-    """
-    from commtax.decide.compare import (
-        cheapest_within,
-        compare,
-        default_scaling_counts,
-        fabric_tradeoff_lines,
-        jobs_to_compare,
-        pareto_points,
-        scaling,
-    )
-    from commtax.decide.cost import load_prices
-    from commtax.decide.search import Space
+    --search gives each cluster its own best plan instead; plan options (--tp, --pp, ...) restrict that search
+    (e.g. to one fixed plan) and so imply --search."""
+    from commtax.decide.compare import run_compare
 
-    space = Space.parse(plan)
-    price_book = load_prices(prices)
-    gpu_names = [g.strip() for item in (gpu or []) for g in item.split(",") if g.strip()]
-    repeated = sorted({g for g in gpu_names if gpu_names.count(g) > 1})
-    if repeated:
-        raise SpecError(f"--gpu: {repeated[0]} given {gpu_names.count(repeated[0])} times; give each GPU once")
-    if len(gpu_names) > MAX_COMPARE_GPUS:
-        raise SpecError(f"--gpu: {len(gpu_names)} GPUs; the limit is {MAX_COMPARE_GPUS} clusters per comparison")
-    counts = [_count(x, "--num-gpus") for x in num_gpus.split(",") if x.strip()] if num_gpus else None
-    fabric_names = [f.strip() for item in (fabric or []) for f in item.split(",") if f.strip()]
-    jobs = jobs_to_compare(list(inputs), gpu_names, counts, price_book, catalog, fabric_names)
-    mode = "rented" if rent else "owned"
-    with progress(f"searching {len(jobs)} clusters", enabled=not json_out) as update:
-        rows = compare(
-            jobs,
-            prices=price_book,
-            space=space,
+    with progress("searching clusters" if search else "pricing clusters", enabled=not json_out) as update:
+        c = run_compare(
+            list(inputs),
+            plan,
+            search_plans=search,
+            gpus=gpu,
+            fabrics=fabric,
+            num_gpus=num_gpus,
             tokens=tokens,
-            mode=mode,
+            mode="rented" if rent else "owned",
             power=power,
+            deadline=deadline,
+            pareto=pareto is not None,
+            scaling_counts=gpus,
+            want_scaling=scaling_png is not None,
             workers=workers,
+            catalog=catalog,
+            prices=prices,
             progress=update,
         )
-    data: dict[str, Any] = {
-        "mode": mode,
-        "tokens": tokens or jobs[0].training.tokens,
-        "rows": [r.to_dict(mode) for r in rows],
-    }
-    choice = None
-    if deadline is not None:
-        choice = cheapest_within(rows, deadline, mode)
-        data["deadline_days"] = deadline
-        data["deadline_choice"] = choice.name if choice else None
+    data = c.to_dict()
     if pareto is not None:
         from commtax.report.plots import pareto_plot
 
-        pts = pareto_points(rows, tokens, mode)
-        pareto_plot(pts, pareto, mode=mode)
+        pareto_plot(c.pareto, pareto, mode=c.mode)
         data["pareto_png"] = str(pareto)
     if scaling_png is not None:
         from commtax.report.plots import scaling_plot
 
-        scale = [_count(x, "--gpus") for x in (gpus or "").split(",") if x.strip()]
-        scale = scale or default_scaling_counts(jobs[0].cluster.num_gpus)
-        pts = scaling(jobs[0], [c for c in scale if c > 0], space=space, workers=workers)
-        scaling_plot(pts, scaling_png)
-        data["scaling"] = [p.to_dict() for p in pts]
+        scaling_plot(c.scaling, scaling_png, "" if c.searched else "The job's plan at each scale")
         data["scaling_png"] = str(scaling_png)
     emit(data, json_out, out)
-    if json_out:
-        return
-    print_table(compare_table(rows, mode, article, wide), wide)
+    if not json_out:
+        _print_comparison(c, article, wide, [p for p in (pareto, scaling_png) if p is not None])
+
+
+def _print_comparison(c, article: bool, wide: bool, written: list[Path]) -> None:
+    from commtax.decide.compare import fabric_tradeoff_lines
+
+    print_table(compare_table(c.rows, c.mode, article, wide, c.searched), wide)
     if not wide:
-        for r in rows:
-            if r.plan is not None:
+        for r in c.rows:
+            if r.plan is not None and r.breakdown is not None:
                 console.print(f"  {r.name}: {plan_label(r.plan)}", markup=False)
-    for line in within_interval_lines([(r.name, r.breakdown) for r in rows if r.breakdown is not None]):
+    for line in within_interval_lines([(r.name, r.breakdown) for r in c.rows if r.breakdown is not None]):
         console.print(line, markup=False)
-    for line in fabric_tradeoff_lines(rows, mode):
+    for line in fabric_tradeoff_lines(c.rows, c.mode):
         console.print(line, markup=False)
-    if deadline is not None:
-        if choice is None:
-            console.print(f"no cluster trains {data['tokens']:.3g} tokens within {deadline:g} days")
+    if c.deadline_days is not None:
+        if c.choice is None:
+            console.print(f"no cluster trains {c.tokens:.3g} tokens within {c.deadline_days:g} days")
         else:
             console.print(
-                f"cheapest within {deadline:g} days: {choice.name}: {choice.cost.days:.1f} days, "
-                f"${choice.cost.usd_per_B_tokens(mode):,.0f} per B tokens ({mode})"
+                f"cheapest within {c.deadline_days:g} days: {c.choice.name}: {c.choice.cost.days:.1f} days, "
+                f"${c.choice.cost.usd_per_B_tokens(c.mode):,.0f} per B tokens ({c.mode})"
             )
-    if pareto is not None:
-        console.print(f"wrote {pareto}")
-    if scaling_png is not None:
-        console.print(f"wrote {scaling_png}")
-
-
-def _count(text: str, option: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise SpecError(f"{option}: expected integers, got {text[:40]!r}") from None
-    if n <= 0:
-        raise SpecError(f"{option}: expected positive integers, got {n}")
-    return n
+    for path in written:
+        console.print(f"wrote {path}")
 
 
 # ----------------------------------------------------------------------------- advise
 def advise_command(
     job_file: JobArg,
     top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="changes to show")] = 8,
-    no_search: Annotated[bool, flag("--no-search", "skip the search for the best plan")] = False,
+    search: Annotated[
+        bool, search_flag("one more change, the best plan a full search finds (about 5–15 s; the rest takes ~1 s)")
+    ] = False,
     json_out: JsonOpt = False,
     out: OutOpt = None,
     workers: WorkersOpt = None,
     catalog: CatalogOpt = None,
 ) -> None:
-    """What dominates the step, and the changes that cut the comm tax, each re-estimated.
+    """What dominates the step, and the changes around the job's plan that cut the comm tax, each re-estimated.
 
-    By default one change is the best plan a full search finds (the slow part); --no-search leaves it out."""
+    --search adds one more change, the best plan a full search finds (the slow part)."""
     from commtax.decide.advise import advise
     from commtax.spec import load_job
 
@@ -490,8 +462,8 @@ def advise_command(
         if not json_out:
             console.print(pa.line(), markup=False, highlight=False)
         return
-    with progress("re-estimating changes", enabled=not json_out) as update:
-        a = advise(job, search_best=not no_search, workers=workers, progress=update)
+    with progress("re-estimating changes" + (" and searching plans" if search else ""), enabled=not json_out) as update:
+        a = advise(job, search_best=search, workers=workers, progress=update)
     emit(a.to_dict(), json_out, out)
     if json_out:
         _exit_if_interrupted(a.interrupted)

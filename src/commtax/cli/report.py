@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from commtax.cli.io import CatalogOpt, JobArg, flag
+from commtax.cli.io import CatalogOpt, JobArg, TraceJobOpt, search_flag
 from commtax.errors import SpecError
 from commtax.units import memory_need
 
@@ -87,6 +87,7 @@ def report(
             "--trace", metavar="FILE", help="profiler trace of one rank (repeat for each rank); needs commtax.trace"
         ),
     ] = None,
+    trace_job: TraceJobOpt = None,
     compare: Annotated[
         Optional[list[Path]],
         typer.Option("--compare", metavar="JOB.yaml", help="another job to show side by side (repeat for several)"),
@@ -104,14 +105,18 @@ def report(
             "--scale", metavar="N,N,...", help="GPU counts for the scaling chart (default: ¼× to 4× the job's)"
         ),
     ] = None,
-    no_search: Annotated[bool, flag("--no-search", "skip search, advise and best-plan scaling (a quick page)")] = False,
+    search: Annotated[
+        bool,
+        search_flag(
+            "a plans chart, the best plan at each scale and among the changes (about 10-30 s; the page alone ~1 s)"
+        ),
+    ] = False,
     catalog: CatalogOpt = None,
 ) -> None:
-    """One self-contained HTML page for a job: summary, step, timeline, scaling, plans (works offline).
+    """One self-contained HTML page for a job's plan: summary, step, timeline, scaling, changes (works offline).
 
-    By default it also runs a plan search, advise and the best plan's scaling (the slow part: tens of seconds
-    on a busy core); --no-search skips them for a page in a few seconds; --trace and --bench add their files'
-    analysis."""
+    --search adds a plan search, the best plan at each scale and the search's best plan among the changes (the slow
+    part: tens of seconds on a busy core); --trace and --bench add their files' analysis."""
     from rich.markup import escape
 
     from commtax.atomic import refuse_overwriting_inputs, write_atomic
@@ -122,6 +127,8 @@ def report(
     refuse_overwriting_inputs(
         {"--out": out}, [job_file, bench_cluster, catalog, *(bench or []), *(trace or []), *(compare or [])]
     )
+    if trace_job is not None and not trace:
+        raise SpecError("--job: picks one job of the --trace files; give --trace, or drop --job")
     job = load_job(job_file, catalog)
     counts = _counts(scale)
     others = [(p.stem, load_job(p, catalog)) for p in compare or []]
@@ -134,7 +141,7 @@ def report(
         try:
             from commtax.cli.io import warn
 
-            per_rank = load_trace([str(p) for p in trace], job, warn)
+            per_rank = load_trace([str(p) for p in trace], job, warn, trace_job)
         except TraceUnavailable as e:
             fail(str(e), EXIT_BAD_INPUT)
     data = collect(
@@ -145,7 +152,7 @@ def report(
         bench=bench_sets,
         trace=per_rank,
         others=others,
-        plan_search=not no_search,
+        plan_search=search,
     )
     figs = figures(data)
     write_atomic(out, render_page(data, figs))  # a new page 0666 less the umask; an existing file keeps its mode

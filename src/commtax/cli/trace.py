@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from commtax.cli.io import CatalogOpt, JsonOpt, OutOpt, emit, fail, safe_text, warn
+from commtax.cli.io import CatalogOpt, JsonOpt, OutOpt, TraceJobOpt, emit, fail, safe_text, warn
 from commtax.errors import SpecError
 from commtax.units import MB
 
@@ -227,11 +227,15 @@ def trace_command(
         typer.Option("--against", metavar="JOB.yaml", help="job YAML: show its prediction next to the measurement"),
     ] = None,
     steps: Annotated[Optional[str], typer.Option("--steps", metavar="A:B", help="only ProfilerStep#A … #B")] = None,
+    job_k: TraceJobOpt = None,
     out: OutOpt = None,
     catalog: CatalogOpt = None,
 ) -> None:
-    """Measured communication tax of a real job from PyTorch profiler traces; with --against, vs the prediction."""
-    from commtax.trace.analyze import analyze
+    """Measured communication tax of a real job from PyTorch profiler traces; with --against, vs the prediction.
+
+    Traces of several jobs (a folder of runs) give one set of tables per job; --job K keeps job K, and --against
+    compares the one job of the YAML's world size (or job K)."""
+    from commtax.trace.analyze import analyze, jobs_of, one_job
 
     try:
         from commtax.atomic import refuse_overwriting_inputs
@@ -239,25 +243,36 @@ def trace_command(
         refuse_overwriting_inputs({"--out": out}, [*traces, against, catalog])
         step_range = parse_steps(steps)
         report = analyze(traces, step_range)
+        every_job = jobs_of(report.ranks)
         cmp = None
+        job = None
         if against is not None:
             from commtax.spec import load_job
-            from commtax.trace.against import compare, job_mismatch
 
             job = load_job(against, catalog)
+        chosen, how = None, ""
+        if job is not None or job_k is not None:  # without either, every job's tables
+            report, chosen, how = one_job(report, job_k, job.cluster.num_gpus if job else None, "--against")
+        if how and job_k is None:
+            warn(f"--against: comparing {how}; --job K picks another")
+        if job is not None:
+            from commtax.trace.against import compare, job_mismatch
+
             for line in job_mismatch(report, job):  # on stderr too: the figures below may compare two jobs
                 warn(f"--against: {line}")
             cmp = compare(report, job)
     except SpecError as e:
         fail(str(e))
-    from commtax.trace.analyze import TraceReport, jobs_of, stragglers
+    from commtax.trace.analyze import TraceReport, stragglers
 
     groups = jobs_of(report.ranks)
     data = report.to_dict()
     data["jobs"] = [
         {"world_size": g[0].world_size, "start_s": g[0].start_s, "files": list(dict.fromkeys(r.file for r in g))}
-        for g in groups
+        for g in every_job
     ]
+    if chosen is not None:
+        data["job"] = chosen  # 1-based, in data["jobs"]
     if cmp is not None:
         data["against"] = cmp.to_dict()
     emit(data, json_out, out)

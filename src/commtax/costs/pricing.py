@@ -35,16 +35,24 @@ class PhaseCost:
             comm[k] = comm.get(k, 0.0) + v
         for k, v in o.comm_bytes.items():
             nbytes[k] = nbytes.get(k, 0.0) + v
-        return PhaseCost(self.compute + o.compute, self.gemm + o.gemm, self.attention + o.attention, comm, nbytes)
+        return _phase_cost(self.compute + o.compute, self.gemm + o.gemm, self.attention + o.attention, comm, nbytes)
 
     def scaled(self, x: float) -> PhaseCost:
-        return PhaseCost(
+        return _phase_cost(
             self.compute * x,
             self.gemm * x,
             self.attention * x,
             {k: v * x for k, v in self.comm.items()},
             {k: v * x for k, v in self.comm_bytes.items()},
         )
+
+
+def _phase_cost(compute: float, gemm: float, attention: float, comm: dict, comm_bytes: dict) -> PhaseCost:
+    """``PhaseCost(...)`` without the frozen dataclass's five ``object.__setattr__`` calls: a search sums and scales
+    ~10^5 of them (the fields are the class's, so equality and repr are the dataclass's)."""
+    pc = object.__new__(PhaseCost)
+    pc.__dict__.update(compute=compute, gemm=gemm, attention=attention, comm=comm, comm_bytes=comm_bytes)
+    return pc
 
 
 # Both are pure functions of frozen (hashable) values: searches and sweeps re-ask the same questions.

@@ -166,9 +166,11 @@ class Advice:
     interrupted: bool = False  # Ctrl-C/SIGTERM cut the plan search short: its best is of a partial search
     placement: list[str] = field(default_factory=list)  # where the groups sit on cluster.fabric (decide/fabric.py)
     groups: list[dict[str, Any]] = field(default_factory=list)  # the same, as numbers
+    searched: bool = False  # a full plan search ran (its best plan is one of the changes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "searched": self.searched,
             "interrupted": self.interrupted,
             "step_time_s": self.breakdown.step_time_s,
             "comm_tax": self.breakdown.comm_tax,
@@ -426,4 +428,5 @@ def advise(
         interrupted,
         placement,
         groups,
+        search_best,
     )

@@ -1,8 +1,10 @@
-"""Compare clusters for one training job: each with its own best plan from search, and what it costs.
+"""Compare clusters for one training job: each with the job's own plan (or, searching, its own best plan), and
+what it costs.
 
 ``compare(jobs)`` takes jobs that differ in cluster (or anything else); ``jobs_for_gpus(job, gpus)``
 makes them from one job by swapping the GPU and the node it is sold in (links, NICs: ``prices.yaml``
-``nodes``). ``scaling(job, counts)`` re-searches the job at several GPU counts.
+``nodes``). ``scaling(job, counts)`` prices (or re-searches) the job at several GPU counts.
+``run_compare(...)`` is ``commtax compare``: the options as the command takes them, the result as it shows it.
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ from commtax.decide.cost import (
 )
 from commtax.decide.pool_search import pool_search
 from commtax.decide.search import SearchResult, Space, search
+from commtax.decide.space import COLUMNS as SEARCH_COLUMNS
 from commtax.errors import Interrupted, SpecError
+from commtax.schedule.analytical import estimate
 from commtax.schedule.breakdown import Breakdown
 from commtax.spec import Job, build, load_catalog, resolve_entry
-from commtax.units import SECONDS_PER_DAY
+from commtax.units import SECONDS_PER_DAY, memory_need
+
+MAX_COMPARE_GPUS = 32  # compare --gpu: clusters, each priced (or searched in full)
 
 # The seed article's 256-GPU LLaMA-2 70B comparison (§4.2 table and §5.2 table). Its 通信税 is the comm share
 # (T_comm / (T_comm + T_comp), nothing overlapped), not the comm tax; tokens/day from §4.2, days and $/B from §5.2.
@@ -202,8 +208,10 @@ def compare(
     power: PowerBasis = "typical",
     workers: int | None = None,
     progress: Callable[[float, int], None] | None = None,
+    search_plans: bool = True,
 ) -> list[Row]:
-    """Each job's best plan (search, ranked by step time) and the cost of its training run.
+    """Each job's best plan (search, ranked by step time) and the cost of its training run; with ``search_plans``
+    false, each job's own plan instead (one estimate per job, no search).
 
     ``progress(done, total)`` is told how many of the jobs are done (fractions within a job's search)."""
     prices = prices or load_prices()
@@ -211,6 +219,11 @@ def compare(
     for k, job in enumerate(jobs):
         name = names[k] if names else label(job)
         cc = job_cluster_cost(job, prices, power)
+        if not search_plans:
+            rows.append(own_plan_row(name, job, cc, prices, tokens, power))
+            if progress:
+                progress(k + 1, len(jobs))
+            continue
         within = (lambda d, t, k=k: progress(k + d / max(t, 1), len(jobs))) if progress else None
         try:
             res = (
@@ -227,6 +240,25 @@ def compare(
         cost = job_training_cost(job, b.tokens_per_s, prices, tokens, power)
         rows.append(Row(name, job, plan, b, cost, cc, res))
     return rows
+
+
+def plan_of(job: Job) -> dict[str, Any]:
+    """The job's plan as search writes a plan (``plan_label`` reads either)."""
+    plan = job.plan.model_dump()
+    return {**{k: plan[k] for k in plan if k in SEARCH_COLUMNS}, "dp": job.dp}
+
+
+def own_plan_row(name: str, job: Job, cc: ClusterCost, prices: Prices, tokens: float | None, power: PowerBasis) -> Row:
+    """The job's own plan priced: one estimate; a plan that does not fit memory is a row with its reason."""
+    from commtax.decide.plans import plan_label
+
+    plan = plan_of(job)
+    b = estimate(job)
+    if not b.fits:
+        need = memory_need(b.memory_gib_per_gpu["total"], job.cluster.gpu.mem_GiB)
+        why = f"the job's plan {plan_label(plan)} does not fit memory ({need}); --search finds one that fits"
+        return Row(name, job, plan, None, None, cc, None, reason=why)
+    return Row(name, job, plan, b, job_training_cost(job, b.tokens_per_s, prices, tokens, power), cc, None)
 
 
 def jobs_to_compare(
@@ -307,7 +339,9 @@ def pareto_points(
     with the Pareto front (no other plan is both faster and cheaper) marked across all clusters."""
     pts = []
     for r in rows:
-        if r.search is None:
+        if r.search is None:  # the job's own plan, not searched: its one point
+            if r.cost is not None:
+                pts.append(Point(r.name, np.array([r.cost.days]), np.array([r.cost.usd_per_B_tokens(mode)])))
             continue
         res = r.search
         job = r.job
@@ -363,8 +397,13 @@ def default_scaling_counts(num_gpus: int) -> list[int]:
     return [num_gpus // 4, num_gpus // 2, num_gpus, num_gpus * 2, num_gpus * 4]
 
 
-def scaling(job: Job, counts: list[int], space: Space | None = None, workers: int | None = None) -> list[ScalePoint]:
-    """The job's best plan at each GPU count (same model, batch and cluster kind): comm tax and MFU vs scale."""
+def scaling(
+    job: Job, counts: list[int], space: Space | None = None, workers: int | None = None, search_plans: bool = True
+) -> list[ScalePoint]:
+    """The job's best plan at each GPU count (same model, batch and cluster kind): comm tax and MFU vs scale; with
+    ``search_plans`` false, the job's own plan at each count (``own_plan_scaling``)."""
+    if not search_plans:
+        return own_plan_scaling(job, counts)
     out = []
     for n in counts:
         cluster = {**job.cluster.model_dump(), "num_gpus": n}
@@ -396,4 +435,121 @@ def fabric_tradeoff_lines(rows: list[Row], mode: str) -> list[str]:
             f"fabric: {r.name} against {base.name}: ${(base_fab.usd - fab.usd) / 1e6:.2f}M less in switches, optics "
             f"and fibre; training {d_days:+.1f} days, {'+' if d_usd >= 0 else '−'}${abs(d_usd) / 1e6:.2f}M ({mode})"
         )
+    return out
+
+
+def own_plan_scaling(job: Job, counts: list[int], fitting_only: bool = True) -> list[ScalePoint]:
+    """The job's own plan (tp, pp, cp, …) at each GPU count, DP taking up the difference; a count where that plan is
+    not valid (or, with ``fitting_only``, does not fit memory) is a point with its reason."""
+    layout = ("tp", "pp", "cp", "vp", "micro_batch", "zero", "recompute", "sequence_parallel", "grad_comm_dtype")
+    out = []
+    for n in counts:
+        try:
+            (j,) = with_gpu_counts([job], [n])
+        except SpecError as e:
+            out.append(ScalePoint(n, None, None, str(e)))
+            continue
+        if any(getattr(j.plan, k) != getattr(job.plan, k) for k in layout):
+            out.append(ScalePoint(n, None, None, "the plan is not valid at this size"))
+            continue
+        b = estimate(j)
+        fits = b.fits or not fitting_only
+        out.append(ScalePoint(n, plan_of(j), b if fits else None, None if fits else "does not fit memory"))
+    return out
+
+
+# ----------------------------------------------------------------------------- `commtax compare`
+@dataclass
+class Comparison:
+    """What ``commtax compare`` shows: one row per cluster, and what the options asked for besides."""
+
+    rows: list[Row]
+    mode: str
+    tokens: float | None
+    searched: bool
+    deadline_days: float | None = None
+    choice: Row | None = None  # the cheapest cluster within the deadline (None: none makes it, or no deadline)
+    pareto: list[Point] | None = None
+    scaling: list[ScalePoint] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "mode": self.mode,
+            "tokens": self.tokens,
+            "searched": self.searched,
+            "rows": [r.to_dict(self.mode) for r in self.rows],
+        }
+        if self.deadline_days is not None:
+            data["deadline_days"] = self.deadline_days
+            data["deadline_choice"] = self.choice.name if self.choice else None
+        if self.scaling is not None:
+            data["scaling"] = [p.to_dict() for p in self.scaling]
+        return data
+
+
+def counts_option(text: str | None, option: str) -> list[int]:
+    """``--num-gpus 128,256`` / ``--gpus 64,128``: positive integers, or one line naming the option."""
+    out = []
+    for x in (text or "").split(","):
+        if not x.strip():
+            continue
+        try:
+            n = int(x)
+        except ValueError:
+            raise SpecError(f"{option}: expected integers, got {x[:40]!r}") from None
+        if n <= 0:
+            raise SpecError(f"{option}: expected positive integers, got {n}")
+        out.append(n)
+    return out
+
+
+def names_option(values: list[str] | None) -> list[str]:
+    """``--gpu a,b --gpu c``: the names in order, each once."""
+    return [x.strip() for item in (values or []) for x in item.split(",") if x.strip()]
+
+
+def run_compare(
+    inputs: list[str],
+    plan: dict[str, str | None],
+    *,
+    search_plans: bool = False,
+    gpus: list[str] | None = None,
+    fabrics: list[str] | None = None,
+    num_gpus: str | None = None,
+    tokens: float | None = None,
+    mode: str = "owned",
+    power: PowerBasis = "typical",
+    deadline: float | None = None,
+    pareto: bool = False,
+    scaling_counts: str | None = None,
+    want_scaling: bool = False,
+    workers: int | None = None,
+    catalog: Any = None,
+    prices: Any = None,
+    progress: Callable[[float, int], None] | None = None,
+) -> Comparison:
+    """``commtax compare``: the jobs (files, or one job on each ``--gpu``/``--fabric``, at each ``--num-gpus``), each
+    priced with its own plan, or with its best plan when ``search_plans`` (plan options restrict that search, so
+    giving any searches); the deadline's cheapest cluster, the Pareto points and the scaling points when asked."""
+    search_plans = search_plans or any(v is not None for v in plan.values())
+    space = Space.parse(plan)
+    price_book = load_prices(prices)
+    gpu_names = names_option(gpus)
+    repeated = sorted({g for g in gpu_names if gpu_names.count(g) > 1})
+    if repeated:
+        raise SpecError(f"--gpu: {repeated[0]} given {gpu_names.count(repeated[0])} times; give each GPU once")
+    if len(gpu_names) > MAX_COMPARE_GPUS:
+        raise SpecError(f"--gpu: {len(gpu_names)} GPUs; the limit is {MAX_COMPARE_GPUS} clusters per comparison")
+    counts = counts_option(num_gpus, "--num-gpus") if num_gpus else None
+    scale = counts_option(scaling_counts, "--gpus")  # checked before the work, used after it
+    jobs = jobs_to_compare(list(inputs), gpu_names, counts, price_book, catalog, names_option(fabrics))
+    rows = compare(jobs, None, price_book, space, tokens, mode, power, workers, progress, search_plans)
+    out = Comparison(rows, mode, tokens or jobs[0].training.tokens, search_plans)
+    if deadline is not None:
+        out.deadline_days, out.choice = deadline, cheapest_within(rows, deadline, mode)
+    if pareto:
+        out.pareto = pareto_points(rows, tokens, mode)
+    if want_scaling:
+        scale = scale or default_scaling_counts(jobs[0].cluster.num_gpus)
+        out.scaling = scaling(jobs[0], [c for c in scale if c > 0], space, workers, search_plans)
     return out

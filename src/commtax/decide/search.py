@@ -65,7 +65,7 @@ from commtax.spec import Job, job_with, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import fixed_reserve_bytes, memory, stage_activation_bytes, stage_kinds, stage_states
-from commtax.workload.step import build_workload, stage_moe_layers
+from commtax.workload.step import Block, Phase, Workload, build_workload, stage_moe_layers
 
 # the allowed values, as the spec declares them
 RECOMPUTE: tuple[str, ...] = AXIS["recompute"].choices
@@ -201,6 +201,7 @@ class _Shared:
 
     phases: dict[Any, Any] = field(default_factory=dict)  # Phase -> PhaseCost
     workloads: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute) -> Workload
+    interned: dict[Phase, Phase] = field(default_factory=dict)  # each distinct phase of those workloads, by value
     priced: dict[tuple, dict] = field(default_factory=dict)  # MoE: (mb, sp, recompute) -> its blocks' pass prices
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
 
@@ -338,6 +339,22 @@ def _grid(job: Job, base: Base, jobs: dict[tuple[int, int, int], Job], phase_cac
     return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
 
 
+def _interned(wl: Workload, seen: dict[Phase, Phase]) -> Workload:
+    """``wl`` with each phase of its blocks replaced by an equal one met before (by value): the workloads of one TP/CP
+    placement share their equal phases (a forward is the same whatever the recompute), so the price caches find a
+    phase by identity instead of comparing its ~30 ops each time. Equal values: the same prices."""
+
+    def block(b: Block | None) -> Block | None:
+        if b is None:
+            return None
+        f, bw, r = (seen.setdefault(x, x) for x in (b.fwd, b.bwd, b.recompute))
+        return b if f is b.fwd and bw is b.bwd and r is b.recompute else Block(b.name, f, bw, r)
+
+    return dataclasses.replace(
+        wl, layer=block(wl.layer), embed=block(wl.embed), head=block(wl.head), moe_layer=block(wl.moe_layer)
+    )
+
+
 def _split_key(job: Job) -> tuple:
     """What a pipeline rank's stage-level parts depend on: its layers; MoE also which of them are MoE, which moves
     with vp when the first layers are dense (8 layers, 3 dense, PP2: (1, 4) MoE layers per rank; with vp 2 the
@@ -374,7 +391,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
             key = (micro_sizes[j], seq_pars[k], rc)
             template = g.shared.workloads.get(key)
             if template is None:
-                template = g.shared.workloads[key] = build_workload(job_rc)
+                template = g.shared.workloads[key] = _interned(build_workload(job_rc), g.shared.interned)
             wl = dataclasses.replace(
                 template,
                 layers_per_stage=max(job_rc.stage_layers),
@@ -414,6 +431,9 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
     with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
     ranks: dict[tuple, list] = {}  # MoE: the DP ranks (``dp_ranks``: no stage time in them), per micro-batch count
+    # the DP traffic of a dense workload (``dp_step_parts``) is that of (split, zero, grad dtype, micro-batch count),
+    # whichever stage is the slowest: priced once per key, not once per (sp, recompute) as well
+    step_parts: dict[tuple[int, int, int, int], Any] = {}
     for (si, j, k, r), slow in slowest.items():
         vps_here = [i for i in range(len(vps)) if g.split_of_vp[i] == si]
         for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
@@ -431,7 +451,12 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                 dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow, dp_traffic)[1]
                 continue
             # interleaving reduces and gathers each model chunk on its own (``estimate.dp_step_exposed``)
-            parts = dp_traffic or _est.dp_step_parts(counted, g.costs)
+            if dp_traffic is not None:  # MoE: the slowest rank's, priced with its ranks
+                parts = dp_traffic
+            else:  # dense: the traffic of (split, zero, grad dtype, micro-batches), whichever stage is the slowest
+                parts = step_parts.get((si, z, d, j))
+                if parts is None:
+                    parts = step_parts[si, z, d, j] = _est.dp_step_parts(counted, g.costs)
             for i in vps_here:
                 exposed = _est.dp_step_exposed(
                     parts, slow, g.base.pp, vps[i], counted.micro_batches, _est.reduce_passes(counted)
@@ -450,8 +475,12 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
     acts = np.full(shape + (max(len(x) for x in kinds),), np.nan)
     for (i, j, k), valid_job in g.jobs.items():
         stages = kinds[g.split_of_vp[i]]
+        moe = valid_job.model.is_moe  # an MoE layer's activations read the plan's recompute: a copy per value
         for r, rc in enumerate(recomputes):
-            acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
+            if moe:
+                acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
+            else:
+                acts[i, j, k, r, : len(stages)] = stage_activation_bytes(valid_job, stages, rc)
     return acts
 
 
@@ -641,15 +670,15 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker(job: Job, chunks: list[list[Base]], conn: Any) -> None:
-    """One worker process: its chunks of bases in turn, each chunk's results sent as it ends, then None.
+def _worker(job: Job, chunks: list[list[tuple[int, Base]]], conn: Any) -> None:
+    """One worker process: its chunks of (position, base) in turn, each chunk's results sent as it ends, then None.
     Phase prices are shared by all its chunks (one cache per process). An error is sent to the parent, which
     raises it."""
     _init_worker()
     cache: dict[Any, _Shared] = {}
     try:
         for chunk in chunks:
-            conn.send(("results", [_eval_base(job, b, cache) for b in chunk]))
+            conn.send(("results", [(i, _eval_base(job, b, cache)) for i, b in chunk]))
         conn.send(("done", None))
     except Exception as e:  # the parent re-raises it: a bug in the model must not read as a partial result
         conn.send(("error", e))
@@ -670,9 +699,12 @@ def _run_workers(
     from multiprocessing.connection import wait
 
     ctx = mp.get_context("fork")
-    # interleave bases so every worker gets a mix of cheap and costly ones, in a few chunks each (progress)
-    chunks = [c for c in (todo[i :: workers * 4] for i in range(workers * 4)) if c]
-    results: list[_BaseResult] = []
+    # interleave bases so every worker gets a mix of cheap and costly ones, in a few chunks each (progress); each
+    # result comes back with its base's position: the results are put in the bases' order, whichever worker ends
+    # first (the CSV rows, the first example of a refusal and the order of equal plans do not depend on it)
+    numbered = list(enumerate(todo))
+    chunks = [c for c in (numbered[i :: workers * 4] for i in range(workers * 4)) if c]
+    results: list[tuple[int, _BaseResult]] = []
     procs, conns = [], []
     with signals.deferred() as stop:
         try:
@@ -709,7 +741,7 @@ def _run_workers(
                 proc.join(timeout=30)
             for conn in conns:
                 conn.close()
-        return results, bool(stop)
+        return [r for _, r in sorted(results, key=lambda ir: ir[0])], bool(stop)
 
 
 def evaluate_space(

@@ -242,7 +242,7 @@ def torchrun_argv(nproc: int, module_argv: list[str]) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "commtax.measure.launch",  # torch.distributed.run, without its traceback when commtax stops it
         "--standalone",
         "--local-addr=127.0.0.1",  # every rank is on this host: no lookup of its name (a fresh host may not resolve it)
         f"--nproc-per-node={nproc}",
@@ -262,12 +262,18 @@ def run_local(nproc: int, module_argv: list[str]) -> int:
     import subprocess
     import tempfile
 
-    from commtax.errors import EXIT_INTERRUPTED
+    from commtax.errors import EXIT_INTERRUPTED, LAUNCHED_ENV
     from commtax.signals import terminate_as_interrupt
 
     tmp = tempfile.mkdtemp(prefix="commtax-bench-")
-    # the ranks talk over loopback: gloo would otherwise bind the address the host name resolves to
-    env = {**os.environ, "TMPDIR": tmp, "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
+    # the ranks talk over loopback: gloo would otherwise bind the address the host name resolves to; they leave the
+    # interrupt's one line to this process
+    env = {
+        **os.environ,
+        "TMPDIR": tmp,
+        "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+        LAUNCHED_ENV: "1",
+    }
     proc = None
     try:
         with terminate_as_interrupt():

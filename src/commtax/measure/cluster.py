@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commtax.errors import excerpt
+from commtax.errors import LAUNCHED_ENV, excerpt
 from commtax.measure import cgroups
 from commtax.signals import terminate_as_interrupt
 
@@ -589,6 +589,7 @@ class EmulatedCluster:
             "OMP_NUM_THREADS=1",
             f"COMMTAX_CLUSTER={self.name}",
             "TORCH_CPP_LOG_LEVEL=ERROR",  # no reverse-DNS warnings for our private addresses
+            f"{LAUNCHED_ENV}=1",  # a commtax rank stopped by torchrun exits 130 without a line: `run` says it once
             f"PATH={launch_path()}",
             *([f"TMPDIR={tmpdir}"] if tmpdir else []),
         ]
@@ -600,7 +601,7 @@ class EmulatedCluster:
             *env,
             sys.executable,
             "-m",
-            "torch.distributed.run",
+            "commtax.measure.launch",  # torch.distributed.run, without its traceback when `run` stops it
             f"--nnodes={self.nodes}",
             f"--node-rank={node}",
             f"--nproc-per-node={self.ranks_per_node}",

@@ -144,6 +144,7 @@ class ReportData:
     wall_breakdowns: list[tuple[float, Breakdown]] = field(default_factory=list)
     search: Any | None = None  # search.SearchResult
     search_note: str = ""
+    searched: bool = False  # a plan search ran (plans chart, best-plan scaling)
     advice: Any | None = None  # advise.Advice
     advice_note: str = ""
     bench: list[BenchSet] = field(default_factory=list)
@@ -167,27 +168,11 @@ def _cost(job: Job, b: Breakdown, prices: Any | None, tokens: float | None = Non
         return None, str(e)
 
 
-def _same_plan(a: Job, b: Job) -> bool:
-    keep = ("tp", "pp", "cp", "vp", "micro_batch", "zero", "recompute", "sequence_parallel", "grad_comm_dtype")
-    return all(getattr(a.plan, k) == getattr(b.plan, k) for k in keep)
-
-
 def own_plan_scaling(job: Job, counts: Sequence[int]) -> list[tuple[int, Breakdown | None, str]]:
-    """The job's own plan (tp, pp, cp, …) at each GPU count, DP taking up the difference."""
-    from commtax.decide.compare import with_gpu_counts
+    """The job's own plan (tp, pp, cp, …) at each GPU count, DP taking up the difference (fitting memory or not)."""
+    from commtax.decide.compare import own_plan_scaling as points
 
-    out = []
-    for n in counts:
-        try:
-            (j,) = with_gpu_counts([job], [n])
-        except SpecError as e:
-            out.append((n, None, str(e)))
-            continue
-        if not _same_plan(j, job):
-            out.append((n, None, "the plan is not valid at this size"))
-            continue
-        out.append((n, estimate(j), ""))
-    return out
+    return [(p.num_gpus, p.breakdown, p.reason or "") for p in points(job, list(counts), fitting_only=False)]
 
 
 def collect(
@@ -201,8 +186,11 @@ def collect(
     workers: int | None = 1,
     prices: Any | None = None,
     plan_search: bool = True,
+    advice: bool = True,
 ) -> ReportData:
-    """Run everything the page shows. Parts that cannot be computed for this job say why instead."""
+    """Run everything the page shows. Parts that cannot be computed for this job say why instead. ``plan_search``
+    adds the plan search, the best plan at each scale and the search's best plan among the advice (the slow part);
+    ``advice`` the changes around the job's plan."""
     from commtax.decide.demo import communication_wall, scaled_gpu
 
     b = estimate(job)
@@ -220,8 +208,8 @@ def collect(
         data.wall_breakdowns.append((row.compute_speedup, estimate(job.model_copy(update={"cluster": cluster}))))
     counts = list(scale or default_scale(job))
     data.own_scaling = own_plan_scaling(job, counts)
+    data.searched = plan_search
     if plan_search:
-        from commtax.decide.advise import advise
         from commtax.decide.compare import scaling
         from commtax.decide.search import search
 
@@ -230,8 +218,13 @@ def collect(
             data.search = search(job, top=top, workers=workers)
         except SpecError as e:
             data.search_note = str(e)
+    else:
+        data.search_note = "not searched (the page is about the job's plan); `commtax report --search` adds the search"
+    if advice:  # the changes around the job's plan; with the search, its best plan is one of them
+        from commtax.decide.advise import advise
+
         try:
-            data.advice = advise(job, workers=workers)
+            data.advice = advise(job, search_best=plan_search, workers=workers)
         except SpecError as e:
             data.advice_note = str(e)
     for label, other in others:
@@ -1266,17 +1259,24 @@ def trace_figures(result: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def load_trace(paths: Sequence[str], job: Any = None, warn: Any = None) -> dict[str, dict[str, float]]:
-    """Per-rank measured figures from profiler traces, through ``commtax.trace`` when it is installed; with
-    ``job`` and ``warn``, ``warn(line)`` for each reason the traces may be of another job (world size, GPU)."""
+def load_trace(
+    paths: Sequence[str], job: Any = None, warn: Any = None, k: int | None = None
+) -> dict[str, dict[str, float]]:
+    """Per-rank measured figures from profiler traces, through ``commtax.trace`` when it is installed; of traces
+    from several jobs, job ``k`` or the one of the job's world size (``trace.analyze.one_job``); with ``job`` and
+    ``warn``, ``warn(line)`` for each reason the traces may be of another job (world size, GPU)."""
     try:
         from commtax import trace as trace_mod  # type: ignore[attr-defined]
+        from commtax.trace.analyze import one_job
     except ImportError:
         raise TraceUnavailable("--trace: trace support (commtax.trace) is not installed in this build yet") from None
     try:
         result = trace_mod.analyze([str(p) for p in paths])
     except (ValueError, OSError) as e:  # an unreadable or foreign trace file: one line, exit 2
         raise SpecError(f"--trace: {e}") from None
+    result, _, how = one_job(result, k, job.cluster.num_gpus if job is not None else None, "--trace")
+    if how and k is None and warn is not None:
+        warn(f"--trace: the page shows {how}; --job K picks another")
     if job is not None and warn is not None:
         from commtax.trace.against import job_mismatch
 

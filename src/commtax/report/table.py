@@ -237,22 +237,25 @@ def search_table(res: Any, mode: str, usd_per_s: float | None, n: int, wide: boo
     return t
 
 
-def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False) -> Table:
-    """Clusters side by side, each with its best plan. 80 columns: the essentials; ``wide`` adds the plan,
-    comm share, energy and capex; ``article`` adds the seed article's comm share, B tokens/day, days and $/B."""
+def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False, searched: bool = True) -> Table:
+    """Clusters side by side, each with its best plan (``searched``) or the job's own. 80 columns: the essentials;
+    ``wide`` adds the plan, comm share, energy and capex; ``article`` adds the seed article's comm share,
+    B tokens/day, days and $/B."""
     from commtax.decide.compare import ARTICLE_256
 
-    t = new_table(f"Clusters, each with its best plan ($ {mode})")
+    plan_col = "best plan" if searched else "plan"
+    whose = "its best" if searched else "the job's"
+    t = new_table(f"Clusters, each with {whose} plan ($ {mode})")
     cols = ["cluster", "step s", "MFU", "tax", "B tok/day", "days", "$/B tok"]
     if wide:
-        cols[1:1] = ["best plan"]
+        cols[1:1] = [plan_col]
         cols[5:5] = ["share"]
         cols += ["MWh", "capex M$"]
     fabrics = [r.fabric_capex for r in rows]
     if any(f is not None for f in fabrics):  # switches + optics + fibre (decide.fabric_cost), next to GPU time
         cols += ["fabric M$"]
     for c in cols:
-        left = c in ("cluster", "best plan")
+        left = c in ("cluster", plan_col)
         t.add_column(
             c if wide else c.replace(" ", "\n"),
             justify="left" if left else "right",
@@ -270,7 +273,7 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False)
             b, c = r.breakdown, r.cost
             values = {
                 "cluster": r.name,
-                "best plan": plan_label(r.plan),
+                plan_col: plan_label(r.plan),
                 "step s": f"{b.step_time_s:.2f}"
                 + (f" ({b.step_time_s_p10:.2f}–{b.step_time_s_p90:.2f})" if wide and b.step_time_s_p10 else ""),
                 "MFU": pct(b.mfu),

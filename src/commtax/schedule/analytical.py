@@ -156,11 +156,12 @@ def ep_exposed(job: Job, fwd: PhaseCost, bwd: PhaseCost, rc: PhaseCost, cm: Comp
 def _combine(
     job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]], cm: ComputeModel | None = None
 ) -> StageTime:
-    fwd = bwd = rc = PhaseCost()
+    fwd = bwd = rc = None  # the first part as it is (0 + x = x): one sum fewer per pass
     for (f, b, r), count in parts:
-        fwd = fwd + (f.scaled(count) if count != 1 else f)
-        bwd = bwd + (b.scaled(count) if count != 1 else b)
-        rc = rc + (r.scaled(count) if count != 1 else r)
+        f, b, r = (f.scaled(count), b.scaled(count), r.scaled(count)) if count != 1 else (f, b, r)
+        fwd, bwd, rc = (f, b, r) if fwd is None else (fwd + f, bwd + b, rc + r)
+    if fwd is None:
+        fwd = bwd = rc = PhaseCost()
     exp_f, exp_b, exp_r = _exposed(job, fwd, cm), _exposed(job, bwd, cm), _exposed(job, rc, cm)
     if job.model.is_moe:
         ep_f, ep_b = ep_exposed(job, fwd, bwd, rc, cm)

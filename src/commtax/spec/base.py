@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -28,11 +29,18 @@ class _Spec(BaseModel):
     def _strict_numbers(cls, data: Any) -> Any:
         """YAML ``true`` is not the number 1: a bool is accepted only where the field is a yes/no."""
         if isinstance(data, dict):
-            for name, f in cls.model_fields.items():
+            for name in _number_fields(cls):
                 v = data.get(name)
-                if isinstance(v, bool) and not allows_bool(f.annotation):
+                if isinstance(v, bool):
                     raise ValueError(f"{name}: expected a number, got {str(v).lower()}")
         return data
+
+
+@functools.lru_cache(maxsize=256)
+def _number_fields(cls: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of a spec class that refuse a bool, in field order (read once per class: a search validates
+    ~10^4 plans)."""
+    return tuple(name for name, f in cls.model_fields.items() if not allows_bool(f.annotation))
 
 
 def allows_bool(annotation: Any) -> bool:

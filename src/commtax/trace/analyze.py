@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from commtax.costs.collectives import bus_factor
+from commtax.errors import SpecError
 from commtax.trace import intervals as iv
 from commtax.trace.collect import COMM, COMPUTE, KINDS, Collected, Lane, collect, parallel_group
 from commtax.trace.reader import trace_files
@@ -478,6 +479,38 @@ def jobs_of(ranks: list[RankReport]) -> list[list[RankReport]]:
         else:
             groups.append([r])
     return sorted(groups, key=lambda g: g[0].start_s or 0.0)  # in the order the jobs started
+
+
+def one_job(
+    report: TraceReport, k: int | None, world_size: int | None, option: str
+) -> tuple[TraceReport, int | None, str]:
+    """The ranks of one job of ``report``, (sub-report, its number, how it was chosen): job ``k`` (1-based, in the
+    order the jobs started: ``commtax trace`` prints "job K of N"), else the one job of ``world_size`` (the job YAML's
+    num_gpus); a report of one job is itself. Several jobs and no way to choose is a ``SpecError`` naming them."""
+    groups = jobs_of(report.ranks)
+
+    def sub(i: int) -> TraceReport:
+        return TraceReport(ranks=groups[i], stragglers=stragglers(groups[i]), notes=report.notes)
+
+    listing = "; ".join(
+        f"job {i}: world size {g[0].world_size or '?'}, {len(g)} rank(s)" for i, g in enumerate(groups, 1)
+    )
+    if k is not None:
+        if not 1 <= k <= len(groups):
+            raise SpecError(f"--job: {k} is not one of the {len(groups)} job(s) in these traces ({listing})")
+        return (sub(k - 1), k, f"job {k} of {len(groups)}") if len(groups) > 1 else (report, 1, "")
+    if len(groups) == 1:
+        return report, None, ""
+    match = [i for i, g in enumerate(groups) if world_size is not None and g[0].world_size == world_size]
+    if len(match) == 1:
+        i = match[0]
+        return sub(i), i + 1, f"job {i + 1} of {len(groups)}, the one of the job's world size {world_size}"
+    why = f"{len(match)} have the job's world size {world_size}" if match else f"none has world size {world_size}"
+    raise SpecError(
+        f"{option}: these {len(report.ranks)} traces are {len(groups)} jobs ({listing})"
+        + (f" and {why}" if world_size is not None else "")
+        + "; pick one with --job K"
+    )
 
 
 def analyze(paths: list[Path | str] | Path | str, step_range: tuple[int, int] | None = None) -> TraceReport:

@@ -160,13 +160,15 @@ def stage_kinds(job: Job) -> tuple[int, ...]:
     return _kinds(job.stage_layers)
 
 
-def stage_activation_bytes(job: Job, stages: Iterable[int] | None = None) -> list[float]:
+def stage_activation_bytes(job: Job, stages: Iterable[int] | None = None, recompute: str | None = None) -> list[float]:
     """Activation bytes of pipeline ranks ``stages`` (default: all): its layers × in-flight micro-batches, the
-    embedding output on the first and the fp32 logits on the last (pp == 1: both)."""
+    embedding output on the first and the fp32 logits on the last (pp == 1: both). ``recompute``: the plan's, or
+    another value of it (a search's grid: no job copy per value; MoE jobs take the plan's)."""
     m, p, tr = job.model, job.plan, job.training
-    per_layer = layer_activation_bytes(job)
-    full_layer = layer_activation_bytes(job, recompute="none") if p.recompute == "full" else 0.0
     moe_layers = stage_moe_layers(job)
+    recompute = p.recompute if recompute is None or moe_layers else recompute
+    per_layer = layer_activation_bytes(job, recompute)
+    full_layer = layer_activation_bytes(job, recompute="none") if recompute == "full" else 0.0
     per_moe_layer = moe_layer_activation_bytes(job) if moe_layers else 0.0
     tokens = p.micro_batch * tr.seq_len // p.cp
     embedding = activation_bytes_per_element(tr.precision) * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)

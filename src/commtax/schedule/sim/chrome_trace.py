@@ -32,6 +32,10 @@ def spans(sim: Sim) -> Iterator[tuple[Task, int, float, float, str]]:
     """(task, stream id, start_s, duration_s, kind) of every span to draw: a task, and its tail on other streams."""
     by_name = {(s.device, s.name): s.id for s in sim.streams}
     for t in sorted(sim.tasks, key=lambda t: (t.start_s, t.id)):
+        if t.train is not None:  # each of its transfers, as it ran
+            for u, start, dur in sim.transfers(t):
+                yield u, t.stream, start, dur, t.kind
+            continue
         if not t.tail:
             yield t, t.stream, t.start_s, t.duration_s, t.kind
             continue

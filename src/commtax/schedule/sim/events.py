@@ -9,6 +9,13 @@ name *links* (``Sim.link``): it starts at once and shares them with the other tr
 max-min fair rates (schedule/sim/network.py), so its end moves whenever a transfer on its links
 starts or ends; after the run its ``duration_s`` is the time it took, ``work_s`` its time alone.
 
+A *train* (``Sim.train``) is one task standing for n transfers that run one after another on its stream,
+transfer j launched ``offsets_s[j]`` after an *anchor* task starts (ZeRO-2's gradient buckets, each launched
+when the backward it runs under has produced its last gradient). Alone on its stream and link, its timeline
+is the max-plus recurrence B_j = max(anchor start + offset_j, E_{j−1}), E_j = B_j + work_j, priced in closed
+form with one event; it is stepped transfer by transfer only while another transfer shares its link, so the
+timeline is the one n separate tasks would give.
+
 Events are finish times kept in a heap of ``(time_s, priority, sequence, task)`` (SimPy's
 ordering), so a run is reproducible to the bit. Each task records its *cause*: the task whose
 finish let it start (its last dependency, its stream predecessor, or the channel holder), which
@@ -18,14 +25,123 @@ makes the critical path a walk over ``cause`` links.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 Tail = tuple[tuple[str, str, float], ...]  # (stream name, kind, seconds) at the end of a task
 
 
 class SimError(ValueError):
     """A malformed task graph: negative duration, a dangling dependency, or a deadlock."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainShape:
+    """A train's transfers: when each launches after the anchor starts, its time alone, and its bytes (for traces).
+
+    ``suffix_work_s[j]`` = Σ_{k≥j} work_k and ``suffix_reach_s[j]`` = max_{k≥j} (offset_k + Σ_{k'≥k} work_k'): from
+    transfer j on, a train alone ends at max(F + suffix_work_s[j], anchor start + suffix_reach_s[j]), F the end of
+    transfer j − 1 (the recurrence unrolled). Likewise up to transfer j: with W_j = ``prefix_work_s[j]`` = Σ_{k<j}
+    work_k and ``prefix_reach_s[j]`` = max_{k<j} (offset_k − W_k), transfer j − 1 ends at
+    max(F + W_j, anchor start + prefix_reach_s[j] + W_j), F the end of the stream's previous task.
+    """
+
+    offsets_s: tuple[float, ...]
+    work_s: tuple[float, ...]
+    bytes: tuple[float, ...]
+    suffix_work_s: tuple[float, ...] = field(init=False)
+    suffix_reach_s: tuple[float, ...] = field(init=False)
+    prefix_work_s: tuple[float, ...] = field(init=False)
+    prefix_reach_s: tuple[float, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.offsets_s)
+        if not n or len(self.work_s) != n or len(self.bytes) != n:
+            raise SimError(
+                f"a train needs one offset, work and bytes per transfer, got {n}, {len(self.work_s)}, {len(self.bytes)}"
+            )
+        if not all(w >= 0.0 for w in self.work_s) or not all(o >= 0.0 for o in self.offsets_s):
+            raise SimError(f"a train's offsets and work must be ≥ 0 s, got {self.offsets_s}, {self.work_s}")
+        if any(b < a for a, b in zip(self.offsets_s, self.offsets_s[1:])):
+            raise SimError(f"a train's transfers launch in order: offsets {self.offsets_s} must not decrease")
+        suffix = tuple(accumulate(reversed(self.work_s)))[::-1]
+        reach = tuple(accumulate((o + w for o, w in zip(reversed(self.offsets_s), reversed(suffix))), max))[::-1]
+        object.__setattr__(self, "suffix_work_s", suffix)
+        object.__setattr__(self, "suffix_reach_s", reach)
+        prefix = (0.0, *accumulate(self.work_s))
+        object.__setattr__(self, "prefix_work_s", prefix)
+        object.__setattr__(
+            self, "prefix_reach_s", (-math.inf, *accumulate((o - w for o, w in zip(self.offsets_s, prefix)), max))
+        )
+
+    @property
+    def total_work_s(self) -> float:
+        return self.suffix_work_s[0]
+
+
+# what a train is doing: each transfer at its own rate up to a projected end (one event), waiting to launch its
+# next transfer onto a link another transfer holds, or one transfer in the flow network
+SOLO, WAIT, NET = 0, 1, 2
+
+
+class Train:
+    """A train's run state (``Sim.train``); ``took`` holds the transfers that took longer than their work (shared)."""
+
+    __slots__ = ("shape", "anchor", "anchor_s", "next", "free_s", "launch_s", "state", "token", "took")
+
+    def __init__(self, shape: TrainShape, anchor: int):
+        self.shape, self.anchor = shape, anchor
+        self.anchor_s = -1.0  # when the anchor started
+        self.next = 0  # the first transfer not finished
+        self.free_s = 0.0  # when transfer ``next`` − 1 ended (or the train became the head of its stream)
+        self.launch_s = 0.0  # when transfer ``next`` started, while it is in the flow network
+        self.state = SOLO
+        self.token = -1  # the heap sequence of its live event (SOLO: its projected end; WAIT: its next launch)
+        self.took: dict[int, float] | None = None
+
+    def start_of(self, j: int, free_s: float) -> float:
+        return max(self.anchor_s + self.shape.offsets_s[j], free_s)
+
+    def projected_end(self) -> float:
+        """Its end if every transfer from ``next`` on runs at its own rate (nothing else on its link)."""
+        sh, j = self.shape, self.next
+        return max(self.free_s + sh.suffix_work_s[j], self.anchor_s + sh.suffix_reach_s[j])
+
+    def durations(self) -> list[float]:
+        """Each transfer's time, as it ran."""
+        d = list(self.shape.work_s)
+        for j, x in (self.took or {}).items():
+            d[j] = x
+        return d
+
+    def end_after(self, anchor_start_s: float, free_s: float, free: bool) -> float:
+        """The end of its last transfer for another anchor start and stream predecessor end (``_makespan_without``),
+        each transfer taking the time it took — or none when ``free``."""
+        sh = self.shape
+        if free:
+            return max(free_s, anchor_start_s + sh.offsets_s[-1])
+        if not self.took:
+            return max(free_s + sh.suffix_work_s[0], anchor_start_s + sh.suffix_reach_s[0])
+        # in closed form before the first transfer that took longer and after the last, stepped in between
+        first, last = min(self.took), max(self.took)
+        w = sh.prefix_work_s[first]
+        end = max(free_s + w, anchor_start_s + sh.prefix_reach_s[first] + w) if first else free_s
+        for j in range(first, last + 1):
+            b = anchor_start_s + sh.offsets_s[j]
+            end = (b if b > end else end) + self.took.get(j, sh.work_s[j])
+        if last + 1 < len(sh.work_s):
+            end = max(end + sh.suffix_work_s[last + 1], anchor_start_s + sh.suffix_reach_s[last + 1])
+        return end
+
+    def spans(self) -> Iterator[tuple[int, float, float]]:
+        """(transfer, start_s, duration_s) of each transfer as it ran (after ``Sim.run``)."""
+        end = -1.0
+        for j, (o, d) in enumerate(zip(self.shape.offsets_s, self.durations())):
+            b = max(self.anchor_s + o, end)
+            yield j, b, d
+            end = b + d
 
 
 @dataclass(slots=True)
@@ -63,6 +179,7 @@ class Task:
         "channel_prev",
         "links",
         "work_s",
+        "train",
     )
 
     def __init__(
@@ -85,6 +202,7 @@ class Task:
         self.tail = tail  # the last seconds of the task, spent on other streams of the device (see Sim.task)
         self.links: tuple[int, ...] = ()  # flow-network links it crosses (Sim.link), shared max-min fairly
         self.work_s = duration_s  # its time alone on its links (duration_s becomes the time it took)
+        self.train: Train | None = None  # a train of transfers (Sim.train)
         self.succ: list[int] = []
         self.waiting = 0  # unfinished dependencies
         # set by Sim.run: ready_s (when it could first start; it may then wait for its channel),
@@ -108,6 +226,7 @@ class Sim:
         self.events = 0
         self.start_order: list[int] = []  # task ids as they started: a topological order of every constraint
         self.network = None  # a FlowNetwork once a link is made
+        self.anchored: dict[int, list[int]] = {}  # task id -> the trains that launch when it starts
         self._ran = False
 
     # ------------------------------------------------------------------ construction
@@ -178,6 +297,49 @@ class Sim:
         self.streams[stream].tasks.append(tid)
         return tid
 
+    def train(
+        self,
+        name: str,
+        stream: int,
+        shape: TrainShape,
+        anchor: int,
+        kind: str = "dp",
+        priority: int = 0,
+        meta: tuple = (),
+        links: tuple[int, ...] = (),
+    ) -> int:
+        """Add a train of transfers after every task already on ``stream``; returns its id (see the module docstring).
+
+        Transfer j launches ``shape.offsets_s[j]`` after task ``anchor`` starts, and after transfer j − 1; a train
+        is one task for its stream, its successors and the breakdown (``duration_s`` the sum of its transfers'
+        times, ``work_s`` of their times alone). ``links``: at most one flow-network link, shared with the other
+        transfers on it.
+        """
+        tid = len(self.tasks)
+        if not 0 <= anchor < tid:
+            raise SimError(f"train {name!r}: anchor {anchor} does not exist (tasks 0..{tid - 1})")
+        if len(links) > 1 or (links and (self.network is None or not 0 <= links[0] < len(self.network.capacity))):
+            raise SimError(f"train {name!r}: links {links} must be one existing link, or none")
+        tid = self.task(name, stream, shape.total_work_s, (), kind, priority, None, meta, (), links)
+        t = self.tasks[tid]
+        t.train = Train(shape, anchor)
+        t.waiting = 1  # its anchor's start
+        self.anchored.setdefault(anchor, []).append(tid)
+        return tid
+
+    def transfers(self, t: Task) -> Iterator[tuple[Task, float, float]]:
+        """The transfers a task stands for, as (task view, start_s, duration_s): itself, or each of a train's."""
+        if t.train is None:
+            yield t, t.start_s, t.duration_s
+            return
+        sh = t.train.shape
+        for j, start, d in t.train.spans():
+            u = Task(t.id, t.name, t.stream, d, (), t.kind, t.priority, None, t.meta + (sh.bytes[j],))
+            u.ready_s = u.start_s = start
+            u.end_s = start + d
+            u.work_s = sh.work_s[j]
+            yield u, start, d
+
     # ------------------------------------------------------------------ run
     def run(self) -> float:
         """Run to completion; returns the makespan in seconds. Raises SimError on a deadlock."""
@@ -196,7 +358,8 @@ class Sim:
         # a transfer alone on its one link runs at its own rate, as a plain task (the common case, kept cheap);
         # it joins the network when another transfer comes onto its link
         on_link = [0] * (len(net.capacity) if net is not None else 0)
-        solo: dict[int, int] = {}  # link -> the transfer alone on it, outside the network
+        solo: dict[int, int] = {}  # link -> the transfer (or train) alone on it, outside the network
+        trains = self.anchored
 
         def reschedule(ends: dict[int, float]) -> None:
             nonlocal seq
@@ -205,25 +368,159 @@ class Sim:
                 seq += 1
                 heapq.heappush(heap, (end, tasks[tid].priority, seq, tid))
 
+        def push(t: Task, at: float) -> int:
+            nonlocal seq
+            seq += 1
+            heapq.heappush(heap, (at, t.priority, seq, t.id))
+            return seq
+
+        def settle(o: Task, now: float) -> None:
+            """A train alone on its link (SOLO) when another transfer comes: bring it up to ``now``; between two of
+            its transfers (or done) it leaves the link and waits for its next launch."""
+            tr = o.train
+            j, free, a = tr.next, tr.free_s, tr.anchor_s
+            offsets, work = tr.shape.offsets_s, tr.shape.work_s
+            n = len(work)
+            b = 0.0
+            while j < n:  # the recurrence, up to the transfer on the wire at ``now`` (or the next to launch)
+                b = a + offsets[j]
+                if free > b:
+                    b = free
+                if b > now or b + work[j] > now:
+                    break
+                free = b + work[j]
+                j += 1
+            tr.next, tr.free_s = j, free
+            if j < n and b <= now:  # transfer j is on the wire: it will share (``into_network``)
+                tr.launch_s = b
+                return
+            lk = o.links[0]
+            del solo[lk]
+            on_link[lk] = 0
+            if j < n:  # between transfers: the next one launches onto the link as it is then
+                tr.state, tr.token = WAIT, push(o, b)
+            # else its projected end is now: that event (still live) finishes it
+
+        def claim(links: tuple[int, ...], now: float) -> bool:
+            """Whether a transfer starting on ``links`` now runs alone at its own rate (a train there settled first)."""
+            if trains:
+                for lk in links:
+                    o = solo.get(lk)
+                    if o is not None and tasks[o].train is not None:
+                        settle(tasks[o], now)
+            return len(links) == 1 and not on_link[links[0]] and net.capacity[links[0]] >= 1
+
+        def into_network(tid: int, work_s: float, links: tuple[int, ...], now: float) -> None:
+            for lk in links:
+                on_link[lk] += 1
+                other = solo.pop(lk, None)
+                if other is not None:  # it shares from now on: into the network with the work it has left
+                    o = tasks[other]
+                    tr = o.train
+                    if tr is None:
+                        left = o.start_s + o.duration_s - now
+                    else:  # the train's transfer on the wire (``settle``)
+                        left = tr.launch_s + tr.shape.work_s[tr.next] - now
+                        tr.state = NET
+                    if len(links) == 1 and not net.multi:  # the two onto one link at once: their rates set once
+                        reschedule(net.start_two(other, left, tid, work_s, lk, now))
+                        return
+                    reschedule(net.start(other, left, o.links, now))
+            reschedule(net.start(tid, work_s, links, now))
+
+        def go_solo(t: Task) -> None:
+            """A train's transfers from ``next`` on at their own rate: one event at their end."""
+            tr = t.train
+            tr.state, tr.token = SOLO, push(t, tr.projected_end())
+            if t.links:
+                on_link[t.links[0]] = 1
+                solo[t.links[0]] = t.id
+
+        def launch(t: Task, now: float) -> None:
+            """A train's next transfer, once the one before it ended (``free_s``)."""
+            tr = t.train
+            if not t.links:
+                go_solo(t)
+                return
+            at = tr.start_of(tr.next, tr.free_s)
+            if claim(t.links, now):  # nothing else on its link: alone until another transfer comes (``settle``)
+                go_solo(t)
+            elif at <= now:  # launching now onto a link another transfer holds
+                tr.state, tr.launch_s = NET, now
+                into_network(t.id, tr.shape.work_s[tr.next], t.links, now)
+            else:  # launching later, onto a link that is busy now
+                tr.state, tr.token = WAIT, push(t, at)
+
+        def train_event(t: Task, now: float, sq: int) -> bool:
+            """A heap event of a train; True when its last transfer ended."""
+            tr = t.train
+            n = len(tr.shape.work_s)
+            if tr.state == NET:
+                if flow_end.get(t.id) != now:
+                    return False  # stale: its rate changed since
+                del flow_end[t.id]
+                took = now - tr.launch_s
+                if took != tr.shape.work_s[tr.next]:
+                    if tr.took is None:
+                        tr.took = {}
+                    tr.took[tr.next] = took
+                tr.next += 1
+                tr.free_s = now
+                lk = t.links[0]
+                if tr.next < n and on_link[lk] > 1 and not net.multi and tr.start_of(tr.next, now) <= now:
+                    # the next transfer takes this one's place on the shared link at once: no other rate changes
+                    tr.launch_s = now
+                    reschedule(net.renew(t.id, tr.shape.work_s[tr.next], now))
+                    return False
+                reschedule(net.finish(t.id, now))
+                on_link[lk] -= 1
+            elif sq != tr.token:
+                return False  # stale: settled or launched since
+            elif tr.state == WAIT:
+                launch(t, now)
+                return False
+            else:  # SOLO: its projected end
+                if t.links and solo.get(t.links[0]) == t.id:
+                    del solo[t.links[0]]
+                    on_link[t.links[0]] = 0
+                tr.next, tr.free_s = n, now
+            if tr.next < n:
+                launch(t, now)
+                return False
+            t.duration_s = t.work_s
+            if tr.took is not None:  # what sharing its link added
+                t.duration_s += sum(x - tr.shape.work_s[j] for j, x in tr.took.items())
+            return True
+
+        def activate(t: Task, now: float, cause: int | None) -> None:
+            """A train at the head of its stream, its anchor started: its first transfer launches."""
+            tr = t.train
+            t.ready_s = t.start_s = tr.start_of(0, now)
+            t.cause = tr.anchor if cause is None or t.start_s > now else cause
+            started.append(t.id)
+            tr.free_s = now
+            launch(t, now)
+
         def start(t: Task, now: float, cause: int | None) -> None:
             nonlocal seq
             t.start_s, t.cause = now, cause
             if t.channel is not None:
                 t.channel_prev, chan_last[t.channel] = chan_last[t.channel], t.id
             started.append(t.id)
+            if trains and t.id in trains:  # the trains launched from its start
+                for x in trains[t.id]:
+                    u = tasks[x]
+                    u.train.anchor_s = now
+                    u.waiting -= 1
+                    if not u.waiting:
+                        try_stream(streams[u.stream], now, t.id)
             if t.links and t.duration_s > 0:
                 links = t.links
-                if len(links) == 1 and not on_link[links[0]] and net.capacity[links[0]] >= 1:
+                if claim(links, now):
                     on_link[links[0]] = 1
                     solo[links[0]] = t.id
                 else:
-                    for lk in links:
-                        on_link[lk] += 1
-                        other = solo.pop(lk, None)
-                        if other is not None:  # it shares from now on: into the network with the work it has left
-                            o = tasks[other]
-                            reschedule(net.start(other, o.start_s + o.duration_s - now, o.links, now))
-                    reschedule(net.start(t.id, t.duration_s, links, now))
+                    into_network(t.id, t.duration_s, links, now)
                     return
             seq += 1
             heapq.heappush(heap, (now + t.duration_s, t.priority, seq, t.id))
@@ -235,6 +532,9 @@ class Sim:
             if t.waiting:
                 return
             s.busy = True
+            if t.train is not None:
+                activate(t, now, cause)
+                return
             t.ready_s = now
             if t.channel is not None:
                 if chan_busy[t.channel]:
@@ -248,9 +548,12 @@ class Sim:
         now = 0.0
         events = 0
         while heap:
-            now, _, _, tid = heapq.heappop(heap)
+            now, _, sq, tid = heapq.heappop(heap)
             t = tasks[tid]
-            if t.links and t.duration_s > 0:
+            if t.train is not None:
+                if not train_event(t, now, sq):
+                    continue
+            elif t.links and t.duration_s > 0:
                 if solo.get(t.links[0]) == tid:  # alone all along: done at its own rate
                     del solo[t.links[0]]
                     on_link[t.links[0]] = 0

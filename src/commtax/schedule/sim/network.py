@@ -90,6 +90,27 @@ class FlowNetwork:
             self.on[lk].add(tid)
         return self._share(links, now)
 
+    def start_two(self, a: int, a_work_s: float, b: int, b_work_s: float, lk: int, now: float) -> dict[int, float]:
+        """``start(a)`` then ``start(b)`` on the one link ``lk`` at the same instant (a transfer that ran alone outside
+        the network, and the one that comes to share with it), each rate set once: the same rates and finish times."""
+        assert not self.multi
+        k = len(self.on[lk])
+        out = self._others(lk, k, k + 2, now)
+        r = min(1.0, self.capacity[lk] / (k + 2))
+        for t, w in ((a, a_work_s), (b, b_work_s)):
+            self.links[t] = (lk,)
+            self.on[lk].add(t)
+            self.remaining[t], self.since[t], self.rate[t] = w, now, r
+            out[t] = now + w / r
+        return out
+
+    def renew(self, tid: int, work_s: float, now: float) -> dict[int, float]:
+        """Transfer ``tid`` ends and another of ``work_s`` takes its place on the same one link at once (a train's
+        next transfer, ``events.Sim.train``): as many transfers share the link, so nobody's rate changes."""
+        assert not self.multi and len(self.links[tid]) == 1
+        self.remaining[tid], self.since[tid] = work_s, now
+        return {tid: now + work_s / self.rate[tid]}
+
     def finish(self, tid: int, now: float) -> dict[int, float]:
         links = self.links.pop(tid)
         del self.remaining[tid], self.since[tid], self.rate[tid]

@@ -88,6 +88,11 @@ def _makespan_without(sim: Sim, free: list[set[str]]) -> list[float]:
         t = tasks[i]
         prev = last_on_stream[t.stream]
         last_on_stream[t.stream] = i
+        if t.train is not None:  # its transfers after its anchor's start and its stream predecessor (Train.end_after)
+            a = t.train.anchor
+            for e, dur, f in zip(ends, durations, free):
+                e[i] = t.train.end_after(e[a] - dur[a], e[prev] if prev >= 0 else 0.0, t.kind in f)
+            continue
         preds = t.deps if prev < 0 else t.deps + (prev,)
         c = t.channel_prev
         for e, dur, f in zip(ends, durations, free):

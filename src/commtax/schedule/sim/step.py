@@ -35,7 +35,7 @@ from commtax.schedule.analytical import (
     slowest_dp_workload,
     stage_times,
 )
-from commtax.schedule.sim.events import Sim, SimError, Tail
+from commtax.schedule.sim.events import Sim, SimError, Tail, TrainShape
 from commtax.schedule.sim.pipeline import (
     Pass,
     ScheduleDeadlock,
@@ -71,6 +71,9 @@ class SimOptions:
     nic_contention: bool = True  # DP and PP traffic of a GPU share its NIC when both leave the node
     # how they share it: "flows" at max-min fair rates (schedule/sim/network.py), "channel" one transfer at a time
     network: Literal["flows", "channel"] = "flows"
+    # ZeRO-2's reductions after every backward as one train per pass (events.Sim.train: the same timeline, one task
+    # instead of one per bucket and per piece of the pass); False: a task per bucket, each piece of the pass its own
+    bucket_trains: bool = True
 
 
 @dataclass
@@ -140,6 +143,7 @@ class StepBuilder:
         # a pass's pieces by (virtual stage, phase)
         self._cuts: dict[tuple[int, str], list[tuple[float, tuple[int, ...], float, list[float]]]] = {}
         self._codec: dict[float, float] = {}
+        self._trains: dict[tuple[int, str], TrainShape | None] = {}  # a reducing backward's train by (chunk, phase)
         self.chunks = [self._chunk(k) for k in range(self.V)]
         self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
         self.send_bytes = self.costs.sent_bytes(self.wl.pp_send) if self.p > 1 else 0.0
@@ -543,6 +547,58 @@ class StepBuilder:
         buckets = self._buckets(chunk.params)
         return [(w, (), 0.0, [buckets[i] for i in idx]) for w, idx in self._cut(weights, params, buckets)]
 
+    def _train(self, dev: Device, x: Pass, chunk: Chunk) -> TrainShape | None:
+        """ZeRO-2: a backward's bucket reductions as one train (``Sim.train``), or None where a task per bucket is
+        needed (ZeRO-1's last backward, a codec on the compute stream, a NIC held as a channel).
+
+        Each bucket launches when the cut path's piece that completes it ends: the pieces run back to back on the
+        device (nothing else enters its compute and TP/CP streams mid-pass), so that is the pass's start plus the
+        pieces' times so far (a piece's time: its steps', each the longest of its tasks); the pass itself is then
+        drawn whole. Priced once per chunk and phase, as the cut is."""
+        wl = self.wl
+        if not (
+            self.options.bucket_trains
+            and wl.grads_sharded
+            and wl.dp_step
+            and self.ov.dp
+            and x.phase == self.grad_phase
+            and not wl.dp_microbatch
+            and (dev.dp_link is None or dev.flows)
+        ):
+            return None
+        k = x.chunk * self.p + x.stage
+        key = (k, x.phase)
+        if key in self._trains:
+            return self._trains[key]
+        shape = None
+        if self._pass_tasks(k, x.phase):  # the pass has a first task to launch it from
+            offsets: list[float] = []
+            buckets: list[float] = []
+            at = 0.0
+            for frac, _, _, reduce in self._pieces(dev, x, chunk):
+                at += self._pass_s(k, x.phase, frac)
+                offsets += [at] * len(reduce)
+                buckets += reduce
+            if buckets and all(self._codec_s(n) == 0 for n in buckets):
+                priced = [self._dp(wl.dp_step[0], n, False, dev.stage) for n in buckets]
+                shape = TrainShape(tuple(offsets), tuple(t for t, _ in priced), tuple(b for _, b in priced))
+        self._trains[key] = shape
+        return shape
+
+    def _pass_templates(self, k: int, phase: str, frac: float) -> list[Template]:
+        """The templates a backward piece of ``frac`` emits, in order (as ``_add_pass``)."""
+        if phase == "W":
+            return [self._pass_template(k, "bwd", frac / 2)]
+        bwd = self._pass_template(k, "bwd", frac / 2 if self.split_bwd else frac)
+        return [self._pass_template(k, "recompute", frac), bwd]
+
+    def _pass_s(self, k: int, phase: str, frac: float) -> float:
+        """How long a backward piece takes on the device: its steps one after another, each its longest task."""
+        return sum(max(x[2] for x in step) for tmpl in self._pass_templates(k, phase, frac) for step in tmpl[0])
+
+    def _pass_tasks(self, k: int, phase: str) -> int:
+        return sum(len(tmpl[0]) for tmpl in self._pass_templates(k, phase, 1.0))
+
     def _add_pass(self, dev: Device, x: Pass) -> None:
         """Add one pass's tasks (what it receives was added before: ``dependency_order``)."""
         k = x.chunk * self.p + x.stage
@@ -557,7 +613,9 @@ class StepBuilder:
         meta = x  # (stage, mb, chunk, phase)
         deps: tuple[int, ...] = dev.prev + ((recv,) if recv >= 0 else ())
         z3 = wl.dp_microbatch
-        for frac, wait, gather_params, reduce_params in self._pieces(dev, x, chunk):
+        train = self._train(dev, x, chunk)
+        anchor = len(sim.tasks)  # the pass's first task: its start launches the train
+        for frac, wait, gather_params, reduce_params in ONE_PIECE if train else self._pieces(dev, x, chunk):
             deps += wait
             if z3:
                 prefetch = (
@@ -591,6 +649,11 @@ class StepBuilder:
                 dev.piece_ends.append(deps)
                 if len(dev.piece_ends) > 2:
                     dev.piece_ends.pop(0)
+        if train is not None:
+            links = (dev.nic,) if dev.flows else ()
+            dev.grads.append(sim.train("grad bucket", st["dp"], train, anchor, "dp", 1, meta, links))
+            dev.bytes["dp"] += sum(train.bytes)
+            dev.buckets += len(train.work_s)
         dev.prev = deps
         if x.phase == "F" and k < self.V - 1:
             dev.bytes["pp"] += self.send_bytes
