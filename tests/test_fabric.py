@@ -51,6 +51,17 @@ def test_a_capped_flow_frees_its_share():
     ]
 
 
+def test_tcp_shares_a_link_per_connection_not_per_job():
+    # an all-to-all over 4 nodes (3 connections per node, w = 1/3 each: pace 3) loads leaf 0's uplink with 4/3 of
+    # its rate x (0→2, 0→3, 1→2, 1→3); a background flow of cap 50 shares it. Per connection the 5 flows on the
+    # uplink of 200 get 40 each (Jain, Chiu & Hawe 1984): the flow is held to 40 < 50, the all-to-all x = 3·40 = 120
+    # (per job, equal x for both, it would be 4/3 x + x = 200: x = 85.7)
+    link = ("leaf", 0, "up")
+    a2a, bg = Coflow(1e9, ((link, 4 / 3),), pace=3.0), Coflow(50.0, ((link, 1.0),))
+    (x, why_x), (y, why_y) = max_min([a2a, bg], lambda _: 200.0)
+    assert (x, y) == (pytest.approx(120.0), pytest.approx(40.0)) and why_x == why_y == link
+
+
 def test_identical_coflows_count_as_many():
     link = ("leaf", 0, "up")
     assert max_min([Coflow(10.0, ((link, 1.0),), count=4)], lambda _: 8.0) == [(2.0, link)]
@@ -63,6 +74,7 @@ def test_identical_coflows_count_as_many():
             st.floats(0.5, 20),
             st.lists(st.tuples(st.integers(0, 3), st.floats(0.1, 2)), min_size=1, max_size=3, unique_by=lambda x: x[0]),
             st.integers(1, 3),
+            st.sampled_from([1.0, 2.0, 3.0, 7.0]),
         ),
         min_size=1,
         max_size=6,
@@ -70,9 +82,10 @@ def test_identical_coflows_count_as_many():
     st.lists(st.floats(0.5, 20), min_size=4, max_size=4),
 )
 def test_max_min_is_feasible_and_every_flow_is_blocked(flows, caps):
-    """No link over capacity; every coflow sits at its cap or on a full link it loads (max-min optimality)."""
+    """No link over capacity; every coflow sits at its cap or on a full link it loads (max-min optimality), whatever
+    the number of connections (pace) each coflow spreads its rate over."""
     links = [("leaf", i, "up") for i in range(4)]
-    cf = [Coflow(c, tuple((links[i], u) for i, u in use), n) for c, use, n in flows]
+    cf = [Coflow(c, tuple((links[i], u) for i, u in use), n, pace) for c, use, n, pace in flows]
     rates = max_min(cf, lambda lk: caps[lk[1]])
     load = {lk: sum(c.count * u * r for c, (r, _) in zip(cf, rates) for l2, u in c.usage if l2 == lk) for lk in links}
     assert all(load[lk] <= caps[lk[1]] * (1 + 1e-6) for lk in links)
@@ -138,6 +151,32 @@ def test_a_background_flow_across_the_spine_halves_the_ring():
     # a flow capped at 50 Mbit/s freezes first; the ring takes the other 150
     slow = {**SPINE_2_1, "flows": [{"src": 0, "dst": 2, "rate_Gbps": 0.05}]}
     assert placement(cluster(slow), 4, 1, "all_reduce").inter.bw_bytes_per_s == pytest.approx(0.75 * B)
+
+
+def test_all_to_all_against_a_background_flow_gets_its_connections_share():
+    # the case above on the 4×1, 2:1 cluster with `cluster load --from 0 --to 2 --rate 50mbit`: x = 120 Mbit/s of
+    # the node's 200, whether the flow is capped at 50 or at the link rate (40 < 50 either way)
+    for rate in (0.05, 0.2):
+        fab = {**SPINE_2_1, "flows": [{"src": 0, "dst": 2, "rate_Gbps": rate}]}
+        p = placement(cluster(fab), 4, 1, "all_to_all")
+        assert p.inter.bw_bytes_per_s == pytest.approx(0.6 * B) and p.binding == "leaf 0 uplink"
+
+
+def test_a_flow_that_has_stopped_is_not_priced():
+    from commtax.costs.predict import predict_collective
+
+    fab = {**SPINE_2_1, "flows": [{"src": 0, "dst": 2, "rate_Gbps": 0.2, "until_unix": 1000.0}]}
+    c = cluster(fab)
+    alive = predict_collective("all_reduce", S, c, now=999.0)
+    gone = predict_collective("all_reduce", S, c, now=1000.5)
+    assert alive.rows[0]["binding_link"] == "node 0 NIC out" and "ignored_flows" not in alive.rows[0]
+    assert alive.rows[0]["time_s"] == pytest.approx(2 * gone.rows[0]["time_s"], rel=0.01)  # B/2 while it runs
+    assert "binding_link" not in gone.rows[0]  # nothing in the fabric binds a contiguous ring once it stopped
+    assert gone.rows[0]["ignored_flows"] == [{"src": 0, "dst": 2, "rate_Gbps": 0.2, "until_unix": 1000.0}]
+    assert "node 0 → node 2 at 200 Mbit/s, ended 1970-01-01 00:16:40 UTC" in gone.note
+    # a flow without an end (written by hand, or before `cluster load` recorded one) is always on
+    always = cluster({**SPINE_2_1, "flows": [{"src": 0, "dst": 2, "rate_Gbps": 0.2}]})
+    assert predict_collective("all_reduce", S, always, now=1e10).rows[0]["binding_link"] == "node 0 NIC out"
 
 
 def test_background_share_of_a_level_removes_that_much_of_its_uplinks():
@@ -212,6 +251,8 @@ def test_worked_example_orders_the_fabrics_and_simulate_agrees():
     for r in rows:  # the flow-level simulator agrees with the estimate where both apply
         assert r["simulated_step_s"] == pytest.approx(r["step_s"], rel=0.02)
     assert "| 4:1 spine, scattered |" in mod.table(rows)
+    # the 4:1 spine's 24 fewer switches and 768 fewer uplinks (tests/test_fabric_cost.py) against +0.3 days
+    assert rows[0]["fabric_capex_usd"] - rows[1]["fabric_capex_usd"] == pytest.approx(24 * 36000 + 768 * 1350)
 
 
 def test_advise_prices_fabric_what_ifs_and_says_where_groups_sit():

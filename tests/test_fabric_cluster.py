@@ -37,6 +37,26 @@ def test_bad_fabric_options_are_one_line(args, msg, tmp_path):
     assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
 
 
+def test_up_options_are_a_library_call():
+    from commtax.errors import SpecError
+    from commtax.measure.cluster import cluster_from_options, up_summary
+
+    c = cluster_from_options(4, 1, "200mbit", spine="100mbit", duplex_probe=False)  # --spine alone: two leaves
+    assert (c.leaves, c.link_bit_s, c.uplink_bit_s, c.probe_duplex) == (2, 200e6, 100e6, False)
+    per_node = cluster_from_options(2, 1, "200mbit,100mbit", node_speed="1,0.5")
+    assert per_node.node_link_bit_s == (200e6, 100e6) and per_node.link_bit_s == 100e6
+    assert per_node.node_speed == (1.0, 0.5)
+    with pytest.raises(SpecError, match="--link: 3 rates for 2 nodes"):
+        cluster_from_options(2, 1, "1gbit,1gbit,1gbit")
+    with pytest.raises(SpecError, match="--node-speed: give 2 numbers"):
+        cluster_from_options(2, 1, "1gbit", node_speed="1")
+    c.measured = {"loopback_bw_GBps": 3.5, "gloo_a2a": {"gloo_a2a_duplex": 0.4}}
+    assert up_summary(c, "c.yaml") == (
+        f"cluster {c.name}: 4 nodes × 1 ranks, links 200 Mbit/s, 2 leaves, uplink 100 Mbit/s; loopback 3.50 GB/s; "
+        "gloo all_to_all duplex κ = 0.4; wrote c.yaml"
+    )
+
+
 @pytest.mark.netns
 def test_up_with_leaves_load_and_down(tmp_path):
     require_netns()
@@ -82,28 +102,25 @@ def test_up_with_leaves_load_and_down(tmp_path):
         )
         assert r.returncode == 0, r.stderr
         spec = yaml.safe_load(path.read_text())
-        assert spec["fabric"]["flows"] == [{"src": 0, "dst": 2, "rate_Gbps": 0.2}]
+        (flow,) = spec["fabric"]["flows"]
+        assert {k: flow[k] for k in ("src", "dst", "rate_Gbps")} == {"src": 0, "dst": 2, "rate_Gbps": 0.2}
+        (load,) = spec["emulated"]["loads"]
+        assert flow["until_unix"] == pytest.approx(load["started_unix"] + 30, abs=0.2)  # its end, recorded
         n0 = spec["emulated"]["namespaces"][0]
         assert subprocess.run(["ip", "netns", "pids", n0], capture_output=True, text=True).stdout.split()  # it runs
-        pred = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "commtax.cli",
-                "collective",
-                "all_reduce",
-                "--bytes",
-                "8MiB",
-                "--cluster",
-                str(path),
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        p = json.loads(pred.stdout)
+
+        def predict(*extra: str) -> dict:
+            argv = [sys.executable, "-m", "commtax.cli", "collective", "all_reduce", "--bytes", "8MiB"]
+            argv += ["--cluster", str(path), "--json", *extra]
+            return json.loads(subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout)
+
+        p = predict()
         # the flow shares node 0's NIC and the spine with the ring: half the link each (max-min)
         assert p["binding_link"] and p["busbw_GBps"] == pytest.approx(0.2 / 8 / 2, rel=0.05)
+        # once its --seconds have run out it is not priced, and the prediction says so
+        after = predict("--at", str(flow["until_unix"] + 1))
+        assert "binding_link" not in after and after["busbw_GBps"] == pytest.approx(2 * p["busbw_GBps"], rel=0.05)
+        assert after["ignored_flows"][0]["src"] == 0 and after["ignored_flows"][0]["dst"] == 2
     finally:
         down = cli("cluster", "down", "--cluster", str(path), timeout=60)
     assert down.returncode == 0

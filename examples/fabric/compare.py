@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 
-def predicted(op: str, nbytes: int, cluster: Path) -> dict:
+def predicted(op: str, nbytes: int, cluster: Path, at: float) -> dict:
+    """`commtax collective` at the moment the bench ran (``--at``: the background flows alive then)."""
     cmd = [sys.executable, "-m", "commtax.cli", "collective", op, "--bytes", str(nbytes), "--cluster", str(cluster)]
+    cmd += ["--at", str(at)]
     return json.loads(subprocess.run([*cmd, "--json"], check=True, capture_output=True, text=True).stdout)
 
 
@@ -20,7 +22,7 @@ def main(work: Path, out: Path) -> None:
     for bench in sorted(work.glob("bench_*.json")):
         label = bench.stem.removeprefix("bench_")
         for r in json.loads(bench.read_text()):
-            p = predicted(r["op"], r["message_bytes"], work / f"cluster_{label}.yaml")
+            p = predicted(r["op"], r["message_bytes"], work / f"cluster_{label}.yaml", r["unix_time"])
             rows.append(
                 {
                     "background": label,

@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # Issue 20, measured: 4 nodes x 1 rank under two leaf bridges joined by one shaped spine link (2:1: two
 # 200 Mbit/s nodes per leaf, a 200 Mbit/s spine), gloo all_reduce and all_to_all 4-32 MiB, with and without
-# another job's flow node 0 -> node 2 across the spine; each time next to `commtax collective OP --cluster C`.
-# Usage: examples/fabric/measure.sh [RATE ...]   (background rates, default 50mbit 200mbit); root, ~10 min.
+# another job's flow node 0 -> node 2 across the spine; each time next to `commtax collective OP --cluster C`
+# (priced at the moment the bench ran: --at, the flows alive then).
+# Usage: [RUN=label] examples/fabric/measure.sh [RATE ...]   (background rates, default 50mbit 200mbit); root,
+# ~6 min a run. Writes results/fabric_4x1_<RUN>.json; summary.py turns the runs into the table of docs/fabric.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 PY=${PY:-$(cd "$here/../.." && pwd)/.venv/bin/python}
 CT="$PY -m commtax.cli"
+RUN=${RUN:-1}
 rates=("${@:-50mbit}")
 [ $# -eq 0 ] && rates=(50mbit 200mbit)
-work=$(mktemp -d)
+work=${WORK:-$(mktemp -d)}
+mkdir -p "$work"
 out="$here/results"
 mkdir -p "$out"
 bench() {  # $1: label
     $CT cluster run --cluster "$work/cluster.yaml" -- "$PY" -m commtax.cli bench collective \
-        --ops all_reduce,all_to_all --min 4MiB --max 32MiB --warmup 1 --iters 3 --out "$work/bench_$1.json" >&2
-    cp "$work/cluster.yaml" "$work/cluster_$1.yaml"   # what the prediction reads: the flows running now
+        --ops all_reduce,all_to_all --min 4MiB --max 32MiB --warmup 2 --iters 9 --out "$work/bench_$1.json" >&2
+    cp "$work/cluster.yaml" "$work/cluster_$1.yaml"   # what the prediction reads: κ and the flows recorded
 }
 for rate in "" "${rates[@]}"; do
     label=${rate:-none}
@@ -26,5 +30,5 @@ for rate in "" "${rates[@]}"; do
     $CT cluster down --cluster "$work/cluster.yaml"
     trap - EXIT
 done
-"$PY" "$here/compare.py" "$work" "$out/fabric_4x1.json"
-echo "results in $out/fabric_4x1.json (work files in $work)"
+"$PY" "$here/compare.py" "$work" "$out/fabric_4x1_$RUN.json"
+echo "results in $out/fabric_4x1_$RUN.json (work files in $work)"

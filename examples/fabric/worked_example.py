@@ -1,5 +1,6 @@
 """docs/fabric.md's worked example: Llama-3 70B on 1,024 H100 on four fabrics, estimated and simulated, with the
-run's days and rented dollars (`commtax cost --rent`). tests/test_fabric.py runs it.
+run's days and rented dollars (`commtax cost --rent`) and what the fabric's switches, optics and fibre cost to buy
+(decide.fabric_cost, catalog/fabric_prices.yaml). tests/test_fabric.py runs it.
 
 Usage: python examples/fabric/worked_example.py  -> a markdown table on stdout."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from commtax.decide.cost import job_training_cost, load_prices
+from commtax.decide.fabric_cost import fabric_capex
 from commtax.schedule.analytical import estimate
 from commtax.schedule.sim.simulate import simulate
 from commtax.spec import load_job
@@ -38,6 +40,7 @@ def rows() -> list[dict]:
                 "dp_exposed_s": b.breakdown_s["dp_exposed"],
                 "days": cost.days,
                 "rented_usd": cost.rented_usd,
+                "fabric_capex_usd": fabric_capex(job.cluster).usd,
             }
         )
     return out
@@ -46,14 +49,16 @@ def rows() -> list[dict]:
 def table(rs: list[dict]) -> str:
     base = rs[0]
     lines = [
-        "| fabric | step (s) | simulated (s) | comm tax | exposed DP (s) | days | rented $M | vs 1:1 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| fabric | step (s) | simulated (s) | comm tax | exposed DP (s) | days | rented $M | fabric $M | vs 1:1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rs:
         lines.append(
             f"| {r['fabric']} | {r['step_s']:.3f} | {r['simulated_step_s']:.3f} | {r['comm_tax']:.1%} | "
             f"{r['dp_exposed_s']:.3f} | {r['days']:.1f} | {r['rented_usd'] / 1e6:.2f} | "
-            f"{r['days'] - base['days']:+.1f} d, {(r['rented_usd'] - base['rented_usd']) / 1e6:+.2f} $M |"
+            f"{r['fabric_capex_usd'] / 1e6:.2f} | {r['days'] - base['days']:+.1f} d, "
+            f"{(r['rented_usd'] - base['rented_usd']) / 1e6:+.2f} $M GPU time, "
+            f"{(r['fabric_capex_usd'] - base['fabric_capex_usd']) / 1e6:+.2f} $M fabric |"
         )
     return "\n".join(lines)
 

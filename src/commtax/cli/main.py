@@ -219,6 +219,15 @@ def collective(
         float,
         typer.Option("--dedup", min=0.0, max=1.0, help="with --deepep: inter-node bytes kept after node deduplication"),
     ] = 1.0,
+    at: Annotated[
+        Optional[float],
+        typer.Option(
+            "--at",
+            min=0,
+            metavar="UNIX_S",
+            help="price the background flows (fabric.flows) alive at this moment, unix seconds (default: now)",
+        ),
+    ] = None,
 ) -> None:
     """Predict one collective: time, algbw, busbw, algorithm and the link that bounds it."""
     from commtax.costs.predict import check_options, cluster_from_options, predict_collective
@@ -239,7 +248,7 @@ def collective(
         inter=inter,
         nics_per_node=nics_per_node,
     )
-    pred = predict_collective(op, nbytes, cluster, gpus, algorithm, protocol, sweep, deepep, dedup)
+    pred = predict_collective(op, nbytes, cluster, gpus, algorithm, protocol, sweep, deepep, dedup, at)
     if json_out:
         emit(list(pred.rows) if sweep else pred.rows[0], True)
         return

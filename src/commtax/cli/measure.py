@@ -148,108 +148,28 @@ def cluster_up(
     ] = True,
 ) -> None:
     """Build the cluster, measure it, write the cluster YAML that `estimate`, `collective` and `bench` share."""
-    from commtax.measure.cluster import (
-        ClusterError,
-        EmulatedCluster,
-        check_host,
-        parse_rate_bit_s,
-    )
-    from commtax.measure.results import write_atomic
-
-    try:
-        links = [parse_rate_bit_s(x) for x in link.split(",")]
-        uplink_bit_s = parse_rate_bit_s(uplink) if uplink else None
-    except ValueError as e:
-        fail(f"--link/--uplink: {e}")
-    if len(links) not in (1, nodes):
-        fail(f"--link: {len(links)} rates for {nodes} nodes; give one rate, or one per node")
-    link_bit_s = min(links)
-    node_links = tuple(links) if len(links) > 1 else None
-    speeds = None
-    if node_speed is not None:
-        try:
-            speeds = tuple(float(x) for x in node_speed.split(","))
-        except ValueError:
-            fail(f"--node-speed: {node_speed!r} is not a comma list of numbers, e.g. 1,0.5")
-        if len(speeds) != nodes or not all(0.01 <= x <= 64 for x in speeds):
-            fail(f"--node-speed: give {nodes} numbers in [0.01, 64] (CPUs per rank), one per node, got {node_speed!r}")
-    if uplink and (leaves is not None or spine):
-        fail("--uplink: it is the two-leaf form of --leaves 2 --spine RATE; give --uplink or --leaves/--spine")
-    if spine and leaves is None:
-        leaves = 2
-    if leaves is not None:
-        if nodes % leaves:
-            fail(f"--leaves: {leaves} leaves do not split {nodes} nodes evenly; choose a divisor of --nodes")
-        if leaves > 1 and not spine:
-            fail(f"--spine: {leaves} leaves need the rate of their links to the spine, e.g. --spine 200mbit")
-        try:
-            uplink_bit_s = parse_rate_bit_s(spine) if spine and leaves > 1 else None
-        except ValueError as e:
-            fail(f"--spine: {e}")
     import yaml
 
-    from commtax.measure.cluster import set_cluster_file
+    from commtax.measure.cluster import ClusterError, cluster_from_options, up_recorded, up_summary
 
+    cluster = cluster_from_options(
+        nodes,
+        ranks_per_node,
+        link,
+        node_speed=node_speed,
+        uplink=uplink,
+        leaves=leaves,
+        spine=spine,
+        mtu=mtu,
+        duplex_probe=duplex_probe,
+    )
     _check_out(out)
     _refuse_live_record(out)
-    # what --out held before: an interrupted build puts it back (never deletes a file the user had)
-    prior = out.read_bytes() if out.is_file() else None
-    recorded: list[bool] = []
-
-    def record(c: EmulatedCluster) -> None:  # before the first namespace: even a SIGKILL leaves the record
-        recorded.append(True)
-        write_atomic(
-            out,
-            yaml.safe_dump(
-                {
-                    **c.spec(),
-                    "status": "building (cluster up did not finish: `commtax cluster down --cluster` this file)",
-                },
-                sort_keys=False,
-            ),
-        )
-        set_cluster_file(c.name, out)
-
     try:
-        check_host()
-        cluster = EmulatedCluster(
-            nodes,
-            ranks_per_node,
-            link_bit_s,
-            uplink_bit_s,
-            mtu,
-            leaves=leaves,
-            node_speed=speeds,
-            node_link_bit_s=node_links,
-            probe_duplex=duplex_probe,
-        ).up(record)
+        up_recorded(cluster, out, lambda spec: yaml.safe_dump(spec, sort_keys=False))
     except ClusterError as e:
         fail(f"commtax cluster: {e}")
-    except BaseException:
-        if recorded:  # the cluster it recorded is gone again: the file goes back to what it was
-            if prior is None:
-                out.unlink(missing_ok=True)
-            else:
-                write_atomic(out, prior)
-        raise
-    write_atomic(out, yaml.safe_dump(cluster.spec(), sort_keys=False))
-    m = cluster.measured
-    typer.echo(
-        f"cluster {cluster.name}: {nodes} nodes × {ranks_per_node} ranks, links "
-        f"{','.join(f'{x / 1e6:g}' for x in links)} Mbit/s"
-        f"{f', {cluster.leaf_count} leaves' if leaves else ''}"
-        f"{f', node speeds {node_speed}' if speeds else ''}"
-        f"{f', uplink {uplink_bit_s / 1e6:g} Mbit/s' if uplink_bit_s else ''}; loopback "
-        f"{m['loopback_bw_GBps']:.2f} GB/s"
-        + (
-            f"; gloo all_to_all duplex κ = {m['gloo_a2a']['gloo_a2a_duplex']:g}"
-            if "gloo_a2a_duplex" in m.get("gloo_a2a", {})
-            else f"; gloo all_to_all duplex not measured ({m['gloo_a2a']['error']})"
-            if "gloo_a2a" in m
-            else ""
-        )
-        + f"; wrote {safe_text(str(out))}"
-    )
+    typer.echo(up_summary(cluster, safe_text(str(out))))
 
 
 @cluster_app.command("load")

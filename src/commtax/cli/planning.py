@@ -412,12 +412,16 @@ def compare_command(
 
 
 def _print_comparison(c, article: bool, wide: bool, written: list[Path]) -> None:
+    from commtax.decide.compare import fabric_tradeoff_lines
+
     print_table(compare_table(c.rows, c.mode, article, wide, c.searched), wide)
     if not wide:
         for r in c.rows:
             if r.plan is not None and r.breakdown is not None:
                 console.print(f"  {r.name}: {plan_label(r.plan)}", markup=False)
     for line in within_interval_lines([(r.name, r.breakdown) for r in c.rows if r.breakdown is not None]):
+        console.print(line, markup=False)
+    for line in fabric_tradeoff_lines(c.rows, c.mode):
         console.print(line, markup=False)
     if c.deadline_days is not None:
         if c.choice is None:

@@ -109,25 +109,32 @@ def capacities(cluster: Cluster, node_bytes_per_s: float) -> Capacities:
 # ----------------------------------------------------------------------------- max-min fair rates
 @dataclass(frozen=True)
 class Coflow:
-    """``count`` identical coflows: each with its own rate cap, loading ``usage[link]`` × its rate on each link."""
+    """``count`` identical coflows: each with its own rate cap, loading ``usage[link]`` × its rate on each link.
+
+    ``pace``: the coflow's rate per unit of the common fill level. TCP (and a switch's per-flow arbitration) shares
+    a link per connection, not per job, so a coflow that spreads its rate over k connections of w = 1/k each
+    (an all-to-all over k + 1 nodes) rises k times as fast as a single flow (Jain, Chiu & Hawe, DEC-TR-301
+    1984: TCP's AIMD converges to equal shares per connection); 1 for a ring, a pipeline pair, a background flow."""
 
     cap: float
     usage: tuple[tuple[Link, float], ...]
     count: int = 1
+    pace: float = 1.0
 
 
 def max_min(coflows: Sequence[Coflow], capacity) -> list[tuple[float, Link | None]]:
     """Progressive filling: (rate, the link that froze it, or None when its own cap did) for each coflow.
 
-    ``capacity(link)`` gives a link's capacity. Every active coflow's rate rises together to the next level at
-    which a link fills, (C_l − frozen load_l) / Σ_active count·usage_l, or a coflow reaches its cap."""
+    ``capacity(link)`` gives a link's capacity. Every active coflow's rate rises with the common level t as
+    pace · t, to the next level at which a link fills, (C_l − frozen load_l) / Σ_active count·usage_l·pace, or a
+    coflow reaches its cap (cap / pace)."""
     rate = [0.0] * len(coflows)
     why: list[Link | None] = [None] * len(coflows)
     active = set(range(len(coflows)))
     users: dict[Link, list[tuple[int, float]]] = {}  # link -> (coflow, the load it puts there per unit of rate)
     for i, c in enumerate(coflows):
         for link, u in c.usage:
-            users.setdefault(link, []).append((i, c.count * u))
+            users.setdefault(link, []).append((i, c.count * u * c.pace))
     frozen_load = dict.fromkeys(users, 0.0)
     cap_of = {link: capacity(link) for link in users}
     while active:
@@ -137,12 +144,12 @@ def max_min(coflows: Sequence[Coflow], capacity) -> list[tuple[float, Link | Non
             x = sum(w for i, w in us if i in active)
             if x > 0:
                 load[link] = x
-        level, bound = min(coflows[i].cap for i in active), None
+        level, bound = min(coflows[i].cap / coflows[i].pace for i in active), None
         for link, x in load.items():
             t = max(0.0, cap_of[link] - frozen_load[link]) / x
             if t < level:
                 level, bound = t, link
-        done = {i for i in active if coflows[i].cap <= level * (1 + 1e-12)}
+        done = {i for i in active if coflows[i].cap <= coflows[i].pace * level * (1 + 1e-12)}
         for link, x in load.items():
             if frozen_load[link] + x * level >= cap_of[link] * (1 - 1e-9):
                 for i, _ in users[link]:
@@ -155,7 +162,7 @@ def max_min(coflows: Sequence[Coflow], capacity) -> list[tuple[float, Link | Non
                 why[i] = bound
         for i in done:
             c = coflows[i]
-            rate[i] = min(level, c.cap)
+            rate[i] = min(c.pace * level, c.cap)
             for link, u in c.usage:
                 frozen_load[link] += c.count * u * rate[i]
         active -= done
@@ -204,7 +211,8 @@ def coflows_of(fabric: Fabric, groups: Iterable[Sequence[int]], pattern: str, ca
         for a, b, w in hops:
             for link in path(fabric, a, b):
                 usage[link] = usage.get(link, 0.0) + w
-        out.append(Coflow(cap, tuple(usage.items()), count))
+        # its connections share links as single flows do: the coflow's rate over one connection's share
+        out.append(Coflow(cap, tuple(usage.items()), count, 1.0 / max(w for _, _, w in hops)))
     return out
 
 

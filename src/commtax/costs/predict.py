@@ -6,14 +6,16 @@ contiguously (``topology.placement`` with stride 1); each size is priced by ``co
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from commtax.costs.collectives import CollectiveCost, bus_factor, collective_cost, deepep_time
 from commtax.costs.topology import gloo_duplex, placement
 from commtax.errors import SpecError
-from commtax.spec import Cluster, build, load_catalog, resolve_cluster
+from commtax.spec import Cluster, FabricFlow, build, load_catalog, resolve_cluster
 from commtax.units import GB
 
 
@@ -26,6 +28,7 @@ class CollectivePrediction:
     per_node: int
     rows: tuple[dict[str, Any], ...]
     note: str = ""  # shown under the table: e.g. gloo all_to_all's duplex κ, measured or not
+    ignored_flows: tuple[FabricFlow, ...] = ()  # background flows that had stopped at the moment priced
 
 
 def cluster_from_options(
@@ -88,10 +91,13 @@ def predict_collective(
     sweep: bool = False,
     deepep: str | None = None,
     dedup: float = 1.0,
+    now: float | None = None,
 ) -> CollectivePrediction:
     """``op`` of ``nbytes`` (or the sweep up to it) over ``gpus`` ranks of ``cluster`` (all of them by default);
-    ``deepep`` ("dispatch"/"combine"): an all_to_all as DeepEP's kernel, keeping ``dedup`` of its inter-node bytes."""
+    ``deepep`` ("dispatch"/"combine"): an all_to_all as DeepEP's kernel, keeping ``dedup`` of its inter-node bytes.
+    Background flows (``fabric.flows``) are priced only if alive at ``now`` (unix seconds; default: the clock)."""
     check_options(op, gpus, algorithm, deepep)
+    cluster, gone = flows_alive(cluster, time.time() if now is None else now)
     n = cluster.num_gpus if gpus is None else gpus
     if n < 1 or n > cluster.num_gpus:
         raise SpecError(f"--gpus: must be between 1 and the cluster's num_gpus ({cluster.num_gpus}), got {n}")
@@ -124,9 +130,36 @@ def predict_collective(
                 # with a background flow, ...
                 **({"binding_link": place.binding} if place.binding and c.bottleneck == "inter" else {}),
                 **({"gloo_a2a_duplex": gloo_duplex(cluster)} if duplex_applies else {}),
+                **({"ignored_flows": [f.model_dump(exclude_none=True) for f in gone]} if gone else {}),
             }
         )
-    return CollectivePrediction(op, n, place.per_node, tuple(rows), duplex_note(cluster) if duplex_applies else "")
+    notes = [duplex_note(cluster) if duplex_applies else "", ignored_note(gone)]
+    return CollectivePrediction(op, n, place.per_node, tuple(rows), "\n".join(x for x in notes if x), gone)
+
+
+def flows_alive(cluster: Cluster, now: float) -> tuple[Cluster, tuple[FabricFlow, ...]]:
+    """The cluster with only the background flows still running at ``now``, and the ones that had stopped (a
+    `cluster load` flow runs its --seconds, recorded as ``until_unix``; a flow without one is always on)."""
+    f = cluster.fabric
+    gone = tuple(x for x in f.flows if x.until_unix is not None and x.until_unix <= now) if f is not None else ()
+    if not gone:
+        return cluster, ()
+    keep = [x for x in f.flows if x not in gone]
+    return cluster.model_copy(update={"fabric": f.model_copy(update={"flows": keep})}), gone
+
+
+def ignored_note(gone: tuple[FabricFlow, ...]) -> str:
+    """Which background flows were left out because they had stopped, and when."""
+    if not gone:
+        return ""
+
+    def when(t: float) -> str:
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    each = "; ".join(
+        f"node {x.src} → node {x.dst} at {x.rate_Gbps * 1e3:g} Mbit/s, ended {when(x.until_unix)}" for x in gone
+    )
+    return f"background flows not priced (stopped before the moment priced): {each}"
 
 
 def duplex_note(cluster: Cluster) -> str:

@@ -88,7 +88,18 @@ class Row:
                 racks=self.cost.racks,
                 breakdown=b.to_dict(),
             )
+        fab = self.fabric_capex
+        if fab is not None:  # only with a priced cluster.fabric: rows without one keep their keys
+            out["fabric_capex_usd"] = fab.usd
+            out["fabric_parts"] = fab.to_dict()
         return out
+
+    @property
+    def fabric_capex(self):
+        """Switches, optics and fibre of the cluster's fabric, priced (decide.fabric_cost); None without one."""
+        from commtax.decide.fabric_cost import fabric_capex
+
+        return fabric_capex(self.job.cluster) if not self.job.cluster.pools else None
 
 
 def label(job: Job) -> str:
@@ -405,6 +416,25 @@ def scaling(
             out.append(ScalePoint(n, plan, b))
         except SpecError as e:
             out.append(ScalePoint(n, None, None, str(e)))
+    return out
+
+
+def fabric_tradeoff_lines(rows: list[Row], mode: str) -> list[str]:
+    """Each priced fabric against the dearest one: what its switches and optics save, and the days and dollars of
+    training it adds (or saves) for the same tokens."""
+    priced = [(r, r.fabric_capex) for r in rows if r.cost is not None and r.fabric_capex is not None]
+    if len(priced) < 2:
+        return []
+    base, base_fab = max(priced, key=lambda x: x[1].usd)
+    out = []
+    for r, fab in priced:
+        if r is base:
+            continue
+        d_days, d_usd = r.cost.days - base.cost.days, r.cost.usd(mode) - base.cost.usd(mode)
+        out.append(
+            f"fabric: {r.name} against {base.name}: ${(base_fab.usd - fab.usd) / 1e6:.2f}M less in switches, optics "
+            f"and fibre; training {d_days:+.1f} days, {'+' if d_usd >= 0 else '−'}${abs(d_usd) / 1e6:.2f}M ({mode})"
+        )
     return out
 
 

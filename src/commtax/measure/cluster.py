@@ -284,7 +284,8 @@ class EmulatedCluster:
         else:
             out["topology"] = "single-switch"
         if self.loads:
-            out["flows"] = [{k: f[k] for k in ("src", "dst", "rate_Gbps")} for f in self.loads]
+            keys = ("src", "dst", "rate_Gbps", "until_unix")  # until: `collective` stops pricing it then
+            out["flows"] = [{k: f[k] for k in keys if k in f} for f in self.loads]
         out["source"] = "commtax cluster up --leaves/--spine (tc tbf rates as set); flows: commtax cluster load"
         return out
 
@@ -395,8 +396,10 @@ class EmulatedCluster:
         """gloo all_to_all's κ on a node link: ``commtax.measure.a2a_probe`` under torchrun on nodes 0 and 1 (the
         same leaf) with as many TCP connections on the link as the cluster's all_to_all puts there (every local
         rank to every remote one: rpn · (nodes − 1) · rpn, at most 4: each is a process on a node), a symmetric
-        exchange of ``seconds_at_rate`` of the link rate each way (1-16 MiB), median of 5. A failed probe is
-        recorded as such (the cluster still comes up; its all_to_all priced as full duplex)."""
+        exchange of ``seconds_at_rate`` of the link rate each way (1-16 MiB), timed back to back as `bench
+        collective` times (the slowest rank's median of 5, on 5 process groups of their own connections, their
+        mean). A failed probe is recorded as such (the cluster still comes up; its all_to_all priced as full
+        duplex)."""
         rate = min(self.link_of(0), self.link_of(1))  # unequal links: the slower of the two ends
         one_way = int(min(16 * 2**20, max(2**20, rate / 8 * seconds_at_rate)))
         lat = self.measured.get("link_latency_us", 50.0)
@@ -483,7 +486,8 @@ class EmulatedCluster:
                 + (
                     "; gloo_a2a_duplex measured by commtax cluster up: a symmetric gloo all_to_all between nodes 0 "
                     f"and 1 over {m['gloo_a2a']['connections']} connections (as many as the cluster's all_to_all "
-                    f"puts on a node link), {m['gloo_a2a']['bytes_one_way']} B each way, median of 5: "
+                    f"puts on a node link), {m['gloo_a2a']['bytes_one_way']} B each way, back to back as bench "
+                    "collective times (median of 5, mean of 5 process groups): "
                     f"{m['gloo_a2a']['probe_s']:.4f} s against {m['gloo_a2a']['wire_s']:.4f} s at the link rate, "
                     "κ = t · B / bytes − 1 (docs/fabric.md)"
                     if "gloo_a2a_duplex" in m.get("gloo_a2a", {})
@@ -871,3 +875,113 @@ def _process_is_commtax(pid: int) -> bool:
         return b"commtax" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return True  # cannot tell: keep it
+
+
+# ---------------------------------------------------------------------- `cluster up` as a library call
+def cluster_from_options(
+    nodes: int,
+    ranks_per_node: int,
+    link: str,
+    *,
+    node_speed: str | None = None,
+    uplink: str | None = None,
+    leaves: int | None = None,
+    spine: str | None = None,
+    mtu: int = DEFAULT_MTU,
+    duplex_probe: bool = True,
+) -> EmulatedCluster:
+    """The cluster `cluster up`'s options describe, not built yet; what is wrong is one SpecError naming the option."""
+    from commtax.errors import SpecError
+
+    try:
+        links = [parse_rate_bit_s(x) for x in link.split(",")]
+        uplink_bit_s = parse_rate_bit_s(uplink) if uplink else None
+    except ValueError as e:
+        raise SpecError(f"--link/--uplink: {e}") from None
+    if len(links) not in (1, nodes):
+        raise SpecError(f"--link: {len(links)} rates for {nodes} nodes; give one rate, or one per node")
+    speeds = None
+    if node_speed is not None:
+        try:
+            speeds = tuple(float(x) for x in node_speed.split(","))
+        except ValueError:
+            raise SpecError(f"--node-speed: {node_speed!r} is not a comma list of numbers, e.g. 1,0.5") from None
+        if len(speeds) != nodes or not all(0.01 <= x <= 64 for x in speeds):
+            raise SpecError(
+                f"--node-speed: give {nodes} numbers in [0.01, 64] (CPUs per rank), one per node, got {node_speed!r}"
+            )
+    if uplink and (leaves is not None or spine):
+        raise SpecError(
+            "--uplink: it is the two-leaf form of --leaves 2 --spine RATE; give --uplink or --leaves/--spine"
+        )
+    if spine and leaves is None:
+        leaves = 2
+    if leaves is not None:
+        if nodes % leaves:
+            raise SpecError(f"--leaves: {leaves} leaves do not split {nodes} nodes evenly; choose a divisor of --nodes")
+        if leaves > 1 and not spine:
+            raise SpecError(f"--spine: {leaves} leaves need the rate of their links to the spine, e.g. --spine 200mbit")
+        try:
+            uplink_bit_s = parse_rate_bit_s(spine) if spine and leaves > 1 else None
+        except ValueError as e:
+            raise SpecError(f"--spine: {e}") from None
+    return EmulatedCluster(
+        nodes,
+        ranks_per_node,
+        min(links),
+        uplink_bit_s,
+        mtu,
+        leaves=leaves,
+        node_speed=speeds,
+        node_link_bit_s=tuple(links) if len(links) > 1 else None,
+        probe_duplex=duplex_probe,
+    )
+
+
+def up_recorded(cluster: EmulatedCluster, out: Path, dump: Callable[[dict], str]) -> EmulatedCluster:
+    """Build ``cluster`` with its record in ``out`` (``dump``: spec → file text) from before the first namespace, so
+    even a SIGKILL leaves something `cluster down` acts on; an interrupted or failed build puts ``out`` back as it
+    was (never deletes a file the user had), a finished one writes the measured spec."""
+    from commtax.atomic import write_atomic
+
+    prior = out.read_bytes() if out.is_file() else None
+    recorded: list[bool] = []
+
+    def record(c: EmulatedCluster) -> None:
+        recorded.append(True)
+        building = "building (cluster up did not finish: `commtax cluster down --cluster` this file)"
+        write_atomic(out, dump({**c.spec(), "status": building}))
+        set_cluster_file(c.name, out)
+
+    try:
+        check_host()
+        cluster.up(record)
+    except BaseException:
+        if recorded:  # the cluster it recorded is gone again: the file goes back to what it was
+            if prior is None:
+                out.unlink(missing_ok=True)
+            else:
+                write_atomic(out, prior)
+        raise
+    write_atomic(out, dump(cluster.spec()))
+    return cluster
+
+
+def up_summary(c: EmulatedCluster, out: str) -> str:
+    """`cluster up`'s one line: the shape built, loopback rate, gloo's κ (or why not measured), the file written."""
+    links = c.node_link_bit_s or (c.link_bit_s,)
+    m, a2a = c.measured, c.measured.get("gloo_a2a", {})
+    kappa = (
+        f"; gloo all_to_all duplex κ = {a2a['gloo_a2a_duplex']:g}"
+        if "gloo_a2a_duplex" in a2a
+        else f"; gloo all_to_all duplex not measured ({a2a['error']})"
+        if "gloo_a2a" in m
+        else ""
+    )
+    return (
+        f"cluster {c.name}: {c.nodes} nodes × {c.ranks_per_node} ranks, links {','.join(f'{x / 1e6:g}' for x in links)}"
+        f" Mbit/s{f', {c.leaf_count} leaves' if c.leaves else ''}"
+        f"{', node speeds ' + ','.join(f'{x:g}' for x in c.node_speed) if c.node_speed else ''}"
+        f"{f', uplink {c.uplink_bit_s / 1e6:g} Mbit/s' if c.uplink_bit_s else ''}; loopback "
+        f"{m['loopback_bw_GBps']:.2f} GB/s{kappa}; wrote {out}"
+    )

@@ -251,6 +251,9 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False,
         cols[1:1] = [plan_col]
         cols[5:5] = ["share"]
         cols += ["MWh", "capex M$"]
+    fabrics = [r.fabric_capex for r in rows]
+    if any(f is not None for f in fabrics):  # switches + optics + fibre (decide.fabric_cost), next to GPU time
+        cols += ["fabric M$"]
     for c in cols:
         left = c in ("cluster", plan_col)
         t.add_column(
@@ -262,7 +265,7 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False,
     if article:
         t.add_column("article share·B/day·days·$/B" if wide else "article\ndays, $/B", justify="right", no_wrap=True)
     unplaced = []
-    for r in rows:
+    for r, fab in zip(rows, fabrics, strict=True):
         if r.breakdown is None:  # the reason goes under the table: in a no_wrap number column it breaks the layout
             unplaced.append(f"{r.name}: {r.reason}")
             cells = [r.name] + ["—"] * (len(cols) - 1)
@@ -281,6 +284,7 @@ def compare_table(rows: list[Any], mode: str, article: bool, wide: bool = False,
                 "$/B tok": f"{c.usd_per_B_tokens(mode):,.0f}",
                 "MWh": f"{c.energy_MWh:,.0f}",
                 "capex M$": f"{c.capex_usd / 1e6:.2f}",
+                "fabric M$": f"{fab.usd / 1e6:.2f}" if fab is not None else "—",
             }
             cells = [values[col] for col in cols]
         if article:

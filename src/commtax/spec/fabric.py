@@ -26,6 +26,14 @@ class FabricFlow(_Spec):
     src: int = Field(ge=0, le=10_000_000, description="fabric node the flow leaves from (fabric numbering)")
     dst: int = Field(ge=0, le=10_000_000, description="fabric node it goes to")
     rate_Gbps: float = Field(gt=0, le=100_000, allow_inf_nan=False, description="the most it sends, per direction")
+    until_unix: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e11,
+        allow_inf_nan=False,
+        description="when it stops, unix seconds (`cluster load`: its start + --seconds); `collective` prices only "
+        "flows alive now; unset: always on",
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> FabricFlow:

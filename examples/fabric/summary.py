@@ -1,0 +1,42 @@
+"""The runs of measure.sh side by side: measured / predicted per (background, op, size), one column per run, and how
+many cases are within 15%. Usage: python summary.py results/fabric_4x1_*.json  -> a markdown table on stdout."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ORDER = {"none": 0, "50mbit": 1, "200mbit": 2}
+
+
+def table(files: list[Path]) -> str:
+    runs = [(f.stem.removeprefix("fabric_4x1_"), json.loads(f.read_text())) for f in files]
+    keys = sorted(
+        {(r["background"], r["op"], r["message_bytes"]) for _, rows in runs for r in rows},
+        key=lambda k: (k[1], ORDER.get(k[0], 9), k[2]),
+    )
+    ratio = {(name, r["background"], r["op"], r["message_bytes"]): r for name, rows in runs for r in rows}
+    head = "| background 0→2 | op | MiB | " + " | ".join(f"run {n} (κ)" for n, _ in runs) + " |"
+    lines = [head, "|---|---|---:|" + "---:|" * len(runs)]
+    inside = {}
+    for bg, op, nbytes in keys:
+        cells = []
+        for name, _ in runs:
+            r = ratio.get((name, bg, op, nbytes))
+            if r is None:
+                cells.append("—")
+                continue
+            ok = abs(r["ratio"] - 1) <= 0.15
+            inside.setdefault((op, name), []).append(ok)
+            kappa = f" ({r['gloo_a2a_duplex']:.2f})" if r.get("gloo_a2a_duplex") is not None else ""
+            cells.append(f"{r['ratio']:.2f}{kappa}" if ok else f"**{r['ratio']:.2f}**{kappa}")
+        lines.append(f"| {bg} | {op} | {nbytes / 2**20:.0f} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for (op, name), oks in sorted(inside.items()):
+        lines.append(f"- {op}, run {name}: {sum(oks)} of {len(oks)} within 15%")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table([Path(a) for a in sys.argv[1:]]))
