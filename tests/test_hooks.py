@@ -4,7 +4,9 @@ no_sync and bucket_cap_mb do what users expect. Ranks are forked processes (no w
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import traceback
+from datetime import timedelta
 
 import pytest
 
@@ -24,14 +26,29 @@ NUMEL = 256 * 256 * 2 + 256  # one bucket (under DDP's 1 MiB first-bucket cap)
 
 
 def _entry(rank: int, path: str, fn, args, q) -> None:
+    """One rank: its result is in the queue's pipe before any teardown, and the rank leaves by ``os._exit``.
+
+    A CI rehearsal saw a rank abort ("Fatal Python error: Aborted", in a C++ thread) while the interpreter exited
+    with its result still being pickled by the queue's feeder thread: the result was lost and the parent waited
+    out its timeout. Flushing first, then a barrier, then ``os._exit`` leaves nothing to exit-time teardown."""
     try:
         torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=N)
+        dist.init_process_group(
+            "gloo", init_method=f"file://{path}", rank=rank, world_size=N, timeout=timedelta(seconds=120)
+        )
         out = fn(*args)  # tensors travel as numpy arrays: torch would share them through this process's fds
-        q.put((rank, {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in out.items()}))
-        dist.destroy_process_group()
+        result = (rank, {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in out.items()})
     except Exception:
-        q.put((rank, traceback.format_exc()))
+        result = (rank, traceback.format_exc())
+    q.put(result)
+    q.close()
+    q.join_thread()
+    try:
+        if dist.is_initialized():
+            dist.barrier()  # neither rank drops its connections while the other still uses them
+            dist.destroy_process_group()
+    finally:
+        os._exit(0)
 
 
 def run_ranks(tmp_path, fn, *args) -> list:
