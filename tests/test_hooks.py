@@ -1,5 +1,5 @@
 """DDP comm hooks on CPU gloo with 2 ranks: averages like all-reduce, bytes on the wire match the table,
-no_sync and bucket_cap_mb do what users expect. Ranks are forked processes (no wall-clock assertions)."""
+no_sync and bucket_cap_mb do what users expect. Ranks are forked by a fresh forkserver (no wall-clock asserts)."""
 
 from __future__ import annotations
 
@@ -52,8 +52,12 @@ def _entry(rank: int, path: str, fn, args, q) -> None:
 
 
 def run_ranks(tmp_path, fn, *args) -> list:
-    """fn(*args) on N forked ranks in one gloo group; their results by rank."""
-    ctx = mp.get_context("fork")
+    """fn(*args) on N ranks in one gloo group; their results by rank."""
+    # forked from a fresh server with torch imported, not from pytest: a rank forked from this process inherits
+    # whatever threads and locks earlier tests left (a rehearsal's rank died in "terminate called ... Resource
+    # deadlock avoided")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "commtax.measure.hooks"])
     q = ctx.Queue()
     procs = [ctx.Process(target=_entry, args=(r, str(tmp_path / "store"), fn, args, q)) for r in range(N)]
     for p in procs:
