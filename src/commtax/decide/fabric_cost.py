@@ -18,7 +18,7 @@ links (half a twin-port transceiver at each end, a fibre). ``single-switch``: D 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from pydantic import Field
@@ -62,17 +62,7 @@ class FabricCapex:
     usd: float
 
     def to_dict(self) -> dict:
-        return {
-            "price_id": self.price_id,
-            "switches": dict(self.switches),
-            "ports": dict(self.ports),
-            "node_links": self.node_links,
-            "switch_links": self.switch_links,
-            "nic_optics": self.nic_optics,
-            "switch_optics": self.switch_optics,
-            "fibers": self.fibers,
-            "usd": self.usd,
-        }
+        return asdict(self)
 
 
 def price_for(cluster: Cluster) -> tuple[str, FabricPrice] | None:
