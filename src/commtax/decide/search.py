@@ -431,12 +431,15 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
     with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
     ranks: dict[tuple, list] = {}  # MoE: the DP ranks (``dp_ranks``: no stage time in them), per micro-batch count
-    # the DP traffic of a dense workload (``dp_step_parts``) is that of (split, zero, grad dtype, micro-batch count),
-    # whichever stage is the slowest: priced once per key, not once per (sp, recompute) as well
-    step_parts: dict[tuple[int, int, int, int], Any] = {}
+    # overlapped per-step traffic of a dense workload (``dp_step_parts``) is that of (split, zero, grad dtype,
+    # micro-batch count), whichever stage is the slowest: priced once per key, its exposed part on the whole grid
+    on_grid = np.zeros((len(g.splits), len(g.axis("micro_batch")), len(zeros), len(grad_dtypes)), bool)
+    traffic = np.full((9,) + on_grid.shape, np.nan)  # ``_dp_grid``'s fields
     for (si, j, k, r), slow in slowest.items():
         vps_here = [i for i in range(len(vps)) if g.split_of_vp[i] == si]
         for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
+            if on_grid[si, j, z, d]:
+                continue
             job_zd, wl = dp_jobs[si, z, d]
             counted = with_count.get((si, z, d, j))
             if counted is None:
@@ -445,27 +448,67 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                     if (si, z, d) not in ranks:
                         ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
                     ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], int(g.n_micro[j]), g.costs)
+                elif counted.dp_step and not counted.dp_microbatch and job_zd.plan.overlap.dp:
+                    traffic[:, si, j, z, d] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                    on_grid[si, j, z, d] = True
+                    continue
             # MoE: the slowest DP rank, as estimate
             counted, dp_traffic = _est.slowest_dp_rank(job_zd, counted, g.costs, slow, ranks.get((si, z, d, j)))
-            if not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):  # vp does not change it
+            if dp_traffic is None or not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):
+                # vp does not change it
                 dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow, dp_traffic)[1]
                 continue
             # interleaving reduces and gathers each model chunk on its own (``estimate.dp_step_exposed``)
-            if dp_traffic is not None:  # MoE: the slowest rank's, priced with its ranks
-                parts = dp_traffic
-            else:  # dense: the traffic of (split, zero, grad dtype, micro-batches), whichever stage is the slowest
-                parts = step_parts.get((si, z, d, j))
-                if parts is None:
-                    parts = step_parts[si, z, d, j] = _est.dp_step_parts(counted, g.costs)
-            for i in vps_here:
+            for i in vps_here:  # MoE: the slowest rank's traffic, priced with its ranks
                 exposed = _est.dp_step_exposed(
-                    parts, slow, g.base.pp, vps[i], counted.micro_batches, _est.reduce_passes(counted)
+                    dp_traffic, slow, g.base.pp, vps[i], counted.micro_batches, _est.reduce_passes(counted)
                 )
                 # as estimate.dp_exposed: the timeline's exposed part + what the hidden part costs the compute
                 dp_exposed[i, j, k, r, z, d] = exposed + _est.dp_contention(
-                    g.costs.cm, parts.link, exposed, parts.nbytes, slow.link
+                    g.costs.cm, dp_traffic.link, exposed, dp_traffic.nbytes, slow.link
                 )
+    if on_grid.any():
+        grid = _dp_grid(g, slowest, traffic)
+        mask = on_grid[g.split_of_vp][:, :, None, None, :, :]
+        dp_exposed = np.where(mask, grid, dp_exposed)
     return states, optimizer, dp_exposed
+
+
+def _dp_fields(parts: Any, wl: Workload) -> tuple[float, ...]:
+    """A dense workload's overlapped per-step DP traffic (``dp_step_parts``) as the numbers ``_dp_grid`` reads."""
+    gathers = len(parts.times) > 1
+    return (
+        parts.times[0],
+        parts.times[1] if gathers else 0.0,
+        float(gathers),
+        parts.tail,
+        parts.first_bucket,
+        parts.codec,
+        parts.link,
+        parts.nbytes,
+        _est.reduce_passes(wl),
+    )
+
+
+def _dp_grid(g: _Grid, slowest: dict, traffic: np.ndarray) -> np.ndarray:
+    """Exposed overlapped DP traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
+    ``dp_step_exposed_s`` and ``dp_contention_s``) on arrays. traffic: ``_dp_fields`` per (split, mb, zero, gd)."""
+    dims = (len(g.splits),) + tuple(len(g.axis(k)) for k in ("micro_batch", "sequence_parallel", "recompute"))
+    fwd, bwd, share = (np.full(dims, np.nan) for _ in range(3))
+    for key, slow in slowest.items():
+        fwd[key], bwd[key], share[key] = slow.fwd, slow.bwd, _est.memory_share(slow.link)
+    by_vp = g.split_of_vp
+    stage = lambda a: a[by_vp][:, :, :, :, None, None]  # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
+    reduce_s, gather_s, gathers, tail, first, codec, link, nbytes, passes = (
+        t[by_vp][:, :, None, None, :, :] for t in traffic
+    )
+    vp = np.asarray(g.axis("vp"))[:, None, None, None, None, None]
+    m = g.n_micro[None, :, None, None, None, None]
+    with np.errstate(invalid="ignore"):  # nan where a plan is invalid
+        exposed = _est.dp_step_exposed_s(
+            reduce_s, gather_s, gathers > 0, tail, first, codec, stage(fwd), stage(bwd), g.base.pp, vp, m, passes
+        )
+        return exposed + _est.dp_contention_s(g.costs.cm, link, exposed, nbytes, stage(share))
 
 
 def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:

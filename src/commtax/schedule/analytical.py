@@ -18,6 +18,7 @@ import operator
 from dataclasses import dataclass, field, replace
 
 from commtax.costs.compute import ComputeModel, overlap_slowdown_s
+from commtax.costs.elementwise import maximum, minimum, where
 from commtax.costs.pricing import Costs, PhaseCost
 from commtax.schedule.breakdown import Breakdown, make_breakdown
 from commtax.spec import Job, per_rank, zero_refusal
@@ -88,9 +89,13 @@ def _hidden_cost(
 ) -> float:
     """``overlap_slowdown_s`` for the hidden part of traffic of ``link_s`` seconds and ``wire_bytes`` bytes (none
     without a compute model: costs given directly, as in hand-worked schedules)."""
-    if cm is None or hidden_s <= 0.0 or link_s <= 0.0:
+    if cm is None:
         return 0.0
-    return overlap_slowdown_s(cm, hidden_s, wire_bytes * min(1.0, hidden_s / link_s), memory_share, sms)
+    on = (hidden_s > 0.0) & (link_s > 0.0)  # plain bools for one plan, arrays on the search's grid
+    if on is False:
+        return 0.0
+    hidden_bytes = wire_bytes * minimum(1.0, hidden_s / where(on, link_s, 1.0))
+    return where(on, overlap_slowdown_s(cm, hidden_s, hidden_bytes, memory_share, sms), 0.0)
 
 
 def memory_share(pc: PhaseCost) -> float:
@@ -100,9 +105,14 @@ def memory_share(pc: PhaseCost) -> float:
 
 def dp_contention(cm: ComputeModel | None, link_s: float, exposed_s: float, wire_bytes: float, pc: PhaseCost) -> float:
     """Extra compute seconds from the DP traffic hidden under the step's passes ``pc`` (NCCL, ``nccl_sms``)."""
+    return dp_contention_s(cm, link_s, exposed_s, wire_bytes, memory_share(pc))
+
+
+def dp_contention_s(cm: ComputeModel | None, link_s, exposed_s, wire_bytes, share):
+    """``dp_contention`` given the passes' memory-bound share; elementwise on arrays (search's grid)."""
     if cm is None:
         return 0.0
-    return _hidden_cost(cm, link_s - exposed_s, link_s, wire_bytes, memory_share(pc), cm.nccl_sms)
+    return _hidden_cost(cm, link_s - exposed_s, link_s, wire_bytes, share, cm.nccl_sms)
 
 
 def first_chunk(comm_s: float, ranks: int) -> float:
@@ -457,15 +467,36 @@ def dp_step_exposed(parts: DPStepParts, st: StageTime, pp: int, vp: int, m: int,
     The gradient codec (``Workload.dp_codec``: quantize/dequantize passes, PowerSGD's GEMMs, DDP's bucket copies)
     is the device's own work — memory-bound kernels sharing HBM with the backward they overlap; on a CPU rank,
     the core backward runs on — so it never hides: all of it is charged. Only the wire hides under compute."""
-    v = vp if pp > 1 else 1
-    spacing = min(m, pp) if v > 1 else 0
-    r = parts.times[0] / passes
-    exposed = chunked_reduce_exposed(r, v, st.bwd / v, spacing * st.bwd / v, parts.tail)
-    exposed += (passes - 1) * max(0.0, r - (st.fwd + st.bwd))
-    exposed += parts.codec * passes
-    if len(parts.times) > 1:
-        exposed += chunked_gather_exposed(parts.times[1], v, st.fwd / v, spacing * st.fwd / v, parts.first_bucket)
-    return exposed
+    gather = len(parts.times) > 1
+    return dp_step_exposed_s(
+        parts.times[0],
+        parts.times[1] if gather else 0.0,
+        gather,
+        parts.tail,
+        parts.first_bucket,
+        parts.codec,
+        st.fwd,
+        st.bwd,
+        pp,
+        vp,
+        m,
+        passes,
+    )
+
+
+def dp_step_exposed_s(reduce_s, gather_s, gathers, tail_s, first_bucket_s, codec_s, fwd_s, bwd_s, pp, vp, m, passes):
+    """``dp_step_exposed`` on its numbers: elementwise, so ``search`` evaluates it on the whole plan grid.
+
+    reduce_s, gather_s: ``DPStepParts.times`` (gathers: whether there is a gather); fwd_s, bwd_s: the slowest
+    stage's passes; passes: ``reduce_passes``."""
+    v = where(pp > 1, vp, 1)
+    spacing = where(v > 1, minimum(m, pp), 0)
+    r = reduce_s / passes
+    exposed = chunked_reduce_exposed(r, v, bwd_s / v, spacing * bwd_s / v, tail_s)
+    exposed = exposed + (passes - 1) * maximum(0.0, r - (fwd_s + bwd_s))
+    exposed = exposed + codec_s * passes
+    gather = chunked_gather_exposed(gather_s, v, fwd_s / v, spacing * fwd_s / v, first_bucket_s)
+    return where(gathers, exposed + gather, exposed)
 
 
 def chunked_reduce_exposed(total_s: float, chunks: int, own_s: float, spacing_s: float, floor_s: float) -> float:
@@ -481,7 +512,7 @@ def chunked_reduce_exposed(total_s: float, chunks: int, own_s: float, spacing_s:
     when r > spacing, else at j = 0, so  end = r − own + (v−1)·max(0, r − spacing).
     """
     r = total_s / chunks
-    return max(floor_s, r - own_s + (chunks - 1) * max(0.0, r - spacing_s))
+    return maximum(floor_s, r - own_s + (chunks - 1) * maximum(0.0, r - spacing_s))
 
 
 def chunked_gather_exposed(total_s: float, chunks: int, own_s: float, spacing_s: float, floor_s: float) -> float:
@@ -491,7 +522,7 @@ def chunked_gather_exposed(total_s: float, chunks: int, own_s: float, spacing_s:
     lateness, at least the first bucket (``floor_s``). With one chunk: max(floor, total − own).
     Lateness of chunk k: (k+1)·g − k·spacing − own, g = total/v, largest at k = v−1 when g > spacing, else k = 0."""
     g = total_s / chunks
-    return max(floor_s, g - own_s + (chunks - 1) * max(0.0, g - spacing_s))
+    return maximum(floor_s, g - own_s + (chunks - 1) * maximum(0.0, g - spacing_s))
 
 
 def per_parameter_sync_time(job: Job, wl: Workload, costs: Costs) -> tuple[float, float]:
