@@ -43,3 +43,8 @@ def where(cond: Any, a: Any, b: Any) -> Any:
 def _scalar(x: Any) -> Any:
     """A 0-d array as its NumPy scalar (a float subclass), so scalar callers never hold arrays."""
     return x[()] if getattr(x, "ndim", 1) == 0 else x
+
+
+def any_true(cond: Any) -> bool:
+    """``cond`` for a plain bool; whether any element holds for an array."""
+    return cond if type(cond) is bool else bool(cond.any())

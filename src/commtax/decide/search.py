@@ -58,7 +58,14 @@ from commtax.decide.space import Constraint as Constraint
 from commtax.decide.space import parse_constraint as parse_constraint
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule import analytical as _est
-from commtax.schedule.analytical import estimate, pipeline_bubble, slowest_and_rest, stage_times, step_parts
+from commtax.schedule.analytical import (
+    estimate,
+    pipeline_bubble,
+    prefill_stage_times,
+    slowest_and_rest,
+    stage_times,
+    step_parts,
+)
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, MOE_KEYS, Breakdown
 from commtax.schedule.interval import published_best
 from commtax.spec import Job, job_with, zero_refusal
@@ -204,6 +211,7 @@ class _Shared:
     interned: dict[Phase, Phase] = field(default_factory=dict)  # each distinct phase of those workloads, by value
     priced: dict[tuple, dict] = field(default_factory=dict)  # MoE: (mb, sp, recompute) -> its blocks' pass prices
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
+    templates: dict[Any, Any] = field(default_factory=dict)  # each workload's priced blocks (``StageTemplate``)
 
 
 def _copy(job: Job, **changes: Any) -> Job:
@@ -385,6 +393,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     bubble = np.full((len(vps),) + dims[1:], np.nan)
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
     moe_split = {si: _moe_split(g.sample_of_split(si)) for si in range(len(g.splits))}
+    plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = {}
     for (si, j, k), sample_job in g.sample.items():
         for r, rc in enumerate(recomputes):
             job_rc = _copy(sample_job, recompute=rc)
@@ -399,16 +408,20 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
                 micro_batches=int(g.n_micro[j]),
                 **moe_split[si],
             )
-            stages = stage_times(job_rc, wl, g.costs, g.shared.priced.setdefault(key, {}))
-            slow, _ = slowest_and_rest(stages)
-            slowest[si, j, k, r] = slow
-            slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed) + (
-                (slow.ep_exposed,) if len(slow_parts) == 5 else ()
-            )
-            for i in vps_of_split[si]:
-                if (i, j, k) in g.jobs:  # the others are invalid plans
-                    bubble[i, j, k, r] = pipeline_bubble(job_rc.plan.schedule, int(g.n_micro[j]), vps[i], stages)
-                    pp_exposed[i, j, k, r] = _est.pp_exposed(g.jobs[i, j, k], wl, g.costs, stages)[1]
+            plans[si, j, k, r] = (job_rc, wl, key)
+    # the base's stages, on arrays, from the blocks priced once per TP/CP placement
+    prefill_stage_times([(x, wl) for x, wl, _ in plans.values()], g.costs, g.shared.templates)
+    for (si, j, k, r), (job_rc, wl, key) in plans.items():
+        stages = stage_times(job_rc, wl, g.costs, g.shared.priced.setdefault(key, {}))
+        slow, _ = slowest_and_rest(stages)
+        slowest[si, j, k, r] = slow
+        slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed) + (
+            (slow.ep_exposed,) if len(slow_parts) == 5 else ()
+        )
+        for i in vps_of_split[si]:
+            if (i, j, k) in g.jobs:  # the others are invalid plans
+                bubble[i, j, k, r] = pipeline_bubble(job_rc.plan.schedule, int(g.n_micro[j]), vps[i], stages)
+                pp_exposed[i, j, k, r] = _est.pp_exposed(g.jobs[i, j, k], wl, g.costs, stages)[1]
     return slowest, slow_parts, bubble, pp_exposed
 
 

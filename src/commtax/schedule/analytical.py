@@ -18,8 +18,8 @@ import operator
 from dataclasses import dataclass, field, replace
 
 from commtax.costs.compute import ComputeModel, overlap_slowdown_s
-from commtax.costs.elementwise import maximum, minimum, where
-from commtax.costs.pricing import Costs, PhaseCost
+from commtax.costs.elementwise import any_true, maximum, minimum, where
+from commtax.costs.pricing import Costs, PhaseCost, _phase_cost
 from commtax.schedule.breakdown import Breakdown, make_breakdown
 from commtax.spec import Job, per_rank, zero_refusal
 from commtax.workload.memory import memory
@@ -64,9 +64,9 @@ def _exposed(job: Job, pc: PhaseCost, cm: ComputeModel | None = None) -> tuple[f
     """
     ov, p = job.plan.overlap, job.plan
     tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
-    tp_exp = max(tp - pc.gemm, first_chunk(tp, p.tp)) if ov.tp else tp
-    cp_exp = max(cp - pc.attention, first_chunk(cp, p.cp)) if ov.cp else cp
-    if cm is not None and (tp_exp < tp or cp_exp < cp):  # some TP/CP traffic is hidden
+    tp_exp = maximum(tp - pc.gemm, first_chunk(tp, p.tp)) if ov.tp else tp
+    cp_exp = maximum(cp - pc.attention, first_chunk(cp, p.cp)) if ov.cp else cp
+    if cm is not None and any_true((tp_exp < tp) | (cp_exp < cp)):  # some TP/CP traffic is hidden
         tp_c, cp_c = overlap_contention(cm, pc, tp - tp_exp, cp - cp_exp)
         tp_exp, cp_exp = tp_exp + tp_c, cp_exp + cp_c
     return tp_exp, cp_exp
@@ -225,13 +225,10 @@ def stage_times(
     Ranks alike (same layers, neither end) share one StageTime; ``costs.stage_cache`` keeps them across calls.
     ``priced``: MoE only (``_moe_stage_times``)."""
     p = job.plan.pp
-    plan = job.plan
     if wl.moe_layer is not None:
         return _moe_stage_times(job, wl, costs, priced)
     cache = costs.stage_cache
-    # the blocks (by value: equal blocks price alike) and what _combine reads besides their phases: the TP/CP
-    # overlap flags and degrees
-    base_key = HashedKey((wl.embed, wl.layer, wl.head, plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp))
+    base_key = _stage_base_key(job, wl)
 
     passes = ("fwd", "bwd", "recompute")
     layers_of: dict[int, tuple[PhaseCost, ...]] = {}  # n layers' passes, scaled once per n
@@ -261,6 +258,146 @@ def stage_times(
         out = [stage(counts[0], True, False)] + [middle[n] for n in counts[1:-1]] + [stage(counts[-1], False, True)]
     cache[base_key, counts] = out  # callers read the list, never change it
     return out
+
+
+def _stage_base_key(job: Job, wl: Workload) -> HashedKey:
+    """What a dense stage's time depends on beside its layers and ends (``stage_times``' cache): the blocks (by value:
+    equal blocks price alike) and what ``_combine`` reads besides their phases, the TP/CP overlap flags and degrees."""
+    plan = job.plan
+    return HashedKey((wl.embed, wl.layer, wl.head, plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp))
+
+
+def _stage_kinds(counts: tuple[int, ...]) -> list[tuple[int, bool, bool]]:
+    """The distinct (layers, first, last) of a pipeline's ranks (``stage_times``)."""
+    if len(counts) == 1:
+        return [(counts[0], True, True)]
+    middle = [(n, False, False) for n in dict.fromkeys(counts[1:-1])]
+    return [(counts[0], True, False), *middle, (counts[-1], False, True)]
+
+
+PASSES = ("fwd", "bwd", "recompute")
+
+
+def prefill_stage_times(
+    plans: list[tuple[Job, Workload]], costs: Costs, templates: dict[HashedKey, StageTemplate] | None = None
+) -> None:
+    """Price every stage kind of these dense plans that ``costs.stage_cache`` lacks in one pass on arrays: each
+    stage's passes are (embedding if first) + n × layer + (head if last), summed in ``stage_times``' order (an absent
+    part adds an exact 0), and ``_combine`` runs once on the arrays. The StageTimes it leaves in the cache are those
+    ``stage_times`` would build one by one, to the last bit; a search fills a whole base's stages with it.
+    ``templates``: each workload's priced blocks (``StageTemplate``), kept by a caller that prices many plans of the
+    same blocks (search: one workload per micro-batch, sp and recompute serves every base of a TP/CP placement)."""
+    cache = costs.stage_cache
+    templates = {} if templates is None else templates
+    todo: dict[tuple, tuple[Job, Workload, int, bool, bool]] = {}
+    for job, wl in plans:
+        if wl.moe_layer is not None:
+            continue
+        base_key = _stage_base_key(job, wl)
+        counts = stage_layer_counts(job, wl)
+        if (base_key, counts) in cache:
+            continue
+        for n, first, last in _stage_kinds(counts):
+            key = (base_key, n, first, last)
+            if key not in cache:
+                todo.setdefault(key, (job, wl, n, first, last))
+    groups: dict[tuple, list[tuple]] = {}  # what _combine reads of the plan: one array pass per value
+    for key, item in todo.items():
+        plan = item[0].plan
+        groups.setdefault((plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp), []).append((key, item))
+    for items in groups.values():
+        _prefill_group(items, costs, templates)
+
+
+@dataclass(frozen=True)
+class StageTemplate:
+    """A workload's embedding, layer and head priced: per pass (fwd, bwd, recompute), the three PhaseCosts; and
+    per parts present (embedding, layers, head) the groups of a stage's link in ``stage_times``' order."""
+
+    priced: tuple[tuple[PhaseCost, PhaseCost, PhaseCost], ...]
+    groups: dict[tuple[bool, bool, bool], tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+
+    def link_groups(self, present: tuple[bool, bool, bool]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        hit = self.groups.get(present)
+        if hit is None:
+            phases = [pc for by_block in self.priced for pc, on in zip(by_block, present) if on]
+            hit = self.groups[present] = (
+                tuple(dict.fromkeys(g for pc in phases for g in pc.comm)),
+                tuple(dict.fromkeys(g for pc in phases for g in pc.comm_bytes)),
+            )
+        return hit
+
+
+def _prefill_group(items: list[tuple], costs: Costs, templates: dict[HashedKey, StageTemplate]) -> None:
+    """``prefill_stage_times`` for stages whose plans agree on what ``_combine`` reads: each stage an index into
+    the templates (the priced blocks of one workload) it is built of."""
+    import numpy as np
+
+    job = items[0][1][0]
+    index: dict[HashedKey, int] = {}
+    used: list[StageTemplate] = []
+    for key, (_, wl, _, _, _) in items:
+        if key[0] not in index:
+            tmpl = templates.get(key[0])
+            if tmpl is None:
+                blocks = (wl.embed, wl.layer, wl.head)
+                priced = tuple(tuple(costs.phase(getattr(b, w)) for b in blocks) for w in PASSES)
+                tmpl = templates[key[0]] = StageTemplate(priced)
+            index[key[0]] = len(used)
+            used.append(tmpl)
+    t = np.array([index[key[0]] for key, _ in items])
+    n = np.array([it[2] for _, it in items], float)
+    first = np.array([it[3] for _, it in items])
+    last = np.array([it[4] for _, it in items])
+    passes = tuple(_stage_pass([u.priced[w] for u in used], t, n, first, last) for w in range(len(PASSES)))
+    st = _combine(job, [(passes, 1)], costs.cm)
+    col = lambda x: np.broadcast_to(x, n.shape).tolist()  # a part no stage has stays a plain 0.0
+    fields = zip(*(col(getattr(st, f)) for f in ("compute", "recompute", "tp_exposed", "cp_exposed", "fwd", "bwd")))
+    links = _links(st.link, col)
+    for i, ((key, (_, _, k, is_first, is_last)), row) in enumerate(zip(items, fields)):
+        groups = used[index[key[0]]].link_groups((is_first, k > 0, is_last))
+        costs.stage_cache[key] = StageTime(*row, _stage_link(links, i, groups))
+
+
+def _stage_pass(priced: list[tuple[PhaseCost, PhaseCost, PhaseCost]], t, n, first, last) -> PhaseCost:
+    """One pass of many stages as a PhaseCost of arrays: (embedding if first + n × layer) + head if last, the
+    blocks' prices those of template ``t`` (per stage)."""
+    import numpy as np
+
+    def field(get):
+        e, lay, h = (np.array([get(p[x]) for p in priced], float)[t] for x in range(3))
+        return (np.where(first, e, 0.0) + lay * n) + np.where(last, h, 0.0)
+
+    groups = {g: None for p in priced for pc in p for g in (*pc.comm, *pc.comm_bytes)}
+    return PhaseCost(
+        field(lambda pc: pc.compute),
+        field(lambda pc: pc.gemm),
+        field(lambda pc: pc.attention),
+        {g: field(lambda pc, g=g: pc.comm.get(g, 0.0)) for g in groups},
+        {g: field(lambda pc, g=g: pc.comm_bytes.get(g, 0.0)) for g in groups},
+    )
+
+
+def _links(link: PhaseCost, col) -> PhaseCost:
+    """The stages' link PhaseCost of arrays as one of lists (read element by element)."""
+    return PhaseCost(
+        col(link.compute),
+        col(link.gemm),
+        col(link.attention),
+        {g: col(v) for g, v in link.comm.items()},
+        {g: col(v) for g, v in link.comm_bytes.items()},
+    )
+
+
+def _stage_link(link: PhaseCost, i: int, groups: tuple[tuple, tuple]) -> PhaseCost:
+    """Element ``i`` of prefilled stages' link (lists), with ``groups`` (``_link_groups``)."""
+    return _phase_cost(
+        link.compute[i],
+        link.gemm[i],
+        link.attention[i],
+        {g: link.comm[g][i] for g in groups[0]},
+        {g: link.comm_bytes[g][i] for g in groups[1]},
+    )
 
 
 def _moe_stage_times(
