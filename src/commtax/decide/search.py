@@ -322,6 +322,7 @@ class _Grid:
     splits: list[tuple]  # distinct layers-per-rank tuples among the valid jobs (``_split_key``)
     split_of_vp: np.ndarray  # vp index -> split index
     sample: dict[tuple[int, int, int], Job]  # (split, micro_batch, sp) -> one valid job with that split
+    stage_plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = field(default_factory=dict)
 
     def axis(self, name: str) -> list[Any]:
         return self.base.axes[name]
@@ -378,20 +379,10 @@ def _moe_split(job: Job) -> dict[str, Any]:
     return {"stage_moe_layers": stage_moe_layers(job)} if job.model.is_moe else {}
 
 
-def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
-    """Per (split, mb, sp, recompute): the slowest stage (its compute, recompute, exposed TP and CP); per
-    (vp, mb, sp, recompute): the bubble and the exposed pipeline sends. The layer, embedding and head blocks do
-    not depend on pp or dp: one workload per (mb, sp, recompute) serves every base of this TP/CP placement,
-    given this base's split and micro-batch count."""
-    vps, micro_sizes = g.axis("vp"), g.axis("micro_batch")
-    seq_pars, recomputes = g.axis("sequence_parallel"), g.axis("recompute")
-    vps_of_split = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
-    dims = (len(g.splits), len(micro_sizes), len(seq_pars), len(recomputes))
-    slowest: dict[tuple[int, int, int, int], Any] = {}
-    moe = next(iter(g.jobs.values())).model.is_moe
-    slow_parts = np.full((5 if moe else 4,) + dims, np.nan)  # MoE: the exposed all-to-all fifth
-    bubble = np.full((len(vps),) + dims[1:], np.nan)
-    pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
+def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]]:
+    """Per (split, mb, sp, recompute): a job and its workload (the shared template for (mb, sp, recompute) with this
+    base's split and micro-batch count), and the template's key."""
+    micro_sizes, seq_pars, recomputes = g.axis("micro_batch"), g.axis("sequence_parallel"), g.axis("recompute")
     moe_split = {si: _moe_split(g.sample_of_split(si)) for si in range(len(g.splits))}
     plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = {}
     for (si, j, k), sample_job in g.sample.items():
@@ -409,9 +400,24 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
                 **moe_split[si],
             )
             plans[si, j, k, r] = (job_rc, wl, key)
-    # the base's stages, on arrays, from the blocks priced once per TP/CP placement
-    prefill_stage_times([(x, wl) for x, wl, _ in plans.values()], g.costs, g.shared.templates)
-    for (si, j, k, r), (job_rc, wl, key) in plans.items():
+    return plans
+
+
+def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
+    """Per (split, mb, sp, recompute): the slowest stage (its compute, recompute, exposed TP and CP); per
+    (vp, mb, sp, recompute): the bubble and the exposed pipeline sends. The layer, embedding and head blocks do
+    not depend on pp or dp: one workload per (mb, sp, recompute) serves every base of this TP/CP placement,
+    given this base's split and micro-batch count."""
+    vps, micro_sizes = g.axis("vp"), g.axis("micro_batch")
+    seq_pars, recomputes = g.axis("sequence_parallel"), g.axis("recompute")
+    vps_of_split = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
+    dims = (len(g.splits), len(micro_sizes), len(seq_pars), len(recomputes))
+    slowest: dict[tuple[int, int, int, int], Any] = {}
+    moe = next(iter(g.jobs.values())).model.is_moe
+    slow_parts = np.full((5 if moe else 4,) + dims, np.nan)  # MoE: the exposed all-to-all fifth
+    bubble = np.full((len(vps),) + dims[1:], np.nan)
+    pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
+    for (si, j, k, r), (job_rc, wl, key) in g.stage_plans.items():
         stages = stage_times(job_rc, wl, g.costs, g.shared.priced.setdefault(key, {}))
         slow, _ = slowest_and_rest(stages)
         slowest[si, j, k, r] = slow
@@ -593,6 +599,20 @@ def _framework_zero_mask(
     return valid
 
 
+@dataclass
+class _Prepared:
+    """A base up to its stages: the valid jobs, the validity mask and the grid with its stage plans
+    (``_stage_plans``); ``_finish`` prices it once its stages are in the cache (``_prefill``)."""
+
+    base: Base
+    shape: tuple[int, ...]
+    grid_codes: np.ndarray
+    invalid: Counter
+    examples: dict[str, str]
+    valid: np.ndarray | None = None
+    g: _Grid | None = None
+
+
 def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
     """Evaluate every plan of one base on its grid (vp, micro_batch, sequence_parallel, zero, recompute, grad dtype).
 
@@ -600,30 +620,67 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
     with the model's own functions; the stage split (the layers of each pipeline rank) depends on vp only when
     the layers do not divide evenly, so the stage-level parts are kept per distinct split.
     """
+    return _eval_bases(job, [base], phase_cache)[0]
+
+
+def _eval_bases(job: Job, todo: list[Base], phase_cache: dict[Any, _Shared] | None = None) -> list[_BaseResult]:
+    """``_eval_base`` of each base, the stages of all of them priced together first (``_prefill``)."""
+    cache: dict[Any, _Shared] = {} if phase_cache is None else phase_cache
+    prepared = [_prepare(job, b, cache) for b in todo]
+    _prefill(prepared)
+    return [_finish(job, p) for p in prepared]
+
+
+def _prefill(prepared: list[_Prepared]) -> None:
+    """Every dense stage of these bases priced in one array pass per TP/CP placement (``prefill_stage_times``:
+    the bases of one placement share their blocks, prices and stage cache)."""
+    groups: list[tuple[_Grid, list]] = []
+    for p in prepared:
+        if p.g is None:
+            continue
+        group = next((plans for g, plans in groups if g.shared is p.g.shared), None)
+        if group is None:
+            groups.append((p.g, group := []))
+        group.extend((x, wl) for x, wl, _ in p.g.stage_plans.values())
+    for g, plans in groups:
+        prefill_stage_times(plans, g.costs, g.shared.templates)
+
+
+def _prepare(job: Job, base: Base, phase_cache: dict[Any, _Shared]) -> _Prepared:
     shape = tuple(len(base.axes[k]) for k in AXES)
     grid = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1).reshape(-1, len(AXES))
     jobs, invalid, examples = _valid_jobs(job, base)
-    nofit: Counter = Counter()
+    prep = _Prepared(base, shape, _codes(job, base, grid), invalid, examples)
     if not jobs:
-        nan = np.full(len(grid), np.nan)
-        return _BaseResult(
-            _codes(job, base, grid),
-            nan,
-            np.full((len(grid), len(part_keys(job))), np.nan),
-            nan,
-            nan,
-            np.zeros(len(grid), bool),
-            invalid,
-            nofit,
-            examples,
-        )
+        return prep
     valid = np.zeros(shape[:3], bool)
     for idx in jobs:
         valid[idx] = True
     valid = np.broadcast_to(valid[:, :, :, None, None, None], shape)
     valid = _framework_zero_mask(job, base, valid, invalid, examples)
-    valid = _recompute_mask(job, base, jobs, valid, invalid, examples)
-    g = _grid(job, base, jobs, phase_cache)
+    prep.valid = _recompute_mask(job, base, jobs, valid, invalid, examples)
+    prep.g = _grid(job, base, jobs, phase_cache)
+    prep.g.stage_plans = _stage_plans(prep.g)
+    return prep
+
+
+def _finish(job: Job, prep: _Prepared) -> _BaseResult:
+    base, g, valid, invalid, examples = prep.base, prep.g, prep.valid, prep.invalid, prep.examples
+    nofit: Counter = Counter()
+    flat = len(prep.grid_codes)
+    if g is None:
+        nan = np.full(flat, np.nan)
+        return _BaseResult(
+            prep.grid_codes,
+            nan,
+            np.full((flat, len(part_keys(job))), np.nan),
+            nan,
+            nan,
+            np.zeros(flat, bool),
+            invalid,
+            nofit,
+            examples,
+        )
     slowest, slow_parts, bubble, pp_exposed = _stage_parts(g)
     # only the first stage of each kind can be the fullest (``memory.stage_kinds``), per split
     kinds = [stage_kinds(g.sample_of_split(si)) for si in range(len(g.splits))]
@@ -643,9 +700,8 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
         fixed_reserve,
         a.v("allocator_fragmentation"),
     )
-    flat = len(grid)
     return _BaseResult(
-        plans=_codes(job, base, grid),
+        plans=prep.grid_codes,
         step=np.where(valid, step, np.nan).reshape(flat),
         parts=np.moveaxis(parts, 0, -1).reshape(flat, len(parts)),
         exposed=np.where(valid, exposed, np.nan).reshape(flat),
@@ -733,8 +789,10 @@ def _worker(job: Job, chunks: list[list[tuple[int, Base]]], conn: Any) -> None:
     _init_worker()
     cache: dict[Any, _Shared] = {}
     try:
-        for chunk in chunks:
-            conn.send(("results", [(i, _eval_base(job, b, cache)) for i, b in chunk]))
+        prepared = [[(i, _prepare(job, b, cache)) for i, b in chunk] for chunk in chunks]
+        _prefill([p for chunk in prepared for _, p in chunk])  # all this worker's stages at once
+        for chunk in prepared:
+            conn.send(("results", [(i, _finish(job, p)) for i, p in chunk]))
         conn.send(("done", None))
     except Exception as e:  # the parent re-raises it: a bug in the model must not read as a partial result
         conn.send(("error", e))
@@ -818,8 +876,10 @@ def evaluate_space(
     try:
         if workers <= 1:
             cache: dict[Any, _Shared] = {}
-            for n, b in enumerate(todo):
-                results.append(_eval_base(job, b, cache))
+            prepared = [_prepare(job, b, cache) for b in todo]
+            _prefill(prepared)  # every base's stages at once, on arrays
+            for n, p in enumerate(prepared):
+                results.append(_finish(job, p))
                 if progress:
                     progress(n + 1, len(todo))
         else:
