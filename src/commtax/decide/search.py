@@ -71,8 +71,15 @@ from commtax.schedule.interval import published_best
 from commtax.spec import Job, job_with, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
-from commtax.workload.memory import fixed_reserve_bytes, memory, stage_activation_bytes, stage_kinds, stage_states
-from commtax.workload.step import Block, Phase, Workload, build_workload, stage_moe_layers
+from commtax.workload.memory import (
+    fixed_reserve_bytes,
+    memory,
+    stage_activation_bytes,
+    stage_activation_bytes_by_recompute,
+    stage_kinds,
+    stage_states,
+)
+from commtax.workload.step import Block, Phase, Workload, build_workload, stage_moe_layers, with_fields
 
 # the allowed values, as the spec declares them
 RECOMPUTE: tuple[str, ...] = AXIS["recompute"].choices
@@ -387,19 +394,20 @@ def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workloa
     plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = {}
     for (si, j, k), sample_job in g.sample.items():
         for r, rc in enumerate(recomputes):
-            job_rc = _copy(sample_job, recompute=rc)
             key = (micro_sizes[j], seq_pars[k], rc)
             template = g.shared.workloads.get(key)
             if template is None:
+                job_rc = _copy(sample_job, recompute=rc)
                 template = g.shared.workloads[key] = _interned(build_workload(job_rc), g.shared.interned)
-            wl = dataclasses.replace(
+            wl = with_fields(
                 template,
-                layers_per_stage=max(job_rc.stage_layers),
-                chunk_layers=job_rc.chunk_layers,
+                layers_per_stage=max(sample_job.stage_layers),
+                chunk_layers=sample_job.chunk_layers,
                 micro_batches=int(g.n_micro[j]),
                 **moe_split[si],
             )
-            plans[si, j, k, r] = (job_rc, wl, key)
+            # the stages read the plan's layout and schedule, the recompute only through the workload's blocks
+            plans[si, j, k, r] = (sample_job, wl, key)
     return plans
 
 
@@ -417,17 +425,18 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     slow_parts = np.full((5 if moe else 4,) + dims, np.nan)  # MoE: the exposed all-to-all fifth
     bubble = np.full((len(vps),) + dims[1:], np.nan)
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
-    for (si, j, k, r), (job_rc, wl, key) in g.stage_plans.items():
-        stages = stage_times(job_rc, wl, g.costs, g.shared.priced.setdefault(key, {}))
+    for (si, j, k, r), (plan_job, wl, key) in g.stage_plans.items():
+        stages = stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
         slow, _ = slowest_and_rest(stages)
         slowest[si, j, k, r] = slow
         slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed) + (
             (slow.ep_exposed,) if len(slow_parts) == 5 else ()
         )
-        for i in vps_of_split[si]:
-            if (i, j, k) in g.jobs:  # the others are invalid plans
-                bubble[i, j, k, r] = pipeline_bubble(job_rc.plan.schedule, int(g.n_micro[j]), vps[i], stages)
-                pp_exposed[i, j, k, r] = _est.pp_exposed(g.jobs[i, j, k], wl, g.costs, stages)[1]
+        here = [i for i in vps_of_split[si] if (i, j, k) in g.jobs]  # the others are invalid plans
+        if here:  # every vp of this split at once (the stages are the same)
+            v = np.array([vps[i] for i in here])
+            bubble[here, j, k, r] = pipeline_bubble(plan_job.plan.schedule, int(g.n_micro[j]), v, stages)
+            pp_exposed[here, j, k, r] = _est.pp_exposed(plan_job, wl, g.costs, stages, vp=v)[1]
     return slowest, slow_parts, bubble, pp_exposed
 
 
@@ -462,7 +471,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
             job_zd, wl = dp_jobs[si, z, d]
             counted = with_count.get((si, z, d, j))
             if counted is None:
-                counted = with_count[si, z, d, j] = dataclasses.replace(wl, micro_batches=int(g.n_micro[j]))
+                counted = with_count[si, z, d, j] = with_fields(wl, micro_batches=int(g.n_micro[j]))
                 if len(counted.dp_stage_splits) > 1:
                     if (si, z, d) not in ranks:
                         ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
@@ -537,12 +546,11 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
     acts = np.full(shape + (max(len(x) for x in kinds),), np.nan)
     for (i, j, k), valid_job in g.jobs.items():
         stages = kinds[g.split_of_vp[i]]
-        moe = valid_job.model.is_moe  # an MoE layer's activations read the plan's recompute: a copy per value
-        for r, rc in enumerate(recomputes):
-            if moe:
-                acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
-            else:
-                acts[i, j, k, r, : len(stages)] = stage_activation_bytes(valid_job, stages, rc)
+        if not valid_job.model.is_moe:  # every recompute at once
+            acts[i, j, k, :, : len(stages)] = stage_activation_bytes_by_recompute(valid_job, stages, recomputes)
+            continue
+        for r, rc in enumerate(recomputes):  # an MoE layer's activations read the plan's recompute: a copy per value
+            acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
     return acts
 
 

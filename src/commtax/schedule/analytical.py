@@ -700,7 +700,7 @@ def bucketed_time(costs: Costs, c: Collective, bucket_bytes: float) -> float:
     return n * costs.collective_time(c.group, c.op, c.bytes / n)
 
 
-def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) -> tuple[float, float, float]:
+def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime], vp=None) -> tuple[float, float, float]:
     """(link time, exposed time, bytes) of pipeline sends for one step on the busiest rank.
 
     The fill and drain cross every stage boundary in turn: 2(p − 1) sends (GPipe: nothing else; its
@@ -711,8 +711,9 @@ def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) ->
     forward it sent on: a round trip over k boundaries holds k + 1 stages' passes and 2k sends, so the
     steady state runs at C = max over stage ranges of (Σ T_s + 2k·t_send)/(k + 1) per micro-batch
     (``steady_cycle``; uniform: T + 2(p−1)/p·t_send), beyond T_max m times, plus 2(p − 2) sends of the fill.
+    ``vp``: the plan's, or an array of values of it (a search's grid, the stages alike).
     """
-    p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
+    p, v, m = job.plan.pp, job.plan.vp if vp is None else vp, wl.micro_batches
     if p == 1:
         return 0.0, 0.0, 0.0
     t_send = costs.collective(wl.pp_send)
@@ -724,13 +725,17 @@ def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) ->
 def sends_exposed(
     schedule: str, p: int, v: int, m: int, t_send: float, totals: list[float], overlap_pp: bool = True
 ) -> float:
-    """Exposed pipeline-send time of one step (``pp_exposed``), from the stages' per-micro-batch totals."""
+    """Exposed pipeline-send time of one step (``pp_exposed``), from the stages' per-micro-batch totals; ``v`` may be
+    an array (elementwise)."""
     fill = 2 * (p - 1) * t_send
     if schedule == "gpipe":
         return fill
-    if v > 1:
-        return 2 * (p * v - 1) * t_send + (0.0 if overlap_pp else 2 * m * t_send)
-    return max(fill, m * (steady_cycle(totals, t_send) - max(totals)) + 2 * (p - 2) * t_send)
+    chunked = v > 1
+    interleaved = 2 * (p * v - 1) * t_send + (0.0 if overlap_pp else 2 * m * t_send)
+    if chunked is True:
+        return interleaved
+    plain = max(fill, m * (steady_cycle(totals, t_send) - max(totals)) + 2 * (p - 2) * t_send)
+    return where(chunked, interleaved, plain)
 
 
 def steady_cycle(totals: list[float], t_send: float) -> float:
@@ -784,6 +789,7 @@ def slowest_and_rest(stages: list[StageTime]) -> tuple[StageTime, float]:
 
 def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> float:
     """Time the slowest stage waits per step, beyond its m micro-batches (T_s: one micro-batch fwd+bwd on stage s).
+    ``vp`` may be an array of values (a search's grid, the stages alike): elementwise.
 
     1F1B (and interleaved): in the steady state every stage alternates one forward and one backward, so the
     slowest stage paces the pipeline and the fill and drain cross the others once:
