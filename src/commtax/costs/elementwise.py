@@ -2,8 +2,9 @@
 
 A formula of the model is written once and read both by ``estimate`` (one plan: plain floats) and by ``search``
 (the plan grid: NumPy arrays). On floats these are the builtins (NumPy is not imported: the estimate path does not
-load it); on arrays the matching ufuncs, which give the same IEEE result element by element (``max(a, b)`` keeps
-``a`` on a tie, as ``np.maximum`` does).
+load it); on arrays the matching ufuncs, which give the same IEEE result element by element. (The one difference:
+on a tie of 0.0 and -0.0 the builtins keep the first argument and the ufuncs may not; the two are equal, and the
+model's times are sums of non-negative terms, so no figure shows it: tests/test_priced_step.py.)
 """
 
 from __future__ import annotations

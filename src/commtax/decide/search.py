@@ -434,7 +434,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
         )
         here = [i for i in vps_of_split[si] if (i, j, k) in g.jobs]  # the others are invalid plans
         if here:  # every vp of this split at once (the stages are the same)
-            v = np.array([vps[i] for i in here])
+            v = np.array([vps[i] for i in here]) if len(here) > 1 else vps[here[0]]
             bubble[here, j, k, r] = pipeline_bubble(plan_job.plan.schedule, int(g.n_micro[j]), v, stages)
             pp_exposed[here, j, k, r] = _est.pp_exposed(plan_job, wl, g.costs, stages, vp=v)[1]
     return slowest, slow_parts, bubble, pp_exposed
