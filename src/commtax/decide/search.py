@@ -18,8 +18,12 @@ activations per stage         ``memory.stage_activation_bytes``      vp, micro_b
 ============================  =====================================  ==========================
 
 (*) the split is the layers of each pipeline rank (``Job.stage_layers``): it depends on vp only when the
-layers do not divide evenly. Memory is the fullest stage's. Phase prices and stage times are shared, by value,
-by the bases that place TP and CP alike (``_Shared``, ``costs.pricing``). The table is checked, not trusted:
+layers do not divide evenly. Memory is the fullest stage's. Where a part is a formula over the grid it is estimate's
+own function given arrays (``costs.elementwise``: the builtins on floats, ufuncs on arrays): the dense stages of
+every base of a TP/CP placement in one pass (``analytical.prefill_stage_times``, after ``_prepare``), the exposed
+DP traffic on the whole grid (``dp_step_exposed_s``), the bubble and sends for every vp of a split (docs/search.md).
+Phase prices and stage times are shared, by value, by the bases that place TP and CP alike (``_Shared``,
+``costs.pricing``). The table is checked, not trusted:
 every search re-estimates its top plans with ``estimate`` and reports the largest relative difference
 (``max_rel_diff``, a warning above 1e-9); the tests and the benchmark check random samples.
 """
