@@ -825,17 +825,15 @@ def _run_workers(
     from multiprocessing.connection import wait
 
     ctx = mp.get_context("fork")
-    # interleave bases so every worker gets a mix of cheap and costly ones, in a few chunks each (progress); each
-    # result comes back with its base's position: the results are put in the bases' order, whichever worker ends
-    # first (the CSV rows, the first example of a refusal and the order of equal plans do not depend on it)
-    numbered = list(enumerate(todo))
-    chunks = [c for c in (numbered[i :: workers * 4] for i in range(workers * 4)) if c]
+    # each result comes back with its base's position: the results are put in the bases' order, whichever worker
+    # ends first (the CSV rows, the first example of a refusal and the order of equal plans do not depend on it)
+    shares = _by_placement(list(enumerate(todo)), workers)
     results: list[tuple[int, _BaseResult]] = []
     procs, conns = [], []
     with signals.deferred() as stop:
         try:
             for w in range(workers):
-                mine = chunks[w::workers]
+                mine = [c for c in (shares[w][i::4] for i in range(4)) if c]  # a few chunks each (progress)
                 if not mine or stop:
                     continue
                 reader, writer = ctx.Pipe(duplex=False)
@@ -868,6 +866,23 @@ def _run_workers(
             for conn in conns:
                 conn.close()
         return [r for _, r in sorted(results, key=lambda ir: ir[0])], bool(stop)
+
+
+def _by_placement(numbered: list[tuple[int, Base]], workers: int) -> list[list[tuple[int, Base]]]:
+    """The bases shared out to ``workers`` processes, the bases that place TP and CP alike in the same process (they
+    share workloads, block prices and stages: ``_Shared``, built once per process), placements handed out largest
+    first to the least loaded worker (load: plans on the grid)."""
+    groups: dict[tuple, list[tuple[int, Base]]] = {}
+    for i, b in numbered:
+        groups.setdefault((b.tp, b.cp, tuple(sorted(b.extra.items()))), []).append((i, b))
+    size = lambda bs: sum(math.prod(len(b.axes[k]) for k in AXES) for _, b in bs)
+    shares: list[list[tuple[int, Base]]] = [[] for _ in range(workers)]
+    load = [0] * workers
+    for bs in sorted(groups.values(), key=size, reverse=True):
+        w = load.index(min(load))
+        shares[w].extend(bs)
+        load[w] += size(bs)
+    return [sorted(share, key=lambda ib: ib[0]) for share in shares]
 
 
 def evaluate_space(
