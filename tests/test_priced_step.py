@@ -141,9 +141,12 @@ def test_prefilled_stages_are_the_stages_built_one_by_one(plan):
     expected = [est.stage_times(j, wl, one_by_one) for j, wl in pairs]
     batched = Costs(job)
     batched.stage_cache = {}
-    est.prefill_stage_times(pairs, batched, {})
+    returned = est.prefill_stage_times(pairs, batched, {})
     n_prefilled = len(batched.stage_cache)
     got = [est.stage_times(j, wl, batched) for j, wl in pairs]
+    assert [[dataclasses.astuple(x) for x in stages] for stages in returned] == [
+        [dataclasses.astuple(x) for x in stages] for stages in expected
+    ]
     assert n_prefilled >= len({id(s) for stages in expected for s in stages})  # nothing left to build one by one
     for want, have in zip(expected, got):
         assert len(want) == len(have)

@@ -334,6 +334,7 @@ class _Grid:
     split_of_vp: np.ndarray  # vp index -> split index
     sample: dict[tuple[int, int, int], Job]  # (split, micro_batch, sp) -> one valid job with that split
     stage_plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = field(default_factory=dict)
+    stages: dict[tuple[int, int, int, int], Any] = field(default_factory=dict)  # ``_prefill``'s stage_times
 
     def axis(self, name: str) -> list[Any]:
         return self.base.axes[name]
@@ -430,7 +431,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     bubble = np.full((len(vps),) + dims[1:], np.nan)
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
     for (si, j, k, r), (plan_job, wl, key) in g.stage_plans.items():
-        stages = stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
+        stages = g.stages.get((si, j, k, r)) or stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
         slow, _ = slowest_and_rest(stages)
         slowest[si, j, k, r] = slow
         slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed) + (
@@ -653,9 +654,11 @@ def _prefill(prepared: list[_Prepared]) -> None:
         group = next((plans for g, plans in groups if g.shared is p.g.shared), None)
         if group is None:
             groups.append((p.g, group := []))
-        group.extend((x, wl) for x, wl, _ in p.g.stage_plans.values())
+        group.extend(((p, key), plan) for key, plan in p.g.stage_plans.items())
     for g, plans in groups:
-        prefill_stage_times(plans, g.costs, g.shared.templates)
+        stages = iter(prefill_stage_times([(x, wl) for _, (x, wl, _) in plans], g.costs, g.shared.templates))
+        for (p, key), _ in plans:
+            p.g.stages[key] = next(stages)
 
 
 def _prepare(job: Job, base: Base, phase_cache: dict[Any, _Shared]) -> _Prepared:

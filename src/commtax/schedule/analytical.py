@@ -218,6 +218,9 @@ def stage_layer_counts(job: Job, wl: Workload) -> tuple[int, ...]:
     return per_rank(wl.chunk_layers or (wl.layers_per_stage // v,) * (p * v), p, v)
 
 
+PASSES = ("fwd", "bwd", "recompute")  # a block's passes, in the order a stage sums them
+
+
 def stage_times(
     job: Job, wl: Workload, costs: Costs, priced: dict[str, tuple[PhaseCost, ...]] | None = None
 ) -> list[StageTime]:
@@ -230,7 +233,7 @@ def stage_times(
     cache = costs.stage_cache
     base_key = _stage_base_key(job, wl)
 
-    passes = ("fwd", "bwd", "recompute")
+    passes = PASSES
     layers_of: dict[int, tuple[PhaseCost, ...]] = {}  # n layers' passes, scaled once per n
 
     def stage(n: int, first: bool, last: bool) -> StageTime:
@@ -275,26 +278,27 @@ def _stage_kinds(counts: tuple[int, ...]) -> list[tuple[int, bool, bool]]:
     return [(counts[0], True, False), *middle, (counts[-1], False, True)]
 
 
-PASSES = ("fwd", "bwd", "recompute")
-
-
 def prefill_stage_times(
     plans: list[tuple[Job, Workload]], costs: Costs, templates: dict[HashedKey, StageTemplate] | None = None
-) -> None:
+) -> list[list[StageTime] | None]:
     """Price every stage kind of these dense plans that ``costs.stage_cache`` lacks in one pass on arrays: each
     stage's passes are (embedding if first) + n × layer + (head if last), summed in ``stage_times``' order (an absent
     part adds an exact 0), and ``_combine`` runs once on the arrays. The StageTimes it leaves in the cache are those
     ``stage_times`` would build one by one, to the last bit; a search fills a whole base's stages with it.
     ``templates``: each workload's priced blocks (``StageTemplate``), kept by a caller that prices many plans of the
-    same blocks (search: one workload per micro-batch, sp and recompute serves every base of a TP/CP placement)."""
+    same blocks (search: one workload per micro-batch, sp and recompute serves every base of a TP/CP placement).
+    Returns each plan's ``stage_times`` (None for an MoE plan: ``stage_times`` prices those one by one)."""
     cache = costs.stage_cache
     templates = {} if templates is None else templates
     todo: dict[tuple, tuple[Job, Workload, int, bool, bool]] = {}
+    wanted: list[tuple | None] = []  # per plan: its whole-pipeline cache key
     for job, wl in plans:
         if wl.moe_layer is not None:
+            wanted.append(None)
             continue
         base_key = _stage_base_key(job, wl)
         counts = stage_layer_counts(job, wl)
+        wanted.append((base_key, counts))
         if (base_key, counts) in cache:
             continue
         for n, first, last in _stage_kinds(counts):
@@ -307,6 +311,21 @@ def prefill_stage_times(
         groups.setdefault((plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp), []).append((key, item))
     for items in groups.values():
         _prefill_group(items, costs, templates)
+    return [None if key is None else _pipeline(cache, *key) for key in wanted]
+
+
+def _pipeline(cache: dict, base_key: HashedKey, counts: tuple[int, ...]) -> list[StageTime]:
+    """``stage_times``' list from the cache, every stage kind of it priced: first, middle ranks, last."""
+    whole = cache.get((base_key, counts))
+    if whole is None:
+        if len(counts) == 1:
+            whole = [cache[base_key, counts[0], True, True]]
+        else:
+            middle = {n: cache[base_key, n, False, False] for n in set(counts[1:-1])}
+            first, last = cache[base_key, counts[0], True, False], cache[base_key, counts[-1], False, True]
+            whole = [first] + [middle[n] for n in counts[1:-1]] + [last]
+        cache[base_key, counts] = whole  # callers read the list, never change it
+    return whole
 
 
 @dataclass(frozen=True)
