@@ -75,7 +75,33 @@ class Model(_Spec):
         le=100_000,
         description="node-limited routing: each token to at most M nodes (DeepSeek-V3: 4)",
     )
+    swiglu_limit: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e6,
+        description="expert GLU inputs clamped to this bound before the activation (GPT-OSS config.json "
+        "swiglu_limit 7.0; Megatron-Core activation_func_clamp_value); priced in the MoE experts",
+    )
+    sliding_window: int | None = Field(
+        default=None,
+        gt=0,
+        le=100_000_000,
+        description="keys a query attends to in the sliding-window layers, itself included (GPT-OSS 128)",
+    )
+    full_attention_every: int | None = Field(
+        default=None,
+        ge=2,
+        le=10_000,
+        description="with sliding_window: every N-th layer attends to the full context (GPT-OSS 2; Megatron-Core "
+        "window_attn_skip_freq); none: every layer is windowed",
+    )
     source: str = "inline"
+
+    @model_validator(mode="after")
+    def _window(self) -> Model:
+        if self.full_attention_every is not None and self.sliding_window is None:
+            raise ValueError("full_attention_every applies to sliding-window models: set sliding_window, or drop it")
+        return self
 
     @model_validator(mode="after")
     def _heads(self) -> Model:
@@ -147,6 +173,15 @@ class Model(_Spec):
     @property
     def mla(self) -> bool:
         return self.kv_lora_rank is not None
+
+    @property
+    def windowed_share(self) -> float:
+        """Share of the layers that attend through the sliding window: all, or all but every N-th (Megatron-Core
+        window_attn_skip_freq N: layer numbers divisible by N attend fully)."""
+        if self.sliding_window is None:
+            return 0.0
+        n = self.full_attention_every
+        return 1.0 if n is None else 1.0 - (self.layers // n) / self.layers
 
     @property
     def is_moe(self) -> bool:

@@ -222,6 +222,25 @@ ELEMENTWISE = {
 }
 
 
+# A bool mask element (PyTorch comparison outputs)
+BOOL_BYTES = 1.0
+
+
+def glu_clamp_ops(name: str, out_elems: float, act_bytes: float) -> tuple[Compute, Compute]:
+    """(forward, backward) passes of a clamped GLU's input clamps, for ``out_elems`` activation outputs U.
+
+    Megatron-Core's GPT-OSS activation (weighted_bias_quick_geglu_impl, megatron/core/fusions/fused_bias_geglu.py)
+    clamps the two halves of the up-projection output in eager PyTorch and concatenates them before its fused
+    kernel: forward x_glu.clamp(max), x_linear.clamp(±) (each reads and writes U elements) and cat (2U each way),
+    8·a·U bytes in 3 kernels. Backward (PyTorch FunctionsManual.cpp clamp_backward: where(mask, grad, 0)): the
+    max-only clamp compares (r a, w b) and selects (r b + a, w a), 3a + 2b; the two-sided one compares twice, ands
+    the masks in place (r 2b, w b) and selects, 4a + 6b; chunk's backward concatenates the two halves' grads, 4a:
+    (11a + 8b)·U bytes in 7 kernels (a: activation bytes, b: a bool mask byte)."""
+    fwd = _mem(f"{name}_clamp", 8 * act_bytes * out_elems, kernels=3)
+    bwd = _mem(f"{name}_clamp_bwd", (11 * act_bytes + 8 * BOOL_BYTES) * out_elems, kernels=7)
+    return fwd, bwd
+
+
 def _layer_gemms(job: Job, tokens: int, mlp: bool = True) -> list[tuple[str, int, int, int]]:
     """Forward GEMMs of one layer on one TP rank: (name, m, n, k); the MLP's unless ``mlp`` is False (MoE layers
     price theirs in ``workload.moe``)."""
@@ -351,16 +370,38 @@ def _elementwise_ops(job: Job, act_bytes: float, mlp: bool = True) -> dict[str, 
     return out
 
 
-def _attention_ops(job: Job) -> tuple[Compute, Compute, float]:
-    """Forward and backward attention kernels of one layer, and the forward's executed FLOPs.
+def window_attention_flop(job: Job) -> float:
+    """Causal attention through a sliding window of w keys: query i meets min(i + 1, w) keys, Σ = s·w − w(w − 1)/2
+    (s ≥ w), each key 4·d FLOPs per head (QKᵀ and PV); w = s gives the causal s(s + 1)/2."""
+    m, p, tr = job.model, job.plan, job.training
+    s, w = tr.seq_len, min(job.model.sliding_window, tr.seq_len)
+    return 4.0 * p.micro_batch * (m.heads // p.tp) * m.head_dim * (s * w - w * (w - 1) / 2)
+
+
+def _windowed_share(job: Job) -> float:
+    """Share of the layers whose fused kernel skips the blocks outside the sliding window. Eager attention
+    masks the full scores (no saving); with CP the windowed layers are priced as ring attention over the full
+    context (not modelled)."""
+    m, p, tr = job.model, job.plan, job.training
+    if m.sliding_window is None or m.sliding_window >= tr.seq_len or p.attention == "eager" or p.cp > 1:
+        return 0.0
+    return m.windowed_share
+
+
+def _attention_ops(job: Job) -> tuple[Compute, Compute, float, list[Compute], list[Compute]]:
+    """Forward and backward attention kernels of one layer, the forward's executed FLOPs, and the sliding-window
+    share of them ([] unless the model has windowed layers).
 
     Fused kernels skip the masked half of causal attention; eager attention computes the full s×S scores
     (then masks them), so it executes the non-causal FLOPs. FlashAttention-2 backward runs 5 matmuls to the
-    forward's 2 (Dao 2023, §3.1.2): 2.5× the forward FLOPs.
+    forward's 2 (Dao 2023, §3.1.2): 2.5× the forward FLOPs. A model whose layers alternate sliding-window and
+    full attention (GPT-OSS) is priced per layer as the mean: the full kernel for the full layers' share, the
+    windowed one (its rate at w keys) for the rest.
     """
     m, p, tr = job.model, job.plan, job.training
     kernel = p.attention
-    flop = attention_flop(job, causal=kernel != "eager")
+    share = _windowed_share(job)
+    flop = attention_flop(job, causal=kernel != "eager") * (1.0 - share)
     s_local = tr.seq_len // p.cp
     # eager: QKᵀ writes the scores and PV reads the probabilities, 2 B each; backward moves twice as much
     scores = p.micro_batch * (m.heads / p.tp) * s_local * tr.seq_len
@@ -373,7 +414,13 @@ def _attention_ops(job: Job) -> tuple[Compute, Compute, float]:
     bwd = Compute(
         "attention_bwd", 2.5 * flop, 2 * nbytes, "attention", rows, keys, m.head_dim, kernel=kernel, backward=True
     )
-    return fwd, bwd, flop
+    if not share:
+        return fwd, bwd, flop, [], []
+    wf, w = share * window_attention_flop(job), m.sliding_window
+    win_f = Compute("attention_window", wf, 0.0, "attention", rows, w, m.head_dim, kernel=kernel)
+    win_b = Compute("attention_window_bwd", 2.5 * wf, 0.0, "attention", rows, w, m.head_dim, kernel=kernel)
+    win_b = replace(win_b, backward=True)
+    return fwd, bwd, flop, [win_f], [win_b]
 
 
 # DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0/1, the Megatron-DeepSpeed bf16 path of BLOOM and MT-NLG)
@@ -412,7 +459,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
     for n, mm, nn, kk in gemms:
         bwd_gemm.append(_gemm(f"{n}_dgrad", mm, kk, nn, act_bytes, fp8))
         bwd_gemm.append(_gemm(f"{n}_wgrad", kk, nn, mm, act_bytes, fp8))
-    attn_fwd, attn_bwd, attn_f = _attention_ops(job)
+    attn_fwd, attn_bwd, attn_f, win_fwd, win_bwd = _attention_ops(job)
     ew = _elementwise_ops(job, act_bytes, mlp=not moe)
     ew_fwd = [_mem(k, v, n) for k, (v, n) in ew.items()]
     # backward reads saved input and grad, writes grad
@@ -438,6 +485,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
         tuple(
             fwd_gemm
             + [attn_fwd]
+            + win_fwd
             + _cp_merge_ops(job, False)
             + ew_fwd
             + casts_fwd
@@ -450,6 +498,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
         tuple(
             bwd_gemm
             + [attn_bwd]
+            + win_bwd
             + _cp_merge_ops(job, True)
             + ew_bwd
             + casts_bwd
@@ -479,6 +528,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
                 kernel=attn_fwd.kernel,
             )
         ]
+        ops += [replace(w, name="attention_window_recompute") for w in win_fwd]
         if "attn_scores" in ew:
             ops.append(_mem("attn_scores_recompute", ew["attn_scores"][0]))
         # with CP the recomputed core is ring attention: its K/V exchange and per-step merges run again

@@ -1,0 +1,108 @@
+"""Architecture facts of the MoE catalog models that change their cost: GPT-OSS's clamped GLU and its alternating
+sliding-window attention (hand-worked bytes and FLOPs, the kernel rate below the attention table)."""
+
+import pytest
+
+from commtax.costs.compute import attention_efficiency, attention_tables, causal_block_share
+from commtax.errors import SpecError
+from commtax.schedule.analytical import estimate
+from commtax.spec import load_job
+from commtax.spec.catalog import load_catalog
+from commtax.workload.moe import expert_rows, local_experts
+from commtax.workload.step import attention_flop, build_workload, glu_clamp_ops, window_attention_flop
+
+B200 = {"gpu": "b200-sxm-192gb", "intra_node": "nvlink5", "inter_node": "ib-ndr", "num_gpus": 64}
+
+
+def gpt_oss(model=None, **plan):
+    return load_job(
+        {
+            "model": model or "gpt-oss-120b",
+            "cluster": B200,
+            "plan": {"ep": 8, "micro_batch": 1, **plan},
+            "training": {"seq_len": 4096, "global_batch": 512, "precision": "bf16"},
+        }
+    )
+
+
+def ops_by_name(phase):
+    return {o.name: o for o in phase.ops}
+
+
+def test_glu_clamp_passes_hand_worked():
+    # U = 1000 outputs at bf16 (a = 2), bool masks 1 B: forward two clamps (r+w U each) and cat (r+w 2U): 8·a·U;
+    # backward: max-only clamp 3a + 2b, two-sided clamp 4a + 6b, chunk's cat 4a: (11a + 8b)·U = 30 B per output
+    fwd, bwd = glu_clamp_ops("x", 1000, 2.0)
+    assert fwd.bytes == 8 * 2 * 1000 and fwd.kernels == 3
+    assert bwd.bytes == (3 * 2 + 2 + 4 * 2 + 6 + 4 * 2) * 1000 == 30_000 and bwd.kernels == 7
+
+
+def test_gpt_oss_experts_run_the_clamp_and_others_do_not():
+    job = gpt_oss()
+    assert job.model.swiglu_limit == 7.0  # config.json swiglu_limit; Megatron-Bridge activation_func_clamp_value
+    layer = build_workload(job).moe_layer
+    u = expert_rows(job) * local_experts(job) * job.model.moe_ffn_hidden  # activation outputs of the local experts
+    assert ops_by_name(layer.fwd)["expert_activation_clamp"].bytes == pytest.approx(8 * 2 * u)
+    assert ops_by_name(layer.bwd)["expert_activation_clamp_bwd"].bytes == pytest.approx(30 * u)
+    plain = gpt_oss(model={**_catalog_entry("gpt-oss-120b"), "swiglu_limit": None})
+    assert "expert_activation_clamp" not in ops_by_name(build_workload(plain).moe_layer.fwd)
+    assert estimate(plain).step_time_s < estimate(job).step_time_s
+
+
+def test_window_attention_flop_hand_worked_and_full_window_is_causal():
+    job = gpt_oss()
+    b, a, d, s, w = 1, 64, 64, 4096, 128
+    assert window_attention_flop(job) == 4 * b * a * d * (s * w - w * (w - 1) / 2)  # query i meets min(i+1, w) keys
+    wide = gpt_oss(model={**_catalog_entry("gpt-oss-120b"), "sliding_window": s})
+    # w = s: s(s+1)/2 pairs, the causal s²/2 plus the diagonal
+    assert window_attention_flop(wide) == pytest.approx(attention_flop(wide, causal=True) * (1 + 1 / s))
+
+
+def test_alternating_window_prices_half_the_layers_at_the_window():
+    job = gpt_oss()
+    assert job.model.windowed_share == 0.5  # 36 layers, every 2nd full (window_attn_skip_freq 2)
+    fwd = ops_by_name(build_workload(job).moe_layer.fwd)
+    assert fwd["attention"].flop == pytest.approx(attention_flop(job, causal=True) / 2)
+    assert fwd["attention_window"].flop == pytest.approx(window_attention_flop(job) / 2)
+    assert fwd["attention_window"].n == 128  # the kernel's rate at w keys
+    bwd = ops_by_name(build_workload(job).moe_layer.bwd)
+    assert bwd["attention_window_bwd"].flop == pytest.approx(2.5 * fwd["attention_window"].flop)
+    # eager attention masks the full scores: no saving, one op
+    eager = ops_by_name(build_workload(gpt_oss(attention="eager")).moe_layer.fwd)
+    assert "attention_window" not in eager and eager["attention"].flop == attention_flop(job, causal=False)
+
+
+def test_windowed_share_counts_the_full_layers():
+    entry = _catalog_entry("gpt-oss-120b")
+    five = load_job({**_job_raw(), "model": {**entry, "layers": 5}})
+    assert five.model.windowed_share == pytest.approx(1 - 2 / 5)  # layers 2 and 4 full
+    every = load_job({**_job_raw(), "model": {**entry, "full_attention_every": None}})
+    assert every.model.windowed_share == 1.0
+
+
+def test_full_attention_every_needs_a_window():
+    entry = {**_catalog_entry("gpt-oss-120b"), "sliding_window": None}
+    with pytest.raises(SpecError, match="full_attention_every applies to sliding-window models"):
+        load_job({**_job_raw(), "model": entry})
+
+
+def test_block_share_and_rate_below_the_table():
+    # n = keys/128 query blocks: n²/2 useful of n(n+1)/2 computed
+    assert causal_block_share(128) == 0.5 and causal_block_share(512) == pytest.approx(4 / 5)
+    shortest = attention_tables()["kernels"]["cudnn"]["hopper"]["seq"][0]
+    assert shortest == 512
+    at_table = attention_efficiency("cudnn", "hopper", 512, 128, False)
+    assert attention_efficiency("cudnn", "hopper", 128, 128, False) == pytest.approx(at_table * 0.5 / 0.8)
+    assert attention_efficiency("cudnn", "hopper", 1024, 128, False) > at_table  # the table itself: unchanged
+
+
+def _catalog_entry(name):
+    return {"name": name, **load_catalog()["model"][name]}
+
+
+def _job_raw():
+    return {
+        "cluster": B200,
+        "plan": {"ep": 8, "micro_batch": 1},
+        "training": {"seq_len": 4096, "global_batch": 512, "precision": "bf16"},
+    }
