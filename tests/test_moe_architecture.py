@@ -1,15 +1,26 @@
 """Architecture facts of the MoE catalog models that change their cost: GPT-OSS's clamped GLU and its alternating
-sliding-window attention (hand-worked bytes and FLOPs, the kernel rate below the attention table)."""
+sliding-window attention (hand-worked bytes and FLOPs, the kernel rate below the attention table); DeepSeek-V3's
+multi-token prediction module and the layouts its recipes give the last stage."""
 
 import pytest
 
 from commtax.costs.compute import attention_efficiency, attention_tables, causal_block_share
+from commtax.decide.validate import recipe_layout
 from commtax.errors import SpecError
 from commtax.schedule.analytical import estimate
 from commtax.spec import load_job
 from commtax.spec.catalog import load_catalog
+from commtax.workload.memory import loss_micro_batches
 from commtax.workload.moe import expert_rows, local_experts
-from commtax.workload.step import attention_flop, build_workload, glu_clamp_ops, window_attention_flop
+from commtax.workload.step import (
+    attention_flop,
+    build_workload,
+    glu_clamp_ops,
+    model_flop_per_token,
+    mtp_params_per_gpu,
+    stage_param_split,
+    window_attention_flop,
+)
 
 B200 = {"gpu": "b200-sxm-192gb", "intra_node": "nvlink5", "inter_node": "ib-ndr", "num_gpus": 64}
 
@@ -106,3 +117,64 @@ def _job_raw():
         "plan": {"ep": 8, "micro_batch": 1},
         "training": {"seq_len": 4096, "global_batch": 512, "precision": "bf16"},
     }
+
+
+# ----------------------------------------------------------------------------- multi-token prediction (DeepSeek-V3)
+H800 = {"gpu": "h800-sxm5-80gb", "intra_node": "nvlink-h800", "inter_node": "ib-ndr", "num_gpus": 256}
+
+
+def deepseek(mtp=None, **plan):
+    model = {**_catalog_entry("deepseek-v3"), **({} if mtp is None else {"mtp_layers": mtp})}
+    return load_job(
+        {
+            "model": model,
+            "cluster": H800,
+            "plan": {"ep": 64, "pp": 4, "micro_batch": 1, "recompute": "full", **plan},
+            "training": {"seq_len": 4096, "global_batch": 1024, "precision": "fp8"},
+        }
+    )
+
+
+def test_mtp_module_size_against_the_report():
+    # DeepSeek-V3 report: 671B main model + a 14B MTP module (its checkpoint also stores the shared embedding and head)
+    m = deepseek().model
+    assert m.mtp_layers == 1 and m.params() == pytest.approx(671e9, rel=0.01)  # params() leaves MTP out, as the card
+    assert m.mtp_params() + 2 * m.vocab * m.hidden == pytest.approx(14e9, rel=0.05)
+
+
+def test_mtp_runs_a_layer_projection_and_second_head_on_the_last_stage():
+    job, plain = deepseek(), deepseek(mtp=0)
+    h, t = job.model.hidden, 4096
+    head = build_workload(job).head
+    names = [o.name for o in head.fwd.ops]
+    assert names.count("logits") == 2 and names.count("expert_up") == 1  # the main head, then the MTP layer and head
+    proj = ops_by_name(head.fwd)["mtp_proj"]
+    assert (proj.m, proj.n, proj.k) == (t, h, 2 * h)  # [RMSNorm(h_i); RMSNorm(Emb(t_i+1))] · M, M ∈ R^{h×2h}
+    assert [o.name for o in build_workload(plain).head.fwd.ops] == ["logits", "loss"]
+    # model FLOPs: one more MoE layer, the projection and another logits GEMM, fwd+bwd (×3)
+    m = job.model
+    moe = 2 * m.attention_params() + 4 * t * m.heads * m.head_dim + 2 * m.moe_layer_params(active=True)
+    extra = 3 * (moe + 2 * 2 * h * h + 2 * h * m.vocab)
+    assert model_flop_per_token(job) - model_flop_per_token(plain) == pytest.approx(extra)
+
+
+def test_mtp_weights_sit_on_the_last_stage():
+    job, plain = deepseek(), deepseek(mtp=0)
+    split, base = stage_param_split(job), stage_param_split(plain)
+    assert split[:-1] == base[:-1]
+    dense, experts = mtp_params_per_gpu(job)
+    assert split[-1] == pytest.approx((base[-1][0] + dense, base[-1][1] + experts))
+    assert experts == pytest.approx(256 / 64 * job.model.expert_params())  # 4 local experts of the MTP MoE layer
+
+
+def test_dualpipe_holds_one_micro_batch_of_logits():
+    assert loss_micro_batches(deepseek(schedule="dualpipe"), 5.0) == 1.0
+    assert loss_micro_batches(deepseek(), 3.0) == 3.0  # 1F1B: the last stage's own in-flight count (1 there)
+
+
+def test_recipe_layout_by_virtual_stages():
+    row = {"model": "deepseek-v3"}
+    assert recipe_layout(row, 16) == (4,) * 15 + (1,)  # "Et*4|(t*4|)*14tmL"
+    assert recipe_layout(row, 32) == (1,) + (2,) * 30 + (0,)  # "Et|(tt|)*30mL"
+    assert sum(recipe_layout(row, 8)) == sum(recipe_layout(row, 4)) == 61
+    assert recipe_layout(row, 12) is None and recipe_layout({"model": "qwen3-30b-a3b"}, 16) is None

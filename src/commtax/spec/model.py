@@ -95,6 +95,13 @@ class Model(_Spec):
         description="with sliding_window: every N-th layer attends to the full context (GPT-OSS 2; Megatron-Core "
         "window_attn_skip_freq); none: every layer is windowed",
     )
+    mtp_layers: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        description="multi-token prediction depth (DeepSeek-V3 num_nextn_predict_layers 1): each adds a layer, a "
+        "2h→h projection and another logits + loss on the last pipeline stage; outside params() as in the model cards",
+    )
     source: str = "inline"
 
     @model_validator(mode="after")
@@ -241,6 +248,13 @@ class Model(_Spec):
     def layer_params(self) -> float:
         """A dense layer: attention (GQA or MLA) + MLP (gated: 3 matrices) + 2 norms."""
         return self.attention_params() + self.mlp_params(self.ffn) + 2 * self.hidden
+
+    def mtp_params(self) -> float:
+        """One MTP module (DeepSeek-V3 §2.2): two RMSNorms, the projection M ∈ R^{h×2h}, a transformer layer (an MoE
+        layer in an MoE model); embedding and output head shared with the main model."""
+        layer = self.attention_params() + 2 * self.hidden
+        layer += self.moe_layer_params() if self.is_moe else self.mlp_params(self.ffn)
+        return 2 * self.hidden + 2 * self.hidden * self.hidden + layer
 
     def embedding_params(self) -> float:
         return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)

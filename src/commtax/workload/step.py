@@ -563,7 +563,38 @@ def _head_block(job: Job) -> Block:
             else Collective("tp_loss", "all_reduce", 3 * 4.0 * tokens, "tp"),
         )
         ops_b.append(Collective("tp_head_grad", "reduce_scatter" if p.sequence_parallel else op, buf, "tp"))
-    return Block("head", Phase(tuple(ops_f)), Phase(tuple(ops_b)), Phase(()))
+    head = Block("head", Phase(tuple(ops_f)), Phase(tuple(ops_b)), Phase(()))
+    return _with_mtp(job, head) if m.mtp_layers else head
+
+
+def _with_mtp(job: Job, head: Block) -> Block:
+    """The head followed by the multi-token prediction modules, all on the last pipeline stage (Megatron-Core
+    places MTP with the loss; Megatron-Bridge layouts "...|tmL"). Each depth (DeepSeek-V3 §2.2): the next tokens'
+    embedding, RMSNorm of it and of the hidden state, their concatenation projected 2h → h (replicated over TP), a
+    transformer layer (the MoE layer in an MoE model), and the shared output head and loss again."""
+    m, p, tr = job.model, job.plan, job.training
+    act_bytes = activation_bytes_per_element(tr.precision)
+    tokens = p.micro_batch * tr.seq_len // p.cp
+    buf = tokens * m.hidden * act_bytes
+    layer = _layer_block(job, moe=m.is_moe)
+    proj = ("mtp_proj", tokens, m.hidden, 2 * m.hidden)
+    norms = _mem("mtp_norms", 2 * 2 * buf, 2)  # two RMSNorms: read and write h per token each
+    fwd = [_mem("mtp_embedding", 2 * buf), norms, _gemm(*proj, act_bytes), *layer.fwd.ops, *head.fwd.ops]
+    bwd = [
+        _mem("mtp_embedding_grad", 2 * buf),
+        _mem("mtp_norms_bwd", 2 * norms.bytes, 2),
+        _gemm("mtp_proj_dgrad", tokens, 2 * m.hidden, m.hidden, act_bytes),
+        _gemm("mtp_proj_wgrad", 2 * m.hidden, m.hidden, tokens, act_bytes),
+        *layer.bwd.ops,
+        *head.bwd.ops,
+    ]
+    d = m.mtp_layers
+    return Block(
+        "head",
+        Phase(head.fwd.ops + tuple(fwd) * d),
+        Phase(head.bwd.ops + tuple(bwd) * d),
+        Phase(layer.recompute.ops * d),
+    )
 
 
 def _embed_block(job: Job) -> Block:
@@ -593,10 +624,12 @@ def model_flop_per_token(job: Job) -> float:
         attn = 2 * m.attention_params() + 4 * tr.seq_len * m.heads * d
         moe = attn + 2 * m.moe_layer_params(active=True)
         dense = attn + 2 * m.mlp_params(f)
-        return 3 * (m.moe_layer_count * moe + m.moe_dense_layers * dense + 2 * h * m.vocab)
+        mtp = m.mtp_layers * (moe + 2 * 2 * h * h + 2 * h * m.vocab)  # DeepSeek-V3 §2.2: layer, projection, head
+        return 3 * (m.moe_layer_count * moe + m.moe_dense_layers * dense + 2 * h * m.vocab + mtp)
     gemm_params = h * (m.heads + 2 * m.kv_heads_) * d + m.heads * d * h + (3 if m.gated_mlp else 2) * h * f
     per_layer = 2 * gemm_params + 4 * tr.seq_len * m.heads * d
-    return 3 * (m.layers * per_layer + 2 * h * m.vocab)
+    mtp = m.mtp_layers * (per_layer + 2 * 2 * h * h + 2 * h * m.vocab)
+    return 3 * (m.layers * per_layer + 2 * h * m.vocab + mtp)
 
 
 def adam_bytes_per_param(precision: str) -> float:
@@ -656,9 +689,28 @@ def stage_param_split(job: Job) -> list[tuple[float, float]]:
     for s, (n, e) in enumerate(zip(job.stage_layers, stage_moe_layers(job))):
         dense = (n - e) * dense_layer + e * moe_layer
         dense += params["embed"] if s == 0 else 0.0
-        dense += params["head"] if s == p.pp - 1 else 0.0
-        out.append((dense, expert_params_per_gpu(job, e)))
+        experts = expert_params_per_gpu(job, e)
+        if s == p.pp - 1:
+            mtp_dense, mtp_experts = mtp_params_per_gpu(job)
+            dense += params["head"] + mtp_dense
+            experts += mtp_experts
+        out.append((dense, experts))
     return out
+
+
+def mtp_params_per_gpu(job: Job) -> tuple[float, float]:
+    """(dense, expert) parameters of the MTP modules on one GPU of the last stage: the layer's attention, norms
+    and dense or shared MLP TP-sharded, the projection replicated, routed experts as a MoE layer's."""
+    from commtax.workload.moe import expert_params_per_gpu, moe_dense_params_per_layer
+
+    m, p = job.model, job.plan
+    if not m.mtp_layers:
+        return 0.0, 0.0
+    attn = (m.attention_params() + 2 * m.hidden) / p.tp
+    mlp = moe_dense_params_per_layer(job) if m.is_moe else m.mlp_params(m.ffn) / p.tp
+    dense = 2 * m.hidden + 2 * m.hidden * m.hidden + attn + mlp
+    experts = expert_params_per_gpu(job, 1) if m.is_moe else 0.0
+    return m.mtp_layers * dense, m.mtp_layers * experts
 
 
 def params_per_gpu(job: Job) -> dict[str, float]:
@@ -682,7 +734,7 @@ def stage_params(job: Job) -> list[float]:
     per_layer = params["layers"] / max(1, max(job.stage_layers))
     out = [n * per_layer for n in job.stage_layers]
     out[0] += params["embed"]
-    out[-1] += params["head"]
+    out[-1] += params["head"] + sum(mtp_params_per_gpu(job))
     return out
 
 
