@@ -178,3 +178,38 @@ def test_recipe_layout_by_virtual_stages():
     assert recipe_layout(row, 32) == (1,) + (2,) * 30 + (0,)  # "Et|(tt|)*30mL"
     assert sum(recipe_layout(row, 8)) == sum(recipe_layout(row, 4)) == 61
     assert recipe_layout(row, 12) is None and recipe_layout({"model": "qwen3-30b-a3b"}, 16) is None
+
+
+def test_search_agrees_with_estimate_on_the_new_architecture_fields():
+    # a small MoE model with all three: the search's shared blocks price them as estimate does
+    from commtax.decide.search import Space, agreement, search
+
+    model = {
+        "layers": 8,
+        "hidden": 2048,
+        "heads": 16,
+        "kv_heads": 4,
+        "vocab": 32000,
+        "gated_mlp": True,
+        "head_dim": 64,
+        "num_experts": 16,
+        "top_k": 2,
+        "moe_ffn_hidden": 1024,
+        "swiglu_limit": 7.0,
+        "sliding_window": 128,
+        "full_attention_every": 2,
+        "mtp_layers": 1,
+    }
+    cluster = {"gpu": "h100-sxm5-80gb", "gpus_per_node": 8, "intra_node": "nvlink4", "inter_node": "ib-ndr"}
+    job = load_job(
+        {
+            "model": model,
+            "cluster": {**cluster, "num_gpus": 32},
+            "plan": {"framework": "megatron-core", "ep": 4, "zero": 1},
+            "training": {"seq_len": 2048, "global_batch": 128},
+        }
+    )
+    space = Space.parse({"tp": "1,2", "pp": "1,2,4", "cp": "1", "vp": "1,2", "micro_batch": "1,2", "zero": "1"})
+    res = search(job, space, top=3, workers=1)
+    a = agreement(job, res, sample=12, seed=0)
+    assert a["step_rel"] < 1e-9 and a["mem_rel"] < 1e-9 and a["fits_mismatch"] == 0
