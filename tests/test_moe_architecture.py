@@ -213,3 +213,18 @@ def test_search_agrees_with_estimate_on_the_new_architecture_fields():
     res = search(job, space, top=3, workers=1)
     a = agreement(job, res, sample=12, seed=0)
     assert a["step_rel"] < 1e-9 and a["mem_rel"] < 1e-9 and a["fits_mismatch"] == 0
+
+
+def test_qwen3_normalises_every_query_and_key_head():
+    # Qwen3-30B-A3B: 32 query + 4 key heads of 128 per token, read and written once at bf16 (fused RMSNorm)
+    job = load_job(
+        {
+            "model": "qwen3-30b-a3b",
+            "cluster": {**B200, "num_gpus": 8},
+            "plan": {"ep": 8, "micro_batch": 1},
+            "training": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"},
+        }
+    )
+    fwd = ops_by_name(build_workload(job).moe_layer.fwd)
+    assert fwd["qk_norm"].bytes == 2 * 2 * 4096 * (32 + 4) * 128 and fwd["qk_norm"].kernels == 2
+    assert "qk_norm" not in ops_by_name(build_workload(gpt_oss()).moe_layer.fwd)

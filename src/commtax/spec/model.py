@@ -75,6 +75,11 @@ class Model(_Spec):
         le=100_000,
         description="node-limited routing: each token to at most M nodes (DeepSeek-V3: 4)",
     )
+    qk_norm: bool = Field(
+        default=False,
+        description="RMSNorm on every head's query and key before RoPE (Qwen3 q_norm/k_norm; Megatron-Core "
+        "qk_layernorm)",
+    )
     swiglu_limit: float | None = Field(
         default=None,
         gt=0,

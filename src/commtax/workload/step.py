@@ -361,6 +361,9 @@ def _elementwise_ops(job: Job, act_bytes: float, mlp: bool = True) -> dict[str, 
         rope_x, rope_k = style["rope"]
         qk = b * s * (m.heads + m.kv_heads_) * m.head_dim / t
         out["rope"] = (rope_x * 2 * qk * act_bytes, rope_k)
+    if m.qk_norm:  # per-head RMSNorm of q and k (Qwen3): read and write both once, as the layer norms
+        qk_heads = b * s * (m.heads + m.kv_heads_) * m.head_dim / t
+        out["qk_norm"] = (norm_x * 2 * qk_heads * act_bytes, 2 * norm_k)
     if not p.flash_attention:
         # unfused attention's softmax reads and writes the b·(a/t)·s² scores (4 B; Megatron's fused
         # scale-mask-softmax); attention dropout adds r/w + mask 5 B. The GEMMs' own score traffic (QKᵀ writes
