@@ -228,3 +228,12 @@ def test_qwen3_normalises_every_query_and_key_head():
     fwd = ops_by_name(build_workload(job).moe_layer.fwd)
     assert fwd["qk_norm"].bytes == 2 * 2 * 4096 * (32 + 4) * 128 and fwd["qk_norm"].kernels == 2
     assert "qk_norm" not in ops_by_name(build_workload(gpt_oss()).moe_layer.fwd)
+
+
+def test_mla_latents_are_normalised():
+    # DeepSeek-V3: RMSNorm of the 1536-wide q latent and the 512-wide kv latent per token, replicated over TP
+    job = deepseek(tp=2, sequence_parallel=True)
+    fwd = ops_by_name(build_workload(job).moe_layer.fwd)
+    assert fwd["mla_norms"].bytes == 2 * 2 * 4096 * (1536 + 512) and fwd["mla_norms"].kernels == 2
+    # RoPE: Megatron-Core's fused MLA RoPE also builds each head's key and value, ~ q and k of every head once
+    assert fwd["rope"].bytes == 2 * 2 * 4096 * (128 + 128) * 192 / 2

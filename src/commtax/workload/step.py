@@ -359,8 +359,14 @@ def _elementwise_ops(job: Job, act_bytes: float, mlp: bool = True) -> dict[str, 
         del out["activation"]
     if m.gated_mlp:  # rotary embedding of q and k (Llama family): read and write both once (fused)
         rope_x, rope_k = style["rope"]
+        # MLA (heads = kv_heads, d = nope + rope): Megatron-Core's fused MLA RoPE rewrites q and builds each head's
+        # key [k_nope; k_pe] and value from the up-projected kv (fused_apply_mla_rope_for_q / _for_kv), about as
+        # many bytes as roping q and k of every head
         qk = b * s * (m.heads + m.kv_heads_) * m.head_dim / t
         out["rope"] = (rope_x * 2 * qk * act_bytes, rope_k)
+    if m.mla:  # RMSNorm of the compressed q and kv latents, replicated over TP (DeepSeek-V2 §2.1.2; q/kv_a_layernorm)
+        latent = b * s * ((m.q_lora_rank or 0) + m.kv_lora_rank)
+        out["mla_norms"] = (norm_x * 2 * latent * act_bytes, (2 if m.q_lora_rank else 1) * norm_k)
     if m.qk_norm:  # per-head RMSNorm of q and k (Qwen3): read and write both once, as the layer norms
         qk_heads = b * s * (m.heads + m.kv_heads_) * m.head_dim / t
         out["qk_norm"] = (norm_x * 2 * qk_heads * act_bytes, 2 * norm_k)
