@@ -41,6 +41,9 @@ HOPPER = "hopper"
 # fused attention kernels are compiled for head dims 32, 64, 96, ..., 256 and pad the others up to the next one
 # (Dao-AILab/flash-attention csrc/flash_attn/src: flash_fwd_hdim{32,64,96,128,160,192,224,256} instantiations)
 HEAD_DIM_STEP = 32
+# query and key block of the fused attention kernels at head dim <= 128 (FlashAttention-2/-3 kBlockM = kBlockN = 128
+# on sm80/sm90 forward): a causal or banded pass computes whole blocks, the masked-out parts of diagonal ones too
+ATTENTION_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,14 @@ def _attention_table(kernel: str, arch: str) -> tuple[str, dict]:
     return name, kernels[name][HOPPER]
 
 
+def causal_block_share(keys: float, block: int = ATTENTION_BLOCK) -> float:
+    """Useful share of the blocks a causal kernel computes over ``keys`` keys, n = keys/block query blocks:
+    n²/2 useful of n(n+1)/2 computed (the diagonal blocks are computed whole), n/(n + 1). A sliding window of w
+    keys computes w/block + 1 blocks per query block for w/block useful ones: the same share at ``keys`` = w."""
+    n = keys / block
+    return n / (n + 1.0)
+
+
 @lru_cache(maxsize=4096)
 def attention_efficiency(kernel: str, arch: str, seq: int, head_dim: int, backward: bool) -> float:
     """Fraction of the bf16 peak a fused attention kernel reaches (measured tables, catalog/attention.yaml).
@@ -200,6 +211,8 @@ def attention_efficiency(kernel: str, arch: str, seq: int, head_dim: int, backwa
     """
     name, entry = _attention_table(kernel, arch)
     rate = _interp_log(entry["seq"], entry["bwd" if backward else "fwd"], seq)
+    if seq < entry["seq"][0]:  # shorter than the table: fewer useful blocks per computed one
+        rate *= causal_block_share(seq) / causal_block_share(entry["seq"][0])
     padded = HEAD_DIM_STEP * math.ceil(head_dim / HEAD_DIM_STEP)
     return rate / entry["ref_peak_tflops"] * _head_dim_factor(name, padded) * head_dim / padded
 

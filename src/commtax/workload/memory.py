@@ -195,10 +195,23 @@ def stage_activation_bytes_by_recompute(
             if s == 0:
                 acts += embedding
             if s == p.pp - 1:
-                acts += logits * (1.0 if p.pp == 1 else in_flight)
+                held = loss_micro_batches(job, in_flight)
+                acts += logits * held
+                # MTP modules: their layer, the embedding and normed inputs, another fp32 logits (DeepSeek-V3 §2.2)
+                mtp_layer = per_moe_layer if moe_layers else per_layer
+                acts += m.mtp_layers * ((mtp_layer + 3 * embedding) * in_flight + logits * held)
             row.append(acts)
         out.append(row)
     return out
+
+
+def loss_micro_batches(job: Job, in_flight: float) -> float:
+    """Micro-batches whose fp32 logits the last pipeline rank holds at peak: its in-flight ones; under DualPipe one,
+    the rank that ends a direction runs each micro-batch's loss chunk forward then backward in turn (DeepSeek-V3
+    §3.2.1, Fig. 5), its PP + 1 in-flight micro-batches (Table 2) being its layer chunks'."""
+    if job.plan.pp == 1 or job.plan.schedule in ("dualpipe", "dualpipev"):
+        return 1.0
+    return in_flight
 
 
 def activation_bytes(job: Job) -> float:
