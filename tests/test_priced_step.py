@@ -7,7 +7,6 @@ estimate's exactly (``max_rel_diff_vs_estimate`` 0)."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import numpy as np
 import pytest
@@ -21,8 +20,6 @@ from commtax.schedule import analytical as est
 from commtax.spec import job_with, load_job
 from commtax.workload.memory import stage_activation_bytes, stage_activation_bytes_by_recompute
 from commtax.workload.step import build_workload, with_fields
-
-pytestmark = pytest.mark.model
 
 finite = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
 
@@ -55,20 +52,6 @@ def test_elementwise_helpers_are_the_builtins_on_floats_and_ufuncs_on_arrays():
     assert any_true(a > 4.0) is True
     # on floats a tie keeps the first argument, as the builtins do (only the sign of a zero can show it)
     assert str(maximum(-0.0, 0.0)) == str(max(-0.0, 0.0)) == "-0.0"
-
-
-def test_the_estimate_path_does_not_load_numpy():
-    """The helpers import NumPy only when given arrays: one plan's estimate stays without it (start time)."""
-    import subprocess
-    from pathlib import Path
-
-    example = Path(__file__).resolve().parents[1] / "examples" / "llama2-70b-h100.yaml"
-    code = (
-        "import sys; from commtax.schedule.analytical import estimate; from commtax.spec import load_job; "
-        f"estimate(load_job({str(example)!r})); print('numpy' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.strip() == "False"
 
 
 @settings(max_examples=60, deadline=None)
