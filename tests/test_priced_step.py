@@ -85,6 +85,30 @@ def test_dp_step_exposed_by_hand():
     assert grid[0] == est.dp_step_exposed(parts, stage, 4, 2, 8)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(finite, finite, finite, finite, finite), min_size=1, max_size=6),
+    st.integers(min_value=1, max_value=96),
+    st.integers(min_value=1, max_value=64),
+)
+def test_zero3_exposed_on_arrays_is_the_scalar_formula_elementwise(rows, units, m):
+    """``zero3_exposed_s`` on arrays (search's ZeRO-3 grid) equals it on each element's floats (estimate), to the
+    bit."""
+    gf, gb, rs, fwd, bwd = (np.array(c) for c in zip(*rows))
+    grid = est.zero3_exposed_s(gf, gb, rs, units, fwd, bwd, m)
+    for i, row in enumerate(rows):
+        assert grid[i] == est.zero3_exposed_s(*row[:3], units, *row[3:], m)
+
+
+def test_zero3_exposed_by_hand():
+    """FSDP over 4 units, m = 2: gathers 2 s (fwd) and 3 s (bwd), reduce-scatter 1 s, passes fwd 1.5 s, bwd 5 s: per
+    micro-batch max(0, 2 − 1.5) + max(0, 3 + 1 − 5) + 2/4 = 1.0; the step 2 × 1.0 + the last unit's reduce 1/4."""
+    assert est.zero3_exposed_s(2.0, 3.0, 1.0, 4, 1.5, 5.0, 2) == 2.25
+    wl = build_workload(load_job(small_job(zero=3)))
+    gf, gb, rs, units, nbytes = est.zero3_traffic(wl, Costs(load_job(small_job(zero=3))))
+    assert units == wl.layers_per_stage and gf > 0 and gb > 0 and rs > 0 and nbytes > 0
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(st.floats(min_value=0.01, max_value=5.0), min_size=2, max_size=8),

@@ -476,10 +476,13 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     # micro-batch count), whichever stage is the slowest: priced once per key, its exposed part on the whole grid
     on_grid = np.zeros((len(g.splits), len(g.axis("micro_batch")), len(zeros), len(grad_dtypes)), bool)
     traffic = np.full((9,) + on_grid.shape, np.nan)  # ``_dp_grid``'s fields
+    # so is overlapped ZeRO-3 traffic (``zero3_traffic``): per (split, zero, grad dtype, micro-batch count)
+    on_z3 = np.zeros_like(on_grid)
+    z3 = np.full((5,) + on_grid.shape, np.nan)  # ``_zero3_grid``'s fields
     for (si, j, k, r), slow in slowest.items():
         vps_here = [i for i in range(len(vps)) if g.split_of_vp[i] == si]
         for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
-            if on_grid[si, j, z, d]:
+            if on_grid[si, j, z, d] or on_z3[si, j, z, d]:
                 continue
             job_zd, wl = dp_jobs[si, z, d]
             counted = with_count.get((si, z, d, j))
@@ -492,6 +495,10 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                 elif counted.dp_step and not counted.dp_microbatch and job_zd.plan.overlap.dp:
                     traffic[:, si, j, z, d] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
                     on_grid[si, j, z, d] = True
+                    continue
+                elif counted.dp_microbatch and counted.zero3_gather != "per_parameter_sync" and job_zd.plan.overlap.dp:
+                    z3[:, si, j, z, d] = _est.zero3_traffic(counted, g.costs)
+                    on_z3[si, j, z, d] = True
                     continue
             # MoE: the slowest DP rank, as estimate
             counted, dp_traffic = _est.slowest_dp_rank(job_zd, counted, g.costs, slow, ranks.get((si, z, d, j)))
@@ -509,9 +516,9 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                     g.costs.cm, dp_traffic.link, exposed, dp_traffic.nbytes, slow.link
                 )
     if on_grid.any():
-        grid = _dp_grid(g, slowest, traffic)
-        mask = on_grid[g.split_of_vp][:, :, None, None, :, :]
-        dp_exposed = np.where(mask, grid, dp_exposed)
+        dp_exposed = np.where(on_grid[g.split_of_vp][:, :, None, None, :, :], _dp_grid(g, slowest, traffic), dp_exposed)
+    if on_z3.any():
+        dp_exposed = np.where(on_z3[g.split_of_vp][:, :, None, None, :, :], _zero3_grid(g, slowest, z3), dp_exposed)
     return states, optimizer, dp_exposed
 
 
@@ -531,15 +538,34 @@ def _dp_fields(parts: Any, wl: Workload) -> tuple[float, ...]:
     )
 
 
-def _dp_grid(g: _Grid, slowest: dict, traffic: np.ndarray) -> np.ndarray:
-    """Exposed overlapped DP traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
-    ``dp_step_exposed_s`` and ``dp_contention_s``) on arrays. traffic: ``_dp_fields`` per (split, mb, zero, gd)."""
+def _slow_passes(g: _Grid, slowest: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The slowest stage's forward, backward and the memory-bound share of its passes (what DP traffic hides under)
+    on the (vp, mb, sp, recompute, zero, gd) grid."""
     dims = (len(g.splits),) + tuple(len(g.axis(k)) for k in ("micro_batch", "sequence_parallel", "recompute"))
     fwd, bwd, share = (np.full(dims, np.nan) for _ in range(3))
     for key, slow in slowest.items():
         fwd[key], bwd[key], share[key] = slow.fwd, slow.bwd, _est.memory_share(slow.link)
+    # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
+    return tuple(a[g.split_of_vp][:, :, :, :, None, None] for a in (fwd, bwd, share))
+
+
+def _zero3_grid(g: _Grid, slowest: dict, z3: np.ndarray) -> np.ndarray:
+    """Exposed overlapped ZeRO-3 traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
+    ``zero3_exposed_s`` and ``dp_contention_s``) on arrays. z3: ``zero3_traffic`` per (split, mb, zero, gd)."""
+    fwd, bwd, share = _slow_passes(g, slowest)
+    gf, gb, rs, units, mb_bytes = (t[g.split_of_vp][:, :, None, None, :, :] for t in z3)
+    m = g.n_micro[None, :, None, None, None, None]
+    link, nbytes = (gf + gb + rs) * m, mb_bytes * m
+    with np.errstate(invalid="ignore"):  # nan where a plan is invalid
+        exposed = _est.zero3_exposed_s(gf, gb, rs, units, fwd, bwd, m)
+        return exposed + _est.dp_contention_s(g.costs.cm, link, exposed, nbytes, share)
+
+
+def _dp_grid(g: _Grid, slowest: dict, traffic: np.ndarray) -> np.ndarray:
+    """Exposed overlapped DP traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
+    ``dp_step_exposed_s`` and ``dp_contention_s``) on arrays. traffic: ``_dp_fields`` per (split, mb, zero, gd)."""
+    fwd, bwd, share = _slow_passes(g, slowest)
     by_vp = g.split_of_vp
-    stage = lambda a: a[by_vp][:, :, :, :, None, None]  # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
     reduce_s, gather_s, gathers, tail, first, codec, link, nbytes, passes = (
         t[by_vp][:, :, None, None, :, :] for t in traffic
     )
@@ -547,9 +573,9 @@ def _dp_grid(g: _Grid, slowest: dict, traffic: np.ndarray) -> np.ndarray:
     m = g.n_micro[None, :, None, None, None, None]
     with np.errstate(invalid="ignore"):  # nan where a plan is invalid
         exposed = _est.dp_step_exposed_s(
-            reduce_s, gather_s, gathers > 0, tail, first, codec, stage(fwd), stage(bwd), g.base.pp, vp, m, passes
+            reduce_s, gather_s, gathers > 0, tail, first, codec, fwd, bwd, g.base.pp, vp, m, passes
         )
-        return exposed + _est.dp_contention_s(g.costs.cm, link, exposed, nbytes, stage(share))
+        return exposed + _est.dp_contention_s(g.costs.cm, link, exposed, nbytes, share)
 
 
 def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
