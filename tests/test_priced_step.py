@@ -18,7 +18,11 @@ from commtax.costs.pricing import Costs
 from commtax.errors import SpecError
 from commtax.schedule import analytical as est
 from commtax.spec import job_with, load_job
-from commtax.workload.memory import stage_activation_bytes, stage_activation_bytes_by_recompute
+from commtax.workload.memory import (
+    layer_bytes_by_recompute,
+    stage_activation_bytes,
+    stage_activation_bytes_by_recompute,
+)
 from commtax.workload.step import build_workload, with_fields
 
 finite = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
@@ -183,6 +187,16 @@ def test_activations_for_every_recompute_at_once_are_each_ones(plan):
     stages = list(range(job.plan.pp))
     rows = stage_activation_bytes_by_recompute(job, stages, recomputes)
     assert rows == [stage_activation_bytes(job, stages, r) for r in recomputes]
+    # a layer's bytes do not read the pipeline: the search takes them from the plan's other vp / pp (same layer)
+    for other in ({"vp": 1, "pp": 1}, {"pp": 4, "vp": 2, "schedule": "1f1b"}):
+        try:
+            variant = job_with(job, dp=None, stage_layers=None, **other)
+        except SpecError:
+            continue
+        given = stage_activation_bytes_by_recompute(
+            job, stages, recomputes, layer_bytes_by_recompute(variant, recomputes)
+        )
+        assert given == rows
 
 
 def test_with_fields_is_dataclasses_replace():

@@ -79,6 +79,7 @@ from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import (
     fixed_reserve_bytes,
+    layer_bytes_by_recompute,
     memory,
     stage_activation_bytes,
     stage_activation_bytes_by_recompute,
@@ -583,10 +584,14 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
     recomputes = g.axis("recompute")
     shape = tuple(len(g.axis(k)) for k in ("vp", "micro_batch", "sequence_parallel")) + (len(recomputes),)
     acts = np.full(shape + (max(len(x) for x in kinds),), np.nan)
+    per_layer: dict[tuple[int, int], list] = {}  # a layer's bytes per recompute: per (mb, sp), whatever the vp
     for (i, j, k), valid_job in g.jobs.items():
         stages = kinds[g.split_of_vp[i]]
         if not valid_job.model.is_moe:  # every recompute at once
-            acts[i, j, k, :, : len(stages)] = stage_activation_bytes_by_recompute(valid_job, stages, recomputes)
+            if (j, k) not in per_layer:
+                per_layer[j, k] = layer_bytes_by_recompute(valid_job, recomputes)
+            by_recompute = stage_activation_bytes_by_recompute(valid_job, stages, recomputes, per_layer[j, k])
+            acts[i, j, k, :, : len(stages)] = by_recompute
             continue
         for r, rc in enumerate(recomputes):  # an MoE layer's activations read the plan's recompute: a copy per value
             acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
@@ -957,10 +962,11 @@ def evaluate_space(
                 cache: dict[Any, _Shared] = {}
                 prepared = [_prepare(job, b, cache) for b in todo]
                 _prefill(prepared)  # every base's stages at once, on arrays
-                for n, p in enumerate(prepared):
-                    results.append(_finish(job, p))
+                for n in range(len(prepared)):
+                    results.append(_finish(job, prepared[n]))
                     if progress:
                         progress(n + 1, len(todo))
+                del prepared, cache  # freed before the collector is back: it has nothing of them left to scan
             else:
                 results, interrupted = _run_workers(job, todo, workers, progress)
         except KeyboardInterrupt:  # one process: Ctrl-C/SIGTERM raise between plans, no pool lock to leave held
