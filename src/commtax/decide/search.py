@@ -8,7 +8,7 @@ estimate's order (docs/search.md):
 ============================  =====================================  ==========================
 part                          model function                         depends on (within a base)
 ============================  =====================================  ==========================
-validity                      ``Job`` validator (``spec``)           vp, micro_batch, sp
+validity                      ``Job`` validator (``plan_variant``)   vp, micro_batch, sp
 stage times, bubble           ``stage_times``, ``pipeline_bubble``   split (*), micro_batch, sp, recompute; vp
 pipeline sends                ``analytical.pp_exposed``              vp, micro_batch, sp, recompute
 DP traffic                    ``analytical.dp_exposed``              split, micro_batch, sp, recompute, zero, gd
@@ -21,11 +21,12 @@ activations per stage         ``memory.stage_activation_bytes``      vp, micro_b
 layers do not divide evenly. Memory is the fullest stage's. Where a part is a formula over the grid it is estimate's
 own function given arrays (``costs.elementwise``: the builtins on floats, ufuncs on arrays): the dense stages of
 every base of a TP/CP placement in one pass (``analytical.prefill_stage_times``, after ``_prepare``), the exposed
-DP traffic on the whole grid (``dp_step_exposed_s``), the bubble and sends for every vp of a split (docs/search.md).
-Phase prices and stage times are shared, by value, by the bases that place TP and CP alike (``_Shared``,
-``costs.pricing``). The table is checked, not trusted:
-every search re-estimates its top plans with ``estimate`` and reports the largest relative difference
-(``max_rel_diff``, a warning above 1e-9); the tests and the benchmark check random samples.
+DP traffic on the whole grid (``dp_step_exposed_s``, ZeRO-3's ``zero3_exposed_s``), the bubble and sends for every
+vp of a split, a layer's activations for every vp (docs/search.md). Phase prices and stage times are shared, by
+value, by the bases that place TP and CP alike (``_Shared``, ``costs.pricing``); the cyclic garbage collector is
+paused while the bases are evaluated (``_no_gc``). The table is checked, not trusted: every search re-estimates
+its top plans with ``estimate`` and reports the largest relative difference (``max_rel_diff``, a warning above
+1e-9); the tests and the benchmark check random samples.
 """
 
 from __future__ import annotations
