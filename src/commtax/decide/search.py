@@ -478,6 +478,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     # micro-batch count), whichever stage is the slowest: priced once per key, its exposed part on the whole grid
     on_grid = np.zeros((len(g.splits), len(g.axis("micro_batch")), len(zeros), len(grad_dtypes)), bool)
     traffic = np.full((9,) + on_grid.shape, np.nan)  # ``_dp_grid``'s fields
+    dp_fields: dict[tuple, tuple[float, ...]] = {}
     # so is overlapped ZeRO-3 traffic (``zero3_traffic``): per (split, zero, grad dtype, micro-batch count)
     on_z3 = np.zeros_like(on_grid)
     z3 = np.full((5,) + on_grid.shape, np.nan)  # ``_zero3_grid``'s fields
@@ -495,7 +496,11 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                         ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
                     ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], int(g.n_micro[j]), g.costs)
                 elif counted.dp_step and not counted.dp_microbatch and job_zd.plan.overlap.dp:
-                    traffic[:, si, j, z, d] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                    # one reduction per step (gradients kept whole: ``reduce_passes``) reads no micro-batch count
+                    once = (si, z, d) if not counted.grads_sharded else (si, z, d, j)
+                    if once not in dp_fields:
+                        dp_fields[once] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                    traffic[:, si, j, z, d] = dp_fields[once]
                     on_grid[si, j, z, d] = True
                     continue
                 elif counted.dp_microbatch and counted.zero3_gather != "per_parameter_sync" and job_zd.plan.overlap.dp:
