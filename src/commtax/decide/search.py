@@ -408,19 +408,19 @@ def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workloa
     moe_split = {si: _moe_split(g.sample_of_split(si)) for si in range(len(g.splits))}
     plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = {}
     for (si, j, k), sample_job in g.sample.items():
+        split = {  # the rank's layers, read once per job (each read runs pipeline_split)
+            "layers_per_stage": max(sample_job.stage_layers),
+            "chunk_layers": sample_job.chunk_layers,
+            "micro_batches": int(g.n_micro[j]),
+            **moe_split[si],
+        }
         for r, rc in enumerate(recomputes):
             key = (micro_sizes[j], seq_pars[k], rc)
             template = g.shared.workloads.get(key)
             if template is None:
                 job_rc = _copy(sample_job, recompute=rc)
                 template = g.shared.workloads[key] = _interned(build_workload(job_rc), g.shared.interned)
-            wl = with_fields(
-                template,
-                layers_per_stage=max(sample_job.stage_layers),
-                chunk_layers=sample_job.chunk_layers,
-                micro_batches=int(g.n_micro[j]),
-                **moe_split[si],
-            )
+            wl = with_fields(template, **split)
             # the stages read the plan's layout and schedule, the recompute only through the workload's blocks
             plans[si, j, k, r] = (sample_job, wl, key)
     return plans
