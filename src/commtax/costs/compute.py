@@ -65,6 +65,8 @@ class ComputeModel:
     # 0 -> every GEMM at the training precision (bf16/fp16/fp32 runs, and int8 ones, whose GEMMs carry no fp8 flag)
     bf16_peak_flops: float = 0.0
     bf16_k_half: float = 0.0  # k_half of a bf16 main loop (fp8 runs' bf16 GEMMs); 0 -> k_half
+    # least time of one expert's GEMM in TE's multi-stream grouped GEMM, by GPU generation (catalog/grouped_gemm.yaml)
+    expert_gemm_floor_s: float = 0.0
     nccl_sms: float = 24.0  # SMs an NCCL collective holds while it runs (one CTA per channel)
     userbuffers_sms: float = 8.0  # SMs a comm-GEMM overlap (TE userbuffers) collective holds, mean per collective
     comm_hbm_bytes_per_wire_byte: float = 3.0  # HBM traffic of a collective per byte it puts on the wire
@@ -107,6 +109,7 @@ def compute_model(cluster: Cluster, precision: str, assumptions: Assumptions | N
         bf16_matmul_eff=gpu.matmul_eff(attn_precision),
         bf16_peak_flops=gpu.peak_flops(attn_precision) * clock_fraction(gpu, a) if precision == "fp8" else 0.0,
         bf16_k_half=a.v("gemm_k_half"),
+        expert_gemm_floor_s=grouped_gemm_floor_s(gpu.arch),
         nccl_sms=_comm_sms(cluster, a),
         userbuffers_sms=a.v("userbuffers_sms"),
         comm_hbm_bytes_per_wire_byte=a.v("comm_hbm_bytes_per_wire_byte"),
@@ -247,10 +250,13 @@ def launch_floor(cm: ComputeModel, t_gpu: float, kernels: int) -> float:
     return max(t_gpu + kernels * cm.kernel_gap_s, kernels * cm.cpu_op_s)
 
 
-@lru_cache(maxsize=1)
-def grouped_gemm_floor_s() -> float:
-    """Least time of one expert's GEMM in TE's multi-stream grouped GEMM (catalog/grouped_gemm.yaml, TE PR #3134)."""
-    return float(read_yaml(CATALOG_DIR / "grouped_gemm.yaml")["per_expert_gemm_s"])
+@lru_cache(maxsize=16)
+def grouped_gemm_floor_s(arch: str) -> float:
+    """Least time of one expert's GEMM in TE's multi-stream grouped GEMM on a GPU generation (catalog/grouped_gemm.yaml:
+    SM100 from TE PR #3134, SM90 from TE PR #2045; other generations the fallback's)."""
+    data = read_yaml(CATALOG_DIR / "grouped_gemm.yaml")
+    floors = data["per_expert_gemm_s"]
+    return float(floors.get(arch, floors[data["fallback"]]))
 
 
 def op_time(cm: ComputeModel, op: Compute) -> float:
@@ -262,7 +268,7 @@ def op_time(cm: ComputeModel, op: Compute) -> float:
         t_flop = op.flop / (peak * gemm_efficiency(cm, op.m, op.n, op.k, op.groups, bf16))
         t = launch_floor(cm, max(t_flop, t_mem), op.kernels)
         # MoE experts (``groups`` > 1, one kernel per expert): TE's per-expert GEMM loop has a floor per expert
-        return max(t, op.kernels * grouped_gemm_floor_s()) if op.groups > 1 else t
+        return max(t, op.kernels * cm.expert_gemm_floor_s) if op.groups > 1 else t
     if op.kind == "attention":
         return launch_floor(cm, max(attention_time(cm, op), t_mem), op.kernels)
     if op.convert:
