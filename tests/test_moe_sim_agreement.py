@@ -2,6 +2,8 @@
 and off), and the one effect that separates them named (``simulate --explain``)."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from commtax.costs.pricing import PhaseCost
 from commtax.schedule.analytical import estimate
@@ -62,6 +64,27 @@ def test_expert_gradients_ride_with_their_layers_buckets():
     assert StepBuilder._bucket_experts(chunk, True, buckets) == pytest.approx([0.0, 0.0, 1500.0, 500.0])
     dense = Chunk(chunk.units, PhaseCost(), PhaseCost(), PhaseCost())
     assert StepBuilder._bucket_experts(dense, False, buckets) == [None] * 4
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    units=st.lists(st.tuples(st.floats(0.0, 1e9), st.floats(0.0, 1e9)), min_size=1, max_size=12),
+    size=st.floats(1e6, 5e8),
+    forward=st.booleans(),
+)
+def test_bucket_experts_keep_every_expert_parameter(units, size, forward):
+    # however the dense parameters fall into buckets, the experts the buckets carry add up to the chunk's
+    dense = sum(n for n, _ in units)
+    if dense <= 0.0:
+        return
+    k = max(1, -(-int(dense) // int(size)))
+    buckets = [dense / k] * k
+    chunk = Chunk(
+        tuple(("moe", None, n) for n, _ in units), PhaseCost(), PhaseCost(), PhaseCost(), tuple(e for _, e in units)
+    )
+    out = StepBuilder._bucket_experts(chunk, forward, buckets)
+    assert len(out) == k and min(out) >= 0.0
+    assert sum(out) == pytest.approx(sum(e for _, e in units), rel=1e-6, abs=1e-3)
 
 
 def test_the_cool_down_effect_is_named():
