@@ -61,7 +61,7 @@ class ComputeModel:
     kernel_gap_s: float = 3e-6
     cpu_op_s: float = 5e-6
     bf16_matmul_eff: float = 0.0  # η_max of bf16 GEMMs (eager attention in fp8 runs); 0 -> matmul_eff
-    # fp8 runs: the rate of their GEMMs with bf16 inputs (LM head, router, MTP projection), × the clock fraction;
+    # fp8 runs: the rate of their GEMMs with bf16 inputs (LM head, router), × the clock fraction;
     # 0 -> every GEMM at the training precision (bf16/fp16/fp32 runs, and int8 ones, whose GEMMs carry no fp8 flag)
     bf16_peak_flops: float = 0.0
     bf16_k_half: float = 0.0  # k_half of a bf16 main loop (fp8 runs' bf16 GEMMs); 0 -> k_half
