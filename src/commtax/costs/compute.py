@@ -29,6 +29,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any
 
+from commtax.costs.elementwise import minimum, where
 from commtax.spec import CATALOG_DIR, GPU, Cluster, read_yaml
 from commtax.spec.assumptions import Assumptions, assumptions_for
 from commtax.spec.wire_dtypes import CONVERT_BYTES
@@ -304,8 +305,9 @@ def overlap_slowdown_s(
       memory-bound kernels (``memory_share`` of the compute it overlaps) lose that bandwidth:
       + memory_share · hidden_wire_bytes · k / B_mem.
     """
-    if hidden_s <= 0.0:
+    on = hidden_s > 0.0  # elementwise on the search's arrays (``costs.elementwise``)
+    if on is False:
         return 0.0
     sm = (1.0 - memory_share) * hidden_s * min(1.0, comm_sms / cm.sms)
-    hbm = memory_share * min(hidden_s, hidden_wire_bytes * cm.comm_hbm_bytes_per_wire_byte / cm.mem_bw_bytes_per_s)
-    return sm + hbm
+    hbm = memory_share * minimum(hidden_s, hidden_wire_bytes * cm.comm_hbm_bytes_per_wire_byte / cm.mem_bw_bytes_per_s)
+    return where(on, sm + hbm, 0.0)

@@ -8,10 +8,11 @@ h hidden, a heads, g KV heads, d head dim, f FFN size, V vocabulary, t TP degree
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from commtax.spec import Job
 from commtax.spec.assumptions import default_assumptions
@@ -162,6 +163,21 @@ class Workload:
     # one the DP/EDP ops above are sized for (``with_dp_stage``); the schedule prices the slowest DP of them
     dp_stage_splits: tuple[tuple[float, float], ...] = ()
     dp_split: tuple[float, float] = (0.0, 0.0)
+
+
+def with_fields(wl: Workload, **changes: Any) -> Workload:
+    """``dataclasses.replace(wl, **changes)`` without ``__init__``'s frozen setattr per field (a search makes ~10^4
+    of them; Workload has no ``__post_init__``, so the copy holds what ``replace`` would)."""
+    unknown = set(changes) - _WORKLOAD_FIELDS
+    if unknown:
+        raise TypeError(f"Workload has no field {sorted(unknown)[0]!r}")
+    out = object.__new__(Workload)
+    out.__dict__.update(wl.__dict__)
+    out.__dict__.update(changes)
+    return out
+
+
+_WORKLOAD_FIELDS = frozenset(f.name for f in dataclasses.fields(Workload))
 
 
 def activation_bytes_per_element(precision: str) -> float:
