@@ -163,3 +163,19 @@ def test_fp8_job_carries_the_bf16_rate_and_a_bf16_job_does_not():
     assert fp8.bf16_matmul_eff == pytest.approx(0.801) and fp8.bf16_k_half == pytest.approx(a.v("gemm_k_half"))
     # a bf16 run prices every GEMM at its own rate, as before
     assert compute_model(load_job(job_dict()).cluster, "bf16", a).bf16_peak_flops == 0.0
+
+
+def test_fp8_run_takes_a_calibrated_bf16_rate_for_its_bf16_gemms():
+    # a profile measured both precisions (commtax calibrate): the fp8 GEMMs at its fp8 rate, the LM head at its bf16
+    d = job_dict()
+    d["training"]["precision"] = "fp8"
+    d["cluster"]["profile"] = {
+        "source": "test",
+        "levels": {"intra": {"bw_GBps": 100, "latency_us": 5}, "inter": {"bw_GBps": 10, "latency_us": 10}},
+        "gemm_efficiency": {"fp8": 0.5, "bf16": 0.7},
+    }
+    cm = compute_model(load_job(d).cluster, "fp8")
+    assert (cm.matmul_eff, cm.bf16_matmul_eff) == (0.5, 0.7)
+    # one without a bf16 entry keeps the catalog's (H100 SXM MAMF 0.801)
+    d["cluster"]["profile"]["gemm_efficiency"] = {"fp8": 0.5}
+    assert compute_model(load_job(d).cluster, "fp8").bf16_matmul_eff == pytest.approx(0.801)

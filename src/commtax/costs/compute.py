@@ -92,8 +92,11 @@ def compute_model(cluster: Cluster, precision: str, assumptions: Assumptions | N
     attn_precision = "bf16" if precision in ("fp8", "int8") and "bf16" in gpu.peak_tflops else precision
     eff = gpu.matmul_eff(precision)
     prof = cluster.profile
+    bf16_eff = gpu.matmul_eff(attn_precision)
     if prof is not None and prof.gemm_efficiency:
         eff = prof.gemm_efficiency.get(precision, prof.gemm_efficiency.get("default", eff))
+        if precision == "fp8":  # an fp8 run's bf16 GEMMs at the profile's measured bf16 rate, where it has one
+            bf16_eff = prof.gemm_efficiency.get(attn_precision, bf16_eff)
     k_half = a.v("gemm_k_half") * (a.v("fp8_k_half_factor") if precision in ("fp8", "int8") else 1.0)
     return ComputeModel(
         peak_flops=gpu.peak_flops(precision) * clock_fraction(gpu, a),
@@ -107,7 +110,7 @@ def compute_model(cluster: Cluster, precision: str, assumptions: Assumptions | N
         k_ref=a.v("gemm_k_ref"),
         kernel_gap_s=a.v("kernel_gap_s"),
         cpu_op_s=a.v("cpu_op_s"),
-        bf16_matmul_eff=gpu.matmul_eff(attn_precision),
+        bf16_matmul_eff=bf16_eff,
         bf16_peak_flops=gpu.peak_flops(attn_precision) * clock_fraction(gpu, a) if precision == "fp8" else 0.0,
         bf16_k_half=a.v("gemm_k_half"),
         expert_gemm_floor_s=grouped_gemm_floor_s(gpu.arch),
