@@ -34,6 +34,7 @@ class FabricShare:
 
     factor: float  # x / x_own ≤ 1 for the slowest group of the kind
     binding: str  # "" when nothing in the fabric binds it (its own NICs do), else a link like "leaf 0 uplink"
+    queue_s: float = 0.0  # standing queue each of its steps waits behind (``fabric.queue_ms`` on a saturated link)
 
 
 # ----------------------------------------------------------------------------- placement of the job's nodes
@@ -169,6 +170,143 @@ def max_min(coflows: Sequence[Coflow], capacity) -> list[tuple[float, Link | Non
     return list(zip(rate, why, strict=True))
 
 
+# ----------------------------------------------------------------------------- TCP-fair (α-fair) rates
+TCP_ALPHA = 2.0  # Mo & Walrand 2000 §IV: TCP Reno's window control approximates (p, 2)-proportional fairness
+
+
+@dataclass(frozen=True)
+class Connection:
+    """``count`` identical TCP connections along ``links``, each carrying at most ``cap`` bytes/s."""
+
+    cap: float
+    links: tuple[Link, ...]
+    count: int = 1
+
+
+def alpha_fair(
+    conns: Sequence[Connection], capacity, alpha: float = TCP_ALPHA, tol: float = 1e-12, sweeps: int = 5000
+) -> tuple[list[float], dict[Link, float]]:
+    """The α-fair rates (Mo & Walrand 2000): maximise Σ count · r^(1−α)/(1−α) (log r at α = 1) subject to every
+    link's load ≤ its capacity and r ≤ cap; and each link's price.
+
+    KKT: r = min(cap, (Σ prices of its links)^(−1/α)), a link's price > 0 only where it is full. Solved by dual
+    coordinate ascent (Bertsekas, *Nonlinear Programming* §6.2): each link in turn gets the price that makes
+    its load equal its capacity (bisection; 0 when it is not full at 0), until no rate moves by ``tol``. Rates
+    are solved in units of the largest finite capacity, so prices stay near 1."""
+    used = sorted({link for c in conns for link in c.links})
+    cap_of = {link: capacity(link) for link in used}
+    finite = [x for x in cap_of.values() if math.isfinite(x)]
+    scale = max(finite) if finite else 1.0
+    caps = [c.cap / scale for c in conns]
+    on: dict[Link, list[int]] = {link: [] for link in used}
+    for i, c in enumerate(conns):
+        for link in c.links:
+            on[link].append(i)
+    price = dict.fromkeys(used, 0.0)
+    q = [0.0] * len(conns)  # Σ prices along each connection
+
+    def rate(i: int, extra: float = 0.0) -> float:
+        p = q[i] + extra
+        return caps[i] if p <= 0 else min(caps[i], p ** (-1.0 / alpha))
+
+    def load(link: Link, p: float) -> float:  # the link's load at price p, its other links' prices held
+        return sum(conns[i].count * rate(i, p - price[link]) for i in on[link])
+
+    rates = [rate(i) for i in range(len(conns))]
+    for _ in range(sweeps):
+        for link in used:
+            C = cap_of[link] / scale
+            if not math.isfinite(C):
+                continue
+            if load(link, 0.0) <= C:
+                new = 0.0
+            else:
+                lo, hi = 0.0, 1.0
+                while load(link, hi) > C:
+                    lo, hi = hi, 2 * hi
+                for _ in range(200):
+                    mid = (lo + hi) / 2
+                    lo, hi = (mid, hi) if load(link, mid) > C else (lo, mid)
+                    if hi - lo <= 1e-15 * hi:
+                        break
+                new = hi
+            for i in on[link]:
+                q[i] += new - price[link]
+            price[link] = new
+        now = [rate(i) for i in range(len(conns))]
+        moved = max((abs(a - b) for a, b in zip(now, rates, strict=True)), default=0.0)
+        rates = now
+        if moved <= tol:
+            break
+    return [r * scale for r in rates], price
+
+
+def connections_of(fabric: Fabric, hops: Sequence[Hop], cap: float, count: int) -> list[tuple[Connection, float]]:
+    """A coflow's TCP connections: one per hop, carrying at most its share w of the coflow's rate cap; with w."""
+    return [(Connection(cap * w, path(fabric, a, b), count), w) for a, b, w in hops]
+
+
+def tcp_share(
+    cluster: Cluster, groups: Sequence[Sequence[int]], pattern: str, cap: float, node_cap: float
+) -> FabricShare:
+    """``fabric_share`` under ``sharing: tcp``: every hop of every group, every background flow and every
+    co-located ring is a TCP connection; the rates are α-fair (α = 2) among connections, and a group moves at its
+    slowest connection's rate over its share. Each step of the group waits behind the standing queue
+    (``fabric.queue_ms``) once if its slowest-queued hop crosses a link that a background flow keeps full (a flow
+    below its own rate on a full link): a flow's queue builds at its bottleneck, and what leaves that link arrives
+    at the next one no faster than it drains, so one queue per path."""
+    f = cluster.fabric
+    assert f is not None
+    hops_of = PATTERNS[pattern]
+    mine = [(h, n) for h, n in Counter(hops_of(g) for g in groups).items() if h]
+    if not mine:
+        return FabricShare(1.0, "")
+    conns: list[Connection] = []
+    owner: list[tuple[int, float]] = []  # (group index, w) of each of our connections
+    for k, (hops, count) in enumerate(mine):
+        for c, w in connections_of(f, hops, cap, count):
+            conns.append(c)
+            owner.append((k, w))
+    ours = len(conns)
+    for fl in f.flows:
+        conns.append(Connection(fl.rate_Gbps * GBIT, path(f, fl.src, fl.dst)))
+    for job in f.colocated:
+        for hops, count in Counter(ring_hops(r) for r in job.rings).items():
+            conns += [c for c, _ in connections_of(f, hops, job.rate_Gbps * GBIT, count)]
+    caps = capacities(cluster, node_cap)
+    rates, price = alpha_fair(conns, caps.of)
+    speed = [math.inf] * len(mine)
+    slowest_conn = [0] * len(mine)
+    for i in range(ours):
+        k, w = owner[i]
+        if rates[i] / w < speed[k]:
+            speed[k], slowest_conn[k] = rates[i] / w, i
+    k = min(range(len(mine)), key=lambda j: speed[j])
+    queued = queued_links(conns[ours:], rates[ours:], conns, rates, caps.of) if f.queue_ms else set()
+    crosses = any(owner[i][0] == k and queued.intersection(conns[i].links) for i in range(ours))
+    queue_s = f.queue_ms / 1e3 if f.queue_ms and crosses else 0.0
+    if speed[k] >= cap * (1 - 1e-9):
+        return FabricShare(1.0, "", queue_s)
+    conn = conns[slowest_conn[k]]
+    link = max(conn.links, key=lambda lk: price.get(lk, 0.0))
+    return FabricShare(speed[k] / cap, describe(link) if price.get(link, 0.0) > 0 else "", queue_s)
+
+
+def queued_links(background, bg_rates, conns, rates, capacity) -> set[Link]:
+    """Switch links that are full and carry a background flow held below its own rate: a long-lived TCP flow
+    keeps such a link's queue standing (it always has more to send), where a collective's own traffic drains it
+    between steps."""
+    load: dict[Link, float] = {}
+    for c, r in zip(conns, rates, strict=True):
+        for link in c.links:
+            load[link] = load.get(link, 0.0) + c.count * r
+    out = set()
+    for c, r in zip(background, bg_rates, strict=True):
+        if r < c.cap * (1 - 1e-6):
+            out |= {lk for lk in c.links if load[lk] >= capacity(lk) * (1 - 1e-6)}
+    return out
+
+
 # ----------------------------------------------------------------------------- groups -> coflows
 def ring_hops(nodes: Sequence[int]) -> tuple[Hop, ...]:
     """A ring through the members in rank order leaves each node once: consecutive distinct nodes, wrapping."""
@@ -242,6 +380,8 @@ def fabric_share(
     ``node_cap``: what one node's NICs carry per direction (its GPUs' shares together)."""
     f = cluster.fabric
     assert f is not None
+    if f.sharing == "tcp":
+        return tcp_share(cluster, groups, pattern, cap, node_cap)
     mine = coflows_of(f, groups, pattern, cap)
     if not mine:
         return FabricShare(1.0, "")
