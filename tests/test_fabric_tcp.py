@@ -115,18 +115,23 @@ def test_without_background_tcp_and_max_min_agree():
 
 # ----------------------------------------------------------------------------- the standing queue
 def test_each_step_waits_behind_the_standing_queue_a_greedy_flow_keeps():
-    # a ring all-reduce over 4 nodes is 2(n − 1) = 6 steps; its hops 0→1 (node 0's NIC) and 1→2 (leaf 0's uplink,
-    # node 2's downlink) cross links the full-rate flow keeps full, each hop waits behind one queue (the flow's
-    # bottleneck; downstream it arrives no faster than it drains), so every step pays 5 ms: +30 ms
-    fab = {**TCP_2_1, "flows": [{"src": 0, "dst": 2, "rate_Gbps": 0.2}]}
-    queued = {**fab, "queue_ms": 5.0}
-    a = collective_cost("all_reduce", S, placement(cluster(fab), 4, 1, "all_reduce")).time_s
-    b = collective_cost("all_reduce", S, placement(cluster(queued), 4, 1, "all_reduce")).time_s
-    assert b - a == pytest.approx(6 * 5e-3, rel=1e-9)
-    # the all-to-all's pairwise exchange is n − 1 = 3 steps: +15 ms
-    a = collective_cost("all_to_all", S, placement(cluster(fab), 4, 1, "all_to_all")).time_s
-    b = collective_cost("all_to_all", S, placement(cluster(queued), 4, 1, "all_to_all")).time_s
-    assert b - a == pytest.approx(3 * 5e-3, rel=1e-9)
+    # the full-rate flow 0→2 keeps two merge points full: node 0's NIC (its socket and the ring's hop 0→1) and leaf
+    # 0's uplink (fed from nodes 0 and 1: the flow and the hop 1→2); the spine's far side and node 2's port are fed
+    # by that uplink alone and hold no queue. So the flow's RTT is 2·50 µs + 2 · 5 ms = 10.1 ms, each ring hop's
+    # 0.1 + 5 = 5.1 ms. TCP's rate ∝ 1/(RTT·√loss) (Mathis 1997): r_flow / r_hop = (5.1 / 10.1) / √2, and
+    # r_hop + r_flow = B: the ring gets B / (1 + 0.357) = 0.737 B (0.586 B with equal RTTs, above).
+    fab = {**TCP_2_1, "flows": [{"src": 0, "dst": 2, "rate_Gbps": 0.2}], "queue_ms": 5.0}
+    p = placement(cluster(fab), 4, 1, "all_reduce")
+    assert p.inter.bw_bytes_per_s == pytest.approx(B / (1 + (5.1 / 10.1) / math.sqrt(2)), rel=1e-9)
+    # each of the ring's 2(n − 1) = 6 steps waits behind one 5 ms queue: the step latency 50 µs + 5 ms
+    assert p.inter.latency_s == pytest.approx(50e-6 + 5e-3, rel=1e-9)
+    t = collective_cost("all_reduce", S, p).time_s
+    assert t == pytest.approx(6 * (50e-6 + 5e-3) + 2 * 3 / 4 * S / p.inter.bw_bytes_per_s, rel=1e-9)
+    # the all-to-all: only leaf 0's uplink is full (4 of its connections and the flow, B/5 each: x = 3/5 B; node
+    # 0's NIC carries 4/5 B), so every connection across it has one queue: equal RTTs, the share is unchanged, and
+    # its n − 1 = 3 steps wait 5 ms each
+    a = placement(cluster(fab), 4, 1, "all_to_all")
+    assert a.inter.bw_bytes_per_s == pytest.approx(0.6 * B, rel=1e-9) and a.inter.latency_s == pytest.approx(5.05e-3)
 
 
 def test_no_standing_queue_without_a_flow_that_wants_more():

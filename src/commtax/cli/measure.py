@@ -139,9 +139,13 @@ def cluster_up(
     ] = None,
     mtu: Annotated[int, typer.Option("--mtu", min=576, max=65000, help="MTU of every veth")] = 9000,
     queue_ms: Annotated[
-        float,
-        typer.Option("--queue-ms", help="queue each shaped link holds, in ms of traffic at its rate (tc tbf latency)"),
-    ] = 100.0,
+        Optional[float],
+        typer.Option(
+            "--queue-ms",
+            help="queue each shaped link holds, in ms of traffic at its rate (tc tbf latency), written as the fabric's "
+            "standing queue; default: a deep 100 ms that TCP does not fill, no queue priced",
+        ),
+    ] = None,
     tcp: Annotated[
         Optional[str],
         typer.Option("--tcp", help="TCP congestion control in every node: reno, cubic or bbr (default: the host's)"),

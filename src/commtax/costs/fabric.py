@@ -176,21 +176,23 @@ TCP_ALPHA = 2.0  # Mo & Walrand 2000 §IV: TCP Reno's window control approximate
 
 @dataclass(frozen=True)
 class Connection:
-    """``count`` identical TCP connections along ``links``, each carrying at most ``cap`` bytes/s."""
+    """``count`` identical TCP connections along ``links`` (in the order they cross them), each carrying at most
+    ``cap`` bytes/s; ``weight`` scales its utility (1 / RTT², below)."""
 
     cap: float
     links: tuple[Link, ...]
     count: int = 1
+    weight: float = 1.0
 
 
 def alpha_fair(
     conns: Sequence[Connection], capacity, alpha: float = TCP_ALPHA, tol: float = 1e-12, sweeps: int = 5000
 ) -> tuple[list[float], dict[Link, float]]:
-    """The α-fair rates (Mo & Walrand 2000): maximise Σ count · r^(1−α)/(1−α) (log r at α = 1) subject to every
-    link's load ≤ its capacity and r ≤ cap; and each link's price.
+    """The α-fair rates (Mo & Walrand 2000): maximise Σ count · weight · r^(1−α)/(1−α) (log r at α = 1) subject
+    to every link's load ≤ its capacity and r ≤ cap; and each link's price.
 
-    KKT: r = min(cap, (Σ prices of its links)^(−1/α)), a link's price > 0 only where it is full. Solved by dual
-    coordinate ascent (Bertsekas, *Nonlinear Programming* §6.2): each link in turn gets the price that makes
+    KKT: r = min(cap, (weight / Σ prices of its links)^(1/α)), a link's price > 0 only where it is full. Solved by
+    dual coordinate ascent (Bertsekas, *Nonlinear Programming* §6.2): each link in turn gets the price that makes
     its load equal its capacity (bisection; 0 when it is not full at 0), until no rate moves by ``tol``. Rates
     are solved in units of the largest finite capacity, so prices stay near 1."""
     used = sorted({link for c in conns for link in c.links})
@@ -207,7 +209,7 @@ def alpha_fair(
 
     def rate(i: int, extra: float = 0.0) -> float:
         p = q[i] + extra
-        return caps[i] if p <= 0 else min(caps[i], p ** (-1.0 / alpha))
+        return caps[i] if p <= 0 else min(caps[i], (conns[i].weight / p) ** (1.0 / alpha))
 
     def load(link: Link, p: float) -> float:  # the link's load at price p, its other links' prices held
         return sum(conns[i].count * rate(i, p - price[link]) for i in on[link])
@@ -241,20 +243,51 @@ def alpha_fair(
     return [r * scale for r in rates], price
 
 
+def route(fabric: Fabric, a: int, b: int) -> tuple[Link, ...]:
+    """``path``'s links in the order a packet crosses them: up from a, over the spine, down to b."""
+    links = path(fabric, a, b)
+    order = {("node", "up"): 0, ("leaf", "up"): 1, ("pod", "up"): 2, ("pod", "down"): 3, ("leaf", "down"): 4}
+    return tuple(sorted(links, key=lambda lk: order.get((lk[0], lk[2]), 5)))
+
+
 def connections_of(fabric: Fabric, hops: Sequence[Hop], cap: float, count: int) -> list[tuple[Connection, float]]:
     """A coflow's TCP connections: one per hop, carrying at most its share w of the coflow's rate cap; with w."""
-    return [(Connection(cap * w, path(fabric, a, b), count), w) for a, b, w in hops]
+    return [(Connection(cap * w, route(fabric, a, b), count), w) for a, b, w in hops]
+
+
+def queued_links(conns: Sequence[Connection], rates: Sequence[float], background: int, capacity) -> set[Link]:
+    """Links that hold a standing queue: full, carrying a background connection (``conns[background:]``) held below
+    its own rate (a long-lived flow that always has more to send), and fed from two or more inputs — a port queues
+    only where its inputs together exceed its rate (an output-queued switch); a link fed only by the one full link
+    before it (the spine's far side, the receiver's port) gets no more than that link drains. The first link of a
+    path is fed by the sender's sockets, each an input of its own."""
+    load: dict[Link, float] = {}
+    inputs: dict[Link, set] = {}
+    for i, (c, r) in enumerate(zip(conns, rates, strict=True)):
+        for j, link in enumerate(c.links):
+            load[link] = load.get(link, 0.0) + c.count * r
+            inputs.setdefault(link, set()).add(c.links[j - 1] if j else ("socket", i))
+    greedy = {
+        link
+        for c, r in zip(conns[background:], rates[background:], strict=True)
+        if r < c.cap * (1 - 1e-6)
+        for link in c.links
+    }
+    return {lk for lk in greedy if load[lk] >= capacity(lk) * (1 - 1e-6) and len(inputs[lk]) > 1}
 
 
 def tcp_share(
     cluster: Cluster, groups: Sequence[Sequence[int]], pattern: str, cap: float, node_cap: float
 ) -> FabricShare:
     """``fabric_share`` under ``sharing: tcp``: every hop of every group, every background flow and every
-    co-located ring is a TCP connection; the rates are α-fair (α = 2) among connections, and a group moves at its
-    slowest connection's rate over its share. Each step of the group waits behind the standing queue
-    (``fabric.queue_ms``) once if its slowest-queued hop crosses a link that a background flow keeps full (a flow
-    below its own rate on a full link): a flow's queue builds at its bottleneck, and what leaves that link arrives
-    at the next one no faster than it drains, so one queue per path."""
+    co-located ring is a TCP connection; the rates are α-fair (α = 2) among connections, weighted by 1 / RTT²,
+    and a group moves at its slowest connection's rate over its share.
+
+    TCP's rate goes as 1 / (RTT · √loss) (Mathis et al. 1997), which is α = 2 with weight 1 / RTT² (Mo & Walrand
+    2000 §IV). A connection's RTT is the links' round trip (2 × the level's latency) plus ``fabric.queue_ms`` for
+    each link with a standing queue it crosses (``queued_links``); which links queue depends on the rates, so the
+    two are solved in turn until the set stands still. Each step of the group waits behind the standing queues
+    of its slowest-queued connection's path, as a latency."""
     f = cluster.fabric
     assert f is not None
     hops_of = PATTERNS[pattern]
@@ -269,12 +302,24 @@ def tcp_share(
             owner.append((k, w))
     ours = len(conns)
     for fl in f.flows:
-        conns.append(Connection(fl.rate_Gbps * GBIT, path(f, fl.src, fl.dst)))
+        conns.append(Connection(fl.rate_Gbps * GBIT, route(f, fl.src, fl.dst)))
     for job in f.colocated:
         for hops, count in Counter(ring_hops(r) for r in job.rings).items():
             conns += [c for c, _ in connections_of(f, hops, job.rate_Gbps * GBIT, count)]
     caps = capacities(cluster, node_cap)
-    rates, price = alpha_fair(conns, caps.of)
+    base_rtt = 2 * cluster.inter_node.latency_s
+    queue = (f.queue_ms or 0.0) / 1e3
+    queued: set[Link] = set()
+    for _ in range(8):  # the queued set of one solve weights the next; it settles in two or three
+        rtt = [base_rtt + queue * len(queued.intersection(c.links)) for c in conns]
+        weighted = [
+            Connection(c.cap, c.links, c.count, (base_rtt / t) ** 2 if t > 0 else 1.0) for c, t in zip(conns, rtt)
+        ]
+        rates, price = alpha_fair(weighted, caps.of)
+        now = queued_links(conns, rates, ours, caps.of) if queue else set()
+        if now == queued:
+            break
+        queued = now
     speed = [math.inf] * len(mine)
     slowest_conn = [0] * len(mine)
     for i in range(ours):
@@ -282,29 +327,14 @@ def tcp_share(
         if rates[i] / w < speed[k]:
             speed[k], slowest_conn[k] = rates[i] / w, i
     k = min(range(len(mine)), key=lambda j: speed[j])
-    queued = queued_links(conns[ours:], rates[ours:], conns, rates, caps.of) if f.queue_ms else set()
-    crosses = any(owner[i][0] == k and queued.intersection(conns[i].links) for i in range(ours))
-    queue_s = f.queue_ms / 1e3 if f.queue_ms and crosses else 0.0
+    queue_s = max(
+        (queue * len(queued.intersection(conns[i].links)) for i in range(ours) if owner[i][0] == k), default=0.0
+    )
     if speed[k] >= cap * (1 - 1e-9):
         return FabricShare(1.0, "", queue_s)
     conn = conns[slowest_conn[k]]
     link = max(conn.links, key=lambda lk: price.get(lk, 0.0))
     return FabricShare(speed[k] / cap, describe(link) if price.get(link, 0.0) > 0 else "", queue_s)
-
-
-def queued_links(background, bg_rates, conns, rates, capacity) -> set[Link]:
-    """Switch links that are full and carry a background flow held below its own rate: a long-lived TCP flow
-    keeps such a link's queue standing (it always has more to send), where a collective's own traffic drains it
-    between steps."""
-    load: dict[Link, float] = {}
-    for c, r in zip(conns, rates, strict=True):
-        for link in c.links:
-            load[link] = load.get(link, 0.0) + c.count * r
-    out = set()
-    for c, r in zip(background, bg_rates, strict=True):
-        if r < c.cap * (1 - 1e-6):
-            out |= {lk for lk in c.links if load[lk] >= capacity(lk) * (1 - 1e-6)}
-    return out
 
 
 # ----------------------------------------------------------------------------- groups -> coflows

@@ -136,8 +136,14 @@ class EmulatedCluster:
     leaves: int | None = None  # None: the legacy `--uplink` form (two halves, written as uplink_Gbps)
     loads: list = field(default_factory=list)  # background flows `cluster load` started: {src, dst, rate_Gbps, …}
     probe_duplex: bool = False  # `up` also measures gloo's all_to_all duplex κ (`cluster up` does; tests may not)
-    queue_ms: float = TBF_QUEUE_MS  # each shaped link's queue limit, as ms of traffic at its rate (tbf latency)
+    # each shaped link's queue limit, ms of traffic at its rate (tbf latency); None: the deep TBF_QUEUE_MS, which a
+    # TCP window does not fill (its receive window binds first), so the fabric prices no standing queue
+    queue_ms: float | None = None
     tcp: str | None = None  # TCP congestion control set in every node namespace; None: what the host gives them
+
+    @property
+    def buffer_ms(self) -> float:
+        return TBF_QUEUE_MS if self.queue_ms is None else self.queue_ms
 
     @property
     def leaf_count(self) -> int:
@@ -210,8 +216,8 @@ class EmulatedCluster:
             _sh("ip", "-n", sw, "link", "set", sp, "mtu", str(self.mtu))
             _sh("ip", "-n", sw, "link", "set", u, "master", leaves[i], "up")
             _sh("ip", "-n", sw, "link", "set", sp, "master", "sp", "up")
-            _tbf(sw, u, self.uplink_bit_s, self.mtu, self.queue_ms)
-            _tbf(sw, sp, self.uplink_bit_s, self.mtu, self.queue_ms)
+            _tbf(sw, u, self.uplink_bit_s, self.mtu, self.buffer_ms)
+            _tbf(sw, sp, self.uplink_bit_s, self.mtu, self.buffer_ms)
         if len(leaves) == 2:
             _sh(
                 "ip",
@@ -232,7 +238,7 @@ class EmulatedCluster:
             )
             for dev, br in (("u0", "br0"), ("u1", "br1")):
                 _sh("ip", "-n", sw, "link", "set", dev, "master", br, "up")
-                _tbf(sw, dev, self.uplink_bit_s, self.mtu, self.queue_ms)
+                _tbf(sw, dev, self.uplink_bit_s, self.mtu, self.buffer_ms)
         for i in range(self.nodes):
             ns, port = self.node_ns(i), f"p{i}"
             _sh("ip", "netns", "add", ns)
@@ -259,8 +265,8 @@ class EmulatedCluster:
             _sh("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
             _sh("ip", "-n", sw, "link", "set", port, "master", leaves[self.leaf(i)], "up")
-            _tbf(ns, "eth0", self.link_of(i), self.mtu, self.queue_ms)
-            _tbf(sw, port, self.link_of(i), self.mtu, self.queue_ms)
+            _tbf(ns, "eth0", self.link_of(i), self.mtu, self.buffer_ms)
+            _tbf(sw, port, self.link_of(i), self.mtu, self.buffer_ms)
             if self.node_speed:
                 try:
                     cgroups.create(ns, self.node_speed[i], self.ranks_per_node)
@@ -308,6 +314,10 @@ class EmulatedCluster:
         else:
             out["topology"] = "single-switch"
         out["sharing"] = "tcp"  # gloo and the background flows are TCP connections
+        if self.queue_ms is not None:
+            # a loss-based TCP flow (reno, cubic) that always has more to send grows its window until its
+            # bottleneck's buffer overflows (Jacobson 1988), so a shallow buffer stands full
+            out["queue_ms"] = self.queue_ms
         if self.loads:
             keys = ("src", "dst", "rate_Gbps", "until_unix")  # until: `collective` stops pricing it then
             out["flows"] = [{k: f[k] for k in keys if k in f} for f in self.loads]
@@ -598,7 +608,7 @@ class EmulatedCluster:
             link_bit_s=link * 1e9,
             uplink_bit_s=up * 1e9 if up else None,
             mtu=number("mtu", 576, 65000, True, DEFAULT_MTU),
-            queue_ms=number("queue_ms", QUEUE_MS_RANGE[0], QUEUE_MS_RANGE[1], False, TBF_QUEUE_MS),
+            queue_ms=None if e.get("queue_ms") is None else number("queue_ms", *QUEUE_MS_RANGE),
             tcp=e.get("tcp") if e.get("tcp") in TCP_CONGESTION else None,
             name=name,
             measured=measured,
@@ -919,7 +929,7 @@ def cluster_from_options(
     spine: str | None = None,
     mtu: int = DEFAULT_MTU,
     duplex_probe: bool = True,
-    queue_ms: float = TBF_QUEUE_MS,
+    queue_ms: float | None = None,
     tcp: str | None = None,
 ) -> EmulatedCluster:
     """The cluster `cluster up`'s options describe, not built yet; what is wrong is one SpecError naming the option."""
@@ -957,7 +967,7 @@ def cluster_from_options(
             uplink_bit_s = parse_rate_bit_s(spine) if spine and leaves > 1 else None
         except ValueError as e:
             raise SpecError(f"--spine: {e}") from None
-    if not QUEUE_MS_RANGE[0] <= queue_ms <= QUEUE_MS_RANGE[1]:  # false for nan
+    if queue_ms is not None and not QUEUE_MS_RANGE[0] <= queue_ms <= QUEUE_MS_RANGE[1]:  # false for nan
         raise SpecError(
             f"--queue-ms: {queue_ms:g} is outside [{QUEUE_MS_RANGE[0]:g}, {QUEUE_MS_RANGE[1]:g}] ms; give the queue "
             "each shaped link holds, as ms of traffic at its rate, e.g. 5"
