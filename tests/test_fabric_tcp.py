@@ -148,3 +148,13 @@ def test_queue_ms_is_read_with_tcp_sharing_only():
     with pytest.raises(ValueError, match="set sharing: tcp, or drop queue_ms"):
         Fabric(queue_ms=5.0)
     assert Fabric(sharing="tcp", queue_ms=5.0).queue_ms == 5.0
+
+
+def test_collective_names_the_standing_queue_it_priced():
+    from commtax.costs.predict import predict_collective
+
+    fab = {**TCP_2_1, "flows": [{"src": 0, "dst": 2, "rate_Gbps": 0.2}], "queue_ms": 5.0}
+    p = predict_collective("all_reduce", S, cluster(fab))
+    assert p.rows[0]["standing_queue_ms"] == pytest.approx(5.0) and "standing queue of 5 ms" in p.note
+    calm = predict_collective("all_reduce", S, cluster({**TCP_2_1, "queue_ms": 5.0}))
+    assert "standing_queue_ms" not in calm.rows[0] and "standing queue" not in calm.note

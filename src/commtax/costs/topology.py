@@ -108,6 +108,7 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
         intra_hw="nvlink" if link.kind in ("nvlink", "xgmi") else "pci",
         measured=cluster.profile is not None,
         binding=share.binding,
+        queue_s=share.queue_s,
         reverse_share=gloo_duplex(cluster) or 0.0,
     )
 
