@@ -30,6 +30,8 @@ def test_the_cluster_file_describes_the_fabric_it_built():
         (("--nodes", "4", "--leaves", "3", "--spine", "100mbit"), "--leaves: 3 leaves do not split 4 nodes"),
         (("--nodes", "4", "--leaves", "2"), "--spine: 2 leaves need the rate"),
         (("--nodes", "4", "--uplink", "100mbit", "--spine", "100mbit"), "--uplink: it is the two-leaf form"),
+        (("--queue-ms", "0.1"), "--queue-ms: 0.1 is outside [0.5, 1000] ms"),
+        (("--tcp", "vegas"), "--tcp: 'vegas' is not one of reno, cubic, bbr"),
     ],
 )
 def test_bad_fabric_options_are_one_line(args, msg, tmp_path):
@@ -128,12 +130,15 @@ def test_up_with_leaves_load_and_down(tmp_path):
             return json.loads(subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout)
 
         p = predict()
-        # the flow shares node 0's NIC and the spine with the ring: TCP-fair, the ring gets 2 − √2 of the link
-        # (tests/test_fabric_tcp.py), and each of its 6 steps waits out the 5 ms queue (+30 ms of 0.89 s)
-        assert p["binding_link"] and p["busbw_GBps"] == pytest.approx((2 - 2**0.5) * 0.2 / 8, rel=0.05)
+        # the flow shares node 0's NIC and the spine with the ring: TCP-fair with its RTT over two 5 ms queues
+        # against the ring hops' one, the ring gets 0.737 of the link (tests/test_fabric_tcp.py), and each of its
+        # 6 steps waits out one queue (+30 ms of 0.7 s)
+        assert p["binding_link"] and p["busbw_GBps"] == pytest.approx(0.737 * 0.2 / 8, rel=0.06)
+        assert p["standing_queue_ms"] == 5.0
         # once its --seconds have run out it is not priced, and the prediction says so
         after = predict("--at", str(flow["until_unix"] + 1))
-        assert "binding_link" not in after and after["busbw_GBps"] == pytest.approx(2 * p["busbw_GBps"], rel=0.05)
+        assert "binding_link" not in after and after["busbw_GBps"] == pytest.approx(0.2 / 8, rel=0.05)
+        assert "standing_queue_ms" not in after
         assert after["ignored_flows"][0]["src"] == 0 and after["ignored_flows"][0]["dst"] == 2
     finally:
         down = cli("cluster", "down", "--cluster", str(path), timeout=60)
