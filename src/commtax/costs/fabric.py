@@ -186,7 +186,7 @@ class Connection:
 
 
 def alpha_fair(
-    conns: Sequence[Connection], capacity, alpha: float = TCP_ALPHA, tol: float = 1e-12, sweeps: int = 5000
+    conns: Sequence[Connection], capacity, alpha: float = TCP_ALPHA, tol: float = 1e-11, sweeps: int = 5000
 ) -> tuple[list[float], dict[Link, float]]:
     """The α-fair rates (Mo & Walrand 2000): maximise Σ count · weight · r^(1−α)/(1−α) (log r at α = 1) subject
     to every link's load ≤ its capacity and r ≤ cap; and each link's price.
@@ -211,8 +211,32 @@ def alpha_fair(
         p = q[i] + extra
         return caps[i] if p <= 0 else min(caps[i], (conns[i].weight / p) ** (1.0 / alpha))
 
-    def load(link: Link, p: float) -> float:  # the link's load at price p, its other links' prices held
-        return sum(conns[i].count * rate(i, p - price[link]) for i in on[link])
+    def load(link: Link, p: float) -> tuple[float, float]:
+        """The link's load at price p (its other links' prices held) and its slope d load / dp."""
+        total = slope = 0.0
+        for i in on[link]:
+            qi = q[i] - price[link] + p
+            r = rate(i, p - price[link])
+            total += conns[i].count * r
+            if r < caps[i] and qi > 0:  # uncapped: r = (w / q)^(1/α), dr/dq = −r / (α q)
+                slope -= conns[i].count * r / (alpha * qi)
+        return total, slope
+
+    def fill(link: Link, C: float) -> float:
+        """The price at which the link is exactly full: Newton from its last price, kept inside a bracket by
+        bisection (the load falls with the price, and is convex in it: Newton from the right never overshoots)."""
+        lo, hi = 0.0, max(price[link], 1.0)
+        while load(link, hi)[0] > C:
+            lo, hi = hi, 2 * hi
+        p = price[link] if price[link] > 0 else hi
+        for _ in range(200):
+            x, dx = load(link, p)
+            if abs(x - C) <= 1e-14 * C or hi - lo <= 1e-15 * hi:
+                break
+            lo, hi = (p, hi) if x > C else (lo, p)
+            step = p - (x - C) / dx if dx < 0 else (lo + hi) / 2
+            p = step if lo < step < hi else (lo + hi) / 2
+        return p
 
     rates = [rate(i) for i in range(len(conns))]
     for _ in range(sweeps):
@@ -220,18 +244,7 @@ def alpha_fair(
             C = cap_of[link] / scale
             if not math.isfinite(C):
                 continue
-            if load(link, 0.0) <= C:
-                new = 0.0
-            else:
-                lo, hi = 0.0, 1.0
-                while load(link, hi) > C:
-                    lo, hi = hi, 2 * hi
-                for _ in range(200):
-                    mid = (lo + hi) / 2
-                    lo, hi = (mid, hi) if load(link, mid) > C else (lo, mid)
-                    if hi - lo <= 1e-15 * hi:
-                        break
-                new = hi
+            new = 0.0 if load(link, 0.0)[0] <= C else fill(link, C)
             for i in on[link]:
                 q[i] += new - price[link]
             price[link] = new
