@@ -50,6 +50,7 @@ class Placement:
     intra_hw: str = "nvlink"  # NCCL's intra-node hardware class: "nvlink" (NVLink, xGMI) | "pci"
     measured: bool = False  # levels from a calibrated profile: Simple ring/tree priced as calibrate fits them
     binding: str = ""  # the fabric link that caps ``inter`` (commtax.costs.fabric), "" when none does
+    queue_s: float = 0.0  # standing queue in ``inter``'s latency (fabric.queue_ms on a link a flow keeps full)
     # κ of the node links for all_to_all (costs.alltoall): the lighter direction's share that does not overlap the
     # heavier one; 0 full duplex (NCCL), gloo's measured by `cluster up` (Network.gloo_a2a_duplex)
     reverse_share: float = 0.0

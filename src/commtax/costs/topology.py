@@ -93,7 +93,8 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
             r * inter.bw_bytes_per_s,
             cluster.gpus_per_node * inter.bw_bytes_per_s,
         )
-        inter = Level("inter", inter.bw_bytes_per_s * share.factor, inter.latency_s)
+        # a standing queue on its path is waited out once per step, as the link's latency is
+        inter = Level("inter", inter.bw_bytes_per_s * share.factor, inter.latency_s + share.queue_s)
     return Placement(
         n=n,
         per_node=per_node,
@@ -107,6 +108,7 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
         intra_hw="nvlink" if link.kind in ("nvlink", "xgmi") else "pci",
         measured=cluster.profile is not None,
         binding=share.binding,
+        queue_s=share.queue_s,
         reverse_share=gloo_duplex(cluster) or 0.0,
     )
 
