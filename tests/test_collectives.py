@@ -119,8 +119,8 @@ def test_8_byte_all_reduce_on_8_h100_is_nccl_ring_ll():
     p = Placement(n=8, per_node=8, intra=H100_NVL, inter=None, nvls=True, nvls_bw_bytes_per_s=277 * GB)
     c = collective_cost("all_reduce", 8, p)
     assert (c.algorithm, c.protocol, c.channels) == ("ring", "LL", 1)
-    # 8 B < 1 channel · 512 threads · 8·8 B: one channel of 16 carries it (enqueue.cc topoGetAlgoInfo)
-    assert c.time_s == pytest.approx(6.6 * US + 14 * 0.6 * US + 16 * 8 / (141 * GB * 8 / 14))
+    # 8 B < 1 channel · 512 threads · 8·8 B: one channel of 24 carries it (enqueue.cc topoGetAlgoInfo)
+    assert c.time_s == pytest.approx(6.6 * US + 14 * 0.6 * US + 24 * 8 / (141 * GB * 8 / 14))
     assert c.time_s == pytest.approx(15.0 * US, rel=1e-3)
 
 

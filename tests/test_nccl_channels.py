@@ -28,43 +28,47 @@ def h100_node(nvls: bool = False) -> Placement:
     return Placement(n=8, per_node=8, intra=H100_NVL, inter=None, nvls=nvls, nvls_bw_bytes_per_s=NVLS_BW)
 
 
-def test_ring_all_reduce_8MiB_on_8_h100_runs_on_all_16_channels_at_the_tuners_time():
+def test_ring_all_reduce_8MiB_on_8_h100_runs_on_all_24_channels_at_the_tuners_time():
     # NCCL picks ring LL128 (tuning.cc): latency baseLat 14 + 2(n-1)=14 steps × hwLat[NVLINK][Ring][LL128] 1.9
     # = 40.6 µs; busbw 0.92 × 367.2 = 337.8 GB/s, algbw × 8/14 = 193.0 GB/s.
-    # Channels: 8 MiB ≥ 16 channels × 640 threads × 8 B (LL128 threadThreshold): all 16, so nothing changes.
+    # Channels: 8 MiB ≥ 24 channels × 640 threads × 8 B (LL128 threadThreshold): all 24 (comm->nChannels on NVLink
+    # nodes, assumptions.yaml nccl_ctas_nvlink), so nothing changes.
     S = 8 * MiB
     c = collective_cost("all_reduce", S, h100_node())
-    assert (c.algorithm, c.protocol, c.channels) == ("ring", "LL128", 16)
+    assert (c.algorithm, c.protocol, c.channels) == ("ring", "LL128", 24)
     t = 40.6 * US + S / (0.92 * 367.2 * GB * 8 / 14)
     assert c.time_s == pytest.approx(t)
     assert c.time_s == pytest.approx(84.06 * US, rel=1e-3)
     assert c.time_s == pytest.approx(nccl_time("all_reduce", S, h100_node(), "ring", "LL128"))
 
 
-def test_ring_all_reduce_256KiB_on_8_h100_runs_on_8_of_16_channels():
+def test_ring_all_reduce_256KiB_on_8_h100_runs_on_8_of_24_channels():
     # ring LL: threadThreshold 8 B × nRanks 8 = 64 B/thread, 512 threads: 32 KiB per channel; NCCL drops channels
-    # while 256 KiB < nc · 32 KiB: nc = 8. LL busbw min(llMaxBw Hopper 141, 0.5 × 367.2) = 141 GB/s over 16
-    # channels, algbw 141 × 8/14; on 8 of them the bytes take twice as long.
+    # while 256 KiB < nc · 32 KiB: nc = 8. LL busbw min(llMaxBw Hopper 141, 0.5 × 367.2) = 141 GB/s over 24
+    # channels, algbw 141 × 8/14; on 8 of them the bytes take three times as long.
     S = 256 * KiB
     c = collective_cost("all_reduce", S, h100_node())
     assert (c.algorithm, c.protocol, c.channels) == ("ring", "LL", 8)
     lat = 6.6 * US + 14 * 0.6 * US  # 15.0 µs
-    assert c.time_s == pytest.approx(lat + 16 / 8 * S / (141 * GB * 8 / 14))
-    assert c.time_s == pytest.approx(21.51 * US, rel=1e-3)
+    assert c.time_s == pytest.approx(lat + 24 / 8 * S / (141 * GB * 8 / 14))
+    assert c.time_s == pytest.approx(24.76 * US, rel=1e-3)
 
 
 def test_channel_count_follows_thread_thresholds():
     p = h100_node()
     # Simple: 512 threads × 64 B = 32 KiB per channel; LL128: 640 × 8 = 5 KiB; ring LL: 512 × 8·8 = 32 KiB
-    assert nccl_channels(512 * KiB, p, "ring", "Simple") == 16
-    assert nccl_channels(512 * KiB - 1, p, "ring", "Simple") == 15
+    assert p.channels == 24  # comm->nChannels on NVLink nodes (assumptions.yaml nccl_ctas_nvlink)
+    assert nccl_channels(768 * KiB, p, "ring", "Simple") == 24  # 24 × 32 KiB
+    assert nccl_channels(768 * KiB - 1, p, "ring", "Simple") == 23
     assert nccl_channels(96 * KiB, p, "ring", "Simple") == 3
-    assert nccl_channels(80 * KiB, p, "ring", "LL128") == 16
+    assert nccl_channels(120 * KiB, p, "ring", "LL128") == 24  # 24 × 5 KiB
     assert nccl_channels(40 * KiB, p, "ring", "LL128") == 8
     assert nccl_channels(64 * KiB, p, "ring", "LL") == 2
-    assert nccl_channels(64 * KiB, p, "tree", "LL") == 16  # tree LL: 512 × 8 B, no ×nRanks
+    assert nccl_channels(64 * KiB, p, "tree", "LL") == 16  # tree LL: 512 × 8 B = 4 KiB, no ×nRanks
     assert nccl_channels(1, p, "ring", "Simple") == 1
-    assert nccl_channels(1, p, "pat", "Simple") == 16  # PAT has no maxThreads entry: never reduced
+    assert nccl_channels(1, p, "pat", "Simple") == 24  # PAT has no maxThreads entry: never reduced
+    pcie = Placement(n=8, per_node=8, intra=H100_NVL, inter=None, intra_hw="pci", channels=4)
+    assert nccl_channels(100 * KiB, pcie, "ring", "Simple") == 3
 
 
 def test_nvls_chunk_shrinks_as_calc_coll_chunking_says():
@@ -102,7 +106,7 @@ def test_large_messages_keep_their_limit():
     for S in (256 * MiB, 1 * GiB, 16 * GiB):
         for op in ("all_reduce", "all_gather", "reduce_scatter"):
             c = collective_cost(op, S, ring)
-            assert c.channels == 16
+            assert c.channels == 24
             assert c.time_s == pytest.approx(nccl_time(op, S, ring, c.algorithm, c.protocol), rel=5e-3)
     # NVLS: the fill is at most 2 loops of 8 × 128 KiB per channel (121 µs), 0.2% of a 16 GiB all_reduce
     big = collective_cost("all_reduce", 16 * GiB, nvls)
@@ -135,6 +139,6 @@ def test_a_kernel_never_beats_the_tuner_and_channels_grow_with_size(S, n, algo_p
     algo, proto = algo_proto
     p = Placement(n=n, per_node=n, intra=H100_NVL, inter=None)
     t, nc = nccl_run_time("all_reduce", S, p, algo, proto)
-    assert 1 <= nc <= 16
+    assert 1 <= nc <= p.channels
     assert t >= nccl_time("all_reduce", S, p, algo, proto) * (1 - 1e-12)
     assert nccl_channels(2 * S, p, algo, proto) >= nc

@@ -53,6 +53,9 @@ class Placement:
     # κ of the node links for all_to_all (costs.alltoall): the lighter direction's share that does not overlap the
     # heavier one; 0 full duplex (NCCL), gloo's measured by `cluster up` (Network.gloo_a2a_duplex)
     reverse_share: float = 0.0
+    # comm->nChannels: NCCL's channels (one CTA each) for ring/tree/PAT, from its topology search
+    # (assumptions.yaml nccl_ctas_nvlink 24, nccl_ctas_pcie 4; commtax.costs.topology sets it)
+    channels: int = 24
 
     @property
     def nodes(self) -> int:
@@ -319,7 +322,7 @@ class NcclTuning:
     pat: dict
     net_overhead_us: dict
     compute_capability: dict  # catalog GPU id prefix -> architecture
-    channels: dict  # "coll": comm->nChannels; "nvls": architecture -> comm->nvlsChannels
+    channels: dict  # "nvls": architecture -> comm->nvlsChannels (comm->nChannels is Placement.channels)
     thread_threshold: dict  # protocol -> bytes per thread (threadThresholds)
     max_threads: dict  # protocol -> threads per channel (maxThreads)
     nvls_pipeline: dict  # stages, step_bytes, max_chunk_bytes, shrink
@@ -416,7 +419,7 @@ def nccl_ring_terms(op: str, S: float, p: Placement, proto: str) -> tuple[float,
         inter = _hop_s(p, "net", "tree" if p.per_node == 1 else "ring", proto)
     lat = base + (nsteps - n_inter) * intra + n_inter * inter
     pl = T.plateau
-    big = S / (T.channels["coll"] * n) >= pl["min_bytes_per_channel_rank"]
+    big = S / (p.channels * n) >= pl["min_bytes_per_channel_rank"]
     if proto == "Simple" and _multi(p) and op == "all_reduce" and big:
         lat *= pl["factor_pre_ampere"] if p.arch == "volta" else pl["factor"]  # "plateau effect of ring"
     return lat, S / algbw
@@ -552,7 +555,7 @@ def nccl_channels(S: float, p: Placement, algo: str, proto: str) -> int:
     if algo in ("nvls", "nvls_tree"):
         return nvls_channels(p)
     T = nccl_tuning()
-    nc = T.channels["coll"]
+    nc = p.channels
     if algo not in ("ring", "tree"):
         return nc
     nt = T.max_threads[proto]
@@ -586,12 +589,13 @@ def nvls_fill_s(S: float, p: Placement, channels: int) -> float:
 
 def nccl_run_time(op: str, S: float, p: Placement, algo: str, proto: str) -> tuple[float, int]:
     """What the kernel NCCL picked takes, and on how many channels: NCCL's tuner assumes every channel; the bytes
-    move at the per-channel rate (bus bandwidth / comm->nChannels) × the channels it runs (``nccl_channels``), and
+    move at the per-channel rate (bus bandwidth / comm->nChannels, ``Placement.channels``) × the channels it runs
+    (``nccl_channels``), and
     one-node NVLS pays its pipeline fill (``nvls_fill_s``). A calibrated Simple ring/tree is left as fitted."""
     lat, wire = nccl_terms(op, S, p, algo, proto)
     nc = nccl_channels(S, p, algo, proto)
     if algo in ("ring", "tree"):
-        wire *= nccl_tuning().channels["coll"] / nc
+        wire *= p.channels / nc
     if algo == "nvls":
         wire += nvls_fill_s(S, p, nc)
     return lat + wire, nc
