@@ -1,8 +1,9 @@
 """Cost of one collective on a two-level topology.
 
-Under NCCL the algorithm and protocol are chosen, and timed, by NCCL's own tuning model
-(NVIDIA/nccl src/graph/tuning.cc, NCCL 2.30.7; constants in catalog/nccl.yaml): see
-``nccl_options`` / ``nccl_time`` and docs/collectives.md. The α-β formulas of Thakur, Rabenseifner
+Under NCCL the algorithm and protocol are chosen by NCCL's own tuning model (NVIDIA/nccl
+src/graph/tuning.cc, NCCL 2.30.7; constants in catalog/nccl.yaml): see ``nccl_options`` / ``nccl_time``;
+the pick is then timed as it runs, on the channels NCCL gives it and, for NVLS, with its pipeline fill
+(src/enqueue.cc topoGetAlgoInfo, src/device/all_reduce.h): ``nccl_run_time``, docs/collectives.md. The α-β formulas of Thakur, Rabenseifner
 & Gropp, "Optimization of Collective Communication Operations in MPICH" (IJHPCA 2005) — a message
 of m bytes over a link costs α + m/B — price gloo's rings, the MPI-style algorithms asked for by
 name (recursive halving-doubling, hierarchical), point-to-point sends, and the schedules
@@ -530,8 +531,8 @@ def nccl_terms(op: str, S: float, p: Placement, algo: str, proto: str) -> tuple[
     if algo == "tree":
         return nccl_tree_terms(S, p, proto)
     if algo == "nvls":
-        T = nccl_tuning()
-        return T.hop_us["nvlink"]["nvls"]["Simple"] * 1e-6, S / p.nvls_bw_bytes_per_s
+        wire = S / p.nvls_bw_bytes_per_s
+        return nccl_nvls_time(S, p) - wire, wire
     if algo == "nvls_tree":
         wire = S / (_nvls_tree_bus(p) * p.n / (2 * (p.n - 1)))
         return nccl_nvls_tree_time(S, p) - wire, wire
