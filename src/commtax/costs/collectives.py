@@ -3,7 +3,8 @@
 Under NCCL the algorithm and protocol are chosen by NCCL's own tuning model (NVIDIA/nccl
 src/graph/tuning.cc, NCCL 2.30.7; constants in catalog/nccl.yaml): see ``nccl_options`` / ``nccl_time``;
 the pick is then timed as it runs, on the channels NCCL gives it and, for NVLS, with its pipeline fill
-(src/enqueue.cc topoGetAlgoInfo, src/device/all_reduce.h): ``nccl_run_time``, docs/collectives.md. The α-β formulas of Thakur, Rabenseifner
+(src/enqueue.cc topoGetAlgoInfo, src/device/all_reduce.h): ``nccl_run_time``, docs/collectives.md.
+The α-β formulas of Thakur, Rabenseifner
 & Gropp, "Optimization of Collective Communication Operations in MPICH" (IJHPCA 2005) — a message
 of m bytes over a link costs α + m/B — price gloo's rings, the MPI-style algorithms asked for by
 name (recursive halving-doubling, hierarchical), point-to-point sends, and the schedules
