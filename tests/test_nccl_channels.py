@@ -142,3 +142,27 @@ def test_a_kernel_never_beats_the_tuner_and_channels_grow_with_size(S, n, algo_p
     assert 1 <= nc <= p.channels
     assert t >= nccl_time("all_reduce", S, p, algo, proto) * (1 - 1e-12)
     assert nccl_channels(2 * S, p, algo, proto) >= nc
+
+
+def test_collective_command_shows_the_channels():
+    import json
+
+    from typer.testing import CliRunner
+
+    from commtax.cli.main import app, register_commands
+
+    register_commands()
+    args = ["collective", "all_reduce", "--bytes", "8MiB", "--gpu", "h100-sxm5-80gb", "--gpus", "8"]
+    r = CliRunner().invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert (d["algorithm"], d["channels"]) == ("nvls", 16)  # NVLS_NCHANNELS_SM90
+    r = CliRunner().invoke(app, args)
+    header = next(line for line in r.stdout.splitlines() if "size (B)" in line)
+    assert header.split()[-1] == "ch" and "nvls/Simple" in r.stdout
+    assert r.stdout.splitlines()[-1].split()[-1] == "16"
+    # no NCCL channels under a p2p all_to_all: the table keeps its columns
+    r = CliRunner().invoke(app, ["collective", "all_to_all", "--bytes", "8MiB", "--gpus", "8"])
+    assert r.exit_code == 0, r.output
+    header = next(line for line in r.stdout.splitlines() if "size (B)" in line)
+    assert header.split()[-2:] == ["bound", "by"]
