@@ -22,7 +22,8 @@ layers do not divide evenly. Memory is the fullest stage's. Where a part is a fo
 own function given arrays (``costs.elementwise``: the builtins on floats, ufuncs on arrays): the dense stages of
 every base of a TP/CP placement in one pass (``analytical.prefill_stage_times``, after ``_prepare``), the exposed
 DP traffic on the whole grid (``dp_step_exposed_s``, ZeRO-3's ``zero3_exposed_s``), the bubble and sends for every
-vp of a split, a layer's activations for every vp (docs/search.md). Phase prices and stage times are shared, by
+vp of a split (1F1B: of every plan of a split at once, ``_pipeline_on_arrays``), a layer's activations for every vp
+(docs/search.md). Phase prices and stage times are shared, by
 value, by the bases that place TP and CP alike (``_Shared``, ``costs.pricing``); the cyclic garbage collector is
 paused while the bases are evaluated (``_no_gc``). The table is checked, not trusted: every search re-estimates
 its top plans with ``estimate`` and reports the largest relative difference (``max_rel_diff``, a warning above
