@@ -70,7 +70,6 @@ from commtax.schedule.analytical import (
     estimate,
     pipeline_bubble,
     prefill_stage_times,
-    slowest_and_rest,
     stage_times,
     step_parts,
 )
@@ -444,11 +443,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     on_arrays: dict[tuple, list] = {}  # (split, schedule, overlap.pp) -> its 1F1B plans, priced together
     for (si, j, k, r), (plan_job, wl, key) in g.stage_plans.items():
         stages = g.stages.get((si, j, k, r)) or stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
-        slow, _ = slowest_and_rest(stages)
-        slowest[si, j, k, r] = slow
-        slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed) + (
-            (slow.ep_exposed,) if len(slow_parts) == 5 else ()
-        )
+        slowest[si, j, k, r] = _est.slowest_stage(stages)
         plan = plan_job.plan
         if plan.schedule in _ONE_F_ONE_B:
             on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), stages, wl))
@@ -460,9 +455,14 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
             pp_exposed[here, j, k, r] = _est.pp_exposed(plan_job, wl, g.costs, stages, vp=v)[1]
     for (si, schedule, overlap_pp), plans in on_arrays.items():
         _pipeline_on_arrays(g, vps_of_split[si], schedule, overlap_pp, plans, bubble, pp_exposed)
+    fields = _SLOW_FIELDS[: len(slow_parts)]  # MoE: the exposed all-to-all fifth
+    if slowest:  # every (split, mb, sp, recompute) at once
+        at = tuple(np.array(list(slowest)).T)
+        slow_parts[(slice(None), *at)] = np.array([[getattr(s, f) for f in fields] for s in slowest.values()]).T
     return slowest, slow_parts, bubble, pp_exposed
 
 
+_SLOW_FIELDS = ("compute", "recompute", "tp_exposed", "cp_exposed", "ep_exposed")  # ``_assemble``'s slow_parts
 _ONE_F_ONE_B = ("1f1b", "1f1b-flexible")  # schedules whose bubble and sends read the stages' totals only
 
 

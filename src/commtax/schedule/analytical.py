@@ -827,7 +827,12 @@ _total = operator.attrgetter("total")
 
 def slowest_and_rest(stages: list[StageTime]) -> tuple[StageTime, float]:
     """The slowest stage (it sets the pace) and Σ T_s − T_max, the time of the other stages per micro-batch."""
-    return max(stages, key=_total), pipeline_rest(list(map(_total, stages)))
+    return slowest_stage(stages), pipeline_rest(list(map(_total, stages)))
+
+
+def slowest_stage(stages: list[StageTime]) -> StageTime:
+    """The stage with the largest per-micro-batch total (the first of equals): it sets the pace."""
+    return max(stages, key=_total)
 
 
 def pipeline_rest(totals: list):
