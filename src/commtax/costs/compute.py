@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any
 
-from commtax.spec import CATALOG_DIR, GPU, Cluster, read_yaml
+from commtax.spec import CATALOG_DIR, GPU, Cluster, read_catalog_yaml
 from commtax.spec.assumptions import Assumptions, assumptions_for
 from commtax.spec.wire_dtypes import CONVERT_BYTES
 from commtax.units import TFLOPS
@@ -148,7 +148,7 @@ def gemm_efficiency(cm: ComputeModel, m: int, n: int, k: int, groups: int = 1) -
 # ----------------------------------------------------------------------------- attention kernel tables
 @lru_cache(maxsize=1)
 def attention_tables() -> dict[str, Any]:
-    return read_yaml(ATTENTION_FILE)
+    return read_catalog_yaml(ATTENTION_FILE)
 
 
 def _interp_log(xs: list[float], ys: list[float], x: float) -> float:
@@ -230,7 +230,7 @@ def launch_floor(cm: ComputeModel, t_gpu: float, kernels: int) -> float:
 @lru_cache(maxsize=1)
 def grouped_gemm_floor_s() -> float:
     """Least time of one expert's GEMM in TE's multi-stream grouped GEMM (catalog/grouped_gemm.yaml, TE PR #3134)."""
-    return float(read_yaml(CATALOG_DIR / "grouped_gemm.yaml")["per_expert_gemm_s"])
+    return float(read_catalog_yaml(CATALOG_DIR / "grouped_gemm.yaml")["per_expert_gemm_s"])
 
 
 def op_time(cm: ComputeModel, op: Compute) -> float:

@@ -15,7 +15,7 @@ from pydantic import (
 
 from commtax.errors import SpecError, excerpt
 from commtax.spec.base import CATALOG_DIR
-from commtax.spec.files import read_yaml
+from commtax.spec.files import read_catalog_yaml, read_yaml
 from commtax.spec.job import Job
 
 # ----------------------------------------------------------------------------- catalog
@@ -25,7 +25,7 @@ FABRIC_FILE = "fabrics.yaml"  # cluster.fabric presets: a catalog section of the
 
 @lru_cache(maxsize=1)
 def _builtin_catalog() -> dict[str, dict[str, dict]]:
-    return {kind: read_yaml(CATALOG_DIR / f) or {} for kind, f in CATALOG_FILES.items()}
+    return {kind: read_catalog_yaml(CATALOG_DIR / f) or {} for kind, f in CATALOG_FILES.items()}
 
 
 def read_overrides(
@@ -57,7 +57,7 @@ def read_overrides(
 
 @lru_cache(maxsize=1)
 def builtin_fabrics() -> dict[str, dict]:
-    return read_yaml(CATALOG_DIR / FABRIC_FILE) or {}
+    return read_catalog_yaml(CATALOG_DIR / FABRIC_FILE) or {}
 
 
 def load_catalog(extra: Path | str | None = None) -> dict[str, dict[str, dict]]:
