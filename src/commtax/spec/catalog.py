@@ -259,7 +259,5 @@ def load_job(source: Path | str | dict, catalog_file: Path | str | None = None) 
 
 def job_with(job: Job, **plan_changes: Any) -> Job:
     """The same job with some plan fields changed, validated again (used by search and advice)."""
-    plan = job.plan.model_dump()
-    plan.update(plan_changes)
-    data = {"model": job.model, "cluster": job.cluster, "plan": plan, "training": job.training}
-    return build(Job, data, "")
+    plan = job.plan.replace(**plan_changes)
+    return build(Job, {"model": job.model, "cluster": job.cluster, "plan": plan, "training": job.training}, "")
