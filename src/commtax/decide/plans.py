@@ -75,7 +75,7 @@ _SEARCH_ORDER = ("tp", "pp", "cp", "dp", "zero", "recompute", "sequence_parallel
 class Choice:
     job: Job
     breakdown: Breakdown
-    chosen: dict[str, Any]
+    chosen: PlanRow  # the free fields' values: its columns are the free fields
 
 
 def _expand(raw: dict, fixed: dict, free: list[str]) -> Iterator[dict]:
@@ -119,8 +119,7 @@ def best_plan(
         if require_fit and not b.fits:
             continue
         if best is None or b.tokens_per_s > best.breakdown.tokens_per_s:
-            plan = job.plan
-            best = Choice(job, b, {f: getattr(plan, f) if f != "dp" else job.dp for f in free})
+            best = Choice(job, b, PlanRow.of(job, free))
     return best
 
 
@@ -144,6 +143,7 @@ class PlanRow:
     zero: Literal[0, 1, 2, 3] = 1
     recompute: Literal["none", "selective", "full"] = "selective"
     grad_comm_dtype: str = "bf16"
+    schedule: str = "1f1b"
     ep: int = 1
     etp: int = 1
     moe_dispatcher: str = "alltoall"
@@ -187,6 +187,7 @@ def _job_value(job: Job, field: str) -> Any:
 
 
 PLAN_ROW_FIELDS = frozenset(f.name for f in fields(PlanRow)) - {"columns"}
+NO_CHOICE = PlanRow(())  # a row of no columns: nothing chosen
 # the pool search's plans: the layout, the batch, and where the stages, layers and batch shares go
 POOL_COLUMNS = ("tp", "pp", "dp", "micro_batch", "recompute", "stage_pools", "stage_layers", "pool_batch_share")
 
