@@ -259,5 +259,7 @@ def load_job(source: Path | str | dict, catalog_file: Path | str | None = None) 
 
 def job_with(job: Job, **plan_changes: Any) -> Job:
     """The same job with some plan fields changed, validated again (used by search and advice)."""
-    plan = job.plan.replace(**plan_changes)
+    # the plan's fields as data, validated with the job in one pass: the search's hot path (Plan.replace validates
+    # the plan on its own first, a fifth slower here)
+    plan = {**job.plan.model_dump(), **plan_changes}
     return build(Job, {"model": job.model, "cluster": job.cluster, "plan": plan, "training": job.training}, "")
