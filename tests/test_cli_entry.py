@@ -125,3 +125,25 @@ def test_help_and_bad_options_still_reach_typer():
     assert r.returncode == 2 and "ends in '/', a folder" in r.stderr
     r = entry("estimate")
     assert r.returncode == 2 and "Missing argument 'JOB.yaml'" in r.stderr
+
+
+def _raises(error: BaseException):
+    def command(**_):
+        raise error
+
+    return command
+
+
+def test_run_plain_reports_as_the_typer_command_does(capsys):
+    from commtax.cli.entry import run_plain
+    from commtax.errors import Interrupted, SpecError
+
+    assert run_plain(_raises(SpecError("plan.tp: must divide heads(64); choose 8")), {}) == 2
+    assert capsys.readouterr().err == "error: plan.tp: must divide heads(64); choose 8\n"
+    assert run_plain(_raises(Interrupted("SIGTERM")), {}) == 130  # a signal mid-estimate: one line, exit 130
+    assert capsys.readouterr().err == "error: interrupted (SIGTERM)\n"
+    assert run_plain(_raises(FileNotFoundError(2, "No such file or directory", "x.yaml")), {}) == 2
+    assert capsys.readouterr().err.startswith("error: x.yaml")
+    with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
+        run_plain(_raises(ZeroDivisionError("a bug")), {})
+    assert run_plain(lambda **kw: None, {"json_out": True}) == 0
