@@ -9,11 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer.main
 import yaml
 from conftest import REPO, job_dict
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from commtax.cli.entry import plain_estimate_args
+from commtax.cli.io import refuse_folder_outputs
 from commtax.cli.main import app, register_commands
 
 WORKED = REPO / "examples" / "llama2-70b-h100.yaml"
@@ -68,6 +72,23 @@ def test_a_plain_command_line_is_read_without_typer(argv, kwargs):
 )
 def test_every_other_command_line_goes_to_typer(argv):
     assert plain_estimate_args(argv) is None
+
+
+TOKENS = ["job.yaml", "b.yaml", "--json", "--out", "--out=o.json", "o.json", "--plot", "p.png", "--plot=", "--catalog",
+          "c.yaml", "-h", "--help", "--", "", "x/", "--out=x/", "--json=1", "--wide", "-", "-o"]  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(TOKENS), max_size=7))
+def test_what_the_entry_reads_typer_reads_the_same_way(argv):
+    """Whenever the entry point reads a command line itself, typer reads the same arguments from it (a line it
+    leaves to typer is safe whatever typer makes of it)."""
+    kw = plain_estimate_args(argv)
+    if kw is None:
+        return
+    estimate = typer.main.get_command(app).commands["estimate"]
+    params = estimate.make_context("estimate", list(argv)).params
+    assert params == {"json_out": False, "out": None, "plot": None, "catalog": None, **kw}
+    refuse_folder_outputs(argv)  # no output named a folder (it would exit 2): typer's path checks it first
 
 
 def test_the_estimate_path_imports_neither_typer_rich_numpy_torch_nor_matplotlib():
