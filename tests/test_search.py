@@ -304,7 +304,7 @@ def test_a_model_change_the_search_does_not_track_is_reported(monkeypatch):
     monkeypatch.setattr(
         s._est,
         "pp_exposed",
-        lambda job, wl, costs, stages: tuple(x * (1 + job.plan.zero) for x in real(job, wl, costs, stages)),
+        lambda job, wl, costs, stages, **kw: tuple(x * (1 + job.plan.zero) for x in real(job, wl, costs, stages, **kw)),
     )
     job = load_job(small_job(zero=1))
     res = search(job, Space.parse({"pp": "2", "cp": "1", "micro_batch": "1", "zero": "2,3"}), top=3, workers=1)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any
 
+from commtax.costs.elementwise import minimum, where
 from commtax.spec import CATALOG_DIR, GPU, Cluster, read_catalog_yaml
 from commtax.spec.assumptions import Assumptions, assumptions_for
 from commtax.spec.wire_dtypes import CONVERT_BYTES
@@ -40,6 +41,9 @@ HOPPER = "hopper"
 # fused attention kernels are compiled for head dims 32, 64, 96, ..., 256 and pad the others up to the next one
 # (Dao-AILab/flash-attention csrc/flash_attn/src: flash_fwd_hdim{32,64,96,128,160,192,224,256} instantiations)
 HEAD_DIM_STEP = 32
+# query and key block of the fused attention kernels at head dim <= 128 (FlashAttention-2/-3 kBlockM = kBlockN = 128
+# on sm80/sm90 forward): a causal or banded pass computes whole blocks, the masked-out parts of diagonal ones too
+ATTENTION_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -189,6 +193,14 @@ def _attention_table(kernel: str, arch: str) -> tuple[str, dict]:
     return name, kernels[name][HOPPER]
 
 
+def causal_block_share(keys: float, block: int = ATTENTION_BLOCK) -> float:
+    """Useful share of the blocks a causal kernel computes over ``keys`` keys, n = keys/block query blocks:
+    n²/2 useful of n(n+1)/2 computed (the diagonal blocks are computed whole), n/(n + 1). A sliding window of w
+    keys computes w/block + 1 blocks per query block for w/block useful ones: the same share at ``keys`` = w."""
+    n = keys / block
+    return n / (n + 1.0)
+
+
 @lru_cache(maxsize=4096)
 def attention_efficiency(kernel: str, arch: str, seq: int, head_dim: int, backward: bool) -> float:
     """Fraction of the bf16 peak a fused attention kernel reaches (measured tables, catalog/attention.yaml).
@@ -199,6 +211,8 @@ def attention_efficiency(kernel: str, arch: str, seq: int, head_dim: int, backwa
     """
     name, entry = _attention_table(kernel, arch)
     rate = _interp_log(entry["seq"], entry["bwd" if backward else "fwd"], seq)
+    if seq < entry["seq"][0]:  # shorter than the table: fewer useful blocks per computed one
+        rate *= causal_block_share(seq) / causal_block_share(entry["seq"][0])
     padded = HEAD_DIM_STEP * math.ceil(head_dim / HEAD_DIM_STEP)
     return rate / entry["ref_peak_tflops"] * _head_dim_factor(name, padded) * head_dim / padded
 
@@ -276,8 +290,9 @@ def overlap_slowdown_s(
       memory-bound kernels (``memory_share`` of the compute it overlaps) lose that bandwidth:
       + memory_share · hidden_wire_bytes · k / B_mem.
     """
-    if hidden_s <= 0.0:
+    on = hidden_s > 0.0  # elementwise on the search's arrays (``costs.elementwise``)
+    if on is False:
         return 0.0
     sm = (1.0 - memory_share) * hidden_s * min(1.0, comm_sms / cm.sms)
-    hbm = memory_share * min(hidden_s, hidden_wire_bytes * cm.comm_hbm_bytes_per_wire_byte / cm.mem_bw_bytes_per_s)
-    return sm + hbm
+    hbm = memory_share * minimum(hidden_s, hidden_wire_bytes * cm.comm_hbm_bytes_per_wire_byte / cm.mem_bw_bytes_per_s)
+    return where(on, sm + hbm, 0.0)

@@ -28,7 +28,7 @@ class PhaseCost:
     comm_bytes: dict[str, float] = field(default_factory=dict)
 
     def __add__(self, o: PhaseCost) -> PhaseCost:
-        if not (o.compute or o.comm):
+        if not o.comm and type(o.compute) is float and not o.compute:  # nothing to add (arrays: always added)
             return self
         comm, nbytes = dict(self.comm), dict(self.comm_bytes)
         for k, v in o.comm.items():

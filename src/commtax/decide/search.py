@@ -18,8 +18,12 @@ activations per stage         ``memory.stage_activation_bytes``      vp, micro_b
 ============================  =====================================  ==========================
 
 (*) the split is the layers of each pipeline rank (``Job.stage_layers``): it depends on vp only when the
-layers do not divide evenly. Memory is the fullest stage's. Phase prices and stage times are shared, by value,
-by the bases that place TP and CP alike (``_Shared``, ``costs.pricing``). The table is checked, not trusted:
+layers do not divide evenly. Memory is the fullest stage's. Where a part is a formula over the grid it is estimate's
+own function given arrays (``costs.elementwise``: the builtins on floats, ufuncs on arrays): the dense stages of
+every base of a TP/CP placement in one pass (``analytical.prefill_stage_times``, after ``_prepare``), the exposed
+DP traffic on the whole grid (``dp_step_exposed_s``), the bubble and sends for every vp of a split (docs/search.md).
+Phase prices and stage times are shared, by value, by the bases that place TP and CP alike (``_Shared``,
+``costs.pricing``). The table is checked, not trusted:
 every search re-estimates its top plans with ``estimate`` and reports the largest relative difference
 (``max_rel_diff``, a warning above 1e-9); the tests and the benchmark check random samples.
 """
@@ -58,14 +62,28 @@ from commtax.decide.space import Constraint as Constraint
 from commtax.decide.space import parse_constraint as parse_constraint
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule import analytical as _est
-from commtax.schedule.analytical import estimate, pipeline_bubble, slowest_and_rest, stage_times, step_parts
+from commtax.schedule.analytical import (
+    estimate,
+    pipeline_bubble,
+    prefill_stage_times,
+    slowest_and_rest,
+    stage_times,
+    step_parts,
+)
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, MOE_KEYS, Breakdown
 from commtax.schedule.interval import published_best
 from commtax.spec import Job, job_with, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
-from commtax.workload.memory import fixed_reserve_bytes, memory, stage_activation_bytes, stage_kinds, stage_states
-from commtax.workload.step import Block, Phase, Workload, build_workload, stage_moe_layers
+from commtax.workload.memory import (
+    fixed_reserve_bytes,
+    memory,
+    stage_activation_bytes,
+    stage_activation_bytes_by_recompute,
+    stage_kinds,
+    stage_states,
+)
+from commtax.workload.step import Block, Phase, Workload, build_workload, stage_moe_layers, with_fields
 
 # the allowed values, as the spec declares them
 RECOMPUTE: tuple[str, ...] = AXIS["recompute"].choices
@@ -204,6 +222,7 @@ class _Shared:
     interned: dict[Phase, Phase] = field(default_factory=dict)  # each distinct phase of those workloads, by value
     priced: dict[tuple, dict] = field(default_factory=dict)  # MoE: (mb, sp, recompute) -> its blocks' pass prices
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
+    templates: dict[Any, Any] = field(default_factory=dict)  # each workload's priced blocks (``StageTemplate``)
 
 
 def _copy(job: Job, **changes: Any) -> Job:
@@ -314,6 +333,8 @@ class _Grid:
     splits: list[tuple]  # distinct layers-per-rank tuples among the valid jobs (``_split_key``)
     split_of_vp: np.ndarray  # vp index -> split index
     sample: dict[tuple[int, int, int], Job]  # (split, micro_batch, sp) -> one valid job with that split
+    stage_plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = field(default_factory=dict)
+    stages: dict[tuple[int, int, int, int], Any] = field(default_factory=dict)  # ``_prefill``'s stage_times
 
     def axis(self, name: str) -> list[Any]:
         return self.base.axes[name]
@@ -370,6 +391,31 @@ def _moe_split(job: Job) -> dict[str, Any]:
     return {"stage_moe_layers": stage_moe_layers(job)} if job.model.is_moe else {}
 
 
+def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]]:
+    """Per (split, mb, sp, recompute): a job and its workload (the shared template for (mb, sp, recompute) with this
+    base's split and micro-batch count), and the template's key."""
+    micro_sizes, seq_pars, recomputes = g.axis("micro_batch"), g.axis("sequence_parallel"), g.axis("recompute")
+    moe_split = {si: _moe_split(g.sample_of_split(si)) for si in range(len(g.splits))}
+    plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = {}
+    for (si, j, k), sample_job in g.sample.items():
+        for r, rc in enumerate(recomputes):
+            key = (micro_sizes[j], seq_pars[k], rc)
+            template = g.shared.workloads.get(key)
+            if template is None:
+                job_rc = _copy(sample_job, recompute=rc)
+                template = g.shared.workloads[key] = _interned(build_workload(job_rc), g.shared.interned)
+            wl = with_fields(
+                template,
+                layers_per_stage=max(sample_job.stage_layers),
+                chunk_layers=sample_job.chunk_layers,
+                micro_batches=int(g.n_micro[j]),
+                **moe_split[si],
+            )
+            # the stages read the plan's layout and schedule, the recompute only through the workload's blocks
+            plans[si, j, k, r] = (sample_job, wl, key)
+    return plans
+
+
 def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     """Per (split, mb, sp, recompute): the slowest stage (its compute, recompute, exposed TP and CP); per
     (vp, mb, sp, recompute): the bubble and the exposed pipeline sends. The layer, embedding and head blocks do
@@ -384,31 +430,18 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     slow_parts = np.full((5 if moe else 4,) + dims, np.nan)  # MoE: the exposed all-to-all fifth
     bubble = np.full((len(vps),) + dims[1:], np.nan)
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
-    moe_split = {si: _moe_split(g.sample_of_split(si)) for si in range(len(g.splits))}
-    for (si, j, k), sample_job in g.sample.items():
-        for r, rc in enumerate(recomputes):
-            job_rc = _copy(sample_job, recompute=rc)
-            key = (micro_sizes[j], seq_pars[k], rc)
-            template = g.shared.workloads.get(key)
-            if template is None:
-                template = g.shared.workloads[key] = _interned(build_workload(job_rc), g.shared.interned)
-            wl = dataclasses.replace(
-                template,
-                layers_per_stage=max(job_rc.stage_layers),
-                chunk_layers=job_rc.chunk_layers,
-                micro_batches=int(g.n_micro[j]),
-                **moe_split[si],
-            )
-            stages = stage_times(job_rc, wl, g.costs, g.shared.priced.setdefault(key, {}))
-            slow, _ = slowest_and_rest(stages)
-            slowest[si, j, k, r] = slow
-            slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed) + (
-                (slow.ep_exposed,) if len(slow_parts) == 5 else ()
-            )
-            for i in vps_of_split[si]:
-                if (i, j, k) in g.jobs:  # the others are invalid plans
-                    bubble[i, j, k, r] = pipeline_bubble(job_rc.plan.schedule, int(g.n_micro[j]), vps[i], stages)
-                    pp_exposed[i, j, k, r] = _est.pp_exposed(g.jobs[i, j, k], wl, g.costs, stages)[1]
+    for (si, j, k, r), (plan_job, wl, key) in g.stage_plans.items():
+        stages = g.stages.get((si, j, k, r)) or stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
+        slow, _ = slowest_and_rest(stages)
+        slowest[si, j, k, r] = slow
+        slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed) + (
+            (slow.ep_exposed,) if len(slow_parts) == 5 else ()
+        )
+        here = [i for i in vps_of_split[si] if (i, j, k) in g.jobs]  # the others are invalid plans
+        if here:  # every vp of this split at once (the stages are the same)
+            v = np.array([vps[i] for i in here]) if len(here) > 1 else vps[here[0]]
+            bubble[here, j, k, r] = pipeline_bubble(plan_job.plan.schedule, int(g.n_micro[j]), v, stages)
+            pp_exposed[here, j, k, r] = _est.pp_exposed(plan_job, wl, g.costs, stages, vp=v)[1]
     return slowest, slow_parts, bubble, pp_exposed
 
 
@@ -431,41 +464,84 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
     with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
     ranks: dict[tuple, list] = {}  # MoE: the DP ranks (``dp_ranks``: no stage time in them), per micro-batch count
-    # the DP traffic of a dense workload (``dp_step_parts``) is that of (split, zero, grad dtype, micro-batch count),
-    # whichever stage is the slowest: priced once per key, not once per (sp, recompute) as well
-    step_parts: dict[tuple[int, int, int, int], Any] = {}
+    # overlapped per-step traffic of a dense workload (``dp_step_parts``) is that of (split, zero, grad dtype,
+    # micro-batch count), whichever stage is the slowest: priced once per key, its exposed part on the whole grid
+    on_grid = np.zeros((len(g.splits), len(g.axis("micro_batch")), len(zeros), len(grad_dtypes)), bool)
+    traffic = np.full((9,) + on_grid.shape, np.nan)  # ``_dp_grid``'s fields
     for (si, j, k, r), slow in slowest.items():
         vps_here = [i for i in range(len(vps)) if g.split_of_vp[i] == si]
         for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
+            if on_grid[si, j, z, d]:
+                continue
             job_zd, wl = dp_jobs[si, z, d]
             counted = with_count.get((si, z, d, j))
             if counted is None:
-                counted = with_count[si, z, d, j] = dataclasses.replace(wl, micro_batches=int(g.n_micro[j]))
+                counted = with_count[si, z, d, j] = with_fields(wl, micro_batches=int(g.n_micro[j]))
                 if len(counted.dp_stage_splits) > 1:
                     if (si, z, d) not in ranks:
                         ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
                     ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], int(g.n_micro[j]), g.costs)
+                elif counted.dp_step and not counted.dp_microbatch and job_zd.plan.overlap.dp:
+                    traffic[:, si, j, z, d] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                    on_grid[si, j, z, d] = True
+                    continue
             # MoE: the slowest DP rank, as estimate
             counted, dp_traffic = _est.slowest_dp_rank(job_zd, counted, g.costs, slow, ranks.get((si, z, d, j)))
-            if not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):  # vp does not change it
+            if dp_traffic is None or not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):
+                # vp does not change it
                 dp_exposed[vps_here, j, k, r, z, d] = _est.dp_exposed(job_zd, counted, g.costs, slow, dp_traffic)[1]
                 continue
             # interleaving reduces and gathers each model chunk on its own (``estimate.dp_step_exposed``)
-            if dp_traffic is not None:  # MoE: the slowest rank's, priced with its ranks
-                parts = dp_traffic
-            else:  # dense: the traffic of (split, zero, grad dtype, micro-batches), whichever stage is the slowest
-                parts = step_parts.get((si, z, d, j))
-                if parts is None:
-                    parts = step_parts[si, z, d, j] = _est.dp_step_parts(counted, g.costs)
-            for i in vps_here:
+            for i in vps_here:  # MoE: the slowest rank's traffic, priced with its ranks
                 exposed = _est.dp_step_exposed(
-                    parts, slow, g.base.pp, vps[i], counted.micro_batches, _est.reduce_passes(counted)
+                    dp_traffic, slow, g.base.pp, vps[i], counted.micro_batches, _est.reduce_passes(counted)
                 )
                 # as estimate.dp_exposed: the timeline's exposed part + what the hidden part costs the compute
                 dp_exposed[i, j, k, r, z, d] = exposed + _est.dp_contention(
-                    g.costs.cm, parts.link, exposed, parts.nbytes, slow.link
+                    g.costs.cm, dp_traffic.link, exposed, dp_traffic.nbytes, slow.link
                 )
+    if on_grid.any():
+        grid = _dp_grid(g, slowest, traffic)
+        mask = on_grid[g.split_of_vp][:, :, None, None, :, :]
+        dp_exposed = np.where(mask, grid, dp_exposed)
     return states, optimizer, dp_exposed
+
+
+def _dp_fields(parts: Any, wl: Workload) -> tuple[float, ...]:
+    """A dense workload's overlapped per-step DP traffic (``dp_step_parts``) as the numbers ``_dp_grid`` reads."""
+    gathers = len(parts.times) > 1
+    return (
+        parts.times[0],
+        parts.times[1] if gathers else 0.0,
+        float(gathers),
+        parts.tail,
+        parts.first_bucket,
+        parts.codec,
+        parts.link,
+        parts.nbytes,
+        _est.reduce_passes(wl),
+    )
+
+
+def _dp_grid(g: _Grid, slowest: dict, traffic: np.ndarray) -> np.ndarray:
+    """Exposed overlapped DP traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
+    ``dp_step_exposed_s`` and ``dp_contention_s``) on arrays. traffic: ``_dp_fields`` per (split, mb, zero, gd)."""
+    dims = (len(g.splits),) + tuple(len(g.axis(k)) for k in ("micro_batch", "sequence_parallel", "recompute"))
+    fwd, bwd, share = (np.full(dims, np.nan) for _ in range(3))
+    for key, slow in slowest.items():
+        fwd[key], bwd[key], share[key] = slow.fwd, slow.bwd, _est.memory_share(slow.link)
+    by_vp = g.split_of_vp
+    stage = lambda a: a[by_vp][:, :, :, :, None, None]  # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
+    reduce_s, gather_s, gathers, tail, first, codec, link, nbytes, passes = (
+        t[by_vp][:, :, None, None, :, :] for t in traffic
+    )
+    vp = np.asarray(g.axis("vp"))[:, None, None, None, None, None]
+    m = g.n_micro[None, :, None, None, None, None]
+    with np.errstate(invalid="ignore"):  # nan where a plan is invalid
+        exposed = _est.dp_step_exposed_s(
+            reduce_s, gather_s, gathers > 0, tail, first, codec, stage(fwd), stage(bwd), g.base.pp, vp, m, passes
+        )
+        return exposed + _est.dp_contention_s(g.costs.cm, link, exposed, nbytes, stage(share))
 
 
 def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
@@ -475,12 +551,11 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
     acts = np.full(shape + (max(len(x) for x in kinds),), np.nan)
     for (i, j, k), valid_job in g.jobs.items():
         stages = kinds[g.split_of_vp[i]]
-        moe = valid_job.model.is_moe  # an MoE layer's activations read the plan's recompute: a copy per value
-        for r, rc in enumerate(recomputes):
-            if moe:
-                acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
-            else:
-                acts[i, j, k, r, : len(stages)] = stage_activation_bytes(valid_job, stages, rc)
+        if not valid_job.model.is_moe:  # every recompute at once
+            acts[i, j, k, :, : len(stages)] = stage_activation_bytes_by_recompute(valid_job, stages, recomputes)
+            continue
+        for r, rc in enumerate(recomputes):  # an MoE layer's activations read the plan's recompute: a copy per value
+            acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
     return acts
 
 
@@ -537,6 +612,20 @@ def _framework_zero_mask(
     return valid
 
 
+@dataclass
+class _Prepared:
+    """A base up to its stages: the valid jobs, the validity mask and the grid with its stage plans
+    (``_stage_plans``); ``_finish`` prices it once its stages are in the cache (``_prefill``)."""
+
+    base: Base
+    shape: tuple[int, ...]
+    grid_codes: np.ndarray
+    invalid: Counter
+    examples: dict[str, str]
+    valid: np.ndarray | None = None
+    g: _Grid | None = None
+
+
 def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = None) -> _BaseResult:
     """Evaluate every plan of one base on its grid (vp, micro_batch, sequence_parallel, zero, recompute, grad dtype).
 
@@ -544,30 +633,69 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
     with the model's own functions; the stage split (the layers of each pipeline rank) depends on vp only when
     the layers do not divide evenly, so the stage-level parts are kept per distinct split.
     """
+    return _eval_bases(job, [base], phase_cache)[0]
+
+
+def _eval_bases(job: Job, todo: list[Base], phase_cache: dict[Any, _Shared] | None = None) -> list[_BaseResult]:
+    """``_eval_base`` of each base, the stages of all of them priced together first (``_prefill``)."""
+    cache: dict[Any, _Shared] = {} if phase_cache is None else phase_cache
+    prepared = [_prepare(job, b, cache) for b in todo]
+    _prefill(prepared)
+    return [_finish(job, p) for p in prepared]
+
+
+def _prefill(prepared: list[_Prepared]) -> None:
+    """Every dense stage of these bases priced in one array pass per TP/CP placement (``prefill_stage_times``:
+    the bases of one placement share their blocks, prices and stage cache)."""
+    groups: list[tuple[_Grid, list]] = []
+    for p in prepared:
+        if p.g is None:
+            continue
+        group = next((plans for g, plans in groups if g.shared is p.g.shared), None)
+        if group is None:
+            groups.append((p.g, group := []))
+        group.extend(((p, key), plan) for key, plan in p.g.stage_plans.items())
+    for g, plans in groups:
+        stages = iter(prefill_stage_times([(x, wl) for _, (x, wl, _) in plans], g.costs, g.shared.templates))
+        for (p, key), _ in plans:
+            p.g.stages[key] = next(stages)
+
+
+def _prepare(job: Job, base: Base, phase_cache: dict[Any, _Shared]) -> _Prepared:
     shape = tuple(len(base.axes[k]) for k in AXES)
     grid = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1).reshape(-1, len(AXES))
     jobs, invalid, examples = _valid_jobs(job, base)
-    nofit: Counter = Counter()
+    prep = _Prepared(base, shape, _codes(job, base, grid), invalid, examples)
     if not jobs:
-        nan = np.full(len(grid), np.nan)
-        return _BaseResult(
-            _codes(job, base, grid),
-            nan,
-            np.full((len(grid), len(part_keys(job))), np.nan),
-            nan,
-            nan,
-            np.zeros(len(grid), bool),
-            invalid,
-            nofit,
-            examples,
-        )
+        return prep
     valid = np.zeros(shape[:3], bool)
     for idx in jobs:
         valid[idx] = True
     valid = np.broadcast_to(valid[:, :, :, None, None, None], shape)
     valid = _framework_zero_mask(job, base, valid, invalid, examples)
-    valid = _recompute_mask(job, base, jobs, valid, invalid, examples)
-    g = _grid(job, base, jobs, phase_cache)
+    prep.valid = _recompute_mask(job, base, jobs, valid, invalid, examples)
+    prep.g = _grid(job, base, jobs, phase_cache)
+    prep.g.stage_plans = _stage_plans(prep.g)
+    return prep
+
+
+def _finish(job: Job, prep: _Prepared) -> _BaseResult:
+    base, g, valid, invalid, examples = prep.base, prep.g, prep.valid, prep.invalid, prep.examples
+    nofit: Counter = Counter()
+    flat = len(prep.grid_codes)
+    if g is None:
+        nan = np.full(flat, np.nan)
+        return _BaseResult(
+            prep.grid_codes,
+            nan,
+            np.full((flat, len(part_keys(job))), np.nan),
+            nan,
+            nan,
+            np.zeros(flat, bool),
+            invalid,
+            nofit,
+            examples,
+        )
     slowest, slow_parts, bubble, pp_exposed = _stage_parts(g)
     # only the first stage of each kind can be the fullest (``memory.stage_kinds``), per split
     kinds = [stage_kinds(g.sample_of_split(si)) for si in range(len(g.splits))]
@@ -587,9 +715,8 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
         fixed_reserve,
         a.v("allocator_fragmentation"),
     )
-    flat = len(grid)
     return _BaseResult(
-        plans=_codes(job, base, grid),
+        plans=prep.grid_codes,
         step=np.where(valid, step, np.nan).reshape(flat),
         parts=np.moveaxis(parts, 0, -1).reshape(flat, len(parts)),
         exposed=np.where(valid, exposed, np.nan).reshape(flat),
@@ -677,8 +804,10 @@ def _worker(job: Job, chunks: list[list[tuple[int, Base]]], conn: Any) -> None:
     _init_worker()
     cache: dict[Any, _Shared] = {}
     try:
-        for chunk in chunks:
-            conn.send(("results", [(i, _eval_base(job, b, cache)) for i, b in chunk]))
+        prepared = [[(i, _prepare(job, b, cache)) for i, b in chunk] for chunk in chunks]
+        _prefill([p for chunk in prepared for _, p in chunk])  # all this worker's stages at once
+        for chunk in prepared:
+            conn.send(("results", [(i, _finish(job, p)) for i, p in chunk]))
         conn.send(("done", None))
     except Exception as e:  # the parent re-raises it: a bug in the model must not read as a partial result
         conn.send(("error", e))
@@ -699,17 +828,15 @@ def _run_workers(
     from multiprocessing.connection import wait
 
     ctx = mp.get_context("fork")
-    # interleave bases so every worker gets a mix of cheap and costly ones, in a few chunks each (progress); each
-    # result comes back with its base's position: the results are put in the bases' order, whichever worker ends
-    # first (the CSV rows, the first example of a refusal and the order of equal plans do not depend on it)
-    numbered = list(enumerate(todo))
-    chunks = [c for c in (numbered[i :: workers * 4] for i in range(workers * 4)) if c]
+    # each result comes back with its base's position: the results are put in the bases' order, whichever worker
+    # ends first (the CSV rows, the first example of a refusal and the order of equal plans do not depend on it)
+    shares = _by_placement(list(enumerate(todo)), workers)
     results: list[tuple[int, _BaseResult]] = []
     procs, conns = [], []
     with signals.deferred() as stop:
         try:
             for w in range(workers):
-                mine = chunks[w::workers]
+                mine = [c for c in (shares[w][i::4] for i in range(4)) if c]  # a few chunks each (progress)
                 if not mine or stop:
                     continue
                 reader, writer = ctx.Pipe(duplex=False)
@@ -744,6 +871,23 @@ def _run_workers(
         return [r for _, r in sorted(results, key=lambda ir: ir[0])], bool(stop)
 
 
+def _by_placement(numbered: list[tuple[int, Base]], workers: int) -> list[list[tuple[int, Base]]]:
+    """The bases shared out to ``workers`` processes, the bases that place TP and CP alike in the same process (they
+    share workloads, block prices and stages: ``_Shared``, built once per process), placements handed out largest
+    first to the least loaded worker (load: plans on the grid)."""
+    groups: dict[tuple, list[tuple[int, Base]]] = {}
+    for i, b in numbered:
+        groups.setdefault((b.tp, b.cp, tuple(sorted(b.extra.items()))), []).append((i, b))
+    size = lambda bs: sum(math.prod(len(b.axes[k]) for k in AXES) for _, b in bs)
+    shares: list[list[tuple[int, Base]]] = [[] for _ in range(workers)]
+    load = [0] * workers
+    for bs in sorted(groups.values(), key=size, reverse=True):
+        w = load.index(min(load))
+        shares[w].extend(bs)
+        load[w] += size(bs)
+    return [sorted(share, key=lambda ib: ib[0]) for share in shares]
+
+
 def evaluate_space(
     job: Job,
     space: Space | None = None,
@@ -762,8 +906,10 @@ def evaluate_space(
     try:
         if workers <= 1:
             cache: dict[Any, _Shared] = {}
-            for n, b in enumerate(todo):
-                results.append(_eval_base(job, b, cache))
+            prepared = [_prepare(job, b, cache) for b in todo]
+            _prefill(prepared)  # every base's stages at once, on arrays
+            for n, p in enumerate(prepared):
+                results.append(_finish(job, p))
                 if progress:
                     progress(n + 1, len(todo))
         else:

@@ -447,6 +447,13 @@ def recipe_plan(row: dict, fixed: dict) -> dict:
     return {}
 
 
+def recipe_layout(row: dict, stages: int) -> tuple[int, ...] | None:
+    """Decoder layers per virtual stage that the row's model's recipes set by hand for ``stages`` = pp·vp virtual
+    stages (catalog/moe_recipes.yaml ``layouts``), or None."""
+    layout = (moe_recipes().get("layouts") or {}).get((row.get("model") or "").strip(), {}).get(stages)
+    return tuple(layout) if layout is not None else None
+
+
 def row_release(row: dict) -> tuple[int, ...] | None:
     """The NeMo container release a row was published under ('25.11 NeMo Container' in its source), as numbers."""
     m = re.search(r"(\d\d\.\d\d(?:\.\d\d)?) NeMo Container", row.get("source") or "")
@@ -478,7 +485,10 @@ def _moe_run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
         if v:
             fixed[field_] = _cell(row, col) if col != "dispatcher" else v
     layers, pp, vp = raw["model"]["layers"], fixed.get("pp", 1), fixed.get("vp", 1)
-    if pp > 1 and vp > 1 and layers % vp:
+    layout = recipe_layout(row, pp * vp) if pp > 1 and "vp" not in free else None
+    if layout is not None:  # the recipe's own --pipeline-model-parallel-layout (catalog/moe_recipes.yaml layouts)
+        fixed["pipeline_layout"] = layout
+    elif pp > 1 and vp > 1 and layers % vp:
         # the recipe's --pipeline-model-parallel-layout is not in the row: the most even one (spec.balanced_layout)
         fixed["pipeline_layout"] = balanced_layout(layers, pp, vp)
     if "moe_dispatcher" not in fixed:

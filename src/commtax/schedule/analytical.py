@@ -18,7 +18,8 @@ import operator
 from dataclasses import dataclass, field, replace
 
 from commtax.costs.compute import ComputeModel, overlap_slowdown_s
-from commtax.costs.pricing import Costs, PhaseCost
+from commtax.costs.elementwise import any_true, maximum, minimum, where
+from commtax.costs.pricing import Costs, PhaseCost, _phase_cost
 from commtax.schedule.breakdown import Breakdown, make_breakdown
 from commtax.spec import Job, per_rank, zero_refusal
 from commtax.workload.memory import memory
@@ -63,9 +64,9 @@ def _exposed(job: Job, pc: PhaseCost, cm: ComputeModel | None = None) -> tuple[f
     """
     ov, p = job.plan.overlap, job.plan
     tp, cp = pc.comm.get("tp", 0.0), pc.comm.get("cp", 0.0)
-    tp_exp = max(tp - pc.gemm, first_chunk(tp, p.tp)) if ov.tp else tp
-    cp_exp = max(cp - pc.attention, first_chunk(cp, p.cp)) if ov.cp else cp
-    if cm is not None and (tp_exp < tp or cp_exp < cp):  # some TP/CP traffic is hidden
+    tp_exp = maximum(tp - pc.gemm, first_chunk(tp, p.tp)) if ov.tp else tp
+    cp_exp = maximum(cp - pc.attention, first_chunk(cp, p.cp)) if ov.cp else cp
+    if cm is not None and any_true((tp_exp < tp) | (cp_exp < cp)):  # some TP/CP traffic is hidden
         tp_c, cp_c = overlap_contention(cm, pc, tp - tp_exp, cp - cp_exp)
         tp_exp, cp_exp = tp_exp + tp_c, cp_exp + cp_c
     return tp_exp, cp_exp
@@ -88,9 +89,13 @@ def _hidden_cost(
 ) -> float:
     """``overlap_slowdown_s`` for the hidden part of traffic of ``link_s`` seconds and ``wire_bytes`` bytes (none
     without a compute model: costs given directly, as in hand-worked schedules)."""
-    if cm is None or hidden_s <= 0.0 or link_s <= 0.0:
+    if cm is None:
         return 0.0
-    return overlap_slowdown_s(cm, hidden_s, wire_bytes * min(1.0, hidden_s / link_s), memory_share, sms)
+    on = (hidden_s > 0.0) & (link_s > 0.0)  # plain bools for one plan, arrays on the search's grid
+    if on is False:
+        return 0.0
+    hidden_bytes = wire_bytes * minimum(1.0, hidden_s / where(on, link_s, 1.0))
+    return where(on, overlap_slowdown_s(cm, hidden_s, hidden_bytes, memory_share, sms), 0.0)
 
 
 def memory_share(pc: PhaseCost) -> float:
@@ -100,9 +105,14 @@ def memory_share(pc: PhaseCost) -> float:
 
 def dp_contention(cm: ComputeModel | None, link_s: float, exposed_s: float, wire_bytes: float, pc: PhaseCost) -> float:
     """Extra compute seconds from the DP traffic hidden under the step's passes ``pc`` (NCCL, ``nccl_sms``)."""
+    return dp_contention_s(cm, link_s, exposed_s, wire_bytes, memory_share(pc))
+
+
+def dp_contention_s(cm: ComputeModel | None, link_s, exposed_s, wire_bytes, share):
+    """``dp_contention`` given the passes' memory-bound share; elementwise on arrays (search's grid)."""
     if cm is None:
         return 0.0
-    return _hidden_cost(cm, link_s - exposed_s, link_s, wire_bytes, memory_share(pc), cm.nccl_sms)
+    return _hidden_cost(cm, link_s - exposed_s, link_s, wire_bytes, share, cm.nccl_sms)
 
 
 def first_chunk(comm_s: float, ranks: int) -> float:
@@ -208,6 +218,9 @@ def stage_layer_counts(job: Job, wl: Workload) -> tuple[int, ...]:
     return per_rank(wl.chunk_layers or (wl.layers_per_stage // v,) * (p * v), p, v)
 
 
+PASSES = ("fwd", "bwd", "recompute")  # a block's passes, in the order a stage sums them
+
+
 def stage_times(
     job: Job, wl: Workload, costs: Costs, priced: dict[str, tuple[PhaseCost, ...]] | None = None
 ) -> list[StageTime]:
@@ -215,15 +228,12 @@ def stage_times(
     Ranks alike (same layers, neither end) share one StageTime; ``costs.stage_cache`` keeps them across calls.
     ``priced``: MoE only (``_moe_stage_times``)."""
     p = job.plan.pp
-    plan = job.plan
     if wl.moe_layer is not None:
         return _moe_stage_times(job, wl, costs, priced)
     cache = costs.stage_cache
-    # the blocks (by value: equal blocks price alike) and what _combine reads besides their phases: the TP/CP
-    # overlap flags and degrees
-    base_key = HashedKey((wl.embed, wl.layer, wl.head, plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp))
+    base_key = _stage_base_key(job, wl)
 
-    passes = ("fwd", "bwd", "recompute")
+    passes = PASSES
     layers_of: dict[int, tuple[PhaseCost, ...]] = {}  # n layers' passes, scaled once per n
 
     def stage(n: int, first: bool, last: bool) -> StageTime:
@@ -251,6 +261,162 @@ def stage_times(
         out = [stage(counts[0], True, False)] + [middle[n] for n in counts[1:-1]] + [stage(counts[-1], False, True)]
     cache[base_key, counts] = out  # callers read the list, never change it
     return out
+
+
+def _stage_base_key(job: Job, wl: Workload) -> HashedKey:
+    """What a dense stage's time depends on beside its layers and ends (``stage_times``' cache): the blocks (by value:
+    equal blocks price alike) and what ``_combine`` reads besides their phases, the TP/CP overlap flags and degrees."""
+    plan = job.plan
+    return HashedKey((wl.embed, wl.layer, wl.head, plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp))
+
+
+def _stage_kinds(counts: tuple[int, ...]) -> list[tuple[int, bool, bool]]:
+    """The distinct (layers, first, last) of a pipeline's ranks (``stage_times``)."""
+    if len(counts) == 1:
+        return [(counts[0], True, True)]
+    middle = [(n, False, False) for n in dict.fromkeys(counts[1:-1])]
+    return [(counts[0], True, False), *middle, (counts[-1], False, True)]
+
+
+def prefill_stage_times(
+    plans: list[tuple[Job, Workload]], costs: Costs, templates: dict[HashedKey, StageTemplate] | None = None
+) -> list[list[StageTime] | None]:
+    """Price every stage kind of these dense plans that ``costs.stage_cache`` lacks in one pass on arrays: each
+    stage's passes are (embedding if first) + n × layer + (head if last), summed in ``stage_times``' order (an absent
+    part adds an exact 0), and ``_combine`` runs once on the arrays. The StageTimes it leaves in the cache are those
+    ``stage_times`` would build one by one, to the last bit; a search fills a whole base's stages with it.
+    ``templates``: each workload's priced blocks (``StageTemplate``), kept by a caller that prices many plans of the
+    same blocks (search: one workload per micro-batch, sp and recompute serves every base of a TP/CP placement).
+    Returns each plan's ``stage_times`` (None for an MoE plan: ``stage_times`` prices those one by one)."""
+    cache = costs.stage_cache
+    templates = {} if templates is None else templates
+    todo: dict[tuple, tuple[Job, Workload, int, bool, bool]] = {}
+    wanted: list[tuple | None] = []  # per plan: its whole-pipeline cache key
+    for job, wl in plans:
+        if wl.moe_layer is not None:
+            wanted.append(None)
+            continue
+        base_key = _stage_base_key(job, wl)
+        counts = stage_layer_counts(job, wl)
+        wanted.append((base_key, counts))
+        if (base_key, counts) in cache:
+            continue
+        for n, first, last in _stage_kinds(counts):
+            key = (base_key, n, first, last)
+            if key not in cache:
+                todo.setdefault(key, (job, wl, n, first, last))
+    groups: dict[tuple, list[tuple]] = {}  # what _combine reads of the plan: one array pass per value
+    for key, item in todo.items():
+        plan = item[0].plan
+        groups.setdefault((plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp), []).append((key, item))
+    for items in groups.values():
+        _prefill_group(items, costs, templates)
+    return [None if key is None else _pipeline(cache, *key) for key in wanted]
+
+
+def _pipeline(cache: dict, base_key: HashedKey, counts: tuple[int, ...]) -> list[StageTime]:
+    """``stage_times``' list from the cache, every stage kind of it priced: first, middle ranks, last."""
+    whole = cache.get((base_key, counts))
+    if whole is None:
+        if len(counts) == 1:
+            whole = [cache[base_key, counts[0], True, True]]
+        else:
+            middle = {n: cache[base_key, n, False, False] for n in set(counts[1:-1])}
+            first, last = cache[base_key, counts[0], True, False], cache[base_key, counts[-1], False, True]
+            whole = [first] + [middle[n] for n in counts[1:-1]] + [last]
+        cache[base_key, counts] = whole  # callers read the list, never change it
+    return whole
+
+
+@dataclass(frozen=True)
+class StageTemplate:
+    """A workload's embedding, layer and head priced: per pass (fwd, bwd, recompute), the three PhaseCosts; and
+    per parts present (embedding, layers, head) the groups of a stage's link in ``stage_times``' order."""
+
+    priced: tuple[tuple[PhaseCost, PhaseCost, PhaseCost], ...]
+    groups: dict[tuple[bool, bool, bool], tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+
+    def link_groups(self, present: tuple[bool, bool, bool]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        hit = self.groups.get(present)
+        if hit is None:
+            phases = [pc for by_block in self.priced for pc, on in zip(by_block, present) if on]
+            hit = self.groups[present] = (
+                tuple(dict.fromkeys(g for pc in phases for g in pc.comm)),
+                tuple(dict.fromkeys(g for pc in phases for g in pc.comm_bytes)),
+            )
+        return hit
+
+
+def _prefill_group(items: list[tuple], costs: Costs, templates: dict[HashedKey, StageTemplate]) -> None:
+    """``prefill_stage_times`` for stages whose plans agree on what ``_combine`` reads: each stage an index into
+    the templates (the priced blocks of one workload) it is built of."""
+    import numpy as np
+
+    job = items[0][1][0]
+    index: dict[HashedKey, int] = {}
+    used: list[StageTemplate] = []
+    for key, (_, wl, _, _, _) in items:
+        if key[0] not in index:
+            tmpl = templates.get(key[0])
+            if tmpl is None:
+                blocks = (wl.embed, wl.layer, wl.head)
+                priced = tuple(tuple(costs.phase(getattr(b, w)) for b in blocks) for w in PASSES)
+                tmpl = templates[key[0]] = StageTemplate(priced)
+            index[key[0]] = len(used)
+            used.append(tmpl)
+    t = np.array([index[key[0]] for key, _ in items])
+    n = np.array([it[2] for _, it in items], float)
+    first = np.array([it[3] for _, it in items])
+    last = np.array([it[4] for _, it in items])
+    passes = tuple(_stage_pass([u.priced[w] for u in used], t, n, first, last) for w in range(len(PASSES)))
+    st = _combine(job, [(passes, 1)], costs.cm)
+    col = lambda x: np.broadcast_to(x, n.shape).tolist()  # a part no stage has stays a plain 0.0
+    fields = zip(*(col(getattr(st, f)) for f in ("compute", "recompute", "tp_exposed", "cp_exposed", "fwd", "bwd")))
+    links = _links(st.link, col)
+    for i, ((key, (_, _, k, is_first, is_last)), row) in enumerate(zip(items, fields)):
+        groups = used[index[key[0]]].link_groups((is_first, k > 0, is_last))
+        costs.stage_cache[key] = StageTime(*row, _stage_link(links, i, groups))
+
+
+def _stage_pass(priced: list[tuple[PhaseCost, PhaseCost, PhaseCost]], t, n, first, last) -> PhaseCost:
+    """One pass of many stages as a PhaseCost of arrays: (embedding if first + n × layer) + head if last, the
+    blocks' prices those of template ``t`` (per stage)."""
+    import numpy as np
+
+    def field(get):
+        e, lay, h = (np.array([get(p[x]) for p in priced], float)[t] for x in range(3))
+        return (np.where(first, e, 0.0) + lay * n) + np.where(last, h, 0.0)
+
+    groups = {g: None for p in priced for pc in p for g in (*pc.comm, *pc.comm_bytes)}
+    return PhaseCost(
+        field(lambda pc: pc.compute),
+        field(lambda pc: pc.gemm),
+        field(lambda pc: pc.attention),
+        {g: field(lambda pc, g=g: pc.comm.get(g, 0.0)) for g in groups},
+        {g: field(lambda pc, g=g: pc.comm_bytes.get(g, 0.0)) for g in groups},
+    )
+
+
+def _links(link: PhaseCost, col) -> PhaseCost:
+    """The stages' link PhaseCost of arrays as one of lists (read element by element)."""
+    return PhaseCost(
+        col(link.compute),
+        col(link.gemm),
+        col(link.attention),
+        {g: col(v) for g, v in link.comm.items()},
+        {g: col(v) for g, v in link.comm_bytes.items()},
+    )
+
+
+def _stage_link(link: PhaseCost, i: int, groups: tuple[tuple, tuple]) -> PhaseCost:
+    """Element ``i`` of prefilled stages' link (lists), with ``groups`` (``_link_groups``)."""
+    return _phase_cost(
+        link.compute[i],
+        link.gemm[i],
+        link.attention[i],
+        {g: link.comm[g][i] for g in groups[0]},
+        {g: link.comm_bytes[g][i] for g in groups[1]},
+    )
 
 
 def _moe_stage_times(
@@ -457,15 +623,36 @@ def dp_step_exposed(parts: DPStepParts, st: StageTime, pp: int, vp: int, m: int,
     The gradient codec (``Workload.dp_codec``: quantize/dequantize passes, PowerSGD's GEMMs, DDP's bucket copies)
     is the device's own work — memory-bound kernels sharing HBM with the backward they overlap; on a CPU rank,
     the core backward runs on — so it never hides: all of it is charged. Only the wire hides under compute."""
-    v = vp if pp > 1 else 1
-    spacing = min(m, pp) if v > 1 else 0
-    r = parts.times[0] / passes
-    exposed = chunked_reduce_exposed(r, v, st.bwd / v, spacing * st.bwd / v, parts.tail)
-    exposed += (passes - 1) * max(0.0, r - (st.fwd + st.bwd))
-    exposed += parts.codec * passes
-    if len(parts.times) > 1:
-        exposed += chunked_gather_exposed(parts.times[1], v, st.fwd / v, spacing * st.fwd / v, parts.first_bucket)
-    return exposed
+    gather = len(parts.times) > 1
+    return dp_step_exposed_s(
+        parts.times[0],
+        parts.times[1] if gather else 0.0,
+        gather,
+        parts.tail,
+        parts.first_bucket,
+        parts.codec,
+        st.fwd,
+        st.bwd,
+        pp,
+        vp,
+        m,
+        passes,
+    )
+
+
+def dp_step_exposed_s(reduce_s, gather_s, gathers, tail_s, first_bucket_s, codec_s, fwd_s, bwd_s, pp, vp, m, passes):
+    """``dp_step_exposed`` on its numbers: elementwise, so ``search`` evaluates it on the whole plan grid.
+
+    reduce_s, gather_s: ``DPStepParts.times`` (gathers: whether there is a gather); fwd_s, bwd_s: the slowest
+    stage's passes; passes: ``reduce_passes``."""
+    v = where(pp > 1, vp, 1)
+    spacing = where(v > 1, minimum(m, pp), 0)
+    r = reduce_s / passes
+    exposed = chunked_reduce_exposed(r, v, bwd_s / v, spacing * bwd_s / v, tail_s)
+    exposed = exposed + (passes - 1) * maximum(0.0, r - (fwd_s + bwd_s))
+    exposed = exposed + codec_s * passes
+    gather = chunked_gather_exposed(gather_s, v, fwd_s / v, spacing * fwd_s / v, first_bucket_s)
+    return where(gathers, exposed + gather, exposed)
 
 
 def chunked_reduce_exposed(total_s: float, chunks: int, own_s: float, spacing_s: float, floor_s: float) -> float:
@@ -481,7 +668,7 @@ def chunked_reduce_exposed(total_s: float, chunks: int, own_s: float, spacing_s:
     when r > spacing, else at j = 0, so  end = r − own + (v−1)·max(0, r − spacing).
     """
     r = total_s / chunks
-    return max(floor_s, r - own_s + (chunks - 1) * max(0.0, r - spacing_s))
+    return maximum(floor_s, r - own_s + (chunks - 1) * maximum(0.0, r - spacing_s))
 
 
 def chunked_gather_exposed(total_s: float, chunks: int, own_s: float, spacing_s: float, floor_s: float) -> float:
@@ -491,7 +678,7 @@ def chunked_gather_exposed(total_s: float, chunks: int, own_s: float, spacing_s:
     lateness, at least the first bucket (``floor_s``). With one chunk: max(floor, total − own).
     Lateness of chunk k: (k+1)·g − k·spacing − own, g = total/v, largest at k = v−1 when g > spacing, else k = 0."""
     g = total_s / chunks
-    return max(floor_s, g - own_s + (chunks - 1) * max(0.0, g - spacing_s))
+    return maximum(floor_s, g - own_s + (chunks - 1) * maximum(0.0, g - spacing_s))
 
 
 def per_parameter_sync_time(job: Job, wl: Workload, costs: Costs) -> tuple[float, float]:
@@ -532,7 +719,7 @@ def bucketed_time(costs: Costs, c: Collective, bucket_bytes: float) -> float:
     return n * costs.collective_time(c.group, c.op, c.bytes / n)
 
 
-def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) -> tuple[float, float, float]:
+def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime], vp=None) -> tuple[float, float, float]:
     """(link time, exposed time, bytes) of pipeline sends for one step on the busiest rank.
 
     The fill and drain cross every stage boundary in turn: 2(p − 1) sends (GPipe: nothing else; its
@@ -543,8 +730,9 @@ def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) ->
     forward it sent on: a round trip over k boundaries holds k + 1 stages' passes and 2k sends, so the
     steady state runs at C = max over stage ranges of (Σ T_s + 2k·t_send)/(k + 1) per micro-batch
     (``steady_cycle``; uniform: T + 2(p−1)/p·t_send), beyond T_max m times, plus 2(p − 2) sends of the fill.
+    ``vp``: the plan's, or an array of values of it (a search's grid, the stages alike).
     """
-    p, v, m = job.plan.pp, job.plan.vp, wl.micro_batches
+    p, v, m = job.plan.pp, job.plan.vp if vp is None else vp, wl.micro_batches
     if p == 1:
         return 0.0, 0.0, 0.0
     t_send = costs.collective(wl.pp_send)
@@ -556,13 +744,17 @@ def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) ->
 def sends_exposed(
     schedule: str, p: int, v: int, m: int, t_send: float, totals: list[float], overlap_pp: bool = True
 ) -> float:
-    """Exposed pipeline-send time of one step (``pp_exposed``), from the stages' per-micro-batch totals."""
+    """Exposed pipeline-send time of one step (``pp_exposed``), from the stages' per-micro-batch totals; ``v`` may be
+    an array (elementwise)."""
     fill = 2 * (p - 1) * t_send
     if schedule == "gpipe":
         return fill
-    if v > 1:
-        return 2 * (p * v - 1) * t_send + (0.0 if overlap_pp else 2 * m * t_send)
-    return max(fill, m * (steady_cycle(totals, t_send) - max(totals)) + 2 * (p - 2) * t_send)
+    chunked = v > 1
+    interleaved = 2 * (p * v - 1) * t_send + (0.0 if overlap_pp else 2 * m * t_send)
+    if chunked is True:
+        return interleaved
+    plain = max(fill, m * (steady_cycle(totals, t_send) - max(totals)) + 2 * (p - 2) * t_send)
+    return where(chunked, interleaved, plain)
 
 
 def steady_cycle(totals: list[float], t_send: float) -> float:
@@ -616,6 +808,7 @@ def slowest_and_rest(stages: list[StageTime]) -> tuple[StageTime, float]:
 
 def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> float:
     """Time the slowest stage waits per step, beyond its m micro-batches (T_s: one micro-batch fwd+bwd on stage s).
+    ``vp`` may be an array of values (a search's grid, the stages alike): elementwise.
 
     1F1B (and interleaved): in the steady state every stage alternates one forward and one backward, so the
     slowest stage paces the pipeline and the fill and drain cross the others once:

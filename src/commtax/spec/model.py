@@ -75,7 +75,45 @@ class Model(_Spec):
         le=100_000,
         description="node-limited routing: each token to at most M nodes (DeepSeek-V3: 4)",
     )
+    qk_norm: bool = Field(
+        default=False,
+        description="RMSNorm on every head's query and key before RoPE (Qwen3 q_norm/k_norm; Megatron-Core "
+        "qk_layernorm)",
+    )
+    swiglu_limit: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e6,
+        description="expert GLU inputs clamped to this bound before the activation (GPT-OSS config.json "
+        "swiglu_limit 7.0; Megatron-Core activation_func_clamp_value); priced in the MoE experts",
+    )
+    sliding_window: int | None = Field(
+        default=None,
+        gt=0,
+        le=100_000_000,
+        description="keys a query attends to in the sliding-window layers, itself included (GPT-OSS 128)",
+    )
+    full_attention_every: int | None = Field(
+        default=None,
+        ge=2,
+        le=10_000,
+        description="with sliding_window: every N-th layer attends to the full context (GPT-OSS 2; Megatron-Core "
+        "window_attn_skip_freq); none: every layer is windowed",
+    )
+    mtp_layers: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        description="multi-token prediction depth (DeepSeek-V3 num_nextn_predict_layers 1): each adds a layer, a "
+        "2h→h projection and another logits + loss on the last pipeline stage; outside params() as in the model cards",
+    )
     source: str = "inline"
+
+    @model_validator(mode="after")
+    def _window(self) -> Model:
+        if self.full_attention_every is not None and self.sliding_window is None:
+            raise ValueError("full_attention_every applies to sliding-window models: set sliding_window, or drop it")
+        return self
 
     @model_validator(mode="after")
     def _heads(self) -> Model:
@@ -149,6 +187,15 @@ class Model(_Spec):
         return self.kv_lora_rank is not None
 
     @property
+    def windowed_share(self) -> float:
+        """Share of the layers that attend through the sliding window: all, or all but every N-th (Megatron-Core
+        window_attn_skip_freq N: layer numbers divisible by N attend fully)."""
+        if self.sliding_window is None:
+            return 0.0
+        n = self.full_attention_every
+        return 1.0 if n is None else 1.0 - (self.layers // n) / self.layers
+
+    @property
     def is_moe(self) -> bool:
         return self.num_experts is not None
 
@@ -206,6 +253,13 @@ class Model(_Spec):
     def layer_params(self) -> float:
         """A dense layer: attention (GQA or MLA) + MLP (gated: 3 matrices) + 2 norms."""
         return self.attention_params() + self.mlp_params(self.ffn) + 2 * self.hidden
+
+    def mtp_params(self) -> float:
+        """One MTP module (DeepSeek-V3 §2.2): two RMSNorms, the projection M ∈ R^{h×2h}, a transformer layer (an MoE
+        layer in an MoE model); embedding and output head shared with the main model."""
+        layer = self.attention_params() + 2 * self.hidden
+        layer += self.moe_layer_params() if self.is_moe else self.mlp_params(self.ffn)
+        return 2 * self.hidden + 2 * self.hidden * self.hidden + layer
 
     def embedding_params(self) -> float:
         return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)

@@ -11,7 +11,7 @@ et al. 2022, eq. 1-2 and Table 2, generalised to GQA and gated MLPs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -164,31 +164,54 @@ def stage_activation_bytes(job: Job, stages: Iterable[int] | None = None, recomp
     """Activation bytes of pipeline ranks ``stages`` (default: all): its layers × in-flight micro-batches, the
     embedding output on the first and the fp32 logits on the last (pp == 1: both). ``recompute``: the plan's, or
     another value of it (a search's grid: no job copy per value; MoE jobs take the plan's)."""
+    return stage_activation_bytes_by_recompute(job, stages, (recompute,))[0]
+
+
+def stage_activation_bytes_by_recompute(
+    job: Job, stages: Iterable[int] | None, recomputes: Sequence[str | None]
+) -> list[list[float]]:
+    """``stage_activation_bytes`` for each of ``recomputes`` (None: the plan's), what does not depend on it
+    (the split, in-flight micro-batches, embedding and logits) computed once."""
     m, p, tr = job.model, job.plan, job.training
     moe_layers = stage_moe_layers(job)
-    recompute = p.recompute if recompute is None or moe_layers else recompute
-    per_layer = layer_activation_bytes(job, recompute)
-    full_layer = layer_activation_bytes(job, recompute="none") if recompute == "full" else 0.0
     per_moe_layer = moe_layer_activation_bytes(job) if moe_layers else 0.0
     tokens = p.micro_batch * tr.seq_len // p.cp
     embedding = activation_bytes_per_element(tr.precision) * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
     logits = 4.0 * tokens * m.vocab / p.tp
-    out = []
     split = job.stage_layers
-    for s in range(p.pp) if stages is None else stages:
-        layers = split[s]
-        in_flight = in_flight_micro_batches(job, s)
-        acts = layers * per_layer * in_flight
-        if moe_layers:  # MoE layers keep their dispatched tokens instead of the dense MLP's activations
-            acts += moe_layers[s] * (per_moe_layer - per_layer) * in_flight
-        if layers:
-            acts += full_layer  # full recompute: the layer being recomputed materialises its activations once
-        if s == 0:
-            acts += embedding
-        if s == p.pp - 1:
-            acts += logits * (1.0 if p.pp == 1 else in_flight)
-        out.append(acts)
+    ranks = [(s, split[s], in_flight_micro_batches(job, s)) for s in (range(p.pp) if stages is None else stages)]
+    out = []
+    for recompute in recomputes:
+        recompute = p.recompute if recompute is None or moe_layers else recompute
+        per_layer = layer_activation_bytes(job, recompute)
+        full_layer = layer_activation_bytes(job, recompute="none") if recompute == "full" else 0.0
+        row = []
+        for s, layers, in_flight in ranks:
+            acts = layers * per_layer * in_flight
+            if moe_layers:  # MoE layers keep their dispatched tokens instead of the dense MLP's activations
+                acts += moe_layers[s] * (per_moe_layer - per_layer) * in_flight
+            if layers:
+                acts += full_layer  # full recompute: the layer being recomputed materialises its activations once
+            if s == 0:
+                acts += embedding
+            if s == p.pp - 1:
+                held = loss_micro_batches(job, in_flight)
+                acts += logits * held
+                # MTP modules: their layer, the embedding and normed inputs, another fp32 logits (DeepSeek-V3 §2.2)
+                mtp_layer = per_moe_layer if moe_layers else per_layer
+                acts += m.mtp_layers * ((mtp_layer + 3 * embedding) * in_flight + logits * held)
+            row.append(acts)
+        out.append(row)
     return out
+
+
+def loss_micro_batches(job: Job, in_flight: float) -> float:
+    """Micro-batches whose fp32 logits the last pipeline rank holds at peak: its in-flight ones; under DualPipe one,
+    the rank that ends a direction runs each micro-batch's loss chunk forward then backward in turn (DeepSeek-V3
+    §3.2.1, Fig. 5), its PP + 1 in-flight micro-batches (Table 2) being its layer chunks'."""
+    if job.plan.pp == 1 or job.plan.schedule in ("dualpipe", "dualpipev"):
+        return 1.0
+    return in_flight
 
 
 def activation_bytes(job: Job) -> float:

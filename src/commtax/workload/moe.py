@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from commtax.spec import Job
-from commtax.workload.step import Collective, Compute, Op, _fp8_casts, _gemm, _mem
+from commtax.workload.step import Collective, Compute, Op, _fp8_casts, _gemm, _mem, glu_clamp_ops
 
 # DeepEP FP8 dispatch: 1 B per element plus one fp32 scale per 128 elements (deep_ep tests: (1 + 4/128) B)
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
@@ -166,11 +166,15 @@ def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[O
     act_x = 3 if m.gated_mlp else 2  # SwiGLU reads 2 writes 1, GeLU reads 1 writes 1
     act = _mem("expert_activation", act_x * rows_all * fe * act_bytes)
     mem_ops = [route, permute, act, unpermute]
+    tokens = p.micro_batch * tr.seq_len // p.cp
     if m.shared_experts:
-        tokens = p.micro_batch * tr.seq_len // p.cp
         mem_ops.append(_mem("shared_activation", act_x * tokens * m.shared_experts * m.shared_ffn / p.tp * act_bytes))
-    fwd += mem_ops + token_exchange(job, act_bytes, backward=False)
-    bwd += [_mem(f"{o.name}_bwd", 2 * o.bytes) for o in mem_ops] + token_exchange(job, act_bytes, backward=True)
+    clamps = [glu_clamp_ops("expert_activation", rows_all * fe, act_bytes)] if m.swiglu_limit is not None else []
+    if clamps and m.shared_experts:
+        clamps.append(glu_clamp_ops("shared_activation", tokens * m.shared_experts * m.shared_ffn / p.tp, act_bytes))
+    fwd += mem_ops + [f for f, _ in clamps] + token_exchange(job, act_bytes, backward=False)
+    bwd += [_mem(f"{o.name}_bwd", 2 * o.bytes) for o in mem_ops] + [b for _, b in clamps]
+    bwd += token_exchange(job, act_bytes, backward=True)
     if fp8:
         fwd += [_fp8_casts(job, f"{n}_cast", a * c * g) for n, a, b, c, g in gemms if n != "router"]
         bwd += [_fp8_casts(job, f"{n}_grad_cast", a * b * g) for n, a, b, c, g in gemms if n != "router"]
@@ -199,6 +203,8 @@ def dispatched_activation_bytes(job: Job, act_bytes: float) -> float:
     up = 2 if m.gated_mlp else 1
     gemm_in = 1.0 if tr.precision == "fp8" else act_bytes
     routed = rows * (gemm_in * m.hidden + act_bytes * up * fe + gemm_in * fe)
+    if m.swiglu_limit is not None:  # the clamps keep their input, the fused kernel the clamped copy (glu_clamp_ops)
+        routed += rows * act_bytes * up * fe
     probs = 4.0 * router_tokens(job) * m.num_experts
     shared = 0.0
     if m.shared_experts:

@@ -8,10 +8,11 @@ h hidden, a heads, g KV heads, d head dim, f FFN size, V vocabulary, t TP degree
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from commtax.spec import Job
 from commtax.spec.assumptions import default_assumptions
@@ -164,6 +165,21 @@ class Workload:
     dp_split: tuple[float, float] = (0.0, 0.0)
 
 
+def with_fields(wl: Workload, **changes: Any) -> Workload:
+    """``dataclasses.replace(wl, **changes)`` without ``__init__``'s frozen setattr per field (a search makes ~10^4
+    of them; Workload has no ``__post_init__``, so the copy holds what ``replace`` would)."""
+    unknown = set(changes) - _WORKLOAD_FIELDS
+    if unknown:
+        raise TypeError(f"Workload has no field {sorted(unknown)[0]!r}")
+    out = object.__new__(Workload)
+    out.__dict__.update(wl.__dict__)
+    out.__dict__.update(changes)
+    return out
+
+
+_WORKLOAD_FIELDS = frozenset(f.name for f in dataclasses.fields(Workload))
+
+
 def activation_bytes_per_element(precision: str) -> float:
     """Bytes of one activation element between kernels, for every use (TP/CP collectives, pipeline sends,
     embeddings, the LM head, saved activations).
@@ -220,6 +236,25 @@ ELEMENTWISE = {
     "compiled": {"rmsnorm": (1.0, 1), "layernorm": (1.0, 1), "swiglu": (1.0, 1), "gelu": (1.0, 1), "rope": (1.0, 1)},
     "eager": {"rmsnorm": (9.0, 6), "layernorm": (1.0, 1), "swiglu": (10 / 6, 2), "gelu": (1.0, 1), "rope": (3.0, 4)},
 }
+
+
+# A bool mask element (PyTorch comparison outputs)
+BOOL_BYTES = 1.0
+
+
+def glu_clamp_ops(name: str, out_elems: float, act_bytes: float) -> tuple[Compute, Compute]:
+    """(forward, backward) passes of a clamped GLU's input clamps, for ``out_elems`` activation outputs U.
+
+    Megatron-Core's GPT-OSS activation (weighted_bias_quick_geglu_impl, megatron/core/fusions/fused_bias_geglu.py)
+    clamps the two halves of the up-projection output in eager PyTorch and concatenates them before its fused
+    kernel: forward x_glu.clamp(max), x_linear.clamp(±) (each reads and writes U elements) and cat (2U each way),
+    8·a·U bytes in 3 kernels. Backward (PyTorch FunctionsManual.cpp clamp_backward: where(mask, grad, 0)): the
+    max-only clamp compares (r a, w b) and selects (r b + a, w a), 3a + 2b; the two-sided one compares twice, ands
+    the masks in place (r 2b, w b) and selects, 4a + 6b; chunk's backward concatenates the two halves' grads, 4a:
+    (11a + 8b)·U bytes in 7 kernels (a: activation bytes, b: a bool mask byte)."""
+    fwd = _mem(f"{name}_clamp", 8 * act_bytes * out_elems, kernels=3)
+    bwd = _mem(f"{name}_clamp_bwd", (11 * act_bytes + 8 * BOOL_BYTES) * out_elems, kernels=7)
+    return fwd, bwd
 
 
 def _layer_gemms(job: Job, tokens: int, mlp: bool = True) -> list[tuple[str, int, int, int]]:
@@ -340,8 +375,17 @@ def _elementwise_ops(job: Job, act_bytes: float, mlp: bool = True) -> dict[str, 
         del out["activation"]
     if m.gated_mlp:  # rotary embedding of q and k (Llama family): read and write both once (fused)
         rope_x, rope_k = style["rope"]
+        # MLA (heads = kv_heads, d = nope + rope): Megatron-Core's fused MLA RoPE rewrites q and builds each head's
+        # key [k_nope; k_pe] and value from the up-projected kv (fused_apply_mla_rope_for_q / _for_kv), about as
+        # many bytes as roping q and k of every head
         qk = b * s * (m.heads + m.kv_heads_) * m.head_dim / t
         out["rope"] = (rope_x * 2 * qk * act_bytes, rope_k)
+    if m.mla:  # RMSNorm of the compressed q and kv latents, replicated over TP (DeepSeek-V2 §2.1.2; q/kv_a_layernorm)
+        latent = b * s * ((m.q_lora_rank or 0) + m.kv_lora_rank)
+        out["mla_norms"] = (norm_x * 2 * latent * act_bytes, (2 if m.q_lora_rank else 1) * norm_k)
+    if m.qk_norm:  # per-head RMSNorm of q and k (Qwen3): read and write both once, as the layer norms
+        qk_heads = b * s * (m.heads + m.kv_heads_) * m.head_dim / t
+        out["qk_norm"] = (norm_x * 2 * qk_heads * act_bytes, 2 * norm_k)
     if not p.flash_attention:
         # unfused attention's softmax reads and writes the b·(a/t)·s² scores (4 B; Megatron's fused
         # scale-mask-softmax); attention dropout adds r/w + mask 5 B. The GEMMs' own score traffic (QKᵀ writes
@@ -351,16 +395,38 @@ def _elementwise_ops(job: Job, act_bytes: float, mlp: bool = True) -> dict[str, 
     return out
 
 
-def _attention_ops(job: Job) -> tuple[Compute, Compute, float]:
-    """Forward and backward attention kernels of one layer, and the forward's executed FLOPs.
+def window_attention_flop(job: Job) -> float:
+    """Causal attention through a sliding window of w keys: query i meets min(i + 1, w) keys, Σ = s·w − w(w − 1)/2
+    (s ≥ w), each key 4·d FLOPs per head (QKᵀ and PV); w = s gives the causal s(s + 1)/2."""
+    m, p, tr = job.model, job.plan, job.training
+    s, w = tr.seq_len, min(job.model.sliding_window, tr.seq_len)
+    return 4.0 * p.micro_batch * (m.heads // p.tp) * m.head_dim * (s * w - w * (w - 1) / 2)
+
+
+def _windowed_share(job: Job) -> float:
+    """Share of the layers whose fused kernel skips the blocks outside the sliding window. Eager attention
+    masks the full scores (no saving); with CP the windowed layers are priced as ring attention over the full
+    context (not modelled)."""
+    m, p, tr = job.model, job.plan, job.training
+    if m.sliding_window is None or m.sliding_window >= tr.seq_len or p.attention == "eager" or p.cp > 1:
+        return 0.0
+    return m.windowed_share
+
+
+def _attention_ops(job: Job) -> tuple[Compute, Compute, float, list[Compute], list[Compute]]:
+    """Forward and backward attention kernels of one layer, the forward's executed FLOPs, and the sliding-window
+    share of them ([] unless the model has windowed layers).
 
     Fused kernels skip the masked half of causal attention; eager attention computes the full s×S scores
     (then masks them), so it executes the non-causal FLOPs. FlashAttention-2 backward runs 5 matmuls to the
-    forward's 2 (Dao 2023, §3.1.2): 2.5× the forward FLOPs.
+    forward's 2 (Dao 2023, §3.1.2): 2.5× the forward FLOPs. A model whose layers alternate sliding-window and
+    full attention (GPT-OSS) is priced per layer as the mean: the full kernel for the full layers' share, the
+    windowed one (its rate at w keys) for the rest.
     """
     m, p, tr = job.model, job.plan, job.training
     kernel = p.attention
-    flop = attention_flop(job, causal=kernel != "eager")
+    share = _windowed_share(job)
+    flop = attention_flop(job, causal=kernel != "eager") * (1.0 - share)
     s_local = tr.seq_len // p.cp
     # eager: QKᵀ writes the scores and PV reads the probabilities, 2 B each; backward moves twice as much
     scores = p.micro_batch * (m.heads / p.tp) * s_local * tr.seq_len
@@ -373,7 +439,13 @@ def _attention_ops(job: Job) -> tuple[Compute, Compute, float]:
     bwd = Compute(
         "attention_bwd", 2.5 * flop, 2 * nbytes, "attention", rows, keys, m.head_dim, kernel=kernel, backward=True
     )
-    return fwd, bwd, flop
+    if not share:
+        return fwd, bwd, flop, [], []
+    wf, w = share * window_attention_flop(job), m.sliding_window
+    win_f = Compute("attention_window", wf, 0.0, "attention", rows, w, m.head_dim, kernel=kernel)
+    win_b = Compute("attention_window_bwd", 2.5 * wf, 0.0, "attention", rows, w, m.head_dim, kernel=kernel)
+    win_b = replace(win_b, backward=True)
+    return fwd, bwd, flop, [win_f], [win_b]
 
 
 # DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0/1, the Megatron-DeepSpeed bf16 path of BLOOM and MT-NLG)
@@ -412,7 +484,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
     for n, mm, nn, kk in gemms:
         bwd_gemm.append(_gemm(f"{n}_dgrad", mm, kk, nn, act_bytes, fp8))
         bwd_gemm.append(_gemm(f"{n}_wgrad", kk, nn, mm, act_bytes, fp8))
-    attn_fwd, attn_bwd, attn_f = _attention_ops(job)
+    attn_fwd, attn_bwd, attn_f, win_fwd, win_bwd = _attention_ops(job)
     ew = _elementwise_ops(job, act_bytes, mlp=not moe)
     ew_fwd = [_mem(k, v, n) for k, (v, n) in ew.items()]
     # backward reads saved input and grad, writes grad
@@ -438,6 +510,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
         tuple(
             fwd_gemm
             + [attn_fwd]
+            + win_fwd
             + _cp_merge_ops(job, False)
             + ew_fwd
             + casts_fwd
@@ -450,6 +523,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
         tuple(
             bwd_gemm
             + [attn_bwd]
+            + win_bwd
             + _cp_merge_ops(job, True)
             + ew_bwd
             + casts_bwd
@@ -479,6 +553,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
                 kernel=attn_fwd.kernel,
             )
         ]
+        ops += [replace(w, name="attention_window_recompute") for w in win_fwd]
         if "attn_scores" in ew:
             ops.append(_mem("attn_scores_recompute", ew["attn_scores"][0]))
         # with CP the recomputed core is ring attention: its K/V exchange and per-step merges run again
@@ -513,7 +588,38 @@ def _head_block(job: Job) -> Block:
             else Collective("tp_loss", "all_reduce", 3 * 4.0 * tokens, "tp"),
         )
         ops_b.append(Collective("tp_head_grad", "reduce_scatter" if p.sequence_parallel else op, buf, "tp"))
-    return Block("head", Phase(tuple(ops_f)), Phase(tuple(ops_b)), Phase(()))
+    head = Block("head", Phase(tuple(ops_f)), Phase(tuple(ops_b)), Phase(()))
+    return _with_mtp(job, head) if m.mtp_layers else head
+
+
+def _with_mtp(job: Job, head: Block) -> Block:
+    """The head followed by the multi-token prediction modules, all on the last pipeline stage (Megatron-Core
+    places MTP with the loss; Megatron-Bridge layouts "...|tmL"). Each depth (DeepSeek-V3 §2.2): the next tokens'
+    embedding, RMSNorm of it and of the hidden state, their concatenation projected 2h → h (replicated over TP), a
+    transformer layer (the MoE layer in an MoE model), and the shared output head and loss again."""
+    m, p, tr = job.model, job.plan, job.training
+    act_bytes = activation_bytes_per_element(tr.precision)
+    tokens = p.micro_batch * tr.seq_len // p.cp
+    buf = tokens * m.hidden * act_bytes
+    layer = _layer_block(job, moe=m.is_moe)
+    proj = ("mtp_proj", tokens, m.hidden, 2 * m.hidden)
+    norms = _mem("mtp_norms", 2 * 2 * buf, 2)  # two RMSNorms: read and write h per token each
+    fwd = [_mem("mtp_embedding", 2 * buf), norms, _gemm(*proj, act_bytes), *layer.fwd.ops, *head.fwd.ops]
+    bwd = [
+        _mem("mtp_embedding_grad", 2 * buf),
+        _mem("mtp_norms_bwd", 2 * norms.bytes, 2),
+        _gemm("mtp_proj_dgrad", tokens, 2 * m.hidden, m.hidden, act_bytes),
+        _gemm("mtp_proj_wgrad", 2 * m.hidden, m.hidden, tokens, act_bytes),
+        *layer.bwd.ops,
+        *head.bwd.ops,
+    ]
+    d = m.mtp_layers
+    return Block(
+        "head",
+        Phase(head.fwd.ops + tuple(fwd) * d),
+        Phase(head.bwd.ops + tuple(bwd) * d),
+        Phase(layer.recompute.ops * d),
+    )
 
 
 def _embed_block(job: Job) -> Block:
@@ -543,10 +649,12 @@ def model_flop_per_token(job: Job) -> float:
         attn = 2 * m.attention_params() + 4 * tr.seq_len * m.heads * d
         moe = attn + 2 * m.moe_layer_params(active=True)
         dense = attn + 2 * m.mlp_params(f)
-        return 3 * (m.moe_layer_count * moe + m.moe_dense_layers * dense + 2 * h * m.vocab)
+        mtp = m.mtp_layers * (moe + 2 * 2 * h * h + 2 * h * m.vocab)  # DeepSeek-V3 §2.2: layer, projection, head
+        return 3 * (m.moe_layer_count * moe + m.moe_dense_layers * dense + 2 * h * m.vocab + mtp)
     gemm_params = h * (m.heads + 2 * m.kv_heads_) * d + m.heads * d * h + (3 if m.gated_mlp else 2) * h * f
     per_layer = 2 * gemm_params + 4 * tr.seq_len * m.heads * d
-    return 3 * (m.layers * per_layer + 2 * h * m.vocab)
+    mtp = m.mtp_layers * (per_layer + 2 * 2 * h * h + 2 * h * m.vocab)
+    return 3 * (m.layers * per_layer + 2 * h * m.vocab + mtp)
 
 
 def adam_bytes_per_param(precision: str) -> float:
@@ -606,9 +714,28 @@ def stage_param_split(job: Job) -> list[tuple[float, float]]:
     for s, (n, e) in enumerate(zip(job.stage_layers, stage_moe_layers(job))):
         dense = (n - e) * dense_layer + e * moe_layer
         dense += params["embed"] if s == 0 else 0.0
-        dense += params["head"] if s == p.pp - 1 else 0.0
-        out.append((dense, expert_params_per_gpu(job, e)))
+        experts = expert_params_per_gpu(job, e)
+        if s == p.pp - 1:
+            mtp_dense, mtp_experts = mtp_params_per_gpu(job)
+            dense += params["head"] + mtp_dense
+            experts += mtp_experts
+        out.append((dense, experts))
     return out
+
+
+def mtp_params_per_gpu(job: Job) -> tuple[float, float]:
+    """(dense, expert) parameters of the MTP modules on one GPU of the last stage: the layer's attention, norms
+    and dense or shared MLP TP-sharded, the projection replicated, routed experts as a MoE layer's."""
+    from commtax.workload.moe import expert_params_per_gpu, moe_dense_params_per_layer
+
+    m, p = job.model, job.plan
+    if not m.mtp_layers:
+        return 0.0, 0.0
+    attn = (m.attention_params() + 2 * m.hidden) / p.tp
+    mlp = moe_dense_params_per_layer(job) if m.is_moe else m.mlp_params(m.ffn) / p.tp
+    dense = 2 * m.hidden + 2 * m.hidden * m.hidden + attn + mlp
+    experts = expert_params_per_gpu(job, 1) if m.is_moe else 0.0
+    return m.mtp_layers * dense, m.mtp_layers * experts
 
 
 def params_per_gpu(job: Job) -> dict[str, float]:
@@ -632,7 +759,7 @@ def stage_params(job: Job) -> list[float]:
     per_layer = params["layers"] / max(1, max(job.stage_layers))
     out = [n * per_layer for n in job.stage_layers]
     out[0] += params["embed"]
-    out[-1] += params["head"]
+    out[-1] += params["head"] + sum(mtp_params_per_gpu(job))
     return out
 
 

@@ -1,0 +1,172 @@
+"""The priced step on arrays: the search evaluates estimate's own formulas on the plan grid (issue 17).
+
+Each formula exists once and takes plain floats (``estimate``, one plan) or NumPy arrays (``search``, the grid);
+the array results must be the scalar ones to the last bit, since the search's numbers are compared with
+estimate's exactly (``max_rel_diff_vs_estimate`` 0)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commtax.costs.elementwise import any_true, maximum, minimum, where
+from commtax.costs.pricing import Costs
+from commtax.errors import SpecError
+from commtax.schedule import analytical as est
+from commtax.spec import job_with, load_job
+from commtax.workload.memory import stage_activation_bytes, stage_activation_bytes_by_recompute
+from commtax.workload.step import build_workload, with_fields
+
+finite = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
+
+
+def small_job(**plan) -> dict:
+    return {
+        "model": "llama2-7b",
+        "cluster": {
+            "gpu": "h100-sxm5-80gb",
+            "num_gpus": 32,
+            "gpus_per_node": 8,
+            "intra_node": "nvlink4",
+            "inter_node": "ib-ndr",
+            "nics_per_node": 8,
+        },
+        "plan": {"tp": 2, "pp": 2, "micro_batch": 1, **plan},
+        "training": {"seq_len": 2048, "global_batch": 64, "precision": "bf16"},
+    }
+
+
+def test_elementwise_helpers_are_the_builtins_on_floats_and_ufuncs_on_arrays():
+    assert maximum(1.0, 2.0) == 2.0 and type(maximum(1.0, 2.0)) is float
+    assert minimum(3, 2.5) == 2.5
+    assert where(True, 1.0, 2.0) == 1.0 and where(False, 1.0, 2.0) == 2.0
+    assert any_true(False) is False
+    a = np.array([0.0, 2.0, 5.0])
+    assert maximum(a, 1.0).tolist() == [1.0, 2.0, 5.0]
+    assert minimum(a, 1.0).tolist() == [0.0, 1.0, 1.0]
+    assert where(a > 1.0, a, -1.0).tolist() == [-1.0, 2.0, 5.0]
+    assert any_true(a > 4.0) is True
+    # on floats a tie keeps the first argument, as the builtins do (only the sign of a zero can show it)
+    assert str(maximum(-0.0, 0.0)) == str(max(-0.0, 0.0)) == "-0.0"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(finite, finite, finite, finite, finite, finite, finite), min_size=1, max_size=6),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([1, 2, 3]),
+    st.integers(min_value=1, max_value=64),
+    st.booleans(),
+    st.booleans(),
+)
+def test_dp_step_exposed_on_arrays_is_the_scalar_formula_elementwise(rows, pp, vp, m, gathers, sharded):
+    """``dp_step_exposed_s`` on arrays (search's grid) equals it on each element's floats (estimate), bit for bit."""
+    passes = m if sharded else 1
+    cols = [np.array(c) for c in zip(*rows)]
+    reduce_s, gather_s, tail, first, codec, fwd, bwd = cols
+    grid = est.dp_step_exposed_s(reduce_s, gather_s, gathers, tail, first, codec, fwd, bwd, pp, vp, m, passes)
+    for i, (r, g, t, f, c, fw, bw) in enumerate(rows):
+        one = est.dp_step_exposed_s(r, g, gathers, t, f, c, fw, bw, pp, vp, m, passes)
+        assert grid[i] == one
+
+
+def test_dp_step_exposed_by_hand():
+    """Interleaving (v = 2, pp 4, m 8): spacing min(m, pp) = 4 backward chunks; r = 8 s reduce over 2 chunks,
+    own = bwd/v = 1, spacing = 4·bwd/v = 4: exposed reduce = max(tail, 4 − 1 + (2−1)·max(0, 4 − 4)) = 3; gather g = 2:
+    max(first, 1 − 0.5 + max(0, 1 − 2)) = 0.5 (fwd 1 s); codec 0.1 × 1 pass. Total 3.6 (estimate.dp_step_exposed)."""
+    parts = est.DPStepParts(10.0, 0.0, [8.0, 2.0], 0.01, 0.02, 0.1)
+    stage = est.StageTime(3.0, 0.0, 0.0, 0.0, 1.0, 2.0, est.PhaseCost())
+    assert est.dp_step_exposed(parts, stage, 4, 2, 8) == pytest.approx(3.0 + 0.5 + 0.1)
+    grid = est.dp_step_exposed_s(8.0, 2.0, True, 0.01, 0.02, 0.1, 1.0, np.array([2.0, 4.0]), 4, 2, 8, 1)
+    assert grid[0] == est.dp_step_exposed(parts, stage, 4, 2, 8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(min_value=0.01, max_value=5.0), min_size=2, max_size=8),
+    st.floats(min_value=0.0, max_value=0.5),
+    st.integers(min_value=1, max_value=32),
+    st.booleans(),
+    st.sampled_from(["1f1b", "gpipe", "interleaved"]),
+)
+def test_sends_exposed_with_an_array_of_vp_is_the_scalar_formula(totals, t_send, m, overlap_pp, schedule):
+    vps = np.array([1, 2, 4])
+    grid = np.broadcast_to(est.sends_exposed(schedule, len(totals), vps, m, t_send, totals, overlap_pp), vps.shape)
+    for i, v in enumerate(vps.tolist()):
+        assert grid[i] == est.sends_exposed(schedule, len(totals), v, m, t_send, totals, overlap_pp)
+
+
+PLANS = [
+    {},
+    {"pp": 4, "vp": 2, "micro_batch": 2},
+    {"pp": 4, "recompute": "full", "overlap": {"tp": True}},
+    {"pp": 2, "tp": 4, "sequence_parallel": True, "overlap": {"tp": True, "cp": True}, "cp": 2},
+    {"pp": 1, "recompute": "selective"},
+]
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_prefilled_stages_are_the_stages_built_one_by_one(plan):
+    """``prefill_stage_times`` (one array pass) leaves in the cache exactly the StageTimes ``stage_times`` builds one
+    by one: every field, the link's groups in the same order, equal to the bit."""
+    try:
+        job = load_job(small_job(**plan))
+    except SpecError as e:  # the plan list is hand-made: say which entry is wrong
+        pytest.fail(f"{plan}: {e}")
+    variants = [job] + [job_with(job, recompute=r) for r in ("none", "selective", "full") if r != job.plan.recompute]
+    pairs = [(j, build_workload(j)) for j in variants]
+    one_by_one = Costs(job)
+    one_by_one.stage_cache = {}
+    expected = [est.stage_times(j, wl, one_by_one) for j, wl in pairs]
+    batched = Costs(job)
+    batched.stage_cache = {}
+    returned = est.prefill_stage_times(pairs, batched, {})
+    n_prefilled = len(batched.stage_cache)
+    got = [est.stage_times(j, wl, batched) for j, wl in pairs]
+    assert [[dataclasses.astuple(x) for x in stages] for stages in returned] == [
+        [dataclasses.astuple(x) for x in stages] for stages in expected
+    ]
+    assert n_prefilled >= len({id(s) for stages in expected for s in stages})  # nothing left to build one by one
+    for want, have in zip(expected, got):
+        assert len(want) == len(have)
+        for a, b in zip(want, have):
+            assert dataclasses.astuple(a) == dataclasses.astuple(b)
+            assert list(a.link.comm) == list(b.link.comm) and list(a.link.comm_bytes) == list(b.link.comm_bytes)
+
+
+def test_prefilled_uneven_split_prices_each_kind_of_stage():
+    """An uneven split (first and last stages lighter) has several kinds of middle stage: all priced at once."""
+    job = load_job(small_job(pp=4, stage_layers=[7, 9, 9, 7]))
+    wl = build_workload(job)
+    one = Costs(job)
+    one.stage_cache = {}
+    batched = Costs(job)
+    batched.stage_cache = {}
+    est.prefill_stage_times([(job, wl)], batched, {})
+    assert [dataclasses.astuple(s) for s in est.stage_times(job, wl, batched)] == [
+        dataclasses.astuple(s) for s in est.stage_times(job, wl, one)
+    ]
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_activations_for_every_recompute_at_once_are_each_ones(plan):
+    job = load_job(small_job(**plan))
+    recomputes = ("none", "selective", "full")
+    stages = list(range(job.plan.pp))
+    rows = stage_activation_bytes_by_recompute(job, stages, recomputes)
+    assert rows == [stage_activation_bytes(job, stages, r) for r in recomputes]
+
+
+def test_with_fields_is_dataclasses_replace():
+    job = load_job(small_job())
+    wl = build_workload(job)
+    assert with_fields(wl, micro_batches=7, layers_per_stage=3) == dataclasses.replace(
+        wl, micro_batches=7, layers_per_stage=3
+    )
+    assert wl.micro_batches != 7  # the original is untouched
+    with pytest.raises(TypeError, match="no field 'micro_batch'"):
+        with_fields(wl, micro_batch=2)
