@@ -121,3 +121,61 @@ def test_calibration_profile_overrides_an_assumption():
     gpu = load_job(d).cluster.gpu
     assert cm.mem_bw_bytes_per_s == pytest.approx(0.5 * gpu.mem_bw_bytes_per_s)
     assert default_assumptions().v("memory_efficiency") == 0.8  # the catalog itself is untouched
+
+
+# an fp8 run's model: fp8 GEMMs at 2000 TFLOP/s × 0.6 with k_half 192; bf16 ones at 1000 × 0.8 with k_half 96
+CM_FP8 = ComputeModel(
+    peak_flops=2000e12,
+    attention_peak_flops=1000e12,
+    matmul_eff=0.6,
+    mem_bw_bytes_per_s=3000e9,
+    sms=100,
+    k_half=192.0,
+    kernel_gap_s=3e-6,
+    cpu_op_s=5e-6,
+    bf16_matmul_eff=0.8,
+    bf16_peak_flops=1000e12,
+    bf16_k_half=96.0,
+)
+
+
+def test_fp8_run_prices_its_bf16_gemms_at_the_bf16_rate():
+    # Transformer Engine casts only the linear layers inside fp8_autocast; the LM head and the router keep bf16
+    # inputs (Megatron-Core's output_layer is a plain ColumnParallelLinear, not a TE module): the bf16 rate.
+    # 1280×1280 tiles = one wave on 100 SMs; k = 8192 ≥ k_ref: no short-k loss
+    flop = 2.0 * 1280 * 1280 * 8192
+    fp8 = Compute("qkv", flop, 0.0, "gemm", 1280, 1280, 8192, fp8=True)
+    bf16 = Compute("logits", flop, 0.0, "gemm", 1280, 1280, 8192)
+    assert op_time(CM_FP8, fp8) == pytest.approx(flop / (2000e12 * 0.6) + 3e-6)
+    assert op_time(CM_FP8, bf16) == pytest.approx(flop / (1000e12 * 0.8) + 3e-6)
+    # k = 96: the bf16 main loop loses k/(k + 96) (normalised at 4096), not the fp8 loop's k/(k + 192)
+    short = Compute("router", 2.0 * 12800 * 12800 * 96, 0.0, "gemm", 12800, 12800, 96)  # 100 full waves
+    assert op_time(CM_FP8, short) == pytest.approx(short.flop / (1000e12 * 0.8 * 0.5 * 4192 / 4096) + 3e-6)
+
+
+def test_fp8_job_carries_the_bf16_rate_and_a_bf16_job_does_not():
+    # H100 SXM: bf16 989.4 TFLOP/s × the sustained clock 0.848 (hopper_clock_fraction), MAMF 0.801 of it
+    a = default_assumptions()
+    d = job_dict()
+    d["training"]["precision"] = "fp8"
+    fp8 = compute_model(load_job(d).cluster, "fp8", a)
+    assert fp8.bf16_peak_flops == pytest.approx(989.4e12 * 0.848)
+    assert fp8.bf16_matmul_eff == pytest.approx(0.801) and fp8.bf16_k_half == pytest.approx(a.v("gemm_k_half"))
+    # a bf16 run prices every GEMM at its own rate, as before
+    assert compute_model(load_job(job_dict()).cluster, "bf16", a).bf16_peak_flops == 0.0
+
+
+def test_fp8_run_takes_a_calibrated_bf16_rate_for_its_bf16_gemms():
+    # a profile measured both precisions (commtax calibrate): the fp8 GEMMs at its fp8 rate, the LM head at its bf16
+    d = job_dict()
+    d["training"]["precision"] = "fp8"
+    d["cluster"]["profile"] = {
+        "source": "test",
+        "levels": {"intra": {"bw_GBps": 100, "latency_us": 5}, "inter": {"bw_GBps": 10, "latency_us": 10}},
+        "gemm_efficiency": {"fp8": 0.5, "bf16": 0.7},
+    }
+    cm = compute_model(load_job(d).cluster, "fp8")
+    assert (cm.matmul_eff, cm.bf16_matmul_eff) == (0.5, 0.7)
+    # one without a bf16 entry keeps the catalog's (H100 SXM MAMF 0.801)
+    d["cluster"]["profile"]["gemm_efficiency"] = {"fp8": 0.5}
+    assert compute_model(load_job(d).cluster, "fp8").bf16_matmul_eff == pytest.approx(0.801)

@@ -30,6 +30,8 @@ def test_the_cluster_file_describes_the_fabric_it_built():
         (("--nodes", "4", "--leaves", "3", "--spine", "100mbit"), "--leaves: 3 leaves do not split 4 nodes"),
         (("--nodes", "4", "--leaves", "2"), "--spine: 2 leaves need the rate"),
         (("--nodes", "4", "--uplink", "100mbit", "--spine", "100mbit"), "--uplink: it is the two-leaf form"),
+        (("--queue-ms", "0.1"), "--queue-ms: 0.1 is outside [0.5, 1000] ms"),
+        (("--tcp", "vegas"), "--tcp: 'vegas' is not one of reno, cubic, bbr"),
     ],
 )
 def test_bad_fabric_options_are_one_line(args, msg, tmp_path):
@@ -50,6 +52,13 @@ def test_up_options_are_a_library_call():
         cluster_from_options(2, 1, "1gbit,1gbit,1gbit")
     with pytest.raises(SpecError, match="--node-speed: give 2 numbers"):
         cluster_from_options(2, 1, "1gbit", node_speed="1")
+    with pytest.raises(SpecError, match=r"--queue-ms: 0.1 is outside \[0.5, 1000\] ms"):
+        cluster_from_options(2, 1, "1gbit", queue_ms=0.1)
+    with pytest.raises(SpecError, match="--tcp: 'vegas' is not one of reno, cubic, bbr"):
+        cluster_from_options(2, 1, "1gbit", tcp="vegas")
+    shallow = cluster_from_options(4, 1, "200mbit", spine="200mbit", queue_ms=5, tcp="reno")
+    assert (shallow.buffer_ms, shallow.fabric()["queue_ms"], shallow.fabric()["sharing"]) == (5, 5, "tcp")
+    assert c.buffer_ms == 100 and "queue_ms" not in c.fabric()  # the deep default: no standing queue priced
     c.measured = {"loopback_bw_GBps": 3.5, "gloo_a2a": {"gloo_a2a_duplex": 0.4}}
     assert up_summary(c, "c.yaml") == (
         f"cluster {c.name}: 4 nodes × 1 ranks, links 200 Mbit/s, 2 leaves, uplink 100 Mbit/s; loopback 3.50 GB/s; "
@@ -73,6 +82,10 @@ def test_up_with_leaves_load_and_down(tmp_path):
         "200mbit",
         "--spine",
         "200mbit",
+        "--queue-ms",
+        "5",
+        "--tcp",
+        "reno",  # the kernel's own: every host allows it in a namespace
         "--out",
         str(path),
     )
@@ -81,9 +94,11 @@ def test_up_with_leaves_load_and_down(tmp_path):
         spec = yaml.safe_load(path.read_text())
         sw = spec["emulated"]["switch_namespace"]
         qdisc = subprocess.run(
-            ["ip", "netns", "exec", sw, "tc", "qdisc", "show", "dev", "u0"], capture_output=True, text=True
+            ["ip", "netns", "exec", sw, "tc", "qdisc", "show", "dev", "u0"], capture_output=True, text=True, timeout=10
         )
-        assert "tbf" in qdisc.stdout and "200Mbit" in qdisc.stdout
+        assert "tbf" in qdisc.stdout and "200Mbit" in qdisc.stdout and "lat 5ms" in qdisc.stdout
+        assert spec["emulated"]["measured"]["tcp_congestion_control"] == "reno"
+        assert (spec["fabric"]["sharing"], spec["fabric"]["queue_ms"]) == ("tcp", 5.0)
         bad = cli("cluster", "load", "--cluster", str(path), "--from", "0", "--to", "7", "--rate", "50mbit")
         assert bad.returncode == 2 and "--to: node 7 does not exist" in bad.stderr
         r = cli(
@@ -115,11 +130,15 @@ def test_up_with_leaves_load_and_down(tmp_path):
             return json.loads(subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout)
 
         p = predict()
-        # the flow shares node 0's NIC and the spine with the ring: half the link each (max-min)
-        assert p["binding_link"] and p["busbw_GBps"] == pytest.approx(0.2 / 8 / 2, rel=0.05)
+        # the flow shares node 0's NIC and the spine with the ring: TCP-fair with its RTT over two 5 ms queues
+        # against the ring hops' one, the ring gets 0.737 of the link (tests/test_fabric_tcp.py), and each of its
+        # 6 steps waits out one queue (+30 ms of 0.7 s)
+        assert p["binding_link"] and p["busbw_GBps"] == pytest.approx(0.737 * 0.2 / 8, rel=0.06)
+        assert p["standing_queue_ms"] == 5.0
         # once its --seconds have run out it is not priced, and the prediction says so
         after = predict("--at", str(flow["until_unix"] + 1))
-        assert "binding_link" not in after and after["busbw_GBps"] == pytest.approx(2 * p["busbw_GBps"], rel=0.05)
+        assert "binding_link" not in after and after["busbw_GBps"] == pytest.approx(0.2 / 8, rel=0.05)
+        assert "standing_queue_ms" not in after
         assert after["ignored_flows"][0]["src"] == 0 and after["ignored_flows"][0]["dst"] == 2
     finally:
         down = cli("cluster", "down", "--cluster", str(path), timeout=60)

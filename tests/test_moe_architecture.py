@@ -150,6 +150,11 @@ def test_mtp_runs_a_layer_projection_and_second_head_on_the_last_stage():
     assert names.count("logits") == 2 and names.count("expert_up") == 1  # the main head, then the MTP layer and head
     proj = ops_by_name(head.fwd)["mtp_proj"]
     assert (proj.m, proj.n, proj.k) == (t, h, 2 * h)  # [RMSNorm(h_i); RMSNorm(Emb(t_i+1))] · M, M ∈ R^{h×2h}
+    # eh_proj is a TE linear inside the MTP layer's fp8 context: fp8 inputs, its 2h-wide input cast (4 B each, delayed
+    # scaling's cast-transpose), as the decoder's linears; the main head's logits stay bf16
+    assert proj.fp8 and not ops_by_name(head.fwd)["logits"].fp8
+    assert ops_by_name(head.fwd)["mtp_proj_cast"].bytes == pytest.approx(4.0 * t * 2 * h)
+    assert ops_by_name(head.bwd)["mtp_proj_dgrad"].fp8 and ops_by_name(head.bwd)["mtp_proj_wgrad"].fp8
     assert [o.name for o in build_workload(plain).head.fwd.ops] == ["logits", "loss"]
     # model FLOPs: one more MoE layer, the projection and another logits GEMM, fwd+bwd (×3)
     m = job.model

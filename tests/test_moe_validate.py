@@ -5,9 +5,9 @@ import pytest
 from commtax.decide.validate import moe_layers_cell, validate
 from commtax.errors import SpecError
 
-# issue 18 asks for ≤ 15% source-averaged; the model reaches 24.1% today (docs/moe.md "Validation"): this gate holds
+# issue 18 asks for ≤ 15% source-averaged; the model reaches 23.6% today (docs/moe.md "Validation"): this gate holds
 # the figure where it is so that a change that makes it worse fails, until the goal is met
-MOE_MAPE_GATE = 24.5
+MOE_MAPE_GATE = 24.0
 MOE_MAPE_GOAL = 15.0
 
 

@@ -21,6 +21,8 @@ def main(work: Path, out: Path) -> None:
     rows = []
     for bench in sorted(work.glob("bench_*.json")):
         label = bench.stem.removeprefix("bench_")
+        load = work / f"load_{label}.txt"  # measure.sh: the 1-minute load average before and after the case
+        loads = [float(x) for x in load.read_text().split()] if load.exists() else []
         for r in json.loads(bench.read_text()):
             p = predicted(r["op"], r["message_bytes"], work / f"cluster_{label}.yaml", r["unix_time"])
             rows.append(
@@ -33,6 +35,7 @@ def main(work: Path, out: Path) -> None:
                     "ratio": r["time_s"] / p["time_s"],
                     "binding_link": p.get("binding_link", ""),
                     "gloo_a2a_duplex": p.get("gloo_a2a_duplex"),  # κ the prediction used (all_to_all; None: unmeasured)
+                    "load_before_after": loads,
                 }
             )
     out.write_text(json.dumps(rows, indent=1) + "\n")

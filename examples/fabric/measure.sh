@@ -3,13 +3,18 @@
 # 200 Mbit/s nodes per leaf, a 200 Mbit/s spine), gloo all_reduce and all_to_all 4-32 MiB, with and without
 # another job's flow node 0 -> node 2 across the spine; each time next to `commtax collective OP --cluster C`
 # (priced at the moment the bench ran: --at, the flows alive then).
-# Usage: [RUN=label] examples/fabric/measure.sh [RATE ...]   (background rates, default 50mbit 200mbit); root,
-# ~6 min a run. Writes results/fabric_4x1_<RUN>.json; summary.py turns the runs into the table of docs/fabric.md.
+# Usage: [RUN=label] [QUEUE_MS=5] [TCP=reno] examples/fabric/measure.sh [RATE ...]   (background rates, default
+# 50mbit 200mbit); root, ~6 min a run. Each shaped link holds QUEUE_MS of traffic (a shallow switch buffer, written
+# as the fabric's standing queue) and every node runs TCP (docs/fabric.md "Why reno and a 5 ms buffer"); the load
+# average before and after each case goes into the results. Writes results/fabric_4x1_<RUN>.json; summary.py turns
+# the runs into the table of docs/fabric.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 PY=${PY:-$(cd "$here/../.." && pwd)/.venv/bin/python}
 CT="$PY -m commtax.cli"
 RUN=${RUN:-1}
+QUEUE_MS=${QUEUE_MS:-5}
+TCP=${TCP:-reno}
 rates=("${@:-50mbit}")
 [ $# -eq 0 ] && rates=(50mbit 200mbit)
 work=${WORK:-$(mktemp -d)}
@@ -17,13 +22,16 @@ mkdir -p "$work"
 out="$here/results"
 mkdir -p "$out"
 bench() {  # $1: label
+    cut -d' ' -f1 /proc/loadavg > "$work/load_$1.txt"
     $CT cluster run --cluster "$work/cluster.yaml" -- "$PY" -m commtax.cli bench collective \
         --ops all_reduce,all_to_all --min 4MiB --max 32MiB --warmup 2 --iters 9 --out "$work/bench_$1.json" >&2
+    cut -d' ' -f1 /proc/loadavg >> "$work/load_$1.txt"
     cp "$work/cluster.yaml" "$work/cluster_$1.yaml"   # what the prediction reads: κ and the flows recorded
 }
 for rate in "" "${rates[@]}"; do
     label=${rate:-none}
-    $CT cluster up --nodes 4 --ranks-per-node 1 --link 200mbit --leaves 2 --spine 200mbit --out "$work/cluster.yaml"
+    $CT cluster up --nodes 4 --ranks-per-node 1 --link 200mbit --leaves 2 --spine 200mbit --queue-ms "$QUEUE_MS" \
+        --tcp "$TCP" --out "$work/cluster.yaml"
     trap '$CT cluster down --cluster "$work/cluster.yaml"' EXIT
     [ -n "$rate" ] && $CT cluster load --cluster "$work/cluster.yaml" --from 0 --to 2 --rate "$rate" --seconds 240
     bench "$label"

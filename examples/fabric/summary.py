@@ -35,6 +35,14 @@ def table(files: list[Path]) -> str:
     lines.append("")
     for (op, name), oks in sorted(inside.items()):
         lines.append(f"- {op}, run {name}: {sum(oks)} of {len(oks)} within 15%")
+    for name, rows in runs:
+        loads = {r["background"]: r.get("load_before_after") for r in rows if r.get("load_before_after")}
+        if loads:
+            each = ", ".join(
+                f"{bg} {'→'.join(f'{x:.2f}' for x in v)}"
+                for bg, v in sorted(loads.items(), key=lambda kv: ORDER.get(kv[0], 9))
+            )
+            lines.append(f"- run {name}, host load (1-min average, before → after each case): {each}")
     return "\n".join(lines)
 
 

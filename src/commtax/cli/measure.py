@@ -138,6 +138,18 @@ def cluster_up(
         typer.Option("--spine", help="rate of each leaf's shaped link to the spine, per direction, e.g. 200mbit"),
     ] = None,
     mtu: Annotated[int, typer.Option("--mtu", min=576, max=65000, help="MTU of every veth")] = 9000,
+    queue_ms: Annotated[
+        Optional[float],
+        typer.Option(
+            "--queue-ms",
+            help="queue each shaped link holds, in ms of traffic at its rate (tc tbf latency), written as the fabric's "
+            "standing queue; default: a deep 100 ms that TCP does not fill, no queue priced",
+        ),
+    ] = None,
+    tcp: Annotated[
+        Optional[str],
+        typer.Option("--tcp", help="TCP congestion control in every node: reno, cubic or bbr (default: the host's)"),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", help="cluster YAML to write")] = DEFAULT_CLUSTER_FILE,
     duplex_probe: Annotated[
         bool,
@@ -162,6 +174,8 @@ def cluster_up(
         spine=spine,
         mtu=mtu,
         duplex_probe=duplex_probe,
+        queue_ms=queue_ms,
+        tcp=tcp,
     )
     _check_out(out)
     _refuse_live_record(out)

@@ -62,6 +62,12 @@ class ComputeModel:
     kernel_gap_s: float = 3e-6
     cpu_op_s: float = 5e-6
     bf16_matmul_eff: float = 0.0  # η_max of bf16 GEMMs (eager attention in fp8 runs); 0 -> matmul_eff
+    # fp8 runs: the rate of their GEMMs with bf16 inputs (LM head, router), × the clock fraction;
+    # 0 -> every GEMM at the training precision (bf16/fp16/fp32 runs, and int8 ones, whose GEMMs carry no fp8 flag)
+    bf16_peak_flops: float = 0.0
+    bf16_k_half: float = 0.0  # k_half of a bf16 main loop (fp8 runs' bf16 GEMMs); 0 -> k_half
+    # least time of one expert's GEMM in TE's multi-stream grouped GEMM, by GPU generation (catalog/grouped_gemm.yaml)
+    expert_gemm_floor_s: float = 0.0
     nccl_sms: float = 24.0  # SMs an NCCL collective holds while it runs (one CTA per channel)
     userbuffers_sms: float = 8.0  # SMs a comm-GEMM overlap (TE userbuffers) collective holds, mean per collective
     comm_hbm_bytes_per_wire_byte: float = 3.0  # HBM traffic of a collective per byte it puts on the wire
@@ -86,8 +92,11 @@ def compute_model(cluster: Cluster, precision: str, assumptions: Assumptions | N
     attn_precision = "bf16" if precision in ("fp8", "int8") and "bf16" in gpu.peak_tflops else precision
     eff = gpu.matmul_eff(precision)
     prof = cluster.profile
+    bf16_eff = gpu.matmul_eff(attn_precision)
     if prof is not None and prof.gemm_efficiency:
         eff = prof.gemm_efficiency.get(precision, prof.gemm_efficiency.get("default", eff))
+        if precision == "fp8":  # an fp8 run's bf16 GEMMs at the profile's measured bf16 rate, where it has one
+            bf16_eff = prof.gemm_efficiency.get(attn_precision, bf16_eff)
     k_half = a.v("gemm_k_half") * (a.v("fp8_k_half_factor") if precision in ("fp8", "int8") else 1.0)
     return ComputeModel(
         peak_flops=gpu.peak_flops(precision) * clock_fraction(gpu, a),
@@ -101,7 +110,10 @@ def compute_model(cluster: Cluster, precision: str, assumptions: Assumptions | N
         k_ref=a.v("gemm_k_ref"),
         kernel_gap_s=a.v("kernel_gap_s"),
         cpu_op_s=a.v("cpu_op_s"),
-        bf16_matmul_eff=gpu.matmul_eff(attn_precision),
+        bf16_matmul_eff=bf16_eff,
+        bf16_peak_flops=gpu.peak_flops(attn_precision) * clock_fraction(gpu, a) if precision == "fp8" else 0.0,
+        bf16_k_half=a.v("gemm_k_half"),
+        expert_gemm_floor_s=grouped_gemm_floor_s(gpu.arch),
         nccl_sms=_comm_sms(cluster, a),
         userbuffers_sms=a.v("userbuffers_sms"),
         comm_hbm_bytes_per_wire_byte=a.v("comm_hbm_bytes_per_wire_byte"),
@@ -141,12 +153,13 @@ def short_k_efficiency(k: int, k_half: float = 96.0, k_ref: float = 4096.0) -> f
     return min(1.0, (k / (k + k_half)) / (k_ref / (k_ref + k_half)))
 
 
-def gemm_efficiency(cm: ComputeModel, m: int, n: int, k: int, groups: int = 1) -> float:
-    return (
-        cm.matmul_eff
-        * quantisation_efficiency(m, n, cm.sms, cm.tile, groups)
-        * short_k_efficiency(k, cm.k_half, cm.k_ref)
-    )
+def gemm_efficiency(cm: ComputeModel, m: int, n: int, k: int, groups: int = 1, bf16: bool = False) -> float:
+    """η of one GEMM at the training precision, or (``bf16``) at the bf16 rate: bf16 η_max and the short-k
+    loss of a main loop at the bf16 speed (k_half not doubled)."""
+    eff_max, k_half = cm.matmul_eff, cm.k_half
+    if bf16:
+        eff_max, k_half = cm.bf16_matmul_eff or cm.matmul_eff, cm.bf16_k_half or cm.k_half
+    return eff_max * quantisation_efficiency(m, n, cm.sms, cm.tile, groups) * short_k_efficiency(k, k_half, cm.k_ref)
 
 
 # ----------------------------------------------------------------------------- attention kernel tables
@@ -241,20 +254,25 @@ def launch_floor(cm: ComputeModel, t_gpu: float, kernels: int) -> float:
     return max(t_gpu + kernels * cm.kernel_gap_s, kernels * cm.cpu_op_s)
 
 
-@lru_cache(maxsize=1)
-def grouped_gemm_floor_s() -> float:
-    """Least time of one expert's GEMM in TE's multi-stream grouped GEMM (catalog/grouped_gemm.yaml, TE PR #3134)."""
-    return float(read_catalog_yaml(CATALOG_DIR / "grouped_gemm.yaml")["per_expert_gemm_s"])
+@lru_cache(maxsize=16)
+def grouped_gemm_floor_s(arch: str) -> float:
+    """Least time of one expert's GEMM in TE's multi-stream grouped GEMM on a GPU generation (catalog/grouped_gemm.yaml:
+    SM100 from TE PR #3134, SM90 from TE PR #2045; other generations the fallback's)."""
+    data = read_catalog_yaml(CATALOG_DIR / "grouped_gemm.yaml")
+    floors = data["per_expert_gemm_s"]
+    return float(floors.get(arch, floors[data["fallback"]]))
 
 
 def op_time(cm: ComputeModel, op: Compute) -> float:
     """Seconds for one compute op on one GPU."""
     t_mem = op.bytes / cm.mem_bw_bytes_per_s
     if op.kind == "gemm":
-        t_flop = op.flop / (cm.peak_flops * gemm_efficiency(cm, op.m, op.n, op.k, op.groups))
+        bf16 = cm.bf16_peak_flops > 0.0 and not op.fp8  # bf16 inputs in an fp8 run: the bf16 tensor-core rate
+        peak = cm.bf16_peak_flops if bf16 else cm.peak_flops
+        t_flop = op.flop / (peak * gemm_efficiency(cm, op.m, op.n, op.k, op.groups, bf16))
         t = launch_floor(cm, max(t_flop, t_mem), op.kernels)
         # MoE experts (``groups`` > 1, one kernel per expert): TE's per-expert GEMM loop has a floor per expert
-        return max(t, op.kernels * grouped_gemm_floor_s()) if op.groups > 1 else t
+        return max(t, op.kernels * cm.expert_gemm_floor_s) if op.groups > 1 else t
     if op.kind == "attention":
         return launch_floor(cm, max(attention_time(cm, op), t_mem), op.kernels)
     if op.convert:

@@ -34,6 +34,7 @@ class FabricShare:
 
     factor: float  # x / x_own ≤ 1 for the slowest group of the kind
     binding: str  # "" when nothing in the fabric binds it (its own NICs do), else a link like "leaf 0 uplink"
+    queue_s: float = 0.0  # standing queue each of its steps waits behind (``fabric.queue_ms`` on a saturated link)
 
 
 # ----------------------------------------------------------------------------- placement of the job's nodes
@@ -169,6 +170,186 @@ def max_min(coflows: Sequence[Coflow], capacity) -> list[tuple[float, Link | Non
     return list(zip(rate, why, strict=True))
 
 
+# ----------------------------------------------------------------------------- TCP-fair (α-fair) rates
+TCP_ALPHA = 2.0  # Mo & Walrand 2000 §IV: TCP Reno's window control approximates (p, 2)-proportional fairness
+
+
+@dataclass(frozen=True)
+class Connection:
+    """``count`` identical TCP connections along ``links`` (in the order they cross them), each carrying at most
+    ``cap`` bytes/s; ``weight`` scales its utility (1 / RTT², below)."""
+
+    cap: float
+    links: tuple[Link, ...]
+    count: int = 1
+    weight: float = 1.0
+
+
+def alpha_fair(
+    conns: Sequence[Connection], capacity, alpha: float = TCP_ALPHA, tol: float = 1e-11, sweeps: int = 5000
+) -> tuple[list[float], dict[Link, float]]:
+    """The α-fair rates (Mo & Walrand 2000): maximise Σ count · weight · r^(1−α)/(1−α) (log r at α = 1) subject
+    to every link's load ≤ its capacity and r ≤ cap; and each link's price.
+
+    KKT: r = min(cap, (weight / Σ prices of its links)^(1/α)), a link's price > 0 only where it is full. Solved by
+    dual coordinate ascent (Bertsekas, *Nonlinear Programming* §6.2): each link in turn gets the price that makes
+    its load equal its capacity (bisection; 0 when it is not full at 0), until no rate moves by ``tol``. Rates
+    are solved in units of the largest finite capacity, so prices stay near 1."""
+    used = sorted({link for c in conns for link in c.links})
+    cap_of = {link: capacity(link) for link in used}
+    finite = [x for x in cap_of.values() if math.isfinite(x)]
+    scale = max(finite) if finite else 1.0
+    caps = [c.cap / scale for c in conns]
+    on: dict[Link, list[int]] = {link: [] for link in used}
+    for i, c in enumerate(conns):
+        for link in c.links:
+            on[link].append(i)
+    price = dict.fromkeys(used, 0.0)
+    q = [0.0] * len(conns)  # Σ prices along each connection
+
+    def rate(i: int, extra: float = 0.0) -> float:
+        p = q[i] + extra
+        return caps[i] if p <= 0 else min(caps[i], (conns[i].weight / p) ** (1.0 / alpha))
+
+    def load(link: Link, p: float) -> tuple[float, float]:
+        """The link's load at price p (its other links' prices held) and its slope d load / dp."""
+        total = slope = 0.0
+        for i in on[link]:
+            qi = q[i] - price[link] + p
+            r = rate(i, p - price[link])
+            total += conns[i].count * r
+            if r < caps[i] and qi > 0:  # uncapped: r = (w / q)^(1/α), dr/dq = −r / (α q)
+                slope -= conns[i].count * r / (alpha * qi)
+        return total, slope
+
+    def fill(link: Link, C: float) -> float:
+        """The price at which the link is exactly full: Newton from its last price, kept inside a bracket by
+        bisection (the load falls with the price, and is convex in it: Newton from the right never overshoots)."""
+        lo, hi = 0.0, max(price[link], 1.0)
+        while load(link, hi)[0] > C:
+            lo, hi = hi, 2 * hi
+        p = price[link] if price[link] > 0 else hi
+        for _ in range(200):
+            x, dx = load(link, p)
+            if abs(x - C) <= 1e-14 * C or hi - lo <= 1e-15 * hi:
+                break
+            lo, hi = (p, hi) if x > C else (lo, p)
+            step = p - (x - C) / dx if dx < 0 else (lo + hi) / 2
+            p = step if lo < step < hi else (lo + hi) / 2
+        return p
+
+    rates = [rate(i) for i in range(len(conns))]
+    for _ in range(sweeps):
+        for link in used:
+            C = cap_of[link] / scale
+            if not math.isfinite(C):
+                continue
+            new = 0.0 if load(link, 0.0)[0] <= C else fill(link, C)
+            for i in on[link]:
+                q[i] += new - price[link]
+            price[link] = new
+        now = [rate(i) for i in range(len(conns))]
+        moved = max((abs(a - b) for a, b in zip(now, rates, strict=True)), default=0.0)
+        rates = now
+        if moved <= tol:
+            break
+    return [r * scale for r in rates], price
+
+
+def route(fabric: Fabric, a: int, b: int) -> tuple[Link, ...]:
+    """``path``'s links in the order a packet crosses them: up from a, over the spine, down to b."""
+    links = path(fabric, a, b)
+    order = {("node", "up"): 0, ("leaf", "up"): 1, ("pod", "up"): 2, ("pod", "down"): 3, ("leaf", "down"): 4}
+    return tuple(sorted(links, key=lambda lk: order.get((lk[0], lk[2]), 5)))
+
+
+def connections_of(fabric: Fabric, hops: Sequence[Hop], cap: float, count: int) -> list[tuple[Connection, float]]:
+    """A coflow's TCP connections: one per hop, carrying at most its share w of the coflow's rate cap; with w."""
+    return [(Connection(cap * w, route(fabric, a, b), count), w) for a, b, w in hops]
+
+
+def queued_links(conns: Sequence[Connection], rates: Sequence[float], background: int, capacity) -> set[Link]:
+    """Links that hold a standing queue: full, carrying a background connection (``conns[background:]``) held below
+    its own rate (a long-lived flow that always has more to send), and fed from two or more inputs — a port queues
+    only where its inputs together exceed its rate (an output-queued switch); a link fed only by the one full link
+    before it (the spine's far side, the receiver's port) gets no more than that link drains. The first link of a
+    path is fed by the sender's sockets, each an input of its own."""
+    load: dict[Link, float] = {}
+    inputs: dict[Link, set] = {}
+    for i, (c, r) in enumerate(zip(conns, rates, strict=True)):
+        for j, link in enumerate(c.links):
+            load[link] = load.get(link, 0.0) + c.count * r
+            inputs.setdefault(link, set()).add(c.links[j - 1] if j else ("socket", i))
+    greedy = {
+        link
+        for c, r in zip(conns[background:], rates[background:], strict=True)
+        if r < c.cap * (1 - 1e-6)
+        for link in c.links
+    }
+    return {lk for lk in greedy if load[lk] >= capacity(lk) * (1 - 1e-6) and len(inputs[lk]) > 1}
+
+
+def tcp_share(
+    cluster: Cluster, groups: Sequence[Sequence[int]], pattern: str, cap: float, node_cap: float
+) -> FabricShare:
+    """``fabric_share`` under ``sharing: tcp``: every hop of every group, every background flow and every
+    co-located ring is a TCP connection; the rates are α-fair (α = 2) among connections, weighted by 1 / RTT²,
+    and a group moves at its slowest connection's rate over its share.
+
+    TCP's rate goes as 1 / (RTT · √loss) (Mathis et al. 1997), which is α = 2 with weight 1 / RTT² (Mo & Walrand
+    2000 §IV). A connection's RTT is the links' round trip (2 × the level's latency) plus ``fabric.queue_ms`` for
+    each link with a standing queue it crosses (``queued_links``); which links queue depends on the rates, so the
+    two are solved in turn until the set stands still. Each step of the group waits behind the standing queues
+    of its slowest-queued connection's path, as a latency."""
+    f = cluster.fabric
+    assert f is not None
+    hops_of = PATTERNS[pattern]
+    mine = [(h, n) for h, n in Counter(hops_of(g) for g in groups).items() if h]
+    if not mine:
+        return FabricShare(1.0, "")
+    conns: list[Connection] = []
+    owner: list[tuple[int, float]] = []  # (group index, w) of each of our connections
+    for k, (hops, count) in enumerate(mine):
+        for c, w in connections_of(f, hops, cap, count):
+            conns.append(c)
+            owner.append((k, w))
+    ours = len(conns)
+    for fl in f.flows:
+        conns.append(Connection(fl.rate_Gbps * GBIT, route(f, fl.src, fl.dst)))
+    for job in f.colocated:
+        for hops, count in Counter(ring_hops(r) for r in job.rings).items():
+            conns += [c for c, _ in connections_of(f, hops, job.rate_Gbps * GBIT, count)]
+    caps = capacities(cluster, node_cap)
+    base_rtt = 2 * cluster.inter_node.latency_s
+    queue = (f.queue_ms or 0.0) / 1e3
+    queued: set[Link] = set()
+    for _ in range(8):  # the queued set of one solve weights the next; it settles in two or three
+        rtt = [base_rtt + queue * len(queued.intersection(c.links)) for c in conns]
+        weighted = [
+            Connection(c.cap, c.links, c.count, (base_rtt / t) ** 2 if t > 0 else 1.0) for c, t in zip(conns, rtt)
+        ]
+        rates, price = alpha_fair(weighted, caps.of)
+        now = queued_links(conns, rates, ours, caps.of) if queue else set()
+        if now == queued:
+            break
+        queued = now
+    speed = [math.inf] * len(mine)
+    slowest_conn = [0] * len(mine)
+    for i in range(ours):
+        k, w = owner[i]
+        if rates[i] / w < speed[k]:
+            speed[k], slowest_conn[k] = rates[i] / w, i
+    k = min(range(len(mine)), key=lambda j: speed[j])
+    queue_s = max(
+        (queue * len(queued.intersection(conns[i].links)) for i in range(ours) if owner[i][0] == k), default=0.0
+    )
+    if speed[k] >= cap * (1 - 1e-9):
+        return FabricShare(1.0, "", queue_s)
+    conn = conns[slowest_conn[k]]
+    link = max(conn.links, key=lambda lk: price.get(lk, 0.0))
+    return FabricShare(speed[k] / cap, describe(link) if price.get(link, 0.0) > 0 else "", queue_s)
+
+
 # ----------------------------------------------------------------------------- groups -> coflows
 def ring_hops(nodes: Sequence[int]) -> tuple[Hop, ...]:
     """A ring through the members in rank order leaves each node once: consecutive distinct nodes, wrapping."""
@@ -242,6 +423,8 @@ def fabric_share(
     ``node_cap``: what one node's NICs carry per direction (its GPUs' shares together)."""
     f = cluster.fabric
     assert f is not None
+    if f.sharing == "tcp":
+        return tcp_share(cluster, groups, pattern, cap, node_cap)
     mine = coflows_of(f, groups, pattern, cap)
     if not mine:
         return FabricShare(1.0, "")

@@ -112,7 +112,7 @@ def predict_collective(
             if deepep is not None:
                 t = deepep_time(f"deepep_{deepep}", s, place, dedup)
                 bw = s / t if t > 0 else float("inf")
-                c = CollectiveCost(t, f"deepep_{deepep}", c.bottleneck, bw, bw * bus_factor(op, n), "")
+                c = CollectiveCost(t, f"deepep_{deepep}", c.bottleneck, bw, bw * bus_factor(op, n), "", 0)
         except ValueError as e:
             raise SpecError(f"{'--protocol' if 'protocol' in str(e) else '--algorithm'}: {e}") from None
         rows.append(
@@ -123,17 +123,20 @@ def predict_collective(
                 "time_s": c.time_s,
                 "algorithm": c.algorithm,
                 "protocol": c.protocol,
+                # channels (CTAs) NCCL runs it on (enqueue.cc topoGetAlgoInfo); 0 outside NCCL's tuned algorithms
+                "channels": c.channels,
                 "bottleneck": c.bottleneck,
                 "algbw_GBps": c.algbw_bytes_per_s / GB,
                 "busbw_GBps": c.busbw_bytes_per_s / GB,
                 # the fabric link that binds the network level (cluster.fabric): a leaf uplink, a NIC shared
                 # with a background flow, ...
                 **({"binding_link": place.binding} if place.binding and c.bottleneck == "inter" else {}),
+                **({"standing_queue_ms": place.queue_s * 1e3} if place.queue_s and c.bottleneck == "inter" else {}),
                 **({"gloo_a2a_duplex": gloo_duplex(cluster)} if duplex_applies else {}),
                 **({"ignored_flows": [f.model_dump(exclude_none=True) for f in gone]} if gone else {}),
             }
         )
-    notes = [duplex_note(cluster) if duplex_applies else "", ignored_note(gone)]
+    notes = [duplex_note(cluster) if duplex_applies else "", ignored_note(gone), queue_note(place)]
     return CollectivePrediction(op, n, place.per_node, tuple(rows), "\n".join(x for x in notes if x), gone)
 
 
@@ -146,6 +149,16 @@ def flows_alive(cluster: Cluster, now: float) -> tuple[Cluster, tuple[FabricFlow
         return cluster, ()
     keep = [x for x in f.flows if x not in gone]
     return cluster.model_copy(update={"fabric": f.model_copy(update={"flows": keep})}), gone
+
+
+def queue_note(place) -> str:
+    """The standing queue each network step was priced to wait behind, when a background flow keeps one."""
+    if not place.queue_s or place.inter is None:
+        return ""
+    return (
+        f"each network step waits behind a standing queue of {place.queue_s * 1e3:g} ms (fabric.queue_ms: a "
+        "background flow keeps a link on its path full)"
+    )
 
 
 def ignored_note(gone: tuple[FabricFlow, ...]) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from commtax.costs.collectives import Level, Placement, gpu_arch
 from commtax.costs.fabric import FabricShare, fabric_nodes, fabric_share
 from commtax.spec import Cluster, Job
+from commtax.spec.assumptions import default_assumptions
 from commtax.units import GB, GBIT, US
 
 GROUPS = ("tp", "cp", "dp", "pp")  # "dp" is the gradient-reduction group: DP × CP ranks
@@ -93,7 +94,9 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
             r * inter.bw_bytes_per_s,
             cluster.gpus_per_node * inter.bw_bytes_per_s,
         )
-        inter = Level("inter", inter.bw_bytes_per_s * share.factor, inter.latency_s)
+        # a standing queue on its path is waited out once per step, as the link's latency is
+        inter = Level("inter", inter.bw_bytes_per_s * share.factor, inter.latency_s + share.queue_s)
+    ctas = "nccl_ctas_nvlink" if link.kind in ("nvlink", "xgmi") else "nccl_ctas_pcie"  # comm->nChannels
     return Placement(
         n=n,
         per_node=per_node,
@@ -107,7 +110,9 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
         intra_hw="nvlink" if link.kind in ("nvlink", "xgmi") else "pci",
         measured=cluster.profile is not None,
         binding=share.binding,
+        queue_s=share.queue_s,
         reverse_share=gloo_duplex(cluster) or 0.0,
+        channels=int(default_assumptions().v(ctas)),
     )
 
 

@@ -588,6 +588,7 @@ def predict_collective(row: dict, catalog: dict) -> RowResult:
         "message_bytes": size,
         "algorithm": cost.algorithm,
         "protocol": cost.protocol,
+        "channels": cost.channels,
         "predicted_time_us": cost.time_s * 1e6,
     }
     return RowResult(rid, measured, pred, error_pct(pred, measured) if measured else None, extra=extra)

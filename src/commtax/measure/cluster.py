@@ -39,7 +39,9 @@ SUBNET = "10.213.0"  # private, and only ever configured inside our own namespac
 MASTER_PORT = 29400
 LOAD_PORT = 29700  # + k for the k-th background flow (`cluster load`)
 NAME_RE = re.compile(r"^ctx[0-9a-f]{6}-(sw|n\d+)$")
-TBF_QUEUE_MS = 100  # tbf queue limit expressed as latency: deep enough that TCP does not see drops
+TBF_QUEUE_MS = 100  # default tbf queue limit expressed as latency: deep enough that TCP does not see drops
+QUEUE_MS_RANGE = (0.5, 1000.0)  # `--queue-ms`: at least a few frames at the rates tc shapes here, at most 1 s
+TCP_CONGESTION = ("reno", "cubic", "bbr")  # what `cluster up --tcp` may set in the node namespaces
 MAX_NODES = 200  # namespaces per cluster: `up --nodes` and a cluster file's `emulated.nodes` alike
 MAX_RANKS_PER_NODE = 64
 DEFAULT_MTU = 9000  # jumbo frames: headers are 0.7% of a frame instead of 4.4% at 1500
@@ -98,8 +100,8 @@ def _sh(*args: str) -> str:
     return r.stdout
 
 
-def _tbf(ns: str, dev: str, rate_bit_s: float, mtu: int) -> None:
-    """Token bucket at rate_bit_s: bucket of max(4 frames, 1 ms of traffic), queue up to TBF_QUEUE_MS."""
+def _tbf(ns: str, dev: str, rate_bit_s: float, mtu: int, queue_ms: float = TBF_QUEUE_MS) -> None:
+    """Token bucket at rate_bit_s: bucket of max(4 frames, 1 ms of traffic), queue up to ``queue_ms`` of traffic."""
     burst_bytes = int(max(4 * (mtu + 14), rate_bit_s / 8 * 1e-3))
     _sh(
         "ip",
@@ -118,7 +120,7 @@ def _tbf(ns: str, dev: str, rate_bit_s: float, mtu: int) -> None:
         "burst",
         str(burst_bytes),
         "latency",
-        f"{TBF_QUEUE_MS}ms",
+        f"{int(round(queue_ms * 1000))}us",
     )
 
 
@@ -134,6 +136,14 @@ class EmulatedCluster:
     leaves: int | None = None  # None: the legacy `--uplink` form (two halves, written as uplink_Gbps)
     loads: list = field(default_factory=list)  # background flows `cluster load` started: {src, dst, rate_Gbps, …}
     probe_duplex: bool = False  # `up` also measures gloo's all_to_all duplex κ (`cluster up` does; tests may not)
+    # each shaped link's queue limit, ms of traffic at its rate (tbf latency); None: the deep TBF_QUEUE_MS, which a
+    # TCP window does not fill (its receive window binds first), so the fabric prices no standing queue
+    queue_ms: float | None = None
+    tcp: str | None = None  # TCP congestion control set in every node namespace; None: what the host gives them
+
+    @property
+    def buffer_ms(self) -> float:
+        return TBF_QUEUE_MS if self.queue_ms is None else self.queue_ms
 
     @property
     def leaf_count(self) -> int:
@@ -206,8 +216,8 @@ class EmulatedCluster:
             _sh("ip", "-n", sw, "link", "set", sp, "mtu", str(self.mtu))
             _sh("ip", "-n", sw, "link", "set", u, "master", leaves[i], "up")
             _sh("ip", "-n", sw, "link", "set", sp, "master", "sp", "up")
-            _tbf(sw, u, self.uplink_bit_s, self.mtu)
-            _tbf(sw, sp, self.uplink_bit_s, self.mtu)
+            _tbf(sw, u, self.uplink_bit_s, self.mtu, self.buffer_ms)
+            _tbf(sw, sp, self.uplink_bit_s, self.mtu, self.buffer_ms)
         if len(leaves) == 2:
             _sh(
                 "ip",
@@ -228,7 +238,7 @@ class EmulatedCluster:
             )
             for dev, br in (("u0", "br0"), ("u1", "br1")):
                 _sh("ip", "-n", sw, "link", "set", dev, "master", br, "up")
-                _tbf(sw, dev, self.uplink_bit_s, self.mtu)
+                _tbf(sw, dev, self.uplink_bit_s, self.mtu, self.buffer_ms)
         for i in range(self.nodes):
             ns, port = self.node_ns(i), f"p{i}"
             _sh("ip", "netns", "add", ns)
@@ -255,8 +265,8 @@ class EmulatedCluster:
             _sh("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
             _sh("ip", "-n", sw, "link", "set", port, "master", leaves[self.leaf(i)], "up")
-            _tbf(ns, "eth0", self.link_of(i), self.mtu)
-            _tbf(sw, port, self.link_of(i), self.mtu)
+            _tbf(ns, "eth0", self.link_of(i), self.mtu, self.buffer_ms)
+            _tbf(sw, port, self.link_of(i), self.mtu, self.buffer_ms)
             if self.node_speed:
                 try:
                     cgroups.create(ns, self.node_speed[i], self.ranks_per_node)
@@ -264,6 +274,26 @@ class EmulatedCluster:
                     raise ClusterError(f"--node-speed: {e}") from None
             # idle gaps between measurements must not send TCP back to slow start
             _sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0")
+            if self.tcp:
+                self._set_tcp(ns)
+
+    def _set_tcp(self, ns: str) -> None:
+        """The node's TCP congestion control (per namespace since Linux 4.15); a host that does not allow it in a
+        namespace (``net.ipv4.tcp_allowed_congestion_control``) is one ClusterError naming what it allows."""
+        key = "net.ipv4.tcp_congestion_control"
+        r = subprocess.run(
+            ["ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{key}={self.tcp}"], capture_output=True, text=True
+        )
+        if r.returncode != 0:
+            allowed = _sh("ip", "netns", "exec", ns, "sysctl", "-n", "net.ipv4.tcp_allowed_congestion_control")
+            raise ClusterError(
+                f"--tcp {self.tcp}: this host does not let a namespace use it (allowed: {allowed.strip()}); "
+                "choose one of those"
+            )
+
+    def tcp_in_use(self) -> str:
+        """The congestion control node 0's connections get (what the host default or ``--tcp`` made it)."""
+        return _sh("ip", "netns", "exec", self.node_ns(0), "sysctl", "-n", "net.ipv4.tcp_congestion_control").strip()
 
     def leaf(self, i: int) -> int:
         """Which leaf bridge node i hangs off: legacy uplink: first half br0, second half br1; ``leaves`` L:
@@ -283,6 +313,11 @@ class EmulatedCluster:
             out["oversubscription"] = {"leaf": max(1.0, round(npl * self.link_bit_s / self.uplink_bit_s, 6))}
         else:
             out["topology"] = "single-switch"
+        out["sharing"] = "tcp"  # gloo and the background flows are TCP connections
+        if self.queue_ms is not None:
+            # a loss-based TCP flow (reno, cubic) that always has more to send grows its window until its
+            # bottleneck's buffer overflows (Jacobson 1988), so a shallow buffer stands full
+            out["queue_ms"] = self.queue_ms
         if self.loads:
             keys = ("src", "dst", "rate_Gbps", "until_unix")  # until: `collective` stops pricing it then
             out["flows"] = [{k: f[k] for k in keys if k in f} for f in self.loads]
@@ -364,6 +399,7 @@ class EmulatedCluster:
             "loopback_bw_GBps": loop["bw_GBps"],
             "loopback_latency_us": loop["latency_us"],
             "host_copy_bw_GBps": host_copy_bw_GBps(),
+            "tcp_congestion_control": self.tcp_in_use(),
         }
         if self.nodes > 1:
             server = subprocess.Popen(
@@ -515,6 +551,8 @@ class EmulatedCluster:
                 "namespaces": [self.node_ns(i) for i in range(self.nodes)],
                 "bridge": "+".join(f"br{i}" for i in range(self.leaf_count)) + ("+sp" if self.leaf_count > 2 else ""),
                 "mtu": self.mtu,
+                "queue_ms": self.queue_ms,
+                "tcp": self.tcp,
                 "addresses": {self.node_ns(i): self.address(i) for i in range(self.nodes)},
                 "link_Gbps": link_Gbps,
                 "uplink_Gbps": self.uplink_bit_s / 1e9 if self.uplink_bit_s else None,
@@ -570,6 +608,8 @@ class EmulatedCluster:
             link_bit_s=link * 1e9,
             uplink_bit_s=up * 1e9 if up else None,
             mtu=number("mtu", 576, 65000, True, DEFAULT_MTU),
+            queue_ms=None if e.get("queue_ms") is None else number("queue_ms", *QUEUE_MS_RANGE),
+            tcp=e.get("tcp") if e.get("tcp") in TCP_CONGESTION else None,
             name=name,
             measured=measured,
         )
@@ -889,6 +929,8 @@ def cluster_from_options(
     spine: str | None = None,
     mtu: int = DEFAULT_MTU,
     duplex_probe: bool = True,
+    queue_ms: float | None = None,
+    tcp: str | None = None,
 ) -> EmulatedCluster:
     """The cluster `cluster up`'s options describe, not built yet; what is wrong is one SpecError naming the option."""
     from commtax.errors import SpecError
@@ -925,6 +967,13 @@ def cluster_from_options(
             uplink_bit_s = parse_rate_bit_s(spine) if spine and leaves > 1 else None
         except ValueError as e:
             raise SpecError(f"--spine: {e}") from None
+    if queue_ms is not None and not QUEUE_MS_RANGE[0] <= queue_ms <= QUEUE_MS_RANGE[1]:  # false for nan
+        raise SpecError(
+            f"--queue-ms: {queue_ms:g} is outside [{QUEUE_MS_RANGE[0]:g}, {QUEUE_MS_RANGE[1]:g}] ms; give the queue "
+            "each shaped link holds, as ms of traffic at its rate, e.g. 5"
+        )
+    if tcp is not None and tcp not in TCP_CONGESTION:
+        raise SpecError(f"--tcp: {excerpt(tcp)} is not one of {', '.join(TCP_CONGESTION)}; leave it out for the host's")
     return EmulatedCluster(
         nodes,
         ranks_per_node,
@@ -935,6 +984,8 @@ def cluster_from_options(
         node_speed=speeds,
         node_link_bit_s=tuple(links) if len(links) > 1 else None,
         probe_duplex=duplex_probe,
+        queue_ms=queue_ms,
+        tcp=tcp,
     )
 
 

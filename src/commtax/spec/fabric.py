@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from commtax.spec.base import _Spec
 
@@ -77,6 +77,20 @@ class Fabric(_Spec):
     )
     flows: list[FabricFlow] = Field(default_factory=list, description="other traffic, flow by flow")
     colocated: list[FabricJob] = Field(default_factory=list, description="other jobs whose traffic shares the links")
+    sharing: Literal["max-min", "tcp"] = Field(
+        default="max-min",
+        description="how flows share a congested link: max-min (a switch's per-flow arbitration, InfiniBand's "
+        "credits) or tcp (α-fair with α = 2 per TCP connection, Mo & Walrand 2000: what TCP gives a flow that "
+        "crosses several congested links)",
+    )
+    queue_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=10_000,
+        allow_inf_nan=False,
+        description="the standing queue, in ms of its rate, that a long-lived flow keeps on a link it saturates; "
+        "each step of a collective that crosses such a link waits behind it once (unset: no queueing)",
+    )
     source: str = "inline"
 
     @field_validator("oversubscription")
@@ -93,6 +107,15 @@ class Fabric(_Spec):
         for k, x in v.items():
             if not (0 <= x < 1):
                 raise ValueError(f"{k} must be in [0, 1) (the share of the uplinks in use), got {x}")
+        return v
+
+    @field_validator("queue_ms")
+    @classmethod
+    def _queue_needs_tcp(cls, v: float | None, info: ValidationInfo) -> float | None:
+        if v is not None and info.data.get("sharing") != "tcp":
+            raise ValueError(
+                "a standing queue is what TCP keeps on a link it fills; set sharing: tcp, or drop queue_ms"
+            )
         return v
 
     @field_validator("placement")

@@ -602,17 +602,23 @@ def _with_mtp(job: Job, head: Block) -> Block:
     tokens = p.micro_batch * tr.seq_len // p.cp
     buf = tokens * m.hidden * act_bytes
     layer = _layer_block(job, moe=m.is_moe)
+    # the projection is a TE column-parallel linear run inside the MTP layer's fp8 context (Megatron-Core
+    # multi_token_prediction.py: `with rng_context, fp8_context:` around the norms and eh_proj): fp8 in fp8 runs
+    fp8 = tr.precision == "fp8"
     proj = ("mtp_proj", tokens, m.hidden, 2 * m.hidden)
     norms = _mem("mtp_norms", 2 * 2 * buf, 2)  # two RMSNorms: read and write h per token each
-    fwd = [_mem("mtp_embedding", 2 * buf), norms, _gemm(*proj, act_bytes), *layer.fwd.ops, *head.fwd.ops]
+    fwd = [_mem("mtp_embedding", 2 * buf), norms, _gemm(*proj, act_bytes, fp8), *layer.fwd.ops, *head.fwd.ops]
     bwd = [
         _mem("mtp_embedding_grad", 2 * buf),
         _mem("mtp_norms_bwd", 2 * norms.bytes, 2),
-        _gemm("mtp_proj_dgrad", tokens, 2 * m.hidden, m.hidden, act_bytes),
-        _gemm("mtp_proj_wgrad", 2 * m.hidden, m.hidden, tokens, act_bytes),
+        _gemm("mtp_proj_dgrad", tokens, 2 * m.hidden, m.hidden, act_bytes, fp8),
+        _gemm("mtp_proj_wgrad", 2 * m.hidden, m.hidden, tokens, act_bytes, fp8),
         *layer.bwd.ops,
         *head.bwd.ops,
     ]
+    if fp8:  # its input cast forward (2h per token) and its output gradient's backward (h per token)
+        fwd.insert(3, _fp8_casts(job, "mtp_proj_cast", tokens * 2 * m.hidden))
+        bwd.insert(2, _fp8_casts(job, "mtp_proj_grad_cast", tokens * m.hidden))
     d = m.mtp_layers
     return Block(
         "head",

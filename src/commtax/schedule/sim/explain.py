@@ -13,7 +13,10 @@ the closed form averages something the schedule makes concrete:
 * the gradient bucket tail — buckets of ``--bucket-mb`` (PyTorch DDP: 25 MiB) each pay the
   collective's latency, and the last one's reduction is exposed after the last backward;
 * a shared NIC — DP buckets and PP sends of one GPU leave the node over the same NIC share
-  and queue behind each other, which the estimate never assumes.
+  and queue behind each other, which the estimate never assumes;
+* MoE gradients — the estimate prices the DP of the rank with the slowest one (dense over dp, experts over
+  edp) as if it started with the step's last backward; when that rank is a later pipeline stage, its reduction
+  also hides under the earlier stages' last backwards (the 1F1B cool-down).
 """
 
 from __future__ import annotations
@@ -39,6 +42,14 @@ def _tail_s(r: SimResult) -> float:
     opt = sim.tasks[dev.optimizer]
     before = [sim.tasks[i] for i in stream if sim.tasks[i].id != opt.id and sim.tasks[i].kind in COMPUTE_KINDS]
     return max(0.0, opt.start_s - before[-1].end_s) if before else 0.0
+
+
+def _moe_slow_dp_stage(r: SimResult) -> int:
+    """Pipeline rank whose DP the estimate prices (MoE: ``slowest_dp_workload``), or -1 (dense, one kind of rank)."""
+    bld = r.builder
+    if not bld.splits or bld.wl.dp_split not in bld.splits:
+        return -1
+    return bld.splits.index(bld.wl.dp_split)
 
 
 def explain(r: SimResult) -> list[str]:
@@ -130,6 +141,17 @@ def explain(r: SimResult) -> list[str]:
             f"ZeRO-3: each block's parameters are gathered one block ahead (prefetch) and its gradients "
             f"reduce-scattered after its backward; exposed {_ms(sb['dp_exposed'])} simulated vs "
             f"{_ms(eb['dp_exposed'])} estimated (the estimate hides a micro-batch's gathers under its whole pass)"
+        )
+    # ---- MoE: the slowest DP rank's reduction under the cool-down
+    slow_dp = _moe_slow_dp_stage(r)
+    if slow_dp > 0 and sb["dp_exposed"] < eb["dp_exposed"] - small:
+        dense, experts = bld.wl.dp_split
+        out.append(
+            f"MoE gradients: the rank with the slowest DP is stage {slow_dp} ({dense / 1e6:,.0f} M dense parameters "
+            f"over dp, {experts / 1e6:,.0f} M expert ones over edp); the estimate exposes its reduction as if it "
+            f"began with the step's last backward, but in the schedule the {slow_dp} stage(s) before it still run "
+            f"their last backwards (the cool-down) after its own: its buckets hide under them too (DP exposed "
+            f"{_ms(sb['dp_exposed'])} simulated vs {_ms(eb['dp_exposed'])} estimated)"
         )
     # ---- shared NIC
     waited = {k: w for k, w in r.contention_wait_s.items() if w > 0}

@@ -59,7 +59,9 @@ from commtax.workload.step import (
 STREAMS = ("compute", "tp", "cp", "pp_fwd", "pp_bwd", "dp", "dp_rs")
 MOE_STREAMS = ("ep",)  # MoE jobs: the dispatch/combine all-to-alls (and expert-TP) the passes wait for
 COMPUTE_KINDS = ("compute", "recompute", "optimizer")
-ONE_PIECE = [(1.0, (), 0.0, [])]
+# (time fraction, tasks to wait for, ZeRO-3 params to gather, buckets to reduce after: (dense, experts or None))
+Piece = tuple[float, tuple[int, ...], float, list[tuple[float, float | None]]]
+ONE_PIECE: list[Piece] = [(1.0, (), 0.0, [])]
 # a pass as steps of (name, stream, duration, kind, tail) tasks, and the TP / CP bytes it sends
 Step = tuple[str, str, float, str, Tail]
 Template = tuple[tuple[tuple[Step, ...], ...], float, float, float]  # steps, TP, CP and EP bytes
@@ -103,6 +105,8 @@ class Chunk:
     fwd: PhaseCost
     bwd: PhaseCost
     recompute: PhaseCost
+    # MoE: each unit's routed-expert parameters on this GPU (reduced over edp), aligned with ``units``; () dense
+    experts: tuple[float, ...] = ()
 
     @property
     def params(self) -> float:
@@ -141,7 +145,7 @@ class StepBuilder:
         self._phase_cache: dict[tuple[Block, str], PhaseCost] = {}
         self._templates: dict[tuple[int, str, float], Template] = {}
         # a pass's pieces by (virtual stage, phase)
-        self._cuts: dict[tuple[int, str], list[tuple[float, tuple[int, ...], float, list[float]]]] = {}
+        self._cuts: dict[tuple[int, str], list[Piece]] = {}
         self._codec: dict[float, float] = {}
         self._trains: dict[tuple[int, str], TrainShape | None] = {}  # a reducing backward's train by (chunk, phase)
         self.chunks = [self._chunk(k) for k in range(self.V)]
@@ -219,7 +223,42 @@ class StepBuilder:
         def total(which: str) -> PhaseCost:
             return _sum([self._phase(b, which).scaled(c) for b, c in counts.values()])
 
-        return Chunk(tuple(units), total("fwd"), total("bwd"), total("recompute"))
+        experts: tuple[float, ...] = ()
+        if wl.moe_layer is not None:  # a MoE layer's experts are ready with its backward, the MTP ones with the head's
+            from commtax.workload.moe import expert_params_per_gpu
+            from commtax.workload.step import mtp_params_per_gpu
+
+            own = {"moe": expert_params_per_gpu(self.job, 1), "head": mtp_params_per_gpu(self.job)[1]}
+            experts = tuple(own.get(name, 0.0) for name, _, _ in units)
+        return Chunk(tuple(units), total("fwd"), total("bwd"), total("recompute"), experts)
+
+    @staticmethod
+    def _bucket_experts(chunk: Chunk, forward: bool, buckets: list[float]) -> list[float | None]:
+        """Routed-expert parameters that become ready with each dense bucket of ``chunk`` (cut in forward or
+        backward order): each unit's experts spread over its dense parameters. Megatron-Core keeps expert and dense
+        gradients in two buffers, bucketed in the same reverse-layer order; the experts of a layer are ready when its
+        backward is, not with the embedding's gradient at the end of the pass. Dense chunks: ``None`` each."""
+        if not chunk.experts:
+            return [None] * len(buckets)
+        units = list(zip((n for _, _, n in chunk.units), chunk.experts))
+        units = units if forward else units[::-1]
+        out = [0.0] * len(buckets)
+        b, room = 0, buckets[0] if buckets else 0.0
+        for n, e in units:
+            if n <= 0.0:  # no dense parameter to ride with: the bucket being filled carries them
+                out[min(b, len(out) - 1)] += e
+                continue
+            left = n
+            while left > 1e-9 * n and b < len(buckets):
+                take = min(left, room)
+                out[b] += e * take / n
+                left, room = left - take, room - take
+                if room <= 1e-9 * buckets[b]:
+                    b += 1
+                    room = buckets[b] if b < len(buckets) else 0.0
+            if left > 1e-9 * n:  # rounding past the last bucket
+                out[-1] += e * left / n
+        return out
 
     def _expert_share(self, params: float, stage: int) -> float:
         """The share of the workload's edp ops a bucket of ``params`` dense parameters of ``stage`` carries with
@@ -230,12 +269,17 @@ class StepBuilder:
         dense, experts = self.splits[stage]
         return params / dense * experts / max(1.0, self.edp_experts)
 
-    def _dp(self, op: Collective, params: float, codec: bool = True, stage: int = 0) -> tuple[float, float]:
+    def _dp(
+        self, op: Collective, params: float, codec: bool = True, stage: int = 0, experts: float | None = None
+    ) -> tuple[float, float]:
         """(time, sent bytes) of a DP collective of the workload, cut to ``params`` parameters of ``stage``; with
         ``codec``, a gradient reduction's codec runs in line with it (a reduction after backward: nothing to
-        overlap)."""
+        overlap). ``experts``: the routed-expert parameters that ride with it (``_bucket_experts``); None: the
+        bucket's share of the rank's dense parameters (``_expert_share``)."""
         c = Collective(op.name, op.op, op.bytes * params / self.max_stage_params, op.group)
-        share = self._expert_share(params, stage) if self.edp_ops else 0.0
+        share = 0.0
+        if self.edp_ops:
+            share = self._expert_share(params, stage) if experts is None else experts / max(1.0, self.edp_experts)
         key = (op.op, c.bytes, codec, share)
         if key not in self._dp_cost:
             t = self.costs.collective(c)
@@ -301,9 +345,10 @@ class StepBuilder:
         gather = self.wl.dp_step[1]
         for c in range(self.v):
             chunk = self.chunks[c * self.p + dev.stage]
+            buckets = self._buckets(chunk.params)
             dev.gathers[c] = [
-                self._dp_task(dev, "dp", "param gather", gather, n, (), (dev.stage, -1, c, "G"))
-                for n in self._buckets(chunk.params)
+                self._dp_task(dev, "dp", "param gather", gather, n, (), (dev.stage, -1, c, "G"), experts=e)
+                for n, e in zip(buckets, self._bucket_experts(chunk, True, buckets))
             ]
 
     def _end_of_step(self, dev: Device) -> None:
@@ -378,8 +423,9 @@ class StepBuilder:
         meta,
         priority: int = 1,
         codec: bool = True,
+        experts: float | None = None,
     ) -> int:
-        t, nbytes = self._dp(op, params, codec, dev.stage)
+        t, nbytes = self._dp(op, params, codec, dev.stage, experts)
         dev.bytes["dp"] += nbytes
         if dev.flows:  # the DP link is the NIC: a transfer sharing it with the PP sends
             return self.sim.task(
@@ -497,9 +543,9 @@ class StepBuilder:
             pieces.append((1.0 - frac0, list(range(b, len(buckets)))))
         return pieces
 
-    def _pieces(self, dev: Device, x: Pass, chunk: Chunk) -> list[tuple[float, tuple[int, ...], float, list[float]]]:
+    def _pieces(self, dev: Device, x: Pass, chunk: Chunk) -> list[Piece]:
         """Cut a pass into (time fraction, tasks to wait for, ZeRO-3 params to gather, gradient buckets to launch
-        after)."""
+        after, each (dense parameters, routed-expert parameters riding with them or None))."""
         wl = self.wl
         first_fwd = x.phase == "F" and x.chunk in dev.gathers
         # ZeRO-2 keeps only its gradient shard: every backward reduces its buckets (``Workload.grads_sharded``)
@@ -520,9 +566,7 @@ class StepBuilder:
             return cached
         return self._uncached_pieces(dev, x, chunk, True)
 
-    def _uncached_pieces(
-        self, dev: Device, x: Pass, chunk: Chunk, first_fwd: bool
-    ) -> list[tuple[float, tuple[int, ...], float, list[float]]]:
+    def _uncached_pieces(self, dev: Device, x: Pass, chunk: Chunk, first_fwd: bool) -> list[Piece]:
         wl = self.wl
         units = chunk.units if x.phase == "F" else chunk.units[::-1]
         which = "fwd" if x.phase == "F" else "bwd"
@@ -535,7 +579,7 @@ class StepBuilder:
         if (
             wl.dp_microbatch
         ):  # FSDP unit = one block: gather its parameters before it, reduce-scatter its gradients after
-            return [(w / total, (), n, [n] if x.phase == "B" else []) for w, n in zip(weights, params)]
+            return [(w / total, (), n, [(n, None)] if x.phase == "B" else []) for w, n in zip(weights, params)]
         if first_fwd:  # first forward of the step: wait for each bucket's gather
             gathers = dev.gathers.pop(x.chunk)
             return [
@@ -545,7 +589,8 @@ class StepBuilder:
         # a backward that reduces (the last micro-batch's, or every one's with ZeRO-2): a bucket's reduction is
         # launched when backward has produced its last gradient
         buckets = self._buckets(chunk.params)
-        return [(w, (), 0.0, [buckets[i] for i in idx]) for w, idx in self._cut(weights, params, buckets)]
+        experts = self._bucket_experts(chunk, x.phase == "F", buckets)
+        return [(w, (), 0.0, [(buckets[i], experts[i]) for i in idx]) for w, idx in self._cut(weights, params, buckets)]
 
     def _train(self, dev: Device, x: Pass, chunk: Chunk) -> TrainShape | None:
         """ZeRO-2: a backward's bucket reductions as one train (``Sim.train``), or None where a task per bucket is
@@ -573,14 +618,14 @@ class StepBuilder:
         shape = None
         if self._pass_tasks(k, x.phase):  # the pass has a first task to launch it from
             offsets: list[float] = []
-            buckets: list[float] = []
+            buckets: list[tuple[float, float | None]] = []
             at = 0.0
             for frac, _, _, reduce in self._pieces(dev, x, chunk):
                 at += self._pass_s(k, x.phase, frac)
                 offsets += [at] * len(reduce)
                 buckets += reduce
-            if buckets and all(self._codec_s(n) == 0 for n in buckets):
-                priced = [self._dp(wl.dp_step[0], n, False, dev.stage) for n in buckets]
+            if buckets and all(self._codec_s(n) == 0 for n, _ in buckets):
+                priced = [self._dp(wl.dp_step[0], n, False, dev.stage, e) for n, e in buckets]
                 shape = TrainShape(tuple(offsets), tuple(t for t, _ in priced), tuple(b for _, b in priced))
         self._trains[key] = shape
         return shape
@@ -631,7 +676,7 @@ class StepBuilder:
                 deps = self._emit(dev, self._pass_template(k, "bwd", frac / 2), deps, meta)
             else:
                 deps = self._emit(dev, self._pass_template(k, "fwd", frac), deps, meta)
-            for n in reduce_params:
+            for n, e in reduce_params:
                 if z3:
                     rs = self._dp_task(dev, "dp_rs", "reduce-scatter", z3[2], n, deps, meta)
                     dev.grads.append(rs)
@@ -643,7 +688,9 @@ class StepBuilder:
                         codec > 0
                     ):  # the device runs the bucket's codec: backward goes on after it (estimate.dp_step_exposed)
                         deps = (self.sim.task("grad codec", st["compute"], codec, deps, "dp", meta=meta),)
-                    dev.grads.append(self._dp_task(dev, "dp", "grad bucket", wl.dp_step[0], n, deps, meta, codec=False))
+                    dev.grads.append(
+                        self._dp_task(dev, "dp", "grad bucket", wl.dp_step[0], n, deps, meta, codec=False, experts=e)
+                    )
                     dev.buckets += 1
             if z3:
                 dev.piece_ends.append(deps)
