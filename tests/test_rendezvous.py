@@ -91,3 +91,27 @@ def test_an_order_lies_between_full_duplex_and_strict_turns(order, chunk):
     t = fluid_time(exchange_flows([0, 1, 2, 3], tuple(order), chunk, two_leaves), ONE)
     assert 4 * chunk * (1 - 1e-9) <= t <= 2 * 4 * chunk * (1 + 1e-9)
     assert t == pytest.approx(chunk * fluid_time(exchange_flows([0, 1, 2, 3], tuple(order), 1.0, two_leaves), ONE))
+
+
+def test_only_gloo_on_a_fabric_with_small_groups_is_priced_so():
+    from commtax.costs.topology import placement
+    from commtax.spec import Cluster
+
+    base = {
+        "gpu": {"name": "cpu-gloo", "peak_tflops": {"fp32": 0.1}, "mem_GiB": 8, "mem_bw_GBps": 10, "source": "test"},
+        "num_gpus": 4,
+        "gpus_per_node": 1,
+        "intra_node": {"name": "loopback", "bw_GBps": 2.0, "latency_us": 20.0, "kind": "loopback"},
+        "inter_node": {"name": "veth", "bw_Gbps": 0.2, "latency_us": 50.0, "gloo_a2a_duplex": 0.3},
+        "nics_per_node": 1,
+        "collective_library": "gloo",
+        "fabric": {"topology": "tor", "nodes_per_leaf": 2, "oversubscription": {"leaf": 2}},
+    }
+    c = Cluster.model_validate
+    assert placement(c(base), 4, 1, "all_to_all").rendezvous is not None
+    assert placement(c(base), 4, 1, "all_reduce").rendezvous is None  # rings keep their own price
+    assert placement(c({**base, "collective_library": "nccl"}), 4, 1, "all_to_all").rendezvous is None
+    assert placement(c({**base, "fabric": None}), 4, 1, "all_to_all").rendezvous is None  # κ, as before
+    big = {**base, "num_gpus": 16, "gpus_per_node": 4}  # 16 ranks: more than MAX_RANKS, κ as before
+    p = placement(c(big), 16, 1, "all_to_all")
+    assert p.rendezvous is None and p.reverse_share == 0.3
