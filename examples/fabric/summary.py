@@ -18,7 +18,7 @@ def table(files: list[Path]) -> str:
     )
     kappa_runs = any(r.get("gloo_a2a_duplex") is not None for _, rows in runs for r in rows)
     ratio = {(name, r["background"], r["op"], r["message_bytes"]): r for name, rows in runs for r in rows}
-    what = "κ" if kappa_runs else "over slowest–fastest order"
+    what = "κ" if kappa_runs else "range"  # range: measured over the slowest and the fastest order
     head = "| background 0→2 | op | MiB | " + " | ".join(f"run {n} ({what})" for n, _ in runs) + " |"
     lines = [head, "|---|---|---:|" + "---:|" * len(runs)]
     inside = {}
