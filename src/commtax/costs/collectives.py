@@ -1,8 +1,10 @@
 """Cost of one collective on a two-level topology.
 
-Under NCCL the algorithm and protocol are chosen, and timed, by NCCL's own tuning model
-(NVIDIA/nccl src/graph/tuning.cc, NCCL 2.30.7; constants in catalog/nccl.yaml): see
-``nccl_options`` / ``nccl_time`` and docs/collectives.md. The α-β formulas of Thakur, Rabenseifner
+Under NCCL the algorithm and protocol are chosen by NCCL's own tuning model (NVIDIA/nccl
+src/graph/tuning.cc, NCCL 2.30.7; constants in catalog/nccl.yaml): see ``nccl_options`` / ``nccl_time``;
+the pick is then timed as it runs, on the channels NCCL gives it and, for NVLS, with its pipeline fill
+(src/enqueue.cc topoGetAlgoInfo, src/device/all_reduce.h): ``nccl_run_time``, docs/collectives.md.
+The α-β formulas of Thakur, Rabenseifner
 & Gropp, "Optimization of Collective Communication Operations in MPICH" (IJHPCA 2005) — a message
 of m bytes over a link costs α + m/B — price gloo's rings, the MPI-style algorithms asked for by
 name (recursive halving-doubling, hierarchical), point-to-point sends, and the schedules
@@ -59,6 +61,9 @@ class Placement:
     # gloo's all_to_all on a fabric (costs.rendezvous): network seconds per byte of each pair's chunk, the mean over
     # entry orders of the pairs' turns; replaces κ and the fabric's share for a uniform all_to_all. None: not priced so
     rendezvous: RendezvousTime | None = None
+    # comm->nChannels: NCCL's channels (one CTA each) for ring/tree/PAT, from its topology search
+    # (assumptions.yaml nccl_ctas_nvlink 24, nccl_ctas_pcie 4; commtax.costs.topology sets it)
+    channels: int = 24
 
     @property
     def nodes(self) -> int:
@@ -86,6 +91,7 @@ class CollectiveCost:
     algbw_bytes_per_s: float
     busbw_bytes_per_s: float
     protocol: str = "Simple"  # NCCL protocol (LL, LL128, Simple); "" for gloo and MPI-style algorithms
+    channels: int = 0  # channels (CTAs) NCCL runs it on (enqueue.cc topoGetAlgoInfo); 0 outside NCCL's tuned algorithms
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -326,6 +332,10 @@ class NcclTuning:
     pat: dict
     net_overhead_us: dict
     compute_capability: dict  # catalog GPU id prefix -> architecture
+    channels: dict  # "nvls": architecture -> comm->nvlsChannels (comm->nChannels is Placement.channels)
+    thread_threshold: dict  # protocol -> bytes per thread (threadThresholds)
+    max_threads: dict  # protocol -> threads per channel (maxThreads)
+    nvls_pipeline: dict  # stages, step_bytes, max_chunk_bytes, shrink
     simple_hop_from: str = "catalog"  # "catalog": a Simple step costs the level's latency_us; "nccl": hwLatencies
 
 
@@ -346,6 +356,10 @@ def nccl_tuning(path: str | None = None) -> NcclTuning:
         pat=d["pat"]["values"],
         net_overhead_us=d["net_overhead_us"]["values"],
         compute_capability=d["compute_capability"]["values"],
+        channels=d["channels"]["values"],
+        thread_threshold=d["thread_threshold_bytes"]["values"],
+        max_threads=d["max_threads"]["values"],
+        nvls_pipeline=d["nvls_pipeline"]["values"],
         simple_hop_from=d["simple_hop_latency"]["values"]["from"],
     )
 
@@ -389,8 +403,13 @@ def nccl_ring_time(op: str, S: float, p: Placement, proto: str) -> float:
     busbw: Simple = the ring's bottleneck rate; LL = min(llMaxBw, 0.5·that); LL128 = 0.92·that
     (tuning.cc ncclTopoTuneModel). nsteps: all_reduce 2(n−1), all_gather/reduce_scatter n−1, broadcast n.
     """
+    return sum(nccl_ring_terms(op, S, p, proto))
+
+
+def nccl_ring_terms(op: str, S: float, p: Placement, proto: str) -> tuple[float, float]:
+    """``nccl_ring_time`` as (latency, S/algbw) in seconds."""
     if p.measured and proto == "Simple":  # calibrate fits α, β to Thakur's ring: price it the same way
-        return ring_time(op, S, p)[0]
+        return ring_time(op, S, p)[0], 0.0
     T, f = nccl_tuning(), nccl_tuning().factors
     n, N = p.n, p.nodes
     nsteps = {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1, "broadcast": n}[op]
@@ -399,7 +418,7 @@ def nccl_ring_time(op: str, S: float, p: Placement, proto: str) -> float:
     algbw = bus * n / nsteps
     base = T.base_us["ring"][proto] * 1e-6
     if op == "broadcast":  # chunks of the message pass every rank: nsteps hops of the level the ring crosses
-        return base + nsteps * _hop_s(p, "net" if _multi(p) else p.intra_hw, "ring", proto) + S / algbw
+        return base + nsteps * _hop_s(p, "net" if _multi(p) else p.intra_hw, "ring", proto), S / algbw
     intra = _hop_s(p, p.intra_hw, "ring", proto)
     n_inter, inter = 0, 0.0
     if _multi(p):
@@ -410,18 +429,23 @@ def nccl_ring_time(op: str, S: float, p: Placement, proto: str) -> float:
         inter = _hop_s(p, "net", "tree" if p.per_node == 1 else "ring", proto)
     lat = base + (nsteps - n_inter) * intra + n_inter * inter
     pl = T.plateau
-    big = S / (pl["channels"] * n) >= pl["min_bytes_per_channel_rank"]
+    big = S / (p.channels * n) >= pl["min_bytes_per_channel_rank"]
     if proto == "Simple" and _multi(p) and op == "all_reduce" and big:
         lat *= pl["factor_pre_ampere"] if p.arch == "volta" else pl["factor"]  # "plateau effect of ring"
-    return lat + S / algbw
+    return lat, S / algbw
 
 
 def nccl_tree_time(S: float, p: Placement, proto: str) -> float:
     """NCCL tree all_reduce: latency base + 2·((ppn−1)·intraLat + log2i(nNodes)·interLat);
     busbw 0.92·B (LL: /3.8 capped at llMaxBw; LL128: ×7/9 on one node, ×120/128 across), algbw = busbw/2,
     × treeCorrectionFactor[proto][log2(S/64)] (tuning.cc)."""
+    return sum(nccl_tree_terms(S, p, proto))
+
+
+def nccl_tree_terms(S: float, p: Placement, proto: str) -> tuple[float, float]:
+    """``nccl_tree_time`` as (latency, S/algbw) in seconds."""
     if p.measured and proto == "Simple":  # as calibrate fits it
-        return tree_time("all_reduce", S, p)[0]
+        return tree_time("all_reduce", S, p)[0], 0.0
     T, f = nccl_tuning(), nccl_tuning().factors
     multi = _multi(p)
     B = min(p.intra.bw_bytes_per_s, p.node_inter_bw) if multi else p.intra.bw_bytes_per_s
@@ -437,7 +461,7 @@ def nccl_tree_time(S: float, p: Placement, proto: str) -> float:
     hops = (p.per_node - 1) * _hop_s(p, p.intra_hw, "tree", proto)
     if multi:
         hops += log2i(p.nodes) * _hop_s(p, "net", "tree", proto)
-    return T.base_us["tree"][proto] * 1e-6 + 2 * hops + S / algbw
+    return T.base_us["tree"][proto] * 1e-6 + 2 * hops, S / algbw
 
 
 def nccl_nvls_time(S: float, p: Placement) -> float:
@@ -450,11 +474,16 @@ def nccl_nvls_tree_time(S: float, p: Placement) -> float:
     """NVLS Tree all_reduce (NVLS inside each node, a tree between nodes; tuning.cc): latency
     intraLat + 2·log2i(nNodes)·interLat; busbw = min(the node's NVLS all-reduce busbw, its NIC rate, ×2 with
     two nodes: "Handle 2 node case of NVLSTree"), algbw = busbw·n/(2(n−1)) as for ring and NVLS."""
-    T, k, N = nccl_tuning(), p.per_node, p.nodes
-    nvls_bus = p.nvls_bw_bytes_per_s * 2 * (k - 1) / k  # the catalog's NVLS algbw as NCCL's busbw (nsteps/ppn)
-    bus = min(nvls_bus, p.node_inter_bw * (2 if N <= 2 else 1))
+    T, N = nccl_tuning(), p.nodes
     lat = T.hop_us["nvlink"]["nvls_tree"]["Simple"] + 2 * log2i(N) * T.hop_us["net"]["nvls_tree"]["Simple"]
-    return lat * 1e-6 + S / (bus * p.n / (2 * (p.n - 1)))
+    return lat * 1e-6 + S / (_nvls_tree_bus(p) * p.n / (2 * (p.n - 1)))
+
+
+def _nvls_tree_bus(p: Placement) -> float:
+    """NVLS Tree busbw: min(the node's NVLS all-reduce busbw, its NIC rate ×2 with two nodes) (tuning.cc)."""
+    k = p.per_node
+    nvls_bus = p.nvls_bw_bytes_per_s * 2 * (k - 1) / k  # the catalog's NVLS algbw as NCCL's busbw (nsteps/ppn)
+    return min(nvls_bus, p.node_inter_bw * (2 if p.nodes <= 2 else 1))
 
 
 def nccl_pat_time(S: float, p: Placement) -> float:
@@ -467,6 +496,12 @@ def nccl_pat_time(S: float, p: Placement) -> float:
         + p.n * T.pat["per_rank_us"] * 1e-6
     )
     return lat + S / (T.factors["pat"] * p.node_inter_bw)
+
+
+def nccl_pat_terms(S: float, p: Placement) -> tuple[float, float]:
+    """``nccl_pat_time`` as (latency, S/bw) in seconds."""
+    wire = S / (nccl_tuning().factors["pat"] * p.node_inter_bw)
+    return nccl_pat_time(S, p) - wire, wire
 
 
 def nccl_protocols(p: Placement) -> tuple[str, ...]:
@@ -494,17 +529,86 @@ def nccl_options(op: str, p: Placement) -> list[tuple[str, str]]:
 
 
 def nccl_time(op: str, S: float, p: Placement, algo: str, proto: str) -> float:
+    """The time NCCL's tuner gives (algo, proto) at its full channel count (ncclTopoGetAlgoTime): what it picks by."""
+    return sum(nccl_terms(op, S, p, algo, proto))
+
+
+def nccl_terms(op: str, S: float, p: Placement, algo: str, proto: str) -> tuple[float, float]:
+    """NCCL's tuner time of (algo, proto) as (latency, bytes / algbw) in seconds."""
     if algo == "ring":
-        return nccl_ring_time(op, S, p, proto)
+        return nccl_ring_terms(op, S, p, proto)
     if algo == "tree":
-        return nccl_tree_time(S, p, proto)
+        return nccl_tree_terms(S, p, proto)
     if algo == "nvls":
-        return nccl_nvls_time(S, p)
+        wire = S / p.nvls_bw_bytes_per_s
+        return nccl_nvls_time(S, p) - wire, wire
     if algo == "nvls_tree":
-        return nccl_nvls_tree_time(S, p)
+        wire = S / (_nvls_tree_bus(p) * p.n / (2 * (p.n - 1)))
+        return nccl_nvls_tree_time(S, p) - wire, wire
     if algo == "pat":
-        return nccl_pat_time(S, p)
+        return nccl_pat_terms(S, p)
     raise ValueError(f"NCCL has no {algo}")
+
+
+def nvls_channels(p: Placement) -> int:
+    """comm->nvlsChannels: NVLS_NCHANNELS_SM90 16; SM100 24 in one NVLink domain, 32 across nodes (nvls.cc)."""
+    t = nccl_tuning().channels["nvls"]
+    if p.arch == "blackwell":
+        return t["blackwell_multi_node" if p.spans_nodes else "blackwell_one_node"]
+    return t[p.arch]
+
+
+def nccl_channels(S: float, p: Placement, algo: str, proto: str) -> int:
+    """Channels NCCL runs (algo, proto) on for S bytes (enqueue.cc topoGetAlgoInfo): NVLS a fixed nvlsChannels;
+    ring and tree drop one channel while S < nc · nt · threadThreshold (ring LL's threshold ×nRanks); PAT has no
+    maxThreads entry (0), so it keeps them all."""
+    if algo in ("nvls", "nvls_tree"):
+        return nvls_channels(p)
+    T = nccl_tuning()
+    nc = p.channels
+    if algo not in ("ring", "tree"):
+        return nc
+    nt = T.max_threads[proto]
+    threshold = T.thread_threshold[proto] * (p.n if algo == "ring" and proto == "LL" else 1)
+    while S < nc * nt * threshold and nc >= 2:
+        nc -= 1
+    return nc
+
+
+def nvls_chunk_bytes(S: float, concurrent_ops: int) -> int:
+    """NVLS chunkSize (enqueue.cc calcCollChunking): one Simple step, capped at NCCL_NVLS_CHUNKSIZE, then shrunk
+    to 64/32/16 KiB while S < 64/8/2 · concurrentOps · chunk (concurrentOps = nChannels · nHeads)."""
+    c = nccl_tuning().nvls_pipeline
+    chunk = min(c["step_bytes"], c["max_chunk_bytes"])
+    for factor, smaller in c["shrink"]:
+        if S < factor * concurrent_ops * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
+def nvls_fill_s(S: float, p: Placement, channels: int) -> float:
+    """Pipeline fill of one-node NVLS all_reduce: each channel loops over nHeads · chunk bytes through 3 stages
+    (scatter, reduce+broadcast through the switch, gather: device/all_reduce.h); the first loop crosses
+    stages − 1 of them before the last stage starts, each at the channel's share of the NVLS rate:
+    fill = (stages − 1) · min(S/nc, nHeads · chunk) / (B_nvls / nc), nHeads = GPUs on the node."""
+    c = nccl_tuning().nvls_pipeline
+    heads = p.per_node
+    loop_bytes = min(S / channels, heads * nvls_chunk_bytes(S, channels * heads))
+    return (c["stages"] - 1) * loop_bytes / (p.nvls_bw_bytes_per_s / channels)
+
+
+def nccl_run_time(op: str, S: float, p: Placement, algo: str, proto: str) -> tuple[float, int]:
+    """What the kernel NCCL picked takes, and on how many channels: NCCL's tuner assumes every channel; the bytes
+    move at the per-channel rate (bus bandwidth / comm->nChannels, ``Placement.channels``) × the channels it runs
+    (``nccl_channels``), and
+    one-node NVLS pays its pipeline fill (``nvls_fill_s``). A calibrated Simple ring/tree is left as fitted."""
+    lat, wire = nccl_terms(op, S, p, algo, proto)
+    nc = nccl_channels(S, p, algo, proto)
+    if algo in ("ring", "tree"):
+        wire *= p.channels / nc
+    if algo == "nvls":
+        wire += nvls_fill_s(S, p, nc)
+    return lat + wire, nc
 
 
 def _gloo_cost(op: str, S: float, p: Placement, algorithm: str | None) -> CollectiveCost:
@@ -543,6 +647,7 @@ def collective_cost(
         return CollectiveCost(0.0, algorithm or "none", "none", math.inf, math.inf, "")
     if p.library == "gloo":
         return _gloo_cost(op, message_bytes, p, algorithm)
+    channels = 0
     if op in ("all_to_all", "send_recv"):
         t, level = all_to_all_time(message_bytes, p) if op == "all_to_all" else send_recv_time(message_bytes, p)
         algo, proto = ("pairwise" if op == "all_to_all" else "p2p"), "Simple"
@@ -553,7 +658,9 @@ def collective_cost(
             if (algorithm is None or a == algorithm) and (protocol is None or pr == protocol)
         ]
         if options:
-            t, algo, proto = min((nccl_time(op, message_bytes, p, a, pr), a, pr) for a, pr in options)
+            # NCCL picks by its tuner's full-channel times, then runs the pick on the channels it gives it
+            _, algo, proto = min((nccl_time(op, message_bytes, p, a, pr), a, pr) for a, pr in options)
+            t, channels = nccl_run_time(op, message_bytes, p, algo, proto)
             level = "intra" if algo == "nvls" else _ring_bottleneck(p)[2]
             if algo == "nvls_tree":
                 level = (
@@ -570,4 +677,4 @@ def collective_cost(
             what = f"{algorithm or 'any algorithm'}" + (f" with protocol {protocol}" if protocol else "")
             raise ValueError(f"{what} cannot run {op} on this placement")
     algbw = message_bytes / t
-    return CollectiveCost(t, algo, level, algbw, algbw * bus_factor(op, p.n), proto)
+    return CollectiveCost(t, algo, level, algbw, algbw * bus_factor(op, p.n), proto, channels)

@@ -114,7 +114,7 @@ def predict_collective(
             if deepep is not None:
                 t = deepep_time(f"deepep_{deepep}", s, place, dedup)
                 bw = s / t if t > 0 else float("inf")
-                c = CollectiveCost(t, f"deepep_{deepep}", c.bottleneck, bw, bw * bus_factor(op, n), "")
+                c = CollectiveCost(t, f"deepep_{deepep}", c.bottleneck, bw, bw * bus_factor(op, n), "", 0)
         except ValueError as e:
             raise SpecError(f"{'--protocol' if 'protocol' in str(e) else '--algorithm'}: {e}") from None
         rows.append(
@@ -125,6 +125,8 @@ def predict_collective(
                 "time_s": c.time_s,
                 "algorithm": c.algorithm,
                 "protocol": c.protocol,
+                # channels (CTAs) NCCL runs it on (enqueue.cc topoGetAlgoInfo); 0 outside NCCL's tuned algorithms
+                "channels": c.channels,
                 "bottleneck": c.bottleneck,
                 "algbw_GBps": c.algbw_bytes_per_s / GB,
                 "busbw_GBps": c.busbw_bytes_per_s / GB,

@@ -21,6 +21,7 @@ from commtax.costs.collectives import Level, Placement, gpu_arch
 from commtax.costs.fabric import FabricShare, capacities, fabric_nodes, fabric_share, path, ring_hops
 from commtax.costs.rendezvous import MAX_RANKS, Flow, RendezvousTime, rendezvous_time
 from commtax.spec import Cluster, Job
+from commtax.spec.assumptions import default_assumptions
 from commtax.units import GB, GBIT, US
 
 GROUPS = ("tp", "cp", "dp", "pp")  # "dp" is the gradient-reduction group: DP × CP ranks
@@ -99,6 +100,7 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
             rendezvous = gloo_rendezvous(cluster, n, stride, cluster.gpus_per_node * inter.bw_bytes_per_s)
         # a standing queue on its path is waited out once per step, as the link's latency is
         inter = Level("inter", inter.bw_bytes_per_s * share.factor, inter.latency_s + share.queue_s)
+    ctas = "nccl_ctas_nvlink" if link.kind in ("nvlink", "xgmi") else "nccl_ctas_pcie"  # comm->nChannels
     return Placement(
         n=n,
         per_node=per_node,
@@ -115,6 +117,7 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
         queue_s=share.queue_s,
         reverse_share=gloo_duplex(cluster) or 0.0,
         rendezvous=rendezvous,
+        channels=int(default_assumptions().v(ctas)),
     )
 
 

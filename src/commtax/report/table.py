@@ -170,7 +170,7 @@ def validation_table(report: Any, wide: bool = False) -> Table:
             continue
         if runs:
             software = r.extra.get("framework", "")
-            chosen = " ".join(_cell(k, v) for k, v in {**r.extra.get("defaults", {}), **r.chosen}.items())
+            chosen = " ".join(_cell(k, v) for k, v in {**r.extra.get("defaults", {}), **r.chosen.to_dict()}.items())
             note = " ".join(x for x in (chosen, software if wide else software.split(" (")[0]) if x)
         else:
             note = "/".join(x for x in (r.extra.get("algorithm", ""), r.extra.get("protocol", "")) if x)
@@ -307,7 +307,10 @@ def collective_table(pred: Any) -> Table:
     from commtax.units import format_duration, format_sig
 
     t = new_table(f"{pred.op} over {pred.gpus} GPUs ({pred.per_node} per node) — predicted")
-    for col in ("size (B)", "time", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "bound by"):
+    # "ch": channels NCCL runs its tuned algorithms on (enqueue.cc topoGetAlgoInfo); no column where none ran (gloo,
+    # p2p); a short header keeps the table in 80 columns
+    channels = any(r.get("channels") for r in pred.rows)
+    for col in ("size (B)", "time", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "bound by") + ("ch",) * channels:
         t.add_column(col, justify="right")
     for r in pred.rows:
         algo = f"{r['algorithm']}/{r['protocol']}" if r["protocol"] else r["algorithm"]
@@ -318,6 +321,7 @@ def collective_table(pred: Any) -> Table:
             format_sig(r["busbw_GBps"]),
             algo,
             f"inter ({r['binding_link']})" if "binding_link" in r else r["bottleneck"],
+            *([str(r["channels"]) if r.get("channels") else ""] if channels else []),
         )
     if getattr(pred, "note", ""):
         t.caption = pred.note

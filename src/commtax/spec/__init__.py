@@ -11,17 +11,26 @@ spec it is.
 from commtax.spec.base import BYTES_PER, CATALOG_DIR, CommDtype, Precision, _Spec, allows_bool  # noqa: F401
 from commtax.spec.catalog import (  # noqa: F401
     CATALOG_FILES,
+    VARIANT_FIELDS,
     _builtin_catalog,
     build,
     job_with,
     load_catalog,
     load_job,
+    plan_variant,
     read_overrides,
     resolve_cluster,
     resolve_entry,
 )
 from commtax.spec.fabric import Fabric, FabricFlow, FabricJob  # noqa: F401
-from commtax.spec.files import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, read_text, read_yaml  # noqa: F401
+from commtax.spec.files import (  # noqa: F401
+    MAX_YAML_BYTES,
+    MAX_YAML_DEPTH,
+    MAX_YAML_NODES,
+    read_catalog_yaml,
+    read_text,
+    read_yaml,
+)
 from commtax.spec.frameworks import (  # noqa: F401
     GENERATION_ALIAS,
     AttentionKernel,
