@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from commtax.costs.rendezvous import RendezvousTime
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
 # DeepEP's normal (training) kernels: dispatch and combine of MoE tokens (catalog/deepep.yaml)
 DEEPEP_OPS = ("deepep_dispatch", "deepep_combine")
@@ -56,6 +58,9 @@ class Placement:
     # κ of the node links for all_to_all (costs.alltoall): the lighter direction's share that does not overlap the
     # heavier one; 0 full duplex (NCCL), gloo's measured by `cluster up` (Network.gloo_a2a_duplex)
     reverse_share: float = 0.0
+    # gloo's all_to_all on a fabric (costs.rendezvous): network seconds per byte of each pair's chunk, the mean over
+    # entry orders of the pairs' turns; replaces κ and the fabric's share for a uniform all_to_all. None: not priced so
+    rendezvous: RendezvousTime | None = None
     # comm->nChannels: NCCL's channels (one CTA each) for ring/tree/PAT, from its topology search
     # (assumptions.yaml nccl_ctas_nvlink 24, nccl_ctas_pcie 4; commtax.costs.topology sets it)
     channels: int = 24
@@ -216,6 +221,8 @@ def all_to_all_time(S: float, p: Placement) -> tuple[float, str]:
         return (n - 1) * p.intra.latency_s + intra, "intra"
     vol = k * (n - k) / n * S  # a node's bytes out, and as many in
     inter = link_time_s(vol, vol, p.node_inter_bw, p.reverse_share)
+    if p.rendezvous is not None:  # gloo on a fabric: the pairs' turns, per byte of a pair's chunk S / n
+        inter = p.rendezvous.mean_s * S / n
     return (n - 1) * p.inter.latency_s + max(intra, inter), "inter" if inter >= intra else "intra"
 
 
