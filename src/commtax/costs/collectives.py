@@ -329,6 +329,7 @@ class NcclTuning:
     thread_threshold: dict  # protocol -> bytes per thread (threadThresholds)
     max_threads: dict  # protocol -> threads per channel (maxThreads)
     nvls_pipeline: dict  # stages, step_bytes, max_chunk_bytes, shrink
+    p2p: dict  # all_to_all's point-to-point path: channels per peer, chunk sizes, batching (catalog/nccl.yaml p2p)
     simple_hop_from: str = "catalog"  # "catalog": a Simple step costs the level's latency_us; "nccl": hwLatencies
 
 
@@ -353,6 +354,7 @@ def nccl_tuning(path: str | None = None) -> NcclTuning:
         thread_threshold=d["thread_threshold_bytes"]["values"],
         max_threads=d["max_threads"]["values"],
         nvls_pipeline=d["nvls_pipeline"]["values"],
+        p2p=d["p2p"]["values"],
         simple_hop_from=d["simple_hop_latency"]["values"]["from"],
     )
 
@@ -604,6 +606,115 @@ def nccl_run_time(op: str, S: float, p: Placement, algo: str, proto: str) -> tup
     return lat + wire, nc
 
 
+# ----------------------------------------------------------------------------- NCCL's point-to-point path
+# all_to_all is ncclSend/ncclRecv to every peer in one group: channels are picked per peer, not by the tuner
+# (graph/paths.cc ncclTopoComputeP2pChannels, enqueue.cc addP2pToPlan; constants: catalog/nccl.yaml p2p).
+
+
+def pow2_up(x: int) -> int:
+    """NCCL's pow2Up: the smallest power of two ≥ x."""
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class P2pPlan:
+    """How NCCL runs one all_to_all of per-peer messages: the per-peer and total p2p channels and the result."""
+
+    p2p_channels: int  # comm->p2pnChannels
+    per_peer_max: int  # comm->p2pnChannelsPerPeer (nChannelsMax)
+    per_peer_min: int  # nChannelsMin of scheduleP2pTasksToPlan
+    channels: int  # channels one peer's message runs on (addP2pToPlan)
+    batches: int  # batches the busiest channel runs one after the other (8 ops of one 8-round group each)
+
+
+def _nvlink_links(p: Placement) -> int:
+    """pathBw / nvlBw of ncclTopoGetNchannels: NVLinks to the peer, from the level's per-GPU rate."""
+    return max(1, int(p.intra.bw_bytes_per_s / (nccl_tuning().p2p["nvlink_bw_GBps"][p.arch] * 1e9)))
+
+
+def _peer_channels(p: Placement, remote: bool) -> int:
+    """ncclTopoGetNchannels (paths.cc L920-955): NVLink 2·links, PCIe 2, network max(1 NIC, ⌈netBw / 14 GB/s⌉)."""
+    c = nccl_tuning().p2p
+    if remote:
+        return max(1, math.ceil(p.inter.bw_bytes_per_s / (c["per_channel_net_GBps"] * 1e9) - 1e-9))
+    if p.intra_hw == "nvlink":
+        return c["nvlink_channels_per_link"] * _nvlink_links(p)
+    return c["pci_channels"]
+
+
+def p2p_chunk_bytes(p: Placement) -> int:
+    """comm->p2pChunkSize (init.cc L830-838): network across nodes, NVLink on an all-NVLink node, else PCI."""
+    c = nccl_tuning().p2p["chunk_bytes"]
+    return c["net"] if _multi(p) else c["nvlink" if p.intra_hw == "nvlink" else "pci"]
+
+
+def p2p_plan(peer_bytes: float, p: Placement) -> P2pPlan:
+    """Channels of one peer's send (and recv) in an all_to_all of ``p.n`` ranks, as NCCL 2.30.7 sets them."""
+    c = nccl_tuning().p2p
+    n, multi = p.n, _multi(p)
+    total = pow2_up(min(p.channels, c["max_channels"]))  # paths.cc L984-990
+    per_peer = _peer_channels(p, remote=False) if p.per_node > 1 or not multi else 10**9
+    if multi:
+        per_peer = min(per_peer, _peer_channels(p, remote=True))
+    per_peer = pow2_up(per_peer)
+    batch = c["max_p2p_per_batch"]
+    if multi:  # paths.cc L993-1001: fit every peer in one round of batches
+        while per_peer * math.ceil(n / batch) > total and per_peer > 1:
+            per_peer //= 2
+    else:
+        per_peer = min(total, per_peer)
+    lo = per_peer  # enqueue.cc L1142-1144
+    while lo * n > total and lo > 1:
+        lo //= 2
+    step = p2p_chunk_bytes(p)  # enqueue.cc L915-925
+    key = "multi_node" if multi else "one_node"
+    min_part, max_part = step // c["part_min_divisor"][key], step * c["part_max_factor"][key]
+    b = max(1, math.ceil(peer_bytes))
+    nc = min(lo, math.ceil(b / min_part))
+    part = max(min_part, math.ceil(b / nc))
+    while part > max_part and nc <= per_peer // 2:
+        nc *= 2
+        part = math.ceil(b / nc)
+    # the busiest channel: the n−1 peers' nc-channel stripes spread over ``total`` channels, at most one batch per
+    # group of 8 rounds (enqueue.cc L140-149)
+    batches = max(1, min(math.ceil(n / batch), math.ceil((n - 1) * nc / total)))
+    return P2pPlan(total, per_peer, lo, nc, batches)
+
+
+def _channel_rate(p: Placement, remote: bool) -> float:
+    """Bytes/s one p2p channel moves: what the channel count of ncclTopoGetNchannels assumes per channel."""
+    c = nccl_tuning().p2p
+    if remote:
+        return c["per_channel_net_GBps"] * 1e9
+    if p.intra_hw == "nvlink":
+        return c["nvlink_bw_GBps"][p.arch] * 1e9 / c["nvlink_channels_per_link"]
+    return c["pci_bw_GBps"] * 1e9 / c["pci_channels"]
+
+
+def nccl_all_to_all_time(S: float, p: Placement) -> tuple[float, str, int]:
+    """NCCL all_to_all of ``S`` bytes per GPU (S/n to each peer) on its p2p path: (time, level, channels per peer).
+
+    Each peer's message runs on ``p2p_plan(S/n).channels`` channels; the peers' stripes share the p2pnChannels
+    CTAs (in proportion to the stripes each level needs when they overflow), a channel moving ``_channel_rate``:
+        t = batches · α + max((k−1)/n·S / min(B_intra, c_intra·r_nvl), (1+κ)·k(n−k)/n·S / min(r·B_inter, k·c_net·r_net))
+    with c_intra = (k−1)·nc and c_net = (n−k)·nc channels (scaled to p2pnChannels in all), α the level's step
+    latency once per batch the busiest channel runs (``P2pPlan.batches``)."""
+    n, k = p.n, min(p.per_node, p.n)
+    plan = p2p_plan(S / n, p)
+    multi = _multi(p)
+    c_intra, c_net = (k - 1) * plan.channels, ((n - k) * plan.channels if multi else 0)
+    share = min(1.0, plan.p2p_channels / max(1, c_intra + c_net))
+    intra_rate = min(p.intra.bw_bytes_per_s, c_intra * share * _channel_rate(p, False)) if k > 1 else math.inf
+    intra = (k - 1) / n * S / intra_rate if k > 1 else 0.0
+    if not multi:
+        return plan.batches * p.intra.latency_s + intra, "intra", plan.channels
+    node_rate = min(p.node_inter_bw, k * c_net * share * _channel_rate(p, True))
+    vol = k * (n - k) / n * S
+    inter = link_time_s(vol, vol, node_rate, p.reverse_share)
+    level = "inter" if inter >= intra else "intra"
+    return plan.batches * p.inter.latency_s + max(intra, inter), level, plan.channels
+
+
 def _gloo_cost(op: str, S: float, p: Placement, algorithm: str | None) -> CollectiveCost:
     """gloo (torch.distributed on CPU) runs rings with no low-latency protocol; its reduce_scatter reduces
     the whole buffer (an all-reduce, then a slice), measured on the emulated cluster (docs/measure.md)."""
@@ -641,7 +752,10 @@ def collective_cost(
     if p.library == "gloo":
         return _gloo_cost(op, message_bytes, p, algorithm)
     channels = 0
-    if op in ("all_to_all", "send_recv"):
+    if op == "all_to_all" and not p.measured:  # NCCL's p2p path; a calibrated profile keeps its fitted α-β
+        t, level, channels = nccl_all_to_all_time(message_bytes, p)
+        algo, proto = "pairwise", "Simple"
+    elif op in ("all_to_all", "send_recv"):
         t, level = all_to_all_time(message_bytes, p) if op == "all_to_all" else send_recv_time(message_bytes, p)
         algo, proto = ("pairwise" if op == "all_to_all" else "p2p"), "Simple"
     else:
