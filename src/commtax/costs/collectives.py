@@ -329,6 +329,7 @@ class NcclTuning:
     thread_threshold: dict  # protocol -> bytes per thread (threadThresholds)
     max_threads: dict  # protocol -> threads per channel (maxThreads)
     nvls_pipeline: dict  # stages, step_bytes, max_chunk_bytes, shrink
+    per_channel_max: dict  # perChMax*Bws: "ring_LL128" | "tree" | "tree_LL128" | "nvls_tree" -> arch -> [N1, N2, N4]
     p2p: dict  # all_to_all's point-to-point path: channels per peer, chunk sizes, batching (catalog/nccl.yaml p2p)
     simple_hop_from: str = "catalog"  # "catalog": a Simple step costs the level's latency_us; "nccl": hwLatencies
 
@@ -354,6 +355,7 @@ def nccl_tuning(path: str | None = None) -> NcclTuning:
         thread_threshold=d["thread_threshold_bytes"]["values"],
         max_threads=d["max_threads"]["values"],
         nvls_pipeline=d["nvls_pipeline"]["values"],
+        per_channel_max=d["per_channel_max_busbw_GBps"]["values"],
         p2p=d["p2p"]["values"],
         simple_hop_from=d["simple_hop_latency"]["values"]["from"],
     )
@@ -392,6 +394,22 @@ def _multi(p: Placement) -> bool:
     return p.spans_nodes and p.inter is not None
 
 
+def graph_channels(p: Placement, algo: str) -> int:
+    """graphs[algo]->nChannels of the tuner: ring/tree the searched graph (comm->nChannels / 2, connect.cc doubles
+    it), NVLS and NVLS Tree one channel per NVLS head, min(NCCL_MAX_NVLS_ARITY, GPUs per node) (search.cc)."""
+    c = nccl_tuning().per_channel_max
+    if algo in ("nvls", "nvls_tree"):
+        return min(c["max_nvls_arity"], p.per_node)
+    return max(1, p.channels // c["comm_channels_per_graph_channel"])
+
+
+def per_channel_cap(p: Placement, table: str, algo: str) -> float:
+    """graphs[algo]->nChannels · perChMax<table>Bw (bytes/s): tuning.cc's cap on a bus bandwidth, by architecture and
+    node count (column N1, N2, N4: nNodes <= 2 ? nNodes − 1 : 2)."""
+    col = min(p.nodes, 3) - 1
+    return graph_channels(p, algo) * nccl_tuning().per_channel_max[table][p.arch][col] * 1e9
+
+
 def nccl_ring_time(op: str, S: float, p: Placement, proto: str) -> float:
     """NCCL ring: latency base + (nsteps − nInter)·intraLat + nInter·interLat, algbw = busbw·n/nsteps.
 
@@ -410,6 +428,8 @@ def nccl_ring_terms(op: str, S: float, p: Placement, proto: str) -> tuple[float,
     nsteps = {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1, "broadcast": n}[op]
     B = _ring_bottleneck(p)[0]
     bus = {"LL": min(ll_max_busbw(p), f["ring_LL"] * B), "LL128": f["ring_LL128"] * B, "Simple": B}[proto]
+    if proto == "LL128":  # tuning.cc L329: nChannels · perChMaxRingLL128Bw
+        bus = min(bus, per_channel_cap(p, "ring_LL128", "ring"))
     algbw = bus * n / nsteps
     base = T.base_us["ring"][proto] * 1e-6
     if op == "broadcast":  # chunks of the message pass every rank: nsteps hops of the level the ring crosses
@@ -444,11 +464,12 @@ def nccl_tree_terms(S: float, p: Placement, proto: str) -> tuple[float, float]:
     T, f = nccl_tuning(), nccl_tuning().factors
     multi = _multi(p)
     B = min(p.intra.bw_bytes_per_s, p.node_inter_bw) if multi else p.intra.bw_bytes_per_s
-    bus = f["tree_all_reduce"] * B
+    bus = min(f["tree_all_reduce"] * B, per_channel_cap(p, "tree", "tree"))  # tuning.cc L331
     if proto == "LL":
         bus = min(bus / f["tree_LL_divisor"], ll_max_busbw(p))
-    elif proto == "LL128":
+    elif proto == "LL128":  # tuning.cc L333-335
         bus *= f["tree_LL128_multi_node"] if multi else f["tree_LL128_single_node"]
+        bus = min(bus, per_channel_cap(p, "tree_LL128", "tree"))
     algbw = bus * f["tree_algbw_ratio"]
     k = log2i(S / 64)
     if 0 <= k < 23:
@@ -475,10 +496,12 @@ def nccl_nvls_tree_time(S: float, p: Placement) -> float:
 
 
 def _nvls_tree_bus(p: Placement) -> float:
-    """NVLS Tree busbw: min(the node's NVLS all-reduce busbw, its NIC rate ×2 with two nodes) (tuning.cc)."""
+    """NVLS Tree busbw: min(the node's NVLS all-reduce busbw, its NIC rate ×2 with two nodes, the NVLS graph's channels ×
+    perChMaxNVLSTreeBw) (tuning.cc)."""
     k = p.per_node
     nvls_bus = p.nvls_bw_bytes_per_s * 2 * (k - 1) / k  # the catalog's NVLS algbw as NCCL's busbw (nsteps/ppn)
-    return min(nvls_bus, p.node_inter_bw * (2 if p.nodes <= 2 else 1))
+    # tuning.cc L320-322: per channel min(intraBw, interBw, perChMaxNVLSTreeBw), × the NVLS graph's channels
+    return min(nvls_bus, p.node_inter_bw * (2 if p.nodes <= 2 else 1), per_channel_cap(p, "nvls_tree", "nvls_tree"))
 
 
 def nccl_pat_time(S: float, p: Placement) -> float:
