@@ -496,8 +496,8 @@ def nccl_nvls_tree_time(S: float, p: Placement) -> float:
 
 
 def _nvls_tree_bus(p: Placement) -> float:
-    """NVLS Tree busbw: min(the node's NVLS all-reduce busbw, its NIC rate ×2 with two nodes, the NVLS graph's channels ×
-    perChMaxNVLSTreeBw) (tuning.cc)."""
+    """NVLS Tree busbw: min(the node's NVLS all-reduce busbw, its NIC rate ×2 with two nodes, the NVLS graph's
+    channels × perChMaxNVLSTreeBw) (tuning.cc)."""
     k = p.per_node
     nvls_bus = p.nvls_bw_bytes_per_s * 2 * (k - 1) / k  # the catalog's NVLS algbw as NCCL's busbw (nsteps/ppn)
     # tuning.cc L320-322: per channel min(intraBw, interBw, perChMaxNVLSTreeBw), × the NVLS graph's channels
