@@ -77,25 +77,39 @@ def test_ep64_across_8_h800_nodes_1MiB_per_peer():
     assert p2p_chunk_bytes(p) == 128 * KiB
     plan = p2p_plan(1 * MiB, p)
     assert (plan.p2p_channels, plan.per_peer_max, plan.per_peer_min, plan.channels) == (32, 4, 1, 4)
-    # busiest channel: 63 peers × 4 stripes over 32 channels = 8 ops, ⌈64/8⌉ = 8 groups of rounds: 8 batches
-    assert plan.batches == 8
-    # network: 56 remote peers × 4 = 224 stripes, local 7 × 4 = 28; 252 > 32 CTAs: each level gets 32/252 of its
-    # stripes. The node's rails (8 × 45 GB/s = 360) bind, not 8 GPUs × 28.4 CTAs × 14 GB/s; NVLink:
-    # 28 · 32/252 · 10.3 = 36.6 GB/s for 7/64 of the buffer.
+    # across nodes the 8 rounds of a schedule group (gcd(8, 8 GPUs per node)) share a base channel and one batch:
+    # 8 groups × 4 channels on bit-reversed bases fill the 32 channels once: 32 CTAs, one batch, one α
+    assert (plan.ctas, plan.batches) == (32, 1)
+    # the CTAs go to the peers in proportion: 56/63 of 32 to the network (8 GPUs × 28.4 × 14 GB/s ≫ the node's
+    # rails, 8 × 45 = 360 GB/s, which bind), 7/63 to NVLink: 3.56 × 10.3 = 36.6 GB/s for 7/64 of the buffer
     S = 64 * MiB
     t, level, nc = nccl_all_to_all_time(S, p)
     inter = 8 * 56 / 64 * S / (8 * 45 * GB)
     assert (level, nc) == ("inter", 4)
-    assert t == pytest.approx(8 * 14 * US + inter)
-    assert t == pytest.approx(1416.9 * US, rel=1e-3)
+    assert t == pytest.approx(14 * US + inter)
+    assert t == pytest.approx(1318.9 * US, rel=1e-3)
     # the α-β pairwise model paid 63 latencies: 2186.9 µs
-    assert all_to_all_time(S, p)[0] == pytest.approx(1416.9 * US + 55 * 14 * US, rel=1e-3)
+    assert all_to_all_time(S, p)[0] == pytest.approx(1318.9 * US + 62 * 14 * US, rel=1e-3)
 
 
-def test_ep64_small_messages_run_in_two_batches():
-    # 64 KiB per peer: 1 channel each; 63 stripes over 32 channels: the busiest runs 2 batches
+def test_ep64_small_messages_occupy_few_ctas():
+    # 64 KiB per peer: 1 channel each; 8 schedule groups on 8 bases: 8 CTAs, the network's 56/63 of them
+    # (7.1 × 14 GB/s × 8 GPUs = 796 GB/s) still above the rails
     plan = p2p_plan(64 * KiB, h800_ep64())
-    assert (plan.channels, plan.batches) == (1, 2)
+    assert (plan.channels, plan.ctas, plan.batches) == (1, 8, 1)
+
+
+def test_one_nvlink_domain_of_64_runs_two_batches():
+    # 64 B200 in one NVLink domain: NVLink peer 2 · ⌊720 / 40.1⌋ = 34 -> 64, capped at 32; nChannelsMin 1;
+    # 1 MiB per peer on 1 channel (≤ maxPart 16 MiB); 63 rounds on bit-reversed bases over 32 channels: the
+    # busiest runs 2 batches (rounds r and r+32 are in different groups of 8). 32 CTAs × 40.1/2 GB/s = 641.6 GB/s
+    # < 720: t = 2 α + 63/64 · 64 MiB / 641.6 GB/s
+    p = Placement(n=64, per_node=64, intra=Level("intra", 720 * GB, 14e-6), inter=None, arch="blackwell")
+    plan = p2p_plan(1 * MiB, p)
+    assert (plan.per_peer_max, plan.per_peer_min, plan.channels, plan.ctas, plan.batches) == (32, 1, 1, 32, 2)
+    t, level, _ = nccl_all_to_all_time(64 * MiB, p)
+    assert t == pytest.approx(2 * 14 * US + 63 * MiB / (32 * 20.05 * GB))
+    assert t == pytest.approx(130.96 * US, rel=1e-3)
 
 
 def test_channels_per_peer_halve_to_fit_every_peer_in_one_round():

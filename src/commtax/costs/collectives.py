@@ -647,7 +647,8 @@ class P2pPlan:
     per_peer_max: int  # comm->p2pnChannelsPerPeer (nChannelsMax)
     per_peer_min: int  # nChannelsMin of scheduleP2pTasksToPlan
     channels: int  # channels one peer's message runs on (addP2pToPlan)
-    batches: int  # batches the busiest channel runs one after the other (8 ops of one 8-round group each)
+    ctas: int  # channels (CTAs) the whole exchange occupies: one stripe of ``channels`` per base channel
+    batches: int  # batches the busiest channel runs one after the other
 
 
 def _nvlink_links(p: Placement) -> int:
@@ -698,10 +699,17 @@ def p2p_plan(peer_bytes: float, p: Placement) -> P2pPlan:
     while part > max_part and nc <= per_peer // 2:
         nc *= 2
         part = math.ceil(b / nc)
-    # the busiest channel: the n−1 peers' nc-channel stripes spread over ``total`` channels, at most one batch per
-    # group of 8 rounds (enqueue.cc L140-149)
-    batches = max(1, min(math.ceil(n / batch), math.ceil((n - 1) * nc / total)))
-    return P2pPlan(total, per_peer, lo, nc, batches)
+    # Where the stripes go (include/channel.h ncclP2pChannelBaseForRound, init.cc ncclP2pSchedule L888-899): on one
+    # node every round has its own base channel; across nodes the rounds of one schedule group (gcd(8, GPUs per
+    # node) rounds) share a base and so one batch (≤ 8 ops, enqueue.cc L140-149). Bases are bit-reversed over the
+    # p2pnChannels, so stripes only pile up once they fill all of them.
+    if multi:
+        bases = math.ceil(n / math.gcd(batch, p.per_node))
+        batches = max(1, math.ceil(bases * nc / total))
+    else:
+        bases = n - 1
+        batches = max(1, min(math.ceil(n / batch), math.ceil(bases * nc / total)))
+    return P2pPlan(total, per_peer, lo, nc, min(total, bases * nc), batches)
 
 
 def _channel_rate(p: Placement, remote: bool) -> float:
@@ -717,21 +725,21 @@ def _channel_rate(p: Placement, remote: bool) -> float:
 def nccl_all_to_all_time(S: float, p: Placement) -> tuple[float, str, int]:
     """NCCL all_to_all of ``S`` bytes per GPU (S/n to each peer) on its p2p path: (time, level, channels per peer).
 
-    Each peer's message runs on ``p2p_plan(S/n).channels`` channels; the peers' stripes share the p2pnChannels
-    CTAs (in proportion to the stripes each level needs when they overflow), a channel moving ``_channel_rate``:
+    Each peer's message runs on ``p2p_plan(S/n).channels`` channels; the exchange occupies ``P2pPlan.ctas`` CTAs,
+    shared among the peers (the ops of one batch split a CTA's warps), so each level gets the CTAs of its share of
+    the peers, a channel moving ``_channel_rate``:
         t = batches · α + max((k−1)/n·S / min(B_intra, c_intra·r_nvl), (1+κ)·k(n−k)/n·S / min(r·B_inter, k·c_net·r_net))
-    with c_intra = (k−1)·nc and c_net = (n−k)·nc channels (scaled to p2pnChannels in all), α the level's step
-    latency once per batch the busiest channel runs (``P2pPlan.batches``)."""
+    with c_intra = ctas·(k−1)/(n−1), c_net = ctas·(n−k)/(n−1), α the level's step latency once per batch the
+    busiest channel runs (``P2pPlan.batches``)."""
     n, k = p.n, min(p.per_node, p.n)
     plan = p2p_plan(S / n, p)
     multi = _multi(p)
-    c_intra, c_net = (k - 1) * plan.channels, ((n - k) * plan.channels if multi else 0)
-    share = min(1.0, plan.p2p_channels / max(1, c_intra + c_net))
-    intra_rate = min(p.intra.bw_bytes_per_s, c_intra * share * _channel_rate(p, False)) if k > 1 else math.inf
+    c_intra, c_net = plan.ctas * (k - 1) / (n - 1), (plan.ctas * (n - k) / (n - 1) if multi else 0.0)
+    intra_rate = min(p.intra.bw_bytes_per_s, c_intra * _channel_rate(p, False)) if k > 1 else math.inf
     intra = (k - 1) / n * S / intra_rate if k > 1 else 0.0
     if not multi:
         return plan.batches * p.intra.latency_s + intra, "intra", plan.channels
-    node_rate = min(p.node_inter_bw, k * c_net * share * _channel_rate(p, True))
+    node_rate = min(p.node_inter_bw, k * c_net * _channel_rate(p, True))
     vol = k * (n - k) / n * S
     inter = link_time_s(vol, vol, node_rate, p.reverse_share)
     level = "inter" if inter >= intra else "intra"
