@@ -18,7 +18,11 @@ from commtax.costs.pricing import Costs
 from commtax.errors import SpecError
 from commtax.schedule import analytical as est
 from commtax.spec import job_with, load_job
-from commtax.workload.memory import stage_activation_bytes, stage_activation_bytes_by_recompute
+from commtax.workload.memory import (
+    layer_bytes_by_recompute,
+    stage_activation_bytes,
+    stage_activation_bytes_by_recompute,
+)
 from commtax.workload.step import build_workload, with_fields
 
 finite = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
@@ -83,6 +87,30 @@ def test_dp_step_exposed_by_hand():
     assert est.dp_step_exposed(parts, stage, 4, 2, 8) == pytest.approx(3.0 + 0.5 + 0.1)
     grid = est.dp_step_exposed_s(8.0, 2.0, True, 0.01, 0.02, 0.1, 1.0, np.array([2.0, 4.0]), 4, 2, 8, 1)
     assert grid[0] == est.dp_step_exposed(parts, stage, 4, 2, 8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(finite, finite, finite, finite, finite), min_size=1, max_size=6),
+    st.integers(min_value=1, max_value=96),
+    st.integers(min_value=1, max_value=64),
+)
+def test_zero3_exposed_on_arrays_is_the_scalar_formula_elementwise(rows, units, m):
+    """``zero3_exposed_s`` on arrays (search's ZeRO-3 grid) equals it on each element's floats (estimate), to the
+    bit."""
+    gf, gb, rs, fwd, bwd = (np.array(c) for c in zip(*rows))
+    grid = est.zero3_exposed_s(gf, gb, rs, units, fwd, bwd, m)
+    for i, row in enumerate(rows):
+        assert grid[i] == est.zero3_exposed_s(*row[:3], units, *row[3:], m)
+
+
+def test_zero3_exposed_by_hand():
+    """FSDP over 4 units, m = 2: gathers 2 s (fwd) and 3 s (bwd), reduce-scatter 1 s, passes fwd 1.5 s, bwd 5 s: per
+    micro-batch max(0, 2 − 1.5) + max(0, 3 + 1 − 5) + 2/4 = 1.0; the step 2 × 1.0 + the last unit's reduce 1/4."""
+    assert est.zero3_exposed_s(2.0, 3.0, 1.0, 4, 1.5, 5.0, 2) == 2.25
+    wl = build_workload(load_job(small_job(zero=3)))
+    gf, gb, rs, units, nbytes = est.zero3_traffic(wl, Costs(load_job(small_job(zero=3))))
+    assert units == wl.layers_per_stage and gf > 0 and gb > 0 and rs > 0 and nbytes > 0
 
 
 @settings(max_examples=40, deadline=None)
@@ -159,6 +187,16 @@ def test_activations_for_every_recompute_at_once_are_each_ones(plan):
     stages = list(range(job.plan.pp))
     rows = stage_activation_bytes_by_recompute(job, stages, recomputes)
     assert rows == [stage_activation_bytes(job, stages, r) for r in recomputes]
+    # a layer's bytes do not read the pipeline: the search takes them from the plan's other vp / pp (same layer)
+    for other in ({"vp": 1, "pp": 1}, {"pp": 4, "vp": 2, "schedule": "1f1b"}):
+        try:
+            variant = job_with(job, dp=None, stage_layers=None, **other)
+        except SpecError:
+            continue
+        given = stage_activation_bytes_by_recompute(
+            job, stages, recomputes, layer_bytes_by_recompute(variant, recomputes)
+        )
+        assert given == rows
 
 
 def test_with_fields_is_dataclasses_replace():

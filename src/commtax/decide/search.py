@@ -8,7 +8,7 @@ estimate's order (docs/search.md):
 ============================  =====================================  ==========================
 part                          model function                         depends on (within a base)
 ============================  =====================================  ==========================
-validity                      ``Job`` validator (``spec``)           vp, micro_batch, sp
+validity                      ``Job`` validator (``plan_variant``)   vp, micro_batch, sp
 stage times, bubble           ``stage_times``, ``pipeline_bubble``   split (*), micro_batch, sp, recompute; vp
 pipeline sends                ``analytical.pp_exposed``              vp, micro_batch, sp, recompute
 DP traffic                    ``analytical.dp_exposed``              split, micro_batch, sp, recompute, zero, gd
@@ -21,22 +21,25 @@ activations per stage         ``memory.stage_activation_bytes``      vp, micro_b
 layers do not divide evenly. Memory is the fullest stage's. Where a part is a formula over the grid it is estimate's
 own function given arrays (``costs.elementwise``: the builtins on floats, ufuncs on arrays): the dense stages of
 every base of a TP/CP placement in one pass (``analytical.prefill_stage_times``, after ``_prepare``), the exposed
-DP traffic on the whole grid (``dp_step_exposed_s``), the bubble and sends for every vp of a split (docs/search.md).
-Phase prices and stage times are shared, by value, by the bases that place TP and CP alike (``_Shared``,
-``costs.pricing``). The table is checked, not trusted:
-every search re-estimates its top plans with ``estimate`` and reports the largest relative difference
-(``max_rel_diff``, a warning above 1e-9); the tests and the benchmark check random samples.
+DP traffic on the whole grid (``dp_step_exposed_s``, ZeRO-3's ``zero3_exposed_s``), the bubble and sends for every
+vp of a split, a layer's activations for every vp (docs/search.md). Phase prices and stage times are shared, by
+value, by the bases that place TP and CP alike (``_Shared``, ``costs.pricing``); the cyclic garbage collector is
+paused while the bases are evaluated (``_no_gc``). The table is checked, not trusted: every search re-estimates
+its top plans with ``estimate`` and reports the largest relative difference (``max_rel_diff``, a warning above
+1e-9); the tests and the benchmark check random samples.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
 import math
 import os
 import signal
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,11 +75,12 @@ from commtax.schedule.analytical import (
 )
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, MOE_KEYS, Breakdown
 from commtax.schedule.interval import published_best
-from commtax.spec import Job, job_with, zero_refusal
+from commtax.spec import Job, job_with, plan_variant, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import (
     fixed_reserve_bytes,
+    layer_bytes_by_recompute,
     memory,
     stage_activation_bytes,
     stage_activation_bytes_by_recompute,
@@ -269,11 +273,17 @@ def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], 
     jobs: dict[tuple[int, int, int], Job] = {}
     invalid: Counter = Counter()
     examples: dict[str, str] = {}
+    first: Job | None = None  # the base's first valid job: the others are its variants (``spec.plan_variant``)
     for (i, vp), (j, mb), (k, sp) in itertools.product(
         enumerate(axes["vp"]), enumerate(axes["micro_batch"]), enumerate(axes["sequence_parallel"])
     ):
         try:
-            jobs[i, j, k] = job_with(job, **base.fields, dp=None, vp=vp, micro_batch=mb, sequence_parallel=sp, **reset)
+            if first is None:
+                jobs[i, j, k] = first = job_with(
+                    job, **base.fields, dp=None, vp=vp, micro_batch=mb, sequence_parallel=sp, **reset
+                )
+            else:
+                jobs[i, j, k] = plan_variant(first, vp=vp, micro_batch=mb, sequence_parallel=sp)
         except SpecError as e:
             why = reason(str(e))
             invalid[why] += others
@@ -398,19 +408,19 @@ def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workloa
     moe_split = {si: _moe_split(g.sample_of_split(si)) for si in range(len(g.splits))}
     plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = {}
     for (si, j, k), sample_job in g.sample.items():
+        split = {  # the rank's layers, read once per job (each read runs pipeline_split)
+            "layers_per_stage": max(sample_job.stage_layers),
+            "chunk_layers": sample_job.chunk_layers,
+            "micro_batches": int(g.n_micro[j]),
+            **moe_split[si],
+        }
         for r, rc in enumerate(recomputes):
             key = (micro_sizes[j], seq_pars[k], rc)
             template = g.shared.workloads.get(key)
             if template is None:
                 job_rc = _copy(sample_job, recompute=rc)
                 template = g.shared.workloads[key] = _interned(build_workload(job_rc), g.shared.interned)
-            wl = with_fields(
-                template,
-                layers_per_stage=max(sample_job.stage_layers),
-                chunk_layers=sample_job.chunk_layers,
-                micro_batches=int(g.n_micro[j]),
-                **moe_split[si],
-            )
+            wl = with_fields(template, **split)
             # the stages read the plan's layout and schedule, the recompute only through the workload's blocks
             plans[si, j, k, r] = (sample_job, wl, key)
     return plans
@@ -468,10 +478,14 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     # micro-batch count), whichever stage is the slowest: priced once per key, its exposed part on the whole grid
     on_grid = np.zeros((len(g.splits), len(g.axis("micro_batch")), len(zeros), len(grad_dtypes)), bool)
     traffic = np.full((9,) + on_grid.shape, np.nan)  # ``_dp_grid``'s fields
+    dp_fields: dict[tuple, tuple[float, ...]] = {}
+    # so is overlapped ZeRO-3 traffic (``zero3_traffic``): per (split, zero, grad dtype, micro-batch count)
+    on_z3 = np.zeros_like(on_grid)
+    z3 = np.full((5,) + on_grid.shape, np.nan)  # ``_zero3_grid``'s fields
     for (si, j, k, r), slow in slowest.items():
         vps_here = [i for i in range(len(vps)) if g.split_of_vp[i] == si]
         for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
-            if on_grid[si, j, z, d]:
+            if on_grid[si, j, z, d] or on_z3[si, j, z, d]:
                 continue
             job_zd, wl = dp_jobs[si, z, d]
             counted = with_count.get((si, z, d, j))
@@ -482,8 +496,16 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                         ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
                     ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], int(g.n_micro[j]), g.costs)
                 elif counted.dp_step and not counted.dp_microbatch and job_zd.plan.overlap.dp:
-                    traffic[:, si, j, z, d] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                    # one reduction per step (gradients kept whole: ``reduce_passes``) reads no micro-batch count
+                    once = (si, z, d) if not counted.grads_sharded else (si, z, d, j)
+                    if once not in dp_fields:
+                        dp_fields[once] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                    traffic[:, si, j, z, d] = dp_fields[once]
                     on_grid[si, j, z, d] = True
+                    continue
+                elif counted.dp_microbatch and counted.zero3_gather != "per_parameter_sync" and job_zd.plan.overlap.dp:
+                    z3[:, si, j, z, d] = _est.zero3_traffic(counted, g.costs)
+                    on_z3[si, j, z, d] = True
                     continue
             # MoE: the slowest DP rank, as estimate
             counted, dp_traffic = _est.slowest_dp_rank(job_zd, counted, g.costs, slow, ranks.get((si, z, d, j)))
@@ -501,9 +523,9 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                     g.costs.cm, dp_traffic.link, exposed, dp_traffic.nbytes, slow.link
                 )
     if on_grid.any():
-        grid = _dp_grid(g, slowest, traffic)
-        mask = on_grid[g.split_of_vp][:, :, None, None, :, :]
-        dp_exposed = np.where(mask, grid, dp_exposed)
+        dp_exposed = np.where(on_grid[g.split_of_vp][:, :, None, None, :, :], _dp_grid(g, slowest, traffic), dp_exposed)
+    if on_z3.any():
+        dp_exposed = np.where(on_z3[g.split_of_vp][:, :, None, None, :, :], _zero3_grid(g, slowest, z3), dp_exposed)
     return states, optimizer, dp_exposed
 
 
@@ -523,15 +545,34 @@ def _dp_fields(parts: Any, wl: Workload) -> tuple[float, ...]:
     )
 
 
-def _dp_grid(g: _Grid, slowest: dict, traffic: np.ndarray) -> np.ndarray:
-    """Exposed overlapped DP traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
-    ``dp_step_exposed_s`` and ``dp_contention_s``) on arrays. traffic: ``_dp_fields`` per (split, mb, zero, gd)."""
+def _slow_passes(g: _Grid, slowest: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The slowest stage's forward, backward and the memory-bound share of its passes (what DP traffic hides under)
+    on the (vp, mb, sp, recompute, zero, gd) grid."""
     dims = (len(g.splits),) + tuple(len(g.axis(k)) for k in ("micro_batch", "sequence_parallel", "recompute"))
     fwd, bwd, share = (np.full(dims, np.nan) for _ in range(3))
     for key, slow in slowest.items():
         fwd[key], bwd[key], share[key] = slow.fwd, slow.bwd, _est.memory_share(slow.link)
+    # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
+    return tuple(a[g.split_of_vp][:, :, :, :, None, None] for a in (fwd, bwd, share))
+
+
+def _zero3_grid(g: _Grid, slowest: dict, z3: np.ndarray) -> np.ndarray:
+    """Exposed overlapped ZeRO-3 traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
+    ``zero3_exposed_s`` and ``dp_contention_s``) on arrays. z3: ``zero3_traffic`` per (split, mb, zero, gd)."""
+    fwd, bwd, share = _slow_passes(g, slowest)
+    gf, gb, rs, units, mb_bytes = (t[g.split_of_vp][:, :, None, None, :, :] for t in z3)
+    m = g.n_micro[None, :, None, None, None, None]
+    link, nbytes = (gf + gb + rs) * m, mb_bytes * m
+    with np.errstate(invalid="ignore"):  # nan where a plan is invalid
+        exposed = _est.zero3_exposed_s(gf, gb, rs, units, fwd, bwd, m)
+        return exposed + _est.dp_contention_s(g.costs.cm, link, exposed, nbytes, share)
+
+
+def _dp_grid(g: _Grid, slowest: dict, traffic: np.ndarray) -> np.ndarray:
+    """Exposed overlapped DP traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
+    ``dp_step_exposed_s`` and ``dp_contention_s``) on arrays. traffic: ``_dp_fields`` per (split, mb, zero, gd)."""
+    fwd, bwd, share = _slow_passes(g, slowest)
     by_vp = g.split_of_vp
-    stage = lambda a: a[by_vp][:, :, :, :, None, None]  # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
     reduce_s, gather_s, gathers, tail, first, codec, link, nbytes, passes = (
         t[by_vp][:, :, None, None, :, :] for t in traffic
     )
@@ -539,9 +580,9 @@ def _dp_grid(g: _Grid, slowest: dict, traffic: np.ndarray) -> np.ndarray:
     m = g.n_micro[None, :, None, None, None, None]
     with np.errstate(invalid="ignore"):  # nan where a plan is invalid
         exposed = _est.dp_step_exposed_s(
-            reduce_s, gather_s, gathers > 0, tail, first, codec, stage(fwd), stage(bwd), g.base.pp, vp, m, passes
+            reduce_s, gather_s, gathers > 0, tail, first, codec, fwd, bwd, g.base.pp, vp, m, passes
         )
-        return exposed + _est.dp_contention_s(g.costs.cm, link, exposed, nbytes, stage(share))
+        return exposed + _est.dp_contention_s(g.costs.cm, link, exposed, nbytes, share)
 
 
 def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
@@ -549,10 +590,14 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
     recomputes = g.axis("recompute")
     shape = tuple(len(g.axis(k)) for k in ("vp", "micro_batch", "sequence_parallel")) + (len(recomputes),)
     acts = np.full(shape + (max(len(x) for x in kinds),), np.nan)
+    per_layer: dict[tuple[int, int], list] = {}  # a layer's bytes per recompute: per (mb, sp), whatever the vp
     for (i, j, k), valid_job in g.jobs.items():
         stages = kinds[g.split_of_vp[i]]
         if not valid_job.model.is_moe:  # every recompute at once
-            acts[i, j, k, :, : len(stages)] = stage_activation_bytes_by_recompute(valid_job, stages, recomputes)
+            if (j, k) not in per_layer:
+                per_layer[j, k] = layer_bytes_by_recompute(valid_job, recomputes)
+            by_recompute = stage_activation_bytes_by_recompute(valid_job, stages, recomputes, per_layer[j, k])
+            acts[i, j, k, :, : len(stages)] = by_recompute
             continue
         for r, rc in enumerate(recomputes):  # an MoE layer's activations read the plan's recompute: a copy per value
             acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
@@ -888,6 +933,18 @@ def _by_placement(numbered: list[tuple[int, Base]], workers: int) -> list[list[t
     return [sorted(share, key=lambda ib: ib[0]) for share in shares]
 
 
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused (as the simulator's ``_no_gc``), re-enabled as it was on the way out."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def evaluate_space(
     job: Job,
     space: Space | None = None,
@@ -903,19 +960,23 @@ def evaluate_space(
         workers = min(2, os.cpu_count() or 1) if len(todo) >= 16 else 1
     if workers > 1 and "fork" not in _mp_methods():
         workers = 1  # workers inherit the job by fork; elsewhere (Windows) search in one process
-    try:
-        if workers <= 1:
-            cache: dict[Any, _Shared] = {}
-            prepared = [_prepare(job, b, cache) for b in todo]
-            _prefill(prepared)  # every base's stages at once, on arrays
-            for n, p in enumerate(prepared):
-                results.append(_finish(job, p))
-                if progress:
-                    progress(n + 1, len(todo))
-        else:
-            results, interrupted = _run_workers(job, todo, workers, progress)
-    except KeyboardInterrupt:  # one process: Ctrl-C/SIGTERM raise between plans, no pool lock to leave held
-        interrupted = True
+    # the search allocates ~10^5 acyclic objects (phases, stage times, workloads) that live to its end: the cyclic
+    # collector would rescan the whole heap again and again (about a sixth of a search's CPU time)
+    with _no_gc():
+        try:
+            if workers <= 1:
+                cache: dict[Any, _Shared] = {}
+                prepared = [_prepare(job, b, cache) for b in todo]
+                _prefill(prepared)  # every base's stages at once, on arrays
+                for n in range(len(prepared)):
+                    results.append(_finish(job, prepared[n]))
+                    if progress:
+                        progress(n + 1, len(todo))
+                del prepared, cache  # freed before the collector is back: it has nothing of them left to scan
+            else:
+                results, interrupted = _run_workers(job, todo, workers, progress)
+        except KeyboardInterrupt:  # one process: Ctrl-C/SIGTERM raise between plans, no pool lock to leave held
+            interrupted = True
     return results, skipped, skip_examples, interrupted
 
 

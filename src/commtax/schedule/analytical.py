@@ -539,25 +539,39 @@ def dp_timeline(
         per_mb, nbytes = per_parameter_sync_time(job, wl, costs)
         return per_mb * m, per_mb * m, nbytes * m  # synchronised before every gather: nothing overlaps
     if wl.dp_microbatch:
-        # FSDP / ZeRO-3 gather and reduce-scatter one layer (unit) at a time: L collectives, each paying α
-        units = max(1, wl.layers_per_stage)
-        gf, gb, rs = (units * costs.collective_time(c.group, c.op, c.bytes / units) for c in wl.dp_microbatch)
-        nbytes = sum(costs.sent_bytes(c) for c in wl.dp_microbatch) * m
+        gf, gb, rs, units, mb_bytes = zero3_traffic(wl, costs)
+        nbytes = mb_bytes * m
         link = (gf + gb + rs) * m
         if not ov:
             return link, link, nbytes
-        # the first unit's gather has nothing to hide under (every micro-batch: FSDP reshards after backward), and
-        # the last unit's reduce-scatter ends the step's backward: the optimizer waits for it (PyTorch FSDP notes,
-        # "FSDP Prefetch Nuances": "The 1st all-gather will not be able to overlap with anything")
-        first_layer, last_rs = gf / units, rs / units
-        per_mb = max(0.0, gf - st.fwd) + max(0.0, gb + rs - st.bwd) + first_layer
-        return link, per_mb * m + last_rs, nbytes
+        return link, zero3_exposed_s(gf, gb, rs, units, st.fwd, st.bwd, m), nbytes
     if not wl.dp_step:
         return 0.0, 0.0, 0.0
     parts = dp_step_parts(wl, costs) if parts is None else parts
     if not ov:
         return parts.link, parts.link, parts.nbytes
     return parts.link, dp_step_exposed(parts, st, job.plan.pp, job.plan.vp, m, reduce_passes(wl)), parts.nbytes
+
+
+def zero3_traffic(wl: Workload, costs: Costs) -> tuple[float, float, float, int, float]:
+    """One micro-batch's FSDP / ZeRO-3 traffic (``dp_timeline``): (forward gather, backward gather, reduce-scatter)
+    seconds on the link, the units they are cut in and the bytes sent. Each gathers and reduce-scatters one layer
+    (unit) at a time: L collectives, each paying α."""
+    units = max(1, wl.layers_per_stage)
+    gf, gb, rs = (units * costs.collective_time(c.group, c.op, c.bytes / units) for c in wl.dp_microbatch)
+    return gf, gb, rs, units, sum(costs.sent_bytes(c) for c in wl.dp_microbatch)
+
+
+def zero3_exposed_s(gather_fwd_s, gather_bwd_s, reduce_s, units, fwd_s, bwd_s, m):
+    """Exposed overlapped FSDP / ZeRO-3 traffic of one step (``dp_timeline``); elementwise, so ``search`` evaluates
+    it on the plan grid. Per micro-batch the forward's and the backward's gathers (and reduce-scatters) of its
+    ``units`` layers hide under the stage's passes, but the first unit's gather has nothing to hide under (every
+    micro-batch: FSDP reshards after backward); the last unit's reduce-scatter ends the step's backward: the
+    optimizer waits for it (PyTorch FSDP notes, "FSDP Prefetch Nuances": "The 1st all-gather will not be able to
+    overlap with anything")."""
+    first_layer, last_rs = gather_fwd_s / units, reduce_s / units
+    per_mb = maximum(0.0, gather_fwd_s - fwd_s) + maximum(0.0, gather_bwd_s + reduce_s - bwd_s) + first_layer
+    return per_mb * m + last_rs
 
 
 def reduce_passes(wl: Workload) -> int:

@@ -11,11 +11,13 @@ spec it is.
 from commtax.spec.base import BYTES_PER, CATALOG_DIR, CommDtype, Precision, _Spec, allows_bool  # noqa: F401
 from commtax.spec.catalog import (  # noqa: F401
     CATALOG_FILES,
+    VARIANT_FIELDS,
     _builtin_catalog,
     build,
     job_with,
     load_catalog,
     load_job,
+    plan_variant,
     read_overrides,
     resolve_cluster,
     resolve_entry,

@@ -17,6 +17,7 @@ from commtax.errors import SpecError, excerpt
 from commtax.spec.base import CATALOG_DIR
 from commtax.spec.files import read_yaml
 from commtax.spec.job import Job
+from commtax.spec.plan import Plan
 
 # ----------------------------------------------------------------------------- catalog
 CATALOG_FILES = {"gpu": "gpus.yaml", "intra_node": "links.yaml", "inter_node": "networks.yaml", "model": "models.yaml"}
@@ -87,6 +88,40 @@ def resolve_entry(kind: str, value: Any, catalog: dict, field: str) -> dict:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise SpecError(f"{field}: unknown {kind} {excerpt(value)}{hint} (known: {', '.join(sorted(entries))})")
     return {"name": value, **entries[value]}
+
+
+# plan fields the Plan validates one by one (their type and bounds: no Plan-level validator reads them), so that a
+# validated job with other values of them needs only the Job's cross-field check (``plan_variant``)
+VARIANT_FIELDS = frozenset({"vp", "micro_batch", "sequence_parallel"})
+
+
+def plan_variant(valid: Job, **changes: Any) -> Job:
+    """``job_with(valid, **changes)`` for changes of ``VARIANT_FIELDS``, without validating the model, cluster,
+    training and the plan's other fields again (a search validates ~10^4 variants of a job): each value is checked
+    by the Plan's own field type (``_plan_accepts``; a value it refuses goes through ``job_with``), the changed plan
+    by the Job's validator, whose refusal is worded as ``job_with`` words it."""
+    assert changes.keys() <= VARIANT_FIELDS, changes
+    if not all(_plan_accepts(k, type(v), v) for k, v in changes.items()):
+        return job_with(valid, **changes)
+    plan = valid.plan.model_copy(update=changes)
+    variant = Job.model_construct(model=valid.model, cluster=valid.cluster, plan=plan, training=valid.training)
+    try:
+        return variant._consistent()  # the Job's model validator: it returns the job (attention set to eager where due)
+    except ValueError as e:  # SpecError included: pydantic words a Job validator's refusal "plan: <it>"
+        raise SpecError(f"plan: {e}") from None  # (_format_validation_error; tests/test_plan_variant.py)
+    except AssertionError:
+        return job_with(valid, **changes)  # a programmer's check: as the full validation reports it
+
+
+@lru_cache(maxsize=1024)
+def _plan_accepts(name: str, kind: type, value: Any) -> bool:
+    """Whether the Plan's field ``name`` takes ``value`` as it is (keyed by type too: True == 1, but a bool is no
+    micro-batch size)."""
+    try:
+        got = getattr(Plan.model_validate({name: value}), name)
+    except ValidationError:
+        return False
+    return type(got) is kind and got == value
 
 
 def _format_validation_error(e: ValidationError, prefix: str = "") -> str:

@@ -167,11 +167,28 @@ def stage_activation_bytes(job: Job, stages: Iterable[int] | None = None, recomp
     return stage_activation_bytes_by_recompute(job, stages, (recompute,))[0]
 
 
+def layer_bytes_by_recompute(job: Job, recomputes: Sequence[str | None]) -> list[tuple[float, float]]:
+    """Per value of ``recomputes`` (None: the plan's; MoE: the plan's always): the bytes one layer keeps
+    (``layer_activation_bytes``) and, under full recompute, those the recomputed layer materialises once. They read
+    the micro-batch, tp, cp, sp and recompute, not the pipeline (pp, vp): ``stage_activation_bytes_by_recompute``
+    takes them from a caller that prices many pipelines of one layer (search)."""
+    out = []
+    for recompute in recomputes:
+        recompute = job.plan.recompute if recompute is None or job.model.is_moe else recompute
+        per_layer = layer_activation_bytes(job, recompute)
+        out.append((per_layer, layer_activation_bytes(job, recompute="none") if recompute == "full" else 0.0))
+    return out
+
+
 def stage_activation_bytes_by_recompute(
-    job: Job, stages: Iterable[int] | None, recomputes: Sequence[str | None]
+    job: Job,
+    stages: Iterable[int] | None,
+    recomputes: Sequence[str | None],
+    layer_bytes: Sequence[tuple[float, float]] | None = None,
 ) -> list[list[float]]:
     """``stage_activation_bytes`` for each of ``recomputes`` (None: the plan's), what does not depend on it
-    (the split, in-flight micro-batches, embedding and logits) computed once."""
+    (the split, in-flight micro-batches, embedding and logits) computed once. ``layer_bytes``:
+    ``layer_bytes_by_recompute(job, recomputes)`` when the caller has it."""
     m, p, tr = job.model, job.plan, job.training
     moe_layers = stage_moe_layers(job)
     per_moe_layer = moe_layer_activation_bytes(job) if moe_layers else 0.0
@@ -181,10 +198,7 @@ def stage_activation_bytes_by_recompute(
     split = job.stage_layers
     ranks = [(s, split[s], in_flight_micro_batches(job, s)) for s in (range(p.pp) if stages is None else stages)]
     out = []
-    for recompute in recomputes:
-        recompute = p.recompute if recompute is None or moe_layers else recompute
-        per_layer = layer_activation_bytes(job, recompute)
-        full_layer = layer_activation_bytes(job, recompute="none") if recompute == "full" else 0.0
+    for per_layer, full_layer in layer_bytes or layer_bytes_by_recompute(job, recomputes):
         row = []
         for s, layers, in_flight in ranks:
             acts = layers * per_layer * in_flight

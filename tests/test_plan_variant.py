@@ -1,0 +1,93 @@
+"""``spec.plan_variant``, the search's fast validation of (vp, micro_batch, sequence_parallel) variants of a valid job:
+the same verdict, the same refusal word for word and the same job as ``job_with``'s full validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commtax.errors import SpecError
+from commtax.spec import job_with, load_job, plan_variant
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+JOBS = {
+    name: load_job(EXAMPLES / name)
+    for name in (
+        "compare/gpt3-175b-4096-h100.yaml",  # dense, 1f1b, vp refusals by micro-batch count
+        "moe/deepseek-v3-h800.yaml",  # MoE: Megatron-Core's ep/etp checks read the micro-batches
+        "pools/llama2-70b-a100-4090.yaml",  # two GPU pools: stages and batch shares per pool
+        "llama2-70b-h100.yaml",
+    )
+}
+
+
+def verdict(make, *args, **changes):
+    """("ok", the job's dump) or ("refused", the message)."""
+    try:
+        job = make(*args, **changes)
+    except SpecError as e:
+        return "refused", str(e)
+    return "ok", job.model_dump()
+
+
+def a_valid_layout(job, tp: int, pp: int, cp: int):
+    """The job with another layout (the balanced split), or None where the spec refuses it."""
+    fields = {"tp": tp, "pp": pp, "cp": cp, "dp": None}
+    if pp != job.plan.pp:
+        fields |= dict.fromkeys(("stage_layers", "first_stage_layers", "last_stage_layers"))
+    try:
+        return job_with(job, **fields), fields
+    except SpecError:
+        return None, fields
+
+
+VALUES = {
+    "vp": st.sampled_from([1, 2, 3, 4, 6, 8, 0, -1, 2000, True]),
+    "micro_batch": st.sampled_from([1, 2, 3, 4, 8, 16, 0, 100_000, False, 1.0]),
+    "sequence_parallel": st.sampled_from([True, False, 1, 0, "yes"]),
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    name=st.sampled_from(sorted(JOBS)),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 4, 8, 16]),
+    cp=st.sampled_from([1, 2]),
+    changes=st.fixed_dictionaries({}, optional=VALUES),
+)
+def test_plan_variant_is_job_with(name, tp, pp, cp, changes):
+    base, fields = a_valid_layout(JOBS[name], tp, pp, cp)
+    if base is None:
+        return
+    full = verdict(job_with, base, **changes)
+    assert verdict(plan_variant, base, **changes) == full
+    # the search's first valid job of a base stands for the base's fields: a variant of it is the job itself changed
+    assert verdict(job_with, JOBS[name], **fields, **changes) == full
+    if full[0] == "ok":
+        assert plan_variant(base, **changes) == job_with(base, **changes)
+
+
+def test_refusals_are_the_full_validations():
+    """Hand-picked: a vp the layers refuse, a micro-batch count the interleaved schedule refuses, bounds and types."""
+    job = JOBS["compare/gpt3-175b-4096-h100.yaml"]
+    for changes, starts in [
+        ({"vp": 7}, "plan: vp(7) must divide layers(96)"),
+        ({"vp": 2, "micro_batch": 2}, "plan: vp(2) > 1 needs the micro-batches per replica"),
+        ({"micro_batch": 0}, "plan.micro_batch: Input should be greater than 0"),
+        ({"micro_batch": True}, "plan: micro_batch: expected a number, got true"),
+    ]:
+        with pytest.raises(SpecError) as fast:
+            plan_variant(job, **changes)
+        with pytest.raises(SpecError) as full:
+            job_with(job, **changes)
+        assert str(fast.value) == str(full.value)
+        assert str(fast.value).startswith(starts)
+
+
+def test_only_the_variant_fields():
+    with pytest.raises(AssertionError):
+        plan_variant(JOBS["llama2-70b-h100.yaml"], tp=2)
