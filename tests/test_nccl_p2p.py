@@ -17,7 +17,9 @@ from commtax.costs.collectives import (
     nccl_all_to_all_time,
     p2p_chunk_bytes,
     p2p_plan,
+    p2p_uses_ll,
     pow2_up,
+    proxy_overhead_s,
 )
 
 GB, US, KiB, MiB = 1e9, 1e-6, 2**10, 2**20
@@ -46,23 +48,24 @@ def test_one_h100_node_runs_1MiB_per_peer_on_4_channels():
     assert p2p_chunk_bytes(p) == 512 * KiB
     plan = p2p_plan(1 * MiB, p)
     assert (plan.p2p_channels, plan.per_peer_max, plan.per_peer_min, plan.channels, plan.batches) == (32, 32, 4, 4, 1)
-    # 7 peers × 4 channels = 28 CTAs at 20.6/2 = 10.3 GB/s: 288.4 GB/s < NVLink's 367.2; one batch: one α
+    # 7 peers × 4 channels = 28 CTAs at max(20.6/2, 367.2/24 channels) = 15.3 GB/s: 428.4 GB/s > NVLink's 367.2,
+    # which binds; 1 MiB > 4 × 16 KiB: Simple; one batch: one α
     t, level, nc = nccl_all_to_all_time(8 * MiB, p)
     assert (level, nc) == ("intra", 4)
-    assert t == pytest.approx(14 * US + 7 / 8 * 8 * MiB / (28 * 10.3 * GB))
-    assert t == pytest.approx(39.45 * US, rel=1e-3)
+    assert t == pytest.approx(14 * US + 7 / 8 * 8 * MiB / (367.2 * GB))
+    assert t == pytest.approx(33.99 * US, rel=1e-3)
     c = collective_cost("all_to_all", 8 * MiB, p)
     assert (c.algorithm, c.channels, c.time_s) == ("pairwise", 4, pytest.approx(t))
 
 
 def test_small_per_peer_messages_run_on_one_channel_each():
-    # 64 KiB per peer: min(4, ⌈64 KiB / 64 KiB⌉) = 1 channel: 7 CTAs × 10.3 = 72.1 GB/s; the α-β pairwise model
+    # 64 KiB per peer: min(4, ⌈64 KiB / 64 KiB⌉) = 1 channel: 7 CTAs × 15.3 = 107.1 GB/s; the α-β pairwise model
     # gave 7 latencies and NVLink's full rate: 99.25 µs
     p = h100_node()
     assert p2p_plan(64 * KiB, p).channels == 1
     t, _, _ = nccl_all_to_all_time(512 * KiB, p)
-    assert t == pytest.approx(14 * US + 7 / 8 * 512 * KiB / (7 * 10.3 * GB))
-    assert t == pytest.approx(20.36 * US, rel=1e-3)
+    assert t == pytest.approx(14 * US + 7 / 8 * 512 * KiB / (7 * 367.2 / 24 * GB))
+    assert t == pytest.approx(18.28 * US, rel=1e-3)
     assert all_to_all_time(512 * KiB, p)[0] == pytest.approx(99.25 * US, rel=1e-3)
     # a huge per-peer message doubles its channels past maxPart (16 MiB per channel): 128 MiB -> 4 (32 MiB each) then 8
     assert p2p_plan(64 * MiB, p).channels == 4 and p2p_plan(128 * MiB, p).channels == 8
@@ -102,14 +105,14 @@ def test_ep64_small_messages_occupy_few_ctas():
 def test_one_nvlink_domain_of_64_runs_two_batches():
     # 64 B200 in one NVLink domain: NVLink peer 2 · ⌊720 / 40.1⌋ = 34 -> 64, capped at 32; nChannelsMin 1;
     # 1 MiB per peer on 1 channel (≤ maxPart 16 MiB); 63 rounds on bit-reversed bases over 32 channels: the
-    # busiest runs 2 batches (rounds r and r+32 are in different groups of 8). 32 CTAs × 40.1/2 GB/s = 641.6 GB/s
-    # < 720: t = 2 α + 63/64 · 64 MiB / 641.6 GB/s
+    # busiest runs 2 batches (rounds r and r+32 are in different groups of 8). 32 CTAs × max(40.1/2, 720/24) =
+    # 960 GB/s > 720, which binds: t = 2 α + 63/64 · 64 MiB / 720 GB/s
     p = Placement(n=64, per_node=64, intra=Level("intra", 720 * GB, 14e-6), inter=None, arch="blackwell")
     plan = p2p_plan(1 * MiB, p)
     assert (plan.per_peer_max, plan.per_peer_min, plan.channels, plan.ctas, plan.batches) == (32, 1, 1, 32, 2)
     t, level, _ = nccl_all_to_all_time(64 * MiB, p)
-    assert t == pytest.approx(2 * 14 * US + 63 * MiB / (32 * 20.05 * GB))
-    assert t == pytest.approx(130.96 * US, rel=1e-3)
+    assert t == pytest.approx(2 * 14 * US + 63 * MiB / (720 * GB))
+    assert t == pytest.approx(119.75 * US, rel=1e-3)
 
 
 def test_channels_per_peer_halve_to_fit_every_peer_in_one_round():
@@ -156,3 +159,28 @@ def test_p2p_never_beats_the_links(per_peer, nodes, per_node):
     assert t - p2p_plan(per_peer, p).batches * alpha >= old - (n - 1) * alpha - 1e-12
     assert t >= alpha
     assert 1 <= nc <= 32
+
+
+def test_small_per_channel_messages_run_on_LL():
+    # addP2pToPlan (enqueue.cc L931-933): LL while bytes ≤ channels × NCCL_P2P_LL_THRESHOLD 16 KiB
+    assert p2p_uses_ll(16 * KiB, 1) and not p2p_uses_ll(16 * KiB + 1, 1)
+    assert p2p_uses_ll(64 * KiB, 4) and not p2p_uses_ll(64 * KiB, 2)
+    # one H100 node, 1 KiB per peer: one channel, LL at half rate: 7 CTAs × 15.3 GB/s / 2
+    p = h100_node()
+    t, _, _ = nccl_all_to_all_time(8 * KiB, p)
+    assert t == pytest.approx(14 * US + 7 / 8 * 8 * KiB / (0.5 * 7 * 367.2 / 24 * GB))
+
+
+def test_across_nodes_the_proxy_posts_each_remote_peer():
+    # EP 64 over 8 H800 nodes, 1 KiB per peer (LL): one batch, then 56 remote peers at getNetOverhead 1 µs
+    # (tuning.cc L228-233) while the wire moves next to nothing: 14 + 56 µs
+    p = h800_ep64()
+    assert proxy_overhead_s(p, 56, ll=True) == pytest.approx(56 * US)
+    assert proxy_overhead_s(p, 56, ll=False) == pytest.approx(3 * 56 * US)  # Simple: ×3 (tuning.cc L405-408)
+    t, _, _ = nccl_all_to_all_time(64 * KiB, p)
+    assert t == pytest.approx(14 * US + 56 * US, rel=1e-2)
+    # bandwidth-bound (1 MiB per peer, test above): 168 µs of Simple posting hides under the 1305 µs on the wire
+    assert nccl_all_to_all_time(64 * MiB, p)[0] == pytest.approx(1318.9 * US, rel=1e-3)
+    # one node has no proxy: one α and 8 KiB per peer on LL
+    t = nccl_all_to_all_time(64 * KiB, h100_node())[0]
+    assert t == pytest.approx(14 * US + 7 / 8 * 64 * KiB / (0.5 * 7 * 367.2 / 24 * GB))

@@ -713,13 +713,34 @@ def p2p_plan(peer_bytes: float, p: Placement) -> P2pPlan:
 
 
 def _channel_rate(p: Placement, remote: bool) -> float:
-    """Bytes/s one p2p channel moves: what the channel count of ncclTopoGetNchannels assumes per channel."""
+    """Bytes/s one p2p channel (CTA) moves with the Simple protocol.
+
+    Network: the 14 GB/s per channel that ncclTopoGetNchannels sizes a network peer's channels by. NVLink: at least
+    the nvlBw/2 a channel is sized for, and at least what one CTA of NCCL's own collectives moves, B_intra /
+    comm->nChannels (the level's effective rate is what a ring on ``p.channels`` CTAs reaches: links.yaml efficiency,
+    nccl-tests ring all_reduce). nvlBw/2 alone (10.3 GB/s on Hopper) undercounts a CTA: 4 H100s move 335 GB/s per
+    GPU on 24 p2p CTAs (tests/data/nccl_alltoall_measured.csv h100x4-500M, NVIDIA/nccl#2169), ≥ 14 GB/s per CTA."""
     c = nccl_tuning().p2p
     if remote:
         return c["per_channel_net_GBps"] * 1e9
     if p.intra_hw == "nvlink":
-        return c["nvlink_bw_GBps"][p.arch] * 1e9 / c["nvlink_channels_per_link"]
+        sized = c["nvlink_bw_GBps"][p.arch] * 1e9 / c["nvlink_channels_per_link"]
+        return max(sized, p.intra.bw_bytes_per_s / max(1, p.channels))
     return c["pci_bw_GBps"] * 1e9 / c["pci_channels"]
+
+
+def p2p_uses_ll(peer_bytes: float, channels: int) -> bool:
+    """addP2pToPlan (enqueue.cc L931-933): LL when the message is ≤ channels × NCCL_P2P_LL_THRESHOLD (16 KiB)."""
+    return peer_bytes <= channels * nccl_tuning().p2p["ll_threshold_bytes"]
+
+
+def proxy_overhead_s(p: Placement, remote_peers: int, ll: bool) -> float:
+    """The proxy thread's cost of posting the network sends and receives, one peer after the other: the tuner's
+    per-network-step overhead getNetOverhead (tuning.cc L228-233: 1 µs, x86 AMD 2 µs, not told apart here), ×3 with
+    Simple (tuning.cc L405-408), once per remote peer. The wire moves the posted peers' bytes meanwhile, so the
+    time is the slower of the two (``nccl_all_to_all_time``)."""
+    c = nccl_tuning().p2p
+    return remote_peers * c["net_overhead_us"] * 1e-6 * (1 if ll else c["simple_net_overhead_factor"])
 
 
 def nccl_all_to_all_time(S: float, p: Placement) -> tuple[float, str, int]:
@@ -728,22 +749,27 @@ def nccl_all_to_all_time(S: float, p: Placement) -> tuple[float, str, int]:
     Each peer's message runs on ``p2p_plan(S/n).channels`` channels; the exchange occupies ``P2pPlan.ctas`` CTAs,
     shared among the peers (the ops of one batch split a CTA's warps), so each level gets the CTAs of its share of
     the peers, a channel moving ``_channel_rate``:
-        t = batches · α + max((k−1)/n·S / min(B_intra, c_intra·r_nvl), (1+κ)·k(n−k)/n·S / min(r·B_inter, k·c_net·r_net))
+        t = batches · α + max((n−k)·o, (k−1)/n·S / (ℓ·min(B_intra, c_intra·r_nvl)),
+                              (1+κ)·k(n−k)/n·S / (ℓ·min(r·B_inter, k·c_net·r_net)))
     with c_intra = ctas·(k−1)/(n−1), c_net = ctas·(n−k)/(n−1), α the level's step latency once per batch the
-    busiest channel runs (``P2pPlan.batches``)."""
+    busiest channel runs (``P2pPlan.batches``), o the proxy's cost per remote peer (``proxy_overhead_s``; 0 on one
+    node) and ℓ = 1/2 when the message runs on LL (``p2p_uses_ll``), else 1."""
     n, k = p.n, min(p.per_node, p.n)
     plan = p2p_plan(S / n, p)
     multi = _multi(p)
+    ll = p2p_uses_ll(S / n, plan.channels)
+    ll_share = nccl_tuning().p2p["ll_data_share"] if ll else 1.0  # LL lines carry half data (chunkDataSize /= 2)
     c_intra, c_net = plan.ctas * (k - 1) / (n - 1), (plan.ctas * (n - k) / (n - 1) if multi else 0.0)
-    intra_rate = min(p.intra.bw_bytes_per_s, c_intra * _channel_rate(p, False)) if k > 1 else math.inf
+    intra_rate = min(p.intra.bw_bytes_per_s, c_intra * _channel_rate(p, False)) * ll_share if k > 1 else math.inf
     intra = (k - 1) / n * S / intra_rate if k > 1 else 0.0
     if not multi:
         return plan.batches * p.intra.latency_s + intra, "intra", plan.channels
-    node_rate = min(p.node_inter_bw, k * c_net * _channel_rate(p, True))
+    node_rate = min(p.node_inter_bw, k * c_net * _channel_rate(p, True)) * ll_share
     vol = k * (n - k) / n * S
     inter = link_time_s(vol, vol, node_rate, p.reverse_share)
     level = "inter" if inter >= intra else "intra"
-    return plan.batches * p.inter.latency_s + max(intra, inter), level, plan.channels
+    proxy = proxy_overhead_s(p, n - k, ll)  # overlaps the wire: the last peer is posted while the others move
+    return plan.batches * p.inter.latency_s + max(proxy, intra, inter), level, plan.channels
 
 
 def _gloo_cost(op: str, S: float, p: Placement, algorithm: str | None) -> CollectiveCost:
