@@ -8,7 +8,7 @@ import yaml
 
 from commtax.errors import SpecError
 from commtax.schedule.analytical import estimate
-from commtax.spec import CATALOG_DIR, _builtin_catalog, load_job
+from commtax.spec import CATALOG_DIR, _builtin_catalog, load_job, read_catalog_yaml, read_yaml
 
 # added for published runs on hardware the catalog lacked (issue 8)
 NEW_GPUS = [
@@ -65,6 +65,21 @@ def _job(gpu: str, precision: str | None = None, framework: str = "megatron-lm",
             "precision": precision or ("bf16" if "bf16" in peaks else "fp16"),
         },
     }
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CATALOG_DIR.glob("*.yaml")))
+def test_shipped_files_read_fast_as_the_strict_reader_reads_them(name):
+    """The shipped catalog is read without the user-file checks (read_catalog_yaml): each file must pass them
+    (no duplicate key, no alias bomb) and read the same both ways."""
+    assert read_catalog_yaml(CATALOG_DIR / name) == read_yaml(CATALOG_DIR / name)
+
+
+def test_a_duplicate_key_in_a_catalog_file_would_fail_the_check_above(tmp_path):
+    p = tmp_path / "dup.yaml"
+    p.write_text("a: 1\na: 2\n")
+    assert read_catalog_yaml(p) == {"a": 2}
+    with pytest.raises(SpecError, match="duplicate key 'a'"):
+        read_yaml(p)
 
 
 @pytest.mark.parametrize("kind", ["gpu", "intra_node", "inter_node", "model"])

@@ -118,8 +118,8 @@ def test_unsearched_scaling_and_pareto_are_the_plans_own(searches):
 
     job = load_job(JOB)
     points = scaling(job, [128, 512], search_plans=False)
-    assert searches == [] and [p.plan["dp"] for p in points] == [4, 16]  # tp8·pp4 kept, DP takes up the GPUs
-    assert [p.plan["tp"] for p in points] == [8, 8]
+    assert searches == [] and [p.plan.dp for p in points] == [4, 16]  # tp8·pp4 kept, DP takes up the GPUs
+    assert [p.plan.tp for p in points] == [8, 8]
     assert points[1].breakdown.step_time_s == estimate(with_gpu_counts([job], [512])[0]).step_time_s
     (row,) = compare([job], search_plans=False)
     (pt,) = pareto_points([row])

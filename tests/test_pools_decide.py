@@ -32,12 +32,12 @@ def test_pool_search_puts_more_layers_on_the_fast_pool_and_counts_refusals():
     res = pool_search(j, top=3)
     plan, b = res.top[0]
     assert b.fits and res.fit <= res.evaluated
-    if plan["stage_pools"]:
-        fast = [n for w, n in zip(plan["stage_pools"], plan["stage_layers"]) if w == "a"]
-        slow = [n for w, n in zip(plan["stage_pools"], plan["stage_layers"]) if w == "b"]
+    if plan.stage_pools:
+        fast = [n for w, n in zip(plan.stage_pools, plan.stage_layers) if w == "a"]
+        slow = [n for w, n in zip(plan.stage_pools, plan.stage_layers) if w == "b"]
         assert min(fast) >= max(slow)
     else:
-        assert plan["pool_batch_share"] is None or plan["pool_batch_share"][0] > plan["pool_batch_share"][1]
+        assert plan.pool_batch_share is None or plan.pool_batch_share[0] > plan.pool_batch_share[1]
     assert any(k.startswith("memory: pool b") for k in res.refusals)  # 6 GiB cannot hold what 80 GiB holds
 
 
@@ -57,7 +57,7 @@ def test_advice_names_the_straggler_and_what_rebalancing_buys():
     a = pool_advice(j)
     assert a.straggler == "b"
     assert a.rebalanced is not None and a.rebalanced_step_s < a.step_s and a.gain > 0
-    assert a.rebalanced["stage_layers"][0] > a.rebalanced["stage_layers"][1]
+    assert a.rebalanced.stage_layers[0] > a.rebalanced.stage_layers[1]
     assert "straggler: pool b" in a.line()
 
 

@@ -1,6 +1,6 @@
 """``python -m commtax.cli``: the command line."""
 
-from commtax.cli.main import main
+from commtax.cli.entry import main
 
 if __name__ == "__main__":
     main()

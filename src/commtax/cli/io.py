@@ -25,7 +25,7 @@ from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 
-from commtax.atomic import strict_json, write_atomic
+from commtax.cli.output import emit, to_json  # noqa: F401 - re-exported: every command's JSON and --out
 from commtax.errors import EXIT_INTERRUPTED, LAUNCHED_ENV, SpecError, os_error_line
 from commtax.units import memory_need
 
@@ -210,21 +210,6 @@ def does_not_fit(b: Any, job: Any) -> NoReturn:
         "plan.recompute: full, a smaller plan.micro_batch, or larger tp/pp (commtax search finds one)",
         EXIT_INFEASIBLE,
     )
-
-
-# ----------------------------------------------------------------------------- JSON and output files
-def to_json(data: Any) -> str:
-    """Strict JSON (nan and ±inf become null), indented, with a final newline."""
-    return strict_json(data, indent=2) + "\n"
-
-
-def emit(data: Any, json_out: bool, out: Path | None = None) -> None:
-    """Write ``data`` as JSON to ``out`` (atomically) when given, and to stdout when ``json_out``."""
-    text = to_json(data)
-    if out is not None:
-        write_atomic(out, text)
-    if json_out:
-        sys.stdout.write(text)
 
 
 # ----------------------------------------------------------------------------- progress

@@ -8,13 +8,15 @@ starts without loading the simulator or torch. Errors, JSON and output files: :m
 from __future__ import annotations
 
 import importlib
-import sys
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import typer
 
 from commtax import __version__
+
+# the launcher is commtax.cli.entry (it runs a plain `estimate` before typer is imported); its names stay here too
+from commtax.cli.entry import _interrupt_in, forget_caught_interrupt, main, run_app  # noqa: F401
 from commtax.cli.io import (
     EXIT_INFEASIBLE,
     CatalogOpt,
@@ -24,7 +26,6 @@ from commtax.cli.io import (
     PlotOpt,
     WideOpt,
     console,
-    does_not_fit,
     emit,
     fail,
     flag,
@@ -69,22 +70,9 @@ def estimate(
     catalog: CatalogOpt = None,
 ) -> None:
     """Predict one training step: step time, MFU, comm tax, breakdown, memory."""
-    from commtax.schedule.analytical import estimate as run_estimate
-    from commtax.spec import load_job
+    from commtax.cli.estimate import estimate_job
 
-    job = load_job(job_file, catalog)
-    b = run_estimate(job)
-    if plot is not None:
-        from commtax.report.plots import breakdown_plot
-
-        breakdown_plot([(job_file.stem, b)], plot)
-    emit(b.to_dict(), json_out, out)
-    if not json_out:
-        from commtax.report.table import render_breakdown  # rich: only when a table is printed
-
-        render_breakdown(b, console, job.cluster.gpu.mem_GiB)
-    if not b.fits:
-        does_not_fit(b, job)
+    estimate_job(job_file, json_out, out, plot, catalog)
 
 
 # ----------------------------------------------------------------------------- validate
@@ -367,78 +355,6 @@ def register_commands(names: set[str] | None = None) -> None:
         else:
             app.command(name)(user_errors(obj))
         _registered.add(name)
-
-
-def main() -> None:
-    from commtax import signals
-
-    signals.install()  # SIGTERM/SIGHUP clean up like Ctrl-C (temp files, workers, launched ranks), exit 130
-    command = sys.argv[1] if len(sys.argv) > 1 else None
-    if sys.argv[1:] == ["--version"]:  # no command to register: every module's import would cost a second
-        print(f"commtax {__version__}")
-        return
-    try:  # from the handlers on, a signal is one line and exit 130, whatever is importing
-        from commtax.cli.io import refuse_folder_outputs
-
-        try:
-            refuse_folder_outputs(sys.argv[1:])
-        except typer.Exit as e:
-            sys.exit(e.exit_code)
-        register_commands({command} if command in COMMANDS else None)
-        if signals.RECEIVED:  # raised inside an import-lock callback, where Python ignores exceptions
-            raise KeyboardInterrupt(signals.RECEIVED[0])
-    except Exception as e:  # Python wraps an interrupt raised while a class is built ("Error calling __set_name__")
-        if (cause := _interrupt_in(e)) is None:
-            raise
-        print(f"error: interrupted{f' ({cause})' if str(cause) else ''}", file=sys.stderr)
-        forget_caught_interrupt()
-        sys.exit(130)  # errors.EXIT_INTERRUPTED
-    except KeyboardInterrupt as e:  # a signal while the command's modules import: still one line, exit 130
-        print(f"error: interrupted{f' ({e})' if str(e) else ''}", file=sys.stderr)
-        forget_caught_interrupt()
-        sys.exit(130)  # errors.EXIT_INTERRUPTED
-    rc = run_app(command)
-    forget_caught_interrupt()
-    sys.exit(rc)
-
-
-def forget_caught_interrupt() -> None:
-    """CPython 3.11 marks a KeyboardInterrupt that left code run by ``exec(str)`` (dataclasses and pydantic build
-    methods so, while the command's modules import) as unhandled even once caught, and the process then ends by
-    SIGINT (-2) instead of exiting 130 (a CI rehearsal, and one run in eight signalled 65-225 ms after start-up).
-    Running any string clears the mark (Python/pythonrun.c, run_eval_code_obj)."""
-    exec("")  # noqa: S102 - an empty string: the reset is the point
-
-
-def _interrupt_in(e: BaseException) -> KeyboardInterrupt | None:
-    """The KeyboardInterrupt (Ctrl-C, or SIGTERM/SIGHUP as ``Interrupted``) that caused ``e``, if one did."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, KeyboardInterrupt):
-            return e
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return None
-
-
-def run_app(command: str | None) -> int:
-    """``app()`` with click's usage errors (a range, a choice, a missing file or argument, an unknown option)
-    as one ``error:`` line and exit 2, as the rest of the CLI reports bad input, not click's usage block."""
-    try:
-        rv = app(standalone_mode=False)
-    except Exception as e:
-        if type(e).__name__ == "Abort":  # click's: Ctrl-C or end of input at a prompt (cluster down --all)
-            print("error: aborted", file=sys.stderr)
-            return 130
-        if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):  # not a click exception
-            raise
-        from commtax.cli.io import safe_text
-
-        where = f"commtax {command} --help" if command in COMMANDS else "commtax --help"
-        message = " ".join(safe_text(e.format_message()).split()).rstrip(".")
-        print(f"error: {message}; see `{where}`", file=sys.stderr)
-        return 2 if e.exit_code in (1, 2) else e.exit_code
-    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":

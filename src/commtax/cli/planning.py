@@ -296,12 +296,12 @@ def _search_pools(job, top: int, rent: bool, json_out: bool, out: Path | None, p
         t.add_column(col, justify="left" if col in ("plan", "stages (pool:layers)", "straggler") else "right")
     for k, ((p, b), entry) in enumerate(zip(res.top, data["top"]), 1):
         where = (
-            stage_runs(p["stage_pools"], p["stage_layers"])
-            if p["stage_pools"]
-            else "dp across pools, shares " + ",".join(f"{x:.3g}" for x in (p["pool_batch_share"] or []) or ["even"])
+            stage_runs(list(p.stage_pools), list(p.stage_layers or ()))
+            if p.stage_pools
+            else "dp across pools, shares " + (",".join(f"{x:.3g}" for x in p.pool_batch_share or ()) or "even")
         )
         slow = next((x["pool"] for x in b.pools or [] if x["straggler"]), "")
-        label = f"tp{p['tp']}·pp{p['pp']}·dp{p['dp']}·mb{p['micro_batch']}·{p['recompute']}"
+        label = f"tp{p.tp}·pp{p.pp}·dp{p.dp}·mb{p.micro_batch}·{p.recompute}"
         t.add_row(
             str(k),
             label,
@@ -458,7 +458,7 @@ def advise_command(
         from commtax.decide.pool_search import pool_advice
 
         pa = pool_advice(job)
-        emit({**pa.__dict__, "gain": pa.gain, "line": pa.line()}, json_out, out)
+        emit(pa.to_dict(), json_out, out)
         if not json_out:
             console.print(pa.line(), markup=False, highlight=False)
         return

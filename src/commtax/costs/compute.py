@@ -30,7 +30,7 @@ from functools import lru_cache
 from typing import Any
 
 from commtax.costs.elementwise import minimum, where
-from commtax.spec import CATALOG_DIR, GPU, Cluster, read_yaml
+from commtax.spec import CATALOG_DIR, GPU, Cluster, read_catalog_yaml
 from commtax.spec.assumptions import Assumptions, assumptions_for
 from commtax.spec.wire_dtypes import CONVERT_BYTES
 from commtax.units import TFLOPS
@@ -165,7 +165,7 @@ def gemm_efficiency(cm: ComputeModel, m: int, n: int, k: int, groups: int = 1, b
 # ----------------------------------------------------------------------------- attention kernel tables
 @lru_cache(maxsize=1)
 def attention_tables() -> dict[str, Any]:
-    return read_yaml(ATTENTION_FILE)
+    return read_catalog_yaml(ATTENTION_FILE)
 
 
 def _interp_log(xs: list[float], ys: list[float], x: float) -> float:
@@ -258,7 +258,7 @@ def launch_floor(cm: ComputeModel, t_gpu: float, kernels: int) -> float:
 def grouped_gemm_floor_s(arch: str) -> float:
     """Least time of one expert's GEMM in TE's multi-stream grouped GEMM on a GPU generation (catalog/grouped_gemm.yaml:
     SM100 from TE PR #3134, SM90 from TE PR #2045; other generations the fallback's)."""
-    data = read_yaml(CATALOG_DIR / "grouped_gemm.yaml")
+    data = read_catalog_yaml(CATALOG_DIR / "grouped_gemm.yaml")
     floors = data["per_expert_gemm_s"]
     return float(floors.get(arch, floors[data["fallback"]]))
 

@@ -400,17 +400,17 @@ def advise(
         changes.append(_change(label, "plan", base, estimate(j), upd))
     interrupted = False
     if search_best:
-        from commtax.decide.plans import plan_label
+        from commtax.decide.plans import PlanRow
         from commtax.decide.search import search
 
         try:
             res = search(job, top=1, workers=workers, progress=progress)
             interrupted = res.interrupted
             plan, b = res.top[0]
-            diff = {k: v for k, v in plan.items() if getattr(job.plan, k, None) != v and k != "dp"}
-            if diff:
+            best = PlanRow.from_dict(plan)  # search writes its rows as dicts
+            if any(getattr(best, k) != getattr(job.plan, k) for k in best.columns if k != "dp"):
                 what = "best of an interrupted (partial) search" if interrupted else "best plan"
-                changes.append(_change(f"{what}: {plan_label(plan)}", "search", base, b, plan))
+                changes.append(_change(f"{what}: {best.label}", "search", base, b, best.to_dict()))
         except SpecError:  # no valid plan in the space
             pass
         except Interrupted:  # Ctrl-C/SIGTERM before the search found any plan: the rest of the advice stands

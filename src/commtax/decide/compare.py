@@ -25,13 +25,14 @@ from commtax.decide.cost import (
     load_prices,
     usd_per_B_tokens,
 )
+from commtax.decide.plans import PlanRow
 from commtax.decide.pool_search import pool_search
 from commtax.decide.search import SearchResult, Space, search
 from commtax.decide.space import COLUMNS as SEARCH_COLUMNS
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule.analytical import estimate
 from commtax.schedule.breakdown import Breakdown
-from commtax.spec import Job, build, load_catalog, resolve_entry
+from commtax.spec import Job, Plan, build, load_catalog, resolve_entry
 from commtax.units import SECONDS_PER_DAY, memory_need
 
 MAX_COMPARE_GPUS = 32  # compare --gpu: clusters, each priced (or searched in full)
@@ -51,7 +52,7 @@ class Row:
 
     name: str
     job: Job
-    plan: dict[str, Any] | None
+    plan: PlanRow | None
     breakdown: Breakdown | None
     cost: TrainingCost | None
     cluster_cost: ClusterCost
@@ -67,7 +68,7 @@ class Row:
             "intra_node": c.intra_node.name,
             "inter_node": c.inter_node.name,
             "nics_per_node": c.nics_per_node,
-            "plan": self.plan,
+            "plan": None if self.plan is None else self.plan.to_dict(),
             "reason": self.reason,
         }
         if self.breakdown is not None and self.cost is not None:
@@ -174,7 +175,7 @@ def _with_cluster(job: Job, cluster: dict[str, Any]) -> Job:
     """The job on another cluster; its plan kept if still valid there, else the simplest valid plan."""
     base = {"model": job.model, "cluster": cluster, "training": job.training}
     try:
-        return build(Job, {**base, "plan": {**job.plan.model_dump(), "dp": None}}, "")
+        return build(Job, {**base, "plan": job.plan.replace(dp=None)}, "")
     except SpecError:
         pass
     keep = {
@@ -237,15 +238,15 @@ def compare(
         if res.interrupted:  # a partial search's best is not this cluster's best: stop, exit 130
             raise Interrupted("compare")
         plan, b = res.top[0]
+        plan = plan if isinstance(plan, PlanRow) else PlanRow.from_dict(plan)  # search writes its rows as dicts
         cost = job_training_cost(job, b.tokens_per_s, prices, tokens, power)
         rows.append(Row(name, job, plan, b, cost, cc, res))
     return rows
 
 
-def plan_of(job: Job) -> dict[str, Any]:
-    """The job's plan as search writes a plan (``plan_label`` reads either)."""
-    plan = job.plan.model_dump()
-    return {**{k: plan[k] for k in plan if k in SEARCH_COLUMNS}, "dp": job.dp}
+def plan_of(job: Job) -> PlanRow:
+    """The job's plan with the columns of a dense search, in the spec's field order (as compare writes them)."""
+    return PlanRow.of(job, [k for k in Plan.model_fields if k in SEARCH_COLUMNS])
 
 
 def own_plan_row(name: str, job: Job, cc: ClusterCost, prices: Prices, tokens: float | None, power: PowerBasis) -> Row:
@@ -377,7 +378,7 @@ def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 @dataclass
 class ScalePoint:
     num_gpus: int
-    plan: dict[str, Any] | None
+    plan: PlanRow | None
     breakdown: Breakdown | None
     reason: str | None = None
 
@@ -389,7 +390,8 @@ class ScalePoint:
             if b
             else {}
         )
-        return {"num_gpus": self.num_gpus, "plan": self.plan, "reason": self.reason, **shown}
+        plan = None if self.plan is None else self.plan.to_dict()
+        return {"num_gpus": self.num_gpus, "plan": plan, "reason": self.reason, **shown}
 
 
 def default_scaling_counts(num_gpus: int) -> list[int]:
@@ -413,7 +415,7 @@ def scaling(
             if res.interrupted:
                 raise Interrupted("compare --scaling")
             plan, b = res.top[0]
-            out.append(ScalePoint(n, plan, b))
+            out.append(ScalePoint(n, PlanRow.from_dict(plan), b))  # search writes its rows as dicts
         except SpecError as e:
             out.append(ScalePoint(n, None, None, str(e)))
     return out

@@ -7,9 +7,9 @@ tuned them", and by ``search``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal
 
 from commtax.errors import SpecError
 from commtax.schedule.analytical import estimate
@@ -75,7 +75,7 @@ _SEARCH_ORDER = ("tp", "pp", "cp", "dp", "zero", "recompute", "sequence_parallel
 class Choice:
     job: Job
     breakdown: Breakdown
-    chosen: dict[str, Any]
+    chosen: PlanRow  # the free fields' values: its columns are the free fields
 
 
 def _expand(raw: dict, fixed: dict, free: list[str]) -> Iterator[dict]:
@@ -119,14 +119,84 @@ def best_plan(
         if require_fit and not b.fits:
             continue
         if best is None or b.tokens_per_s > best.breakdown.tokens_per_s:
-            plan = job.plan
-            best = Choice(job, b, {f: getattr(plan, f) if f != "dp" else job.dp for f in free})
+            best = Choice(job, b, PlanRow.of(job, free))
     return best
 
 
-def plan_label(p: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class PlanRow:
+    """A plan as one row of a plan table, the form in which plans travel between search, compare, pool search and
+    the reports: typed, frozen, hashable, and written as a dict only at the edge (:meth:`to_dict`, JSON and CSV).
+
+    ``columns`` are the table's columns, in its order (a dense search: ``space.COLUMNS``; an MoE search adds its
+    axes; the pool search has its own, :data:`POOL_COLUMNS`): they are the keys ``to_dict`` writes, so each
+    output keeps its keys and their order; a field outside them keeps its default and is not written."""
+
+    columns: tuple[str, ...]
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    dp: int = 1
+    vp: int = 1
+    micro_batch: int = 1
+    sequence_parallel: bool = False
+    zero: Literal[0, 1, 2, 3] = 1
+    recompute: Literal["none", "selective", "full"] = "selective"
+    grad_comm_dtype: str = "bf16"
+    schedule: str = "1f1b"
+    ep: int = 1
+    etp: int = 1
+    moe_dispatcher: str = "alltoall"
+    moe_a2a_overlap: bool = False
+    stage_pools: tuple[int | str, ...] | None = None
+    stage_layers: tuple[int, ...] | None = None
+    pool_batch_share: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        unknown = set(self.columns) - PLAN_ROW_FIELDS
+        assert not unknown, f"PlanRow has no field {sorted(unknown)}"  # a programmer's error: a column misnamed
+
+    @classmethod
+    def of(cls, job: Job, columns: Iterable[str]) -> PlanRow:
+        """The job's own plan (dp resolved) written with ``columns``."""
+        columns = tuple(columns)
+        return cls(columns, **{c: _job_value(job, c) for c in columns})
+
+    @classmethod
+    def from_dict(cls, plan: Mapping[str, Any]) -> PlanRow:
+        """A plan table's row as a dict (``search``'s ``top``): its keys are the columns, lists become tuples."""
+        return cls(tuple(plan), **{k: tuple(v) if isinstance(v, list) else v for k, v in plan.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as JSON writes it: the columns in order, tuples as lists."""
+        return {c: list(v) if isinstance(v := getattr(self, c), tuple) else v for c in self.columns}
+
+    @property
+    def label(self) -> str:
+        return plan_label(self)
+
+
+def _job_value(job: Job, field: str) -> Any:
+    """A plan field of ``job`` as a plan table writes it: dp and the stages' layers resolved (the plan may leave
+    them to the spec)."""
+    if field == "dp":
+        return job.dp
+    if field == "stage_layers":
+        return tuple(job.stage_layers)
+    return getattr(job.plan, field)
+
+
+PLAN_ROW_FIELDS = frozenset(f.name for f in fields(PlanRow)) - {"columns"}
+NO_CHOICE = PlanRow(())  # a row of no columns: nothing chosen
+# the pool search's plans: the layout, the batch, and where the stages, layers and batch shares go
+POOL_COLUMNS = ("tp", "pp", "dp", "micro_batch", "recompute", "stage_pools", "stage_layers", "pool_batch_share")
+
+
+def plan_label(row: PlanRow | Mapping[str, Any]) -> str:
     """A plan in one token: ``tp8·pp4·dp8·mb1``, then what differs from the defaults (cp/vp > 1, ZeRO stage,
-    recompute, sequence parallelism, a gradient dtype other than bf16): ``tp8·pp4·dp8·mb1·vp2·z1·sel·sp``."""
+    recompute, sequence parallelism, a gradient dtype other than bf16): ``tp8·pp4·dp8·mb1·vp2·z1·sel·sp``. A
+    plan's fields outside its row's columns are not shown (a mapping: its keys are the fields shown)."""
+    p = row.to_dict() if isinstance(row, PlanRow) else row
     parts = [f"tp{p['tp']}", f"pp{p['pp']}", f"dp{p['dp']}", f"mb{p['micro_batch']}"]
     if p.get("cp", 1) > 1:
         parts.insert(2, f"cp{p['cp']}")

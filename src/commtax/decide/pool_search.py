@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
+from commtax.decide.plans import POOL_COLUMNS, PlanRow
 from commtax.errors import SpecError
 from commtax.schedule.analytical import estimate
 from commtax.schedule.breakdown import Breakdown
@@ -32,7 +33,7 @@ RECOMPUTE = ("selective", "full")
 @dataclass
 class PoolSearchResult:
     job: Job
-    top: list[tuple[dict[str, Any], Breakdown]]
+    top: list[tuple[PlanRow, Breakdown]]
     evaluated: int
     fit: int
     refusals: Counter = field(default_factory=Counter)
@@ -43,7 +44,7 @@ class PoolSearchResult:
             "evaluated": self.evaluated,
             "fit": self.fit,
             "refusals": dict(self.refusals.most_common()),
-            "top": [{"plan": p, **b.to_dict()} for p, b in self.top],
+            "top": [{"plan": p.to_dict(), **b.to_dict()} for p, b in self.top],
         }
 
 
@@ -149,7 +150,7 @@ def refusal_rule(message: str) -> str:
 def pool_search(job: Job, top: int = 5, progress: Callable[[int, int], None] | None = None) -> PoolSearchResult:
     """Every candidate of ``candidates`` priced on the pools; the fastest that fit memory first."""
     cands = candidates(job)
-    scored: list[tuple[float, dict[str, Any], Breakdown]] = []
+    scored: list[tuple[float, PlanRow, Breakdown]] = []
     refusals: Counter = Counter()
     for k, change in enumerate(cands):
         if progress:
@@ -164,26 +165,12 @@ def pool_search(job: Job, top: int = 5, progress: Callable[[int, int], None] | N
             binding = next((x["pool"] for x in b.pools or [] if not x["fits"]), "?")
             refusals[f"memory: pool {binding}"] += 1
             continue
-        scored.append((b.step_time_s, _plan_dict(j), b))
+        scored.append((b.step_time_s, PlanRow.of(j, POOL_COLUMNS), b))
     if not scored:
         why = "; ".join(f"{n} × {r}" for r, n in refusals.most_common(3))
         raise SpecError(f"plan: no plan of the pool search is valid and fits memory ({why}); add GPUs or memory")
     scored.sort(key=lambda x: x[0])
     return PoolSearchResult(job, [(p, b) for _, p, b in scored[:top]], len(cands), len(scored), refusals)
-
-
-def _plan_dict(job: Job) -> dict[str, Any]:
-    p = job.plan
-    return {
-        "tp": p.tp,
-        "pp": p.pp,
-        "dp": job.dp,
-        "micro_batch": p.micro_batch,
-        "recompute": p.recompute,
-        "stage_pools": list(p.stage_pools) if p.stage_pools is not None else None,
-        "stage_layers": list(job.stage_layers),
-        "pool_batch_share": list(p.pool_batch_share) if p.pool_batch_share is not None else None,
-    }
 
 
 @dataclass(frozen=True)
@@ -193,8 +180,20 @@ class PoolAdvice:
     straggler: str
     step_s: float
     overflow: str | None  # the pool that does not fit memory, as "pool: need of capacity GiB"; None: it fits
-    rebalanced: dict[str, Any] | None  # the best plan that only moves layers or batch between the pools
+    rebalanced: PlanRow | None  # the best plan that only moves layers or batch between the pools
     rebalanced_step_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The advice as ``advise`` writes it in its JSON: the fields, the gain and the line."""
+        return {
+            "straggler": self.straggler,
+            "step_s": self.step_s,
+            "overflow": self.overflow,
+            "rebalanced": None if self.rebalanced is None else self.rebalanced.to_dict(),
+            "rebalanced_step_s": self.rebalanced_step_s,
+            "gain": self.gain,
+            "line": self.line(),
+        }
 
     @property
     def gain(self) -> float:
@@ -207,9 +206,9 @@ class PoolAdvice:
         if self.rebalanced is None or self.gain <= 0:
             return head + "; no rebalancing of layers or batch shares is faster"
         what = (
-            f"stage_layers {self.rebalanced['stage_layers']} on {self.rebalanced['stage_pools']}"
-            if self.rebalanced["stage_pools"]
-            else f"pool_batch_share {[round(x, 4) for x in self.rebalanced['pool_batch_share'] or []]}"
+            f"stage_layers {list(self.rebalanced.stage_layers or ())} on {list(self.rebalanced.stage_pools)}"
+            if self.rebalanced.stage_pools
+            else f"pool_batch_share {[round(x, 4) for x in self.rebalanced.pool_batch_share or ()]}"
         )
         return head + f"; rebalancing to {what} gives {self.rebalanced_step_s:.3f} s ({self.gain:.1%} faster)"
 
@@ -220,7 +219,7 @@ def pool_advice(job: Job) -> PoolAdvice:
     slow = next(x["pool"] for x in base.pools if x["straggler"])
     p = job.plan
     keep = {"tp": p.tp, "pp": p.pp, "micro_batch": p.micro_batch, "recompute": p.recompute}
-    best: tuple[float, dict[str, Any]] | None = None
+    best: tuple[float, PlanRow] | None = None
     for change in candidates(job):
         if any(change[k] != v for k, v in keep.items()) or (change["stage_pools"] is None) != (p.stage_pools is None):
             continue
@@ -230,7 +229,7 @@ def pool_advice(job: Job) -> PoolAdvice:
             continue
         b = estimate(j)
         if b.fits and (best is None or b.step_time_s < best[0]):
-            best = (b.step_time_s, _plan_dict(j))
+            best = (b.step_time_s, PlanRow.of(j, POOL_COLUMNS))
     over = [x for x in base.pools if not x["fits"]]
     overflow = ", ".join(f"pool {x['pool']} needs {x['memory_gib']:.1f} of {x['mem_GiB']:g} GiB" for x in over) or None
     return PoolAdvice(slow, base.step_time_s, overflow, best[1] if best else None, best[0] if best else None)

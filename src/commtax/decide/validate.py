@@ -21,7 +21,7 @@ from typing import Any
 
 from commtax.costs.collectives import collective_cost
 from commtax.costs.topology import placement
-from commtax.decide.plans import best_plan
+from commtax.decide.plans import NO_CHOICE, PlanRow, best_plan
 from commtax.errors import SpecError, excerpt
 from commtax.schedule.interval import job_regime, load_table
 from commtax.spec import (
@@ -138,7 +138,7 @@ class RowResult:
     measured: float | None
     predicted: float | None
     error_pct: float | None
-    chosen: dict[str, Any] = field(default_factory=dict)
+    chosen: PlanRow = NO_CHOICE  # the plan fields the search chose (as the authors tuned them)
     reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # predicted hardware FLOP utilisation (model + recompute FLOPs) and the plan's recompute: what the search's
@@ -170,7 +170,8 @@ class Report:
         key_p = "predicted_tokens_per_s_per_gpu" if self.kind == "runs" else "predicted_busbw_GBps"
         rows = []
         for r in self.rows:
-            d = {"id": r.id, key_m: r.measured, key_p: r.predicted, "error_pct": r.error_pct, "chosen": r.chosen}
+            chosen = r.chosen.to_dict()
+            d = {"id": r.id, key_m: r.measured, key_p: r.predicted, "error_pct": r.error_pct, "chosen": chosen}
             if r.reason:
                 d["reason"] = r.reason
             d.update(r.extra)

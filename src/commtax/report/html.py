@@ -965,7 +965,7 @@ def scaling_table(data: ReportData) -> str:
                 pct(b.mfu) if b else "—",
                 pct(bb.comm_tax) if bb else ("—" if p is None else f"— ({p.reason})"),
                 pct(bb.mfu) if bb else "—",
-                plan_label(p.plan) if p is not None and p.plan else "—",
+                plan_label(p.plan.to_dict()) if p is not None and p.plan else "—",
             ]
         )
     return table(

@@ -170,7 +170,7 @@ def validation_table(report: Any, wide: bool = False) -> Table:
             continue
         if runs:
             software = r.extra.get("framework", "")
-            chosen = " ".join(_cell(k, v) for k, v in {**r.extra.get("defaults", {}), **r.chosen}.items())
+            chosen = " ".join(_cell(k, v) for k, v in {**r.extra.get("defaults", {}), **r.chosen.to_dict()}.items())
             note = " ".join(x for x in (chosen, software if wide else software.split(" (")[0]) if x)
         else:
             note = "/".join(x for x in (r.extra.get("algorithm", ""), r.extra.get("protocol", "")) if x)

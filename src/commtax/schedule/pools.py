@@ -58,8 +58,7 @@ def pool_job(job: Job, i: int, num_gpus: int | None = None, global_batch: int | 
     cluster = pool_cluster(job.cluster, i)
     if num_gpus is not None:
         cluster = cluster.model_copy(update={"num_gpus": num_gpus})
-    plan = job.plan.model_dump()
-    plan.update(stage_pools=None, pool_batch_share=None, dp=None)
+    plan = job.plan.replace(stage_pools=None, pool_batch_share=None, dp=None)
     training = job.training if global_batch is None else job.training.model_copy(update={"global_batch": global_batch})
     return build(Job, {"model": job.model, "cluster": cluster, "plan": plan, "training": training}, "")
 

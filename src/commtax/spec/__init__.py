@@ -23,7 +23,14 @@ from commtax.spec.catalog import (  # noqa: F401
     resolve_entry,
 )
 from commtax.spec.fabric import Fabric, FabricFlow, FabricJob  # noqa: F401
-from commtax.spec.files import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, read_text, read_yaml  # noqa: F401
+from commtax.spec.files import (  # noqa: F401
+    MAX_YAML_BYTES,
+    MAX_YAML_DEPTH,
+    MAX_YAML_NODES,
+    read_catalog_yaml,
+    read_text,
+    read_yaml,
+)
 from commtax.spec.frameworks import (  # noqa: F401
     GENERATION_ALIAS,
     AttentionKernel,

@@ -74,9 +74,9 @@ class Assumptions(BaseModel):
 
 
 def load_assumptions(path: Path | str = ASSUMPTIONS_FILE) -> Assumptions:
-    from commtax.spec.files import read_yaml
+    from commtax.spec.files import read_catalog_yaml, read_yaml
 
-    data = read_yaml(Path(path))
+    data = read_catalog_yaml(ASSUMPTIONS_FILE) if Path(path) == ASSUMPTIONS_FILE else read_yaml(Path(path))
     try:
         return Assumptions.model_validate(data)
     except ValidationError as e:

@@ -15,7 +15,7 @@ from pydantic import (
 
 from commtax.errors import SpecError, excerpt
 from commtax.spec.base import CATALOG_DIR
-from commtax.spec.files import read_yaml
+from commtax.spec.files import read_catalog_yaml, read_yaml
 from commtax.spec.job import Job
 from commtax.spec.plan import Plan
 
@@ -26,7 +26,7 @@ FABRIC_FILE = "fabrics.yaml"  # cluster.fabric presets: a catalog section of the
 
 @lru_cache(maxsize=1)
 def _builtin_catalog() -> dict[str, dict[str, dict]]:
-    return {kind: read_yaml(CATALOG_DIR / f) or {} for kind, f in CATALOG_FILES.items()}
+    return {kind: read_catalog_yaml(CATALOG_DIR / f) or {} for kind, f in CATALOG_FILES.items()}
 
 
 def read_overrides(
@@ -58,7 +58,7 @@ def read_overrides(
 
 @lru_cache(maxsize=1)
 def builtin_fabrics() -> dict[str, dict]:
-    return read_yaml(CATALOG_DIR / FABRIC_FILE) or {}
+    return read_catalog_yaml(CATALOG_DIR / FABRIC_FILE) or {}
 
 
 def load_catalog(extra: Path | str | None = None) -> dict[str, dict[str, dict]]:
@@ -294,7 +294,7 @@ def load_job(source: Path | str | dict, catalog_file: Path | str | None = None) 
 
 def job_with(job: Job, **plan_changes: Any) -> Job:
     """The same job with some plan fields changed, validated again (used by search and advice)."""
-    plan = job.plan.model_dump()
-    plan.update(plan_changes)
-    data = {"model": job.model, "cluster": job.cluster, "plan": plan, "training": job.training}
-    return build(Job, data, "")
+    # the plan's fields as data, validated with the job in one pass: the search's hot path (Plan.replace validates
+    # the plan on its own first, a fifth slower here)
+    plan = {**job.plan.model_dump(), **plan_changes}
+    return build(Job, {"model": job.model, "cluster": job.cluster, "plan": plan, "training": job.training}, "")

@@ -10,7 +10,7 @@ from pydantic import (
 )
 
 from commtax.spec.base import CATALOG_DIR, CommDtype, _Spec
-from commtax.spec.files import read_yaml
+from commtax.spec.files import read_catalog_yaml
 
 
 class Overlap(_Spec):
@@ -86,7 +86,7 @@ class Framework(_Spec):
 
 @lru_cache(maxsize=1)
 def frameworks() -> dict[str, Framework]:
-    data = read_yaml(CATALOG_DIR / "frameworks.yaml") or {}
+    data = read_catalog_yaml(CATALOG_DIR / "frameworks.yaml") or {}
     return {name: Framework.model_validate(entry) for name, entry in data.items()}
 
 

@@ -9,7 +9,7 @@ from pydantic import (
 )
 
 from commtax.spec.base import CATALOG_DIR, _Spec
-from commtax.spec.files import read_yaml
+from commtax.spec.files import read_catalog_yaml
 from commtax.spec.hardware import Cluster
 from commtax.spec.model import Model
 from commtax.spec.pipeline_split import per_rank, pipeline_split
@@ -20,7 +20,7 @@ from commtax.spec.pools import check_pools
 @lru_cache(maxsize=1)
 def eager_attention_archs() -> frozenset[str]:
     """GPU architectures without fused attention kernels (catalog/attention.yaml ``eager_archs``)."""
-    return frozenset(read_yaml(CATALOG_DIR / "attention.yaml").get("eager_archs", []))
+    return frozenset(read_catalog_yaml(CATALOG_DIR / "attention.yaml").get("eager_archs", []))
 
 
 class Job(_Spec):

@@ -142,6 +142,14 @@ class Plan(_Spec):
         "across pools; default: the same per replica",
     )
 
+    def replace(self, **changes: Any) -> Plan:
+        """The plan with some fields changed, validated again as a whole (cross-field checks included; the
+        framework's defaults fill no field, since every field is set). A bad change raises a SpecError naming
+        ``plan.<field>``."""
+        from commtax.spec.catalog import build  # the one place pydantic's report becomes a SpecError line
+
+        return build(Plan, {**self.model_dump(), **changes}, "plan")
+
     @model_validator(mode="after")
     def _error_feedback_needs_compression(self) -> Plan:
         if self.grad_error_feedback and self.grad_comm_dtype in ("fp32", "bf16", "fp16"):
