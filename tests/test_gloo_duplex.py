@@ -73,13 +73,18 @@ def test_a_cluster_file_with_the_field_changes_the_gloo_all_to_all_price():
     assert nccl[0].rows[0]["time_s"] == nccl[1].rows[0]["time_s"] and nccl[1].note == ""
 
 
-def test_the_fabric_sharing_still_applies():
-    """2 leaves of 2 nodes, a 2:1 spine: the all-to-all gets ¾ of a node's rate (docs/fabric.md), κ on top."""
+def test_on_a_fabric_the_pairs_turns_replace_kappa():
+    """2 leaves of 2 nodes, a 2:1 spine: gloo's all-to-all is priced by its pairs' turns (costs/rendezvous.py:
+    47/32 of the spine's S / B over the 24 entry orders), whatever κ the file holds; the leaf uplink still binds."""
     fab = {"topology": "tor", "nodes_per_leaf": 2, "oversubscription": {"leaf": 2.0}}
-    S, vol = 8 * MiB, 3 / 4 * 8 * MiB
-    t = predict_collective("all_to_all", S, cluster({**emulated(0.4), "fabric": fab})).rows[0]
-    assert t["binding_link"] == "leaf 0 uplink"
-    assert t["time_s"] == pytest.approx(3 * ALPHA + 1.4 * vol / (0.75 * B))
+    S = 8 * MiB
+    for kappa in (0.4, None):
+        p = predict_collective("all_to_all", S, cluster({**emulated(kappa), "fabric": fab}))
+        t = p.rows[0]
+        assert t["binding_link"] == "leaf 0 uplink" and "gloo_a2a_duplex" not in t
+        assert t["time_s"] == pytest.approx(3 * ALPHA + 47 / 32 * S / B)
+        assert t["rendezvous_range_s"] == pytest.approx([3 * ALPHA + 1.25 * S / B, 3 * ALPHA + 1.75 * S / B])
+        assert "mean over 24 entry orders" in " ".join(p.note.split()) and "κ =" not in p.note
 
 
 def test_a_bad_value_is_one_clear_error():

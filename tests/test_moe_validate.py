@@ -5,9 +5,10 @@ import pytest
 from commtax.decide.validate import moe_layers_cell, validate
 from commtax.errors import SpecError
 
-# issue 18 asks for ≤ 15% source-averaged; the model reaches 23.6% today (docs/moe.md "Validation"): this gate holds
-# the figure where it is so that a change that makes it worse fails, until the goal is met
-MOE_MAPE_GATE = 24.0
+# issue 18 asks for ≤ 15% source-averaged; the model reaches 27.4% today (docs/moe.md "Validation"; 23.6% before NCCL's
+# all_to_all moved onto its p2p path, checked against measured alltoall_perf in tests/test_nccl_alltoall_measured.py,
+# not against these rows): this gate holds the figure where it is so that a change that makes it worse fails
+MOE_MAPE_GATE = 27.5
 MOE_MAPE_GOAL = 15.0
 
 

@@ -161,8 +161,12 @@ def test_collective_command_shows_the_channels():
     header = next(line for line in r.stdout.splitlines() if "size (B)" in line)
     assert header.split()[-1] == "ch" and "nvls/Simple" in r.stdout
     assert r.stdout.splitlines()[-1].split()[-1] == "16"
-    # no NCCL channels under a p2p all_to_all: the table keeps its columns
-    r = CliRunner().invoke(app, ["collective", "all_to_all", "--bytes", "8MiB", "--gpus", "8"])
+    # no NCCL channels under a send_recv: the table keeps its columns
+    r = CliRunner().invoke(app, ["collective", "send_recv", "--bytes", "8MiB", "--gpus", "2"])
     assert r.exit_code == 0, r.output
     header = next(line for line in r.stdout.splitlines() if "size (B)" in line)
     assert header.split()[-2:] == ["bound", "by"]
+    # an all_to_all shows the channels of one peer's message on NCCL's p2p path (1 MiB per peer: 4)
+    r = CliRunner().invoke(app, ["collective", "all_to_all", "--bytes", "8MiB", "--gpus", "8"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[-1].split()[-1] == "4"

@@ -35,6 +35,8 @@ def main(work: Path, out: Path) -> None:
                     "ratio": r["time_s"] / p["time_s"],
                     "binding_link": p.get("binding_link", ""),
                     "gloo_a2a_duplex": p.get("gloo_a2a_duplex"),  # κ the prediction used (all_to_all; None: unmeasured)
+                    # gloo on the fabric: the luckiest and unluckiest entry order's time (costs/rendezvous.py)
+                    "rendezvous_range_s": p.get("rendezvous_range_s"),
                     "load_before_after": loads,
                 }
             )

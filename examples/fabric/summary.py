@@ -16,8 +16,10 @@ def table(files: list[Path]) -> str:
         {(r["background"], r["op"], r["message_bytes"]) for _, rows in runs for r in rows},
         key=lambda k: (k[1], ORDER.get(k[0], 9), k[2]),
     )
+    kappa_runs = any(r.get("gloo_a2a_duplex") is not None for _, rows in runs for r in rows)
     ratio = {(name, r["background"], r["op"], r["message_bytes"]): r for name, rows in runs for r in rows}
-    head = "| background 0→2 | op | MiB | " + " | ".join(f"run {n} (κ)" for n, _ in runs) + " |"
+    what = "κ" if kappa_runs else "range"  # range: measured over the slowest and the fastest order
+    head = "| background 0→2 | op | MiB | " + " | ".join(f"run {n} ({what})" for n, _ in runs) + " |"
     lines = [head, "|---|---|---:|" + "---:|" * len(runs)]
     inside = {}
     for bg, op, nbytes in keys:
@@ -30,6 +32,9 @@ def table(files: list[Path]) -> str:
             ok = abs(r["ratio"] - 1) <= 0.15
             inside.setdefault((op, name), []).append(ok)
             kappa = f" ({r['gloo_a2a_duplex']:.2f})" if r.get("gloo_a2a_duplex") is not None else ""
+            if r.get("rendezvous_range_s"):  # measured over the luckiest and the unluckiest entry order's time
+                hi, lo = (r["measured_s"] / x for x in r["rendezvous_range_s"])
+                kappa = f" ({lo:.2f}–{hi:.2f})"
             cells.append(f"{r['ratio']:.2f}{kappa}" if ok else f"**{r['ratio']:.2f}**{kappa}")
         lines.append(f"| {bg} | {op} | {nbytes / 2**20:.0f} | " + " | ".join(cells) + " |")
     lines.append("")

@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from commtax.costs.rendezvous import RendezvousTime
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
 # DeepEP's normal (training) kernels: dispatch and combine of MoE tokens (catalog/deepep.yaml)
 DEEPEP_OPS = ("deepep_dispatch", "deepep_combine")
@@ -56,6 +58,9 @@ class Placement:
     # κ of the node links for all_to_all (costs.alltoall): the lighter direction's share that does not overlap the
     # heavier one; 0 full duplex (NCCL), gloo's measured by `cluster up` (Network.gloo_a2a_duplex)
     reverse_share: float = 0.0
+    # gloo's all_to_all on a fabric (costs.rendezvous): network seconds per byte of each pair's chunk, the mean over
+    # entry orders of the pairs' turns; replaces κ and the fabric's share for a uniform all_to_all. None: not priced so
+    rendezvous: RendezvousTime | None = None
     # comm->nChannels: NCCL's channels (one CTA each) for ring/tree/PAT, from its topology search
     # (assumptions.yaml nccl_ctas_nvlink 24, nccl_ctas_pcie 4; commtax.costs.topology sets it)
     channels: int = 24
@@ -216,6 +221,8 @@ def all_to_all_time(S: float, p: Placement) -> tuple[float, str]:
         return (n - 1) * p.intra.latency_s + intra, "intra"
     vol = k * (n - k) / n * S  # a node's bytes out, and as many in
     inter = link_time_s(vol, vol, p.node_inter_bw, p.reverse_share)
+    if p.rendezvous is not None:  # gloo on a fabric: the pairs' turns, per byte of a pair's chunk S / n
+        inter = p.rendezvous.mean_s * S / n
     return (n - 1) * p.inter.latency_s + max(intra, inter), "inter" if inter >= intra else "intra"
 
 
@@ -329,6 +336,8 @@ class NcclTuning:
     thread_threshold: dict  # protocol -> bytes per thread (threadThresholds)
     max_threads: dict  # protocol -> threads per channel (maxThreads)
     nvls_pipeline: dict  # stages, step_bytes, max_chunk_bytes, shrink
+    per_channel_max: dict  # perChMax*Bws: "ring_LL128" | "tree" | "tree_LL128" | "nvls_tree" -> arch -> [N1, N2, N4]
+    p2p: dict  # all_to_all's point-to-point path: channels per peer, chunk sizes, batching (catalog/nccl.yaml p2p)
     simple_hop_from: str = "catalog"  # "catalog": a Simple step costs the level's latency_us; "nccl": hwLatencies
 
 
@@ -353,6 +362,8 @@ def nccl_tuning(path: str | None = None) -> NcclTuning:
         thread_threshold=d["thread_threshold_bytes"]["values"],
         max_threads=d["max_threads"]["values"],
         nvls_pipeline=d["nvls_pipeline"]["values"],
+        per_channel_max=d["per_channel_max_busbw_GBps"]["values"],
+        p2p=d["p2p"]["values"],
         simple_hop_from=d["simple_hop_latency"]["values"]["from"],
     )
 
@@ -390,6 +401,22 @@ def _multi(p: Placement) -> bool:
     return p.spans_nodes and p.inter is not None
 
 
+def graph_channels(p: Placement, algo: str) -> int:
+    """graphs[algo]->nChannels of the tuner: ring/tree the searched graph (comm->nChannels / 2, connect.cc doubles
+    it), NVLS and NVLS Tree one channel per NVLS head, min(NCCL_MAX_NVLS_ARITY, GPUs per node) (search.cc)."""
+    c = nccl_tuning().per_channel_max
+    if algo in ("nvls", "nvls_tree"):
+        return min(c["max_nvls_arity"], p.per_node)
+    return max(1, p.channels // c["comm_channels_per_graph_channel"])
+
+
+def per_channel_cap(p: Placement, table: str, algo: str) -> float:
+    """graphs[algo]->nChannels · perChMax<table>Bw (bytes/s): tuning.cc's cap on a bus bandwidth, by architecture and
+    node count (column N1, N2, N4: nNodes <= 2 ? nNodes − 1 : 2)."""
+    col = min(p.nodes, 3) - 1
+    return graph_channels(p, algo) * nccl_tuning().per_channel_max[table][p.arch][col] * 1e9
+
+
 def nccl_ring_time(op: str, S: float, p: Placement, proto: str) -> float:
     """NCCL ring: latency base + (nsteps − nInter)·intraLat + nInter·interLat, algbw = busbw·n/nsteps.
 
@@ -408,6 +435,8 @@ def nccl_ring_terms(op: str, S: float, p: Placement, proto: str) -> tuple[float,
     nsteps = {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1, "broadcast": n}[op]
     B = _ring_bottleneck(p)[0]
     bus = {"LL": min(ll_max_busbw(p), f["ring_LL"] * B), "LL128": f["ring_LL128"] * B, "Simple": B}[proto]
+    if proto == "LL128":  # tuning.cc L329: nChannels · perChMaxRingLL128Bw
+        bus = min(bus, per_channel_cap(p, "ring_LL128", "ring"))
     algbw = bus * n / nsteps
     base = T.base_us["ring"][proto] * 1e-6
     if op == "broadcast":  # chunks of the message pass every rank: nsteps hops of the level the ring crosses
@@ -442,11 +471,12 @@ def nccl_tree_terms(S: float, p: Placement, proto: str) -> tuple[float, float]:
     T, f = nccl_tuning(), nccl_tuning().factors
     multi = _multi(p)
     B = min(p.intra.bw_bytes_per_s, p.node_inter_bw) if multi else p.intra.bw_bytes_per_s
-    bus = f["tree_all_reduce"] * B
+    bus = min(f["tree_all_reduce"] * B, per_channel_cap(p, "tree", "tree"))  # tuning.cc L331
     if proto == "LL":
         bus = min(bus / f["tree_LL_divisor"], ll_max_busbw(p))
-    elif proto == "LL128":
+    elif proto == "LL128":  # tuning.cc L333-335
         bus *= f["tree_LL128_multi_node"] if multi else f["tree_LL128_single_node"]
+        bus = min(bus, per_channel_cap(p, "tree_LL128", "tree"))
     algbw = bus * f["tree_algbw_ratio"]
     k = log2i(S / 64)
     if 0 <= k < 23:
@@ -473,10 +503,12 @@ def nccl_nvls_tree_time(S: float, p: Placement) -> float:
 
 
 def _nvls_tree_bus(p: Placement) -> float:
-    """NVLS Tree busbw: min(the node's NVLS all-reduce busbw, its NIC rate ×2 with two nodes) (tuning.cc)."""
+    """NVLS Tree busbw: min(the node's NVLS all-reduce busbw, its NIC rate ×2 with two nodes, the NVLS graph's
+    channels × perChMaxNVLSTreeBw) (tuning.cc)."""
     k = p.per_node
     nvls_bus = p.nvls_bw_bytes_per_s * 2 * (k - 1) / k  # the catalog's NVLS algbw as NCCL's busbw (nsteps/ppn)
-    return min(nvls_bus, p.node_inter_bw * (2 if p.nodes <= 2 else 1))
+    # tuning.cc L320-322: per channel min(intraBw, interBw, perChMaxNVLSTreeBw), × the NVLS graph's channels
+    return min(nvls_bus, p.node_inter_bw * (2 if p.nodes <= 2 else 1), per_channel_cap(p, "nvls_tree", "nvls_tree"))
 
 
 def nccl_pat_time(S: float, p: Placement) -> float:
@@ -604,6 +636,149 @@ def nccl_run_time(op: str, S: float, p: Placement, algo: str, proto: str) -> tup
     return lat + wire, nc
 
 
+# ----------------------------------------------------------------------------- NCCL's point-to-point path
+# all_to_all is ncclSend/ncclRecv to every peer in one group: channels are picked per peer, not by the tuner
+# (graph/paths.cc ncclTopoComputeP2pChannels, enqueue.cc addP2pToPlan; constants: catalog/nccl.yaml p2p).
+
+
+def pow2_up(x: int) -> int:
+    """NCCL's pow2Up: the smallest power of two ≥ x."""
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class P2pPlan:
+    """How NCCL runs one all_to_all of per-peer messages: the per-peer and total p2p channels and the result."""
+
+    p2p_channels: int  # comm->p2pnChannels
+    per_peer_max: int  # comm->p2pnChannelsPerPeer (nChannelsMax)
+    per_peer_min: int  # nChannelsMin of scheduleP2pTasksToPlan
+    channels: int  # channels one peer's message runs on (addP2pToPlan)
+    ctas: int  # channels (CTAs) the whole exchange occupies: one stripe of ``channels`` per base channel
+    batches: int  # batches the busiest channel runs one after the other
+
+
+def _nvlink_links(p: Placement) -> int:
+    """pathBw / nvlBw of ncclTopoGetNchannels: NVLinks to the peer, from the level's per-GPU rate."""
+    return max(1, int(p.intra.bw_bytes_per_s / (nccl_tuning().p2p["nvlink_bw_GBps"][p.arch] * 1e9)))
+
+
+def _peer_channels(p: Placement, remote: bool) -> int:
+    """ncclTopoGetNchannels (paths.cc L920-955): NVLink 2·links, PCIe 2, network max(1 NIC, ⌈netBw / 14 GB/s⌉)."""
+    c = nccl_tuning().p2p
+    if remote:
+        return max(1, math.ceil(p.inter.bw_bytes_per_s / (c["per_channel_net_GBps"] * 1e9) - 1e-9))
+    if p.intra_hw == "nvlink":
+        return c["nvlink_channels_per_link"] * _nvlink_links(p)
+    return c["pci_channels"]
+
+
+def p2p_chunk_bytes(p: Placement) -> int:
+    """comm->p2pChunkSize (init.cc L830-838): network across nodes, NVLink on an all-NVLink node, else PCI."""
+    c = nccl_tuning().p2p["chunk_bytes"]
+    return c["net"] if _multi(p) else c["nvlink" if p.intra_hw == "nvlink" else "pci"]
+
+
+def p2p_plan(peer_bytes: float, p: Placement) -> P2pPlan:
+    """Channels of one peer's send (and recv) in an all_to_all of ``p.n`` ranks, as NCCL 2.30.7 sets them."""
+    c = nccl_tuning().p2p
+    n, multi = p.n, _multi(p)
+    total = pow2_up(min(p.channels, c["max_channels"]))  # paths.cc L984-990
+    per_peer = _peer_channels(p, remote=False) if p.per_node > 1 or not multi else 10**9
+    if multi:
+        per_peer = min(per_peer, _peer_channels(p, remote=True))
+    per_peer = pow2_up(per_peer)
+    batch = c["max_p2p_per_batch"]
+    if multi:  # paths.cc L993-1001: fit every peer in one round of batches
+        while per_peer * math.ceil(n / batch) > total and per_peer > 1:
+            per_peer //= 2
+    else:
+        per_peer = min(total, per_peer)
+    lo = per_peer  # enqueue.cc L1142-1144
+    while lo * n > total and lo > 1:
+        lo //= 2
+    step = p2p_chunk_bytes(p)  # enqueue.cc L915-925
+    key = "multi_node" if multi else "one_node"
+    min_part, max_part = step // c["part_min_divisor"][key], step * c["part_max_factor"][key]
+    b = max(1, math.ceil(peer_bytes))
+    nc = min(lo, math.ceil(b / min_part))
+    part = max(min_part, math.ceil(b / nc))
+    while part > max_part and nc <= per_peer // 2:
+        nc *= 2
+        part = math.ceil(b / nc)
+    # Where the stripes go (include/channel.h ncclP2pChannelBaseForRound, init.cc ncclP2pSchedule L888-899): on one
+    # node every round has its own base channel; across nodes the rounds of one schedule group (gcd(8, GPUs per
+    # node) rounds) share a base and so one batch (≤ 8 ops, enqueue.cc L140-149). Bases are bit-reversed over the
+    # p2pnChannels, so stripes only pile up once they fill all of them.
+    if multi:
+        bases = math.ceil(n / math.gcd(batch, p.per_node))
+        batches = max(1, math.ceil(bases * nc / total))
+    else:
+        bases = n - 1
+        batches = max(1, min(math.ceil(n / batch), math.ceil(bases * nc / total)))
+    return P2pPlan(total, per_peer, lo, nc, min(total, bases * nc), batches)
+
+
+def _channel_rate(p: Placement, remote: bool) -> float:
+    """Bytes/s one p2p channel (CTA) moves with the Simple protocol.
+
+    Network: the 14 GB/s per channel that ncclTopoGetNchannels sizes a network peer's channels by. NVLink: at least
+    the nvlBw/2 a channel is sized for, and at least what one CTA of NCCL's own collectives moves, B_intra /
+    comm->nChannels (the level's effective rate is what a ring on ``p.channels`` CTAs reaches: links.yaml efficiency,
+    nccl-tests ring all_reduce). nvlBw/2 alone (10.3 GB/s on Hopper) undercounts a CTA: 4 H100s move 335 GB/s per
+    GPU on 24 p2p CTAs (tests/data/nccl_alltoall_measured.csv h100x4-500M, NVIDIA/nccl#2169), ≥ 14 GB/s per CTA."""
+    c = nccl_tuning().p2p
+    if remote:
+        return c["per_channel_net_GBps"] * 1e9
+    if p.intra_hw == "nvlink":
+        sized = c["nvlink_bw_GBps"][p.arch] * 1e9 / c["nvlink_channels_per_link"]
+        return max(sized, p.intra.bw_bytes_per_s / max(1, p.channels))
+    return c["pci_bw_GBps"] * 1e9 / c["pci_channels"]
+
+
+def p2p_uses_ll(peer_bytes: float, channels: int) -> bool:
+    """addP2pToPlan (enqueue.cc L931-933): LL when the message is ≤ channels × NCCL_P2P_LL_THRESHOLD (16 KiB)."""
+    return peer_bytes <= channels * nccl_tuning().p2p["ll_threshold_bytes"]
+
+
+def proxy_overhead_s(p: Placement, remote_peers: int, ll: bool) -> float:
+    """The proxy thread's cost of posting the network sends and receives, one peer after the other: the tuner's
+    per-network-step overhead getNetOverhead (tuning.cc L228-233: 1 µs, x86 AMD 2 µs, not told apart here), ×3 with
+    Simple (tuning.cc L405-408), once per remote peer. The wire moves the posted peers' bytes meanwhile, so the
+    time is the slower of the two (``nccl_all_to_all_time``)."""
+    c = nccl_tuning().p2p
+    return remote_peers * c["net_overhead_us"] * 1e-6 * (1 if ll else c["simple_net_overhead_factor"])
+
+
+def nccl_all_to_all_time(S: float, p: Placement) -> tuple[float, str, int]:
+    """NCCL all_to_all of ``S`` bytes per GPU (S/n to each peer) on its p2p path: (time, level, channels per peer).
+
+    Each peer's message runs on ``p2p_plan(S/n).channels`` channels; the exchange occupies ``P2pPlan.ctas`` CTAs,
+    shared among the peers (the ops of one batch split a CTA's warps), so each level gets the CTAs of its share of
+    the peers, a channel moving ``_channel_rate``:
+        t = batches · α + max((n−k)·o, (k−1)/n·S / (ℓ·min(B_intra, c_intra·r_nvl)),
+                              (1+κ)·k(n−k)/n·S / (ℓ·min(r·B_inter, k·c_net·r_net)))
+    with c_intra = ctas·(k−1)/(n−1), c_net = ctas·(n−k)/(n−1), α the level's step latency once per batch the
+    busiest channel runs (``P2pPlan.batches``), o the proxy's cost per remote peer (``proxy_overhead_s``; 0 on one
+    node) and ℓ = 1/2 when the message runs on LL (``p2p_uses_ll``), else 1."""
+    n, k = p.n, min(p.per_node, p.n)
+    plan = p2p_plan(S / n, p)
+    multi = _multi(p)
+    ll = p2p_uses_ll(S / n, plan.channels)
+    ll_share = nccl_tuning().p2p["ll_data_share"] if ll else 1.0  # LL lines carry half data (chunkDataSize /= 2)
+    c_intra, c_net = plan.ctas * (k - 1) / (n - 1), (plan.ctas * (n - k) / (n - 1) if multi else 0.0)
+    intra_rate = min(p.intra.bw_bytes_per_s, c_intra * _channel_rate(p, False)) * ll_share if k > 1 else math.inf
+    intra = (k - 1) / n * S / intra_rate if k > 1 else 0.0
+    if not multi:
+        return plan.batches * p.intra.latency_s + intra, "intra", plan.channels
+    node_rate = min(p.node_inter_bw, k * c_net * _channel_rate(p, True)) * ll_share
+    vol = k * (n - k) / n * S
+    inter = link_time_s(vol, vol, node_rate, p.reverse_share)
+    level = "inter" if inter >= intra else "intra"
+    proxy = proxy_overhead_s(p, n - k, ll)  # overlaps the wire: the last peer is posted while the others move
+    return plan.batches * p.inter.latency_s + max(proxy, intra, inter), level, plan.channels
+
+
 def _gloo_cost(op: str, S: float, p: Placement, algorithm: str | None) -> CollectiveCost:
     """gloo (torch.distributed on CPU) runs rings with no low-latency protocol; its reduce_scatter reduces
     the whole buffer (an all-reduce, then a slice), measured on the emulated cluster (docs/measure.md)."""
@@ -641,7 +816,10 @@ def collective_cost(
     if p.library == "gloo":
         return _gloo_cost(op, message_bytes, p, algorithm)
     channels = 0
-    if op in ("all_to_all", "send_recv"):
+    if op == "all_to_all" and not p.measured:  # NCCL's p2p path; a calibrated profile keeps its fitted α-β
+        t, level, channels = nccl_all_to_all_time(message_bytes, p)
+        algo, proto = "pairwise", "Simple"
+    elif op in ("all_to_all", "send_recv"):
         t, level = all_to_all_time(message_bytes, p) if op == "all_to_all" else send_recv_time(message_bytes, p)
         algo, proto = ("pairwise" if op == "all_to_all" else "p2p"), "Simple"
     else:

@@ -105,6 +105,8 @@ def predict_collective(
         raise SpecError(f"--gpus: a group spanning nodes must be a multiple of gpus_per_node ({cluster.gpus_per_node})")
     place = placement(cluster, n, 1, op)
     duplex_applies = op == "all_to_all" and cluster.collective_library == "gloo" and place.spans_nodes and not deepep
+    rendezvous = place.rendezvous if duplex_applies else None
+    duplex_applies = duplex_applies and rendezvous is None  # on a fabric the pairs' turns replace κ
     rows = []
     for s in sweep_sizes(nbytes) if sweep else [nbytes]:
         try:
@@ -133,10 +135,17 @@ def predict_collective(
                 **({"binding_link": place.binding} if place.binding and c.bottleneck == "inter" else {}),
                 **({"standing_queue_ms": place.queue_s * 1e3} if place.queue_s and c.bottleneck == "inter" else {}),
                 **({"gloo_a2a_duplex": gloo_duplex(cluster)} if duplex_applies else {}),
+                # gloo's rendezvous on the fabric: the fastest and slowest entry order's time (one run lands between)
+                **({"rendezvous_range_s": rendezvous_range(c.time_s, s, n, rendezvous)} if rendezvous else {}),
                 **({"ignored_flows": [f.model_dump(exclude_none=True) for f in gone]} if gone else {}),
             }
         )
-    notes = [duplex_note(cluster) if duplex_applies else "", ignored_note(gone), queue_note(place)]
+    notes = [
+        duplex_note(cluster) if duplex_applies else "",
+        rendezvous_note(rendezvous, rows[-1]["message_bytes"], n) if rendezvous else "",
+        ignored_note(gone),
+        queue_note(place),
+    ]
     return CollectivePrediction(op, n, place.per_node, tuple(rows), "\n".join(x for x in notes if x), gone)
 
 
@@ -173,6 +182,22 @@ def ignored_note(gone: tuple[FabricFlow, ...]) -> str:
         f"node {x.src} → node {x.dst} at {x.rate_Gbps * 1e3:g} Mbit/s, ended {when(x.until_unix)}" for x in gone
     )
     return f"background flows not priced (stopped before the moment priced): {each}"
+
+
+def rendezvous_range(time_s: float, nbytes: float, n: int, r) -> list[float]:
+    """The op's time with the luckiest and the unluckiest entry order in place of their mean."""
+    return [time_s + (x - r.mean_s) * nbytes / n for x in (r.fastest_s, r.slowest_s)]
+
+
+def rendezvous_note(r, nbytes: float, n: int) -> str:
+    """How gloo's all_to_all was priced on the fabric: its pairs' turns, the mean over entry orders."""
+    lo, hi = (x * nbytes / n * 1e3 for x in (r.fastest_s, r.slowest_s))
+    return (
+        "gloo all_to_all on the fabric: a pair's connection carries its two directions in turns when the rank that "
+        "enters later sends to the other before it receives (gloo's ready notices queue behind data; "
+        f"docs/fabric.md); priced as the mean over {r.orders} entry orders, network part {lo:.0f}–{hi:.0f} ms "
+        f"at {nbytes:.0f} B from the luckiest to the unluckiest order (κ not used)"
+    )
 
 
 def duplex_note(cluster: Cluster) -> str:

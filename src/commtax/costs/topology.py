@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commtax.costs.collectives import Level, Placement, gpu_arch
-from commtax.costs.fabric import FabricShare, fabric_nodes, fabric_share
+from commtax.costs.fabric import FabricShare, capacities, fabric_nodes, fabric_share, path, ring_hops
+from commtax.costs.rendezvous import MAX_RANKS, Flow, RendezvousTime, rendezvous_time
 from commtax.spec import Cluster, Job
 from commtax.spec.assumptions import default_assumptions
 from commtax.units import GB, GBIT, US
@@ -84,6 +85,7 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
     if inter is not None and cluster.uplink_Gbps and n // per_node > (cluster.nodes + 1) // 2:
         inter = uplink_capped(inter, cluster.uplink_Gbps, per_node if rails is None else max(1, min(rails, per_node)))
     share = FabricShare(1.0, "")
+    rendezvous = None
     if inter is not None and cluster.fabric is not None:
         r = per_node if rails is None else max(1, min(rails, per_node))
         pattern = "pairs" if op == "send_recv" and n == 2 else "all_to_all" if op == "all_to_all" else "ring"
@@ -94,6 +96,8 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
             r * inter.bw_bytes_per_s,
             cluster.gpus_per_node * inter.bw_bytes_per_s,
         )
+        if op == "all_to_all" and rails is None:
+            rendezvous = gloo_rendezvous(cluster, n, stride, cluster.gpus_per_node * inter.bw_bytes_per_s)
         # a standing queue on its path is waited out once per step, as the link's latency is
         inter = Level("inter", inter.bw_bytes_per_s * share.factor, inter.latency_s + share.queue_s)
     ctas = "nccl_ctas_nvlink" if link.kind in ("nvlink", "xgmi") else "nccl_ctas_pcie"  # comm->nChannels
@@ -112,8 +116,29 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
         binding=share.binding,
         queue_s=share.queue_s,
         reverse_share=gloo_duplex(cluster) or 0.0,
+        rendezvous=rendezvous,
         channels=int(default_assumptions().v(ctas)),
     )
+
+
+def gloo_rendezvous(cluster: Cluster, n: int, stride: int, node_cap: float) -> RendezvousTime | None:
+    """gloo's uniform all_to_all on the fabric (costs/rendezvous.py), per byte of each pair's chunk: the
+    connections of the group's one instance, each pair in turns or at once by who enters the call later,
+    beside the fabric's background flows and co-located rings (each a connection up to its rate); None when the
+    library is not gloo, the kind runs more than one group at a time or the group has more than MAX_RANKS ranks
+    (priced with κ as before)."""
+    f = cluster.fabric
+    if f is None or cluster.collective_library != "gloo" or n > MAX_RANKS:
+        return None
+    groups = concurrent_groups(cluster, n, stride, "all_to_all")
+    if len(groups) != 1:
+        return None
+    background = [Flow((path(f, x.src, x.dst),), cap=x.rate_Gbps * GBIT) for x in f.flows]
+    for job in f.colocated:
+        background += [
+            Flow((path(f, a, b),), cap=job.rate_Gbps * GBIT) for ring in job.rings for a, b, _ in ring_hops(ring)
+        ]
+    return rendezvous_time(groups[0], 1.0, lambda a, b: path(f, a, b), capacities(cluster, node_cap).of, background)
 
 
 def gloo_duplex(cluster: Cluster) -> float | None:

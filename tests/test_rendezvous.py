@@ -1,0 +1,135 @@
+"""gloo's all_to_all rendezvous (costs/rendezvous.py): which pairs take turns, and the fluid time, by hand.
+
+Source of the rule: gloo/transport/tcp/pair.cc (``send`` writes at once only after the peer's NOTIFY_RECV_READY;
+``recv`` writes that notice through the same transmit queue, behind earlier data) and gloo/alltoall.cc (for
+i = 1 … n − 1: send to r + i, then recv from r − i). Measured on the emulated 4 × 1 cluster: docs/fabric.md."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commtax.costs.rendezvous import Flow, exchange_flows, fluid_time, max_min_rates, rendezvous_time, turns
+
+ONE = lambda _link: 1.0  # noqa: E731 - every link (each direction of it) moves 1 byte per second
+
+
+def two_leaves(a: int, b: int) -> tuple:
+    """The emulated 4 × 1 cluster, 2:1 spine: nodes 0, 1 under leaf 0, nodes 2, 3 under leaf 1, every link 1."""
+    links = [("out", a), ("in", b)]
+    if a // 2 != b // 2:
+        links.append(("spine", a // 2))
+    return tuple(links)
+
+
+def test_which_pairs_take_turns():
+    # two ranks: each sends to the other at step 1 and receives at step 1, the send first: always in turns
+    assert turns(0, 1, 2) and turns(1, 0, 2)
+    # four ranks: the late rank 0's send to 1 is step 1, its receive from 1 step 3: its data goes first -> turns;
+    # a late rank 1 receives from 0 at step 1 and sends to it at step 3: its notice leaves first -> both at once
+    assert turns(0, 1, 4) and not turns(1, 0, 4)
+    assert turns(0, 2, 4) and turns(2, 0, 4)  # opposite ranks: send and receive in the same step, send first
+
+
+def test_one_pair_takes_twice_the_wire_time():
+    # the probe's κ = 1 with one connection (docs/fabric.md): 1 byte one way, then 1 byte back
+    r = rendezvous_time([0, 1], 1.0, lambda a, b: (("out", a), ("in", b)), ONE)
+    assert (r.mean_s, r.fastest_s, r.slowest_s, r.orders) == (2.0, 2.0, 2.0, 2)
+
+
+def test_three_partner_pairs_on_one_link_give_the_probes_kappa():
+    # `cluster up`'s probe: ranks k and k + 3 of two nodes, 1/3 each way per pair, every pair in turns (opposite
+    # ranks). Which side goes first is a coin per pair: all three the same way (2 of 8): one direction, then the
+    # other, 2.0; two and one (6 of 8): the lone one finishes at 1/3, joins the other direction, which ends at 1,
+    # the two others' second halves then have the link reverse to themselves from 5/6 to 3/2: 1.5.
+    # Mean 2/8 · 2 + 6/8 · 1.5 = 1.625, κ = 0.625 (measured 0.53, 0.61, 0.67 with three connections).
+    link = {0: ("up",), 1: ("down",)}
+    times = []
+    for first in itertools.product((0, 1), repeat=3):
+        flows = [Flow((link[d], link[1 - d]), 1 / 3) for d in first]
+        times.append(fluid_time(flows, ONE))
+    assert sorted(set(round(t, 9) for t in times)) == [1.5, 2.0]
+    assert sum(times) / len(times) == pytest.approx(1.625)
+
+
+def test_the_4x1_spine_order_by_order():
+    # order 0, 1, 2, 3 (rank 3 last), S = 1 per rank, 1/4 to each peer. Late 1 vs 0 and late 3 vs 2, late 2 vs 1:
+    # notice first, both ways at once; (0, 2), (0, 3), (1, 3): the late rank's data first. Leaf 1 -> 0 carries
+    # 2→0, 3→0, 3→1 and 2→1 at 1/4 each until 1.0; then 0→2, 0→3, 1→3 share leaf 0 -> 1 at 1/3: 0.75 more.
+    flows = exchange_flows([0, 1, 2, 3], (0, 1, 2, 3), 0.25, two_leaves)
+    assert len(flows) == 9  # three pairs in turns (one flow each), three both ways (two each)
+    assert fluid_time(flows, ONE) == pytest.approx(1.75)
+    # the 24 orders: 12 at 1.25, 2 at 1.5, 2 at 1.625, 8 at 1.75 -> 35.25 / 24 = 47/32 of the spine's wire time
+    r = rendezvous_time([0, 1, 2, 3], 0.25, two_leaves, ONE)
+    assert (r.orders, r.fastest_s, r.slowest_s) == (24, pytest.approx(1.25), pytest.approx(1.75))
+    assert r.mean_s == pytest.approx(47 / 32)
+
+
+def test_a_background_flow_takes_its_cap_from_the_phase_beside_it():
+    # one pair in turns; a flow capped at 0.5 beside the first direction: max-min leaves the pair 0.5 there (2.0 s
+    # for 1 byte), the way back is free (1.0 s): 3.0; the background flow does not count towards the finish
+    there, back = ("up",), ("down",)
+    bg = Flow((there,), cap=0.5)
+    assert fluid_time([Flow((there, back), 1.0), bg], ONE) == pytest.approx(3.0)
+    assert max_min_rates([there, there], [float("inf"), 0.5], ONE) == [0.5, 0.5]
+
+
+def test_ranks_on_one_node_stay_off_the_fabric():
+    flows = exchange_flows([0, 0, 1, 1], (0, 1, 2, 3), 1.0, lambda a, b: (("out", a), ("in", b)))
+    assert all(("out", 0) in p or ("out", 1) in p for f in flows for p in f.phases)
+    assert sum(len(f.phases) for f in flows) == 8  # 4 node-crossing pairs, both directions each
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.permutations(range(4)), st.floats(0.1, 10.0))
+def test_an_order_lies_between_full_duplex_and_strict_turns(order, chunk):
+    # never faster than the spine's one direction (S at rate 1), never slower than every pair strictly in turns
+    # on the spine (2 S); and the fluid scales with the bytes
+    t = fluid_time(exchange_flows([0, 1, 2, 3], tuple(order), chunk, two_leaves), ONE)
+    assert 4 * chunk * (1 - 1e-9) <= t <= 2 * 4 * chunk * (1 + 1e-9)
+    assert t == pytest.approx(chunk * fluid_time(exchange_flows([0, 1, 2, 3], tuple(order), 1.0, two_leaves), ONE))
+
+
+def test_only_gloo_on_a_fabric_with_small_groups_is_priced_so():
+    from commtax.costs.topology import placement
+    from commtax.spec import Cluster
+
+    base = {
+        "gpu": {"name": "cpu-gloo", "peak_tflops": {"fp32": 0.1}, "mem_GiB": 8, "mem_bw_GBps": 10, "source": "test"},
+        "num_gpus": 4,
+        "gpus_per_node": 1,
+        "intra_node": {"name": "loopback", "bw_GBps": 2.0, "latency_us": 20.0, "kind": "loopback"},
+        "inter_node": {"name": "veth", "bw_Gbps": 0.2, "latency_us": 50.0, "gloo_a2a_duplex": 0.3},
+        "nics_per_node": 1,
+        "collective_library": "gloo",
+        "fabric": {"topology": "tor", "nodes_per_leaf": 2, "oversubscription": {"leaf": 2}},
+    }
+    c = Cluster.model_validate
+    assert placement(c(base), 4, 1, "all_to_all").rendezvous is not None
+    assert placement(c(base), 4, 1, "all_reduce").rendezvous is None  # rings keep their own price
+    assert placement(c({**base, "collective_library": "nccl"}), 4, 1, "all_to_all").rendezvous is None
+    assert placement(c({**base, "fabric": None}), 4, 1, "all_to_all").rendezvous is None  # κ, as before
+    big = {**base, "num_gpus": 16, "gpus_per_node": 4}  # 16 ranks: more than MAX_RANKS, κ as before
+    p = placement(c(big), 16, 1, "all_to_all")
+    assert p.rendezvous is None and p.reverse_share == 0.3
+
+
+def test_back_to_back_calls_explain_the_probes_low_kappa():
+    # examples/fabric/back_to_back.py (docs/fabric.md "Back to back"): with sends done once queued, successive
+    # calls' turns interleave: the probe's three disjoint pairs settle near κ 1/3 (measured 0.23–0.36), not the
+    # single call's 0.625, while the 4 × 1 all_to_all stays between its fastest and slowest order
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "examples" / "fabric" / "back_to_back.py"
+    spec = importlib.util.spec_from_file_location("back_to_back", path)
+    b2b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(b2b)
+    probe = [b2b.period([0, 0, 0, 1, 1, 1], 1 / 3, [(0, 3), (1, 4), (2, 5)], ONE, s) - 1 for s in range(3)]
+    assert all(0.25 <= k <= 0.4 for k in probe), probe
+    pairs = list(itertools.combinations(range(4), 2))
+    spine = [b2b.period([0, 0, 1, 1], 0.25, pairs, ONE, s) for s in range(3)]
+    assert all(1.25 - 1e-6 <= t <= 1.75 + 1e-6 for t in spine), spine
