@@ -128,6 +128,46 @@ def test_sends_exposed_with_an_array_of_vp_is_the_scalar_formula(totals, t_send,
         assert grid[i] == est.sends_exposed(schedule, len(totals), v, m, t_send, totals, overlap_pp)
 
 
+# a few stage totals, drawn from a small set so that runs of equal stages (steady_cycle's ends) come up often
+_stage_total = st.sampled_from([0.5, 1.0, 1.0, 2.0, 3.25])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.lists(_stage_total, min_size=6, max_size=6), min_size=1, max_size=5),
+    st.lists(st.floats(min_value=0.0, max_value=0.5), min_size=5, max_size=5),
+    st.integers(min_value=1, max_value=6),
+    st.lists(st.integers(min_value=1, max_value=32), min_size=5, max_size=5),
+    st.booleans(),
+)
+def test_pipeline_on_a_plan_axis_is_the_scalar_formula(plans, t_sends, p, ms, overlap_pp):
+    """The search prices one split's 1F1B plans together (each stage's totals an array over the plans, a vp axis
+    beside): the bubble and exposed sends of each plan and vp are those of its own stage list, to the last bit."""
+    rows = [row[:p] for row in plans]
+    n = len(rows)
+    totals = list(np.array(rows).T)
+    t_send, m, vps = np.array(t_sends[:n]), np.array(ms[:n]), np.array([1, 2, 4])[:, None]
+    cycle = est.steady_cycle(totals, t_send)
+    bubble = est.one_f_one_b_bubble(totals, vps)
+    sends = np.broadcast_to(est.sends_exposed("1f1b", p, vps, m, t_send, totals, overlap_pp), (3, n))
+    for x, row in enumerate(rows):
+        assert cycle[x] == est.steady_cycle(row, t_sends[x])
+        for y, v in enumerate((1, 2, 4)):
+            assert bubble[y, x] == est.one_f_one_b_bubble(row, v)
+            assert sends[y, x] == est.sends_exposed("1f1b", p, v, ms[x], t_sends[x], row, overlap_pp)
+
+
+def test_steady_cycle_by_hand():
+    """Four equal stages of 2 s, 1 s a send: a round trip over all 3 boundaries holds 4 passes and 6 sends per 4
+    micro-batches, (8 + 6)/4 = 3.5 = T + 2(p − 1)/p·t_send (pp_exposed's uniform case); a slow middle stage paces
+    [1, 3, 1] with 0.5 s sends itself (3 > (4 + 1)/2, (5 + 2)/3). As arrays (the plans side by side) the same."""
+    assert est.steady_cycle([2.0] * 4, 1.0) == 3.5
+    assert est.steady_cycle([1.0, 3.0, 1.0], 0.5) == 3.0
+    both = est.steady_cycle([np.array([2.0, 1.0]), np.array([2.0, 3.0]), np.array([2.0, 1.0])], np.array([1.0, 0.5]))
+    assert both.tolist() == [(6 + 4) / 3, 3.0]
+    assert est.one_f_one_b_bubble([np.array([2.0, 1.0]), np.array([2.0, 3.0])], 2).tolist() == [1.0, 0.5]
+
+
 PLANS = [
     {},
     {"pp": 4, "vp": 2, "micro_batch": 2},

@@ -22,7 +22,8 @@ layers do not divide evenly. Memory is the fullest stage's. Where a part is a fo
 own function given arrays (``costs.elementwise``: the builtins on floats, ufuncs on arrays): the dense stages of
 every base of a TP/CP placement in one pass (``analytical.prefill_stage_times``, after ``_prepare``), the exposed
 DP traffic on the whole grid (``dp_step_exposed_s``, ZeRO-3's ``zero3_exposed_s``), the bubble and sends for every
-vp of a split, a layer's activations for every vp (docs/search.md). Phase prices and stage times are shared, by
+vp of a split (1F1B: of every plan of a split at once, ``_pipeline_on_arrays``), a layer's activations for every vp
+(docs/search.md). Phase prices and stage times are shared, by
 value, by the bases that place TP and CP alike (``_Shared``, ``costs.pricing``); the cyclic garbage collector is
 paused while the bases are evaluated (``_no_gc``). The table is checked, not trusted: every search re-estimates
 its top plans with ``estimate`` and reports the largest relative difference (``max_rel_diff``, a warning above
@@ -69,7 +70,6 @@ from commtax.schedule.analytical import (
     estimate,
     pipeline_bubble,
     prefill_stage_times,
-    slowest_and_rest,
     stage_times,
     step_parts,
 )
@@ -440,19 +440,53 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     slow_parts = np.full((5 if moe else 4,) + dims, np.nan)  # MoE: the exposed all-to-all fifth
     bubble = np.full((len(vps),) + dims[1:], np.nan)
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
+    on_arrays: dict[tuple, list] = {}  # (split, schedule, overlap.pp) -> its 1F1B plans, priced together
     for (si, j, k, r), (plan_job, wl, key) in g.stage_plans.items():
         stages = g.stages.get((si, j, k, r)) or stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
-        slow, _ = slowest_and_rest(stages)
-        slowest[si, j, k, r] = slow
-        slow_parts[:, si, j, k, r] = (slow.compute, slow.recompute, slow.tp_exposed, slow.cp_exposed) + (
-            (slow.ep_exposed,) if len(slow_parts) == 5 else ()
-        )
+        slowest[si, j, k, r] = _est.slowest_stage(stages)
+        plan = plan_job.plan
+        if plan.schedule in _ONE_F_ONE_B:
+            on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), stages, wl))
+            continue
         here = [i for i in vps_of_split[si] if (i, j, k) in g.jobs]  # the others are invalid plans
         if here:  # every vp of this split at once (the stages are the same)
             v = np.array([vps[i] for i in here]) if len(here) > 1 else vps[here[0]]
-            bubble[here, j, k, r] = pipeline_bubble(plan_job.plan.schedule, int(g.n_micro[j]), v, stages)
+            bubble[here, j, k, r] = pipeline_bubble(plan.schedule, int(g.n_micro[j]), v, stages)
             pp_exposed[here, j, k, r] = _est.pp_exposed(plan_job, wl, g.costs, stages, vp=v)[1]
+    for (si, schedule, overlap_pp), plans in on_arrays.items():
+        _pipeline_on_arrays(g, vps_of_split[si], schedule, overlap_pp, plans, bubble, pp_exposed)
+    fields = _SLOW_FIELDS[: len(slow_parts)]  # MoE: the exposed all-to-all fifth
+    if slowest:  # every (split, mb, sp, recompute) at once
+        at = tuple(np.array(list(slowest)).T)
+        slow_parts[(slice(None), *at)] = np.array([[getattr(s, f) for f in fields] for s in slowest.values()]).T
     return slowest, slow_parts, bubble, pp_exposed
+
+
+_SLOW_FIELDS = ("compute", "recompute", "tp_exposed", "cp_exposed", "ep_exposed")  # ``_assemble``'s slow_parts
+_ONE_F_ONE_B = ("1f1b", "1f1b-flexible")  # schedules whose bubble and sends read the stages' totals only
+
+
+def _pipeline_on_arrays(
+    g: _Grid, vis: list[int], schedule: str, overlap_pp: bool, plans: list, bubble: np.ndarray, pp_exposed: np.ndarray
+) -> None:
+    """The bubble and exposed sends of one split's 1F1B plans, every (vp, mb, sp, recompute) at once: estimate's
+    ``one_f_one_b_bubble`` and ``sends_exposed`` with a plan axis (each stage's totals an array over the plans) and
+    a vp axis; entries of invalid (vp, mb, sp) stay NaN."""
+    if not vis:
+        return
+    jkr = np.array([x for x, _, _ in plans]).T
+    ok = np.array([[(i, j, k) in g.jobs for j, k in zip(jkr[0].tolist(), jkr[1].tolist())] for i in vis])
+    p = len(plans[0][1])
+    totals = list(np.array([[st.total for st in stages] for _, stages, _ in plans]).T)  # per stage, over the plans
+    v = np.array([g.axis("vp")[i] for i in vis])[:, None]
+    at = (np.array(vis)[:, None], *jkr[:, None, :])
+    bubble[at] = np.where(ok, _est.one_f_one_b_bubble(totals, v), np.nan)
+    if p == 1:
+        pp_exposed[at] = np.where(ok, 0.0, np.nan)
+        return
+    m = g.n_micro[jkr[0]].astype(np.int64)
+    t_send = np.array([g.costs.collective(wl.pp_send) for _, _, wl in plans])
+    pp_exposed[at] = np.where(ok, _est.sends_exposed(schedule, p, v, m, t_send, totals, overlap_pp), np.nan)
 
 
 def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

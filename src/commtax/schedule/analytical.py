@@ -758,8 +758,8 @@ def pp_exposed(job: Job, wl: Workload, costs: Costs, stages: list[StageTime], vp
 def sends_exposed(
     schedule: str, p: int, v: int, m: int, t_send: float, totals: list[float], overlap_pp: bool = True
 ) -> float:
-    """Exposed pipeline-send time of one step (``pp_exposed``), from the stages' per-micro-batch totals; ``v`` may be
-    an array (elementwise)."""
+    """Exposed pipeline-send time of one step (``pp_exposed``), from the stages' per-micro-batch totals; ``v``, ``m``,
+    ``t_send`` and each stage's total may be arrays (elementwise: a search's plans of one split, ``steady_cycle``)."""
     fill = 2 * (p - 1) * t_send
     if schedule == "gpipe":
         return fill
@@ -767,26 +767,37 @@ def sends_exposed(
     interleaved = 2 * (p * v - 1) * t_send + (0.0 if overlap_pp else 2 * m * t_send)
     if chunked is True:
         return interleaved
-    plain = max(fill, m * (steady_cycle(totals, t_send) - max(totals)) + 2 * (p - 2) * t_send)
+    plain = maximum(fill, m * (steady_cycle(totals, t_send) - _largest(totals)) + 2 * (p - 2) * t_send)
     return where(chunked, interleaved, plain)
 
 
-def steady_cycle(totals: list[float], t_send: float) -> float:
+def steady_cycle(totals: list, t_send):
     """1F1B's time per micro-batch in the steady state: the slowest stage, or a round trip over k stage
     boundaries (k + 1 stages' passes and 2k sends per k + 1 micro-batches), whichever is longer (max-plus).
 
     Over a run of equal stages the mean of a range moves monotonically as an end moves, so only ranges
-    that start and end at the first or last stage of a run need trying (stages come in a few runs)."""
+    that start and end at the first or last stage of a run need trying (stages come in a few runs).
+    ``totals``: per stage a float, or an array of many plans' (``t_send`` too): elementwise, each plan's runs its own
+    (a range is tried where both its ends end a run of that plan), so each element is the scalar result."""
     prefix = [0.0]
     for t in totals:
         prefix.append(prefix[-1] + t)
     n = len(totals)
-    ends = sorted({i for i in range(n) if i in (0, n - 1) or totals[i] != totals[i - 1] or totals[i] != totals[i + 1]})
-    best = max(totals)
+    end = [i in (0, n - 1) or (totals[i] != totals[i - 1]) | (totals[i] != totals[i + 1]) for i in range(n)]
+    ends = [i for i in range(n) if any_true(end[i])]
+    best = _largest(totals)
     for x, a in enumerate(ends):
         for b in ends[x + 1 :]:
             k = b - a
-            best = max(best, (prefix[b + 1] - prefix[a] + 2 * k * t_send) / (k + 1))
+            best = where(end[a] & end[b], maximum(best, (prefix[b + 1] - prefix[a] + 2 * k * t_send) / (k + 1)), best)
+    return best
+
+
+def _largest(totals: list):
+    """``max(totals)``, elementwise when the totals are arrays."""
+    best = totals[0]
+    for t in totals[1:]:
+        best = maximum(best, t)
     return best
 
 
@@ -816,8 +827,22 @@ _total = operator.attrgetter("total")
 
 def slowest_and_rest(stages: list[StageTime]) -> tuple[StageTime, float]:
     """The slowest stage (it sets the pace) and Σ T_s − T_max, the time of the other stages per micro-batch."""
-    slow = max(stages, key=_total)
-    return slow, max(0.0, sum(map(_total, stages)) - slow.total)
+    return slowest_stage(stages), pipeline_rest(list(map(_total, stages)))
+
+
+def slowest_stage(stages: list[StageTime]) -> StageTime:
+    """The stage with the largest per-micro-batch total (the first of equals): it sets the pace."""
+    return max(stages, key=_total)
+
+
+def pipeline_rest(totals: list):
+    """Σ T_s − T_max from the stages' totals (floats, or arrays of many plans': elementwise)."""
+    return maximum(0.0, sum(totals) - _largest(totals))
+
+
+def one_f_one_b_bubble(totals: list, vp):
+    """1F1B's (and interleaved 1F1B's) bubble, Σ_{s≠max} T_s / v (``pipeline_bubble``): floats or arrays."""
+    return pipeline_rest(totals) / vp
 
 
 def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> float:
@@ -846,7 +871,7 @@ def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> 
         return max(0.0, span - m * slow.total)
     if schedule in ("zb-h1", "zb-v") and m >= len(stages):
         return zero_bubble(schedule, stages, slow)
-    return others / vp  # 1f1b, interleaved, 1f1b-flexible (Llama 3: the same bubble for any m, §3.3.2)
+    return one_f_one_b_bubble(list(map(_total, stages)), vp)  # 1f1b, interleaved, 1f1b-flexible (Llama 3 §3.3.2)
 
 
 def weight_grad_s(s: StageTime) -> float:
