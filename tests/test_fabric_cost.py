@@ -83,7 +83,7 @@ def test_compare_shows_fabric_dollars_and_what_the_thinner_spine_saves():
         def usd(self, mode):
             return self._usd
 
-    rows = [Row(f"r{i}", j, {}, None, Cost(200 + i, 16e6 + i * 0.1e6), None, None) for i, j in enumerate(jobs)]
+    rows = [Row(f"r{i}", j, None, None, Cost(200 + i, 16e6 + i * 0.1e6), None, None) for i, j in enumerate(jobs)]
     assert rows[0].to_dict()["fabric_capex_usd"] == pytest.approx(rows[0].fabric_capex.usd)
     (line,) = fabric_tradeoff_lines(rows, "rented")
     saved = (rows[0].fabric_capex.usd - rows[1].fabric_capex.usd) / 1e6
@@ -93,5 +93,5 @@ def test_compare_shows_fabric_dollars_and_what_the_thinner_spine_saves():
     )
     assert (
         "fabric_capex_usd"
-        not in Row("x", load_job("examples/llama2-70b-h100.yaml"), {}, None, None, None, None).to_dict()
+        not in Row("x", load_job("examples/llama2-70b-h100.yaml"), None, None, None, None, None).to_dict()
     )

@@ -360,7 +360,13 @@ BUSY = {
     "simulate": (lambda d: ["simulate", str(sim_job(d))], "sim.json", 1.5),
     "report": (lambda d: ["report", str(WORKED), "--search"], "r.html", 3.0),
     "trace": (lambda d: ["trace", str(big_trace(d / "big.json"))], "t.json", 1.5),
-    "search": (lambda d: ["search", str(JOB), "--workers", "2", "--json"], "s.json", 3.0),
+    # the wider job and micro-batches 1..16 (~5 CPU-s here): GPT-3 on 4,096 GPUs is searched in under 3 CPU-s
+    # since the search works on arrays, and ended before the signal
+    "search": (
+        lambda d: ["search", str(wider_job(d)), "--micro-batch", "1..16", "--workers", "2", "--json"],
+        "s.json",
+        2.0,
+    ),
 }
 AFTER_SIGNAL_CPU_S = 1.0  # "honoured within a second", in CPU time: the host's load cannot stretch it
 
