@@ -243,7 +243,9 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         # the busiest rank's own expert gradients (a rank without experts reduces none over edp)
         own = with_dp_stage(job, builder.wl, builder.splits[busiest]) if builder.splits else builder.wl
         edp_s, edp_b = edp_traffic(job, own, builder.costs)
-        comm_time = {**comm_time, "dp": max(0.0, comm_time["dp"] - edp_s), "edp": edp_s}
+        # dp: the dense part of its DP tasks' link time (what the expert collectives riding in them took, apart)
+        dense = max(0.0, comm_time["dp"] - builder.devices[busiest].edp_s)
+        comm_time = {**comm_time, "dp": dense, "edp": edp_s}
         comm_bytes = {**comm_bytes, "edp": edp_b}  # the stage's dp bytes count the dense gradients only
     bd = _breakdown(job, builder.wl, step, parts, comm_time, comm_bytes, est)
     if job.plan.schedule in ("dualpipe", "dualpipev"):

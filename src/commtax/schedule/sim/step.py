@@ -95,6 +95,7 @@ class Device:
     bytes: dict[str, float] = field(default_factory=lambda: {"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0})
     buckets: int = 0
     optimizer: int = -1
+    edp_s: float = 0.0  # link time of the expert gradients riding in its DP tasks (reported apart as ``edp``)
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,8 @@ class StepBuilder:
         self.devices: list[Device] = []
         self._sent_fwd: dict[tuple[int, int], int] = {}
         self._sent_bwd: dict[tuple[int, int], int] = {}
-        self._dp_cost: dict[tuple[str, float], tuple[float, float]] = {}
+        self._dp_cost: dict[tuple[str, float], tuple[float, float, float]] = {}
+        self._train_edp: dict[tuple[int, str], float] = {}  # a bucket train's expert (edp) link time
         self._dp_contention: float | None = None
         self.last_bwd: dict[tuple[int, int], int] = {}  # (stage, chunk) -> micro-batch of its last backward
         # zero-bubble: the backward is B (input gradient) then W (weight gradient), half each (Qi et al. 2023 take
@@ -276,6 +278,13 @@ class StepBuilder:
         ``codec``, a gradient reduction's codec runs in line with it (a reduction after backward: nothing to
         overlap). ``experts``: the routed-expert parameters that ride with it (``_bucket_experts``); None: the
         bucket's share of the rank's dense parameters (``_expert_share``)."""
+        t, nbytes, _ = self._dp_priced(op, params, codec, stage, experts)
+        return t, nbytes
+
+    def _dp_priced(
+        self, op: Collective, params: float, codec: bool = True, stage: int = 0, experts: float | None = None
+    ) -> tuple[float, float, float]:
+        """``_dp`` and the part of its time that the expert gradients riding with it take (their edp collective)."""
         c = Collective(op.name, op.op, op.bytes * params / self.max_stage_params, op.group)
         share = 0.0
         if self.edp_ops:
@@ -283,13 +292,15 @@ class StepBuilder:
         key = (op.op, c.bytes, codec, share)
         if key not in self._dp_cost:
             t = self.costs.collective(c)
+            edp_t = 0.0
             edp = self.edp_ops
             if edp and op in self.wl.dp_step:  # expert grads over edp ride with the dense buckets (estimate's times)
                 i = min(self.wl.dp_step.index(op), len(edp) - 1)
-                t += self.costs.collective(Collective(edp[i].name, edp[i].op, edp[i].bytes * share, "edp"))
+                edp_t = self.costs.collective(Collective(edp[i].name, edp[i].op, edp[i].bytes * share, "edp"))
+                t += edp_t
             if codec and self.wl.dp_step and op is self.wl.dp_step[0]:
                 t += self._codec_s(params)
-            self._dp_cost[key] = (t, self.costs.sent_bytes(c))
+            self._dp_cost[key] = (t, self.costs.sent_bytes(c), edp_t)
         return self._dp_cost[key]
 
     def _codec_s(self, params: float) -> float:
@@ -425,8 +436,9 @@ class StepBuilder:
         codec: bool = True,
         experts: float | None = None,
     ) -> int:
-        t, nbytes = self._dp(op, params, codec, dev.stage, experts)
+        t, nbytes, edp_t = self._dp_priced(op, params, codec, dev.stage, experts)
         dev.bytes["dp"] += nbytes
+        dev.edp_s += edp_t
         if dev.flows:  # the DP link is the NIC: a transfer sharing it with the PP sends
             return self.sim.task(
                 name, dev.streams[stream], t, deps, "dp", priority, meta=meta + (nbytes,), links=(dev.nic,)
@@ -625,8 +637,9 @@ class StepBuilder:
                 offsets += [at] * len(reduce)
                 buckets += reduce
             if buckets and all(self._codec_s(n) == 0 for n, _ in buckets):
-                priced = [self._dp(wl.dp_step[0], n, False, dev.stage, e) for n, e in buckets]
-                shape = TrainShape(tuple(offsets), tuple(t for t, _ in priced), tuple(b for _, b in priced))
+                priced = [self._dp_priced(wl.dp_step[0], n, False, dev.stage, e) for n, e in buckets]
+                shape = TrainShape(tuple(offsets), tuple(t for t, _, _ in priced), tuple(b for _, b, _ in priced))
+                self._train_edp[key] = sum(x for _, _, x in priced)
         self._trains[key] = shape
         return shape
 
@@ -700,6 +713,7 @@ class StepBuilder:
             links = (dev.nic,) if dev.flows else ()
             dev.grads.append(sim.train("grad bucket", st["dp"], train, anchor, "dp", 1, meta, links))
             dev.bytes["dp"] += sum(train.bytes)
+            dev.edp_s += self._train_edp.get((k, x.phase), 0.0)
             dev.buckets += len(train.work_s)
         dev.prev = deps
         if x.phase == "F" and k < self.V - 1:
