@@ -224,7 +224,7 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         from commtax.schedule.analytical import ep_link
 
         for d in range(p):
-            chunks = [builder.chunks[c * p + d] for c in range(builder.v)]
+            chunks = [builder.chunks[builder.k(d, c)] for c in range(builder.v)]
             link[d]["ep"] = builder.m * sum(ep_link(ch.fwd) + ep_link(ch.bwd) + ep_link(ch.recompute) for ch in chunks)
     # the busiest stage sets the pace: the most time per step in its own passes (work and the TP/CP it waits for,
     # as the estimate's slowest stage; not the once-a-step optimizer); among equals, the one that finishes last
@@ -248,9 +248,14 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         comm_time = {**comm_time, "dp": dense, "edp": edp_s}
         comm_bytes = {**comm_bytes, "edp": edp_b}  # the stage's dp bytes count the dense gradients only
     bd = _breakdown(job, builder.wl, step, parts, comm_time, comm_bytes, est)
-    if job.plan.schedule in ("dualpipe", "dualpipev"):
+    if job.plan.schedule == "dualpipev" or (job.plan.schedule == "dualpipe" and not builder.dual):
         bd.notes.append(
             f"{job.plan.schedule} simulated in 1F1B order: the bubble is 1F1B's, estimate prices DualPipe's"
+            + (
+                f" ({builder.m} micro-batches: DualPipe feeds an even number, half from each end)"
+                if job.plan.schedule == "dualpipe"
+                else ""
+            )
         )
     bd.notes.append(
         f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "

@@ -41,7 +41,9 @@ from commtax.schedule.sim.pipeline import (
     ScheduleDeadlock,
     by_stage,
     dependency_order,
+    pipeline_ends,
     schedule,
+    virtual_stage,
 )
 from commtax.spec import Job
 from commtax.workload.step import (
@@ -140,6 +142,10 @@ class StepBuilder:
             self.wl = slowest_dp_workload(job, self.wl, self.costs, slow)
         plan = job.plan
         self.p, self.v, self.m = plan.pp, plan.vp, self.wl.micro_batches
+        # DualPipe: two pipelines of p virtual stages (``pipeline.dualpipe``); rank r holds model stage r (chunk 0)
+        # and model stage p − 1 − r (chunk 1, virtual stage 2p − 1 − r): two stages' parameters
+        # (an odd m, which the reference refuses, falls back to 1F1B order, and simulate says so)
+        self.dual = plan.schedule == "dualpipe" and self.p > 1 and self.m % 2 == 0 and self.m >= 2 * self.p
         self.V = self.p * self.v
         # layers of each virtual stage k = chunk·p + stage, as the spec split them (uneven stages shown as they are)
         self.chunk_layers = self.wl.chunk_layers or (self.wl.layers_per_stage // self.v,) * self.V
@@ -150,6 +156,9 @@ class StepBuilder:
         self._codec: dict[float, float] = {}
         self._trains: dict[tuple[int, str], TrainShape | None] = {}  # a reducing backward's train by (chunk, phase)
         self.chunks = [self._chunk(k) for k in range(self.V)]
+        if self.dual:  # the reverse pipeline's virtual stage p + j runs model stage j
+            self.v, self.V = 2, 2 * self.p
+            self.chunks += self.chunks
         self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
         self.send_bytes = self.costs.sent_bytes(self.wl.pp_send) if self.p > 1 else 0.0
         self.sim = Sim()
@@ -162,11 +171,14 @@ class StepBuilder:
         self.last_bwd: dict[tuple[int, int], int] = {}  # (stage, chunk) -> micro-batch of its last backward
         # zero-bubble: the backward is B (input gradient) then W (weight gradient), half each (Qi et al. 2023 take
         # T_B = T_W; as schedule.analytical.weight_grad_s); the gradients the DP reduction waits for come from W
-        self.split_bwd = plan.schedule == "zb-h1"
+        self.split_bwd = plan.schedule == "zb-h1" or self.dual
         self.grad_phase = "W" if self.split_bwd else "B"
+        self.firsts, self.lasts = pipeline_ends(self.p, self.v, self.dual)
         if self.split_bwd and self.wl.dp_microbatch:
-            raise SimError("schedule zb-h1 with ZeRO-3: the per-layer gathers around split backwards are not simulated")
-        self.stage_params = [sum(self.chunks[c * self.p + s].params for c in range(self.v)) for s in range(self.p)]
+            raise SimError(
+                f"schedule {plan.schedule} with ZeRO-3: the per-layer gathers around split backwards are not simulated"
+            )
+        self.stage_params = [sum(self.chunks[self.k(s, c)].params for c in range(self.v)) for s in range(self.p)]
         # the workload sizes its DP ops (and the optimizer) for the stage with the most parameters;
         # a bucket or a lighter stage takes its share of them
         self.max_stage_params = max(self.stage_params)
@@ -181,6 +193,10 @@ class StepBuilder:
             self.edp_ops, self.edp_experts = with_dp_stage(job, self.wl, most).edp_step, most[1]
         self.grad_bytes = grad_bytes_per_param(job)
         self.ov = plan.overlap
+
+    def k(self, stage: int, chunk: int) -> int:
+        """The virtual stage of a stage's chunk (``pipeline.virtual_stage``)."""
+        return virtual_stage(self.p, stage, chunk, self.dual)
 
     # ------------------------------------------------------------------ costs
     def _phase(self, block: Block, which: str) -> PhaseCost:
@@ -330,9 +346,11 @@ class StepBuilder:
             self.devices.append(
                 Device(s, streams, nic, dp_link, flows=flows and nic is not None, params=self.stage_params[s])
             )
-        # DualPipe's bidirectional pairing is not built as a task graph: its passes run in 1F1B order (the bubble
-        # differs from estimate's DualPipe term; simulate names the effect)
-        name = "1f1b" if job.plan.schedule in ("dualpipe", "dualpipev") else job.plan.schedule
+        # DualPipe runs the reference's bidirectional order (``pipeline.dualpipe``); DualPipeV's V-shaped order is
+        # not built as a task graph: its passes run in 1F1B order (simulate names the effect)
+        name = job.plan.schedule
+        if name == "dualpipev" or (name == "dualpipe" and not self.dual):
+            name = "1f1b"
         order = by_stage(schedule(name, self.p, self.m, self.v), self.p)
         for s, passes in enumerate(order):
             for x in passes:
@@ -341,7 +359,7 @@ class StepBuilder:
         for dev in self.devices:
             self._start_of_step(dev)
         try:
-            for x in dependency_order(order, self.p, self.v):
+            for x in dependency_order(order, self.p, self.v, self.dual):
                 self._add_pass(self.devices[x.stage], x)
         except ScheduleDeadlock as e:
             raise SimError(str(e)) from None
@@ -355,7 +373,7 @@ class StepBuilder:
             return
         gather = self.wl.dp_step[1]
         for c in range(self.v):
-            chunk = self.chunks[c * self.p + dev.stage]
+            chunk = self.chunks[self.k(dev.stage, c)]
             buckets = self._buckets(chunk.params)
             dev.gathers[c] = [
                 self._dp_task(dev, "dp", "param gather", gather, n, (), (dev.stage, -1, c, "G"), experts=e)
@@ -569,7 +587,7 @@ class StepBuilder:
         )
         if not (wl.dp_microbatch or first_fwd or last_bwd):
             return ONE_PIECE
-        k = x.chunk * self.p + x.stage
+        k = self.k(x.stage, x.chunk)
         if not first_fwd:  # the same cut for every micro-batch of the chunk (it reads only the chunk and phase)
             key = (k, x.phase)
             cached = self._cuts.get(key)
@@ -623,7 +641,7 @@ class StepBuilder:
             and (dev.dp_link is None or dev.flows)
         ):
             return None
-        k = x.chunk * self.p + x.stage
+        k = self.k(x.stage, x.chunk)
         key = (k, x.phase)
         if key in self._trains:
             return self._trains[key]
@@ -659,12 +677,12 @@ class StepBuilder:
 
     def _add_pass(self, dev: Device, x: Pass) -> None:
         """Add one pass's tasks (what it receives was added before: ``dependency_order``)."""
-        k = x.chunk * self.p + x.stage
+        k = self.k(x.stage, x.chunk)
         sim, st, wl = self.sim, dev.streams, self.wl
         if x.phase == "F":
-            recv = self._sent_fwd.pop((k - 1, x.mb)) if k > 0 else -1
+            recv = self._sent_fwd.pop((k - 1, x.mb)) if k not in self.firsts else -1
         elif x.phase == "B":
-            recv = self._sent_bwd.pop((k + 1, x.mb)) if k < self.V - 1 else -1
+            recv = self._sent_bwd.pop((k + 1, x.mb)) if k not in self.lasts else -1
         else:  # W: local, after its own B (the stage's order)
             recv = -1
         chunk = self.chunks[k]
@@ -716,12 +734,12 @@ class StepBuilder:
             dev.edp_s += self._train_edp.get((k, x.phase), 0.0)
             dev.buckets += len(train.work_s)
         dev.prev = deps
-        if x.phase == "F" and k < self.V - 1:
+        if x.phase == "F" and k not in self.lasts:
             dev.bytes["pp"] += self.send_bytes
             self._sent_fwd[(k, x.mb)] = sim.task(
                 "send", st["pp_fwd"], self.t_send, deps, "pp", meta=meta + (self.send_bytes,), **self._nic(dev)
             )
-        elif x.phase == "B" and k > 0:
+        elif x.phase == "B" and k not in self.firsts:
             dev.bytes["pp"] += self.send_bytes
             self._sent_bwd[(k, x.mb)] = sim.task(
                 "send", st["pp_bwd"], self.t_send, deps, "pp", meta=meta + (self.send_bytes,), **self._nic(dev)
