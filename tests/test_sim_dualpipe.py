@@ -11,7 +11,7 @@ from commtax.errors import SpecError
 from commtax.schedule.analytical import estimate
 from commtax.schedule.sim import simulate
 from commtax.schedule.sim.explain import explain
-from commtax.schedule.sim.pipeline import by_stage, dependency_order, dualpipe
+from commtax.schedule.sim.pipeline import by_stage, dependency_order, dualpipe, dualpipev
 from commtax.spec import load_job
 
 # PP 4, 8 micro-batches: chunk 0 (the pipeline fed at rank 0) takes micro-batches 0-3, chunk 1 (fed at rank 3)
@@ -38,7 +38,7 @@ def test_dualpipe_order_of_chunks_per_rank_pp4_8_micro_batches():
         assert sorted((x.chunk, x.mb, x.phase) for x in passes) == sorted(
             (c, i, ph) for c in (0, 1) for i in range(4 * c, 4 * c + 4) for ph in "FBW"
         )
-    assert len(list(dependency_order(order, 4, 2, dual=True))) == 96  # runs without deadlock
+    assert len(list(dependency_order(order, 4, 2, dual="dualpipe"))) == 96  # runs without deadlock
 
 
 def test_dualpipe_refuses_what_the_reference_refuses():
@@ -88,3 +88,23 @@ def test_dualpipe_pairing_of_uneven_stages_is_named():
     assert -0.20 < s.step_time_s / e.step_time_s - 1 < -0.05
     line = [x for x in explain(r) if x.startswith("DualPipe")]
     assert len(line) == 1 and "4 micro-batches fed at rank 0" in line[0] and "2× parameters" in line[0]
+
+
+def test_dualpipev_order_of_chunks_per_rank_pp4_8_micro_batches():
+    # DualPipeV (dualpipev.py): one V of 8 virtual stages, every micro-batch through chunk 0 then chunk 1; the same
+    # eight steps with h = r and all 8 micro-batches per chunk. Rank 0: nF0 = 6, nF0F1 = 1, nB1W1F1 = 3,
+    # nF0B1F1B0 = 1, nB1F1B0 = 3, nB1B0 = 1 (B0 deferred), nWB0 = 3, nW = 1
+    order = by_stage(dualpipev(4, 8), 4)
+    assert " ".join(f"{x.phase}{x.chunk}.{x.mb}" for x in order[0]) == (
+        "F0.0 F0.1 F0.2 F0.3 F0.4 F0.5 F0.6 F1.0 B1.0 W1.0 F1.1 B1.1 W1.1 F1.2 B1.2 W1.2 F1.3 F0.7 B1.3 W1.3 F1.4 "
+        "B0.0 W0.0 B1.4 W1.4 F1.5 B0.1 W0.1 B1.5 W1.5 F1.6 B0.2 W0.2 B1.6 W1.6 F1.7 B0.3 W0.3 B1.7 W1.7 B0.4 W0.4 "
+        "B0.5 W0.5 B0.6 W0.6 B0.7 W0.7"
+    )
+    assert [x.phase + str(x.chunk) for x in order[3][:9]] == ["F0", "F1"] * 4 + ["F0"]  # nF0F1 = 4, then nF0B1F1B0
+    assert len(list(dependency_order(order, 4, 2, dual="dualpipev"))) == 192
+
+
+def test_dualpipev_still_runs_in_1f1b_order_and_says_so():
+    r = run(tiny_job(pp=4, schedule="dualpipev", global_batch=8), send=0.0, dp=0.0)
+    assert r.breakdown.step_time_s == pytest.approx(8 * 3 + 9)
+    assert any("dualpipev simulated in 1F1B order" in n for n in r.breakdown.notes)

@@ -147,7 +147,7 @@ def explain(r: SimResult) -> list[str]:
             f"{_ms(eb['dp_exposed'])} estimated (the estimate hides a micro-batch's gathers under its whole pass)"
         )
     # ---- DualPipe: two stages per rank, half the micro-batches each
-    if getattr(bld, "dual", False):
+    if getattr(bld, "dual", "") == "dualpipe":
         per = [c.fwd.compute + c.bwd.compute + c.recompute.compute for c in bld.chunks[:p]]
         rk = r.busiest_stage
         mean = (per[rk] + per[p - 1 - rk]) / 2

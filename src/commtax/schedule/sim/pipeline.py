@@ -116,6 +116,8 @@ def schedule(name: str, p: int, m: int, v: int = 1) -> Iterator[Pass]:
         return zb_h1(p, m)
     if name == "dualpipe":
         return dualpipe(p, m)
+    if name == "dualpipev":
+        return dualpipev(p, m)
     if name == "zb-v":
         raise SpecError(
             "plan.schedule: zb-v's V-shaped placement of two chunks per stage is not simulated (zb-h1 is); use "
@@ -135,20 +137,21 @@ class ScheduleDeadlock(ValueError):
     """No stage can run its next pass: each waits for a pass that waits for it."""
 
 
-def virtual_stage(p: int, stage: int, chunk: int, dual: bool = False) -> int:
-    """The virtual stage of a stage's chunk: chunk·p + stage; DualPipe's reverse pipeline (chunk 1) runs its
-    virtual stages p..2p−1 from rank p−1 down to rank 0 (``dualpipe``)."""
+def virtual_stage(p: int, stage: int, chunk: int, dual: str = "") -> int:
+    """The virtual stage of a stage's chunk: chunk·p + stage; DualPipe's and DualPipeV's chunk 1 runs virtual
+    stages p..2p−1 from rank p−1 down to rank 0 (``dualpipe``, ``dualpipev``)."""
     return (2 * p - 1 - stage if chunk else stage) if dual else chunk * p + stage
 
 
-def pipeline_ends(p: int, v: int, dual: bool = False) -> tuple[frozenset[int], frozenset[int]]:
-    """(first, last) virtual stages of the pipelines: one pipeline of p·v, or DualPipe's two of p each."""
-    if dual:
+def pipeline_ends(p: int, v: int, dual: str = "") -> tuple[frozenset[int], frozenset[int]]:
+    """(first, last) virtual stages of the pipelines: one pipeline of p·v (DualPipeV's V of 2p), or DualPipe's two
+    of p each."""
+    if dual == "dualpipe":
         return frozenset((0, p)), frozenset((p - 1, 2 * p - 1))
     return frozenset((0,)), frozenset((p * v - 1,))
 
 
-def dependency_order(stages: list[list[Pass]], p: int, v: int, dual: bool = False) -> Iterator[Pass]:
+def dependency_order(stages: list[list[Pass]], p: int, v: int, dual: str = "") -> Iterator[Pass]:
     """All passes, each after the passes it receives from (the forward from the previous virtual
     stage, the gradient from the next one) and after its stage's earlier passes: round-robin over
     stages, each as far as it can go. Raises ScheduleDeadlock if the schedule cannot run."""
@@ -198,16 +201,32 @@ def dualpipe(p: int, m: int) -> Iterator[Pass]:
             "use a global batch that gives one, or schedule: 1f1b"
         )
     for r in range(p):
-        yield from _dualpipe_rank(r, p, m)
+        mbs = (range(m // 2), range(m // 2, m))
+        yield from _dualpipe_rank(r, p // 2, min(r, p - 1 - r), m // 2, (0, 1) if r < p // 2 else (1, 0), mbs)
 
 
-def _dualpipe_rank(r: int, p: int, m: int) -> list[Pass]:
-    """Rank r's passes in DualPipe's order (``dualpipe``)."""
-    half_p, half_m = p // 2, m // 2
-    h = min(r, p - 1 - r)
-    chunk = (0, 1) if r < half_p else (1, 0)  # local phase -> chunk (direction)
-    fwd = [iter(range(c * half_m, (c + 1) * half_m)) for c in (0, 1)]
-    bwd = [iter(range(c * half_m, (c + 1) * half_m)) for c in (0, 1)]
+def dualpipev(p: int, m: int) -> Iterator[Pass]:
+    """DualPipeV (deepseek-ai/DualPipe ``dualpipev.py`` ``DualPipeV.step``, Sea AI Lab's cut-in-half DualPipe): one
+    pipeline of 2p virtual stages in a V, rank r holding virtual stages r (chunk 0) and 2p − 1 − r (chunk 1); every
+    micro-batch goes down through chunk 0 and back up through chunk 1. The same eight steps as ``dualpipe`` with the
+    ranks and micro-batches whole (h = r, m micro-batches per chunk, local phase j = chunk j)."""
+    if m < 2 * p:
+        raise SpecError(
+            f"plan.schedule: dualpipev needs at least 2·pp micro-batches (pp {p}, m {m}); use a global batch that "
+            "gives them, or schedule: 1f1b"
+        )
+    for r in range(p):
+        yield from _dualpipe_rank(r, p, r, m, (0, 1), (range(m), range(m)))
+
+
+def _dualpipe_rank(
+    r: int, half_p: int, h: int, half_m: int, chunk: tuple[int, int], mbs: tuple[range, range]
+) -> list[Pass]:
+    """Rank r's passes in the reference's eight steps (``dualpipe``): ``half_p`` ranks and ``half_m`` micro-batches
+    per direction, ``h`` the rank's distance from its end, ``chunk`` the chunk of each local phase, ``mbs`` the
+    micro-batches of each chunk."""
+    fwd = [iter(x) for x in mbs]
+    bwd = [iter(x) for x in mbs]
     weights: list[Pass] = []
     order: list[Pass] = []
 
@@ -236,7 +255,7 @@ def _dualpipe_rank(r: int, p: int, m: int) -> list[Pass]:
         b(1, zb=True)
         w()
         f(1)
-    for _ in range(half_m - p + h + 1):  # step 4 (main): nF0B1F1B0, two overlapped pairs
+    for _ in range(half_m - 2 * half_p + h + 1):  # step 4 (main): nF0B1F1B0, two overlapped pairs
         f(0)
         b(1)
         f(1)

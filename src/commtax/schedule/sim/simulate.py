@@ -248,12 +248,12 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         comm_time = {**comm_time, "dp": dense, "edp": edp_s}
         comm_bytes = {**comm_bytes, "edp": edp_b}  # the stage's dp bytes count the dense gradients only
     bd = _breakdown(job, builder.wl, step, parts, comm_time, comm_bytes, est)
-    if job.plan.schedule == "dualpipev" or (job.plan.schedule == "dualpipe" and not builder.dual):
+    if job.plan.schedule in ("dualpipe", "dualpipev") and not builder.dual:
         bd.notes.append(
             f"{job.plan.schedule} simulated in 1F1B order: the bubble is 1F1B's, estimate prices DualPipe's"
             + (
                 f" ({builder.m} micro-batches: DualPipe feeds an even number, half from each end)"
-                if job.plan.schedule == "dualpipe"
+                if job.plan.schedule == "dualpipe" and builder.m % 2
                 else ""
             )
         )

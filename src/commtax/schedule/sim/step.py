@@ -144,8 +144,11 @@ class StepBuilder:
         self.p, self.v, self.m = plan.pp, plan.vp, self.wl.micro_batches
         # DualPipe: two pipelines of p virtual stages (``pipeline.dualpipe``); rank r holds model stage r (chunk 0)
         # and model stage p − 1 − r (chunk 1, virtual stage 2p − 1 − r): two stages' parameters
-        # (an odd m, which the reference refuses, falls back to 1F1B order, and simulate says so)
-        self.dual = plan.schedule == "dualpipe" and self.p > 1 and self.m % 2 == 0 and self.m >= 2 * self.p
+        # (an odd m, which the reference refuses, falls back to 1F1B order, and simulate says so). DualPipeV's order
+        # is ``pipeline.dualpipev``, but its V needs a layer split of its own (rank 0 holds the embedding and the
+        # head; halving the 1F1B stages puts both ends on it): it still runs in 1F1B order, and simulate says so
+        runs = plan.schedule == "dualpipe" and self.p > 1 and self.m % 2 == 0 and self.m >= 2 * self.p
+        self.dual = plan.schedule if runs else ""
         self.V = self.p * self.v
         # layers of each virtual stage k = chunk·p + stage, as the spec split them (uneven stages shown as they are)
         self.chunk_layers = self.wl.chunk_layers or (self.wl.layers_per_stage // self.v,) * self.V
@@ -156,7 +159,7 @@ class StepBuilder:
         self._codec: dict[float, float] = {}
         self._trains: dict[tuple[int, str], TrainShape | None] = {}  # a reducing backward's train by (chunk, phase)
         self.chunks = [self._chunk(k) for k in range(self.V)]
-        if self.dual:  # the reverse pipeline's virtual stage p + j runs model stage j
+        if self.dual == "dualpipe":  # the reverse pipeline's virtual stage p + j runs model stage j
             self.v, self.V = 2, 2 * self.p
             self.chunks += self.chunks
         self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
@@ -346,10 +349,9 @@ class StepBuilder:
             self.devices.append(
                 Device(s, streams, nic, dp_link, flows=flows and nic is not None, params=self.stage_params[s])
             )
-        # DualPipe runs the reference's bidirectional order (``pipeline.dualpipe``); DualPipeV's V-shaped order is
-        # not built as a task graph: its passes run in 1F1B order (simulate names the effect)
+        # DualPipe runs the reference's order (``pipeline.dualpipe``)
         name = job.plan.schedule
-        if name == "dualpipev" or (name == "dualpipe" and not self.dual):
+        if name in ("dualpipe", "dualpipev") and not self.dual:
             name = "1f1b"
         order = by_stage(schedule(name, self.p, self.m, self.v), self.p)
         for s, passes in enumerate(order):
