@@ -108,3 +108,9 @@ def test_dualpipev_still_runs_in_1f1b_order_and_says_so():
     r = run(tiny_job(pp=4, schedule="dualpipev", global_batch=8), send=0.0, dp=0.0)
     assert r.breakdown.step_time_s == pytest.approx(8 * 3 + 9)
     assert any("dualpipev simulated in 1F1B order" in n for n in r.breakdown.notes)
+
+
+def test_dualpipe_with_zero3_runs_in_1f1b_order_and_says_so():
+    r = run(tiny_job(pp=4, schedule="dualpipe", global_batch=16, dp=2, zero=3), send=0.0, dp=0.0)
+    assert r.breakdown.step_time_s == pytest.approx(8 * 3 + 9)
+    assert any("1F1B order" in n and "ZeRO-3" in n for n in r.breakdown.notes)

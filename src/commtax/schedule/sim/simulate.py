@@ -254,7 +254,11 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
             + (
                 f" ({builder.m} micro-batches: DualPipe feeds an even number, half from each end)"
                 if job.plan.schedule == "dualpipe" and builder.m % 2
-                else ""
+                else (
+                    " (ZeRO-3: the per-layer gathers around split backwards are not simulated)"
+                    if job.plan.schedule == "dualpipe" and builder.wl.dp_microbatch
+                    else ""
+                )
             )
         )
     bd.notes.append(

@@ -147,7 +147,9 @@ class StepBuilder:
         # (an odd m, which the reference refuses, falls back to 1F1B order, and simulate says so). DualPipeV's order
         # is ``pipeline.dualpipev``, but its V needs a layer split of its own (rank 0 holds the embedding and the
         # head; halving the 1F1B stages puts both ends on it): it still runs in 1F1B order, and simulate says so
+        # ZeRO-3's per-layer gathers around split backwards are not simulated: 1F1B order too
         runs = plan.schedule == "dualpipe" and self.p > 1 and self.m % 2 == 0 and self.m >= 2 * self.p
+        runs = runs and not self.wl.dp_microbatch
         self.dual = plan.schedule if runs else ""
         self.V = self.p * self.v
         # layers of each virtual stage k = chunk·p + stage, as the spec split them (uneven stages shown as they are)
