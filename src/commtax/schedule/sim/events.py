@@ -219,7 +219,9 @@ class Task:
 class Sim:
     """Build a task graph with ``stream`` and ``task``, then ``run`` it once."""
 
-    def __init__(self) -> None:
+    def __init__(self, sharing: str = "max-min", rtt_s: float = 0.0) -> None:
+        """``sharing``, ``rtt_s``: how the flow network's links are shared (schedule/sim/network.py)."""
+        self.sharing, self.rtt_s = sharing, rtt_s
         self.streams: list[Stream] = []
         self.tasks: list[Task] = []
         self.channel_names: list[str] = []
@@ -239,13 +241,14 @@ class Sim:
         self.channel_names.append(name)
         return len(self.channel_names) - 1
 
-    def link(self, name: str, capacity: float = 1.0) -> int:
-        """A link of the flow network: transfers on it share ``capacity`` (1 = one transfer at its own rate)."""
+    def link(self, name: str, capacity: float = 1.0, queue_s: float = 0.0) -> int:
+        """A link of the flow network: transfers on it share ``capacity`` (1 = one transfer at its own rate); each
+        transfer crossing it waits ``queue_s`` behind its standing queue (``sharing="tcp"`` only)."""
         if self.network is None:
             from commtax.schedule.sim.network import FlowNetwork
 
-            self.network = FlowNetwork()
-        return self.network.link(name, capacity)
+            self.network = FlowNetwork(self.sharing, self.rtt_s)
+        return self.network.link(name, capacity, queue_s)
 
     def task(
         self,
@@ -408,7 +411,8 @@ class Sim:
                     o = solo.get(lk)
                     if o is not None and tasks[o].train is not None:
                         settle(tasks[o], now)
-            return len(links) == 1 and not on_link[links[0]] and net.capacity[links[0]] >= 1
+            # a queued link's transfers go through the network, which adds the wait (``FlowNetwork._wait``)
+            return len(links) == 1 and not on_link[links[0]] and net.capacity[links[0]] >= 1 and not net.queue[links[0]]
 
         def into_network(tid: int, work_s: float, links: tuple[int, ...], now: float) -> None:
             for lk in links:
@@ -545,7 +549,7 @@ class Sim:
 
         for s in streams:
             try_stream(s, 0.0, None)
-        now = 0.0
+        now = makespan = 0.0
         events = 0
         while heap:
             now, _, sq, tid = heapq.heappop(heap)
@@ -566,7 +570,7 @@ class Sim:
                 else:
                     continue  # its rate changed since this finish was pushed
             events += 1
-            t.end_s = now
+            t.end_s = makespan = now  # the last task's end: a stale finish popped later is not the makespan
             s = streams[t.stream]
             s.busy = False
             s.head += 1
@@ -591,7 +595,7 @@ class Sim:
                 f"first stuck: {stuck.name!r} on stream {streams[stuck.stream].name!r} of device "
                 f"{streams[stuck.stream].device}"
             )
-        return now
+        return makespan
 
     def trace(self) -> list[tuple[str, int, float]]:
         """(name, device, start_s) of every task in start order: for exact-trace tests."""

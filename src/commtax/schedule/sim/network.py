@@ -6,11 +6,21 @@ several transfers cross a link, their rates are the max-min fair shares (progres
 commtax.costs.fabric.max_min), recomputed whenever a transfer starts or ends; a transfer's finish time is
 ``now + remaining work / rate``. Two transfers of 1 s on one link of capacity 1 both end at 2 s, where one
 transfer per link (a channel) would end them at 1 s and 2 s.
+
+With ``sharing="tcp"`` (a job whose ``fabric.sharing`` is ``tcp``, docs/fabric.md) the rates are the estimate's
+TCP-fair shares instead (commtax.costs.fabric.alpha_fair: α = 2, weighted by 1 / RTT², Mo & Walrand 2000 §IV): a
+transfer's RTT is ``rtt_s`` plus ``queue_s`` of each queued link it crosses. Transfers that cross the same links
+with the same RTT get the same shares as under max-min (one link: min(1, C/k) either way), so the one-link fast
+paths hold; a transfer over two full links gets less than one over one (the parking lot: √2 − 1 against 2 − √2).
+A link's ``queue_s`` (a standing queue, ``fabric.queue_ms``) is also waited out once by every transfer crossing
+it, after its bytes: a fixed delay that does not scale with its rate.
 """
 
 from __future__ import annotations
 
-from commtax.costs.fabric import Coflow, max_min
+from typing import Literal
+
+from commtax.costs.fabric import TCP_ALPHA, Coflow, Connection, alpha_fair, max_min
 
 
 class FlowNetwork:
@@ -18,9 +28,18 @@ class FlowNetwork:
 
     A transfer on one link (a GPU's NIC: the simulator's case) shares it equally, min(1, C/k) for k transfers,
     and only that link's transfers are touched; transfers on several links are solved together by progressive
-    filling. ``remaining`` is brought up to date per transfer, when its rate changes."""
+    filling (or α-fair rates under ``sharing="tcp"``). ``remaining`` is brought up to date per transfer, when its
+    rate changes; ``delay`` is the standing-queue wait it has left after its work."""
 
-    def __init__(self) -> None:
+    def __init__(self, sharing: Literal["max-min", "tcp"] = "max-min", rtt_s: float = 0.0) -> None:
+        if sharing not in ("max-min", "tcp"):
+            raise ValueError(f"sharing must be 'max-min' or 'tcp', got {sharing!r}")
+        if not rtt_s >= 0:
+            raise ValueError(f"rtt_s must be >= 0, got {rtt_s}")
+        self.sharing = sharing
+        self.rtt_s = rtt_s  # a connection's round trip without standing queues (2 × the level's latency)
+        self.queue: list[float] = []  # link -> its standing queue, s (0: none)
+        self.delay: dict[int, float] = {}  # task id -> standing-queue wait left after its work (0 if none)
         self.capacity: list[float] = []
         self.names: list[str] = []
         self.on: list[set[int]] = []  # link -> transfers on it
@@ -30,11 +49,16 @@ class FlowNetwork:
         self.rate: dict[int, float] = {}
         self.multi = 0  # transfers on more than one link
 
-    def link(self, name: str, capacity: float = 1.0) -> int:
+    def link(self, name: str, capacity: float = 1.0, queue_s: float = 0.0) -> int:
         if not capacity > 0:
             raise ValueError(f"link {name!r}: capacity must be > 0, got {capacity}")
+        if not queue_s >= 0:
+            raise ValueError(f"link {name!r}: queue_s must be >= 0, got {queue_s}")
+        if queue_s and self.sharing != "tcp":
+            raise ValueError(f"link {name!r}: a standing queue is what TCP keeps on a link it fills; use sharing='tcp'")
         self.names.append(name)
         self.capacity.append(capacity)
+        self.queue.append(queue_s)
         self.on.append(set())
         return len(self.capacity) - 1
 
@@ -46,10 +70,20 @@ class FlowNetwork:
             if old == r:
                 continue
             if old is not None:  # work done at the old rate since it was last set
-                self.remaining[t] = max(0.0, self.remaining[t] - old * (now - self.since[t]))
+                left = self.remaining[t] - old * (now - self.since[t])
+                if left < 0 and self.delay.get(t):  # its work ended before now: the queue wait went on since
+                    self.delay[t] = max(0.0, self.delay[t] + left / old)
+                self.remaining[t] = max(0.0, left)
             self.since[t], self.rate[t] = now, r
-            out[t] = now + self.remaining[t] / r
+            out[t] = now + self.remaining[t] / r + self.delay.get(t, 0.0)
         return out
+
+    def _wait(self, tid: int, links: tuple[int, ...]) -> float:
+        """The standing queues ``tid`` waits out crossing ``links`` (recorded for ``_set``)."""
+        q = sum(self.queue[lk] for lk in links) if self.sharing == "tcp" else 0.0
+        if q:
+            self.delay[tid] = q
+        return q
 
     def _share(self, touched: tuple[int, ...], now: float) -> dict[int, float]:
         if not self.multi:  # every transfer on one link: an equal share of it, capped at its own rate
@@ -61,9 +95,23 @@ class FlowNetwork:
                     rates.update(dict.fromkeys(self.on[lk], r))
             return self._set(rates, now)
         ids = list(self.remaining)
+        if self.sharing == "tcp":
+            return self._set(dict(zip(ids, self._tcp(ids), strict=True)), now)
         flows = [Coflow(1.0, tuple((("node", lk, "up"), 1.0) for lk in self.links[t])) for t in ids]
         solved = max_min(flows, lambda link: self.capacity[link[1]])
         return self._set({t: r for t, (r, _) in zip(ids, solved, strict=True)}, now)
+
+    def _tcp(self, ids: list[int]) -> list[float]:
+        """The α-fair rates of ``ids`` (costs/fabric.py: alpha_fair), each weighted by 1 / RTT² relative to a
+        connection that crosses no queue: RTT = ``rtt_s`` + the standing queues on its links."""
+        conns = []
+        for t in ids:
+            links = self.links[t]
+            q = sum(self.queue[lk] for lk in links)
+            w = (self.rtt_s / (self.rtt_s + q)) ** 2 if q and self.rtt_s > 0 else 1.0
+            conns.append(Connection(1.0, tuple(("node", lk, "up") for lk in links), weight=w))
+        rates, _ = alpha_fair(conns, lambda link: self.capacity[link[1]], TCP_ALPHA)
+        return rates
 
     def _others(self, lk: int, k_before: int, k_after: int, now: float) -> dict[int, float]:
         """One link's transfers when their count goes from k_before to k_after (the one-link case)."""
@@ -82,9 +130,10 @@ class FlowNetwork:
             self.on[lk].add(tid)
             r = min(1.0, self.capacity[lk] / (k + 1))
             self.remaining[tid], self.since[tid], self.rate[tid] = work_s, now, r
-            out[tid] = now + work_s / r
+            out[tid] = now + work_s / r + self._wait(tid, links)
             return out
         self.remaining[tid], self.since[tid] = work_s, now
+        self._wait(tid, links)
         self.multi += len(links) > 1
         for lk in links:
             self.on[lk].add(tid)
@@ -101,7 +150,7 @@ class FlowNetwork:
             self.links[t] = (lk,)
             self.on[lk].add(t)
             self.remaining[t], self.since[t], self.rate[t] = w, now, r
-            out[t] = now + w / r
+            out[t] = now + w / r + self._wait(t, (lk,))
         return out
 
     def renew(self, tid: int, work_s: float, now: float) -> dict[int, float]:
@@ -109,11 +158,12 @@ class FlowNetwork:
         next transfer, ``events.Sim.train``): as many transfers share the link, so nobody's rate changes."""
         assert not self.multi and len(self.links[tid]) == 1
         self.remaining[tid], self.since[tid] = work_s, now
-        return {tid: now + work_s / self.rate[tid]}
+        return {tid: now + work_s / self.rate[tid] + self._wait(tid, self.links[tid])}
 
     def finish(self, tid: int, now: float) -> dict[int, float]:
         links = self.links.pop(tid)
         del self.remaining[tid], self.since[tid], self.rate[tid]
+        self.delay.pop(tid, None)
         self.multi -= len(links) > 1
         for lk in links:
             self.on[lk].discard(tid)

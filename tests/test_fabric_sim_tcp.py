@@ -1,0 +1,122 @@
+"""The simulator's flow network under ``fabric.sharing: tcp``: the estimate's α-fair shares (costs/fabric.py:
+alpha_fair, α = 2, weighted by 1 / RTT²) and the standing queue (docs/fabric.md; issue 20)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from commtax.schedule.sim.events import Sim
+from commtax.schedule.sim.network import FlowNetwork
+
+
+def streams(sim: Sim, n: int) -> list[int]:
+    return [sim.stream(0, f"s{i}") for i in range(n)]
+
+
+@pytest.mark.parametrize("sharing", ["max-min", "tcp"])
+def test_two_transfers_on_one_link_get_half_each_either_way(sharing):
+    sim = Sim(sharing)
+    a, b = streams(sim, 2)
+    nic = sim.link("nic")
+    x = sim.task("x", a, 1.0, links=(nic,))
+    y = sim.task("y", b, 1.0, links=(nic,))
+    assert sim.run() == 2.0  # 1 s of work each at 1/2
+    assert sim.tasks[x].end_s == sim.tasks[y].end_s == 2.0
+
+
+def test_parking_lot_under_tcp():
+    # Mo & Walrand 2000 §IV, α = 2: x crosses both links of 1, y and z one each. Rates x = √2 − 1, y = z = 2 − √2;
+    # y and z (1 s of work) end at 1 / (2 − √2) = 1.7071 s, when x has done (√2 − 1)/(2 − √2) = 1/√2 of its
+    # 1 s; the rest, 1 − 1/√2, alone at rate 1: x ends at 1/(2 − √2) + 1 − 1/√2 = 2 s
+    sim = Sim("tcp")
+    a, b, c = streams(sim, 3)
+    l1, l2 = sim.link("l1"), sim.link("l2")
+    x = sim.task("x", a, 1.0, links=(l1, l2))
+    y = sim.task("y", b, 1.0, links=(l1,))
+    z = sim.task("z", c, 1.0, links=(l2,))
+    assert sim.run() == pytest.approx(2.0, rel=1e-9)
+    assert sim.tasks[y].end_s == pytest.approx(1 / (2 - math.sqrt(2)), rel=1e-9)
+    assert sim.tasks[z].end_s == pytest.approx(1 / (2 - math.sqrt(2)), rel=1e-9)
+    assert sim.tasks[x].end_s == pytest.approx(2.0, rel=1e-9)
+
+
+def test_parking_lot_rates_by_hand():
+    for sharing, want in (("tcp", (math.sqrt(2) - 1, 2 - math.sqrt(2))), ("max-min", (0.5, 0.5))):
+        net = FlowNetwork(sharing)
+        l1, l2 = net.link("l1"), net.link("l2")
+        net.start(0, 1.0, (l1, l2), 0.0)
+        net.start(1, 1.0, (l1,), 0.0)
+        net.start(2, 1.0, (l2,), 0.0)
+        assert net.rate[0] == pytest.approx(want[0], rel=1e-9)
+        assert net.rate[1] == pytest.approx(want[1], rel=1e-9) and net.rate[2] == pytest.approx(want[1], rel=1e-9)
+
+
+def test_max_min_parking_lot_is_unchanged():
+    # the default: every transfer ½ while all three share, all end at 2 s
+    sim = Sim()
+    a, b, c = streams(sim, 3)
+    l1, l2 = sim.link("l1"), sim.link("l2")
+    ids = [sim.task("x", a, 1.0, links=(l1, l2)), sim.task("y", b, 1.0, links=(l1,))]
+    ids.append(sim.task("z", c, 1.0, links=(l2,)))
+    assert sim.run() == 2.0 and [sim.tasks[i].end_s for i in ids] == [2.0, 2.0, 2.0]
+
+
+def test_a_transfer_pays_the_standing_queue_once():
+    # 1 s of work alone on a link holding a 5 ms standing queue: its bytes at its own rate, then the queue
+    sim = Sim("tcp", rtt_s=1e-4)
+    a, b = streams(sim, 2)
+    q = sim.link("spine", queue_s=0.005)
+    x = sim.task("x", a, 1.0, links=(q,))
+    y = sim.task("y", a, 1.0, (x,), links=(q,))  # the next transfer waits it out again
+    assert sim.run() == pytest.approx(2.010)
+    assert sim.tasks[x].end_s == pytest.approx(1.005) and sim.tasks[y].duration_s == pytest.approx(1.005)
+    # two at once share the link (½ each, same RTT) and both wait the queue after their bytes
+    sim = Sim("tcp", rtt_s=1e-4)
+    a, b = streams(sim, 2)
+    q = sim.link("spine", queue_s=0.005)
+    x, y = sim.task("x", a, 1.0, links=(q,)), sim.task("y", b, 1.0, links=(q,))
+    assert sim.run() == pytest.approx(2.005) and sim.tasks[x].end_s == pytest.approx(2.005)
+
+
+def test_the_queue_wait_survives_a_rate_change_in_it():
+    # x (0.5 s) and y (1 s) share a queued link: x's bytes end at 1 s, its 5 ms wait runs until 1.005 s while
+    # it keeps its share; y then goes alone: 1 − 0.5025 of its work left at rate 1 → bytes at 1.4975, + 5 ms
+    sim = Sim("tcp", rtt_s=1e-4)
+    a, b = streams(sim, 2)
+    q = sim.link("spine", queue_s=0.005)
+    x, y = sim.task("x", a, 0.5, links=(q,)), sim.task("y", b, 1.0, links=(q,))
+    sim.run()
+    assert sim.tasks[x].end_s == pytest.approx(1.005)
+    assert sim.tasks[y].end_s == pytest.approx(1.005 + (1 - 1.005 / 2) + 0.005)
+
+
+def test_a_longer_rtt_gets_less_in_proportion():
+    # Mathis 1997: rate ∝ 1 / RTT. x crosses a queued link (5 ms) and the shared link, y only the shared link;
+    # base RTT 0.1 ms: RTTs 5.1 and 0.1 ms, so on the shared link x : y = 1 : 51 (α = 2, weights 1 / RTT²)
+    net = FlowNetwork("tcp", rtt_s=1e-4)
+    queued, shared = net.link("queued", queue_s=0.005), net.link("shared")
+    net.start(0, 1.0, (queued, shared), 0.0)
+    net.start(1, 1.0, (shared,), 0.0)
+    assert net.rate[0] == pytest.approx(1 / 52, rel=1e-6) and net.rate[1] == pytest.approx(51 / 52, rel=1e-6)
+
+
+def test_bad_networks_are_refused():
+    with pytest.raises(ValueError, match="sharing"):
+        FlowNetwork("fair")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="sharing='tcp'"):
+        FlowNetwork().link("l", queue_s=0.005)
+    with pytest.raises(ValueError, match="queue_s"):
+        FlowNetwork("tcp").link("l", queue_s=-1.0)
+
+
+def test_the_makespan_is_the_last_end_not_a_stale_finish():
+    # x (2 s) and y (1 s) share a link at ½: y ends at 2 s, x then alone at rate 1 ends at 3 s; the finish pushed
+    # for x at 4 s while it shared is stale and must not be the makespan (it was before this fix)
+    sim = Sim()
+    a, b = streams(sim, 2)
+    nic = sim.link("nic")
+    x = sim.task("x", a, 2.0, links=(nic,))
+    sim.task("y", b, 1.0, links=(nic,))
+    assert sim.run() == 3.0 and sim.tasks[x].end_s == 3.0
