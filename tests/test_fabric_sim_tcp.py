@@ -4,11 +4,19 @@ alpha_fair, α = 2, weighted by 1 / RTT²) and the standing queue (docs/fabric.m
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
+import yaml
 
+from commtax.costs.topology import group_placement
 from commtax.schedule.sim.events import Sim
 from commtax.schedule.sim.network import FlowNetwork
+from commtax.schedule.sim.simulate import simulate
+from commtax.schedule.sim.step import network_sharing
+from commtax.spec import load_job
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def streams(sim: Sim, n: int) -> list[int]:
@@ -120,3 +128,44 @@ def test_the_makespan_is_the_last_end_not_a_stale_finish():
     x = sim.task("x", a, 2.0, links=(nic,))
     sim.task("y", b, 1.0, links=(nic,))
     assert sim.run() == 3.0 and sim.tasks[x].end_s == 3.0
+
+
+# ----------------------------------------------------------------------------- the step simulator on a tcp fabric
+WORKED = [
+    "llama3-70b-1024-h100",
+    "llama3-70b-1024-h100-4to1",
+    "llama3-70b-1024-h100-4to1-scattered",
+    "llama3-70b-1024-h100-4to1-colocated",
+]
+# a full-rate flow across the 4:1 spine keeps a 5 ms standing queue on the links it fills (docs/fabric.md)
+QUEUED = {"queue_ms": 5, "flows": [{"src": 0, "dst": 40, "rate_Gbps": 3200}]}
+
+
+def tcp_job(name: str, **fabric):
+    data = yaml.safe_load((ROOT / "examples" / "fabric" / f"{name}.yaml").read_text())
+    data["cluster"]["fabric"].update({"sharing": "tcp", **fabric})
+    return load_job(data)
+
+
+@pytest.mark.parametrize("name", WORKED)
+def test_worked_example_with_tcp_sharing_simulates_within_2_percent_of_estimate(name):
+    r = simulate(tcp_job(name))
+    assert r.sim.network is not None and r.sim.network.sharing == "tcp"  # the NICs are shared TCP-fairly
+    est = r.estimate.step_time_s
+    assert abs(r.breakdown.step_time_s - est) / est < 0.02
+
+
+def test_a_standing_queue_is_in_the_simulated_step_as_in_the_estimate():
+    plain, queued = tcp_job(WORKED[1]), tcp_job(WORKED[1], **QUEUED)
+    assert group_placement(queued, "pp", "send_recv").queue_s == pytest.approx(0.005)  # the pair crosses it
+    a, b = simulate(plain), simulate(queued)
+    # the queue (and the flow's share) slow the step in both, and the two still agree
+    assert b.breakdown.step_time_s > a.breakdown.step_time_s and b.estimate.step_time_s > a.estimate.step_time_s
+    assert abs(b.breakdown.step_time_s - b.estimate.step_time_s) / b.estimate.step_time_s < 0.02
+
+
+def test_max_min_and_fabricless_jobs_keep_the_max_min_network():
+    assert network_sharing(load_job(ROOT / "examples" / "llama2-70b-h100.yaml")) == ("max-min", 0.0)
+    assert network_sharing(load_job(ROOT / "examples" / "fabric" / f"{WORKED[1]}.yaml")) == ("max-min", 0.0)
+    sharing, rtt = network_sharing(tcp_job(WORKED[1]))
+    assert sharing == "tcp" and rtt > 0

@@ -123,6 +123,17 @@ def _sum(costs: list[PhaseCost]) -> PhaseCost:
 MAX_BUCKETS = 100_000  # DDP's default 25 MiB gives up to ~30k (405B, pp=1); more is a typo, and memory grows with it
 
 
+def network_sharing(job: Job) -> tuple[str, float]:
+    """How the flow network shares a NIC: the job's ``fabric.sharing`` (max-min without a fabric) and a connection's
+    round trip, 2 × the inter-node latency (costs/fabric.py: tcp_share). The standing queue (``fabric.queue_ms``)
+    is already in the transfers' times (costs/topology.py adds it to the inter level's latency), so the NIC links
+    carry none."""
+    f = job.cluster.fabric
+    if f is None or f.sharing != "tcp":
+        return "max-min", 0.0
+    return "tcp", 2 * job.cluster.inter_node.latency_s
+
+
 class StepBuilder:
     """Turns a job into a ``Sim`` task graph of one step; ``build()`` then ``Sim.run()``."""
 
@@ -151,7 +162,7 @@ class StepBuilder:
         self.chunks = [self._chunk(k) for k in range(self.V)]
         self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
         self.send_bytes = self.costs.sent_bytes(self.wl.pp_send) if self.p > 1 else 0.0
-        self.sim = Sim()
+        self.sim = Sim(*network_sharing(job))
         self.devices: list[Device] = []
         self._sent_fwd: dict[tuple[int, int], int] = {}
         self._sent_bwd: dict[tuple[int, int], int] = {}
