@@ -169,3 +169,15 @@ def test_max_min_and_fabricless_jobs_keep_the_max_min_network():
     assert network_sharing(load_job(ROOT / "examples" / "fabric" / f"{WORKED[1]}.yaml")) == ("max-min", 0.0)
     sharing, rtt = network_sharing(tcp_job(WORKED[1]))
     assert sharing == "tcp" and rtt > 0
+
+
+def test_explain_says_how_the_nic_is_shared():
+    from commtax.schedule.sim.explain import explain
+
+    cases = (
+        (load_job(ROOT / "examples" / "fabric" / f"{WORKED[1]}.yaml"), "max-min fair rates"),
+        (tcp_job(WORKED[1]), "TCP-fairly"),
+    )
+    for job, how in cases:
+        lines = [x for x in explain(simulate(job)) if x.startswith("shared NIC")]
+        assert len(lines) == 1 and how in lines[0], lines
