@@ -71,7 +71,8 @@ Template = tuple[tuple[tuple[Step, ...], ...], float, float, float]  # steps, TP
 class SimOptions:
     bucket_bytes: float = DDP_BUCKET_BYTES  # gradient bucket size (bytes of gradients)
     nic_contention: bool = True  # DP and PP traffic of a GPU share its NIC when both leave the node
-    # how they share it: "flows" at max-min fair rates (schedule/sim/network.py), "channel" one transfer at a time
+    # how they share it: "flows" at fair rates (max-min; TCP-fair under fabric.sharing: tcp; schedule/sim/network.py),
+    # "channel" one transfer at a time
     network: Literal["flows", "channel"] = "flows"
     # ZeRO-2's reductions after every backward as one train per pass (events.Sim.train: the same timeline, one task
     # instead of one per bucket and per piece of the pass); False: a task per bucket, each piece of the pass its own
