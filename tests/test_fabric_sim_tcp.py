@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from commtax.costs.topology import group_placement
-from commtax.schedule.sim.events import Sim
+from commtax.schedule.sim.events import Sim, SimError
 from commtax.schedule.sim.network import FlowNetwork
 from commtax.schedule.sim.simulate import simulate
 from commtax.schedule.sim.step import network_sharing
@@ -181,3 +181,65 @@ def test_explain_says_how_the_nic_is_shared():
     for job, how in cases:
         lines = [x for x in explain(simulate(job)) if x.startswith("shared NIC")]
         assert len(lines) == 1 and how in lines[0], lines
+
+
+@pytest.mark.parametrize("sharing", ["max-min", "tcp"])
+def test_a_weighted_transfer_gets_its_tcp_share(sharing):
+    # α = 2: r ∝ √weight on a full link. x has weight 1/4 (twice y's RTT): x = 1/3, y = 2/3 until y's 1 s of work
+    # ends at 1.5 s; x has done 1/2, the rest alone at rate 1: 2 s. Max-min ignores the weight: both at 2 s
+    sim = Sim(sharing)
+    a, b = streams(sim, 2)
+    nic = sim.link("nic")
+    x = sim.task("x", a, 1.0, links=(nic,), weight=0.25)
+    y = sim.task("y", b, 1.0, links=(nic,))
+    sim.run()
+    want = (2.0, 1.5) if sharing == "tcp" else (2.0, 2.0)
+    assert (sim.tasks[x].end_s, sim.tasks[y].end_s) == pytest.approx(want)
+
+
+def test_a_weighted_transfer_running_alone_shares_by_weight_when_another_comes():
+    # x (2 s, weight 1/4) alone at rate 1 for 1 s; y (1 s) comes after a 1 s compute task: x = 1/3, y = 2/3, y ends
+    # at 2.5 s, x has 1 − 1.5/3 = 1/2 left, alone at 1: 3 s
+    sim = Sim("tcp")
+    a, b = streams(sim, 2)
+    nic = sim.link("nic")
+    x = sim.task("x", a, 2.0, links=(nic,), weight=0.25)
+    c = sim.task("c", b, 1.0)
+    y = sim.task("y", b, 1.0, (c,), links=(nic,))
+    assert sim.run() == pytest.approx(3.0)
+    assert sim.tasks[y].end_s == pytest.approx(2.5) and sim.tasks[x].end_s == pytest.approx(3.0)
+
+
+def test_rtt_weights_of_the_nic_kinds():
+    from commtax.schedule.sim.step import rtt_weights
+
+    # RTT 0.1 ms; DP waits behind a 5 ms queue, PP behind none: DP's weight (0.1 / 5.1)², PP's 1
+    w = rtt_weights(1e-4, {"dp": 0.005, "pp": 0.0})
+    assert w["dp"] == pytest.approx((0.1 / 5.1) ** 2) and w["pp"] == 1.0
+    assert rtt_weights(1e-4, {"dp": 0.005, "pp": 0.005}) == {"dp": 1.0, "pp": 1.0}  # equal: the equal shares
+    assert rtt_weights(0.0, {"dp": 0.005, "pp": 0.0}) == {"dp": 1.0, "pp": 1.0}
+
+
+def test_the_worked_example_keeps_equal_weights_and_bad_weights_are_refused():
+    b = simulate(tcp_job(WORKED[1], **QUEUED)).builder
+    assert b.nic_weight == {"dp": 1.0, "pp": 1.0}  # DP and PP both wait behind the 5 ms queue: one RTT
+    sim = Sim("tcp")
+    a = sim.stream(0, "a")
+    nic = sim.link("nic")
+    with pytest.raises(SimError, match="weight"):
+        sim.task("x", a, 1.0, links=(nic,), weight=0.0)
+
+
+def test_a_weighted_train_shares_by_weight_transfer_by_transfer():
+    # a train of two 1 s transfers (weight 1/4) beside y (1 s) from 0: the first at 1/3 while y runs at 2/3 (y ends
+    # at 1.5 s, the first has 1/2 left, alone: 2 s), the second alone: 3 s
+    from commtax.schedule.sim.events import TrainShape
+
+    sim = Sim("tcp")
+    s0, s1, s2 = streams(sim, 3)
+    nic = sim.link("nic")
+    anchor = sim.task("anchor", s0, 0.0)
+    tr = sim.train("t", s1, TrainShape((0.0, 0.0), (1.0, 1.0), (1.0, 1.0)), anchor, links=(nic,), weight=0.25)
+    y = sim.task("y", s2, 1.0, links=(nic,))
+    assert sim.run() == pytest.approx(3.0)
+    assert sim.tasks[y].end_s == pytest.approx(1.5) and sim.tasks[tr].end_s == pytest.approx(3.0)

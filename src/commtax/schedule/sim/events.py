@@ -262,8 +262,11 @@ class Sim:
         meta: tuple = (),
         tail: Tail = (),
         links: tuple[int, ...] = (),
+        weight: float = 1.0,
     ) -> int:
         """Add a task after every task already on ``stream``; returns its id. ``None`` deps are skipped.
+
+        ``weight``: a transfer's TCP weight on its links (1 / RTT², relative; ``sharing="tcp"`` only).
 
         ``tail`` — ((stream name, kind, seconds), ...) — says that the last seconds of
         ``duration_s`` are work on other streams of the same device while this stream waits for
@@ -292,6 +295,10 @@ class Sim:
             if self.network is None or not all(0 <= x < len(self.network.capacity) for x in links):
                 raise SimError(f"task {name!r}: link {links} does not exist")
             t.links = tuple(links)
+            if weight != 1.0:
+                if not weight > 0:
+                    raise SimError(f"task {name!r}: weight must be > 0, got {weight}")
+                self.network.weight[tid] = weight
         unique = set(deps) if len(deps) > 2 or (len(deps) == 2 and deps[0] == deps[1]) else deps
         t.waiting = len(unique)
         for x in unique:
@@ -310,6 +317,7 @@ class Sim:
         priority: int = 0,
         meta: tuple = (),
         links: tuple[int, ...] = (),
+        weight: float = 1.0,
     ) -> int:
         """Add a train of transfers after every task already on ``stream``; returns its id (see the module docstring).
 
@@ -323,7 +331,7 @@ class Sim:
             raise SimError(f"train {name!r}: anchor {anchor} does not exist (tasks 0..{tid - 1})")
         if len(links) > 1 or (links and (self.network is None or not 0 <= links[0] < len(self.network.capacity))):
             raise SimError(f"train {name!r}: links {links} must be one existing link, or none")
-        tid = self.task(name, stream, shape.total_work_s, (), kind, priority, None, meta, (), links)
+        tid = self.task(name, stream, shape.total_work_s, (), kind, priority, None, meta, (), links, weight)
         t = self.tasks[tid]
         t.train = Train(shape, anchor)
         t.waiting = 1  # its anchor's start
@@ -426,7 +434,8 @@ class Sim:
                     else:  # the train's transfer on the wire (``settle``)
                         left = tr.launch_s + tr.shape.work_s[tr.next] - now
                         tr.state = NET
-                    if len(links) == 1 and not net.multi:  # the two onto one link at once: their rates set once
+                    if len(links) == 1 and not net.multi and not net.weighted(other) and not net.weighted(tid):
+                        # the two onto one link at once: their rates set once
                         reschedule(net.start_two(other, left, tid, work_s, lk, now))
                         return
                     reschedule(net.start(other, left, o.links, now))

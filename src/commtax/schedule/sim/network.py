@@ -40,6 +40,7 @@ class FlowNetwork:
         self.rtt_s = rtt_s  # a connection's round trip without standing queues (2 × the level's latency)
         self.queue: list[float] = []  # link -> its standing queue, s (0: none)
         self.delay: dict[int, float] = {}  # task id -> standing-queue wait left after its work (0 if none)
+        self.weight: dict[int, float] = {}  # task id -> its utility weight under tcp (1 / RTT², relative), if not 1
         self.capacity: list[float] = []
         self.names: list[str] = []
         self.on: list[set[int]] = []  # link -> transfers on it
@@ -47,7 +48,7 @@ class FlowNetwork:
         self.since: dict[int, float] = {}
         self.links: dict[int, tuple[int, ...]] = {}
         self.rate: dict[int, float] = {}
-        self.multi = 0  # transfers on more than one link
+        self.multi = 0  # transfers whose share needs the solver: on more than one link, or weighted
 
     def link(self, name: str, capacity: float = 1.0, queue_s: float = 0.0) -> int:
         if not capacity > 0:
@@ -77,6 +78,10 @@ class FlowNetwork:
             self.since[t], self.rate[t] = now, r
             out[t] = now + self.remaining[t] / r + self.delay.get(t, 0.0)
         return out
+
+    def weighted(self, tid: int) -> bool:
+        """Whether ``tid``'s share differs from an equal one on its link (a TCP weight other than 1)."""
+        return self.sharing == "tcp" and self.weight.get(tid, 1.0) != 1.0
 
     def _wait(self, tid: int, links: tuple[int, ...]) -> float:
         """The standing queues ``tid`` waits out crossing ``links`` (recorded for ``_set``)."""
@@ -109,6 +114,7 @@ class FlowNetwork:
             links = self.links[t]
             q = sum(self.queue[lk] for lk in links)
             w = (self.rtt_s / (self.rtt_s + q)) ** 2 if q and self.rtt_s > 0 else 1.0
+            w *= self.weight.get(t, 1.0)
             conns.append(Connection(1.0, tuple(("node", lk, "up") for lk in links), weight=w))
         rates, _ = alpha_fair(conns, lambda link: self.capacity[link[1]], TCP_ALPHA)
         return rates
@@ -123,7 +129,8 @@ class FlowNetwork:
     def start(self, tid: int, work_s: float, links: tuple[int, ...], now: float) -> dict[int, float]:
         """Add a transfer; returns {task id: new finish time} of every transfer whose rate changed."""
         self.links[tid] = links
-        if len(links) == 1 and not self.multi:
+        general = len(links) > 1 or self.weighted(tid)  # its share needs the solver, not min(1, C/k)
+        if not general and not self.multi:
             lk = links[0]
             k = len(self.on[lk])
             out = self._others(lk, k, k + 1, now)
@@ -134,7 +141,7 @@ class FlowNetwork:
             return out
         self.remaining[tid], self.since[tid] = work_s, now
         self._wait(tid, links)
-        self.multi += len(links) > 1
+        self.multi += general
         for lk in links:
             self.on[lk].add(tid)
         return self._share(links, now)
@@ -142,7 +149,7 @@ class FlowNetwork:
     def start_two(self, a: int, a_work_s: float, b: int, b_work_s: float, lk: int, now: float) -> dict[int, float]:
         """``start(a)`` then ``start(b)`` on the one link ``lk`` at the same instant (a transfer that ran alone outside
         the network, and the one that comes to share with it), each rate set once: the same rates and finish times."""
-        assert not self.multi
+        assert not self.multi and not self.weighted(a) and not self.weighted(b)
         k = len(self.on[lk])
         out = self._others(lk, k, k + 2, now)
         r = min(1.0, self.capacity[lk] / (k + 2))
@@ -164,10 +171,11 @@ class FlowNetwork:
         links = self.links.pop(tid)
         del self.remaining[tid], self.since[tid], self.rate[tid]
         self.delay.pop(tid, None)
-        self.multi -= len(links) > 1
+        general = len(links) > 1 or self.weighted(tid)
+        self.multi -= general
         for lk in links:
             self.on[lk].discard(tid)
-        if len(links) == 1 and not self.multi:
+        if not general and not self.multi:
             k = len(self.on[links[0]])
             return self._others(links[0], k + 1, k, now)
         return self._share(links, now)

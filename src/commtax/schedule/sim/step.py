@@ -135,6 +135,15 @@ def network_sharing(job: Job) -> tuple[str, float]:
     return "tcp", 2 * job.cluster.inter_node.latency_s
 
 
+def rtt_weights(rtt_s: float, queue_s: dict[str, float]) -> dict[str, float]:
+    """Each kind's TCP weight on a NIC both cross: 1 / RTT², RTT = ``rtt_s`` + the standing queue its path waits behind
+    (costs/fabric.py: tcp_share), relative to the least-queued kind's (1 when they are equal: the equal shares)."""
+    least = min(queue_s.values())
+    if rtt_s <= 0:
+        return dict.fromkeys(queue_s, 1.0)
+    return {k: ((rtt_s + least) / (rtt_s + q)) ** 2 for k, q in queue_s.items()}
+
+
 class StepBuilder:
     """Turns a job into a ``Sim`` task graph of one step; ``build()`` then ``Sim.run()``."""
 
@@ -164,6 +173,7 @@ class StepBuilder:
         self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
         self.send_bytes = self.costs.sent_bytes(self.wl.pp_send) if self.p > 1 else 0.0
         self.sim = Sim(*network_sharing(job))
+        self.nic_weight = {"dp": 1.0, "pp": 1.0}  # TCP weights of DP and PP transfers on a shared NIC (rtt_weights)
         self.devices: list[Device] = []
         self._sent_fwd: dict[tuple[int, int], int] = {}
         self._sent_bwd: dict[tuple[int, int], int] = {}
@@ -319,6 +329,14 @@ class StepBuilder:
         pp_spans = self.p > 1 and group_placement(job, "pp", "send_recv").spans_nodes
         dp_ops = self.wl.dp_step + self.wl.dp_microbatch
         dp_spans = bool(dp_ops) and group_placement(job, "dp", dp_ops[0].op).spans_nodes
+        if contention and pp_spans and dp_spans and sim.sharing == "tcp":
+            self.nic_weight = rtt_weights(
+                sim.rtt_s,
+                {
+                    "dp": group_placement(job, "dp", dp_ops[0].op).queue_s,
+                    "pp": group_placement(job, "pp", "send_recv").queue_s,
+                },
+            )
         for s in range(self.p):
             names = STREAMS + (MOE_STREAMS if self.wl.moe_layer is not None else ())
             streams = {name: sim.stream(s, name) for name in names}
@@ -441,16 +459,23 @@ class StepBuilder:
         dev.bytes["dp"] += nbytes
         if dev.flows:  # the DP link is the NIC: a transfer sharing it with the PP sends
             return self.sim.task(
-                name, dev.streams[stream], t, deps, "dp", priority, meta=meta + (nbytes,), links=(dev.nic,)
+                name,
+                dev.streams[stream],
+                t,
+                deps,
+                "dp",
+                priority,
+                meta=meta + (nbytes,),
+                links=(dev.nic,),
+                weight=self.nic_weight["dp"],
             )
         return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority, dev.dp_link, meta + (nbytes,))
 
-    @staticmethod
-    def _nic(dev: Device) -> dict:
+    def _nic(self, dev: Device) -> dict:
         """How a PP send uses the NIC: a link of the flow network, a channel held in turn, or neither."""
         if dev.nic is None:
             return {}
-        return {"links": (dev.nic,)} if dev.flows else {"channel": dev.nic}
+        return {"links": (dev.nic,), "weight": self.nic_weight["pp"]} if dev.flows else {"channel": dev.nic}
 
     def _template(self, pc: PhaseCost, kind: str, ep_exposed: float = 0.0) -> Template:
         """The tasks of one pass (or a piece of one) as steps; each step's tasks wait for the previous step's.
@@ -710,7 +735,8 @@ class StepBuilder:
                     dev.piece_ends.pop(0)
         if train is not None:
             links = (dev.nic,) if dev.flows else ()
-            dev.grads.append(sim.train("grad bucket", st["dp"], train, anchor, "dp", 1, meta, links))
+            w = self.nic_weight["dp"] if links else 1.0
+            dev.grads.append(sim.train("grad bucket", st["dp"], train, anchor, "dp", 1, meta, links, w))
             dev.bytes["dp"] += sum(train.bytes)
             dev.buckets += len(train.work_s)
         dev.prev = deps
