@@ -9,7 +9,8 @@ transfer per link (a channel) would end them at 1 s and 2 s.
 
 With ``sharing="tcp"`` (a job whose ``fabric.sharing`` is ``tcp``, docs/fabric.md) the rates are the estimate's
 TCP-fair shares instead (commtax.costs.fabric.alpha_fair: α = 2, weighted by 1 / RTT², Mo & Walrand 2000 §IV): a
-transfer's RTT is ``rtt_s`` plus ``queue_s`` of each queued link it crosses. Transfers that cross the same links
+transfer's RTT is ``rtt_s`` plus ``queue_s`` of each queued link it crosses, and ``weight[tid]`` (1 / RTT² of the
+path beyond these links, set by ``Sim.task(weight=)``) scales its weight further. Transfers that cross the same links
 with the same RTT get the same shares as under max-min (one link: min(1, C/k) either way), so the one-link fast
 paths hold; a transfer over two full links gets less than one over one (the parking lot: √2 − 1 against 2 − √2).
 A link's ``queue_s`` (a standing queue, ``fabric.queue_ms``) is also waited out once by every transfer crossing
