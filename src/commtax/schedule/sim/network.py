@@ -38,6 +38,7 @@ class FlowNetwork:
         if not rtt_s >= 0:
             raise ValueError(f"rtt_s must be >= 0, got {rtt_s}")
         self.sharing = sharing
+        self.tcp = sharing == "tcp"  # checked on the hot paths: max-min pays nothing for what follows
         self.rtt_s = rtt_s  # a connection's round trip without standing queues (2 × the level's latency)
         self.queue: list[float] = []  # link -> its standing queue, s (0: none)
         self.delay: dict[int, float] = {}  # task id -> standing-queue wait left after its work (0 if none)
@@ -77,16 +78,16 @@ class FlowNetwork:
                     self.delay[t] = max(0.0, self.delay[t] + left / old)
                 self.remaining[t] = max(0.0, left)
             self.since[t], self.rate[t] = now, r
-            out[t] = now + self.remaining[t] / r + self.delay.get(t, 0.0)
+            out[t] = now + self.remaining[t] / r + (self.delay.get(t, 0.0) if self.delay else 0.0)
         return out
 
     def weighted(self, tid: int) -> bool:
         """Whether ``tid``'s share differs from an equal one on its link (a TCP weight other than 1)."""
-        return self.sharing == "tcp" and self.weight.get(tid, 1.0) != 1.0
+        return self.tcp and self.weight.get(tid, 1.0) != 1.0
 
     def _wait(self, tid: int, links: tuple[int, ...]) -> float:
         """The standing queues ``tid`` waits out crossing ``links`` (recorded for ``_set``)."""
-        q = sum(self.queue[lk] for lk in links) if self.sharing == "tcp" else 0.0
+        q = sum(self.queue[lk] for lk in links) if self.tcp else 0.0
         if q:
             self.delay[tid] = q
         return q
@@ -130,7 +131,7 @@ class FlowNetwork:
     def start(self, tid: int, work_s: float, links: tuple[int, ...], now: float) -> dict[int, float]:
         """Add a transfer; returns {task id: new finish time} of every transfer whose rate changed."""
         self.links[tid] = links
-        general = len(links) > 1 or self.weighted(tid)  # its share needs the solver, not min(1, C/k)
+        general = len(links) > 1 or (self.tcp and self.weighted(tid))  # its share needs the solver, not min(1, C/k)
         if not general and not self.multi:
             lk = links[0]
             k = len(self.on[lk])
@@ -138,7 +139,7 @@ class FlowNetwork:
             self.on[lk].add(tid)
             r = min(1.0, self.capacity[lk] / (k + 1))
             self.remaining[tid], self.since[tid], self.rate[tid] = work_s, now, r
-            out[tid] = now + work_s / r + self._wait(tid, links)
+            out[tid] = now + work_s / r + (self._wait(tid, links) if self.tcp else 0.0)
             return out
         self.remaining[tid], self.since[tid] = work_s, now
         self._wait(tid, links)
@@ -158,7 +159,7 @@ class FlowNetwork:
             self.links[t] = (lk,)
             self.on[lk].add(t)
             self.remaining[t], self.since[t], self.rate[t] = w, now, r
-            out[t] = now + w / r + self._wait(t, (lk,))
+            out[t] = now + w / r + (self._wait(t, (lk,)) if self.tcp else 0.0)
         return out
 
     def renew(self, tid: int, work_s: float, now: float) -> dict[int, float]:
@@ -166,13 +167,14 @@ class FlowNetwork:
         next transfer, ``events.Sim.train``): as many transfers share the link, so nobody's rate changes."""
         assert not self.multi and len(self.links[tid]) == 1
         self.remaining[tid], self.since[tid] = work_s, now
-        return {tid: now + work_s / self.rate[tid] + self._wait(tid, self.links[tid])}
+        return {tid: now + work_s / self.rate[tid] + (self._wait(tid, self.links[tid]) if self.tcp else 0.0)}
 
     def finish(self, tid: int, now: float) -> dict[int, float]:
         links = self.links.pop(tid)
         del self.remaining[tid], self.since[tid], self.rate[tid]
-        self.delay.pop(tid, None)
-        general = len(links) > 1 or self.weighted(tid)
+        if self.delay:
+            self.delay.pop(tid, None)
+        general = len(links) > 1 or (self.tcp and self.weighted(tid))
         self.multi -= general
         for lk in links:
             self.on[lk].discard(tid)
