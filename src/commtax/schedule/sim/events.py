@@ -219,7 +219,9 @@ class Task:
 class Sim:
     """Build a task graph with ``stream`` and ``task``, then ``run`` it once."""
 
-    def __init__(self) -> None:
+    def __init__(self, sharing: str = "max-min", rtt_s: float = 0.0) -> None:
+        """``sharing``, ``rtt_s``: how the flow network's links are shared (schedule/sim/network.py)."""
+        self.sharing, self.rtt_s = sharing, rtt_s
         self.streams: list[Stream] = []
         self.tasks: list[Task] = []
         self.channel_names: list[str] = []
@@ -239,13 +241,14 @@ class Sim:
         self.channel_names.append(name)
         return len(self.channel_names) - 1
 
-    def link(self, name: str, capacity: float = 1.0) -> int:
-        """A link of the flow network: transfers on it share ``capacity`` (1 = one transfer at its own rate)."""
+    def link(self, name: str, capacity: float = 1.0, queue_s: float = 0.0) -> int:
+        """A link of the flow network: transfers on it share ``capacity`` (1 = one transfer at its own rate); each
+        transfer crossing it waits ``queue_s`` behind its standing queue (``sharing="tcp"`` only)."""
         if self.network is None:
             from commtax.schedule.sim.network import FlowNetwork
 
-            self.network = FlowNetwork()
-        return self.network.link(name, capacity)
+            self.network = FlowNetwork(self.sharing, self.rtt_s)
+        return self.network.link(name, capacity, queue_s)
 
     def task(
         self,
@@ -259,8 +262,11 @@ class Sim:
         meta: tuple = (),
         tail: Tail = (),
         links: tuple[int, ...] = (),
+        weight: float = 1.0,
     ) -> int:
         """Add a task after every task already on ``stream``; returns its id. ``None`` deps are skipped.
+
+        ``weight``: a transfer's TCP weight on its links (1 / RTT², relative; ``sharing="tcp"`` only).
 
         ``tail`` — ((stream name, kind, seconds), ...) — says that the last seconds of
         ``duration_s`` are work on other streams of the same device while this stream waits for
@@ -289,6 +295,10 @@ class Sim:
             if self.network is None or not all(0 <= x < len(self.network.capacity) for x in links):
                 raise SimError(f"task {name!r}: link {links} does not exist")
             t.links = tuple(links)
+            if weight != 1.0:
+                if not weight > 0:
+                    raise SimError(f"task {name!r}: weight must be > 0, got {weight}")
+                self.network.weight[tid] = weight
         unique = set(deps) if len(deps) > 2 or (len(deps) == 2 and deps[0] == deps[1]) else deps
         t.waiting = len(unique)
         for x in unique:
@@ -307,6 +317,7 @@ class Sim:
         priority: int = 0,
         meta: tuple = (),
         links: tuple[int, ...] = (),
+        weight: float = 1.0,
     ) -> int:
         """Add a train of transfers after every task already on ``stream``; returns its id (see the module docstring).
 
@@ -320,7 +331,7 @@ class Sim:
             raise SimError(f"train {name!r}: anchor {anchor} does not exist (tasks 0..{tid - 1})")
         if len(links) > 1 or (links and (self.network is None or not 0 <= links[0] < len(self.network.capacity))):
             raise SimError(f"train {name!r}: links {links} must be one existing link, or none")
-        tid = self.task(name, stream, shape.total_work_s, (), kind, priority, None, meta, (), links)
+        tid = self.task(name, stream, shape.total_work_s, (), kind, priority, None, meta, (), links, weight)
         t = self.tasks[tid]
         t.train = Train(shape, anchor)
         t.waiting = 1  # its anchor's start
@@ -408,7 +419,8 @@ class Sim:
                     o = solo.get(lk)
                     if o is not None and tasks[o].train is not None:
                         settle(tasks[o], now)
-            return len(links) == 1 and not on_link[links[0]] and net.capacity[links[0]] >= 1
+            # a queued link's transfers go through the network, which adds the wait (``FlowNetwork._wait``)
+            return len(links) == 1 and not on_link[links[0]] and net.capacity[links[0]] >= 1 and not net.queue[links[0]]
 
         def into_network(tid: int, work_s: float, links: tuple[int, ...], now: float) -> None:
             for lk in links:
@@ -422,7 +434,8 @@ class Sim:
                     else:  # the train's transfer on the wire (``settle``)
                         left = tr.launch_s + tr.shape.work_s[tr.next] - now
                         tr.state = NET
-                    if len(links) == 1 and not net.multi:  # the two onto one link at once: their rates set once
+                    if len(links) == 1 and not net.multi and not net.weighted(other) and not net.weighted(tid):
+                        # the two onto one link at once: their rates set once
                         reschedule(net.start_two(other, left, tid, work_s, lk, now))
                         return
                     reschedule(net.start(other, left, o.links, now))
@@ -545,7 +558,7 @@ class Sim:
 
         for s in streams:
             try_stream(s, 0.0, None)
-        now = 0.0
+        now = makespan = 0.0
         events = 0
         while heap:
             now, _, sq, tid = heapq.heappop(heap)
@@ -566,7 +579,7 @@ class Sim:
                 else:
                     continue  # its rate changed since this finish was pushed
             events += 1
-            t.end_s = now
+            t.end_s = makespan = now  # the last task's end: a stale finish popped later is not the makespan
             s = streams[t.stream]
             s.busy = False
             s.head += 1
@@ -591,7 +604,7 @@ class Sim:
                 f"first stuck: {stuck.name!r} on stream {streams[stuck.stream].name!r} of device "
                 f"{streams[stuck.stream].device}"
             )
-        return now
+        return makespan
 
     def trace(self) -> list[tuple[str, int, float]]:
         """(name, device, start_s) of every task in start order: for exact-trace tests."""

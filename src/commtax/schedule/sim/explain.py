@@ -177,7 +177,15 @@ def explain(r: SimResult) -> list[str]:
             f"{'DP collectives' if k == 'dp' else 'PP sends'} {_ms(w)}" for k, w in sorted(waited.items())
         )
         fair = r.builder.options.network == "flows"
-        how = "share it at max-min fair rates" if fair else "queue behind each other"
+        net = r.sim.network
+        tcp = fair and net is not None and net.sharing == "tcp"
+        how = (
+            "queue behind each other"
+            if not fair
+            else "share it TCP-fairly"
+            if tcp
+            else "share it at max-min fair rates"
+        )
         out.append(
             f"shared NIC: DP and PP traffic of a GPU both leave the node over its NIC share and {how} "
             f"({parts} {'lost to sharing' if fair else 'of waiting'}, all stages); the estimate assumes they never "

@@ -73,7 +73,8 @@ Template = tuple[tuple[tuple[Step, ...], ...], float, float, float]  # steps, TP
 class SimOptions:
     bucket_bytes: float = DDP_BUCKET_BYTES  # gradient bucket size (bytes of gradients)
     nic_contention: bool = True  # DP and PP traffic of a GPU share its NIC when both leave the node
-    # how they share it: "flows" at max-min fair rates (schedule/sim/network.py), "channel" one transfer at a time
+    # how they share it: "flows" at fair rates (max-min; TCP-fair under fabric.sharing: tcp; schedule/sim/network.py),
+    # "channel" one transfer at a time
     network: Literal["flows", "channel"] = "flows"
     # ZeRO-2's reductions after every backward as one train per pass (events.Sim.train: the same timeline, one task
     # instead of one per bucket and per piece of the pass); False: a task per bucket, each piece of the pass its own
@@ -126,6 +127,26 @@ def _sum(costs: list[PhaseCost]) -> PhaseCost:
 MAX_BUCKETS = 100_000  # DDP's default 25 MiB gives up to ~30k (405B, pp=1); more is a typo, and memory grows with it
 
 
+def network_sharing(job: Job) -> tuple[str, float]:
+    """How the flow network shares a NIC: the job's ``fabric.sharing`` (max-min without a fabric) and a connection's
+    round trip, 2 × the inter-node latency (costs/fabric.py: tcp_share). The standing queue (``fabric.queue_ms``)
+    is already in the transfers' times (costs/topology.py adds it to the inter level's latency), so the NIC links
+    carry none."""
+    f = job.cluster.fabric
+    if f is None or f.sharing != "tcp":
+        return "max-min", 0.0
+    return "tcp", 2 * job.cluster.inter_node.latency_s
+
+
+def rtt_weights(rtt_s: float, queue_s: dict[str, float]) -> dict[str, float]:
+    """Each kind's TCP weight on a NIC both cross: 1 / RTT², RTT = ``rtt_s`` + the standing queue its path waits behind
+    (costs/fabric.py: tcp_share), relative to the least-queued kind's (1 when they are equal: the equal shares)."""
+    least = min(queue_s.values())
+    if rtt_s <= 0:
+        return dict.fromkeys(queue_s, 1.0)
+    return {k: ((rtt_s + least) / (rtt_s + q)) ** 2 for k, q in queue_s.items()}
+
+
 class StepBuilder:
     """Turns a job into a ``Sim`` task graph of one step; ``build()`` then ``Sim.run()``."""
 
@@ -166,7 +187,8 @@ class StepBuilder:
             self.chunks += self.chunks
         self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
         self.send_bytes = self.costs.sent_bytes(self.wl.pp_send) if self.p > 1 else 0.0
-        self.sim = Sim()
+        self.sim = Sim(*network_sharing(job))
+        self.nic_weight = {"dp": 1.0, "pp": 1.0}  # TCP weights of DP and PP transfers on a shared NIC (rtt_weights)
         self.devices: list[Device] = []
         self._sent_fwd: dict[tuple[int, int], int] = {}
         self._sent_bwd: dict[tuple[int, int], int] = {}
@@ -339,6 +361,14 @@ class StepBuilder:
         pp_spans = self.p > 1 and group_placement(job, "pp", "send_recv").spans_nodes
         dp_ops = self.wl.dp_step + self.wl.dp_microbatch
         dp_spans = bool(dp_ops) and group_placement(job, "dp", dp_ops[0].op).spans_nodes
+        if contention and pp_spans and dp_spans and sim.sharing == "tcp":
+            self.nic_weight = rtt_weights(
+                sim.rtt_s,
+                {
+                    "dp": group_placement(job, "dp", dp_ops[0].op).queue_s,
+                    "pp": group_placement(job, "pp", "send_recv").queue_s,
+                },
+            )
         for s in range(self.p):
             names = STREAMS + (MOE_STREAMS if self.wl.moe_layer is not None else ())
             streams = {name: sim.stream(s, name) for name in names}
@@ -463,16 +493,23 @@ class StepBuilder:
         dev.edp_s += edp_t
         if dev.flows:  # the DP link is the NIC: a transfer sharing it with the PP sends
             return self.sim.task(
-                name, dev.streams[stream], t, deps, "dp", priority, meta=meta + (nbytes,), links=(dev.nic,)
+                name,
+                dev.streams[stream],
+                t,
+                deps,
+                "dp",
+                priority,
+                meta=meta + (nbytes,),
+                links=(dev.nic,),
+                weight=self.nic_weight["dp"],
             )
         return self.sim.task(name, dev.streams[stream], t, deps, "dp", priority, dev.dp_link, meta + (nbytes,))
 
-    @staticmethod
-    def _nic(dev: Device) -> dict:
+    def _nic(self, dev: Device) -> dict:
         """How a PP send uses the NIC: a link of the flow network, a channel held in turn, or neither."""
         if dev.nic is None:
             return {}
-        return {"links": (dev.nic,)} if dev.flows else {"channel": dev.nic}
+        return {"links": (dev.nic,), "weight": self.nic_weight["pp"]} if dev.flows else {"channel": dev.nic}
 
     def _template(self, pc: PhaseCost, kind: str, ep_exposed: float = 0.0) -> Template:
         """The tasks of one pass (or a piece of one) as steps; each step's tasks wait for the previous step's.
@@ -733,7 +770,8 @@ class StepBuilder:
                     dev.piece_ends.pop(0)
         if train is not None:
             links = (dev.nic,) if dev.flows else ()
-            dev.grads.append(sim.train("grad bucket", st["dp"], train, anchor, "dp", 1, meta, links))
+            w = self.nic_weight["dp"] if links else 1.0
+            dev.grads.append(sim.train("grad bucket", st["dp"], train, anchor, "dp", 1, meta, links, w))
             dev.bytes["dp"] += sum(train.bytes)
             dev.edp_s += self._train_edp.get((k, x.phase), 0.0)
             dev.buckets += len(train.work_s)
