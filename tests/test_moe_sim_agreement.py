@@ -97,3 +97,22 @@ def test_the_cool_down_effect_is_named():
     assert -0.05 < s.step_time_s / e.step_time_s - 1 < -0.01
     lines = [x for x in explain(r) if x.startswith("MoE gradients")]
     assert len(lines) == 1 and "stage 1" in lines[0] and "cool-down" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "model,gpus,per_node,batch,plan",
+    [
+        ("mixtral-8x7b", 16, 8, 64, {"pp": 1, "ep": 8}),  # edp = 2 across nodes: experts ride in every bucket
+        ("qwen3-30b-a3b", 16, 4, 64, {"pp": 2, "ep": 4}),
+        ("qwen3-30b-a3b", 32, 4, 16, {"pp": 2, "ep": 4}),  # one micro-batch; before the fix simulate showed dp 0
+    ],
+)
+def test_simulate_reports_the_dense_dp_link_time_of_moe_jobs(model, gpus, per_node, batch, plan):
+    # the expert gradients ride in the dense buckets; simulate reports their edp collective apart and the dense
+    # part as dp, the DP link time estimate reports (it used to subtract the estimate's edp time, priced in
+    # buckets of their own, from the simulated total, where the experts ride in larger messages: dp fell to 0)
+    job = moe_job(model, gpus, per_node, batch, **plan)
+    e, s = estimate(job), simulate(job).breakdown
+    assert e.comm_time_s["dp"] > 0 and e.comm_time_s["edp"] > 0
+    assert s.comm_time_s["dp"] == pytest.approx(e.comm_time_s["dp"], rel=1e-3)
+    assert s.comm_time_s["edp"] == pytest.approx(e.comm_time_s["edp"], rel=1e-6)

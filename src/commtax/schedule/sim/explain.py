@@ -14,6 +14,10 @@ the closed form averages something the schedule makes concrete:
   collective's latency, and the last one's reduction is exposed after the last backward;
 * a shared NIC — DP buckets and PP sends of one GPU leave the node over the same NIC share
   and queue behind each other, which the estimate never assumes;
+* DualPipe — rank r runs model stage r for the half of the micro-batches fed at rank 0 and stage p − 1 − r for
+  the half fed at rank p − 1 (``pipeline.dualpipe``), so the embedding's and the head's stages share ranks with
+  each other's: the estimate charges m × the slowest stage, the simulator each rank's mean of its two stages, and
+  each rank holds and reduces the gradients of both (the 2× parameters);
 * MoE gradients — the estimate prices the DP of the rank with the slowest one (dense over dp, experts over
   edp) as if it started with the step's last backward; when that rank is a later pipeline stage, its reduction
   also hides under the earlier stages' last backwards (the 1F1B cool-down).
@@ -141,6 +145,19 @@ def explain(r: SimResult) -> list[str]:
             f"ZeRO-3: each block's parameters are gathered one block ahead (prefetch) and its gradients "
             f"reduce-scattered after its backward; exposed {_ms(sb['dp_exposed'])} simulated vs "
             f"{_ms(eb['dp_exposed'])} estimated (the estimate hides a micro-batch's gathers under its whole pass)"
+        )
+    # ---- DualPipe: two stages per rank, half the micro-batches each
+    if getattr(bld, "dual", "") == "dualpipe":
+        per = [c.fwd.compute + c.bwd.compute + c.recompute.compute for c in bld.chunks[:p]]
+        rk = r.busiest_stage
+        mean = (per[rk] + per[p - 1 - rk]) / 2
+        out.append(
+            f"DualPipe: rank {rk} runs model stage {rk} for the {m // 2} micro-batches fed at rank 0 and stage "
+            f"{p - 1 - rk} for the {m // 2} fed at rank {p - 1}: {_ms(mean)} of compute per micro-batch, against the "
+            f"slowest stage's {_ms(max(per))} that the estimate charges m times (compute {_ms(sb['compute'])} "
+            f"simulated vs {_ms(eb['compute'])}; bubble {_ms(sb['pp_bubble'])} vs {_ms(eb['pp_bubble'])}, the "
+            f"estimate's (PP/2 − 1)(F + B/2)); each rank holds and reduces both stages' gradients (2× parameters: "
+            f"DP link time {_ms(b.comm_time_s['dp'])} vs {_ms(e.comm_time_s['dp'])})"
         )
     # ---- MoE: the slowest DP rank's reduction under the cool-down
     slow_dp = _moe_slow_dp_stage(r)

@@ -224,7 +224,7 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         from commtax.schedule.analytical import ep_link
 
         for d in range(p):
-            chunks = [builder.chunks[c * p + d] for c in range(builder.v)]
+            chunks = [builder.chunks[builder.k(d, c)] for c in range(builder.v)]
             link[d]["ep"] = builder.m * sum(ep_link(ch.fwd) + ep_link(ch.bwd) + ep_link(ch.recompute) for ch in chunks)
     # the busiest stage sets the pace: the most time per step in its own passes (work and the TP/CP it waits for,
     # as the estimate's slowest stage; not the once-a-step optimizer); among equals, the one that finishes last
@@ -243,12 +243,23 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         # the busiest rank's own expert gradients (a rank without experts reduces none over edp)
         own = with_dp_stage(job, builder.wl, builder.splits[busiest]) if builder.splits else builder.wl
         edp_s, edp_b = edp_traffic(job, own, builder.costs)
-        comm_time = {**comm_time, "dp": max(0.0, comm_time["dp"] - edp_s), "edp": edp_s}
+        # dp: the dense part of its DP tasks' link time (what the expert collectives riding in them took, apart)
+        dense = max(0.0, comm_time["dp"] - builder.devices[busiest].edp_s)
+        comm_time = {**comm_time, "dp": dense, "edp": edp_s}
         comm_bytes = {**comm_bytes, "edp": edp_b}  # the stage's dp bytes count the dense gradients only
     bd = _breakdown(job, builder.wl, step, parts, comm_time, comm_bytes, est)
-    if job.plan.schedule in ("dualpipe", "dualpipev"):
+    if job.plan.schedule in ("dualpipe", "dualpipev") and not builder.dual:
         bd.notes.append(
             f"{job.plan.schedule} simulated in 1F1B order: the bubble is 1F1B's, estimate prices DualPipe's"
+            + (
+                f" ({builder.m} micro-batches: DualPipe feeds an even number, half from each end)"
+                if job.plan.schedule == "dualpipe" and builder.m % 2
+                else (
+                    " (ZeRO-3: the per-layer gathers around split backwards are not simulated)"
+                    if job.plan.schedule == "dualpipe" and builder.wl.dp_microbatch
+                    else ""
+                )
+            )
         )
     bd.notes.append(
         f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "

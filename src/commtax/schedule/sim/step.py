@@ -41,7 +41,9 @@ from commtax.schedule.sim.pipeline import (
     ScheduleDeadlock,
     by_stage,
     dependency_order,
+    pipeline_ends,
     schedule,
+    virtual_stage,
 )
 from commtax.spec import Job
 from commtax.workload.step import (
@@ -95,6 +97,7 @@ class Device:
     bytes: dict[str, float] = field(default_factory=lambda: {"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0})
     buckets: int = 0
     optimizer: int = -1
+    edp_s: float = 0.0  # link time of the expert gradients riding in its DP tasks (reported apart as ``edp``)
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,15 @@ class StepBuilder:
             self.wl = slowest_dp_workload(job, self.wl, self.costs, slow)
         plan = job.plan
         self.p, self.v, self.m = plan.pp, plan.vp, self.wl.micro_batches
+        # DualPipe: two pipelines of p virtual stages (``pipeline.dualpipe``); rank r holds model stage r (chunk 0)
+        # and model stage p − 1 − r (chunk 1, virtual stage 2p − 1 − r): two stages' parameters
+        # (an odd m, which the reference refuses, falls back to 1F1B order, and simulate says so). DualPipeV's order
+        # is ``pipeline.dualpipev``, but its V needs a layer split of its own (rank 0 holds the embedding and the
+        # head; halving the 1F1B stages puts both ends on it): it still runs in 1F1B order, and simulate says so
+        # ZeRO-3's per-layer gathers around split backwards are not simulated: 1F1B order too
+        runs = plan.schedule == "dualpipe" and self.p > 1 and self.m % 2 == 0 and self.m >= 2 * self.p
+        runs = runs and not self.wl.dp_microbatch
+        self.dual = plan.schedule if runs else ""
         self.V = self.p * self.v
         # layers of each virtual stage k = chunk·p + stage, as the spec split them (uneven stages shown as they are)
         self.chunk_layers = self.wl.chunk_layers or (self.wl.layers_per_stage // self.v,) * self.V
@@ -149,22 +161,29 @@ class StepBuilder:
         self._codec: dict[float, float] = {}
         self._trains: dict[tuple[int, str], TrainShape | None] = {}  # a reducing backward's train by (chunk, phase)
         self.chunks = [self._chunk(k) for k in range(self.V)]
+        if self.dual == "dualpipe":  # the reverse pipeline's virtual stage p + j runs model stage j
+            self.v, self.V = 2, 2 * self.p
+            self.chunks += self.chunks
         self.t_send = self.costs.collective(self.wl.pp_send) if self.p > 1 else 0.0
         self.send_bytes = self.costs.sent_bytes(self.wl.pp_send) if self.p > 1 else 0.0
         self.sim = Sim()
         self.devices: list[Device] = []
         self._sent_fwd: dict[tuple[int, int], int] = {}
         self._sent_bwd: dict[tuple[int, int], int] = {}
-        self._dp_cost: dict[tuple[str, float], tuple[float, float]] = {}
+        self._dp_cost: dict[tuple[str, float], tuple[float, float, float]] = {}
+        self._train_edp: dict[tuple[int, str], float] = {}  # a bucket train's expert (edp) link time
         self._dp_contention: float | None = None
         self.last_bwd: dict[tuple[int, int], int] = {}  # (stage, chunk) -> micro-batch of its last backward
         # zero-bubble: the backward is B (input gradient) then W (weight gradient), half each (Qi et al. 2023 take
         # T_B = T_W; as schedule.analytical.weight_grad_s); the gradients the DP reduction waits for come from W
-        self.split_bwd = plan.schedule == "zb-h1"
+        self.split_bwd = plan.schedule == "zb-h1" or self.dual
         self.grad_phase = "W" if self.split_bwd else "B"
+        self.firsts, self.lasts = pipeline_ends(self.p, self.v, self.dual)
         if self.split_bwd and self.wl.dp_microbatch:
-            raise SimError("schedule zb-h1 with ZeRO-3: the per-layer gathers around split backwards are not simulated")
-        self.stage_params = [sum(self.chunks[c * self.p + s].params for c in range(self.v)) for s in range(self.p)]
+            raise SimError(
+                f"schedule {plan.schedule} with ZeRO-3: the per-layer gathers around split backwards are not simulated"
+            )
+        self.stage_params = [sum(self.chunks[self.k(s, c)].params for c in range(self.v)) for s in range(self.p)]
         # the workload sizes its DP ops (and the optimizer) for the stage with the most parameters;
         # a bucket or a lighter stage takes its share of them
         self.max_stage_params = max(self.stage_params)
@@ -179,6 +198,10 @@ class StepBuilder:
             self.edp_ops, self.edp_experts = with_dp_stage(job, self.wl, most).edp_step, most[1]
         self.grad_bytes = grad_bytes_per_param(job)
         self.ov = plan.overlap
+
+    def k(self, stage: int, chunk: int) -> int:
+        """The virtual stage of a stage's chunk (``pipeline.virtual_stage``)."""
+        return virtual_stage(self.p, stage, chunk, self.dual)
 
     # ------------------------------------------------------------------ costs
     def _phase(self, block: Block, which: str) -> PhaseCost:
@@ -276,6 +299,13 @@ class StepBuilder:
         ``codec``, a gradient reduction's codec runs in line with it (a reduction after backward: nothing to
         overlap). ``experts``: the routed-expert parameters that ride with it (``_bucket_experts``); None: the
         bucket's share of the rank's dense parameters (``_expert_share``)."""
+        t, nbytes, _ = self._dp_priced(op, params, codec, stage, experts)
+        return t, nbytes
+
+    def _dp_priced(
+        self, op: Collective, params: float, codec: bool = True, stage: int = 0, experts: float | None = None
+    ) -> tuple[float, float, float]:
+        """``_dp`` and the part of its time that the expert gradients riding with it take (their edp collective)."""
         c = Collective(op.name, op.op, op.bytes * params / self.max_stage_params, op.group)
         share = 0.0
         if self.edp_ops:
@@ -283,13 +313,15 @@ class StepBuilder:
         key = (op.op, c.bytes, codec, share)
         if key not in self._dp_cost:
             t = self.costs.collective(c)
+            edp_t = 0.0
             edp = self.edp_ops
             if edp and op in self.wl.dp_step:  # expert grads over edp ride with the dense buckets (estimate's times)
                 i = min(self.wl.dp_step.index(op), len(edp) - 1)
-                t += self.costs.collective(Collective(edp[i].name, edp[i].op, edp[i].bytes * share, "edp"))
+                edp_t = self.costs.collective(Collective(edp[i].name, edp[i].op, edp[i].bytes * share, "edp"))
+                t += edp_t
             if codec and self.wl.dp_step and op is self.wl.dp_step[0]:
                 t += self._codec_s(params)
-            self._dp_cost[key] = (t, self.costs.sent_bytes(c))
+            self._dp_cost[key] = (t, self.costs.sent_bytes(c), edp_t)
         return self._dp_cost[key]
 
     def _codec_s(self, params: float) -> float:
@@ -319,9 +351,10 @@ class StepBuilder:
             self.devices.append(
                 Device(s, streams, nic, dp_link, flows=flows and nic is not None, params=self.stage_params[s])
             )
-        # DualPipe's bidirectional pairing is not built as a task graph: its passes run in 1F1B order (the bubble
-        # differs from estimate's DualPipe term; simulate names the effect)
-        name = "1f1b" if job.plan.schedule in ("dualpipe", "dualpipev") else job.plan.schedule
+        # DualPipe runs the reference's order (``pipeline.dualpipe``)
+        name = job.plan.schedule
+        if name in ("dualpipe", "dualpipev") and not self.dual:
+            name = "1f1b"
         order = by_stage(schedule(name, self.p, self.m, self.v), self.p)
         for s, passes in enumerate(order):
             for x in passes:
@@ -330,7 +363,7 @@ class StepBuilder:
         for dev in self.devices:
             self._start_of_step(dev)
         try:
-            for x in dependency_order(order, self.p, self.v):
+            for x in dependency_order(order, self.p, self.v, self.dual):
                 self._add_pass(self.devices[x.stage], x)
         except ScheduleDeadlock as e:
             raise SimError(str(e)) from None
@@ -344,7 +377,7 @@ class StepBuilder:
             return
         gather = self.wl.dp_step[1]
         for c in range(self.v):
-            chunk = self.chunks[c * self.p + dev.stage]
+            chunk = self.chunks[self.k(dev.stage, c)]
             buckets = self._buckets(chunk.params)
             dev.gathers[c] = [
                 self._dp_task(dev, "dp", "param gather", gather, n, (), (dev.stage, -1, c, "G"), experts=e)
@@ -425,8 +458,9 @@ class StepBuilder:
         codec: bool = True,
         experts: float | None = None,
     ) -> int:
-        t, nbytes = self._dp(op, params, codec, dev.stage, experts)
+        t, nbytes, edp_t = self._dp_priced(op, params, codec, dev.stage, experts)
         dev.bytes["dp"] += nbytes
+        dev.edp_s += edp_t
         if dev.flows:  # the DP link is the NIC: a transfer sharing it with the PP sends
             return self.sim.task(
                 name, dev.streams[stream], t, deps, "dp", priority, meta=meta + (nbytes,), links=(dev.nic,)
@@ -557,7 +591,7 @@ class StepBuilder:
         )
         if not (wl.dp_microbatch or first_fwd or last_bwd):
             return ONE_PIECE
-        k = x.chunk * self.p + x.stage
+        k = self.k(x.stage, x.chunk)
         if not first_fwd:  # the same cut for every micro-batch of the chunk (it reads only the chunk and phase)
             key = (k, x.phase)
             cached = self._cuts.get(key)
@@ -611,7 +645,7 @@ class StepBuilder:
             and (dev.dp_link is None or dev.flows)
         ):
             return None
-        k = x.chunk * self.p + x.stage
+        k = self.k(x.stage, x.chunk)
         key = (k, x.phase)
         if key in self._trains:
             return self._trains[key]
@@ -625,8 +659,9 @@ class StepBuilder:
                 offsets += [at] * len(reduce)
                 buckets += reduce
             if buckets and all(self._codec_s(n) == 0 for n, _ in buckets):
-                priced = [self._dp(wl.dp_step[0], n, False, dev.stage, e) for n, e in buckets]
-                shape = TrainShape(tuple(offsets), tuple(t for t, _ in priced), tuple(b for _, b in priced))
+                priced = [self._dp_priced(wl.dp_step[0], n, False, dev.stage, e) for n, e in buckets]
+                shape = TrainShape(tuple(offsets), tuple(t for t, _, _ in priced), tuple(b for _, b, _ in priced))
+                self._train_edp[key] = sum(x for _, _, x in priced)
         self._trains[key] = shape
         return shape
 
@@ -646,12 +681,12 @@ class StepBuilder:
 
     def _add_pass(self, dev: Device, x: Pass) -> None:
         """Add one pass's tasks (what it receives was added before: ``dependency_order``)."""
-        k = x.chunk * self.p + x.stage
+        k = self.k(x.stage, x.chunk)
         sim, st, wl = self.sim, dev.streams, self.wl
         if x.phase == "F":
-            recv = self._sent_fwd.pop((k - 1, x.mb)) if k > 0 else -1
+            recv = self._sent_fwd.pop((k - 1, x.mb)) if k not in self.firsts else -1
         elif x.phase == "B":
-            recv = self._sent_bwd.pop((k + 1, x.mb)) if k < self.V - 1 else -1
+            recv = self._sent_bwd.pop((k + 1, x.mb)) if k not in self.lasts else -1
         else:  # W: local, after its own B (the stage's order)
             recv = -1
         chunk = self.chunks[k]
@@ -700,14 +735,15 @@ class StepBuilder:
             links = (dev.nic,) if dev.flows else ()
             dev.grads.append(sim.train("grad bucket", st["dp"], train, anchor, "dp", 1, meta, links))
             dev.bytes["dp"] += sum(train.bytes)
+            dev.edp_s += self._train_edp.get((k, x.phase), 0.0)
             dev.buckets += len(train.work_s)
         dev.prev = deps
-        if x.phase == "F" and k < self.V - 1:
+        if x.phase == "F" and k not in self.lasts:
             dev.bytes["pp"] += self.send_bytes
             self._sent_fwd[(k, x.mb)] = sim.task(
                 "send", st["pp_fwd"], self.t_send, deps, "pp", meta=meta + (self.send_bytes,), **self._nic(dev)
             )
-        elif x.phase == "B" and k > 0:
+        elif x.phase == "B" and k not in self.firsts:
             dev.bytes["pp"] += self.send_bytes
             self._sent_bwd[(k, x.mb)] = sim.task(
                 "send", st["pp_bwd"], self.t_send, deps, "pp", meta=meta + (self.send_bytes,), **self._nic(dev)
