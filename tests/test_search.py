@@ -344,3 +344,26 @@ def test_cli_search_verify_shows_both_times(tmp_path):
     assert r.exit_code == 0, r.output
     assert "simulated (ranked by the simulated step)" in r.output
     assert "estimate s" in r.output and "simulate s" in r.output
+
+
+def test_the_search_s_stage_keys_are_each_plan_s_own():
+    """The search computes a stage's cache key once per template (base key) and per split (layer counts) and hands
+    them to ``prefill_stage_times``: each must be the key ``stage_key`` gives that plan's job and workload, over
+    pp, vp, micro-batch, sp and recompute (an uneven split on 4 stages among them)."""
+    from commtax.decide.search import _prepare
+    from commtax.decide.space import bases
+    from commtax.schedule.analytical import stage_key
+
+    job = load_job(small_job(num_gpus=32, global_batch=128))
+    space = Space.parse({"pp": "1,2,4", "vp": "1..3", "micro_batch": "1,2", "recompute": "none,selective,full"})
+    cache: dict = {}
+    checked = 0
+    for b in bases(job, space)[0]:
+        prep = _prepare(job, b, cache)
+        if prep.g is None:
+            continue
+        assert set(prep.g.stage_keys) == set(prep.g.stage_plans)  # a dense model: every stage plan has its key
+        for key, (plan_job, wl, _) in prep.g.stage_plans.items():
+            assert prep.g.stage_keys[key] == stage_key(plan_job, wl), key
+            checked += 1
+    assert checked > 50

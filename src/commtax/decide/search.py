@@ -227,6 +227,7 @@ class _Shared:
     priced: dict[tuple, dict] = field(default_factory=dict)  # MoE: (mb, sp, recompute) -> its blocks' pass prices
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
     templates: dict[Any, Any] = field(default_factory=dict)  # each workload's priced blocks (``StageTemplate``)
+    base_keys: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute, TP/CP overlap, tp, cp) -> key
 
 
 def _copy(job: Job, **changes: Any) -> Job:
@@ -344,6 +345,7 @@ class _Grid:
     split_of_vp: np.ndarray  # vp index -> split index
     sample: dict[tuple[int, int, int], Job]  # (split, micro_batch, sp) -> one valid job with that split
     stage_plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = field(default_factory=dict)
+    stage_keys: dict[tuple[int, int, int, int], tuple] = field(default_factory=dict)  # dense: ``_est.stage_key``
     stages: dict[tuple[int, int, int, int], Any] = field(default_factory=dict)  # ``_prefill``'s stage_times
 
     def axis(self, name: str) -> list[Any]:
@@ -414,6 +416,7 @@ def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workloa
             "micro_batches": int(g.n_micro[j]),
             **moe_split[si],
         }
+        plan, counts = sample_job.plan, None
         for r, rc in enumerate(recomputes):
             key = (micro_sizes[j], seq_pars[k], rc)
             template = g.shared.workloads.get(key)
@@ -423,6 +426,13 @@ def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workloa
             wl = with_fields(template, **split)
             # the stages read the plan's layout and schedule, the recompute only through the workload's blocks
             plans[si, j, k, r] = (sample_job, wl, key)
+            if wl.moe_layer is None:  # the stage cache's key: the blocks' (the template's) and the split's counts
+                base_of = (key, plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp)
+                base_key = g.shared.base_keys.get(base_of)
+                if base_key is None:
+                    base_key = g.shared.base_keys[base_of] = _est.stage_key(sample_job, wl)[0]
+                counts = counts or _est.stage_layer_counts(sample_job, wl)  # the same for every recompute
+                g.stage_keys[si, j, k, r] = (base_key, counts)
     return plans
 
 
@@ -735,7 +745,8 @@ def _prefill(prepared: list[_Prepared]) -> None:
             groups.append((p.g, group := []))
         group.extend(((p, key), plan) for key, plan in p.g.stage_plans.items())
     for g, plans in groups:
-        stages = iter(prefill_stage_times([(x, wl) for _, (x, wl, _) in plans], g.costs, g.shared.templates))
+        keys = [p.g.stage_keys.get(key) for (p, key), _ in plans]
+        stages = iter(prefill_stage_times([(x, wl) for _, (x, wl, _) in plans], g.costs, g.shared.templates, keys))
         for (p, key), _ in plans:
             p.g.stages[key] = next(stages)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from commtax.costs.compute import ComputeModel, overlap_slowdown_s
@@ -278,8 +279,16 @@ def _stage_kinds(counts: tuple[int, ...]) -> list[tuple[int, bool, bool]]:
     return [(counts[0], True, False), *middle, (counts[-1], False, True)]
 
 
+def stage_key(job: Job, wl: Workload) -> tuple[HashedKey, tuple[int, ...]]:
+    """A dense plan's whole-pipeline key in ``stage_times``' cache: its base key and the layers of each rank."""
+    return _stage_base_key(job, wl), stage_layer_counts(job, wl)
+
+
 def prefill_stage_times(
-    plans: list[tuple[Job, Workload]], costs: Costs, templates: dict[HashedKey, StageTemplate] | None = None
+    plans: list[tuple[Job, Workload]],
+    costs: Costs,
+    templates: dict[HashedKey, StageTemplate] | None = None,
+    keys: list[tuple[HashedKey, tuple[int, ...]] | None] | None = None,
 ) -> list[list[StageTime] | None]:
     """Price every stage kind of these dense plans that ``costs.stage_cache`` lacks in one pass on arrays: each
     stage's passes are (embedding if first) + n × layer + (head if last), summed in ``stage_times``' order (an absent
@@ -287,17 +296,18 @@ def prefill_stage_times(
     ``stage_times`` would build one by one, to the last bit; a search fills a whole base's stages with it.
     ``templates``: each workload's priced blocks (``StageTemplate``), kept by a caller that prices many plans of the
     same blocks (search: one workload per micro-batch, sp and recompute serves every base of a TP/CP placement).
-    Returns each plan's ``stage_times`` (None for an MoE plan: ``stage_times`` prices those one by one)."""
+    ``keys``: each plan's ``stage_key`` where the caller has it (search: plans of one template share a base key,
+    plans of one split their layer counts). Returns each plan's ``stage_times`` (None for an MoE plan:
+    ``stage_times`` prices those one by one)."""
     cache = costs.stage_cache
     templates = {} if templates is None else templates
     todo: dict[tuple, tuple[Job, Workload, int, bool, bool]] = {}
     wanted: list[tuple | None] = []  # per plan: its whole-pipeline cache key
-    for job, wl in plans:
+    for i, (job, wl) in enumerate(plans):
         if wl.moe_layer is not None:
             wanted.append(None)
             continue
-        base_key = _stage_base_key(job, wl)
-        counts = stage_layer_counts(job, wl)
+        base_key, counts = stage_key(job, wl) if keys is None else keys[i]
         wanted.append((base_key, counts))
         if (base_key, counts) in cache:
             continue
@@ -372,10 +382,58 @@ def _prefill_group(items: list[tuple], costs: Costs, templates: dict[HashedKey, 
     st = _combine(job, [(passes, 1)], costs.cm)
     col = lambda x: np.broadcast_to(x, n.shape).tolist()  # a part no stage has stays a plain 0.0
     fields = zip(*(col(getattr(st, f)) for f in ("compute", "recompute", "tp_exposed", "cp_exposed", "fwd", "bwd")))
-    links = _links(st.link, col)
-    for i, ((key, (_, _, k, is_first, is_last)), row) in enumerate(zip(items, fields)):
+    link = st.link
+    scalars = zip(col(link.compute), col(link.gemm), col(link.attention))
+    comm, comm_bytes = _LinkRows(link.comm, col, len(items)), _LinkRows(link.comm_bytes, col, len(items))
+    for i, ((key, (_, _, k, is_first, is_last)), row, (c, gemm, att)) in enumerate(zip(items, fields, scalars)):
         groups = used[index[key[0]]].link_groups((is_first, k > 0, is_last))
-        costs.stage_cache[key] = StageTime(*row, _stage_link(links, i, groups))
+        stage_link = _phase_cost(c, gemm, att, comm.of(i, groups[0]), comm_bytes.of(i, groups[1]))
+        costs.stage_cache[key] = _stage_time(*row, stage_link)
+
+
+class _LinkRows:
+    """The prefilled stages' per-group link times (or bytes) as rows: stage ``i``'s dict of ``groups`` (a stage's
+    ``link_groups``, in that order) is read off its row by position, the values those of the arrays."""
+
+    def __init__(self, by_group: dict, col: Callable, n: int) -> None:
+        self.rows = list(zip(*(col(v) for v in by_group.values()))) if by_group else [()] * n
+        self.at = {g: x for x, g in enumerate(by_group)}
+        self.pick: dict[tuple[str, ...], Callable] = {}
+
+    def of(self, i: int, groups: tuple[str, ...]) -> dict[str, float]:
+        pick = self.pick.get(groups)
+        if pick is None:
+            pick = self.pick[groups] = _picker([self.at[g] for g in groups])
+        return dict(zip(groups, pick(self.rows[i])))
+
+
+def _picker(positions: list[int]) -> Callable:
+    """A row's values at these positions, as a tuple (``operator.itemgetter`` returns a bare value for one)."""
+    if len(positions) > 1:
+        return operator.itemgetter(*positions)
+    if positions:
+        x = positions[0]
+        return lambda row: (row[x],)
+    return lambda row: ()
+
+
+def _stage_time(compute, recompute, tp_exposed, cp_exposed, fwd, bwd, link) -> StageTime:
+    """``StageTime(...)`` of a dense stage (no EP) without the frozen dataclass's per-field ``object.__setattr__``
+    (a search builds ~10^4): the same fields, the total summed as ``__post_init__`` sums it."""
+    st = object.__new__(StageTime)
+    total = compute + recompute + tp_exposed + cp_exposed
+    st.__dict__.update(
+        compute=compute,
+        recompute=recompute,
+        tp_exposed=tp_exposed,
+        cp_exposed=cp_exposed,
+        fwd=fwd,
+        bwd=bwd,
+        link=link,
+        ep_exposed=0.0,
+        total=total,
+    )
+    return st
 
 
 def _stage_pass(priced: list[tuple[PhaseCost, PhaseCost, PhaseCost]], t, n, first, last) -> PhaseCost:
@@ -394,28 +452,6 @@ def _stage_pass(priced: list[tuple[PhaseCost, PhaseCost, PhaseCost]], t, n, firs
         field(lambda pc: pc.attention),
         {g: field(lambda pc, g=g: pc.comm.get(g, 0.0)) for g in groups},
         {g: field(lambda pc, g=g: pc.comm_bytes.get(g, 0.0)) for g in groups},
-    )
-
-
-def _links(link: PhaseCost, col) -> PhaseCost:
-    """The stages' link PhaseCost of arrays as one of lists (read element by element)."""
-    return PhaseCost(
-        col(link.compute),
-        col(link.gemm),
-        col(link.attention),
-        {g: col(v) for g, v in link.comm.items()},
-        {g: col(v) for g, v in link.comm_bytes.items()},
-    )
-
-
-def _stage_link(link: PhaseCost, i: int, groups: tuple[tuple, tuple]) -> PhaseCost:
-    """Element ``i`` of prefilled stages' link (lists), with ``groups`` (``_link_groups``)."""
-    return _phase_cost(
-        link.compute[i],
-        link.gemm[i],
-        link.attention[i],
-        {g: link.comm[g][i] for g in groups[0]},
-        {g: link.comm_bytes[g][i] for g in groups[1]},
     )
 
 
