@@ -7,23 +7,14 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_fabric import EMULATED, B  # the emulated 4 x 1 cluster `cluster up` writes
 
 from commtax.costs.collectives import collective_cost
 from commtax.costs.fabric import Connection, alpha_fair
 from commtax.costs.topology import placement
 from commtax.spec import Cluster, Fabric
 
-B = 0.2e9 / 8  # a 200 Mbit/s node link, bytes/s
 S = 8 * 2**20
-EMULATED = {  # what `cluster up --nodes 4 --ranks-per-node 1 --link 200mbit --leaves 2 --spine 200mbit` writes
-    "gpu": {"name": "cpu-gloo", "peak_tflops": {"fp32": 0.1}, "mem_GiB": 8, "mem_bw_GBps": 10, "source": "test"},
-    "num_gpus": 4,
-    "gpus_per_node": 1,
-    "intra_node": {"name": "loopback", "bw_GBps": 2.0, "latency_us": 20.0, "efficiency": 1.0, "kind": "loopback"},
-    "inter_node": {"name": "veth", "bw_Gbps": 0.2, "latency_us": 50.0, "efficiency": 1.0},
-    "nics_per_node": 1,
-    "collective_library": "gloo",
-}
 TCP_2_1 = {"topology": "tor", "nodes_per_leaf": 2, "oversubscription": {"leaf": 2}, "sharing": "tcp"}
 L1, L2 = ("leaf", 0, "up"), ("leaf", 1, "up")
 
