@@ -193,21 +193,26 @@ def moe_dense_params_per_layer(job: Job) -> float:
     return m.hidden * m.num_experts + m.shared_experts * m.mlp_params(m.shared_ffn) / job.plan.tp
 
 
-def dispatched_activation_bytes(job: Job, act_bytes: float) -> float:
+def dispatched_activation_bytes(job: Job, act_bytes: float, recomputed: frozenset[str] = frozenset()) -> float:
     """What one MoE layer keeps for backward beyond the attention half, one micro-batch, one GPU: the permuted
     tokens (expert GEMM input), the up-projection output (activation input) and activation output (down
-    input), router probabilities; shared experts as a dense MLP."""
+    input), router probabilities; shared experts as a dense MLP. Selective recompute modules (Megatron-Core
+    recompute_modules) drop what they re-run: moe the whole MoE layer's (its input is the pre-MLP norm's, kept
+    with the attention half), moe_act the experts' activation outputs (output-discarding checkpoint),
+    shared_experts the shared experts'."""
     m, p, tr = job.model, job.plan, job.training
     rows = expert_rows(job) * local_experts(job)
     fe = m.moe_ffn_hidden // p.etp
     up = 2 if m.gated_mlp else 1
     gemm_in = 1.0 if tr.precision == "fp8" else act_bytes
-    routed = rows * (gemm_in * m.hidden + act_bytes * up * fe + gemm_in * fe)
+    if "moe" in recomputed:
+        return 0.0
+    routed = rows * (gemm_in * m.hidden + act_bytes * up * fe + (0.0 if "moe_act" in recomputed else gemm_in * fe))
     if m.swiglu_limit is not None:  # the clamps keep their input, the fused kernel the clamped copy (glu_clamp_ops)
         routed += rows * act_bytes * up * fe
     probs = 4.0 * router_tokens(job) * m.num_experts
     shared = 0.0
-    if m.shared_experts:
+    if m.shared_experts and "shared_experts" not in recomputed:
         tokens = p.micro_batch * tr.seq_len // p.cp
         fs = m.shared_experts * m.shared_ffn
         shared = tokens * (gemm_in * m.hidden / p.tp + (act_bytes * up * fs + gemm_in * fs) / p.tp)
