@@ -194,4 +194,3 @@ def _recompute_modules_exist(m, p) -> None:
         ok, needs = has.get(mod, (True, ""))
         if not ok:
             raise ValueError(f"plan.recompute_modules: {mod} needs {needs}; drop {mod} from recompute_modules")
-

@@ -20,7 +20,6 @@ from commtax.spec.frameworks import (
     frameworks,
 )
 
-
 # Megatron-Core --recompute-modules (megatron/core/transformer/transformer_config.py recompute_modules @d98e8a6):
 # the submodules selective recompute re-runs; unset it is ["core_attn"]
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
