@@ -430,8 +430,13 @@ def moe_recipes() -> dict:
 
 def recipe_plan(row: dict, fixed: dict, rules: str = "rules") -> dict:
     """The MoE software of the published recipe a row ran (catalog/moe_recipes.yaml ``rules``: the dispatcher and
-    its overlap; ``software``: recompute and the gradient dtype): the first rule of the row's model, GPU and
-    precision whose stated parallelism and dates match the row's."""
+    its overlap; ``software``: recompute and the gradient dtype): the plan facts of ``recipe_rule``."""
+    return dict(recipe_rule(row, fixed, rules).get("plan") or {})
+
+
+def recipe_rule(row: dict, fixed: dict, rules: str = "rules") -> dict:
+    """The first rule of catalog/moe_recipes.yaml ``rules`` (or ``software``) for the row's model, GPU and
+    precision whose stated parallelism and dates match the row's, or {}."""
     model, gpu = (row.get("model") or "").strip(), (row.get("gpu") or "").strip()
     precision = (row.get("precision") or "bf16").strip()
     for rule in moe_recipes().get(rules, []):
@@ -444,7 +449,7 @@ def recipe_plan(row: dict, fixed: dict, rules: str = "rules") -> dict:
         if rule.get("before") and not release_before(row, rule["before"]):
             continue
         if all(fixed.get(k, 1) == v for k, v in (rule.get("when") or {}).items()):
-            return dict(rule["plan"])
+            return rule
     return {}
 
 
@@ -495,7 +500,10 @@ def _moe_run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
     if "moe_dispatcher" not in fixed:
         fixed.update(recipe_plan(row, fixed))
     # the recipe's recompute and gradient dtype, where the row states none of its own
-    software = {k: v for k, v in recipe_plan(row, fixed, "software").items() if k not in fixed}
+    rule = recipe_rule(row, fixed, "software")
+    # the run's architecture where the publication states it (the 25.11 tables' "DeepSeekV3 (w/o MTP)")
+    raw["model"] = {**raw["model"], **(rule.get("arch") or {})}
+    software = {k: v for k, v in (rule.get("plan") or {}).items() if k not in fixed}
     if "recompute_modules" in software and software.get("recompute", fixed.get("recompute")) != "selective":
         software.pop("recompute_modules")  # the row's own recompute is not selective: the modules do not apply
     if "recompute_modules" in software:
