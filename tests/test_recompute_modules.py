@@ -127,7 +127,8 @@ def test_recipe_software_rules():
     # the 25.11 GB300 runs are published "w/o MTP"; the B200 one "w/ MTP"
     gb300 = recipe_rule(_row("deepseek-v3", "gb300", "fp8", "25.11"), {"pp": 2, "ep": 32}, "software")
     assert gb300["arch"] == {"mtp_layers": 0}
-    assert "arch" not in recipe_rule(_row("deepseek-v3", "b200-sxm-192gb", "fp8", "25.11"), {"pp": 16, "ep": 8}, "software")
+    b200 = _row("deepseek-v3", "b200-sxm-192gb", "fp8", "25.11")
+    assert "arch" not in recipe_rule(b200, {"pp": 16, "ep": 8}, "software")
 
 
 def test_row_takes_the_recipes_settings_and_keeps_its_own():
