@@ -2,6 +2,8 @@
 stops keeping, hand-worked; the refusals; and the Megatron-Bridge recipes' settings the MoE validation applies."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from commtax.decide.validate import recipe_rule, run_job_raw
 from commtax.errors import SpecError
@@ -142,3 +144,21 @@ def test_row_takes_the_recipes_settings_and_keeps_its_own():
     row = _row("deepseek-v3", "gb300", "bf16", "25.11", **{**cells, "num_gpus": "256", "pp": "2", "ep": "32"})
     raw, fixed, _ = run_job_raw({**row, "gpus_per_node": "72", "vp": "4"}, load_catalog())
     assert raw["model"]["mtp_layers"] == 0
+
+
+ALL_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sets(st.sampled_from(ALL_MODULES)), st.sampled_from(ALL_MODULES))
+def test_one_more_module_never_keeps_more_nor_reruns_less(mods, extra):
+    # DeepSeek-V2 has every module's part: MLA, a dense first layer, routed and shared experts
+    def of(ms):
+        j = job(model="deepseek-v2", recompute="selective", recompute_modules=sorted(ms), ep=8)
+        moe, dense = _layer_block(j, moe=True), _layer_block(j)
+        work = sum(o.bytes + getattr(o, "flop", 0.0) for b in (moe, dense) for o in b.recompute.ops)
+        return moe_layer_activation_bytes(j) + layer_activation_bytes(j), work
+
+    kept, work = of(mods)
+    kept_more, work_more = of(mods | {extra})
+    assert kept_more <= kept and work_more >= work

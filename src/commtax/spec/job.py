@@ -193,4 +193,4 @@ def _recompute_modules_exist(m, p) -> None:
     for mod in p.recompute_modules or ():
         ok, needs = has.get(mod, (True, ""))
         if not ok:
-            raise ValueError(f"plan.recompute_modules: {mod} needs {needs}; drop {mod} from recompute_modules")
+            raise ValueError(f"recompute_modules: {mod} needs {needs}; drop {mod} from recompute_modules")
