@@ -70,9 +70,13 @@ class Collective:
     op: CollectiveOp
     bytes: float  # nccl-tests message size: the whole buffer
     group: Group
-    # DeepEP/HybridEP (op deepep_dispatch / deepep_combine): inter-node bytes as a share of a pairwise all-to-all's,
-    # after node deduplication (``workload.moe.internode_dedup``)
+    # DeepEP/HybridEP (op deepep_dispatch / deepep_combine): the bytes they move as a share of a pairwise
+    # all-to-all's: a group spanning nodes, its inter-node bytes after node deduplication
+    # (``workload.moe.internode_dedup``); inside one node or NVLink domain, after rank deduplication
+    # (``workload.moe.rank_dedup``)
     dedup: float = 1.0
+    # DeepEP/HybridEP: which kernel and dtype ("hybridep", "deepep"; dispatch "fp8" or "bf16"), to read its rate
+    kernel: str = ""
 
 
 Op = Compute | Collective
