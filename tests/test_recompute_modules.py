@@ -87,6 +87,10 @@ def test_mla_up_proj_reruns_the_up_projections():
         ({"recompute": "selective", "recompute_modules": ["mla_up_proj"]}, "mla_up_proj needs an MLA model"),
         ({"recompute": "selective", "recompute_modules": ["mlp"]}, "mlp needs a dense MLP layer"),
         ({"recompute": "selective", "recompute_modules": ["shared_experts"]}, "shared_experts needs shared experts"),
+        (
+            {"recompute": "selective", "recompute_modules": ["moe"], "moe_a2a_overlap": True},
+            "moe_a2a_overlap does not run with recompute_modules moe",
+        ),
     ],
 )
 def test_refusals_name_the_field(plan, message):

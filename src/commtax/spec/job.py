@@ -169,6 +169,11 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
                 )
             if p.recompute == "full":
                 raise ValueError("moe_a2a_overlap does not run with recompute: full (Megatron); use selective or none")
+            if "moe" in p.recomputed:
+                raise ValueError(
+                    "moe_a2a_overlap does not run with recompute_modules moe (Megatron: 'disable moe in "
+                    "recompute_modules when enabling overlap_moe_expert_parallel_comm'); drop moe or the overlap"
+                )
     if p.schedule in ("dualpipe", "dualpipev"):
         if p.pp < 2 or p.pp % 2:
             raise ValueError(f"schedule {p.schedule} needs an even pp ≥ 2, got pp({p.pp}) (DualPipe pairs ranks)")
