@@ -145,6 +145,8 @@ def test_row_takes_the_recipes_settings_and_keeps_its_own():
     assert fixed["recompute"] == "none" and fixed["grad_comm_dtype"] == "bf16"
     raw, fixed, _ = run_job_raw({**row, "recompute": "full"}, load_catalog())
     assert fixed["recompute"] == "full"  # the row's own cell wins
+    raw, fixed, _ = run_job_raw({**row, "source": "a torchtitan run"}, load_catalog())
+    assert "grad_comm_dtype" not in fixed and "recompute" not in fixed  # not a Megatron-Bridge benchmark row
     row = _row("deepseek-v3", "gb300", "bf16", "25.11", **{**cells, "num_gpus": "256", "pp": "2", "ep": "32"})
     raw, fixed, _ = run_job_raw({**row, "gpus_per_node": "72", "vp": "4"}, load_catalog())
     assert raw["model"]["mtp_layers"] == 0
