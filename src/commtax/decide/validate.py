@@ -499,8 +499,8 @@ def _moe_run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
         fixed["pipeline_layout"] = balanced_layout(layers, pp, vp)
     if "moe_dispatcher" not in fixed:
         fixed.update(recipe_plan(row, fixed))
-    # the recipe's recompute and gradient dtype, where the row states none of its own
-    # the recipe's settings are those of a Megatron-Bridge benchmark run: a row naming its NeMo container release
+    # the recipe's recompute, gradient dtype and interleaving where the row states none of its own; they are a
+    # Megatron-Bridge benchmark run's, so only for a row naming its NeMo container release
     rule = recipe_rule(row, fixed, "software") if row_release(row) is not None else {}
     # the run's architecture where the publication states it (the 25.11 tables' "DeepSeekV3 (w/o MTP)")
     raw["model"] = {**raw["model"], **(rule.get("arch") or {})}

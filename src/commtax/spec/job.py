@@ -186,7 +186,7 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
             )
 
 
-def _recompute_modules_exist(m, p) -> None:
+def _recompute_modules_exist(m: Model, p: Plan) -> None:
     """Each module of plan.recompute_modules is in the model: a module it lacks would be silently a no-op."""
     has = {
         "mla_up_proj": (m.mla, "an MLA model (kv_lora_rank)"),

@@ -166,9 +166,14 @@ class Plan(_Spec):
 
     @property
     def recomputed(self) -> frozenset[str]:
-        """The submodules selective recompute re-runs: ``recompute_modules``, unset Megatron-Core's ["core_attn"]
-        (attention_core policy); empty for no or full recompute and for the per-op policy."""
-        if self.recompute != "selective" or self.selective_policy != "attention_core":
+        """The submodules selective recompute re-runs under the plan's recompute (``recomputed_under``)."""
+        return self.recomputed_under(self.recompute)
+
+    def recomputed_under(self, recompute: str) -> frozenset[str]:
+        """The submodules selective recompute re-runs under ``recompute`` (the plan's, or a candidate a search
+        prices): ``recompute_modules``, unset Megatron-Core's ["core_attn"] (attention_core policy); none for no or
+        full recompute and for the per-op policy."""
+        if recompute != "selective" or self.selective_policy != "attention_core":
             return frozenset()
         return frozenset(("core_attn",) if self.recompute_modules is None else self.recompute_modules)
 

@@ -52,15 +52,6 @@ class Memory:
         }
 
 
-def recompute_modules_of(job: Job, recompute: str) -> frozenset[str]:
-    """The submodules selective recompute re-runs under ``recompute`` (the plan's or a candidate's): the plan's
-    recompute_modules, unset Megatron-Core's ["core_attn"]; none for other recompute values and the per-op policy."""
-    p = job.plan
-    if recompute != "selective" or p.selective_policy != "attention_core":
-        return frozenset()
-    return frozenset(("core_attn",) if p.recompute_modules is None else p.recompute_modules)
-
-
 def layer_activation_bytes(job: Job, recompute: str | None = None, mlp: bool = True) -> float:
     """Bytes one layer keeps for backward, one micro-batch, one GPU (Korthikanti 2022 §4, generalised).
 
@@ -69,10 +60,11 @@ def layer_activation_bytes(job: Job, recompute: str | None = None, mlp: bool = T
     2sb·f_up; dropout masks sbh ×2 when dropout is on; + 5·a·s²·b for unfused attention without selective
     recompute. TP shards all but the norm inputs, QKV and MLP inputs and masks, unless SP shards those too.
     MHA, f = 4h, bf16, dropout: 10sbh + 24sbh/t (+5as²b/t), Korthikanti eq. 2.
-       Selective recompute modules (Megatron-Core recompute_modules) drop what they re-run: core_attn the scores of
+
+    Selective recompute modules (Megatron-Core recompute_modules) drop what they re-run: core_attn the scores of
     unfused attention; layernorm the two norm outputs (the QKV and MLP GEMM inputs, 2sbh at the GEMM input width);
-    mla_up_proj the up-projected Q, K, V (2sbh + 4sb·g·d); mlp, on a dense layer (``mlp``), its MLP activations
-    (a·sb·f_up + sb·f at the GEMM input width, over t).
+    mla_up_proj the up-projected Q, K, V (this formula's Q and K, V terms, 2sbh + 4sb·g·d); mlp, on a dense layer
+    (``mlp``), its MLP activations (a·sb·f_up + sb·f at the GEMM input width, over t).
     """
     m, p, tr = job.model, job.plan, job.training
     b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
@@ -89,7 +81,7 @@ def layer_activation_bytes(job: Job, recompute: str | None = None, mlp: bool = T
     replicated = (2 * a + 2 * gemm_in + masks) * s * b * h  # norm inputs, QKV and MLP inputs, dropout masks
     f_up = (2 if m.gated_mlp else 1) * f
     sharded = (a + gemm_in) * s * b * h + 2 * a * s * b * gd + a * s * b * f_up + gemm_in * s * b * f
-    mods = recompute_modules_of(job, recompute)
+    mods = p.recomputed_under(recompute)
     scores = 0.0
     if not p.flash_attention and (recompute == "none" or (mods and "core_attn" not in mods)):
         scores = (5.0 if job.dropout else 2.0) * m.heads * s * tr.seq_len * b
@@ -119,7 +111,7 @@ def moe_layer_activation_bytes(job: Job) -> float:
     a = activation_bytes_per_element(tr.precision)
     gemm_in = 1.0 if tr.precision == "fp8" else a
     mlp = (a * s * b * (2 if m.gated_mlp else 1) * m.ffn + gemm_in * s * b * m.ffn) / t
-    return max(0.0, dense - mlp) + dispatched_activation_bytes(job, a, recompute_modules_of(job, p.recompute))
+    return max(0.0, dense - mlp) + dispatched_activation_bytes(job, a, p.recomputed)
 
 
 def per_op_selective_bytes(job: Job) -> float:
