@@ -428,12 +428,18 @@ def moe_recipes() -> dict:
     return read_yaml(CATALOG_DIR / "moe_recipes.yaml") or {}
 
 
-def recipe_plan(row: dict, fixed: dict) -> dict:
-    """The MoE software of the published recipe a row ran (catalog/moe_recipes.yaml): the first rule of the row's
-    model, GPU and precision whose stated parallelism matches the row's."""
+def recipe_plan(row: dict, fixed: dict, rules: str = "rules") -> dict:
+    """The MoE software of the published recipe a row ran (catalog/moe_recipes.yaml ``rules``: the dispatcher and
+    its overlap; ``software``: recompute and the gradient dtype): the plan facts of ``recipe_rule``."""
+    return dict(recipe_rule(row, fixed, rules).get("plan") or {})
+
+
+def recipe_rule(row: dict, fixed: dict, rules: str = "rules") -> dict:
+    """The first rule of catalog/moe_recipes.yaml ``rules`` (or ``software``) for the row's model, GPU and
+    precision whose stated parallelism and dates match the row's, or {}."""
     model, gpu = (row.get("model") or "").strip(), (row.get("gpu") or "").strip()
     precision = (row.get("precision") or "bf16").strip()
-    for rule in moe_recipes().get("rules", []):
+    for rule in moe_recipes().get(rules, []):
         if rule["model"] != model or not gpu.startswith(rule.get("gpu", "")):
             continue
         if rule.get("precision", precision) != precision:
@@ -443,7 +449,7 @@ def recipe_plan(row: dict, fixed: dict) -> dict:
         if rule.get("before") and not release_before(row, rule["before"]):
             continue
         if all(fixed.get(k, 1) == v for k, v in (rule.get("when") or {}).items()):
-            return dict(rule["plan"])
+            return rule
     return {}
 
 
@@ -493,6 +499,18 @@ def _moe_run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
         fixed["pipeline_layout"] = balanced_layout(layers, pp, vp)
     if "moe_dispatcher" not in fixed:
         fixed.update(recipe_plan(row, fixed))
+    # the recipe's recompute, gradient dtype and interleaving where the row states none of its own; they are a
+    # Megatron-Bridge benchmark run's, so only for a row naming its NeMo container release
+    rule = recipe_rule(row, fixed, "software") if row_release(row) is not None else {}
+    # the run's architecture where the publication states it (the 25.11 tables' "DeepSeekV3 (w/o MTP)")
+    raw["model"] = {**raw["model"], **(rule.get("arch") or {})}
+    software = {k: v for k, v in (rule.get("plan") or {}).items() if k not in fixed}
+    if "recompute_modules" in software and software.get("recompute", fixed.get("recompute")) != "selective":
+        software.pop("recompute_modules")  # the row's own recompute is not selective: the modules do not apply
+    if "recompute_modules" in software:
+        software["recompute_modules"] = tuple(software["recompute_modules"])
+    fixed.update(software)
+    free = [f for f in free if f not in software]
     if fixed.get("moe_a2a_overlap") and fixed.get("pp", 1) > 1 and fixed.get("vp", 1) == 1:
         fixed.pop("moe_a2a_overlap")  # the recipe overlaps with interleaving only (Megatron's rule)
     if fixed.get("tp", 1) > 1 and "sequence_parallel" not in fixed:
