@@ -219,7 +219,7 @@ def search_table(res: Any, mode: str, usd_per_s: float | None, n: int, wide: boo
         parts = b.breakdown_s
         row = [
             str(k),
-            plan_label({f: v for f, v in p.items() if f not in same}),
+            plan_label(p.without(same)),
             f"{b.step_time_s:.3f}",
             pct(b.mfu),
             pct(b.comm_tax),
