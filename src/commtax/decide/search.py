@@ -596,7 +596,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                     traffic[:, si, j, z, d] = dp_fields[once]
                     on_grid[si, j, z, d] = True
                     continue
-                elif counted.dp_microbatch and counted.zero3_gather != "per_parameter_sync" and job_zd.plan.overlap.dp:
+                elif counted.dp_microbatch and _est.zero3_prefetches(job_zd) and job_zd.plan.overlap.dp:
                     z3[:, si, j, z, d] = _est.zero3_traffic(counted, g.costs)
                     on_z3[si, j, z, d] = True
                     continue
