@@ -371,3 +371,20 @@ def test_the_search_s_stage_keys_are_each_plan_s_own():
             assert prep.g.stage_keys[key] == stage_key(plan_job, wl), key
             checked += 1
     assert checked > 50
+
+
+def test_the_python_example_of_docs_search_runs_on_the_typed_plans(monkeypatch):
+    """docs/search.md shows the result from Python: its block runs, and what it binds is the one typed form."""
+    import re
+    from pathlib import Path
+
+    from commtax.decide.plans import PlanRow as Row
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "docs" / "search.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    monkeypatch.chdir(repo)
+    scope: dict = {}
+    exec(compile(block, "docs/search.md", "exec"), scope)  # noqa: S102 - the project's own documentation
+    assert isinstance(scope["best"], Row) and scope["again"].plan.tp == scope["best"].tp
+    assert list(scope["res"].to_dict()["top"][0]["plan"]) == list(scope["best"].columns)
