@@ -164,7 +164,8 @@ class PlanRow:
 
     @classmethod
     def from_dict(cls, plan: Mapping[str, Any]) -> PlanRow:
-        """A plan table's row as a dict (``search``'s ``top``): its keys are the columns, lists become tuples."""
+        """A row as JSON wrote it (``to_dict``'s inverse: a ``search --json`` plan read back): its keys are the
+        columns, lists become tuples."""
         return cls(tuple(plan), **{k: tuple(v) if isinstance(v, list) else v for k, v in plan.items()})
 
     def to_dict(self) -> dict[str, Any]:
