@@ -172,7 +172,6 @@ def test_no_source_file_builds_or_compares_an_op_with_a_string_outside_the_liter
     found = {
         f"{path.relative_to(SRC)}:{line}: {role} {value!r}"
         for path in sorted(SRC.rglob("*.py"))
-        if "measure" not in path.parts  # torch-side records (bench rows) spell their own op names
         for line, role, value in misspelt(path.read_text())
     }
     assert not found, sorted(found)
