@@ -76,6 +76,18 @@ def test_every_plan_agrees_with_estimate(small):
         assert res.parts_s[i].sum() == pytest.approx(b.step_time_s, rel=1e-9)
 
 
+def test_the_search_hands_out_one_typed_plan_form_that_round_trips_through_the_spec(small):
+    """Its top plans and its table's rows are PlanRows with the table's columns; the job with a row's plan
+    (``job_for``) reads back as that row; the JSON writes each row's columns, in order, as they are."""
+    job, res, _ = small
+    assert res.top and all(isinstance(p, PlanRow) and p.columns == COLUMNS for p, _ in res.top)
+    for i in res.order[:10]:
+        row = res.row(int(i))
+        assert PlanRow.of(job_for(job, row), COLUMNS) == row
+    assert [e["plan"] for e in res.to_dict()["top"]] == [p.to_dict() for p, _ in res.top]
+    assert res.top[0][0] == res.row(int(res.order[0])) and res.best() == res.top[0]
+
+
 def test_memory_filter_counts_match_estimate(small):
     _, res, brute = small
     assert int(res.fits.sum()) == sum(b.fits for _, b in brute)
