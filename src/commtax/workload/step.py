@@ -146,7 +146,6 @@ class Workload:
     params_per_gpu: dict[str, float] = field(default_factory=dict)  # "layers", "embed", "head"
     bucket_bytes: float = 0.0
     chunk_layers: tuple[int, ...] = ()  # layers of each virtual stage k = chunk·pp + stage (``Job.chunk_layers``)
-    zero3_gather: str = "bucketed_prefetch"  # plan.zero3_gather: per FSDP unit, or per parameter tensor (synchronised)
     zero3_layer_tensors: tuple[float, ...] = ()  # elements of each parameter tensor of one layer on this GPU
     zero3_other_tensors: tuple[float, ...] = ()  # embedding / LM head / final norm tensors of the stage
     zero3_gather_passes: int = 2  # all-gathers of every parameter per micro-batch (forward, backward, + recompute)
@@ -1091,7 +1090,6 @@ def build_workload(job: Job) -> Workload:
         params_per_gpu=params,
         bucket_bytes=grad_bucket_bytes(job),
         chunk_layers=job.chunk_layers,
-        zero3_gather=p.zero3_gather,
         zero3_layer_tensors=layer_tensors,
         zero3_other_tensors=other_tensors,
         zero3_gather_passes=3 if sync and p.recompute == "full" else 2,
