@@ -31,6 +31,7 @@ FrameworkName = Literal[
     "torchtitan",
     "fsdp",
     "pytorch-ddp",
+    "nemo-automodel",
     "custom",
 ]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "triton", "eager"]
