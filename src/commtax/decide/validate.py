@@ -21,13 +21,14 @@ from typing import Any
 
 from commtax.costs.collectives import collective_cost
 from commtax.costs.topology import placement
-from commtax.decide.plans import NO_CHOICE, PlanRow, best_plan
+from commtax.decide.plans import NO_CHOICE, PlanRow, best_plan, plan_space
 from commtax.errors import SpecError, excerpt
 from commtax.schedule.interval import job_regime, load_table
 from commtax.spec import (
     CATALOG_DIR,
     GENERATION_ALIAS,
     Cluster,
+    Job,
     build,
     frameworks,
     load_catalog,
@@ -513,7 +514,7 @@ def _moe_run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
     layout = recipe_layout(row, pp * vp) if bridge and pp > 1 and "vp" not in free else None
     if layout is not None:  # the recipe's own --pipeline-model-parallel-layout (catalog/moe_recipes.yaml layouts)
         fixed["pipeline_layout"] = layout
-    elif pp > 1 and vp > 1 and layers % vp:
+    elif pp > 1 and vp > 1 and layers % vp and "pipeline_layout" not in fixed:  # a layout the source states stays
         # the recipe's --pipeline-model-parallel-layout is not in the row: the most even one (spec.balanced_layout)
         fixed["pipeline_layout"] = balanced_layout(layers, pp, vp)
     if "moe_dispatcher" not in fixed and bridge:
@@ -544,6 +545,19 @@ def framework_defaults(fixed: dict, free: list[str]) -> tuple[dict, list[str], d
     if used.get("sequence_parallel") and fixed.get("tp", 1) == 1 and "tp" not in free:
         used["sequence_parallel"] = False  # sequence parallelism is a TP feature
     return {**fixed, **used}, [f for f in free if f not in used], used
+
+
+def no_plan_reason(raw: dict, fixed: dict, free: list[str]) -> str:
+    """Why a row has no valid plan: the rule the first plan over its empty fields breaks (the job's own refusal,
+    e.g. Megatron's recompute or overlap rules), so that a refused row names what to fix."""
+    why = "no plan over the empty fields is valid"
+    for plan in plan_space(raw, fixed, free):
+        try:
+            build(Job, {**raw, "plan": {k: v for k, v in plan.items() if v is not None}}, "")
+        except SpecError as e:
+            return f"{why}: {e}"
+        break
+    return why
 
 
 def predict_run(row: dict, catalog: dict) -> RowResult:
@@ -579,7 +593,7 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
             measured,
             None,
             None,
-            reason="no plan over the empty fields is valid",
+            reason=no_plan_reason(raw, with_defaults, [f for f in still_free if f != "dp"]),
             extra={"source_key": source_key(row)},
         )
     pred = choice.breakdown.tokens_per_s_per_gpu
