@@ -1,6 +1,7 @@
 """Other published MoE runs (validation/other_moe_runs.csv: NeMo AutoModel, the Megatron-MoE-ModelZoo, Megatron-LM's
-DeepSeek-V3 GB200 guide, the DeepSeek-V3 report, NeMo 25.04): read with public_moe_runs.csv's columns, none refused, each row priced with its own
-framework's facts and none of Megatron-Bridge's recipe facts, MAPE gated where it stands (docs/moe.md)."""
+DeepSeek-V3 GB200 guide, the DeepSeek-V3 report, NeMo 25.04): read with public_moe_runs.csv's columns, none refused,
+each row priced with its own framework's facts and none of Megatron-Bridge's recipe facts, MAPE gated where it stands
+(docs/moe.md)."""
 
 import csv
 
