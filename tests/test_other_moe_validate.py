@@ -148,3 +148,16 @@ def test_refused_row_names_the_rule(validation_dir):
     row = {**{r["id"]: r for r in _rows(validation_dir, "other_moe_runs.csv")}["am_qwen3_30b_h100"], "ep": "3"}
     result = predict_run(row, load_catalog())
     assert result.predicted is None and "num_experts(128) must be divisible by ep(3)" in result.reason
+
+
+def test_dispatcher_default_is_the_frameworks():
+    # catalog/frameworks.yaml moe_dispatcher: NeMo AutoModel runs DeepEP whenever it is installed (BackendConfig
+    # enable_deepep = HAVE_DEEP_EP); Megatron-Core's usual setting, NeMo's and torchtitan's are the NCCL all-to-all
+    from commtax.spec import Plan, frameworks
+
+    assert frameworks()["nemo-automodel"].moe_dispatcher == "deepep"
+    assert all(frameworks()[f].moe_dispatcher == "alltoall" for f in ("megatron-core", "nemo", "torchtitan"))
+    assert all(len(frameworks()[f].moe_source) > 40 for f in ("megatron-core", "nemo", "torchtitan", "nemo-automodel"))
+    assert Plan(framework="nemo-automodel").moe_dispatcher == "deepep"
+    assert Plan(framework="nemo-automodel", moe_dispatcher="alltoall").moe_dispatcher == "alltoall"  # the plan's wins
+    assert Plan(framework="megatron-core").moe_dispatcher == "alltoall"
