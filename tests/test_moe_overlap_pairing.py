@@ -147,3 +147,15 @@ def test_no_overlap_exposes_all():
     c, wl = Costs(j), build_workload(j)
     f, b, r = (c.phase(getattr(wl.moe_layer, w)) for w in ("fwd", "bwd", "recompute"))
     assert ep_exposed(j, f, b, r, c.cm) == (ep_link(f), ep_link(b) + ep_link(r))
+
+
+def test_simulate_explain_names_the_priced_pairing():
+    from commtax.schedule.sim import simulate
+    from commtax.schedule.sim.explain import explain
+
+    j = qwen3(num_gpus=32, pp=2, vp=2, moe_a2a_overlap=True)
+    r = simulate(j, compare=True)
+    lines = [x for x in explain(r) if x.startswith("EP overlap")]
+    assert len(lines) == 1 and "does not pair passes itself" in lines[0]
+    assert f"{unpaired_share(j, build_workload(j).micro_batches):.1%} of the passes" in lines[0]
+    assert r.breakdown.step_time_s == pytest.approx(estimate(j).step_time_s, rel=0.02)
