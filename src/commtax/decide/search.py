@@ -440,12 +440,9 @@ def _interned(wl: Workload, seen: dict[Phase, Phase]) -> Workload:
 def _split_key(job: Job) -> tuple:
     """What a pipeline rank's stage-level parts depend on: its layers; MoE also which of them are MoE, which moves
     with vp when the first layers are dense (8 layers, 3 dense, PP2: (1, 4) MoE layers per rank; with vp 2 the
-    chunks interleave, (2, 3)), as do the rank's parameters and activations; and vp where the EP overlap pairs passes
-    (the chunk pairs and the unpaired warm-up passes move with it: ``analytical.ep_exposed``)."""
+    chunks interleave, (2, 3)), as do the rank's parameters and activations."""
     if not job.model.is_moe:
         return job.stage_layers
-    if _est.hides_ep(job):
-        return job.stage_layers, stage_moe_layers(job), job.plan.vp
     return job.stage_layers, stage_moe_layers(job)
 
 
