@@ -159,3 +159,17 @@ def test_simulate_explain_names_the_priced_pairing():
     assert len(lines) == 1 and "does not pair passes itself" in lines[0]
     assert f"{unpaired_share(j, build_workload(j).micro_batches):.1%} of the passes" in lines[0]
     assert r.breakdown.step_time_s == pytest.approx(estimate(j).step_time_s, rel=0.02)
+
+
+def test_search_prices_the_pairing_as_estimate():
+    # the search's MoE stages read the same pieces and shares: vp 2 and 4 pair different chunks and warm-ups
+    from commtax.decide.search import job_for, search
+    from commtax.decide.space import Space
+
+    job = qwen3(global_batch=256, pp=4, vp=2, moe_a2a_overlap=True)
+    space = Space.parse({"vp": "2,4", "micro_batch": "1", "zero": "1", "recompute": "none", "tp": "1", "cp": "1"})
+    res = search(job, space, workers=1)
+    rows = [res.row(int(i)) for i in res.order]
+    assert {r.vp for r in rows} == {2, 4}
+    for i in res.order:
+        assert res.step_s[i] == pytest.approx(estimate(job_for(job, res.row(int(i)))).step_time_s, rel=1e-9)

@@ -165,7 +165,10 @@ def paired_exposed(p: OverlapPieces, layers: int, chunks: int) -> float:
     embedding's forward and the loss's backward, and the last attn_w runs beside the last combine_f and the sends):
     its ends, once per chunk pair, in place of one attn. Exposed = that − compute. Each term is max-plus, so
     homogeneous: on the summed pieces of equal layers it is the per-layer result times the layers (the ends scaled by
-    chunks/layers). The events cost no GPU time (cudaStreamWaitEvent); the host's launches are not priced."""
+    chunks/layers). The events cost no GPU time (cudaStreamWaitEvent); the host's launches are not priced. DualPipe's
+    chunk pair (DeepSeek-V3 report §3.2.1, Figure 4: attention, dispatch, MLP, combine, the backward split into
+    input and weight parts; deepseek-ai/DualPipe leaves ``overlapped_forward_backward`` to the model) is priced with
+    the same pairing."""
     mlp = maximum(maximum(p.dispatch_f, p.mlp_b) + p.dispatch_b, maximum(p.mlp_b + p.mlp_w, p.dispatch_f) + p.mlp_f)
     attn = maximum(maximum(p.combine_f, p.attn_b) + p.combine_b, maximum(p.attn_b + p.attn_w, p.combine_f) + p.attn_f)
     ends = maximum(p.combine_b, p.attn_f) + maximum(p.combine_f, p.attn_b + p.attn_w) - attn
