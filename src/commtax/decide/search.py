@@ -38,6 +38,7 @@ import itertools
 import math
 import os
 import signal
+import struct
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -887,22 +888,83 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker(job: Job, chunks: list[list[tuple[int, Base]]], conn: Any) -> None:
-    """One worker process: its chunks of (position, base) in turn, each chunk's results sent as it ends, then None.
-    Phase prices are shared by all its chunks (one cache per process). An error is sent to the parent, which
+def _worker(job: Job, groups: list[list[tuple[int, Base]]], conn: Any) -> None:
+    """One worker process: its placements' bases (``_by_placement``) one placement at a time, each placement's
+    results sent as it ends (``_send_results``), then "done". A placement's stages are priced in one array pass
+    whether it is evaluated alone or with others (``_prefill`` groups by placement), and what it built (jobs,
+    workloads, stage times) is freed before the next: that one reuses the memory instead of faulting in fresh pages
+    (a forked worker starts with none of its own; ~5 µs a page on a VM). An error is sent to the parent, which
     raises it."""
     _init_worker()
-    cache: dict[Any, _Shared] = {}
     try:
-        prepared = [[(i, _prepare(job, b, cache)) for i, b in chunk] for chunk in chunks]
-        _prefill([p for chunk in prepared for _, p in chunk])  # all this worker's stages at once
-        for chunk in prepared:
-            conn.send(("results", [(i, _finish(job, p)) for i, p in chunk]))
+        for group in groups:
+            cache: dict[Any, _Shared] = {}
+            prepared = [(i, _prepare(job, b, cache)) for i, b in group]
+            _prefill([p for _, p in prepared])
+            _send_results(conn, [(i, _finish(job, p)) for i, p in prepared])
+            del prepared, cache
         conn.send(("done", None))
     except Exception as e:  # the parent re-raises it: a bug in the model must not read as a partial result
         conn.send(("error", e))
     finally:
         conn.close()
+
+
+# the arrays of a base's result, sent as raw bytes after their header (dtype and shape)
+_RESULT_ARRAYS = ("plans", "step", "parts", "exposed", "mem", "valid")
+
+
+def _send_results(conn: Any, numbered: list[tuple[int, _BaseResult]]) -> None:
+    """Results to the parent: a header (each base's position, counters, examples and its arrays' dtypes and shapes),
+    then each array's bytes straight from its memory (no pickled copy; ``_recv_results`` reads them into arrays)."""
+    arrays = [[np.ascontiguousarray(getattr(r, k)) for k in _RESULT_ARRAYS] for _, r in numbered]
+    head = [
+        (i, [(a.dtype.str, a.shape) for a in arrs], r.invalid_reasons, r.nofit_reasons, r.examples)
+        for (i, r), arrs in zip(numbered, arrays)
+    ]
+    conn.send(("results", head))
+    for arrs in arrays:
+        for a in arrs:
+            conn.send_bytes(a)
+
+
+def _recv_results(conn: Any, head: list) -> list[tuple[int, _BaseResult]]:
+    """The results ``_send_results`` announced in ``head``, each array read from the pipe into its own memory."""
+    out = []
+    for i, specs, invalid, nofit, examples in head:
+        arrs = [np.empty(shape, np.dtype(dt)) for dt, shape in specs]
+        for a in arrs:
+            _recv_into(conn, a)
+        out.append((i, _BaseResult(*arrs, invalid_reasons=invalid, nofit_reasons=nofit, examples=examples)))
+    return out
+
+
+def _recv_into(conn: Any, a: np.ndarray) -> None:
+    """One ``send_bytes`` message read into ``a`` (its size checked): the connection's own ``recv_bytes_into``
+    would gather it in a BytesIO first, 64 KiB at a time."""
+    fd = conn.fileno()
+    (size,) = struct.unpack("!i", _read_exact(fd, 4))
+    if size == -1:  # the framing of a message over 2 GiB
+        (size,) = struct.unpack("!Q", _read_exact(fd, 8))
+    if size != a.nbytes:
+        raise RuntimeError(f"a search worker sent {size} bytes for an array of {a.nbytes}")
+    view = memoryview(a).cast("B") if a.nbytes else memoryview(b"")
+    got = 0
+    while got < size:
+        n = os.readv(fd, [view[got:]])
+        if n == 0:
+            raise EOFError
+        got += n
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
 
 
 def _run_workers(
@@ -925,8 +987,7 @@ def _run_workers(
     procs, conns = [], []
     with signals.deferred() as stop:
         try:
-            for w in range(workers):
-                mine = [c for c in (shares[w][i::4] for i in range(4)) if c]  # a few chunks each (progress)
+            for mine in shares:
                 if not mine or stop:
                     continue
                 reader, writer = ctx.Pipe(duplex=False)
@@ -940,6 +1001,8 @@ def _run_workers(
                 for conn in wait(live, timeout=0.2):
                     try:
                         kind, payload = conn.recv()
+                        if kind == "results":
+                            payload = _recv_results(conn, payload)
                     except EOFError:
                         raise RuntimeError("a search worker died before it sent its results") from None
                     if kind == "error":
@@ -961,21 +1024,21 @@ def _run_workers(
         return [r for _, r in sorted(results, key=lambda ir: ir[0])], bool(stop)
 
 
-def _by_placement(numbered: list[tuple[int, Base]], workers: int) -> list[list[tuple[int, Base]]]:
-    """The bases shared out to ``workers`` processes, the bases that place TP and CP alike in the same process (they
-    share workloads, block prices and stages: ``_Shared``, built once per process), placements handed out largest
-    first to the least loaded worker (load: plans on the grid)."""
+def _by_placement(numbered: list[tuple[int, Base]], workers: int) -> list[list[list[tuple[int, Base]]]]:
+    """The bases shared out to ``workers`` processes as placements: the bases that place TP and CP alike go to the
+    same process (they share workloads, block prices and stages: ``_Shared``), placements handed out largest first to
+    the least loaded worker (load: plans on the grid); each worker's placements in the order of their first base."""
     groups: dict[tuple, list[tuple[int, Base]]] = {}
     for i, b in numbered:
         groups.setdefault((b.tp, b.cp, tuple(sorted(b.extra.items()))), []).append((i, b))
     size = lambda bs: sum(math.prod(len(b.axes[k]) for k in AXES) for _, b in bs)
-    shares: list[list[tuple[int, Base]]] = [[] for _ in range(workers)]
+    shares: list[list[list[tuple[int, Base]]]] = [[] for _ in range(workers)]
     load = [0] * workers
     for bs in sorted(groups.values(), key=size, reverse=True):
         w = load.index(min(load))
-        shares[w].extend(bs)
+        shares[w].append(bs)
         load[w] += size(bs)
-    return [sorted(share, key=lambda ib: ib[0]) for share in shares]
+    return [sorted(share, key=lambda bs: bs[0][0]) for share in shares]
 
 
 @contextmanager
