@@ -809,7 +809,7 @@ def _finish(job: Job, prep: _Prepared) -> _BaseResult:
     return _BaseResult(
         plans=prep.grid_codes,
         step=np.where(valid, step, np.nan).reshape(flat),
-        parts=np.moveaxis(parts, 0, -1).reshape(flat, len(parts)),
+        parts=parts.reshape(flat, parts.shape[-1]),
         exposed=np.where(valid, exposed, np.nan).reshape(flat),
         mem=mem.reshape(flat),
         valid=valid.reshape(flat).copy(),
@@ -824,7 +824,8 @@ def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
 
     Axes of the inputs: slow_parts (4, vp, mb, sp, recompute; MoE: 5, the exposed all-to-all last); bubble and
     pp_exposed (vp, mb, sp, recompute); dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd);
-    n_micro (mb,). The parts come back in ``part_keys`` order (MoE: ep_exposed after cp_exposed, as estimate).
+    n_micro (mb,). The parts come back stacked on the last axis in ``part_keys`` order (MoE: ep_exposed after
+    cp_exposed, as estimate).
     """
     slow = slow_parts[:, :, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, recompute, gd)
     named = step_parts(
@@ -851,7 +852,7 @@ def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
     exposed = parts[2] + parts[3] + parts[keys.index("pp_exposed")] + parts[keys.index("dp_exposed")]
     if keys is MOE_PART_KEYS:
         exposed = exposed + parts[4]
-    return step, np.stack(parts), exposed
+    return step, np.stack(parts, axis=-1), exposed  # parts last: a plan's parts are one row of the table
 
 
 def _codes(job: Job, base: Base, grid: np.ndarray) -> np.ndarray:
@@ -861,7 +862,7 @@ def _codes(job: Job, base: Base, grid: np.ndarray) -> np.ndarray:
     cols = {k: np.full(len(grid), AXIS[k].code(v) if k in AXIS else v) for k, v in fixed.items()}
     for i, k in enumerate(GRID_AXES):
         cols[k] = np.asarray([AXIS[k].code(x) for x in base.axes[k]], np.int64)[grid[:, i]]
-    return np.stack([cols[c] for c in columns(job)], 1).astype(np.int64)
+    return np.stack([cols[c] for c in columns(job)], 1).astype(np.int64, copy=False)
 
 
 # ----------------------------------------------------------------------------- the search
@@ -888,21 +889,24 @@ def _die_with_parent() -> None:
         pass
 
 
+def _eval_placement(job: Job, group: list[tuple[int, Base]]) -> list[tuple[int, _BaseResult]]:
+    """The bases of one TP/CP placement (``_by_placement``), with their positions: prepared, their dense stages priced
+    in one array pass (``_prefill``), finished. What they built (valid jobs, workloads, phase prices, stage times:
+    ``_Shared``) is theirs alone and freed on return, so the next placement reuses its memory instead of faulting in
+    fresh pages (~5 µs a page on a VM; a forked worker starts with none of its own)."""
+    cache: dict[Any, _Shared] = {}
+    prepared = [(i, _prepare(job, b, cache)) for i, b in group]
+    _prefill([p for _, p in prepared])
+    return [(i, _finish(job, p)) for i, p in prepared]
+
+
 def _worker(job: Job, groups: list[list[tuple[int, Base]]], conn: Any) -> None:
-    """One worker process: its placements' bases (``_by_placement``) one placement at a time, each placement's
-    results sent as it ends (``_send_results``), then "done". A placement's stages are priced in one array pass
-    whether it is evaluated alone or with others (``_prefill`` groups by placement), and what it built (jobs,
-    workloads, stage times) is freed before the next: that one reuses the memory instead of faulting in fresh pages
-    (a forked worker starts with none of its own; ~5 µs a page on a VM). An error is sent to the parent, which
-    raises it."""
+    """One worker process: its placements (``_by_placement``) one at a time, each one's results sent as it ends
+    (``_send_results``), then "done". An error is sent to the parent, which raises it."""
     _init_worker()
     try:
         for group in groups:
-            cache: dict[Any, _Shared] = {}
-            prepared = [(i, _prepare(job, b, cache)) for i, b in group]
-            _prefill([p for _, p in prepared])
-            _send_results(conn, [(i, _finish(job, p)) for i, p in prepared])
-            del prepared, cache
+            _send_results(conn, _eval_placement(job, group))
         conn.send(("done", None))
     except Exception as e:  # the parent re-raises it: a bug in the model must not read as a partial result
         conn.send(("error", e))
@@ -1063,6 +1067,7 @@ def evaluate_space(
     space = space or Space()
     todo, skipped, skip_examples = bases(job, space)
     results: list[_BaseResult] = []
+    numbered: list[tuple[int, _BaseResult]] = []  # one process: (position, result), placement by placement
     interrupted = False
     if workers is None:
         workers = min(2, os.cpu_count() or 1) if len(todo) >= 16 else 1
@@ -1072,19 +1077,17 @@ def evaluate_space(
     # collector would rescan the whole heap again and again (about a sixth of a search's CPU time)
     with _no_gc():
         try:
-            if workers <= 1:
-                cache: dict[Any, _Shared] = {}
-                prepared = [_prepare(job, b, cache) for b in todo]
-                _prefill(prepared)  # every base's stages at once, on arrays
-                for n in range(len(prepared)):
-                    results.append(_finish(job, prepared[n]))
+            if workers <= 1:  # placement by placement, as a worker does (``_eval_placement``)
+                for group in _by_placement(list(enumerate(todo)), 1)[0]:
+                    numbered.extend(_eval_placement(job, group))
                     if progress:
-                        progress(n + 1, len(todo))
-                del prepared, cache  # freed before the collector is back: it has nothing of them left to scan
+                        progress(len(numbered), len(todo))
             else:
                 results, interrupted = _run_workers(job, todo, workers, progress)
         except KeyboardInterrupt:  # one process: Ctrl-C/SIGTERM raise between plans, no pool lock to leave held
             interrupted = True
+    if numbered:  # in the bases' order, as the workers' results
+        results = [r for _, r in sorted(numbered, key=lambda ir: ir[0])]
     return results, skipped, skip_examples, interrupted
 
 
@@ -1301,7 +1304,7 @@ def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: 
         np.concatenate([getattr(p, name) for p in parts]) if parts else np.zeros((0, width) if width else 0)
     )
     width = len(columns(job))
-    plans = cat("plans", width).astype(np.int64) if parts else np.zeros((0, width), np.int64)
+    plans = cat("plans", width).astype(np.int64, copy=False) if parts else np.zeros((0, width), np.int64)
     step = cat("step")
     mem = cat("mem")
     valid = cat("valid").astype(bool) if parts else np.zeros(0, bool)
