@@ -889,15 +889,25 @@ def _die_with_parent() -> None:
         pass
 
 
-def _eval_placement(job: Job, group: list[tuple[int, Base]]) -> list[tuple[int, _BaseResult]]:
+def _eval_placement(
+    job: Job, group: list[tuple[int, Base]], between: Callable[[], None] = lambda: None
+) -> list[tuple[int, _BaseResult]]:
     """The bases of one TP/CP placement (``_by_placement``), with their positions: prepared, their dense stages priced
-    in one array pass (``_prefill``), finished. What they built (valid jobs, workloads, phase prices, stage times:
-    ``_Shared``) is theirs alone and freed on return, so the next placement reuses its memory instead of faulting in
-    fresh pages (~5 µs a page on a VM; a forked worker starts with none of its own)."""
+    in one array pass (``_prefill``), finished; ``between`` runs after each of those steps (the search process reads
+    its workers' results there, ``_run_workers``). What the bases built (valid jobs, workloads, phase prices, stage
+    times: ``_Shared``) is theirs alone and freed on return, so the next placement reuses its memory instead of
+    faulting in fresh pages (~5 µs a page on a VM; a forked worker starts with none of its own)."""
     cache: dict[Any, _Shared] = {}
-    prepared = [(i, _prepare(job, b, cache)) for i, b in group]
+    prepared, done = [], []
+    for i, b in group:
+        prepared.append((i, _prepare(job, b, cache)))
+        between()
     _prefill([p for _, p in prepared])
-    return [(i, _finish(job, p)) for i, p in prepared]
+    between()
+    for i, p in prepared:
+        done.append((i, _finish(job, p)))
+        between()
+    return done
 
 
 def _worker(job: Job, groups: list[list[tuple[int, Base]]], conn: Any) -> None:
@@ -974,49 +984,71 @@ def _read_exact(fd: int, n: int) -> bytes:
 def _run_workers(
     job: Job, todo: list[Base], workers: int, progress: Callable[[int, int], None] | None
 ) -> tuple[list[_BaseResult], bool]:
-    """Evaluate ``todo`` in ``workers`` forked processes, each with its own result pipe; (results, interrupted).
+    """Evaluate ``todo`` in ``workers`` processes, this one and ``workers - 1`` forked workers with a result pipe each;
+    (results, interrupted).
 
-    The processes and pipes are this function's own (no pool machinery, no locks a signal could leave held):
-    signals are deferred while it runs and checked between results, and on a signal, an error or a worker that
-    died, every worker is SIGKILLed and joined before it returns (a worker forked a moment ago may not have run
-    ``_init_worker`` yet and still hold the parent's deferring handler: SIGTERM could be ignored)."""
+    This process evaluates a share too (``_by_placement``'s first), reading what the workers have sent between its
+    own bases (``drain``): a worker costs a fork, a start with none of its own memory and its results' way through a
+    pipe, and this process has its memory already. The processes and pipes are this function's own (no pool
+    machinery, no locks a signal could leave held): signals are deferred while it runs and checked between results
+    and between this process's placements, and on a signal, an error or a worker that died, every worker is
+    SIGKILLed and joined before it returns (a worker forked a moment ago may not have run ``_init_worker`` yet and
+    still hold the parent's deferring handler: SIGTERM could be ignored)."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
     ctx = mp.get_context("fork")
     # each result comes back with its base's position: the results are put in the bases' order, whichever worker
     # ends first (the CSV rows, the first example of a refusal and the order of equal plans do not depend on it)
-    shares = _by_placement(list(enumerate(todo)), workers)
+    own, *forked = _by_placement(list(enumerate(todo)), workers)
     results: list[tuple[int, _BaseResult]] = []
-    procs, conns = [], []
+    procs, conns, live = [], [], []
+
+    def take(conn: Any) -> None:  # one message of a worker
+        try:
+            kind, payload = conn.recv()
+            if kind == "results":
+                payload = _recv_results(conn, payload)
+        except EOFError:
+            raise RuntimeError("a search worker died before it sent its results") from None
+        if kind == "error":
+            raise payload
+        if kind == "done":
+            live.remove(conn)
+            return
+        results.extend(payload)
+        if progress:
+            progress(len(results), len(todo))
+
+    def drain() -> None:  # what the workers have sent so far, without waiting for more; a signal ends this share
+        if stop:
+            raise _Stopped
+        for conn in wait(live, timeout=0) if live else ():
+            take(conn)
+
     with signals.deferred() as stop:
         try:
-            for mine in shares:
+            for mine in forked:
                 if not mine or stop:
                     continue
                 reader, writer = ctx.Pipe(duplex=False)
+                _widen(reader)
                 proc = ctx.Process(target=_worker, args=(job, mine, writer), daemon=True)
                 proc.start()
                 writer.close()  # the worker holds the write end: its death gives EOF here
                 procs.append(proc)
                 conns.append(reader)
-            live = list(conns)
-            while live and not stop:
-                for conn in wait(live, timeout=0.2):
-                    try:
-                        kind, payload = conn.recv()
-                        if kind == "results":
-                            payload = _recv_results(conn, payload)
-                    except EOFError:
-                        raise RuntimeError("a search worker died before it sent its results") from None
-                    if kind == "error":
-                        raise payload
-                    if kind == "done":
-                        live.remove(conn)
-                        continue
-                    results.extend(payload)
+            live.extend(conns)
+            try:
+                for group in own:
+                    results.extend(_eval_placement(job, group, between=drain))
                     if progress:
                         progress(len(results), len(todo))
+            except _Stopped:  # the placement under way is dropped: what ended before the signal is the result
+                pass
+            while live and not stop:
+                for conn in wait(live, timeout=0.2):
+                    take(conn)
         finally:
             for proc in procs:
                 if proc.is_alive():
@@ -1026,6 +1058,21 @@ def _run_workers(
             for conn in conns:
                 conn.close()
         return [r for _, r in sorted(results, key=lambda ir: ir[0])], bool(stop)
+
+
+class _Stopped(Exception):
+    """A deferred signal seen between this process's own bases (``_run_workers``)."""
+
+
+def _widen(conn: Any) -> None:
+    """A result pipe of 1 MiB (Linux ``F_SETPIPE_SZ``; 64 KiB by default), so that a worker seldom waits for this
+    process to finish a base before it can send a placement's results; elsewhere, or refused, it stays as it is."""
+    import fcntl
+
+    try:
+        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (AttributeError, OSError):
+        pass
 
 
 def _by_placement(numbered: list[tuple[int, Base]], workers: int) -> list[list[list[tuple[int, Base]]]]:
