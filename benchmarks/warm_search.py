@@ -4,8 +4,8 @@
 
 Prints the CPU seconds of each run (this process and the workers it forked and reaped), the minimum and plans per
 CPU-second at the minimum; ``--profile N`` then prints the N functions with the largest cumulative time of one more
-run under cProfile (this process only; its overhead inflates small calls: read the shares, not the seconds). Run main and a branch interleaved on a shared host: the load
-moves a single run more than a small change does.
+run under cProfile (this process only; its overhead inflates small calls: read the shares, not the seconds). Run main
+and a branch interleaved on a shared host: the load moves a single run more than a small change does.
 """
 
 from __future__ import annotations
