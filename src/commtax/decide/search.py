@@ -939,7 +939,7 @@ def _send_results(conn: Any, numbered: list[tuple[int, _BaseResult]]) -> None:
     conn.send(("results", head))
     for arrs in arrays:
         for a in arrs:
-            conn.send_bytes(a)
+            conn.send_bytes(a.reshape(-1).view(np.uint8))  # as bytes: a memoryview of an empty 2-D array cannot be cast
 
 
 def _recv_results(conn: Any, head: list) -> list[tuple[int, _BaseResult]]:
