@@ -144,10 +144,10 @@ class Costs:
 
     def collective(self, c: Collective) -> float:
         if c.op in DEEPEP_OPS:  # DeepEP/HybridEP kernels: their own measured rates, node-deduplicated bytes
-            key = (c.group, c.op, c.bytes, c.dedup)
+            key = (c.group, c.op, c.bytes, c.dedup, c.kernel)
             t = self._times.get(key)
             if t is None:
-                t = self._times[key] = deepep_time(c.op, c.bytes, self.placement(c.group, c.op), c.dedup)
+                t = self._times[key] = deepep_time(c.op, c.bytes, self.placement(c.group, c.op), c.dedup, c.kernel)
             return t
         return self.collective_time(c.group, c.op, c.bytes)
 

@@ -216,7 +216,7 @@ class HashedKey:
 def stage_layer_counts(job: Job, wl: Workload) -> tuple[int, ...]:
     """Layers of each pipeline rank: the workload's virtual stages k = chunk·pp + stage, summed per rank."""
     p, v = job.plan.pp, job.plan.vp
-    return per_rank(wl.chunk_layers or (wl.layers_per_stage // v,) * (p * v), p, v)
+    return per_rank(wl.chunk_layers, p, v)
 
 
 PASSES = ("fwd", "bwd", "recompute")  # a block's passes, in the order a stage sums them
@@ -571,7 +571,7 @@ def dp_timeline(
     """
     ov = job.plan.overlap.dp
     m = wl.micro_batches
-    if wl.dp_microbatch and wl.zero3_gather == "per_parameter_sync":
+    if wl.dp_microbatch and not zero3_prefetches(job):
         per_mb, nbytes = per_parameter_sync_time(job, wl, costs)
         return per_mb * m, per_mb * m, nbytes * m  # synchronised before every gather: nothing overlaps
     if wl.dp_microbatch:
@@ -587,6 +587,12 @@ def dp_timeline(
     if not ov:
         return parts.link, parts.link, parts.nbytes
     return parts.link, dp_step_exposed(parts, st, job.plan.pp, job.plan.vp, m, reduce_passes(wl)), parts.nbytes
+
+
+def zero3_prefetches(job: Job) -> bool:
+    """Whether ZeRO-3 gathers a unit at a time with prefetch (FSDP, DeepSpeed >= v0.6), so they can overlap, or each
+    parameter tensor after a synchronize (``plan.zero3_gather`` per_parameter_sync: ``per_parameter_sync_time``)."""
+    return job.plan.zero3_gather != "per_parameter_sync"
 
 
 def zero3_traffic(wl: Workload, costs: Costs) -> tuple[float, float, float, int, float]:

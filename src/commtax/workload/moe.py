@@ -78,6 +78,18 @@ def internode_dedup(job: Job) -> float:
     return min(1.0, distinct_nodes(n, job.model.top_k, job.model.route_max_nodes) / job.model.top_k)
 
 
+def rank_dedup(job: Job) -> float:
+    """DeepEP/HybridEP inside one node or NVLink domain send a token once to each rank that holds one of its
+    experts and permute the copies there (DeepEP ``is_token_in_rank``; tests/test_intranode.py and
+    test_hybrid_ep.py count the received tokens, one per rank): their bytes over a pairwise all-to-all's,
+    distinct ranks per token / k = ep·(1 − (1 − 1/ep)^k) / k (uniform routing). Other dispatchers, or a group
+    spanning nodes (``internode_dedup``): 1."""
+    m, p = job.model, job.plan
+    if p.moe_dispatcher not in DEDUP_DISPATCHERS or ep_nodes(job) > 1 or p.ep == 1:
+        return 1.0
+    return min(1.0, distinct_nodes(p.ep, m.top_k) / m.top_k)
+
+
 def dispatch_bytes_per_element(job: Job, act_bytes: float) -> float:
     """DeepEP/HybridEP dispatch fp8 tokens in fp8 runs (DeepSeek-V3 §3.3); NCCL dispatchers the bf16 activations."""
     if job.plan.moe_dispatcher in DEDUP_DISPATCHERS and job.training.precision == "fp8":
@@ -101,9 +113,11 @@ def token_exchange(job: Job, act_bytes: float, backward: bool) -> list[Collectiv
             ops += [Collective(f"ep_allgather{tag}", "all_gather", buf, "ep")]
             ops += [Collective(f"ep_reduce_scatter{tag}", "reduce_scatter", buf, "ep")]
         elif p.moe_dispatcher in DEDUP_DISPATCHERS:
-            dd = internode_dedup(job)
-            ops += [Collective(f"ep_dispatch{tag}", "deepep_dispatch", routed * d_bytes, "ep", dedup=dd)]
-            ops += [Collective(f"ep_combine{tag}", "deepep_combine", routed * act_bytes, "ep", dedup=dd)]
+            dd = internode_dedup(job) if ep_nodes(job) > 1 else rank_dedup(job)
+            kd = f"{p.moe_dispatcher}-{'fp8' if d_bytes < 2 else 'bf16'}"
+            ops += [Collective(f"ep_dispatch{tag}", "deepep_dispatch", routed * d_bytes, "ep", dedup=dd, kernel=kd)]
+            kc = f"{p.moe_dispatcher}-bf16"
+            ops += [Collective(f"ep_combine{tag}", "deepep_combine", routed * act_bytes, "ep", dedup=dd, kernel=kc)]
         else:
             ops += [Collective(f"ep_dispatch{tag}", "all_to_all", routed * d_bytes, "ep")]
             ops += [Collective(f"ep_combine{tag}", "all_to_all", routed * act_bytes, "ep")]
@@ -193,21 +207,26 @@ def moe_dense_params_per_layer(job: Job) -> float:
     return m.hidden * m.num_experts + m.shared_experts * m.mlp_params(m.shared_ffn) / job.plan.tp
 
 
-def dispatched_activation_bytes(job: Job, act_bytes: float) -> float:
+def dispatched_activation_bytes(job: Job, act_bytes: float, recomputed: frozenset[str] = frozenset()) -> float:
     """What one MoE layer keeps for backward beyond the attention half, one micro-batch, one GPU: the permuted
     tokens (expert GEMM input), the up-projection output (activation input) and activation output (down
-    input), router probabilities; shared experts as a dense MLP."""
+    input), router probabilities; shared experts as a dense MLP. Selective recompute modules (Megatron-Core
+    recompute_modules) drop what they re-run: moe the whole MoE layer's (its input is the pre-MLP norm's, kept
+    with the attention half), moe_act the experts' activation outputs (output-discarding checkpoint),
+    shared_experts the shared experts'."""
     m, p, tr = job.model, job.plan, job.training
     rows = expert_rows(job) * local_experts(job)
     fe = m.moe_ffn_hidden // p.etp
     up = 2 if m.gated_mlp else 1
     gemm_in = 1.0 if tr.precision == "fp8" else act_bytes
-    routed = rows * (gemm_in * m.hidden + act_bytes * up * fe + gemm_in * fe)
+    if "moe" in recomputed:
+        return 0.0
+    routed = rows * (gemm_in * m.hidden + act_bytes * up * fe + (0.0 if "moe_act" in recomputed else gemm_in * fe))
     if m.swiglu_limit is not None:  # the clamps keep their input, the fused kernel the clamped copy (glu_clamp_ops)
         routed += rows * act_bytes * up * fe
     probs = 4.0 * router_tokens(job) * m.num_experts
     shared = 0.0
-    if m.shared_experts:
+    if m.shared_experts and "shared_experts" not in recomputed:
         tokens = p.micro_batch * tr.seq_len // p.cp
         fs = m.shared_experts * m.shared_ffn
         shared = tokens * (gemm_in * m.hidden / p.tp + (act_bytes * up * fs + gemm_in * fs) / p.tp)

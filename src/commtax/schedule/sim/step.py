@@ -174,7 +174,7 @@ class StepBuilder:
         self.dual = plan.schedule if runs else ""
         self.V = self.p * self.v
         # layers of each virtual stage k = chunk·p + stage, as the spec split them (uneven stages shown as they are)
-        self.chunk_layers = self.wl.chunk_layers or (self.wl.layers_per_stage // self.v,) * self.V
+        self.chunk_layers = self.wl.chunk_layers
         self._phase_cache: dict[tuple[Block, str], PhaseCost] = {}
         self._templates: dict[tuple[int, str, float], Template] = {}
         # a pass's pieces by (virtual stage, phase)
