@@ -142,6 +142,21 @@ def test_three_workers_give_what_one_gives():
     assert [p for p, _ in three.top] == [p for p, _ in one.top]
 
 
+def test_n_workers_fork_n_minus_one_processes(monkeypatch):
+    """The search process evaluates a share itself: --workers 2 forks one worker, 3 two."""
+    import multiprocessing.context as mpc
+
+    started = []
+    start = mpc.ForkProcess.start
+    monkeypatch.setattr(mpc.ForkProcess, "start", lambda self: (started.append(self), start(self))[1])
+    job = load_job(small_job(num_gpus=32, global_batch=128))
+    space = Space.parse({"cp": "1,2", "micro_batch": "1"})
+    for workers, forked in ((2, 1), (3, 2)):
+        started.clear()
+        search(job, space, top=1, workers=workers)
+        assert len(started) == forked
+
+
 def test_by_placement_keeps_a_placement_in_one_share_and_every_base_once():
     from commtax.decide.search import _by_placement, bases
 
