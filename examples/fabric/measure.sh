@@ -3,10 +3,11 @@
 # 200 Mbit/s nodes per leaf, a 200 Mbit/s spine), gloo all_reduce and all_to_all 4-32 MiB, with and without
 # another job's flow node 0 -> node 2 across the spine; each time next to `commtax collective OP --cluster C`
 # (priced at the moment the bench ran: --at, the flows alive then).
-# Usage: [RUN=label] [QUEUE_MS=5] [TCP=reno] examples/fabric/measure.sh [RATE ...]   (background rates, default
-# 50mbit 200mbit); root, ~6 min a run. Each shaped link holds QUEUE_MS of traffic (a shallow switch buffer, written
+# Usage: [RUN=label] [QUEUE_MS=5] [TCP=reno] [NICE=-10] examples/fabric/measure.sh [RATE ...]   (background rates,
+# default 50mbit 200mbit); root, ~8 min a run. Everything it starts (the ranks, the background flow) runs at nice NICE:
+# the host is shared, and a rank another process preempts stalls every peer of its all_to_all (0: as started). Each shaped link holds QUEUE_MS of traffic (a shallow switch buffer, written
 # as the fabric's standing queue) and every node runs TCP (docs/fabric.md "Why reno and a 5 ms buffer"); the load
-# average before and after each case goes into the results. Writes results/fabric_4x1_<RUN>.json; summary.py turns
+# average and every qdisc's drop count (tc -s) before and after each case go into the results. Writes results/fabric_4x1_<RUN>.json; summary.py turns
 # the runs into the table of docs/fabric.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,17 +16,26 @@ CT="$PY -m commtax.cli"
 RUN=${RUN:-1}
 QUEUE_MS=${QUEUE_MS:-5}
 TCP=${TCP:-reno}
+NICE=${NICE:--10}
+renice -n "$NICE" -p $$ >/dev/null  # the children inherit it: ranks, torchrun, the load generator
 rates=("${@:-50mbit}")
 [ $# -eq 0 ] && rates=(50mbit 200mbit)
 work=${WORK:-$(mktemp -d)}
 mkdir -p "$work"
 out="$here/results"
 mkdir -p "$out"
+drops() {  # $1: out file: every namespace's qdiscs with their counters (compare.py sums the drops)
+    local name
+    name=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["emulated"]["name"])' "$work/cluster.yaml")
+    for ns in $(ip netns list | cut -d' ' -f1 | grep "^$name-"); do echo "NS $ns"; ip netns exec "$ns" tc -s qdisc show; done > "$1"
+}
 bench() {  # $1: label
     cut -d' ' -f1 /proc/loadavg > "$work/load_$1.txt"
+    drops "$work/tc_$1_before.txt"
     $CT cluster run --cluster "$work/cluster.yaml" -- "$PY" -m commtax.cli bench collective \
         --ops all_reduce,all_to_all --min 4MiB --max 32MiB --warmup 2 --iters 9 --out "$work/bench_$1.json" >&2
     cut -d' ' -f1 /proc/loadavg >> "$work/load_$1.txt"
+    drops "$work/tc_$1_after.txt"
     cp "$work/cluster.yaml" "$work/cluster_$1.yaml"   # what the prediction reads: κ and the flows recorded
 }
 for rate in "" "${rates[@]}"; do
