@@ -3,8 +3,8 @@
 # 200 Mbit/s nodes per leaf, a 200 Mbit/s spine), gloo all_reduce and all_to_all 4-32 MiB, with and without
 # another job's flow node 0 -> node 2 across the spine; each time next to `commtax collective OP --cluster C`
 # (priced at the moment the bench ran: --at, the flows alive then).
-# Usage: [RUN=label] [QUEUE_MS=5] [TCP=reno] [NICE=-10] examples/fabric/measure.sh [RATE ...]   (background rates,
-# default 50mbit 200mbit); root, ~8 min a run. Everything it starts (the ranks, the background flow) runs at nice NICE:
+# Usage: [RUN=label] [QUEUE_MS=5] [TCP=reno] [NICE=-10] [ROUNDS=3 ITERS=5 WARMUP=1] examples/fabric/measure.sh [RATE ...]   (background rates,
+# default 50mbit 200mbit); root, ~13 min a run. Everything it starts (the ranks, the background flow) runs at nice NICE:
 # the host is shared, and a rank another process preempts stalls every peer of its all_to_all (0: as started). Each shaped link holds QUEUE_MS of traffic (a shallow switch buffer, written
 # as the fabric's standing queue) and every node runs TCP (docs/fabric.md "Why reno and a 5 ms buffer"); the load
 # average and every qdisc's drop count (tc -s) before and after each case go into the results. Writes results/fabric_4x1_<RUN>.json; summary.py turns
@@ -17,6 +17,9 @@ RUN=${RUN:-1}
 QUEUE_MS=${QUEUE_MS:-5}
 TCP=${TCP:-reno}
 NICE=${NICE:--10}
+WARMUP=${WARMUP:-1}
+ITERS=${ITERS:-5}
+ROUNDS=${ROUNDS:-3}  # each size measured 3 times after a barrier (each a fresh draw of gloo's turns), their mean
 renice -n "$NICE" -p $$ >/dev/null  # the children inherit it: ranks, torchrun, the load generator
 rates=("${@:-50mbit}")
 [ $# -eq 0 ] && rates=(50mbit 200mbit)
@@ -33,7 +36,7 @@ bench() {  # $1: label
     cut -d' ' -f1 /proc/loadavg > "$work/load_$1.txt"
     drops "$work/tc_$1_before.txt"
     $CT cluster run --cluster "$work/cluster.yaml" -- "$PY" -m commtax.cli bench collective \
-        --ops all_reduce,all_to_all --min 4MiB --max 32MiB --warmup 2 --iters 9 --out "$work/bench_$1.json" >&2
+        --ops all_reduce,all_to_all --min 4MiB --max 32MiB --warmup "$WARMUP" --iters "$ITERS" --rounds "$ROUNDS" --timeout 300 --out "$work/bench_$1.json" >&2
     cut -d' ' -f1 /proc/loadavg >> "$work/load_$1.txt"
     drops "$work/tc_$1_after.txt"
     cp "$work/cluster.yaml" "$work/cluster_$1.yaml"   # what the prediction reads: κ and the flows recorded

@@ -3,7 +3,10 @@
 Run under torchrun (one node or many) or ``commtax cluster run``; every rank runs the same
 sweep, rank 0 reports. Per size: ``warmup`` untimed iterations, a barrier, ``iters`` timed
 ones back to back; time is the slowest rank's median iteration (the collective is done when
-the last rank is); the slowest rank's mean is kept as ``time_mean_s``.
+the last rank is); the slowest rank's mean is kept as ``time_mean_s``. With ``rounds`` > 1 that is
+done ``rounds`` times and time is the mean of the rounds' times (kept as ``round_times_s``): calls
+back to back can settle into one of several steady states (gloo's all_to_all: its pairs' turns,
+docs/fabric.md), and each round after a barrier is a fresh draw of it.
 algbw = message_bytes / time_s and busbw = algbw × bus factor (nccl-tests doc/PERFORMANCE.md).
 """
 
@@ -46,6 +49,7 @@ class SweepConfig:
     dtype: str
     timeout_s: float
     backend: str = "auto"
+    rounds: int = 1  # times each size is measured (warm-up, barrier, iters); time: their mean
 
 
 def message_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
@@ -218,10 +222,14 @@ def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] |
             numel = _numel(op, nbytes, elem, n)
             dog.step(i, f"{op} {numel * elem} B ({impl})")
             try:
-                t, t_mean = time_op(make_op(op, impl, numel, dtype, device), cfg.warmup, cfg.iters, device)
+                run = make_op(op, impl, numel, dtype, device)
+                each = [time_op(run, cfg.warmup, cfg.iters, device) for _ in range(cfg.rounds)]
             except RuntimeError as e:
                 dog.fail(f"{op} {numel * elem} B failed ({str(e).splitlines()[0][:120]})")
+            t, t_mean = (sum(x[k] for x in each) / len(each) for k in (0, 1))
             rec = record(op, impl, backend, numel * elem, t, cfg.dtype, cfg.iters, t_mean)
+            if cfg.rounds > 1:
+                rec["round_times_s"] = [x[0] for x in each]
             done.append(rec)
             if rank == 0:
                 out.append(rec)
