@@ -197,6 +197,12 @@ def rendezvous_note(r, nbytes: float, n: int) -> str:
         "enters later sends to the other before it receives (gloo's ready notices queue behind data; "
         f"docs/fabric.md); priced as the mean over {r.orders} entry orders, network part {lo:.0f}–{hi:.0f} ms "
         f"at {nbytes:.0f} B from the luckiest to the unluckiest order (κ not used)"
+        + (
+            f"; a link direction moves at 1/{r.two_way:g} of its rate while its reverse carries data too (TCP's ACKs "
+            "queue behind it: sharing tcp with a standing queue)"
+            if r.two_way != 1.0
+            else ""
+        )
     )
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from commtax.costs.collectives import Level, Placement, gpu_arch
 from commtax.costs.fabric import FabricShare, capacities, fabric_nodes, fabric_share, path, ring_hops
-from commtax.costs.rendezvous import MAX_RANKS, Flow, RendezvousTime, rendezvous_time
+from commtax.costs.rendezvous import MAX_RANKS, TWO_WAY_SLOWDOWN, Flow, RendezvousTime, rendezvous_time
 from commtax.spec import Cluster, Job
 from commtax.spec.assumptions import default_assumptions
 from commtax.units import GB, GBIT, US
@@ -138,7 +138,10 @@ def gloo_rendezvous(cluster: Cluster, n: int, stride: int, node_cap: float) -> R
         background += [
             Flow((path(f, a, b),), cap=job.rate_Gbps * GBIT) for ring in job.rings for a, b, _ in ring_hops(ring)
         ]
-    return rendezvous_time(groups[0], 1.0, lambda a, b: path(f, a, b), capacities(cluster, node_cap).of, background)
+    # TCP connections through standing queues: a direction slows while its reverse carries data (its ACKs queue)
+    two_way = TWO_WAY_SLOWDOWN if f.sharing == "tcp" and f.queue_ms else 1.0
+    caps = capacities(cluster, node_cap).of
+    return rendezvous_time(groups[0], 1.0, lambda a, b: path(f, a, b), caps, background, two_way)
 
 
 def gloo_duplex(cluster: Cluster) -> float | None:
