@@ -41,10 +41,9 @@ def main(work: Path, out: Path) -> None:
                     "op": r["op"],
                     "message_bytes": r["message_bytes"],
                     "measured_s": r["time_s"],
-                    # what bench times: calls back to back (gloo's all_to_all on a fabric: back_to_back_s)
-                    "predicted_s": p.get("back_to_back_s", p["time_s"]),
-                    "predicted_single_call_s": p["time_s"],
-                    "ratio": r["time_s"] / p.get("back_to_back_s", p["time_s"]),
+                    "predicted_s": p["time_s"],
+                    "ratio": r["time_s"] / p["time_s"],
+                    "round_times_s": r.get("round_times_s"),  # bench --rounds: each round's time (time_s: their mean)
                     "binding_link": p.get("binding_link", ""),
                     "gloo_a2a_duplex": p.get("gloo_a2a_duplex"),  # κ the prediction used (all_to_all; None: unmeasured)
                     # gloo on the fabric: the luckiest and unluckiest entry order's time (costs/rendezvous.py)
