@@ -3,8 +3,8 @@
 # 200 Mbit/s nodes per leaf, a 200 Mbit/s spine), gloo all_reduce and all_to_all 4-32 MiB, with and without
 # another job's flow node 0 -> node 2 across the spine; each time next to `commtax collective OP --cluster C`
 # (priced at the moment the bench ran: --at, the flows alive then).
-# Usage: [RUN=label] [QUEUE_MS=5] [TCP=reno] [NICE=-10] [ROUNDS=3 ITERS=5 WARMUP=1] examples/fabric/measure.sh [RATE ...]   (background rates,
-# default 50mbit 200mbit); root, ~13 min a run. Everything it starts (the ranks, the background flow) runs at nice NICE:
+# Usage: [RUN=label] [QUEUE_MS=5] [TCP=reno] [NICE=-10] [ROUNDS=3 ITERS=5 WARMUP=2] examples/fabric/measure.sh [RATE ...]   (background rates,
+# default 50mbit 200mbit); root, ~14 min a run. Everything it starts (the ranks, the background flow) runs at nice NICE:
 # the host is shared, and a rank another process preempts stalls every peer of its all_to_all (0: as started). Each shaped link holds QUEUE_MS of traffic (a shallow switch buffer, written
 # as the fabric's standing queue) and every node runs TCP (docs/fabric.md "Why reno and a 5 ms buffer"); the load
 # average and every qdisc's drop count (tc -s) before and after each case go into the results. Writes results/fabric_4x1_<RUN>.json; summary.py turns
@@ -17,9 +17,9 @@ RUN=${RUN:-1}
 QUEUE_MS=${QUEUE_MS:-5}
 TCP=${TCP:-reno}
 NICE=${NICE:--10}
-WARMUP=${WARMUP:-1}
+WARMUP=${WARMUP:-2}
 ITERS=${ITERS:-5}
-ROUNDS=${ROUNDS:-3}  # each size measured 3 times after a barrier (each a fresh draw of gloo's turns), their mean
+ROUNDS=${ROUNDS:-3}  # each size 3 times: a barrier (a fresh draw of gloo's turns), 2 calls to settle, 5 timed; their mean
 renice -n "$NICE" -p $$ >/dev/null  # the children inherit it: ranks, torchrun, the load generator
 rates=("${@:-50mbit}")
 [ $# -eq 0 ] && rates=(50mbit 200mbit)

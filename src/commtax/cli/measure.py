@@ -393,7 +393,7 @@ def bench_collective(
             "--rounds",
             min=1,
             max=100,
-            help="measure each size this many times (warm-up, barrier, --iters back to back), report their mean",
+            help="measure each size this many times (each: barrier, --warmup, --iters straight after), their mean",
         ),
     ] = 1,
     impl: Annotated[
