@@ -23,14 +23,14 @@ max-min fair rate of its links (per connection, as TCP shares a link; Bertsekas 
 §6.5.2), background flows always on at up to their own rate, recomputed whenever a phase ends. Which rank is late
 is a draw the model cannot know, so the price is the mean over entry orders, each equally likely (all n! of them
 up to ``EXACT_RANKS`` ranks, a fixed sample beyond), and the fastest and slowest orders bound what one run shows
-(`bench collective` times calls back to back: the first call's order repeats, the late rank stays late).
+(calls back to back settle on one of those order times: below).
 Hand-worked cases in tests/test_rendezvous.py: one pair takes twice the wire time (κ = 1 of the probe); two nodes
 with three partner pairs 1.625× (κ = 0.625, against 0.53–0.67 measured); the 4 × 1 cluster's spine 47/32.
 
 **Back to back** (`bench collective`'s calls one after the other; examples/fabric/back_to_back_events.py steps
 them event by event): the calls settle into a steady state whose period is one of the single call's order times
-(1.25 or 1.75 of S / B on the 4 × 1 spine), which one set by how ties between ranks break: the price stays the
-mean over entry orders, and `bench collective --rounds R` measures R fresh draws (docs/fabric.md).
+(1.25, 1.5, 1.625 or 1.75 of S / B on the 4 × 1 spine), which one set by how ties between ranks break: the price
+stays the mean over entry orders, and `bench collective --rounds R` measures R fresh draws (docs/fabric.md).
 
 **Two-way traffic** (``two_way``): a TCP connection's ACKs ride the reverse direction of its links behind whatever
 data queue there (Zhang, Shenker & Clark 1991, "Observations on the dynamics of a congestion control algorithm: the
