@@ -46,7 +46,7 @@ for rate in "" "${rates[@]}"; do
     $CT cluster up --nodes 4 --ranks-per-node 1 --link 200mbit --leaves 2 --spine 200mbit --queue-ms "$QUEUE_MS" \
         --tcp "$TCP" --out "$work/cluster.yaml"
     trap '$CT cluster down --cluster "$work/cluster.yaml"' EXIT
-    [ -n "$rate" ] && $CT cluster load --cluster "$work/cluster.yaml" --from 0 --to 2 --rate "$rate" --seconds 240
+    [ -n "$rate" ] && $CT cluster load --cluster "$work/cluster.yaml" --from 0 --to 2 --rate "$rate" --seconds 420
     bench "$label"
     $CT cluster down --cluster "$work/cluster.yaml"
     trap - EXIT
