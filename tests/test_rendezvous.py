@@ -190,6 +190,10 @@ def test_the_slowdown_applies_to_tcp_fabrics_with_a_standing_queue_only():
     assert two_way() == 1.0  # max-min: a switch's per-flow arbitration, no ACK clock
     assert two_way(sharing="tcp") == 1.0  # TCP with deep buffers (no standing queue priced)
     assert two_way(sharing="tcp", queue_ms=5) == TWO_WAY_SLOWDOWN
+    # and its steps wait out the 5 ms its own connections keep on the spine (own_queue_s), without any other flow
+    c = Cluster.model_validate({**base, "fabric": {**base["fabric"], "sharing": "tcp", "queue_ms": 5}})
+    assert placement(c, 4, 1, "all_to_all").queue_s == pytest.approx(0.005)
+    assert placement(c, 4, 1, "all_reduce").queue_s == 0.0  # a ring's hop is fed from one input: no queue
 
 
 def _example(name: str):
@@ -216,3 +220,37 @@ def test_back_to_back_calls_settle_on_one_of_the_single_calls_order_times():
         for first in (False, True):
             p = ev.period([0, 1, 2, 3], 0.25, ev.fabric_leaves, ONE, order, seed, senders_first=first)
             assert round(p, 9) in times, (order, seed, first, p)
+
+
+def test_the_all_to_all_waits_out_the_queue_its_own_connections_keep():
+    # costs/fabric.own_queue_s: under sharing tcp with a 5 ms buffer the all_to_all's reno connections fill the link
+    # that binds it; fed from two or more inputs, that link's buffer stands full and every step waits it out
+    from commtax.costs.fabric import capacities, own_queue_s
+    from commtax.spec import Cluster
+
+    def cluster(nodes: int, leaf: float, **fabric) -> Cluster:
+        return Cluster.model_validate(
+            {
+                "gpu": {"name": "cpu", "peak_tflops": {"fp32": 0.1}, "mem_GiB": 8, "mem_bw_GBps": 10, "source": "t"},
+                "num_gpus": nodes,
+                "gpus_per_node": 1,
+                "intra_node": {"name": "lo", "bw_GBps": 2.0, "latency_us": 20.0, "kind": "loopback"},
+                "inter_node": {"name": "veth", "bw_Gbps": 0.2, "latency_us": 50.0},
+                "nics_per_node": 1,
+                "collective_library": "gloo",
+                "fabric": {"topology": "tor", "nodes_per_leaf": 2, "oversubscription": {"leaf": leaf}, **fabric},
+            }
+        )
+
+    def queue(c: Cluster, nodes) -> float:
+        return own_queue_s(c.fabric, nodes, capacities(c, 25e6).of)
+
+    tcp = {"sharing": "tcp", "queue_ms": 5}
+    # 4 × 1, 2:1: leaf 0's uplink carries 4 of the 12 hops at 1/3 each (4/3 of a node's rate on a node's rate),
+    # more than any NIC (3 × 1/3), fed by nodes 0 and 1: 5 ms
+    assert queue(cluster(4, 2, **tcp), [0, 1, 2, 3]) == pytest.approx(0.005)
+    # 1:1: the NICs bind (1 against 2/3 on the uplink), each fed by its node's three connections: 5 ms as well
+    assert queue(cluster(4, 1, **tcp), [0, 1, 2, 3]) == pytest.approx(0.005)
+    # two nodes: one connection each way, a single input: no standing queue; max-min or no buffer: none
+    assert queue(cluster(2, 1, **tcp), [0, 1]) == 0.0
+    assert queue(cluster(4, 2), [0, 1, 2, 3]) == 0.0 and queue(cluster(4, 2, sharing="tcp"), [0, 1, 2, 3]) == 0.0

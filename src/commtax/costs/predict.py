@@ -166,7 +166,9 @@ def queue_note(place) -> str:
         return ""
     return (
         f"each network step waits behind a standing queue of {place.queue_s * 1e3:g} ms (fabric.queue_ms: a "
-        "background flow keeps a link on its path full)"
+        "background flow keeps a link on its path full"
+        + (", or gloo's all_to_all its own connections do" if place.rendezvous is not None else "")
+        + ")"
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commtax.costs.collectives import Level, Placement, gpu_arch
-from commtax.costs.fabric import FabricShare, capacities, fabric_nodes, fabric_share, path, ring_hops
+from commtax.costs.fabric import FabricShare, capacities, fabric_nodes, fabric_share, own_queue_s, path, ring_hops
 from commtax.costs.rendezvous import MAX_RANKS, TWO_WAY_SLOWDOWN, Flow, RendezvousTime, rendezvous_time
 from commtax.spec import Cluster, Job
 from commtax.spec.assumptions import default_assumptions
@@ -97,7 +97,13 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
             cluster.gpus_per_node * inter.bw_bytes_per_s,
         )
         if op == "all_to_all" and rails is None:
-            rendezvous = gloo_rendezvous(cluster, n, stride, cluster.gpus_per_node * inter.bw_bytes_per_s)
+            node_cap = cluster.gpus_per_node * inter.bw_bytes_per_s
+            rendezvous = gloo_rendezvous(cluster, n, stride, node_cap)
+            if rendezvous is not None:  # its pairs' turns hand over behind the queue its own traffic keeps
+                own = own_queue_s(
+                    cluster.fabric, concurrent_groups(cluster, n, stride, pattern)[0], capacities(cluster, node_cap).of
+                )
+                share = FabricShare(share.factor, share.binding, max(share.queue_s, own))
         # a standing queue on its path is waited out once per step, as the link's latency is
         inter = Level("inter", inter.bw_bytes_per_s * share.factor, inter.latency_s + share.queue_s)
     ctas = "nccl_ctas_nvlink" if link.kind in ("nvlink", "xgmi") else "nccl_ctas_pcie"  # comm->nChannels
