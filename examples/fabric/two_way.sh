@@ -3,14 +3,16 @@
 # leaves, 2:1 spine, 5 ms buffers, reno), wire_variants.py's `oneway` (leaf 0 -> leaf 1 only) and `spine_split`
 # (the same chunks both ways, each direction on connections of its own), each in a run of its own so that the nodes'
 # TCP counters (nstat: segments sent, retransmitted, timeouts) and the switch's tc drops belong to one variant.
-# Usage: [BYTES=8388608] [ITERS=8] [NICE=-10] examples/fabric/two_way.sh; root, ~2 min. Writes
-# results/two_way_4x1_reno5ms.json (median call over the spine's wire time, and the counters per variant).
+# Usage: [BYTES=8388608] [ITERS=8] [NICE=-10] examples/fabric/two_way.sh OUT.json; root, ~2 min. Writes OUT.json
+# (median call over the spine's wire time, and the counters per variant; results/two_way_4x1_reno5ms.json keeps
+# the runs so far).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 PY=${PY:-$(cd "$here/../.." && pwd)/.venv/bin/python}
 CT="$PY -m commtax.cli"
 BYTES=${BYTES:-8388608}
 ITERS=${ITERS:-8}
+out=$(realpath -m "${1:?usage: two_way.sh OUT.json}")
 renice -n "${NICE:--10}" -p $$ >/dev/null
 work=${WORK:-$(mktemp -d)}
 mkdir -p "$work"
@@ -30,7 +32,7 @@ for v in oneway spine_split; do
         "$work/steps_$v" "$v" >&2
     counters "$work/after_$v.txt"
 done
-"$PY" - "$work" "$BYTES" "$here/results/two_way_4x1_reno5ms.json" <<'PYEOF'
+"$PY" - "$work" "$BYTES" "$out" <<'PYEOF'
 import json, re, statistics, sys, time
 from pathlib import Path
 work, nbytes, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])

@@ -35,9 +35,10 @@ stays the mean over entry orders, and `bench collective --rounds R` measures R f
 **Two-way traffic** (``two_way``): a TCP connection's ACKs ride the reverse direction of its links behind whatever
 data queue there (Zhang, Shenker & Clark 1991, "Observations on the dynamics of a congestion control algorithm: the
 effects of two-way traffic"), so on links with a standing queue a direction moves less than its rate while the
-reverse direction carries data as well. Measured, not derived: `examples/fabric/wire.sh` on the 4 × 1 cluster (reno,
-5 ms tbf buffers), the spine's chunks each way on one-way connections took 1.13× the wire time where one way alone
-took 1.01–1.05× (``TWO_WAY_SLOWDOWN``); topology.py applies it on fabrics with ``sharing: tcp`` and a ``queue_ms``.
+reverse direction carries data as well. Measured, not derived (not losses: the same share retransmitted one way and
+both ways; docs/fabric.md "Two-way traffic"): on the 4 × 1 cluster (reno, 5 ms tbf buffers) the spine's chunks each
+way on one-way connections took 1.13× the wire time where one way alone took 1.01–1.05× (``TWO_WAY_SLOWDOWN``);
+topology.py applies it on fabrics with ``sharing: tcp`` and a ``queue_ms``.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ SAMPLED_ORDERS = 64
 MAX_RANKS = 8  # larger groups keep κ (costs.collectives.link_time_s): 8 ranks take 0.14 s of CPU, 16 take 2 s
 # One direction's time over its wire time while the reverse direction carries data too, on reno connections
 # through 5 ms tbf queues: examples/fabric/results/wire_4x1_reno5ms.json (spine_split 379 ms / wire 336 ms, 8 MiB,
-# 2026-12-01 19:36 UTC) and results/two_way_4x1_reno5ms.json (1.13, 21:01 UTC); one way alone 1.01-1.05.
+# 2026-12-01 19:36 UTC, load 2.5-2.9) and results/two_way_4x1_reno5ms.json (1.13 at 21:01 UTC, load 1.6-2.1; 1.29
+# at 21:55 UTC, load 4.2-5.6, left out: the host's share of it); one way alone 1.01-1.05.
 TWO_WAY_SLOWDOWN = 1.13
 
 
