@@ -4,7 +4,7 @@
 # another job's flow node 0 -> node 2 across the spine; each time next to `commtax collective OP --cluster C`
 # (priced at the moment the bench ran: --at, the flows alive then).
 # Usage: [RUN=label] [QUEUE_MS=5] [TCP=reno] [NICE=-10] [ROUNDS=3 ITERS=5 WARMUP=2] examples/fabric/measure.sh [RATE ...]   (background rates,
-# default 50mbit 200mbit); root, ~14 min a run. Everything it starts (the ranks, the background flow) runs at nice NICE:
+# default 50mbit 200mbit); root, ~12 min a run. Everything it starts (the ranks, the background flow) runs at nice NICE:
 # the host is shared, and a rank another process preempts stalls every peer of its all_to_all (0: as started). Each shaped link holds QUEUE_MS of traffic (a shallow switch buffer, written
 # as the fabric's standing queue) and every node runs TCP (docs/fabric.md "Why reno and a 5 ms buffer"); the load
 # average and every qdisc's drop count (tc -s) before and after each case go into the results. Writes results/fabric_4x1_<RUN>.json; summary.py turns
