@@ -84,7 +84,7 @@ def main() -> int:
     rate = res.evaluated / best_s
     cpu_rate = res.evaluated / min(cpu)
     # the one-plan-at-a-time path, for scale
-    sample_plans = [res.plan_dict(int(i)) for i in res.order[:20]]
+    sample_plans = [res.row(int(i)) for i in res.order[:20]]
     t0 = time.perf_counter()
     for p in sample_plans:
         estimate(job_for(job, p))
@@ -112,7 +112,7 @@ def main() -> int:
         "meets_rate_goal": cpu_rate >= GOAL_PLANS_PER_S,
         "agreement": agree,
         "agreement_ok": ok_agree,
-        "best_plan": best_plan,
+        "best_plan": best_plan.to_dict(),
         "best_step_time_s": best.step_time_s,
         "best_mfu": best.mfu,
     }
@@ -138,7 +138,7 @@ def main() -> int:
             f"memory {agree['mem_rel']:.2e}, fits mismatches {int(agree['fits_mismatch'])} -> "
             f"{'OK' if ok_agree else 'FAIL'} (tolerance {TOLERANCE:g})"
         )
-        print(f"best plan: {best_plan}  step {best.step_time_s:.3f} s, MFU {best.mfu:.1%}")
+        print(f"best plan: {best_plan.to_dict()}  step {best.step_time_s:.3f} s, MFU {best.mfu:.1%}")
         if report["moe"]:
             m = report["moe"]
             print(

@@ -352,7 +352,7 @@ def test_wide_adds_columns_past_80(at_80_columns, tmp_path):
 
 
 def test_plan_label_is_one_token():
-    from commtax.decide.plans import plan_label
+    from commtax.decide.plans import PlanRow, plan_label
 
     p = {
         "tp": 8,
@@ -366,9 +366,9 @@ def test_plan_label_is_one_token():
         "sequence_parallel": False,
         "grad_comm_dtype": "bf16",
     }
-    assert plan_label(p) == "tp8·pp4·dp8·mb1"
+    assert plan_label(PlanRow.from_dict(p)) == "tp8·pp4·dp8·mb1"
     p.update(cp=2, vp=2, zero=1, recompute="selective", sequence_parallel=True, grad_comm_dtype="fp8")
-    assert plan_label(p) == "tp8·pp4·cp2·dp8·mb1·vp2·z1·sel·sp·g:fp8"
+    assert plan_label(PlanRow.from_dict(p)) == "tp8·pp4·cp2·dp8·mb1·vp2·z1·sel·sp·g:fp8"
 
 
 # ----------------------------------------------------------------------------- flags, choices, --version

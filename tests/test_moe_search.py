@@ -18,13 +18,18 @@ SMALL = Space.parse(SMALL_FIELDS)
 
 def test_search_spans_ep_and_dispatcher_and_names_refusals():
     res = search_moe(load_job(JOB), {"ep": "2,8,16", "moe_dispatcher": "alltoall,deepep"}, SMALL, top=1)
-    tried = [c for c in res.moe_choices if "best_step_s" in c]
-    refused = [c for c in res.moe_choices if "refused" in c]
+    tried = [c for c in res.moe_choices if c.best_step_s is not None]
+    refused = [c for c in res.moe_choices if c.refused is not None]
     assert len(tried) == 4 and len(refused) == 2  # ep 16 > 8 experts: Megatron's divisibility rule, named
-    assert all("num_experts % expert_model_parallel_size" in c["refused"] for c in refused)
+    assert all("num_experts % expert_model_parallel_size" in c.refused for c in refused)
+    assert {c.fields.ep for c in refused} == {16}
     best_plan, best = res.top[0]
-    assert best.step_time_s == pytest.approx(min(c["best_step_s"] for c in tried))
-    assert best_plan["ep"] in (2, 8) and best_plan["moe_dispatcher"] in ("alltoall", "deepep")
+    assert best.step_time_s == pytest.approx(min(c.best_step_s for c in tried))
+    assert best_plan.ep in (2, 8) and best_plan.moe_dispatcher in ("alltoall", "deepep")
+    # JSON: each choice its fields, then its best step or its refusal (docs/moe.md)
+    written = res.to_dict()["moe_choices"]
+    assert list(written[0]) == ["ep", "etp", "moe_dispatcher", "moe_a2a_overlap", "best_step_s"]
+    assert list(written[-1]) == ["ep", "etp", "moe_dispatcher", "moe_a2a_overlap", "refused"]
 
 
 def test_search_moe_with_nothing_valid_says_why():
@@ -79,7 +84,7 @@ def test_moe_fields_are_grid_axes_and_agree_with_estimate():
     job = load_job(JOB)
     res = search(job, space, top=3, workers=1)
     assert res.plans.shape[1] == len(MOE_COLUMNS)
-    tried = {(res.plan_dict(int(i))["ep"], res.plan_dict(int(i))["moe_dispatcher"]) for i in res.order}
+    tried = {(res.row(int(i)).ep, res.row(int(i)).moe_dispatcher) for i in res.order}
     assert tried == {(e, d) for e in (2, 4, 8) for d in ("alltoall", "deepep")}
     a = agreement(job, res, sample=20, seed=5)
     assert a["step_rel"] <= 1e-9 and a["mem_rel"] <= 1e-9 and a["fits_mismatch"] == 0
@@ -88,12 +93,12 @@ def test_moe_fields_are_grid_axes_and_agree_with_estimate():
     assert MOE_COLUMNS[-4:] == ("ep", "etp", "moe_dispatcher", "moe_a2a_overlap")
     assert "ep_exposed_s" in head and head.index("ep_exposed_s") == head.index("cp_exposed_s") + 1
     best_plan, best = res.top[0]
-    assert {"ep", "etp", "moe_dispatcher", "moe_a2a_overlap"} <= set(best_plan)
+    assert {"ep", "etp", "moe_dispatcher", "moe_a2a_overlap"} <= set(best_plan.columns)
     # every part of the grid is estimate's, the exposed all-to-all apart from TP (as the Breakdown reports it)
     from commtax.decide.search import MOE_PART_KEYS
 
     for i in res.order[:3]:
-        b = estimate(job_for(job, res.plan_dict(int(i))))
+        b = estimate(job_for(job, res.row(int(i))))
         for key, value in zip(MOE_PART_KEYS, res.parts_s[i]):
             assert value == pytest.approx(b.breakdown_s[key], rel=1e-9, abs=1e-12), key
     assert res.parts_s[res.order[0], MOE_PART_KEYS.index("ep_exposed")] > 0

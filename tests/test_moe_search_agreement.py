@@ -56,7 +56,7 @@ def test_search_keeps_vp_apart_when_it_moves_the_moe_layers():
     space = Space.parse({"tp": "1", "pp": "2", "cp": "1", "vp": "1,2,4", "micro_batch": "1", "zero": "1"})
     job = moe_job(pp=2)
     res = search(job, space, top=3, workers=1)
-    assert {res.plan_dict(int(i))["vp"] for i in res.valid.nonzero()[0]} == {1, 2, 4}
+    assert {res.row(int(i)).vp for i in res.valid.nonzero()[0]} == {1, 2, 4}
     a = agreement(job, res, sample=12, seed=0)
     assert a["step_rel"] <= 1e-9 and a["mem_rel"] <= 1e-9
 
@@ -66,7 +66,7 @@ def test_search_agrees_with_estimate_across_pp(schedule):
     space = Space.parse({"tp": "1,2", "pp": "1,2,4", "cp": "1", "micro_batch": "1,2", "zero": "0,1,2", "vp": "1,2"})
     job = moe_job(pp=2, schedule=schedule)
     res = search(job, space, top=3, workers=1)
-    pps = {res.plan_dict(int(i))["pp"] for i in res.valid.nonzero()[0]}
+    pps = {res.row(int(i)).pp for i in res.valid.nonzero()[0]}
     assert pps == ({1, 2, 4} if schedule == "1f1b" else {2, 4})  # DualPipe needs an even pp
     a = agreement(job, res, sample=30, seed=3)
     assert a["step_rel"] <= 1e-9 and a["mem_rel"] <= 1e-9 and a["fits_mismatch"] == 0

@@ -88,12 +88,50 @@ def test_grouped_gemm_waves_span_all_groups():
 
 
 def test_deepep_intranode_rate_from_its_table():
+    # DeepEP's tests count every token a rank receives (its own too), once per rank: on the H800 link it was
+    # measured on (160 GB/s) the rank-deduplicated bytes move at its 153 GB/s
     lvl = Level("intra", 160e9, 1e-6)
     p = Placement(n=8, per_node=8, intra=lvl, inter=None)
     table = deepep_table()
     eff = table["intranode"]["dispatch"]["GBps"] / table["reference"]["nvlink_GBps"]  # 153 / 160
+    s, dedup = 1e9, 0.65
+    assert deepep_time("deepep_dispatch", s, p, dedup) == pytest.approx(1e-6 + dedup * s / 153e9)
+    assert eff == pytest.approx(153 / 160)
+
+
+def test_rank_dedup_inside_the_node():
+    # DeepEP/HybridEP send a token once per rank holding one of its experts: Mixtral's top-2 over EP 8,
+    # 8·(1 − (7/8)²) = 1.875 distinct ranks of 2 copies; NCCL's all-to-all sends both
+    from commtax.workload.moe import rank_dedup
+
+    assert rank_dedup(mixtral(moe_dispatcher="deepep")) == pytest.approx(8 * (1 - (7 / 8) ** 2) / 2)
+    assert rank_dedup(mixtral()) == 1.0
+    assert rank_dedup(mixtral(num_gpus=64, ep=16, moe_dispatcher="deepep", model=_mixtral_16())) == 1.0  # 2 nodes
+
+
+def _mixtral_16():
+    return {**_mixtral_entry(), "num_experts": 16}
+
+
+def test_hybridep_rates_from_its_tables():
+    # DeepEP docs/README_Hybrid-EP.md: GB200 NVL72 at 32 ranks, 32 SMs, torch API: 392.70 (fp8 dispatch),
+    # 484.22 (bf16 dispatch), 464.54 (combine) GB/s, on the NVLink 5 level (720 GB/s effective) they ran on
+    from commtax.costs.collectives import hybridep_efficiency
+
+    nvl5 = Level("intra", 720e9, 1e-6)
+    gb = Placement(n=32, per_node=72, intra=nvl5, inter=None, arch="blackwell")
     s = 1e9
-    assert deepep_time("deepep_dispatch", s, p) == pytest.approx(1e-6 + 7 / 8 * s / (eff * 160e9))
+    assert deepep_time("deepep_dispatch", s, gb, 1.0, "hybridep-fp8") == pytest.approx(1e-6 + s / 392.70e9)
+    assert deepep_time("deepep_combine", s, gb, 1.0, "hybridep-bf16") == pytest.approx(1e-6 + s / 464.54e9)
+    # B200, 8 ranks: 535.94 GB/s bf16 dispatch; beyond GB200's largest published size (36), its figure
+    b200 = Placement(n=8, per_node=8, intra=nvl5, inter=None, arch="blackwell")
+    assert hybridep_efficiency("deepep_dispatch", "hybridep-bf16", b200, "nvl") == pytest.approx(535.94 / 720)
+    gb64 = Placement(n=64, per_node=72, intra=nvl5, inter=None, arch="blackwell")
+    assert hybridep_efficiency("deepep_dispatch", "hybridep-fp8", gb64, "nvl") == pytest.approx(361.13 / 720)
+    # DeepEP's own kernels, and HybridEP on Hopper inside a node, keep DeepEP's rates
+    assert hybridep_efficiency("deepep_dispatch", "deepep-fp8", gb, "nvl") is None
+    h100 = Placement(n=8, per_node=8, intra=Level("intra", 367e9, 1e-6), inter=None, arch="hopper")
+    assert hybridep_efficiency("deepep_dispatch", "hybridep-fp8", h100, "nvl") is None
 
 
 def test_deepep_internode_halves_with_dedup():
@@ -259,8 +297,9 @@ def test_moe_blocks_follow_the_nvlink_domain():
     cluster = nodes.cluster.model_copy(update={"gpus_per_node": 16, "nics_per_node": 16})
     domain = build(Job, {"model": nodes.model, "cluster": cluster, "plan": nodes.plan, "training": nodes.training}, "")
     assert dedup(nodes) == [pytest.approx(distinct_nodes(2, 2) / 2)] * 2  # 2 nodes, top-2
-    assert dedup(domain) == [1.0, 1.0]
-    assert dedup(job(16)) == [1.0, 1.0]
+    # one domain: no node to deduplicate, each token once per rank holding its experts (16 ranks, top-2)
+    assert dedup(domain) == [pytest.approx(distinct_nodes(16, 2) / 2)] * 2
+    assert dedup(job(16)) == [pytest.approx(distinct_nodes(16, 2) / 2)] * 2
 
 
 def _dense_first_stage_job():

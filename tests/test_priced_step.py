@@ -248,3 +248,25 @@ def test_with_fields_is_dataclasses_replace():
     assert wl.micro_batches != 7  # the original is untouched
     with pytest.raises(TypeError, match="no field 'micro_batch'"):
         with_fields(wl, micro_batch=2)
+
+
+def test_the_workload_holds_the_ops_and_the_schedule_reads_the_plans_knobs():
+    """A Workload describes the step's ops (which, how many, on which stage, cut how); the schedule's knobs come
+    from ``job.plan`` (issue 17): no Workload field repeats a Plan field. ZeRO-3's gather policy is one: the same
+    ops, gathered per FSDP unit with prefetch or per parameter tensor after a synchronize (DeepSpeed < v0.6), are
+    priced by the plan the schedule is given."""
+    from commtax.spec import Plan
+    from commtax.workload.step import Workload
+
+    assert {f.name for f in dataclasses.fields(Workload)} & set(Plan.model_fields) == set()
+    job = load_job(small_job(pp=1, zero=3, recompute="selective"))
+    legacy = job_with(job, zero3_gather="per_parameter_sync")
+    wl = build_workload(job)
+    assert build_workload(legacy) == wl  # the same ops: two gathers per micro-batch either way (no full recompute)
+    costs = Costs(job)
+    st = est.slowest_stage(est.stage_times(job, wl, costs))
+    per_mb, nbytes = est.per_parameter_sync_time(legacy, wl, costs)
+    m = wl.micro_batches
+    assert est.dp_timeline(legacy, wl, costs, st) == (per_mb * m, per_mb * m, nbytes * m)  # nothing overlaps
+    link, exposed, _ = est.dp_timeline(job, wl, costs, st)
+    assert exposed < link  # prefetched: the gathers hide under the layers' compute

@@ -217,10 +217,12 @@ def test_long_row_labels_are_clipped_but_kept_in_tooltips_and_tables():
 
 
 def test_plans_whose_labels_collide_are_told_apart_by_the_field_that_differs():
+    from commtax.decide.plans import PlanRow
     from commtax.report.html import distinct_labels
 
     base = {"tp": 2, "pp": 8, "dp": 16, "vp": 10, "micro_batch": 1, "zero": 1, "sequence_parallel": True}
     plans = [{**base, "recompute": "selective"}, {**base, "tp": 4, "recompute": "none"}, {**base, "recompute": "full"}]
+    plans = [PlanRow.from_dict(p) for p in plans]
     assert distinct_labels(plans) == [
         "tp2 pp8 dp16 vp10 mb1 z1 recompute=selective",
         "tp4 pp8 dp16 vp10 mb1 z1",

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from commtax.decide.plans import PlanRow
 from commtax.decide.search import (
     COLUMNS,
     Space,
@@ -65,13 +66,26 @@ def test_every_plan_agrees_with_estimate(small):
     """Same set of valid plans as brute force; every step, memory and fits equal to estimate (1e-9)."""
     job, res, brute = small
     assert int(res.valid.sum()) == len(brute)
-    by_plan = {tuple(sorted(p.items())): b for p, b in brute}
+    by_plan = dict(brute)  # typed plans, hashable: the search's rows and brute force's are the same form
+    assert len(by_plan) == len(brute)
     for i in np.flatnonzero(res.valid):
-        b = by_plan[tuple(sorted(res.plan_dict(int(i)).items()))]
+        b = by_plan[res.row(int(i))]
         assert res.step_s[i] == pytest.approx(b.step_time_s, rel=1e-9)
         assert res.mem_bytes[i] == pytest.approx(b.memory_gib_per_gpu["total"] * GiB, rel=1e-9)
         assert bool(res.fits[i]) == b.fits
         assert res.parts_s[i].sum() == pytest.approx(b.step_time_s, rel=1e-9)
+
+
+def test_the_search_hands_out_one_typed_plan_form_that_round_trips_through_the_spec(small):
+    """Its top plans and its table's rows are PlanRows with the table's columns; the job with a row's plan
+    (``job_for``) reads back as that row; the JSON writes each row's columns, in order, as they are."""
+    job, res, _ = small
+    assert res.top and all(isinstance(p, PlanRow) and p.columns == COLUMNS for p, _ in res.top)
+    for i in res.order[:10]:
+        row = res.row(int(i))
+        assert PlanRow.of(job_for(job, row), COLUMNS) == row
+    assert [e["plan"] for e in res.to_dict()["top"]] == [p.to_dict() for p, _ in res.top]
+    assert res.top[0][0] == res.row(int(res.order[0])) and res.best() == res.top[0]
 
 
 def test_memory_filter_counts_match_estimate(small):
@@ -120,23 +134,23 @@ def test_two_workers_give_the_same_ranking():
 def test_fixed_fields_and_ranges_restrict_the_space():
     job = load_job(small_job())
     res = search(job, Space.parse({"tp": "2", "zero": "1..2", "micro_batch": "1"}, fix=["recompute"]), workers=1)
-    plans = [res.plan_dict(int(i)) for i in np.flatnonzero(res.valid)]
-    assert {p["tp"] for p in plans} == {2}
-    assert {p["zero"] for p in plans} == {1, 2}
-    assert {p["micro_batch"] for p in plans} == {1}
-    assert {p["recompute"] for p in plans} == {job.plan.recompute}  # --fix pins the job file's value
+    plans = [res.row(int(i)) for i in np.flatnonzero(res.valid)]
+    assert {p.tp for p in plans} == {2}
+    assert {p.zero for p in plans} == {1, 2}
+    assert {p.micro_batch for p in plans} == {1}
+    assert {p.recompute for p in plans} == {job.plan.recompute}  # --fix pins the job file's value
 
 
 def test_grad_dtype_is_the_jobs_unless_asked():
     job = load_job(small_job(grad_comm_dtype="bf16"))
     res = search(job, Space.parse({"tp": "2", "pp": "2", "cp": "1", "micro_batch": "1"}), workers=1)
-    assert {res.plan_dict(int(i))["grad_comm_dtype"] for i in range(res.evaluated)} == {"bf16"}
+    assert {res.row(int(i)).grad_comm_dtype for i in range(res.evaluated)} == {"bf16"}
     res = search(
         job,
         Space.parse({"tp": "2", "pp": "2", "cp": "1", "micro_batch": "1", "grad_comm_dtype": "bf16,fp8"}),
         workers=1,
     )
-    assert {res.plan_dict(int(i))["grad_comm_dtype"] for i in range(res.evaluated)} == {"bf16", "fp8"}
+    assert {res.row(int(i)).grad_comm_dtype for i in range(res.evaluated)} == {"bf16", "fp8"}
 
 
 def test_search_refuses_zero_stages_the_framework_cannot_run():
@@ -262,7 +276,7 @@ def test_cli_search_json(tmp_path):
     best = data["top"][0]
     assert best["breakdown"]["step_time_s"] <= data["top"][1]["breakdown"]["step_time_s"]
     job = load_job(small_job())
-    assert estimate(job_for(job, best["plan"])).step_time_s == pytest.approx(
+    assert estimate(job_for(job, PlanRow.from_dict(best["plan"]))).step_time_s == pytest.approx(
         best["breakdown"]["step_time_s"], rel=1e-12
     )
     # $ per B tokens = owned $/s × 1e9 / tokens/s (cost.py); tokens per dollar is its inverse × 1e9
@@ -321,14 +335,16 @@ def test_verify_ranks_the_top_plans_by_the_simulated_step():
     space = Space.parse({"tp": "2,4", "pp": "2", "cp": "1", "micro_batch": "1,2", "zero": "1"})
     res = search(job, space, top=2, workers=1, verify=3)
     assert len(res.verified) == 3
-    sims = [v["simulate_step_s"] for v in res.verified]
+    sims = [v.simulate.step_time_s for v in res.verified]
     assert sims == sorted(sims)
     for v in res.verified:  # both times are the model's own: estimate and the event simulator on that plan
-        j = job_for(job, v["plan"])
-        assert v["estimate_step_s"] == estimate(j).step_time_s
-        assert v["simulate_step_s"] == simulate(j, compare=False).breakdown.step_time_s
-    assert [p for p, _ in res.top[:3]] == [v["plan"] for v in res.verified]  # the best plan is the best simulated
-    assert "verified" in res.to_dict()
+        j = job_for(job, v.plan)
+        assert v.estimate.step_time_s == estimate(j).step_time_s
+        assert v.simulate.step_time_s == simulate(j, compare=False).breakdown.step_time_s
+    assert [p for p, _ in res.top[:3]] == [v.plan for v in res.verified]  # the best plan is the best simulated
+    written = res.to_dict()["verified"]
+    assert [w["plan"] for w in written] == [v.plan.to_dict() for v in res.verified]
+    assert [w["simulate_step_s"] for w in written] == sims
 
 
 def test_cli_search_verify_shows_both_times(tmp_path):
@@ -367,3 +383,20 @@ def test_the_search_s_stage_keys_are_each_plan_s_own():
             assert prep.g.stage_keys[key] == stage_key(plan_job, wl), key
             checked += 1
     assert checked > 50
+
+
+def test_the_python_example_of_docs_search_runs_on_the_typed_plans(monkeypatch):
+    """docs/search.md shows the result from Python: its block runs, and what it binds is the one typed form."""
+    import re
+    from pathlib import Path
+
+    from commtax.decide.plans import PlanRow as Row
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "docs" / "search.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    monkeypatch.chdir(repo)
+    scope: dict = {}
+    exec(compile(block, "docs/search.md", "exec"), scope)  # noqa: S102 - the project's own documentation
+    assert isinstance(scope["best"], Row) and scope["again"].plan.tp == scope["best"].tp
+    assert list(scope["res"].to_dict()["top"][0]["plan"]) == list(scope["best"].columns)

@@ -143,7 +143,7 @@ def test_layer_parameter_tensors_as_megatron_registers_them():
 def test_zero3_workload_carries_the_gather_granularity():
     # FSDP/current DeepSpeed: 2 gathers per micro-batch (the unit stays gathered through its recomputed forward)
     wl = build_workload(gpt_job(tp=1, zero=3, recompute="full", sequence_parallel=False))
-    assert wl.zero3_gather == "bucketed_prefetch" and wl.zero3_gather_passes == 2
+    assert wl.zero3_gather_passes == 2  # how the gathers synchronise is the plan's (plan.zero3_gather), read once
     # DeepSpeed < v0.6: the checkpointed forward re-enters every module's pre-forward hook: a third gather
     legacy = build_workload(
         gpt_job(tp=1, zero=3, recompute="full", zero3_gather="per_parameter_sync", sequence_parallel=False)

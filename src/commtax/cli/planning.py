@@ -214,15 +214,15 @@ def search_command(
         for col in ("#", "plan", "estimate s (80%)", "simulate s", "diff", "MFU"):
             t.add_column(col, justify="left" if col == "plan" else "right")
         for k, v in enumerate(res.verified, 1):
-            est, sim = v["estimate_step_s"], v["simulate_step_s"]
-            lo, hi = v["estimate_step_s_p10"], v["estimate_step_s_p90"]
+            est, sim = v.estimate.step_time_s, v.simulate.step_time_s
+            lo, hi = v.estimate.step_time_s_p10, v.estimate.step_time_s_p90
             band = f" ({lo:.2f}–{hi:.2f})" if lo else ""
-            mfu = f"{v['mfu']:.1%}" + (" !" if v["above_published"] else "")
-            t.add_row(str(k), plan_label(v["plan"]), f"{est:.3f}{band}", f"{sim:.3f}", f"{(sim - est) / est:+.1%}", mfu)
+            mfu = f"{v.estimate.mfu:.1%}" + (" !" if v.above_published else "")
+            t.add_row(str(k), plan_label(v.plan), f"{est:.3f}{band}", f"{sim:.3f}", f"{(sim - est) / est:+.1%}", mfu)
         print_table(t, wide)
         for v in res.verified[:1]:
-            if v["above_published"]:
-                err_console.print(f"warning: best plan: {v['above_published']}", markup=False)
+            if v.above_published:
+                err_console.print(f"warning: best plan: {v.above_published}", markup=False)
     best_plan, best = res.top[0]
     console.print(f"\n[bold]Best plan[/bold] {plan_label(best_plan)}:")
     render_breakdown(best, console, job.cluster.gpu.mem_GiB)

@@ -260,13 +260,35 @@ def deepep_efficiency(op: str, p: Placement) -> tuple[float, float]:
     return nvl, rdma
 
 
-def deepep_time(op: str, S: float, p: Placement, dedup: float = 1.0) -> float:
-    """DeepEP dispatch or combine of ``S`` bytes per GPU (all top-k copies, as the pairwise all-to-all's buffer).
+def hybridep_efficiency(op: str, kernel: str, p: Placement, level: str) -> float | None:
+    """HybridEP's published rate (catalog/deepep.yaml ``hybridep``) as a share of the link it was measured on:
+    ``level`` "nvl" inside a node or NVLink domain (Blackwell: NVL72 by ranks, 8-GPU nodes), "ib" between nodes
+    (Hopper, by EP size); None where none was published (then DeepEP's rates price it). ``kernel``:
+    "hybridep-fp8" / "hybridep-bf16" (workload.moe.token_exchange), the dispatch dtype picking the column."""
+    if not kernel.startswith("hybridep"):
+        return None
+    h = deepep_table()["hybridep"]
+    if level == "nvl" and p.arch == "blackwell":
+        table, ref = h["nvl72"] if p.per_node > 8 else h["nvl8"], h["reference_nvlink_GBps"]
+    elif level == "ib" and p.arch == "hopper":
+        table, ref = h["ib_hopper"], deepep_table()["reference"]["rdma_GBps"]
+    else:
+        return None
+    col = 2 if op == "deepep_combine" else (0 if kernel.endswith("fp8") else 1)
+    return _interp({n: row[col] for n, row in table.items()}, p.n) / ref
 
-    Intranode: the (n−1)/n·S that leave the GPU over NVLink at DeepEP's NVLink rate. Internode: each token crosses
-    the network once per distinct remote node (``dedup`` · k(N−1)/N · S/k of it; workload.moe.internode_dedup)
-    at DeepEP's RDMA rate of this GPU's NIC share, and is fanned out over NVLink on arrival; the two run
-    concurrently (NVLink forwarding behind RDMA), so the slower sets the time, plus one latency per node step.
+
+def deepep_time(op: str, S: float, p: Placement, dedup: float = 1.0, kernel: str = "") -> float:
+    """DeepEP (or HybridEP, ``kernel``) dispatch or combine of ``S`` bytes per GPU (all top-k copies, as the
+    pairwise all-to-all's buffer).
+
+    Intranode (one node or NVLink domain): each token goes once to each rank holding one of its experts (``dedup``
+    · S; workload.moe.rank_dedup), every received byte counted as the kernels' tests count them, at their NVLink
+    rate (HybridEP's published one on Blackwell, else DeepEP's H800 share of the link). Internode: each token
+    crosses the network once per distinct remote node (``dedup`` · k(N−1)/N · S/k of it;
+    workload.moe.internode_dedup) at the RDMA rate of this GPU's NIC share, and is fanned out over NVLink on
+    arrival; the two run concurrently (NVLink forwarding behind RDMA), so the slower sets the time, plus one
+    latency per node step.
         t = max(S_inter / (η_rdma · B_nic), S_nvl / (η_nvl · B_nvl)) + α
     """
     if p.n <= 1 or S <= 0:
@@ -274,7 +296,9 @@ def deepep_time(op: str, S: float, p: Placement, dedup: float = 1.0) -> float:
     nvl_eff, rdma_eff = deepep_efficiency(op, p)
     k = min(p.per_node, p.n)
     if not p.spans_nodes or p.inter is None:
-        return p.intra.latency_s + (p.n - 1) / p.n * S / (nvl_eff * p.intra.bw_bytes_per_s)
+        eff = hybridep_efficiency(op, kernel, p, "nvl") or nvl_eff
+        return p.intra.latency_s + dedup * S / (eff * p.intra.bw_bytes_per_s)
+    rdma_eff = hybridep_efficiency(op, kernel, p, "ib") or rdma_eff
     inter_bytes = dedup * (p.n - k) / p.n * S
     nvl_bytes = (p.n - 1) / p.n * S * min(1.0, k / p.n + dedup)  # local peers, and the remote tokens fanned out
     t_inter = inter_bytes / (rdma_eff * p.inter.bw_bytes_per_s)

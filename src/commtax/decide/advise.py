@@ -400,14 +400,12 @@ def advise(
         changes.append(_change(label, "plan", base, estimate(j), upd))
     interrupted = False
     if search_best:
-        from commtax.decide.plans import PlanRow
         from commtax.decide.search import search
 
         try:
             res = search(job, top=1, workers=workers, progress=progress)
             interrupted = res.interrupted
-            plan, b = res.top[0]
-            best = PlanRow.from_dict(plan)  # search writes its rows as dicts
+            best, b = res.top[0]
             if any(getattr(best, k) != getattr(job.plan, k) for k in best.columns if k != "dp"):
                 what = "best of an interrupted (partial) search" if interrupted else "best plan"
                 changes.append(_change(f"{what}: {best.label}", "search", base, b, best.to_dict()))

@@ -238,7 +238,6 @@ def compare(
         if res.interrupted:  # a partial search's best is not this cluster's best: stop, exit 130
             raise Interrupted("compare")
         plan, b = res.top[0]
-        plan = plan if isinstance(plan, PlanRow) else PlanRow.from_dict(plan)  # search writes its rows as dicts
         cost = job_training_cost(job, b.tokens_per_s, prices, tokens, power)
         rows.append(Row(name, job, plan, b, cost, cc, res))
     return rows
@@ -415,7 +414,7 @@ def scaling(
             if res.interrupted:
                 raise Interrupted("compare --scaling")
             plan, b = res.top[0]
-            out.append(ScalePoint(n, PlanRow.from_dict(plan), b))  # search writes its rows as dicts
+            out.append(ScalePoint(n, plan, b))
         except SpecError as e:
             out.append(ScalePoint(n, None, None, str(e)))
     return out

@@ -8,7 +8,7 @@ tuned them", and by ``search``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from commtax.errors import SpecError
@@ -164,12 +164,26 @@ class PlanRow:
 
     @classmethod
     def from_dict(cls, plan: Mapping[str, Any]) -> PlanRow:
-        """A plan table's row as a dict (``search``'s ``top``): its keys are the columns, lists become tuples."""
+        """A row as JSON wrote it (``to_dict``'s inverse: a ``search --json`` plan read back): its keys are the
+        columns, lists become tuples."""
         return cls(tuple(plan), **{k: tuple(v) if isinstance(v, list) else v for k, v in plan.items()})
 
     def to_dict(self) -> dict[str, Any]:
         """The row as JSON writes it: the columns in order, tuples as lists."""
         return {c: list(v) if isinstance(v := getattr(self, c), tuple) else v for c in self.columns}
+
+    def values(self) -> dict[str, Any]:
+        """The plan fields the row sets (its columns) as the spec takes them (``spec.job_with``'s changes)."""
+        return {c: getattr(self, c) for c in self.columns}
+
+    def get(self, field: str, default: Any = None) -> Any:
+        """A column's value, ``default`` for a field outside the columns (it is not part of this row)."""
+        return getattr(self, field) if field in self.columns else default
+
+    def without(self, fields: Iterable[str]) -> PlanRow:
+        """The row with ``fields`` taken out of its columns (a label that leaves them to another)."""
+        drop = set(fields)
+        return replace(self, columns=tuple(c for c in self.columns if c not in drop))
 
     @property
     def label(self) -> str:
@@ -192,11 +206,11 @@ NO_CHOICE = PlanRow(())  # a row of no columns: nothing chosen
 POOL_COLUMNS = ("tp", "pp", "dp", "micro_batch", "recompute", "stage_pools", "stage_layers", "pool_batch_share")
 
 
-def plan_label(row: PlanRow | Mapping[str, Any]) -> str:
+def plan_label(row: PlanRow) -> str:
     """A plan in one token: ``tp8·pp4·dp8·mb1``, then what differs from the defaults (cp/vp > 1, ZeRO stage,
     recompute, sequence parallelism, a gradient dtype other than bf16): ``tp8·pp4·dp8·mb1·vp2·z1·sel·sp``. A
-    plan's fields outside its row's columns are not shown (a mapping: its keys are the fields shown)."""
-    p = row.to_dict() if isinstance(row, PlanRow) else row
+    plan's fields outside its row's columns are not shown."""
+    p = row.to_dict()  # the label writes what the row's columns hold, as JSON does
     parts = [f"tp{p['tp']}", f"pp{p['pp']}", f"dp{p['dp']}", f"mb{p['micro_batch']}"]
     if p.get("cp", 1) > 1:
         parts.insert(2, f"cp{p['cp']}")

@@ -23,7 +23,7 @@ from commtax.decide.plans import POOL_COLUMNS, PlanRow
 from commtax.errors import SpecError
 from commtax.schedule.analytical import estimate
 from commtax.schedule.breakdown import Breakdown
-from commtax.spec import Job, job_with
+from commtax.spec import Job, Plan, job_with
 
 SPLIT_EXPONENTS = (0.0, 0.5, 0.75, 1.0, 1.25)
 MICRO_BATCHES = (1, 2)
@@ -213,19 +213,24 @@ class PoolAdvice:
         return head + f"; rebalancing to {what} gives {self.rebalanced_step_s:.3f} s ({self.gain:.1%} faster)"
 
 
+def _rebalances(p: Plan, q: Plan) -> bool:
+    """Whether plan ``q`` only moves layers or batch between the pools of plan ``p``: the same tp, pp, micro-batch
+    and recompute, and stages placed on pools in both or in neither."""
+    same = (q.tp, q.pp, q.micro_batch, q.recompute) == (p.tp, p.pp, p.micro_batch, p.recompute)
+    return same and (q.stage_pools is None) == (p.stage_pools is None)
+
+
 def pool_advice(job: Job) -> PoolAdvice:
     """The job's straggler pool and the best rebalancing that keeps its tp, pp, dp, micro-batch and recompute."""
     base = estimate(job)
     slow = next(x["pool"] for x in base.pools if x["straggler"])
-    p = job.plan
-    keep = {"tp": p.tp, "pp": p.pp, "micro_batch": p.micro_batch, "recompute": p.recompute}
     best: tuple[float, PlanRow] | None = None
     for change in candidates(job):
-        if any(change[k] != v for k, v in keep.items()) or (change["stage_pools"] is None) != (p.stage_pools is None):
-            continue
         try:
             j = job_with(job, **change)
         except SpecError:
+            continue
+        if not _rebalances(job.plan, j.plan):
             continue
         b = estimate(j)
         if b.fits and (best is None or b.step_time_s < best[0]):

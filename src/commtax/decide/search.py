@@ -49,6 +49,7 @@ import numpy as np
 from commtax import signals
 from commtax.costs.pricing import Costs
 from commtax.costs.topology import layout
+from commtax.decide.plans import PlanRow
 from commtax.decide.space import (
     AXIS,
     COLUMNS,
@@ -127,12 +128,12 @@ class SearchResult:
     rank_by: str = "step"
     interrupted: bool = False
     elapsed_s: float = 0.0
-    top: list[tuple[dict[str, Any], Breakdown]] = field(default_factory=list)
+    top: list[tuple[PlanRow, Breakdown]] = field(default_factory=list)
     max_rel_diff: float = 0.0
     invalid_examples: dict[str, str] = field(default_factory=dict)  # reason -> one full validator message
     warnings: list[str] = field(default_factory=list)
-    verified: list[dict[str, Any]] = field(default_factory=list)  # --verify: plan, estimate and simulated step
-    moe_choices: list[dict[str, Any]] = field(default_factory=list)  # MoE: each (ep, etp, dispatcher, overlap) tried
+    verified: list[Verified] = field(default_factory=list)  # --verify: plan, estimate and simulated step
+    moe_choices: list[MoeChoice] = field(default_factory=list)  # MoE: each (ep, etp, dispatcher, overlap) tried
 
     @property
     def evaluated(self) -> int:
@@ -142,10 +143,11 @@ class SearchResult:
     def plans_per_s(self) -> float:
         return self.evaluated / self.elapsed_s if self.elapsed_s > 0 else math.inf
 
-    def plan_dict(self, i: int) -> dict[str, Any]:
-        return plan_from_row(self.plans[i], columns(self.job))
+    def row(self, i: int) -> PlanRow:
+        """Plan ``i`` of the table, typed: its columns are the table's (``space.columns``)."""
+        return plan_row(self.plans[i], columns(self.job))
 
-    def best(self) -> tuple[dict[str, Any], Breakdown] | None:
+    def best(self) -> tuple[PlanRow, Breakdown] | None:
         return self.top[0] if self.top else None
 
     def summary(self) -> dict[str, Any]:
@@ -171,8 +173,7 @@ class SearchResult:
         head = list(cols) + ["step_time_s"] + [f"{k}_s" for k in part_keys(self.job)] + ["memory_GiB", "fits"]
         lines = [",".join(head)]
         for i in np.flatnonzero(self.valid):
-            p = self.plan_dict(int(i))
-            vals = [str(p[c]) for c in cols] + [repr(float(self.step_s[i]))]
+            vals = [str(v) for v in row_values(self.plans[i], cols)] + [repr(float(self.step_s[i]))]
             vals += [repr(float(x)) for x in self.parts_s[i]]
             vals += [repr(float(self.mem_bytes[i] / GiB)), str(bool(self.fits[i]))]
             lines.append(",".join(vals))
@@ -181,23 +182,71 @@ class SearchResult:
     def to_dict(self) -> dict[str, Any]:
         out = {
             **self.summary(),
-            "top": [{"plan": p, "breakdown": b.to_dict()} for p, b in self.top],
+            "top": [{"plan": p.to_dict(), "breakdown": b.to_dict()} for p, b in self.top],
         }
         if self.verified:
-            out["verified"] = self.verified
+            out["verified"] = [v.to_dict() for v in self.verified]
         if self.moe_choices:
-            out["moe_choices"] = self.moe_choices
+            out["moe_choices"] = [c.to_dict() for c in self.moe_choices]
         return out
 
 
-def plan_from_row(row: Sequence[int], cols: Sequence[str] = COLUMNS) -> dict[str, Any]:
-    """A row of the plan table as plan fields (``space.Axis.decode``; dp as it is)."""
-    return {c: AXIS[c].decode(int(x)) if c in AXIS else int(x) for c, x in zip(cols, row)}
+@dataclass(frozen=True)
+class Verified:
+    """One plan of ``--verify``: the estimate and the event simulator's step of it, and whether its MFU is above
+    every published run of its GPU (``above_published``)."""
+
+    plan: PlanRow
+    estimate: Breakdown
+    simulate: Breakdown
+    above_published: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As ``search --json`` writes it under ``verified``."""
+        b = self.estimate
+        return {
+            "plan": self.plan.to_dict(),
+            "estimate_step_s": b.step_time_s,
+            "estimate_step_s_p10": b.step_time_s_p10,
+            "estimate_step_s_p90": b.step_time_s_p90,
+            "simulate_step_s": self.simulate.step_time_s,
+            "simulate_breakdown": self.simulate.to_dict(),
+            "mfu": b.mfu,
+            "hfu": b.hfu,
+            "above_published": self.above_published,
+        }
 
 
-def job_for(job: Job, plan: dict[str, Any]) -> Job:
+@dataclass(frozen=True)
+class MoeChoice:
+    """One combination of the MoE plan fields an MoE search tried: its best step among the plans that fit, or why
+    it has none (``refused``: the spec's refusal on the job's own plan, or that no plan of the space is valid and
+    fits). ``fields`` holds the combination, its columns the MoE fields searched."""
+
+    fields: PlanRow
+    best_step_s: float | None = None
+    refused: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As ``search --json`` writes it under ``moe_choices``: the fields, then the best step or the refusal."""
+        extra = {"refused": self.refused} if self.best_step_s is None else {"best_step_s": self.best_step_s}
+        return {**self.fields.to_dict(), **extra}
+
+
+def row_values(codes: Sequence[int], cols: Sequence[str] = COLUMNS) -> list[Any]:
+    """A row of the plan table's codes as plan values, column by column (``space.Axis.decode``; dp as it is)."""
+    return [AXIS[c].decode(int(x)) if c in AXIS else int(x) for c, x in zip(cols, codes)]
+
+
+def plan_row(codes: Sequence[int], cols: Sequence[str] = COLUMNS) -> PlanRow:
+    """A row of the plan table as a typed plan whose columns are the table's."""
+    cols = tuple(cols)
+    return PlanRow(cols, **dict(zip(cols, row_values(codes, cols))))
+
+
+def job_for(job: Job, plan: PlanRow) -> Job:
     """The job with a searched plan (validated by the spec)."""
-    return job_with(job, **split_reset(job, plan["pp"]), **plan)
+    return job_with(job, **split_reset(job, plan.pp), **plan.values())
 
 
 def split_reset(job: Job, pp: int) -> dict[str, None]:
@@ -547,7 +596,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                     traffic[:, si, j, z, d] = dp_fields[once]
                     on_grid[si, j, z, d] = True
                     continue
-                elif counted.dp_microbatch and counted.zero3_gather != "per_parameter_sync" and job_zd.plan.overlap.dp:
+                elif counted.dp_microbatch and _est.zero3_prefetches(job_zd) and job_zd.plan.overlap.dp:
                     z3[:, si, j, z, d] = _est.zero3_traffic(counted, g.costs)
                     on_z3[si, j, z, d] = True
                     continue
@@ -1117,7 +1166,7 @@ def search_moe(
             raise
         refused = _refusals(job, vals)
         if refused and len(refused) == _combinations(vals):
-            raise SpecError(f"no MoE combination is valid: {refused[0]['refused']}") from e
+            raise SpecError(f"no MoE combination is valid: {refused[0].refused}") from e
         raise
     res.moe_choices = _moe_choices(job, res, vals)
     return res
@@ -1127,7 +1176,7 @@ def _combinations(vals: dict[str, list[Any]]) -> int:
     return math.prod(len(v) for v in vals.values())
 
 
-def _refusals(job: Job, vals: dict[str, list[Any]]) -> list[dict[str, Any]]:
+def _refusals(job: Job, vals: dict[str, list[Any]]) -> list[MoeChoice]:
     """Each MoE combination the spec refuses on the job's own plan, with the refusal."""
     out = []
     for combo in itertools.product(*vals.values()):
@@ -1135,11 +1184,11 @@ def _refusals(job: Job, vals: dict[str, list[Any]]) -> list[dict[str, Any]]:
         try:
             job_with(job, **change)
         except SpecError as e:
-            out.append({**change, "refused": str(e)})
+            out.append(MoeChoice(PlanRow(tuple(vals), **change), refused=str(e)))
     return out
 
 
-def _moe_choices(job: Job, res: SearchResult, vals: dict[str, list[Any]]) -> list[dict[str, Any]]:
+def _moe_choices(job: Job, res: SearchResult, vals: dict[str, list[Any]]) -> list[MoeChoice]:
     """Per MoE combination: the best step among the plans that fit (by the ranking's order), else why none."""
     cols = columns(job)
     codes = {f: res.plans[:, cols.index(f)] for f in vals}
@@ -1147,17 +1196,17 @@ def _moe_choices(job: Job, res: SearchResult, vals: dict[str, list[Any]]) -> lis
     for i in res.order:  # best first
         key = tuple(AXIS[f].decode(int(codes[f][i])) for f in vals)
         best.setdefault(key, float(res.step_s[i]))
-    refused = {tuple(r[f] for f in vals): r for r in _refusals(job, vals)}
+    refused = {tuple(getattr(r.fields, f) for f in vals): r for r in _refusals(job, vals)}
     tried, others = [], []
     for combo in itertools.product(*vals.values()):
-        change = dict(zip(vals, combo))
+        fields = PlanRow(tuple(vals), **dict(zip(vals, combo)))
         if combo in best:
-            tried.append({**change, "best_step_s": best[combo]})
+            tried.append(MoeChoice(fields, best_step_s=best[combo]))
         elif combo in refused:
             others.append(refused[combo])
         else:
-            others.append({**change, "refused": "no plan of the space with these fields is valid and fits memory"})
-    tried.sort(key=lambda c: c["best_step_s"])
+            others.append(MoeChoice(fields, refused="no plan of the space with these fields is valid and fits memory"))
+    tried.sort(key=lambda c: c.best_step_s)
     return tried + others
 
 
@@ -1208,29 +1257,14 @@ def verify_top(job: Job, res: SearchResult, k: int) -> None:
     from commtax.schedule.sim import SimOptions, simulate
     from commtax.workload.step import grad_bucket_bytes
 
-    rows = []
+    rows: list[Verified] = []
     for plan, b in res.top[:k]:
         verify_job = job_for(job, plan)  # the framework's gradient bucket, as the estimate's
         sim = simulate(verify_job, SimOptions(bucket_bytes=grad_bucket_bytes(verify_job)), compare=False).breakdown
-        rows.append(
-            (
-                (plan, b),
-                {
-                    "plan": plan,
-                    "estimate_step_s": b.step_time_s,
-                    "estimate_step_s_p10": b.step_time_s_p10,
-                    "estimate_step_s_p90": b.step_time_s_p90,
-                    "simulate_step_s": sim.step_time_s,
-                    "simulate_breakdown": sim.to_dict(),
-                    "mfu": b.mfu,
-                    "hfu": b.hfu,
-                    "above_published": above_published(verify_job, b.mfu, b.hfu),
-                },
-            )
-        )
-    rows.sort(key=lambda r: r[1]["simulate_step_s"])
-    res.top = [r[0] for r in rows] + res.top[k:]
-    res.verified = [r[1] for r in rows]
+        rows.append(Verified(plan, b, sim, above_published(verify_job, b.mfu, b.hfu)))
+    rows.sort(key=lambda v: v.simulate.step_time_s)  # stable: ties keep the estimate's order
+    res.top = [(v.plan, v.estimate) for v in rows] + res.top[k:]
+    res.verified = rows
 
 
 def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: bool, rank_by: str) -> SearchResult:
@@ -1272,12 +1306,12 @@ def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: 
     )
 
 
-def exact_top(job: Job, res: SearchResult, n: int) -> tuple[list[tuple[dict[str, Any], Breakdown]], float]:
+def exact_top(job: Job, res: SearchResult, n: int) -> tuple[list[tuple[PlanRow, Breakdown]], float]:
     """Re-estimate the best ``n`` plans with ``estimate``: the numbers shown are always the model's own."""
     out = []
     worst = 0.0
     for i in res.order[:n]:
-        plan = res.plan_dict(int(i))
+        plan = res.row(int(i))
         b = estimate(job_for(job, plan))
         worst = max(worst, abs(b.step_time_s - res.step_s[i]) / b.step_time_s)
         out.append((plan, b))
@@ -1292,7 +1326,7 @@ def agreement(job: Job, res: SearchResult, sample: int = 50, seed: int = 0) -> d
     step = mem = 0.0
     fits_mismatch = 0
     for i in pick:
-        b = estimate(job_for(job, res.plan_dict(int(i))))
+        b = estimate(job_for(job, res.row(int(i))))
         step = max(step, abs(b.step_time_s - res.step_s[i]) / b.step_time_s)
         total = b.memory_gib_per_gpu["total"] * GiB
         mem = max(mem, abs(total - res.mem_bytes[i]) / total)
@@ -1300,7 +1334,7 @@ def agreement(job: Job, res: SearchResult, sample: int = 50, seed: int = 0) -> d
     return {"sample": float(len(pick)), "step_rel": step, "mem_rel": mem, "fits_mismatch": float(fits_mismatch)}
 
 
-def brute_force(job: Job, space: Space | None = None) -> list[tuple[dict[str, Any], Breakdown]]:
+def brute_force(job: Job, space: Space | None = None) -> list[tuple[PlanRow, Breakdown]]:
     """Every valid plan of the space through ``estimate`` one by one (slow; for tests)."""
     space = space or Space()
     out = []
@@ -1311,5 +1345,5 @@ def brute_force(job: Job, space: Space | None = None) -> list[tuple[dict[str, An
                 j = job_with(job, dp=None, **split_reset(job, b.pp), **plan)
             except SpecError:
                 continue
-            out.append(({**plan, "dp": j.dp}, estimate(j)))
+            out.append((PlanRow.of(j, columns(job)), estimate(j)))
     return out

@@ -24,6 +24,7 @@ from html import escape
 from typing import Any
 
 from commtax import __version__
+from commtax.decide.plans import PlanRow
 from commtax.errors import SpecError
 from commtax.report import svg
 from commtax.report.svg import BREAKDOWN_STYLES, Segment, Series, Style
@@ -404,7 +405,7 @@ def plans_chart(data: ReportData) -> svg.StackedBars | None:
 LABEL_FIELDS = ("recompute", "sequence_parallel", "grad_comm_dtype", "schedule", "framework")
 
 
-def distinct_labels(plans: list[dict[str, Any]]) -> list[str]:
+def distinct_labels(plans: list[PlanRow]) -> list[str]:
     """``plan_label`` of each plan, with the fields that tell apart plans whose labels collide appended
     ("tp2 pp8 dp16 vp10 mb1 z1 recompute=full" next to "… recompute=selective")."""
     labels = [plan_label(p) for p in plans]
@@ -430,14 +431,15 @@ def advice_chart(data: ReportData, limit: int = 12) -> svg.Bars | None:
     )
 
 
-def plan_label(p: dict[str, Any]) -> str:
-    parts = [f"tp{p['tp']}", f"pp{p['pp']}", f"dp{p['dp']}"]
-    if p.get("cp", 1) > 1:
-        parts.append(f"cp{p['cp']}")
-    if p.get("vp", 1) > 1:
-        parts.append(f"vp{p['vp']}")
-    parts.append(f"mb{p['micro_batch']}")
-    parts.append(f"z{p['zero']}")
+def plan_label(p: PlanRow) -> str:
+    """A plan as the page's tables name it: ``tp2 pp8 dp16 vp10 mb1 z1`` (cp and vp where above 1)."""
+    parts = [f"tp{p.tp}", f"pp{p.pp}", f"dp{p.dp}"]
+    if p.cp > 1:
+        parts.append(f"cp{p.cp}")
+    if p.vp > 1:
+        parts.append(f"vp{p.vp}")
+    parts.append(f"mb{p.micro_batch}")
+    parts.append(f"z{p.zero}")
     return " ".join(parts)
 
 
@@ -869,7 +871,7 @@ def plans_table(data: ReportData) -> str:
             [
                 f"#{i + 1}",
                 *(
-                    str(p[k])
+                    str(getattr(p, k))
                     for k in (
                         "tp",
                         "pp",
@@ -965,7 +967,7 @@ def scaling_table(data: ReportData) -> str:
                 pct(b.mfu) if b else "—",
                 pct(bb.comm_tax) if bb else ("—" if p is None else f"— ({p.reason})"),
                 pct(bb.mfu) if bb else "—",
-                plan_label(p.plan.to_dict()) if p is not None and p.plan else "—",
+                plan_label(p.plan) if p is not None and p.plan else "—",
             ]
         )
     return table(

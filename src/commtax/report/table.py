@@ -204,6 +204,7 @@ def cost_table(c: Any, mode: str, title: str) -> Table:
 def search_table(res: Any, mode: str, usd_per_s: float | None, n: int, wide: bool = False) -> Table:
     """The best ``n`` plans of a search; ``wide`` adds the exposed DP/TP shares and memory."""
     from commtax.decide.cost import usd_per_B_tokens
+    from commtax.decide.space import MOE_AXES  # not at the top: estimate's table does not import the search space
 
     price = f"; $/B tok {mode}" if usd_per_s is not None else ""
     t = new_table(f"Top {min(n, len(res.top))} of {int(res.fits.sum()):,} plans that fit (by {res.rank_by}{price})")
@@ -213,13 +214,12 @@ def search_table(res: Any, mode: str, usd_per_s: float | None, n: int, wide: boo
     if usd_per_s is not None:
         t.add_column("$/B tok", justify="right")
     # MoE fields the shown plans share are left to the best plan's full label (the table stays at 80 columns)
-    moe = ("ep", "etp", "moe_dispatcher", "moe_a2a_overlap")
-    same = {f for f in moe if len({p.get(f) for p, _ in res.top[:n]}) == 1}
+    same = {f for f in MOE_AXES if len({p.get(f) for p, _ in res.top[:n]}) == 1}
     for k, (p, b) in enumerate(res.top[:n], 1):
         parts = b.breakdown_s
         row = [
             str(k),
-            plan_label({f: v for f, v in p.items() if f not in same}),
+            plan_label(p.without(same)),
             f"{b.step_time_s:.3f}",
             pct(b.mfu),
             pct(b.comm_tax),

@@ -297,4 +297,6 @@ def job_with(job: Job, **plan_changes: Any) -> Job:
     # the plan's fields as data, validated with the job in one pass: the search's hot path (Plan.replace validates
     # the plan on its own first, a fifth slower here)
     plan = {**job.plan.model_dump(), **plan_changes}
+    if plan_changes.get("recompute", "selective") != "selective" and "recompute_modules" not in plan_changes:
+        plan["recompute_modules"] = None  # the modules are selective recompute's: none or full recompute drops them
     return build(Job, {"model": job.model, "cluster": job.cluster, "plan": plan, "training": job.training}, "")

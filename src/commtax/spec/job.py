@@ -125,6 +125,7 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
     """Megatron-Core's checks of an expert-parallel plan, each refusal naming the rule (megatron/training/arguments.py
     validate_args, megatron/core/parallel_state.py initialize_model_parallel), and DualPipe's (deepseek-ai/DualPipe
     dualpipe.py ``step``: num_chunks >= 2·ranks, an even number of ranks)."""
+    _recompute_modules_exist(m, p)
     if not m.is_moe:
         moe_only = {"ep": p.ep > 1, "etp": p.etp > 1, "moe_a2a_overlap": p.moe_a2a_overlap}
         bad = [k for k, v in moe_only.items() if v]
@@ -168,6 +169,11 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
                 )
             if p.recompute == "full":
                 raise ValueError("moe_a2a_overlap does not run with recompute: full (Megatron); use selective or none")
+            if "moe" in p.recomputed:
+                raise ValueError(
+                    "moe_a2a_overlap does not run with recompute_modules moe (Megatron: 'disable moe in "
+                    "recompute_modules when enabling overlap_moe_expert_parallel_comm'); drop moe or the overlap"
+                )
     if p.schedule in ("dualpipe", "dualpipev"):
         if p.pp < 2 or p.pp % 2:
             raise ValueError(f"schedule {p.schedule} needs an even pp ≥ 2, got pp({p.pp}) (DualPipe pairs ranks)")
@@ -178,3 +184,18 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
                 f"schedule {p.schedule} needs at least 2·pp = {2 * p.pp} micro-batches per replica, got "
                 f"{micro_batches} (DualPipe: num_chunks >= num_ranks * 2); raise global_batch or lower micro_batch"
             )
+
+
+def _recompute_modules_exist(m: Model, p: Plan) -> None:
+    """Each module of plan.recompute_modules is in the model: a module it lacks would be silently a no-op."""
+    has = {
+        "mla_up_proj": (m.mla, "an MLA model (kv_lora_rank)"),
+        "moe_act": (m.is_moe, "an MoE model (num_experts)"),
+        "moe": (m.is_moe, "an MoE model (num_experts)"),
+        "shared_experts": (m.is_moe and m.shared_experts > 0, "shared experts (model.shared_experts)"),
+        "mlp": (m.layers > m.moe_layer_count, "a dense MLP layer (an MoE model has them with first_k_dense/alternate)"),
+    }
+    for mod in p.recompute_modules or ():
+        ok, needs = has.get(mod, (True, ""))
+        if not ok:
+            raise ValueError(f"recompute_modules: {mod} needs {needs}; drop {mod} from recompute_modules")

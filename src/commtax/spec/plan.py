@@ -20,6 +20,10 @@ from commtax.spec.frameworks import (
     frameworks,
 )
 
+# Megatron-Core --recompute-modules (megatron/core/transformer/transformer_config.py recompute_modules @d98e8a6):
+# the submodules selective recompute re-runs; unset it is ["core_attn"]
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
+
 
 class Plan(_Spec):
     framework: FrameworkName = Field(
@@ -38,6 +42,13 @@ class Plan(_Spec):
     sequence_parallel: bool = False
     zero: Literal[0, 1, 2, 3] = 1
     recompute: Literal["none", "selective", "full"] = "selective"
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        default=None,
+        description="Megatron-Core --recompute-modules under recompute: selective (unset: core_attn): core_attn "
+        "(the attention core), layernorm (input and pre-MLP norms), mla_up_proj (MLA q/kv up-projections and RoPE), "
+        "mlp (a dense layer's MLP), moe_act (the experts' activation), moe (the whole MoE layer, its all-to-alls "
+        "too), shared_experts; [] recomputes nothing",
+    )
     micro_batch: int = Field(default=1, gt=0, le=65_536)
     schedule: Literal["gpipe", "1f1b", "1f1b-flexible", "zb-h1", "zb-v", "dualpipe", "dualpipev"] = Field(
         default="1f1b",
@@ -148,7 +159,43 @@ class Plan(_Spec):
         ``plan.<field>``."""
         from commtax.spec.catalog import build  # the one place pydantic's report becomes a SpecError line
 
-        return build(Plan, {**self.model_dump(), **changes}, "plan")
+        data = {**self.model_dump(), **changes}
+        if changes.get("recompute", "selective") != "selective" and "recompute_modules" not in changes:
+            data["recompute_modules"] = None  # the modules are selective recompute's: none or full drops them
+        return build(Plan, data, "plan")
+
+    @property
+    def recomputed(self) -> frozenset[str]:
+        """The submodules selective recompute re-runs under the plan's recompute (``recomputed_under``)."""
+        return self.recomputed_under(self.recompute)
+
+    def recomputed_under(self, recompute: str) -> frozenset[str]:
+        """The submodules selective recompute re-runs under ``recompute`` (the plan's, or a candidate a search
+        prices): ``recompute_modules``, unset Megatron-Core's ["core_attn"] (attention_core policy); none for no or
+        full recompute and for the per-op policy."""
+        if recompute != "selective" or self.selective_policy != "attention_core":
+            return frozenset()
+        return frozenset(("core_attn",) if self.recompute_modules is None else self.recompute_modules)
+
+    @model_validator(mode="after")
+    def _recompute_modules_need_selective(self) -> Plan:
+        mods = self.recompute_modules
+        if mods is None:
+            return self
+        if self.recompute != "selective":
+            raise ValueError(
+                f"recompute_modules applies to recompute: selective, not {self.recompute}: set recompute: selective "
+                "or drop recompute_modules"
+            )
+        if self.selective_policy != "attention_core":
+            raise ValueError(
+                "recompute_modules are Megatron-Core's submodules (selective_policy attention_core), not "
+                f"{self.selective_policy}: drop recompute_modules or set selective_policy: attention_core"
+            )
+        dup = sorted({m for m in mods if mods.count(m) > 1})
+        if dup:
+            raise ValueError(f"recompute_modules names {', '.join(dup)} twice: list each module once")
+        return self
 
     @model_validator(mode="after")
     def _error_feedback_needs_compression(self) -> Plan:
@@ -184,6 +231,7 @@ class Plan(_Spec):
         data.setdefault("fp8_recipe", fw.fp8_recipe)
         data.setdefault("zero3_gather", fw.zero3_gather)
         data.setdefault("grad_comm_dtype", fw.reduce_dtype)
+        data.setdefault("moe_dispatcher", fw.moe_dispatcher)
         if "zero" not in data and 1 not in fw.zero_stages:  # FSDP-style frameworks have no ZeRO-1: their default
             data["zero"] = fw.plan_defaults.get("zero", max(fw.zero_stages))
         overlap = data.get("overlap")

@@ -52,7 +52,7 @@ class Memory:
         }
 
 
-def layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
+def layer_activation_bytes(job: Job, recompute: str | None = None, mlp: bool = True) -> float:
     """Bytes one layer keeps for backward, one micro-batch, one GPU (Korthikanti 2022 §4, generalised).
 
     Norm inputs 4sbh; GEMM inputs (QKV, projection, MLP up, MLP down) at 2 B, or 1 B under fp8 where
@@ -60,6 +60,11 @@ def layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
     2sb·f_up; dropout masks sbh ×2 when dropout is on; + 5·a·s²·b for unfused attention without selective
     recompute. TP shards all but the norm inputs, QKV and MLP inputs and masks, unless SP shards those too.
     MHA, f = 4h, bf16, dropout: 10sbh + 24sbh/t (+5as²b/t), Korthikanti eq. 2.
+
+    Selective recompute modules (Megatron-Core recompute_modules) drop what they re-run: core_attn the scores of
+    unfused attention; layernorm the two norm outputs (the QKV and MLP GEMM inputs, 2sbh at the GEMM input width);
+    mla_up_proj the up-projected Q, K, V (this formula's Q and K, V terms, 2sbh + 4sb·g·d); mlp, on a dense layer
+    (``mlp``), its MLP activations (a·sb·f_up + sb·f at the GEMM input width, over t).
     """
     m, p, tr = job.model, job.plan, job.training
     b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
@@ -76,9 +81,17 @@ def layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
     replicated = (2 * a + 2 * gemm_in + masks) * s * b * h  # norm inputs, QKV and MLP inputs, dropout masks
     f_up = (2 if m.gated_mlp else 1) * f
     sharded = (a + gemm_in) * s * b * h + 2 * a * s * b * gd + a * s * b * f_up + gemm_in * s * b * f
+    mods = p.recomputed_under(recompute)
     scores = 0.0
-    if not p.flash_attention and recompute == "none":
+    if not p.flash_attention and (recompute == "none" or (mods and "core_attn" not in mods)):
         scores = (5.0 if job.dropout else 2.0) * m.heads * s * tr.seq_len * b
+    if "layernorm" in mods:  # output-discarding checkpoint of input_layernorm and pre_mlp_layernorm
+        replicated -= 2 * gemm_in * s * b * h
+    if "mla_up_proj" in mods and m.mla:  # output-discarding checkpoint of the q/kv up-projections and RoPE
+        sharded -= a * s * b * h + 2 * a * s * b * gd
+    if "mlp" in mods and mlp:  # the dense MLP checkpointed: its input only (counted as the MLP input)
+        sharded -= a * s * b * f_up + gemm_in * s * b * f
+    replicated, sharded = max(0.0, replicated), max(0.0, sharded)
     if p.sequence_parallel:
         return (replicated + sharded + scores) / t
     return replicated + (sharded + scores) / t
@@ -91,14 +104,14 @@ def moe_layer_activation_bytes(job: Job) -> float:
     from commtax.workload.moe import dispatched_activation_bytes
 
     m, p, tr = job.model, job.plan, job.training
-    dense = layer_activation_bytes(job)
+    dense = layer_activation_bytes(job, mlp=False)
     if p.recompute == "full":
         return dense
     b, s, t = p.micro_batch, tr.seq_len // p.cp, p.tp
     a = activation_bytes_per_element(tr.precision)
     gemm_in = 1.0 if tr.precision == "fp8" else a
     mlp = (a * s * b * (2 if m.gated_mlp else 1) * m.ffn + gemm_in * s * b * m.ffn) / t
-    return max(0.0, dense - mlp) + dispatched_activation_bytes(job, a)
+    return max(0.0, dense - mlp) + dispatched_activation_bytes(job, a, p.recomputed)
 
 
 def per_op_selective_bytes(job: Job) -> float:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from commtax.spec import Job
-from commtax.workload.step import Collective, Compute, Op, _fp8_casts, _gemm, _mem, glu_clamp_ops
+from commtax.workload.step import Block, Collective, Compute, Op, Phase, _fp8_casts, _gemm, _mem, glu_clamp_ops
 
 # DeepEP FP8 dispatch: 1 B per element plus one fp32 scale per 128 elements (deep_ep tests: (1 + 4/128) B)
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
@@ -78,6 +78,18 @@ def internode_dedup(job: Job) -> float:
     return min(1.0, distinct_nodes(n, job.model.top_k, job.model.route_max_nodes) / job.model.top_k)
 
 
+def rank_dedup(job: Job) -> float:
+    """DeepEP/HybridEP inside one node or NVLink domain send a token once to each rank that holds one of its
+    experts and permute the copies there (DeepEP ``is_token_in_rank``; tests/test_intranode.py and
+    test_hybrid_ep.py count the received tokens, one per rank): their bytes over a pairwise all-to-all's,
+    distinct ranks per token / k = ep·(1 − (1 − 1/ep)^k) / k (uniform routing). Other dispatchers, or a group
+    spanning nodes (``internode_dedup``): 1."""
+    m, p = job.model, job.plan
+    if p.moe_dispatcher not in DEDUP_DISPATCHERS or ep_nodes(job) > 1 or p.ep == 1:
+        return 1.0
+    return min(1.0, distinct_nodes(p.ep, m.top_k) / m.top_k)
+
+
 def dispatch_bytes_per_element(job: Job, act_bytes: float) -> float:
     """DeepEP/HybridEP dispatch fp8 tokens in fp8 runs (DeepSeek-V3 §3.3); NCCL dispatchers the bf16 activations."""
     if job.plan.moe_dispatcher in DEDUP_DISPATCHERS and job.training.precision == "fp8":
@@ -101,9 +113,11 @@ def token_exchange(job: Job, act_bytes: float, backward: bool) -> list[Collectiv
             ops += [Collective(f"ep_allgather{tag}", "all_gather", buf, "ep")]
             ops += [Collective(f"ep_reduce_scatter{tag}", "reduce_scatter", buf, "ep")]
         elif p.moe_dispatcher in DEDUP_DISPATCHERS:
-            dd = internode_dedup(job)
-            ops += [Collective(f"ep_dispatch{tag}", "deepep_dispatch", routed * d_bytes, "ep", dedup=dd)]
-            ops += [Collective(f"ep_combine{tag}", "deepep_combine", routed * act_bytes, "ep", dedup=dd)]
+            dd = internode_dedup(job) if ep_nodes(job) > 1 else rank_dedup(job)
+            kd = f"{p.moe_dispatcher}-{'fp8' if d_bytes < 2 else 'bf16'}"
+            ops += [Collective(f"ep_dispatch{tag}", "deepep_dispatch", routed * d_bytes, "ep", dedup=dd, kernel=kd)]
+            kc = f"{p.moe_dispatcher}-bf16"
+            ops += [Collective(f"ep_combine{tag}", "deepep_combine", routed * act_bytes, "ep", dedup=dd, kernel=kc)]
         else:
             ops += [Collective(f"ep_dispatch{tag}", "all_to_all", routed * d_bytes, "ep")]
             ops += [Collective(f"ep_combine{tag}", "all_to_all", routed * act_bytes, "ep")]
@@ -193,22 +207,90 @@ def moe_dense_params_per_layer(job: Job) -> float:
     return m.hidden * m.num_experts + m.shared_experts * m.mlp_params(m.shared_ffn) / job.plan.tp
 
 
-def dispatched_activation_bytes(job: Job, act_bytes: float) -> float:
+def dispatched_activation_bytes(job: Job, act_bytes: float, recomputed: frozenset[str] = frozenset()) -> float:
     """What one MoE layer keeps for backward beyond the attention half, one micro-batch, one GPU: the permuted
     tokens (expert GEMM input), the up-projection output (activation input) and activation output (down
-    input), router probabilities; shared experts as a dense MLP."""
+    input), router probabilities; shared experts as a dense MLP. Selective recompute modules (Megatron-Core
+    recompute_modules) drop what they re-run: moe the whole MoE layer's (its input is the pre-MLP norm's, kept
+    with the attention half), moe_act the experts' activation outputs (output-discarding checkpoint),
+    shared_experts the shared experts'."""
     m, p, tr = job.model, job.plan, job.training
     rows = expert_rows(job) * local_experts(job)
     fe = m.moe_ffn_hidden // p.etp
     up = 2 if m.gated_mlp else 1
     gemm_in = 1.0 if tr.precision == "fp8" else act_bytes
-    routed = rows * (gemm_in * m.hidden + act_bytes * up * fe + gemm_in * fe)
+    if "moe" in recomputed:
+        return 0.0
+    routed = rows * (gemm_in * m.hidden + act_bytes * up * fe + (0.0 if "moe_act" in recomputed else gemm_in * fe))
     if m.swiglu_limit is not None:  # the clamps keep their input, the fused kernel the clamped copy (glu_clamp_ops)
         routed += rows * act_bytes * up * fe
     probs = 4.0 * router_tokens(job) * m.num_experts
     shared = 0.0
-    if m.shared_experts:
+    if m.shared_experts and "shared_experts" not in recomputed:
         tokens = p.micro_batch * tr.seq_len // p.cp
         fs = m.shared_experts * m.shared_ffn
         shared = tokens * (gemm_in * m.hidden / p.tp + (act_bytes * up * fs + gemm_in * fs) / p.tp)
     return routed + probs + shared
+
+
+# Megatron-Core's EP all-to-all overlap (--overlap-moe-expert-parallel-comm, the combined 1F1B) runs an MoE layer as
+# four nodes (megatron/core/models/gpt/fine_grained_callables.py @d98e8a6, build_transformer_layer_callables):
+# pre_dispatch_computation (attention, pre-MLP norm, router, dispatch preprocess = permute, the shared experts),
+# moe_dispatch, mlp (the routed experts), moe_combine. With delay_wgrad_compute (set with the overlap by the
+# Megatron-MoE-ModelZoo's A2A_OVERLAP=1 and Megatron-Bridge's _set_moe_a2a_overlap_overrides) the attention's, the
+# shared experts' and the routed experts' weight gradients run apart (``backward_dw``), after their node's backward.
+# The pieces of one MoE layer, per pass ("_w": the delayed weight gradients):
+OVERLAP_PIECES = (
+    "attn_f",
+    "mlp_f",
+    "dispatch_f",
+    "combine_f",
+    "attn_b",
+    "attn_w",
+    "mlp_b",
+    "mlp_w",
+    "dispatch_b",
+    "combine_b",
+)
+# the ops of the mlp node (routed experts; the unpermute, which Megatron runs with the combine on the comm stream
+# after the exchange, is priced with the experts: a memory-bound pass beside the expert GEMMs) and of the exchanges
+MLP_NODE_OPS = frozenset({"expert_up", "expert_down", "expert_activation", "expert_activation_clamp", "unpermute"})
+DISPATCH_OPS = frozenset({"ep_dispatch", "ep_allgather", "etp_gather"})
+COMBINE_OPS = frozenset({"ep_combine", "ep_reduce_scatter", "etp_reduce_scatter"})
+_PASS_SUFFIXES = ("_recompute", "_grad_cast", "_cast", "_dgrad", "_wgrad", "_bwd")
+
+
+def _forward_name(name: str) -> str:
+    """The forward op an op of a pass derives from (``expert_up_grad_cast`` -> ``expert_up``)."""
+    while True:
+        for suffix in _PASS_SUFFIXES:
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+                break
+        else:
+            return name
+
+
+def overlap_piece(name: str, backward: bool) -> str:
+    """Which of ``OVERLAP_PIECES`` an MoE layer's op belongs to (``backward``: an op of the backward or recompute)."""
+    base = _forward_name(name)
+    node = "dispatch" if base in DISPATCH_OPS else "combine" if base in COMBINE_OPS else "attn"
+    node = "mlp" if base in MLP_NODE_OPS else node
+    if not backward:
+        return f"{node}_f"
+    # the router's weight gradient is not delayed (backward_dw: attention, shared and routed experts' linears)
+    delayed = name.endswith("_wgrad") and node in ("attn", "mlp") and base != "router"
+    return f"{node}_w" if delayed else f"{node}_b"
+
+
+def overlap_phases(block: Block) -> tuple[Phase, ...]:
+    """An MoE layer's ops as the ``OVERLAP_PIECES`` the overlap schedules (one Phase each, that order). The
+    recompute's compute runs inside its node's backward; its exchanges (recompute moe) stay apart (priced exposed,
+    ``schedule.analytical.ep_exposed``)."""
+    pieces: dict[str, list[Op]] = {k: [] for k in OVERLAP_PIECES}
+    for phase, backward in ((block.fwd, False), (block.bwd, True), (block.recompute, True)):
+        for op in phase.ops:
+            if phase is block.recompute and isinstance(op, Collective):
+                continue
+            pieces[overlap_piece(op.name, backward)].append(op)
+    return tuple(Phase(tuple(pieces[k])) for k in OVERLAP_PIECES)

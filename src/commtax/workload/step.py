@@ -70,9 +70,13 @@ class Collective:
     op: CollectiveOp
     bytes: float  # nccl-tests message size: the whole buffer
     group: Group
-    # DeepEP/HybridEP (op deepep_dispatch / deepep_combine): inter-node bytes as a share of a pairwise all-to-all's,
-    # after node deduplication (``workload.moe.internode_dedup``)
+    # DeepEP/HybridEP (op deepep_dispatch / deepep_combine): the bytes they move as a share of a pairwise
+    # all-to-all's: a group spanning nodes, its inter-node bytes after node deduplication
+    # (``workload.moe.internode_dedup``); inside one node or NVLink domain, after rank deduplication
+    # (``workload.moe.rank_dedup``)
     dedup: float = 1.0
+    # DeepEP/HybridEP: which kernel and dtype ("hybridep", "deepep"; dispatch "fp8" or "bf16"), to read its rate
+    kernel: str = ""
 
 
 Op = Compute | Collective
@@ -142,7 +146,6 @@ class Workload:
     params_per_gpu: dict[str, float] = field(default_factory=dict)  # "layers", "embed", "head"
     bucket_bytes: float = 0.0
     chunk_layers: tuple[int, ...] = ()  # layers of each virtual stage k = chunk·pp + stage (``Job.chunk_layers``)
-    zero3_gather: str = "bucketed_prefetch"  # plan.zero3_gather: per FSDP unit, or per parameter tensor (synchronised)
     zero3_layer_tensors: tuple[float, ...] = ()  # elements of each parameter tensor of one layer on this GPU
     zero3_other_tensors: tuple[float, ...] = ()  # embedding / LM head / final norm tensors of the stage
     zero3_gather_passes: int = 2  # all-gathers of every parameter per micro-batch (forward, backward, + recompute)
@@ -472,6 +475,32 @@ def bf16_optimizer_grad_accum(job: Job, gemms: list) -> list[Op]:
     return [_mem("bf16_optimizer_grad_accum", BF16_OPTIMIZER_ACCUM_BYTES_PER_PARAM * weights, 2 * len(gemms))]
 
 
+# What each Megatron-Core recompute module re-runs of a layer's forward, by op name (transformer_config.py
+# recompute_modules @d98e8a6; transformer_layer.py input/pre-MLP layernorm and MLP checkpoints,
+# multi_latent_attention.py qkv_up_checkpoint over the up-projections and RoPE, experts.py activation checkpoint,
+# moe_layer.py the MoE layer and shared-expert checkpoints). core_attn is priced with the attention kernel itself.
+RECOMPUTE_OPS: dict[str, tuple[str, ...]] = {
+    "layernorm": ("norms",),
+    "mla_up_proj": ("q_up", "kv_up", "q_up_cast", "kv_up_cast", "rope"),
+    "mlp": ("mlp_up", "mlp_down", "mlp_up_cast", "mlp_down_cast", "activation", "tp_ag_mlp", "tp_rs_mlp", "tp_ar_mlp"),
+    "moe_act": ("expert_activation", "expert_activation_clamp"),
+    "shared_experts": ("shared_up", "shared_down", "shared_up_cast", "shared_down_cast", "shared_activation"),
+}
+
+
+def _module_recompute(mods: frozenset[str], dense_fwd: list[Op], moe_fwd: list[Op], moe: bool) -> list[Op]:
+    """Forward ops the recompute modules other than core_attn re-run in backward, renamed ``*_recompute``:
+    mlp on dense layers only, moe (all of the MoE MLP's forward, its dispatch and combine too), moe_act and
+    shared_experts on MoE layers."""
+    names = {n for mod in mods - {"core_attn", "moe"} for n in RECOMPUTE_OPS[mod]}
+    if moe:
+        names -= set(RECOMPUTE_OPS["mlp"])
+    picked = [o for o in dense_fwd if o.name in names]
+    if moe:
+        picked += moe_fwd if "moe" in mods else [o for o in moe_fwd if o.name in names]
+    return [replace(o, name=f"{o.name}_recompute") for o in picked]
+
+
 def _layer_block(job: Job, moe: bool = False) -> Block:
     p, tr = job.plan, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
@@ -540,24 +569,28 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
         ops = [g for i, g in enumerate(fwd_gemm) if i % 2 == 1] + ew_fwd + casts_fwd
         recompute = Phase(tuple(ops))
     elif p.recompute == "selective":
-        # selective recompute re-runs the core attention (Korthikanti §5); without flash it also rebuilds the scores
-        ops: list[Op] = [
-            Compute(
-                "attention_recompute",
-                attn_f,
-                attn_fwd.bytes,
-                "attention",
-                attn_fwd.m,
-                attn_fwd.n,
-                attn_fwd.k,
-                kernel=attn_fwd.kernel,
+        mods = p.recomputed
+        ops: list[Op] = []
+        if "core_attn" in mods:
+            # the core attention re-runs (Korthikanti §5); without flash it also rebuilds the scores
+            ops.append(
+                Compute(
+                    "attention_recompute",
+                    attn_f,
+                    attn_fwd.bytes,
+                    "attention",
+                    attn_fwd.m,
+                    attn_fwd.n,
+                    attn_fwd.k,
+                    kernel=attn_fwd.kernel,
+                )
             )
-        ]
-        ops += [replace(w, name="attention_window_recompute") for w in win_fwd]
-        if "attn_scores" in ew:
-            ops.append(_mem("attn_scores_recompute", ew["attn_scores"][0]))
-        # with CP the recomputed core is ring attention: its K/V exchange and per-step merges run again
-        ops += _cp_merge_ops(job, False) + _cp_comm(job, act_bytes, False)
+            ops += [replace(w, name="attention_window_recompute") for w in win_fwd]
+            if "attn_scores" in ew:
+                ops.append(_mem("attn_scores_recompute", ew["attn_scores"][0]))
+            # with CP the recomputed core is ring attention: its K/V exchange and per-step merges run again
+            ops += _cp_merge_ops(job, False) + _cp_comm(job, act_bytes, False)
+        ops += _module_recompute(mods, fwd_gemm + ew_fwd + casts_fwd + tp_fwd, moe_fwd, moe)
         recompute = Phase(tuple(ops))
     else:
         recompute = Phase(())
@@ -1057,7 +1090,6 @@ def build_workload(job: Job) -> Workload:
         params_per_gpu=params,
         bucket_bytes=grad_bucket_bytes(job),
         chunk_layers=job.chunk_layers,
-        zero3_gather=p.zero3_gather,
         zero3_layer_tensors=layer_tensors,
         zero3_other_tensors=other_tensors,
         zero3_gather_passes=3 if sync and p.recompute == "full" else 2,
