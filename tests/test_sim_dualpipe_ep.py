@@ -13,7 +13,7 @@ from test_sim_step import EMPTY, FakeCosts
 from commtax.costs.pricing import PhaseCost
 from commtax.schedule.sim import SimOptions, simulate
 from commtax.schedule.sim.explain import explain
-from commtax.spec import load_job
+from commtax.spec import job_with, load_job
 from commtax.workload.step import build_workload
 
 # per MoE layer and micro-batch: dispatch + combine forward 0.25 s and 1 MB, backward 0.5 s and 2 MB (stated)
@@ -110,3 +110,13 @@ def test_dualpipe_explain_names_the_rank_and_the_estimates_stage():
     assert f"rank {rk} runs model stage {rk}" in line[0] and f"stage {15 - rk}" in line[0]
     assert "slowest stage, 15" in line[0] and "7.69 s" in line[0] and "3.85 s" in line[0]
     assert f"busiest rank, {rk} (model stages {rk} and {15 - rk})" in s.notes[0]
+
+
+def test_dualpipe_ep_wire_time_agrees_with_estimate_where_a_middle_stage_paces_both():
+    # under full recompute a middle stage (4 MoE layers) is the estimate's slowest and a middle rank the simulator's
+    # busiest: 120 micro-batches' worth of 4 MoE layers either way (11.03 s; before issue 18's fix 22.05 s simulated)
+    job = job_with(load_job("examples/moe/deepseek-v3-h800.yaml"), recompute="full")
+    r = simulate(job, compare=True)
+    s, e = r.breakdown, r.estimate
+    assert s.comm_time_s["ep"] == pytest.approx(e.comm_time_s["ep"], rel=1e-9)
+    assert s.comm_bytes_per_gpu["ep"] == pytest.approx(e.comm_bytes_per_gpu["ep"], rel=1e-9)
