@@ -71,8 +71,13 @@ def _dualpipe_ep_line(r: SimResult) -> str:
         f"{_ms(b.comm_time_s['ep'])}, {b.comm_bytes_per_gpu['ep'] / 1e9:,.1f} GB per GPU, hidden or not; the "
         f"estimate reports its slowest stage, {slow}: {m} micro-batches × {_ms(e.comm_time_s['ep'] / m)} = "
         f"{_ms(e.comm_time_s['ep'])}, {e.comm_bytes_per_gpu['ep'] / 1e9:,.1f} GB. Both price an exchange alike; "
-        f"they count different GPUs' passes (ep_exposed {_ms(b.breakdown_s['ep_exposed'])} simulated vs "
-        f"{_ms(e.breakdown_s['ep_exposed'])} estimated, the same way)"
+        + (
+            "the rank's two stages carry the slowest stage's traffic between them, and the two agree"
+            if abs(b.comm_time_s["ep"] - e.comm_time_s["ep"]) <= 1e-6 * max(e.comm_time_s["ep"], 1e-12)
+            else "they count different GPUs' passes"
+        )
+        + f" (ep_exposed {_ms(b.breakdown_s['ep_exposed'])} simulated vs {_ms(e.breakdown_s['ep_exposed'])} "
+        "estimated, the same way)"
     )
 
 
