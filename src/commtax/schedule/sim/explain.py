@@ -25,7 +25,7 @@ the closed form averages something the schedule makes concrete:
 
 from __future__ import annotations
 
-from commtax.schedule.analytical import hides_ep, unpaired_share
+from commtax.schedule.analytical import ep_link, hides_ep, stage_times, unpaired_share
 from commtax.schedule.sim.simulate import SimResult
 from commtax.schedule.sim.step import COMPUTE_KINDS
 from commtax.units import MiB
@@ -57,6 +57,30 @@ def _moe_slow_dp_stage(r: SimResult) -> int:
     return bld.splits.index(bld.wl.dp_split)
 
 
+def _dualpipe_ep_line(r: SimResult) -> str:
+    """The EP traffic of the busiest DualPipe rank (m/2 micro-batches through each of its two model stages) against
+    the estimate's, which is its slowest stage's (m micro-batches through one)."""
+    bld, e, b = r.builder, r.estimate, r.breakdown
+    p, m, rk = bld.p, bld.m, r.busiest_stage
+    per_mb = [ep_link(c.fwd) + ep_link(c.bwd) + ep_link(c.recompute) for c in bld.chunks[:p]]
+    st = stage_times(bld.job, bld.wl, bld.costs)
+    slow = max(range(p), key=lambda i: st[i].total)  # the first of equals, as analytical.slowest_stage
+    return (
+        f"EP traffic: rank {rk} runs model stage {rk}'s all-to-alls for {m // 2} micro-batches ({_ms(per_mb[rk])} of "
+        f"wire time each) and stage {p - 1 - rk}'s for {m // 2} ({_ms(per_mb[p - 1 - rk])} each): "
+        f"{_ms(b.comm_time_s['ep'])}, {b.comm_bytes_per_gpu['ep'] / 1e9:,.1f} GB per GPU, hidden or not; the "
+        f"estimate reports its slowest stage, {slow}: {m} micro-batches × {_ms(e.comm_time_s['ep'] / m)} = "
+        f"{_ms(e.comm_time_s['ep'])}, {e.comm_bytes_per_gpu['ep'] / 1e9:,.1f} GB. Both price an exchange alike; "
+        + (
+            "the rank's two stages carry the slowest stage's traffic between them, and the two agree"
+            if abs(b.comm_time_s["ep"] - e.comm_time_s["ep"]) <= 1e-6 * max(e.comm_time_s["ep"], 1e-12)
+            else "they count different GPUs' passes"
+        )
+        + f" (ep_exposed {_ms(b.breakdown_s['ep_exposed'])} simulated vs {_ms(e.breakdown_s['ep_exposed'])} "
+        "estimated, the same way)"
+    )
+
+
 def explain(r: SimResult) -> list[str]:
     if r.estimate is None:
         raise ValueError("explain needs the estimate: simulate(job, compare=True)")
@@ -68,7 +92,13 @@ def explain(r: SimResult) -> list[str]:
     p, v, m = bld.p, bld.v, bld.m
     out = [
         f"step: simulated {_ms(step)} vs estimated {_ms(e.step_time_s)} ({_pct(step, e.step_time_s)}); "
-        f"breakdown of the busiest stage, {r.busiest_stage} of {p}; {r.events:,} events"
+        + (
+            f"breakdown of the busiest rank, {r.busiest_stage} of {p} (model stages {r.busiest_stage} and "
+            f"{p - 1 - r.busiest_stage}), the estimate's of its slowest stage"
+            if getattr(bld, "dual", "") == "dualpipe"
+            else f"breakdown of the busiest stage, {r.busiest_stage} of {p}"
+        )
+        + f"; {r.events:,} events"
     ]
     # ---- uneven stages
     work = [c.fwd.compute + c.bwd.compute + c.recompute.compute for c in bld.chunks]
@@ -76,6 +106,8 @@ def explain(r: SimResult) -> list[str]:
     ref = sorted(plain)[len(plain) // 2]
     busy = r.stage_busy_s
     hi, lo = max(range(p), key=busy.__getitem__), min(range(p), key=busy.__getitem__)
+    if busy[r.busiest_stage] >= busy[hi] * (1 - 1e-9):  # equals (float noise): name the one the breakdown is read from
+        hi = r.busiest_stage
     if p > 1 and busy[hi] - busy[lo] > 0.01 * busy[hi]:
         ends = []
         if work[0] > 1.005 * ref:
@@ -83,12 +115,14 @@ def explain(r: SimResult) -> list[str]:
         if work[-1] > 1.005 * ref:
             ends.append(f"the last chunk (with the logits and loss) takes {work[-1] / ref:.2f}× a plain chunk")
         idle = step - busy[lo]
+        # DualPipe: a device is a pipeline rank holding two model stages (r and p − 1 − r)
+        unit = "rank" if getattr(bld, "dual", "") == "dualpipe" else "stage"
         out.append(
-            f"uneven stages: stage {hi} works {_ms(busy[hi])} per step, stage {lo} {_ms(busy[lo])} "
+            f"uneven stages: {unit} {hi} works {_ms(busy[hi])} per step, {unit} {lo} {_ms(busy[lo])} "
             f"({_pct(busy[hi], busy[lo])})" + (f"; {' and '.join(ends)}" if ends else "") + ". "
-            f"Stage {hi} sets the pace: the breakdown is its view (compute {_ms(sb['compute'])} vs "
+            f"{unit.capitalize()} {hi} sets the pace: the breakdown is its view (compute {_ms(sb['compute'])} vs "
             f"{_ms(eb['compute'])} estimated as m × the slowest stage; bubble {_ms(sb['pp_bubble'])} vs "
-            f"{_ms(eb['pp_bubble'])} estimated as the other stages' fill and drain / v), while stage {lo} idles "
+            f"{_ms(eb['pp_bubble'])} estimated as the other stages' fill and drain / v), while {unit} {lo} idles "
             f"{_ms(idle)} ({idle / busy[lo]:.1%} of its work, against (p−1)/(v·m) = {(p - 1) / (v * m):.1%} "
             f"for even stages)"
         )
@@ -160,6 +194,9 @@ def explain(r: SimResult) -> list[str]:
             f"estimate's (PP/2 − 1)(F + B/2)); each rank holds and reduces both stages' gradients (2× parameters: "
             f"DP link time {_ms(b.comm_time_s['dp'])} vs {_ms(e.comm_time_s['dp'])})"
         )
+    # ---- MoE under DualPipe: the simulator counts a rank's two stages, the estimate its slowest stage
+    if getattr(bld, "dual", "") == "dualpipe" and bld.wl.moe_layer is not None:
+        out.append(_dualpipe_ep_line(r))
     # ---- MoE: the EP overlap's pairing is priced, not played out
     if bld.wl.moe_layer is not None and hides_ep(bld.job):
         share = unpaired_share(bld.job, m)

@@ -220,12 +220,10 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
                 # it waited for the NIC, and the one that let it go was the other kind of traffic
                 waited[t.kind] = waited.get(t.kind, 0.0) + t.start_s - t.ready_s
     if builder.wl.moe_layer is not None:
-        # the all-to-all's wire time, hidden or not (the timeline draws only the part the passes wait for)
-        from commtax.schedule.analytical import ep_link
-
+        # the all-to-all's wire time, hidden or not (the timeline draws only the part the passes wait for): what the
+        # rank's passes carried, as its EP bytes (DualPipe: m/2 micro-batches through each of its two model stages)
         for d in range(p):
-            chunks = [builder.chunks[builder.k(d, c)] for c in range(builder.v)]
-            link[d]["ep"] = builder.m * sum(ep_link(ch.fwd) + ep_link(ch.bwd) + ep_link(ch.recompute) for ch in chunks)
+            link[d]["ep"] = builder.devices[d].ep_s
     # the busiest stage sets the pace: the most time per step in its own passes (work and the TP/CP it waits for,
     # as the estimate's slowest stage; not the once-a-step optimizer); among equals, the one that finishes last
     pace = []
@@ -261,10 +259,17 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
                 )
             )
         )
-    bd.notes.append(
-        f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
-        f"breakdown of the busiest stage, {busiest}"
-    )
+    if builder.dual == "dualpipe":  # a rank holds two model stages: name the rank and its stages, as explain does
+        bd.notes.append(
+            f"simulated {sim.events:,} events on the {p} pipeline ranks of one data-parallel replica (DualPipe: rank r "
+            f"holds model stages r and {p - 1}−r); breakdown of the busiest rank, {busiest} (model stages {busiest} "
+            f"and {p - 1 - busiest}), where estimate reports its slowest stage"
+        )
+    else:
+        bd.notes.append(
+            f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
+            f"breakdown of the busiest stage, {busiest}"
+        )
     if est is not None and est.pools and getattr(builder, "where", None):  # stages on pools: as simulated
         bd.pools = [
             {

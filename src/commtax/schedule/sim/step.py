@@ -70,7 +70,8 @@ Piece = tuple[float, tuple[int, ...], float, list[tuple[float, float | None]]]
 ONE_PIECE: list[Piece] = [(1.0, (), 0.0, [])]
 # a pass as steps of (name, stream, duration, kind, tail) tasks, and the TP / CP bytes it sends
 Step = tuple[str, str, float, str, Tail]
-Template = tuple[tuple[tuple[Step, ...], ...], float, float, float]  # steps, TP, CP and EP bytes
+# steps, TP, CP and EP bytes, and the EP wire time (hidden or not) of the pass
+Template = tuple[tuple[tuple[Step, ...], ...], float, float, float, float]
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class Device:
     buckets: int = 0
     optimizer: int = -1
     edp_s: float = 0.0  # link time of the expert gradients riding in its DP tasks (reported apart as ``edp``)
+    # MoE: the all-to-all wire time of the passes it ran, hidden or not (DualPipe: each of its two chunks for the half
+    # of the micro-batches fed at its end, not all m of them)
+    ep_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -552,15 +556,16 @@ class StepBuilder:
             busy = max(0.0, rest) + sum(t for _, _, t in tail)
             steps.append(((kind, "compute", busy, kind, tail),))
         ep_bytes = pc.comm_bytes.get("ep", 0.0) + pc.comm_bytes.get("etp", 0.0)
-        return tuple(steps), pc.comm_bytes.get("tp", 0.0), pc.comm_bytes.get("cp", 0.0), ep_bytes
+        return tuple(steps), pc.comm_bytes.get("tp", 0.0), pc.comm_bytes.get("cp", 0.0), ep_bytes, ep_link(pc)
 
     def _emit(self, dev: Device, tmpl: Template, deps: tuple[int, ...], meta: tuple) -> tuple[int, ...]:
         """Add a template's tasks after ``deps``; returns the tasks that end it."""
-        steps, tp_bytes, cp_bytes, ep_bytes = tmpl
+        steps, tp_bytes, cp_bytes, ep_bytes, ep_s = tmpl
         dev.bytes["tp"] += tp_bytes
         dev.bytes["cp"] += cp_bytes
         if ep_bytes:
             dev.bytes["ep"] = dev.bytes.get("ep", 0.0) + ep_bytes
+        dev.ep_s += ep_s
         task, st = self.sim.task, dev.streams
         for step in steps:
             if len(step) == 1:
