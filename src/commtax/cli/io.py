@@ -129,15 +129,9 @@ JobArg = Annotated[Path, typer.Argument(metavar="JOB.yaml", help="job YAML: mode
 
 def print_table(table: Any, wide: bool = False) -> None:
     """Print a table at the terminal's width, or (``--wide``) at its natural width even past the terminal's edge."""
-    if wide and console.width < WIDE_COLUMNS:
-        from rich.console import Console
+    from commtax.report.table import print_table as print_on
 
-        Console(width=WIDE_COLUMNS, highlight=False, no_color=console.no_color).print(table)
-    else:
-        console.print(table)
-
-
-WIDE_COLUMNS = 200
+    print_on(console, table, wide)
 
 
 # ----------------------------------------------------------------------------- errors

@@ -248,77 +248,18 @@ def collective(
 # ----------------------------------------------------------------------------- demo
 def demo(json_out: JsonOpt = False, plot: PlotOpt = None) -> None:
     """The seed article's LLaMA-2 70B / 256-GPU scenario, recomputed next to the article's numbers."""
-    from commtax.decide.demo import ARTICLE, REASONS, communication_wall, seed_rows
-    from commtax.report.table import new_table
+    from commtax.decide.demo import seed_demo
+    from commtax.report.planning import print_demo
 
-    rows = seed_rows()
-    wall = communication_wall(rows[0].job)
+    d = seed_demo()
     if plot is not None:
         from commtax.report.plots import breakdown_plot
 
-        breakdown_plot([(r.name, r.breakdown) for r in rows], plot, "Seed scenario: where the step goes")
+        breakdown_plot([(r.name, r.breakdown) for r in d.rows], plot, "Seed scenario: where the step goes")
     if json_out:
-        emit(
-            {
-                "scenario": "llama2-70b, 1024×4096 tokens per step, TP=8 PP=4 DP=8, 256 GPUs",
-                "clusters": [
-                    {
-                        "name": r.name,
-                        "note": r.note,
-                        "compute_s": r.compute_s,
-                        "comm_s": r.comm_s,
-                        "article": ARTICLE[r.name].__dict__,
-                        "tokens_per_day": r.tokens_per_day,
-                        "breakdown": r.breakdown.to_dict(),
-                    }
-                    for r in rows
-                ],
-                "reasons": REASONS,
-                "communication_wall": [w.__dict__ for w in wall],
-            },
-            True,
-        )
-        return
-    console.print(
-        "[bold]Seed scenario:[/bold] LLaMA-2 70B, 4.19M tokens per step (1024 × 4096), "
-        "TP=8 PP=4 DP=8, 256 GPUs, bf16, ZeRO-1, selective recompute"
-    )
-    t = new_table("commtax vs the seed article (one step, 256 GPUs each)")
-    t.add_column("metric")
-    for r in rows:
-        t.add_column(r.name.removeprefix("256× "), justify="right")
-        t.add_column("article", justify="right", style="dim")
-    metrics = [
-        ("compute s", lambda r: f"{r.compute_s:.1f}", lambda a: f"{a.compute_s:.2f}"),
-        ("comm s", lambda r: f"{r.comm_s:.1f}", lambda a: f"{a.comm_s:.2f}"),
-        ("comm share", lambda r: f"{100 * r.breakdown.comm_share:.0f}%", lambda a: f"{100 * a.comm_tax:.0f}%"),
-        ("comm tax", lambda r: f"{100 * r.breakdown.comm_tax:.0f}%", lambda a: "—"),
-        ("step s", lambda r: f"{r.breakdown.step_time_s:.1f}", lambda a: "—"),
-        ("MFU", lambda r: f"{100 * r.breakdown.mfu:.0f}%", lambda a: "—"),
-        ("B tokens/day", lambda r: f"{r.tokens_per_day / 1e9:.1f}", lambda a: f"{a.tokens_per_day / 1e9:.1f}"),
-    ]
-    for label, ours, theirs in metrics:
-        cells = []
-        for r in rows:
-            cells += [ours(r), theirs(ARTICLE[r.name])]
-        t.add_row(label, *cells)
-    console.print(t)
-    console.print(
-        "comm s: link time, nothing overlapped; comm share = comm / (comm + compute) (the article's tax); "
-        "comm tax = exposed comm / step"
-    )
-    for r in rows:
-        if r.note != "article's plan as given":
-            console.print(f"  {r.name}: {r.note}")
-    console.print("[bold]Why the numbers differ[/bold]")
-    for key, reason in REASONS.items():
-        console.print(f"  • {key}: {reason}")
-    w = new_table(f"The communication wall ({rows[0].name}, fixed network)")
-    for col in ("compute ×", "step s", "step speed-up", "comm tax"):
-        w.add_column(col, justify="right")
-    for row in wall:
-        w.add_row(f"{row.compute_speedup:g}×", f"{row.step_s:.2f}", f"{row.speedup:.2f}×", f"{100 * row.comm_tax:.0f}%")
-    console.print(w)
+        emit(d.to_dict(), True)
+    else:
+        print_demo(d, console)
 
 
 # ----------------------------------------------------------------------------- every command, one line each
