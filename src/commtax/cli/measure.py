@@ -51,14 +51,12 @@ def _bytes(option: str, text: str) -> int:
 
 def _read_cluster(path: Path) -> dict:
     from commtax.errors import SpecError
-    from commtax.measure.cluster import load_cluster_file
+    from commtax.measure.calibrate import read_cluster
 
-    if not path.exists():
-        fail(f"--cluster: {path} does not exist; create it with `commtax cluster up --out {path}`")
     try:
-        return load_cluster_file(path)
-    except (SpecError, ValueError) as e:  # unreadable, not UTF-8, an alias bomb, not a mapping: one line
-        fail(f"--cluster: {e}")
+        return read_cluster(path)
+    except SpecError as e:  # missing, unreadable, not UTF-8, an alias bomb, not a mapping: one line
+        fail(str(e))
 
 
 def _check_out(out: Path) -> None:
@@ -933,76 +931,29 @@ def calibrate_command(
 ) -> None:
     """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
     from commtax.atomic import refuse_overwriting_inputs
-    from commtax.errors import SpecError
 
-    try:
-        refuse_overwriting_inputs(
-            {"--out": out, "--cluster-out": cluster_out},
-            [bench_json, cluster_file, gemm_json, job_file, *(trace or [])],
-        )
-    except SpecError as e:
-        fail(str(e))
+    refuse_overwriting_inputs(
+        {"--out": out, "--cluster-out": cluster_out}, [bench_json, cluster_file, gemm_json, job_file, *(trace or [])]
+    )
     if trace:
-        from commtax.cli.trace import calibrate_from_trace, print_profile_summary
+        from commtax.report.text import profile_summary_lines
+        from commtax.trace.traced_job import calibrate_from_trace
 
-        try:
-            profile = calibrate_from_trace(trace, job_file, out, steps)
-        except SpecError as e:
-            fail(str(e))
-        print_profile_summary(profile, out)
-        return
-    if bench_json is None:
+        lines = profile_summary_lines(calibrate_from_trace(trace, job_file, out, steps), out)
+    elif bench_json is None:
         fail("calibrate: give the bench records file, or --trace TRACE --job JOB.yaml")
-    from commtax.measure.calibrate import (
-        calibrate,
-        check_cluster,
-        check_gemm,
-        check_records,
-        check_records_fit,
-        compare,
-        write_profile,
-    )
-    from commtax.spec import read_text
+    else:
+        from commtax.measure.calibrate import calibrate_files, write_calibration
+        from commtax.report.text import calibration_lines
 
-    for path in (out, cluster_out):  # both checked before anything is written
-        if path is not None:
-            _check_out(path)
-    try:
-        records = check_records(json.loads(read_text(bench_json, "JSON file")), bench_json)
-        gemm = check_gemm(json.loads(read_text(gemm_json, "JSON file")), gemm_json) if gemm_json else None
-        cluster = check_cluster(_read_cluster(cluster_file), cluster_file)
-        records = check_records_fit(records, cluster, bench_json)
-        records = [r for r in records if r.get("impl") == impl]
-        profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
-    except ValueError as e:  # SpecError, or JSON that does not parse
-        fail(f"calibrate: {e}")
-    levels = profile["residuals"]["levels"]
-    if not profile["ops"] and "inter" not in levels and "intra" not in levels:
-        fail(f"calibrate: {bench_json} has no multi-rank collective records ≥ 64 KiB to fit")
-    write_profile(profile, out)
-    if cluster_out is not None:
-        import yaml
-
-        from commtax.measure.results import write_atomic
-
-        write_atomic(cluster_out, yaml.safe_dump({**cluster, "profile": str(out.resolve())}, sort_keys=False))
-    before, after = compare(records, cluster), compare(records, cluster, profile)
-    # 77 columns: reads at 80
-    typer.echo(
-        f"{'op':>14} {'impl':>5} {'bytes':>9} {'measured ms':>11} {'model ms':>8} {'err':>6} "
-        f"{'calibrated':>10} {'err':>6}"
-    )
-    for b, a in zip(before, after):
-        typer.echo(
-            f"{b['op']:>14} {b['impl']:>5} {b['message_bytes']:>9} {b['measured_s'] * 1e3:11.3f} "
-            f"{b['predicted_s'] * 1e3:8.3f} {b['error']:+6.1%} {a['predicted_s'] * 1e3:10.3f} "
-            f"{a['error']:+6.1%}"
-        )
-    typer.echo(
-        f"wrote {safe_text(str(out))}"
-        + (f" and {safe_text(str(cluster_out))}" if cluster_out else "")
-        + f"; in a job file: `cluster: {{..., profile: {out}}}` replaces the catalog link numbers"
-    )
+        for path in (out, cluster_out):  # both checked before anything is written
+            if path is not None:
+                _check_out(path)
+        c = calibrate_files(bench_json, cluster_file, gemm_json, impl)
+        write_calibration(c, out, cluster_out)
+        lines = calibration_lines(c, out, cluster_out)
+    for line in lines:
+        typer.echo(line)
 
 
 def _argv_tail(sub: str = "collective") -> list[str]:
