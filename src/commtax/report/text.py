@@ -1,12 +1,13 @@
-"""Plain-text views: what ``commtax calibrate`` prints (the residuals of a fit, the profile a trace implies).
-
-Each function returns the lines; the command prints them. Lines read at 80 columns.
+"""Text views: what ``commtax validate`` prints (its summaries) and ``commtax calibrate`` (the residuals of a fit,
+the profile a trace implies). The calibrate views return lines; the command prints them. Lines read at 80 columns.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
 
 from commtax.errors import safe_text
 from commtax.units import MB
@@ -49,3 +50,59 @@ def profile_summary_lines(profile: dict, out: Path) -> list[str]:
     lines.append("links: " + links)
     lines.append(f"wrote {safe_text(str(out))}; in a job file: `cluster: {{..., profile: {safe_text(str(out))}}}`")
     return lines
+
+
+def print_validation(multi: Any, console: Console, *, loso: bool, wide: bool) -> None:
+    """``commtax validate``: each file's rows and summary; with several runs files, their union's summary.
+    ``multi``: a ``decide.validate.MultiReport``."""
+    from commtax.report.table import print_table, validation_table
+
+    several = len(multi.files) > 1
+    for name, report in multi.files.items():
+        if several:
+            console.print(f"\n[bold]{name}[/bold]")
+        print_table(console, validation_table(report, wide), wide)
+        print_validation_summary(report, console, loso=loso, subsets=True)
+    if multi.union is not None:
+        console.print(f"\n[bold]All runs files together ({len(multi.union.rows)} rows)[/bold]")
+        print_validation_summary(multi.union, console, loso=loso, subsets=False)
+
+
+def print_validation_summary(report: Any, console: Console, *, loso: bool, subsets: bool) -> None:
+    """The MAPE (by subset and source, on rows no constant was fitted on, leave-one-source-out), the rows refused
+    and why, the columns not read, the 80% interval's coverage. ``report``: a ``decide.validate.Report``."""
+    if subsets:
+        for name, value in report.subsets.items():
+            console.print(f"MAPE {name}: {value:.1f}%")
+    for name, value in report.by_source.items():
+        console.print(f"MAPE by source: {name[:48]} ({report.rows_by_source[name]} rows): {value:.1f}%")
+    if report.source_avg_mape_pct is not None:
+        console.print(f"MAPE averaged by source ({len(report.by_source)} sources): {report.source_avg_mape_pct:.1f}%")
+        console.print(f"MAPE on rows no constant was fitted on: {report.unfitted_mape_pct:.1f}%")
+    if report.kind == "runs":
+        console.print(f"rows refused: {len(report.refused)}", highlight=False)
+    if report.refused:
+        reasons = {r.id: r.reason for r in report.rows if r.predicted is None}
+        for rid in report.refused:  # one line each, the reason beside the row: reads at 80 columns
+            console.print(f"  refused {rid}: {reasons.get(rid) or 'no prediction'}", markup=False, highlight=False)
+    if report.unknown_columns:
+        console.print(
+            f"note: columns this validator does not read (ignored): {', '.join(report.unknown_columns)}",
+            markup=False,
+            highlight=False,
+        )
+    if report.kind == "runs":
+        if report.coverage_80 is not None:
+            console.print(f"80% interval covers {report.coverage_80:.0%} of the rows (coverage_80)")
+    if loso and report.kind == "runs":
+        console.print(
+            f"leave-one-source-out MAPE: {report.loso_mape_pct:.1f}% ({report.loso_note})"
+            if report.loso_mape_pct is not None
+            else f"leave-one-source-out: {report.loso_note}"
+        )
+    n_ok = sum(r.error_pct is not None for r in report.rows)
+    console.print(
+        f"[bold]MAPE ({report.kind}, {n_ok} rows): {report.mape_pct:.1f}%[/bold]"
+        if report.mape_pct is not None
+        else "no row could be predicted"
+    )
