@@ -7,7 +7,6 @@ Also runnable as ``python -m commtax.cli.measure …`` (that is how torchrun rel
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -455,33 +454,6 @@ def _check_nproc(nproc: int) -> None:
         fail(f"--nproc: {nproc:,} local ranks on {os.cpu_count()} cores; the limit is {max_local_ranks()} (4 per core)")
 
 
-# bench ddp's model and loop: each bound far above what a CPU rank trains in minutes, far below what fills memory
-DDP_LIMITS = {
-    "--seq-len": 16_384,
-    "--accumulate": 4_096,
-    "--steps": 100_000,
-    "--warmup": 10_000,
-    "--micro-batch": 4_096,
-    "--hidden": 16_384,
-    "--layers": 256,
-    "--heads": 1_024,
-    "--vocab": 1_048_576,
-}
-MAX_DDP_TOKENS = 1 << 20  # micro-batch × seq-len per rank per micro-batch
-
-
-def _check_ddp_sizes(values: dict[str, int]) -> None:
-    for opt, v in values.items():
-        if v > DDP_LIMITS[opt]:
-            fail(f"{opt}: {v:,} is over the limit of {DDP_LIMITS[opt]:,} for bench ddp's CPU model")
-    tokens = values["--micro-batch"] * values["--seq-len"]
-    if tokens > MAX_DDP_TOKENS:
-        fail(
-            f"--micro-batch × --seq-len: {tokens:,} tokens per micro-batch per rank, over the limit of "
-            f"{MAX_DDP_TOKENS:,}"
-        )
-
-
 def _check_sweep(lo: int, hi: int, factor: float, timeout: float, nproc: int, backend: str, fault: str) -> None:
     """Everything a rank would trip over, checked once in the launcher: one line, exit 2, no rank started."""
     import math
@@ -700,28 +672,26 @@ def bench_ddp(
 ) -> None:
     """Train a small GPT with DDP under each comm hook: step time, exposed comm, bytes on the wire, loss, prediction."""
     from commtax.errors import SpecError
-    from commtax.measure.ddp_options import check_ddp_options, read_gemm_records
+    from commtax.measure.ddp_options import check_ddp_options, check_ddp_sizes, read_gemm_records
 
     try:
         hooks = check_ddp_options(hook, error_feedback, powersgd_rank, hidden, heads, optimizer)
         cluster = _read_cluster(cluster_file) if cluster_file is not None else None
         gemm = read_gemm_records(gemm_json) if gemm_json is not None else None
+        _check_nproc(nproc)
+        check_ddp_sizes(
+            seq_len=seq_len,
+            accumulate=accumulate,
+            steps=steps,
+            warmup=warmup,
+            micro_batch=micro_batch,
+            hidden=hidden,
+            layers=layers,
+            heads=heads,
+            vocab=vocab,
+        )
     except SpecError as e:
         fail(str(e))
-    _check_nproc(nproc)
-    _check_ddp_sizes(
-        {
-            "--seq-len": seq_len,
-            "--accumulate": accumulate,
-            "--steps": steps,
-            "--warmup": warmup,
-            "--micro-batch": micro_batch,
-            "--hidden": hidden,
-            "--layers": layers,
-            "--heads": heads,
-            "--vocab": vocab,
-        }
-    )
     if "RANK" not in os.environ and out is not None:
         _check_out(out)
         if append and out.exists():
@@ -779,19 +749,13 @@ def bench_pipeline(
     append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
 ) -> None:
     """A small GPT split into pipeline stages over p2p: per-stage compute, send/recv, bubble, step, prediction."""
+    from commtax.errors import SpecError
+    from commtax.measure.bench_options import pipeline_records, pipeline_stages
+
     try:
-        split = tuple(int(x) for x in stage_layers.split(","))
-    except ValueError:
-        fail(f"--stage-layers: {stage_layers!r} is not a comma list of block counts, e.g. 3,1")
-    if any(x < 0 for x in split) or sum(split) != layers:
-        fail(f"--stage-layers {stage_layers}: must be ≥ 0 each and sum to --layers ({layers})")
-    if len(split) < 2:
-        fail("--stage-layers: a pipeline needs at least 2 stages, e.g. 2,2")
-    if hidden % heads:
-        fail(f"--hidden ({hidden}) must be divisible by --heads ({heads})")
-    cluster = _read_cluster(cluster_file) if cluster_file is not None else None
-    if cluster is not None and cluster.get("pools") and len(cluster["pools"]) != len(split):
-        fail(f"--stage-layers: {len(split)} stages on a cluster of {len(cluster['pools'])} nodes; give one per node")
+        split, cluster = pipeline_stages(stage_layers, layers, hidden, heads, cluster_file)
+    except SpecError as e:
+        fail(str(e))
     if "RANK" not in os.environ:  # not under torchrun: become it, locally, one rank per stage
         if out is not None:
             _check_out(out)
@@ -819,20 +783,11 @@ def bench_pipeline(
     )
     sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None)
     if append and out is not None and out.exists() and int(os.environ["RANK"]) == 0:
-        try:  # pipeline records, not collective ones: ResultFile's loader checks the collective fields
-            old = json.loads(out.read_text())
-        except (OSError, ValueError) as e:
-            fail(f"--append: cannot read {out}: {e}")
-        if not isinstance(old, list) or not all(isinstance(r, dict) and r.get("bench") == "pipeline" for r in old):
-            fail(f"--append: {out} does not hold `bench pipeline` records; give another --out")
-        sink.records = old
+        try:
+            sink.records = pipeline_records(out)
+        except SpecError as e:
+            fail(str(e))
     run(cfg, sink, cluster, log=lambda s: typer.echo(s, err=True))
-
-
-MAX_MOE_EXPERTS = 1024
-MAX_MOE_HIDDEN = 8192
-MAX_MOE_TOKENS = 65_536
-MAX_MOE_STEPS = 10_000
 
 
 @bench_app.command("moe")
@@ -858,37 +813,17 @@ def bench_moe(
 ) -> None:
     """One MoE layer (router, permute, all_to_all dispatch, expert MLPs, combine, unpermute) per phase, measured and
     predicted."""
-    import math
+    from commtax.errors import SpecError
+    from commtax.measure.bench_options import check_moe
 
     n = int(os.environ.get("WORLD_SIZE", nproc))
     cores = os.cpu_count() or 1
     if "RANK" not in os.environ and not 1 <= nproc <= max(2, 4 * cores):
         fail(f"--nproc: 1 to {max(2, 4 * cores)} local ranks on this {cores}-core machine, got {nproc}")
-    if not 1 <= experts <= MAX_MOE_EXPERTS:
-        fail(f"--experts: 1 to {MAX_MOE_EXPERTS}, got {experts}")
-    if experts % n:
-        fail(f"--experts: {experts} experts do not divide over {n} ranks; use a multiple of {n}")
-    if not 1 <= top_k <= experts:
-        fail(f"--top-k: 1 to --experts ({experts}), got {top_k}")
-    for name, v, hi in (("--hidden", hidden, MAX_MOE_HIDDEN), ("--ffn", ffn, 4 * MAX_MOE_HIDDEN)):
-        if not 1 <= v <= hi:
-            fail(f"{name}: 1 to {hi}, got {v}")
-    if not 1 <= tokens <= MAX_MOE_TOKENS:
-        fail(f"--tokens: 1 to {MAX_MOE_TOKENS} per rank, got {tokens}")
-    if not (math.isfinite(imbalance) and 1.0 <= imbalance <= experts / top_k):
-        fail(f"--imbalance: λ from 1 to E/top-k = {experts / top_k:g} (every token on the hot expert), got {imbalance}")
-    if not 1 <= steps <= MAX_MOE_STEPS or not 0 <= warmup <= MAX_MOE_STEPS:
-        fail(f"--steps/--warmup: 1 to {MAX_MOE_STEPS} timed steps, 0 to {MAX_MOE_STEPS} warm-up, got {steps}/{warmup}")
-    if not math.isfinite(timeout):
-        fail(f"--timeout: seconds, finite, got {timeout}")
-    # every rank holds its tokens, k copies out and back, the received rows (≤ n·T·k at λ = E/k) and all E experts
-    rank_bytes = 4 * (tokens * hidden * (1 + 4 * top_k + 2 * n * top_k) + 2 * experts * hidden * ffn)
-    avail = _mem_available_bytes()
-    if avail and n * rank_bytes > avail:
-        fail(
-            f"--tokens/--hidden/--ffn/--experts: {n} ranks × {rank_bytes / 2**30:.2f} GiB do not fit the "
-            f"{avail / 2**30:.1f} GiB free; make them smaller"
-        )
+    try:
+        check_moe(experts, top_k, hidden, ffn, tokens, imbalance, steps, warmup, timeout, n, _mem_available_bytes())
+    except SpecError as e:
+        fail(str(e))
     cluster = _read_cluster(cluster_file) if cluster_file is not None else None
     if "RANK" not in os.environ:  # not under torchrun: become it, locally (checked once, here)
         if out is not None:
