@@ -219,7 +219,7 @@ def compare_command(
     --search gives each cluster its own best plan instead; plan options (--tp, --pp, ...) restrict that search
     (e.g. to one fixed plan) and so imply --search."""
     from commtax.decide.compare import run_compare
-    from commtax.report.planning import print_comparison
+    from commtax.report.planning import comparison_plots, print_comparison
 
     with progress("searching clusters" if search else "pricing clusters", enabled=not json_out) as update:
         c = run_compare(
@@ -241,21 +241,10 @@ def compare_command(
             prices=prices,
             progress=update,
         )
-    data = c.to_dict()
-    if pareto is not None:
-        from commtax.report.plots import pareto_plot
-
-        pareto_plot(c.pareto, pareto, mode=c.mode)
-        data["pareto_png"] = str(pareto)
-    if scaling_png is not None:
-        from commtax.report.plots import scaling_plot
-
-        scaling_plot(c.scaling, scaling_png, "" if c.searched else "The job's plan at each scale")
-        data["scaling_png"] = str(scaling_png)
-    emit(data, json_out, out)
+    written = comparison_plots(c, pareto, scaling_png)
+    emit({**c.to_dict(), **written}, json_out, out)
     if not json_out:
-        written = [p for p in (pareto, scaling_png) if p is not None]
-        print_comparison(c, console, article=article, wide=wide, written=written)
+        print_comparison(c, console, article=article, wide=wide, written=[Path(p) for p in written.values()])
 
 
 # ----------------------------------------------------------------------------- advise
