@@ -21,13 +21,14 @@ from typing import Any
 
 from commtax.costs.collectives import collective_cost
 from commtax.costs.topology import placement
-from commtax.decide.plans import NO_CHOICE, PlanRow, best_plan
+from commtax.decide.plans import NO_CHOICE, PlanRow, best_plan, plan_space
 from commtax.errors import SpecError, excerpt
 from commtax.schedule.interval import job_regime, load_table
 from commtax.spec import (
     CATALOG_DIR,
     GENERATION_ALIAS,
     Cluster,
+    Job,
     build,
     frameworks,
     load_catalog,
@@ -321,7 +322,23 @@ def source_plan(row: dict) -> dict:
         when = rule.get("when") or {}
         applies = all((row.get(k) or "").strip() == str(v) for k, v in when.items())
         if "plan" in rule and rule["match"] in src and applies:
+            if rule["plan"].get("recompute", "selective") != "selective":
+                out.pop("recompute_modules", None)  # a later rule's recompute none/full: the modules no longer apply
             out.update(rule["plan"])
+    if "recompute_modules" in out:
+        out["recompute_modules"] = tuple(out["recompute_modules"])
+    return out
+
+
+def source_arch(row: dict) -> dict:
+    """Architecture facts a publication states for the catalog model its rows ran (validation_sources.yaml rules
+    with ``arch``, e.g. a framework's DeepSeek-V3 without the MTP module); every matching rule applies."""
+    src = row.get("source") or ""
+    out: dict[str, Any] = {}
+    for rule in source_rules():
+        applies = all((row.get(k) or "").strip() == str(v) for k, v in (rule.get("when") or {}).items())
+        if "arch" in rule and rule["match"] in src and applies:
+            out.update(rule["arch"])
     return out
 
 
@@ -484,24 +501,26 @@ def _moe_run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
     dense = dict(row)
     dense.pop("model")
     raw, fixed, free = run_job_raw(dense, catalog)
-    raw["model"] = moe_model_raw(row, catalog)
+    raw["model"] = {**moe_model_raw(row, catalog), **source_arch(row)}
     raw["cluster"] = resolve_cluster(_moe_cluster_raw(row), catalog)
     for col, field_ in MOE_PLAN_COLUMNS.items():
         v = (row.get(col) or "").strip()
         if v:
             fixed[field_] = _cell(row, col) if col != "dispatcher" else v
     layers, pp, vp = raw["model"]["layers"], fixed.get("pp", 1), fixed.get("vp", 1)
-    layout = recipe_layout(row, pp * vp) if pp > 1 and "vp" not in free else None
+    # catalog/moe_recipes.yaml holds Megatron-Bridge's recipes: its layouts, dispatcher rules and software apply only
+    # to a Megatron-Bridge benchmark row (a source naming its NeMo container release), never to another source's
+    bridge = row_release(row) is not None
+    layout = recipe_layout(row, pp * vp) if bridge and pp > 1 and "vp" not in free else None
     if layout is not None:  # the recipe's own --pipeline-model-parallel-layout (catalog/moe_recipes.yaml layouts)
         fixed["pipeline_layout"] = layout
-    elif pp > 1 and vp > 1 and layers % vp:
+    elif pp > 1 and vp > 1 and layers % vp and "pipeline_layout" not in fixed:  # a layout the source states stays
         # the recipe's --pipeline-model-parallel-layout is not in the row: the most even one (spec.balanced_layout)
         fixed["pipeline_layout"] = balanced_layout(layers, pp, vp)
-    if "moe_dispatcher" not in fixed:
+    if "moe_dispatcher" not in fixed and bridge:
         fixed.update(recipe_plan(row, fixed))
-    # the recipe's recompute, gradient dtype and interleaving where the row states none of its own; they are a
-    # Megatron-Bridge benchmark run's, so only for a row naming its NeMo container release
-    rule = recipe_rule(row, fixed, "software") if row_release(row) is not None else {}
+    # the recipe's recompute, gradient dtype and interleaving where the row states none of its own
+    rule = recipe_rule(row, fixed, "software") if bridge else {}
     # the run's architecture where the publication states it (the 25.11 tables' "DeepSeekV3 (w/o MTP)")
     raw["model"] = {**raw["model"], **(rule.get("arch") or {})}
     software = {k: v for k, v in (rule.get("plan") or {}).items() if k not in fixed}
@@ -526,6 +545,19 @@ def framework_defaults(fixed: dict, free: list[str]) -> tuple[dict, list[str], d
     if used.get("sequence_parallel") and fixed.get("tp", 1) == 1 and "tp" not in free:
         used["sequence_parallel"] = False  # sequence parallelism is a TP feature
     return {**fixed, **used}, [f for f in free if f not in used], used
+
+
+def no_plan_reason(raw: dict, fixed: dict, free: list[str]) -> str:
+    """Why a row has no valid plan: the rule the first plan over its empty fields breaks (the job's own refusal,
+    e.g. Megatron's recompute or overlap rules), so that a refused row names what to fix."""
+    why = "no plan over the empty fields is valid"
+    for plan in plan_space(raw, fixed, free):
+        try:
+            build(Job, {**raw, "plan": {k: v for k, v in plan.items() if v is not None}}, "")
+        except SpecError as e:
+            return f"{why}: {e}"
+        break
+    return why
 
 
 def predict_run(row: dict, catalog: dict) -> RowResult:
@@ -561,7 +593,7 @@ def predict_run(row: dict, catalog: dict) -> RowResult:
             measured,
             None,
             None,
-            reason="no plan over the empty fields is valid",
+            reason=no_plan_reason(raw, with_defaults, [f for f in still_free if f != "dp"]),
             extra={"source_key": source_key(row)},
         )
     pred = choice.breakdown.tokens_per_s_per_gpu

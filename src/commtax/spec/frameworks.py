@@ -31,6 +31,7 @@ FrameworkName = Literal[
     "torchtitan",
     "fsdp",
     "pytorch-ddp",
+    "nemo-automodel",
     "custom",
 ]
 AttentionKernel = Literal["fa2", "fa3", "cudnn", "triton", "eager"]
@@ -79,6 +80,9 @@ class Framework(_Spec):
     # PyTorch DDP with gradient_as_bucket_view=False (its default): each gradient is copied into its bucket before the
     # reduction and the reduced bucket back into the gradient after it
     grad_bucket_copies: bool = False
+    # the MoE token dispatcher a plan that names none runs (plan.moe_dispatcher's default), and where it comes from
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep", "hybridep"] = "alltoall"
+    moe_source: str = ""
     plan_defaults: dict[str, Any] = Field(default_factory=dict)
     legacy: LegacySoftware | None = None
     source: str

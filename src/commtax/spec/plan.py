@@ -231,6 +231,7 @@ class Plan(_Spec):
         data.setdefault("fp8_recipe", fw.fp8_recipe)
         data.setdefault("zero3_gather", fw.zero3_gather)
         data.setdefault("grad_comm_dtype", fw.reduce_dtype)
+        data.setdefault("moe_dispatcher", fw.moe_dispatcher)
         if "zero" not in data and 1 not in fw.zero_stages:  # FSDP-style frameworks have no ZeRO-1: their default
             data["zero"] = fw.plan_defaults.get("zero", max(fw.zero_stages))
         overlap = data.get("overlap")
