@@ -1,5 +1,6 @@
-"""``commtax search``, ``compare``, ``advise`` and ``cost``: thin typer commands over search, compare, advise and
-cost. Errors, JSON and progress: :mod:`commtax.cli.io`; tables: :mod:`commtax.report.table`."""
+"""``commtax search``, ``compare``, ``advise`` and ``cost``: thin typer commands over ``decide.search_job``,
+``decide.compare``, ``decide.advise`` and ``decide.cost``. Errors, JSON and progress: :mod:`commtax.cli.io`; what
+they print: :mod:`commtax.report.planning` and :mod:`commtax.report.table`."""
 
 from __future__ import annotations
 
