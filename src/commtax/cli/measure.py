@@ -692,13 +692,11 @@ def bench_ddp(
         )
     except SpecError as e:
         fail(str(e))
-    if "RANK" not in os.environ and out is not None:
-        _check_out(out)
-        if append and out.exists():
-            _check_records(out, "--append")
     if "RANK" not in os.environ:  # not under torchrun: become it, locally (the output checked once, here)
         if out is not None:
             _check_out(out)
+            if append and out.exists():
+                _check_records(out, "--append")
         from commtax.measure.bench import run_local
 
         raise typer.Exit(run_local(nproc, ["bench", "ddp", *_argv_tail("ddp")]))
