@@ -144,3 +144,26 @@ def test_print_advice_leads_with_the_step_and_lists_the_changes(dense):
     assert text.startswith(advice_headline(a)[:40]) and "Changes, re-estimated" in text
     assert "sensitivity (elasticity d ln step / d ln x): " in text
     assert a.changes[0].label in text
+
+
+def test_pools_with_an_unpriced_gpu_print_no_dollars_instead_of_failing(tmp_path):
+    """Once a traceback (formatting None as $): the table shows — and the reason is printed above it."""
+    import yaml
+
+    raw = yaml.safe_load(POOLS.read_text())
+    raw["cluster"]["pools"][1]["gpu"] = {
+        "name": "unpriced-gpu",
+        "peak_tflops": {"bf16": 300, "fp32": 60},
+        "mem_GiB": 80,
+        "mem_bw_GBps": 2000,
+        "tdp_W": 500,
+        "source": "test: a GPU the price catalog does not list",
+    }
+    job = load_job(raw)
+    s = search_job(job, dict.fromkeys(SMALL), NO_MOE, top=2)
+    assert s.price.usd_per_s is None and "no price for GPU 'unpriced-gpu'" in s.price.error
+    assert all(entry["usd_per_B_tokens"] is None for entry in s.to_dict()["top"])
+    out, buf = console(100)
+    print_pool_search(s, job, out, wide=False)
+    text = buf.getvalue()
+    assert text.startswith("(no $ column: prices: no price for GPU 'unpriced-gpu'") and "—" in text

@@ -132,7 +132,7 @@ def pool_plans_table(s: Any) -> Any:
             f"{b.step_time_s:.2f}",
             f"{b.comm_tax:.1%}",
             f"{b.mfu:.1%}",
-            f"{entry['usd_per_B_tokens']:,.0f}",
+            "—" if entry["usd_per_B_tokens"] is None else f"{entry['usd_per_B_tokens']:,.0f}",  # an unpriced GPU
             slow,
         )
     return t
