@@ -60,6 +60,22 @@ def test_local_sweep_writes_nccl_tests_records(tmp_path):
 
 
 @pytest.mark.torch
+def test_rounds_are_measured_apart_and_averaged(tmp_path):
+    # --rounds 3: each size timed three times (warm-up, barrier, --iters back to back), time_s their mean: gloo's
+    # all_to_all back to back settles into one of several steady states, a round after a barrier is a fresh draw
+    pytest.importorskip("torch")
+    out = tmp_path / "r.json"
+    r = cli(
+        "bench", "collective", "--nproc", "2", "--ops", "all_to_all", "--min", "4KiB", "--max", "4KiB",
+        "--iters", "2", "--rounds", "3", "--out", str(out), timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    (x,) = load_records(out)
+    assert len(x["round_times_s"]) == 3 and x["iters"] == 2
+    assert x["time_s"] == pytest.approx(sum(x["round_times_s"]) / 3)
+
+
+@pytest.mark.torch
 def _kill_matching(needle: str) -> None:
     """SIGKILL every process whose command line contains ``needle`` (a test's unique output path)."""
     for proc in Path("/proc").iterdir():
@@ -158,6 +174,7 @@ def test_hung_rank_is_named_and_the_others_exit_within_the_timeout(tmp_path):
         (["--min", "1MiB", "--max", "1KiB"], "need min ≤ max"),
         (["--min", "lots"], "--min: cannot read size"),
         (["--ops", "broadcast", "--impl", "tree"], "implements all_reduce"),
+        (["--rounds", "0"], "'--rounds'"),
     ],
 )
 def test_bad_bench_input_is_one_line_and_exit_2(args, needle):

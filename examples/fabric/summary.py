@@ -48,6 +48,10 @@ def table(files: list[Path]) -> str:
                 for bg, v in sorted(loads.items(), key=lambda kv: ORDER.get(kv[0], 9))
             )
             lines.append(f"- run {name}, host load (1-min average, before → after each case): {each}")
+        drops = {r["background"]: r["tc_drops"] for r in rows if r.get("tc_drops") is not None}
+        if drops:
+            each = ", ".join(f"{bg} {v}" for bg, v in sorted(drops.items(), key=lambda kv: ORDER.get(kv[0], 9)))
+            lines.append(f"- run {name}, packets the shaped links dropped per case (tc -s): {each}")
     return "\n".join(lines)
 
 

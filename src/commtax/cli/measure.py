@@ -384,6 +384,15 @@ def bench_collective(
     factor: Annotated[float, typer.Option("--factor", help="size multiplier per row (nccl-tests -f)")] = 2.0,
     warmup: Annotated[int, typer.Option("--warmup", min=0)] = 2,
     iters: Annotated[int, typer.Option("--iters", min=1)] = 5,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            "--rounds",
+            min=1,
+            max=100,
+            help="measure each size this many times (each: barrier, --warmup, --iters straight after), their mean",
+        ),
+    ] = 1,
     impl: Annotated[
         tuple,
         typer.Option(
@@ -434,7 +443,7 @@ def bench_collective(
     from commtax.measure.bench import SweepConfig, collective_sweep
     from commtax.measure.results import ResultFile
 
-    cfg = SweepConfig(ops, lo, hi, factor, warmup, iters, impl, dtype, timeout, backend)
+    cfg = SweepConfig(ops, lo, hi, factor, warmup, iters, impl, dtype, timeout, backend, rounds)
     crash = _fault(fault)
     sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
     collective_sweep(cfg, sink, crash)

@@ -289,6 +289,27 @@ def queued_links(conns: Sequence[Connection], rates: Sequence[float], background
     return {lk for lk in greedy if load[lk] >= capacity(lk) * (1 - 1e-6) and len(inputs[lk]) > 1}
 
 
+def own_queue_s(fabric: Fabric, nodes: Sequence[int], capacity) -> float:
+    """The standing queue an all-to-all keeps with its own traffic under ``sharing: tcp``: its connections fill the
+    link that binds it (the highest load over capacity of its hops), and where that link is fed from two or more
+    inputs (``queued_links``' rule: an output-queued port queues where its inputs together exceed its rate) a
+    loss-based sender's window keeps its buffer full, ``fabric.queue_ms`` deep. Seconds; 0 without ``queue_ms``.
+    On the emulated 4 × 1 cluster the spine is fed from both nodes of a leaf (docs/fabric.md "Its own queue")."""
+    if fabric.sharing != "tcp" or not fabric.queue_ms:
+        return 0.0
+    load: dict[Link, float] = {}
+    inputs: dict[Link, set] = {}
+    for a, b, w in all_to_all_hops(nodes):
+        links = route(fabric, a, b)
+        for j, link in enumerate(links):
+            load[link] = load.get(link, 0.0) + w
+            inputs.setdefault(link, set()).add(links[j - 1] if j else ("socket", a, b))
+    if not load:
+        return 0.0
+    binding = max(load, key=lambda lk: load[lk] / capacity(lk))
+    return fabric.queue_ms / 1e3 if len(inputs[binding]) > 1 else 0.0
+
+
 def tcp_share(
     cluster: Cluster, groups: Sequence[Sequence[int]], pattern: str, cap: float, node_cap: float
 ) -> FabricShare:

@@ -166,7 +166,9 @@ def queue_note(place) -> str:
         return ""
     return (
         f"each network step waits behind a standing queue of {place.queue_s * 1e3:g} ms (fabric.queue_ms: a "
-        "background flow keeps a link on its path full)"
+        "background flow keeps a link on its path full"
+        + (", or gloo's all_to_all its own connections do" if place.rendezvous is not None else "")
+        + ")"
     )
 
 
@@ -197,6 +199,12 @@ def rendezvous_note(r, nbytes: float, n: int) -> str:
         "enters later sends to the other before it receives (gloo's ready notices queue behind data; "
         f"docs/fabric.md); priced as the mean over {r.orders} entry orders, network part {lo:.0f}–{hi:.0f} ms "
         f"at {nbytes:.0f} B from the luckiest to the unluckiest order (κ not used)"
+        + (
+            f"; a link direction moves at 1/{r.two_way:g} of its rate while its reverse carries data too (TCP's ACKs "
+            "queue behind it: sharing tcp with a standing queue)"
+            if r.two_way != 1.0
+            else ""
+        )
     )
 
 

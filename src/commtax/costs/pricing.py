@@ -200,3 +200,45 @@ class Costs:
                 comm[op.group] = comm.get(op.group, 0.0) + self.collective(op)
                 nbytes[op.group] = nbytes.get(op.group, 0.0) + self.sent_bytes(op)
         return PhaseCost(compute, gemm, attention, comm, nbytes)
+
+
+EP_GROUPS = ("ep", "etp")  # the MoE token exchange: dispatch/combine over ep, the expert-TP gather over etp
+
+
+@dataclass(frozen=True)
+class OverlapPieces:
+    """One MoE layer (or a stage's MoE layers, summed) as the EP all-to-all overlap schedules it, in seconds: the
+    compute of each node per pass (``workload.moe.OVERLAP_PIECES``: attention side, routed experts; backward input
+    gradients ``_b`` and delayed weight gradients ``_w``) and the link time of the dispatch and the combine; ``nbytes``
+    the bytes the exchanges send (the SM slowdown of their hidden part reads them)."""
+
+    attn_f: float = 0.0
+    mlp_f: float = 0.0
+    dispatch_f: float = 0.0
+    combine_f: float = 0.0
+    attn_b: float = 0.0
+    attn_w: float = 0.0
+    mlp_b: float = 0.0
+    mlp_w: float = 0.0
+    dispatch_b: float = 0.0
+    combine_b: float = 0.0
+    nbytes: float = 0.0
+
+    def scaled(self, x: float) -> OverlapPieces:
+        return OverlapPieces(*(getattr(self, f) * x for f in self.__dataclass_fields__))
+
+    @property
+    def compute(self) -> float:
+        return self.attn_f + self.mlp_f + self.attn_b + self.attn_w + self.mlp_b + self.mlp_w
+
+
+def overlap_pieces(costs: Costs, phases: tuple[Phase, ...]) -> OverlapPieces:
+    """Price ``workload.moe.overlap_phases``: compute seconds of the compute nodes, EP link seconds (and bytes) of
+    the exchanges, each op priced as in its pass (``Costs.phase``)."""
+    priced = [costs.phase(ph) for ph in phases]
+    comm = [sum(pc.comm.get(g, 0.0) for g in EP_GROUPS) for pc in priced]
+    nbytes = sum(pc.comm_bytes.get(g, 0.0) for pc in priced for g in EP_GROUPS)
+    af, mf, df, cf, ab, aw, mb, mw, db, cb = (
+        pc.compute if i not in (2, 3, 8, 9) else comm[i] for i, pc in enumerate(priced)
+    )
+    return OverlapPieces(af, mf, df, cf, ab, aw, mb, mw, db, cb, nbytes)

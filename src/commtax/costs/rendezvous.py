@@ -23,9 +23,22 @@ max-min fair rate of its links (per connection, as TCP shares a link; Bertsekas 
 §6.5.2), background flows always on at up to their own rate, recomputed whenever a phase ends. Which rank is late
 is a draw the model cannot know, so the price is the mean over entry orders, each equally likely (all n! of them
 up to ``EXACT_RANKS`` ranks, a fixed sample beyond), and the fastest and slowest orders bound what one run shows
-(`bench collective` times calls back to back: the first call's order repeats, the late rank stays late).
+(calls back to back settle on one of those order times: below).
 Hand-worked cases in tests/test_rendezvous.py: one pair takes twice the wire time (κ = 1 of the probe); two nodes
 with three partner pairs 1.625× (κ = 0.625, against 0.53–0.67 measured); the 4 × 1 cluster's spine 47/32.
+
+**Back to back** (`bench collective`'s calls one after the other; examples/fabric/back_to_back_events.py steps
+them event by event): the calls settle into a steady state whose period is one of the single call's order times
+(1.25, 1.5, 1.625 or 1.75 of S / B on the 4 × 1 spine), which one set by how ties between ranks break: the price
+stays the mean over entry orders, and `bench collective --rounds R` measures R fresh draws (docs/fabric.md).
+
+**Two-way traffic** (``two_way``): a TCP connection's ACKs ride the reverse direction of its links behind whatever
+data queue there (Zhang, Shenker & Clark 1991, "Observations on the dynamics of a congestion control algorithm: the
+effects of two-way traffic"), so on links with a standing queue a direction moves less than its rate while the
+reverse direction carries data as well. Measured, not derived (not losses: the same share retransmitted one way and
+both ways; docs/fabric.md "Two-way traffic"): on the 4 × 1 cluster (reno, 5 ms tbf buffers) the spine's chunks each
+way on one-way connections took 1.13× the wire time where one way alone took 1.01–1.05× (``TWO_WAY_SLOWDOWN``);
+topology.py applies it on fabrics with ``sharing: tcp`` and a ``queue_ms``.
 """
 
 from __future__ import annotations
@@ -40,6 +53,11 @@ Link = tuple  # the fabric's link key (costs.fabric.Link); any hashable works he
 EXACT_RANKS = 5  # up to 5 ranks: all n! entry orders (120); beyond, SAMPLED_ORDERS of them
 SAMPLED_ORDERS = 64
 MAX_RANKS = 8  # larger groups keep κ (costs.collectives.link_time_s): 8 ranks take 0.14 s of CPU, 16 take 2 s
+# One direction's time over its wire time while the reverse direction carries data too, on reno connections
+# through 5 ms tbf queues: examples/fabric/results/wire_4x1_reno5ms.json (spine_split 379 ms / wire 336 ms, 8 MiB,
+# 2026-12-01 19:36 UTC, load 2.5-2.9) and results/two_way_4x1_reno5ms.json (1.13 at 21:01 UTC, load 1.6-2.1; 1.29
+# at 21:55 UTC, load 4.2-5.6, left out: the host's share of it); one way alone 1.01-1.05.
+TWO_WAY_SLOWDOWN = 1.13
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,7 @@ class RendezvousTime:
     fastest_s: float  # the luckiest order
     slowest_s: float  # the unluckiest
     orders: int  # how many orders were averaged
+    two_way: float = 1.0  # a link direction's slowdown while its reverse carries data too (TWO_WAY_SLOWDOWN or 1)
 
 
 def turns(late: int, early: int, n: int) -> bool:
@@ -91,7 +110,24 @@ def max_min_rates(links: Sequence[tuple[Link, ...]], caps: Sequence[float], capa
     return rate
 
 
-def fluid_time(flows: Sequence[Flow], capacity: Callable) -> float:
+def reverse(link: Link) -> Link | None:
+    """The other direction of a fabric link (costs.fabric.Link: level, index, "up" | "down"); None for other keys."""
+    if isinstance(link, tuple) and len(link) == 3 and link[2] in ("up", "down"):
+        return (link[0], link[1], "down" if link[2] == "up" else "up")
+    return None
+
+
+def fluid_rates(
+    links: Sequence[tuple[Link, ...]], caps: Sequence[float], capacity: Callable, two_way: float = 1.0
+) -> list[float]:
+    """Max-min rates, each link direction at 1 / ``two_way`` of its capacity while its reverse carries data too."""
+    if two_way == 1.0:
+        return max_min_rates(links, caps, capacity)
+    busy = {lk for ls in links for lk in ls}
+    return max_min_rates(links, caps, lambda lk: capacity(lk) / (two_way if reverse(lk) in busy else 1.0))
+
+
+def fluid_time(flows: Sequence[Flow], capacity: Callable, two_way: float = 1.0) -> float:
     """Seconds until every finite flow has moved all its phases (background flows run throughout)."""
     phase = [0] * len(flows)
     left = [f.bytes for f in flows]
@@ -101,7 +137,7 @@ def fluid_time(flows: Sequence[Flow], capacity: Callable) -> float:
         finite = [i for i in live if math.isfinite(flows[i].bytes)]
         if not finite:
             return t
-        rates = max_min_rates([flows[i].phases[phase[i]] for i in live], [flows[i].cap for i in live], capacity)
+        rates = fluid_rates([flows[i].phases[phase[i]] for i in live], [flows[i].cap for i in live], capacity, two_way)
         rate = dict(zip(live, rates, strict=True))
         dt = min(left[i] / rate[i] for i in finite)
         t += dt
@@ -145,9 +181,12 @@ def rendezvous_time(
     route: Callable[[int, int], tuple[Link, ...]],
     capacity: Callable,
     background: Sequence[Flow] = (),
+    two_way: float = 1.0,
 ) -> RendezvousTime:
     """Network time of a uniform gloo all_to_all whose rank j sits on fabric node ``nodes[j]``, ``chunk`` bytes to
-    each peer, over links of ``capacity(link)`` bytes/s shared with ``background`` flows."""
+    each peer, over links of ``capacity(link)`` bytes/s shared with ``background`` flows: one call (the mean over
+    entry orders, and the extremes), each link direction at 1 / ``two_way`` of its rate while its reverse is busy."""
     orders = entry_orders(len(nodes))
-    times = [fluid_time(exchange_flows(nodes, o, chunk, route) + list(background), capacity) for o in orders]
-    return RendezvousTime(sum(times) / len(times), min(times), max(times), len(times))
+    flows = [exchange_flows(nodes, o, chunk, route) + list(background) for o in orders]
+    times = [fluid_time(f, capacity, two_way) for f in flows]
+    return RendezvousTime(sum(times) / len(times), min(times), max(times), len(times), two_way)

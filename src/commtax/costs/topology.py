@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commtax.costs.collectives import Level, Placement, gpu_arch
-from commtax.costs.fabric import FabricShare, capacities, fabric_nodes, fabric_share, path, ring_hops
-from commtax.costs.rendezvous import MAX_RANKS, Flow, RendezvousTime, rendezvous_time
+from commtax.costs.fabric import FabricShare, capacities, fabric_nodes, fabric_share, own_queue_s, path, ring_hops
+from commtax.costs.rendezvous import MAX_RANKS, TWO_WAY_SLOWDOWN, Flow, RendezvousTime, rendezvous_time
 from commtax.spec import Cluster, Job
 from commtax.spec.assumptions import default_assumptions
 from commtax.units import GB, GBIT, US
@@ -97,7 +97,13 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
             cluster.gpus_per_node * inter.bw_bytes_per_s,
         )
         if op == "all_to_all" and rails is None:
-            rendezvous = gloo_rendezvous(cluster, n, stride, cluster.gpus_per_node * inter.bw_bytes_per_s)
+            node_cap = cluster.gpus_per_node * inter.bw_bytes_per_s
+            rendezvous = gloo_rendezvous(cluster, n, stride, node_cap)
+            if rendezvous is not None:  # its pairs' turns hand over behind the queue its own traffic keeps
+                own = own_queue_s(
+                    cluster.fabric, concurrent_groups(cluster, n, stride, pattern)[0], capacities(cluster, node_cap).of
+                )
+                share = FabricShare(share.factor, share.binding, max(share.queue_s, own))
         # a standing queue on its path is waited out once per step, as the link's latency is
         inter = Level("inter", inter.bw_bytes_per_s * share.factor, inter.latency_s + share.queue_s)
     ctas = "nccl_ctas_nvlink" if link.kind in ("nvlink", "xgmi") else "nccl_ctas_pcie"  # comm->nChannels
@@ -138,7 +144,10 @@ def gloo_rendezvous(cluster: Cluster, n: int, stride: int, node_cap: float) -> R
         background += [
             Flow((path(f, a, b),), cap=job.rate_Gbps * GBIT) for ring in job.rings for a, b, _ in ring_hops(ring)
         ]
-    return rendezvous_time(groups[0], 1.0, lambda a, b: path(f, a, b), capacities(cluster, node_cap).of, background)
+    # TCP connections through standing queues: a direction slows while its reverse carries data (its ACKs queue)
+    two_way = TWO_WAY_SLOWDOWN if f.sharing == "tcp" and f.queue_ms else 1.0
+    caps = capacities(cluster, node_cap).of
+    return rendezvous_time(groups[0], 1.0, lambda a, b: path(f, a, b), caps, background, two_way)
 
 
 def gloo_duplex(cluster: Cluster) -> float | None:

@@ -3,7 +3,12 @@
 Run under torchrun (one node or many) or ``commtax cluster run``; every rank runs the same
 sweep, rank 0 reports. Per size: ``warmup`` untimed iterations, a barrier, ``iters`` timed
 ones back to back; time is the slowest rank's median iteration (the collective is done when
-the last rank is); the slowest rank's mean is kept as ``time_mean_s``.
+the last rank is); the slowest rank's mean is kept as ``time_mean_s``. With ``rounds`` > 1 each
+size is measured ``rounds`` times, each round a barrier, ``warmup`` calls and ``iters`` timed ones
+straight after them, and time is the mean of the rounds' times (kept as ``round_times_s``): calls
+back to back can settle into one of several steady states (gloo's all_to_all: its pairs' turns,
+docs/fabric.md), each round after its barrier is a fresh draw of it, and its warm-up lets it
+settle before the timing starts.
 algbw = message_bytes / time_s and busbw = algbw × bus factor (nccl-tests doc/PERFORMANCE.md).
 """
 
@@ -46,6 +51,7 @@ class SweepConfig:
     dtype: str
     timeout_s: float
     backend: str = "auto"
+    rounds: int = 1  # times each size is measured (warm-up, barrier, iters); time: their mean
 
 
 def message_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
@@ -120,17 +126,25 @@ def make_op(op: str, impl: str, numel: int, dtype: torch.dtype, device: torch.de
     }[op]
 
 
-def time_op(run: Callable[[], None], warmup: int, iters: int, device: torch.device) -> tuple[float, float]:
+def time_op(
+    run: Callable[[], None], warmup: int, iters: int, device: torch.device, settle: bool = False
+) -> tuple[float, float]:
     """(median, mean) seconds per iteration, iterations back to back after one barrier (as nccl-tests).
 
     Every rank stamps the end of each iteration; each rank's median iteration (robust to the
     first iteration's barrier skew and to an iteration a busy CPU preempted) and mean are
-    reduced with MAX over ranks: the slowest rank sets the pace of the collective.
+    reduced with MAX over ranks: the slowest rank sets the pace of the collective. ``settle``: the
+    barrier comes first and the warm-up runs straight into the timed iterations, so that they
+    time the calls' steady state back to back rather than the barrier's aligned start (a rank's
+    first period runs from its own last warm-up call).
     """
+    if settle:
+        dist.barrier()
     for _ in range(warmup):
         run()
     synchronize(device)
-    dist.barrier()
+    if not settle:
+        dist.barrier()
     stamps = torch.zeros(iters + 1, dtype=torch.float64)
     stamps[0] = time.perf_counter()
     for i in range(iters):
@@ -218,10 +232,15 @@ def collective_sweep(cfg: SweepConfig, out: ResultFile, fault: tuple[int, str] |
             numel = _numel(op, nbytes, elem, n)
             dog.step(i, f"{op} {numel * elem} B ({impl})")
             try:
-                t, t_mean = time_op(make_op(op, impl, numel, dtype, device), cfg.warmup, cfg.iters, device)
+                run = make_op(op, impl, numel, dtype, device)
+                settle = cfg.rounds > 1  # each round: barrier, warm-up, timed calls straight after
+                each = [time_op(run, cfg.warmup, cfg.iters, device, settle) for _ in range(cfg.rounds)]
             except RuntimeError as e:
                 dog.fail(f"{op} {numel * elem} B failed ({str(e).splitlines()[0][:120]})")
+            t, t_mean = (sum(x[k] for x in each) / len(each) for k in (0, 1))
             rec = record(op, impl, backend, numel * elem, t, cfg.dtype, cfg.iters, t_mean)
+            if cfg.rounds > 1:
+                rec["round_times_s"] = [x[0] for x in each]
             done.append(rec)
             if rank == 0:
                 out.append(rec)

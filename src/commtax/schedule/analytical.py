@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from commtax.costs.compute import ComputeModel, overlap_slowdown_s
 from commtax.costs.elementwise import any_true, maximum, minimum, where
-from commtax.costs.pricing import Costs, PhaseCost, _phase_cost
+from commtax.costs.pricing import EP_GROUPS, Costs, OverlapPieces, PhaseCost, _phase_cost, overlap_pieces
 from commtax.schedule.breakdown import Breakdown, make_breakdown
 from commtax.spec import Job, per_rank, zero_refusal
 from commtax.workload.memory import memory
@@ -126,9 +126,6 @@ def first_chunk(comm_s: float, ranks: int) -> float:
     return comm_s / max(1, ranks)
 
 
-EP_GROUPS = ("ep", "etp")  # the MoE token exchange: dispatch/combine over ep, the expert-TP gather over etp
-
-
 def ep_link(pc: PhaseCost) -> float:
     return sum(pc.comm.get(g, 0.0) for g in EP_GROUPS)
 
@@ -140,32 +137,117 @@ def hides_ep(job: Job) -> bool:
     return job.plan.moe_a2a_overlap or job.plan.schedule in ("dualpipe", "dualpipev")
 
 
-def ep_exposed(job: Job, fwd: PhaseCost, bwd: PhaseCost, rc: PhaseCost, cm: ComputeModel | None) -> tuple[float, float]:
+@dataclass(frozen=True)
+class EPPairing:
+    """What the overlap of one pipeline rank (or one chunk) pairs: its MoE layers' pieces (summed), how many MoE
+    layers and chunk pairs per micro-batch hold them, and the share of its passes that run alone
+    (``unpaired_share``)."""
+
+    pieces: OverlapPieces
+    layers: int
+    chunks: int
+    unpaired: float
+
+
+def paired_exposed(p: OverlapPieces, layers: int, chunks: int) -> float:
+    """Exposed EP time of ``layers`` MoE layers run as forward/backward pairs in ``chunks`` chunk pairs (``p``: their
+    pieces, summed). Megatron-Core's TransformerLayerSchedulePlan.run (model_chunk_schedule_plan.py @d98e8a6) pairs
+    forward layer i with backward layer n−1−i on two streams, each pass's nodes chained by its own event:
+
+        comm: combine_b | dispatch_f → dispatch_b          | combine_f → (next) combine_b
+        comp: attn_f    | mlp_b → mlp_w → mlp_f             | attn_b → attn_w → (next) attn_f
+
+    Between the sync points a layer pair takes two half-cycles (dispatch_b waits for mlp_b, mlp_f for dispatch_f;
+    combine_b for attn_b, attn_f for combine_f):
+        mlp  = max(max(D_f, M_b) + D_b, max(M_b + M_w, D_f) + M_f)
+        attn = max(max(C_f, A_b) + C_b, max(A_b + A_w, C_f) + A_f)
+    and a chunk pair of k layers max(C_b, A_f) + k·mlp + (k−1)·attn + max(C_f, A_b + A_w) (it starts after the
+    embedding's forward and the loss's backward, and the last attn_w runs beside the last combine_f and the sends):
+    its ends, once per chunk pair, in place of one attn. Exposed = that − compute. Each term is max-plus, so
+    homogeneous: on the summed pieces of equal layers it is the per-layer result times the layers (the ends scaled by
+    chunks/layers). The events cost no GPU time (cudaStreamWaitEvent); the host's launches are not priced. DualPipe's
+    chunk pair (DeepSeek-V3 report §3.2.1, Figure 4: attention, dispatch, MLP, combine, the backward split into
+    input and weight parts; deepseek-ai/DualPipe leaves ``overlapped_forward_backward`` to the model) is priced with
+    the same pairing."""
+    mlp = maximum(maximum(p.dispatch_f, p.mlp_b) + p.dispatch_b, maximum(p.mlp_b + p.mlp_w, p.dispatch_f) + p.mlp_f)
+    attn = maximum(maximum(p.combine_f, p.attn_b) + p.combine_b, maximum(p.attn_b + p.attn_w, p.combine_f) + p.attn_f)
+    ends = maximum(p.combine_b, p.attn_f) + maximum(p.combine_f, p.attn_b + p.attn_w) - attn
+    return maximum(0.0, mlp + attn + ends * (chunks / max(1, layers)) - p.compute)
+
+
+def unpaired_share(job: Job, m: int) -> float:
+    """Share of the pipeline's forward (and backward) chunk passes the overlap runs alone, their all-to-alls exposed:
+    the warm-up forwards and cool-down backwards have no pass to pair with (``rank_unpaired_share``, per rank). The
+    mean over the ranks is charged to every rank: the fill and drain cross all of them (1F1B's step is m·T_max plus
+    the others' passes once), so a rank's own count would move the slowest stage without moving the step."""
+    p = job.plan.pp
+    return sum(rank_unpaired_share(job, r, m) for r in range(p)) / p
+
+
+def rank_unpaired_share(job: Job, rank: int, m: int) -> float:
+    """Share of one pipeline rank's forward (and backward) chunk passes that run alone under the overlap.
+
+    * Megatron-Core, no pipelining (combined_1f1b_schedule_for_no_pipelining): the first forward and the last
+      backward of m: 1/m.
+    * Megatron-Core, interleaved (schedules.py get_pp_rank_microbatches, microbatch_group_size_per_vp_stage = pp):
+      W = 2(p − r − 1) + (v − 1)·p + 1 warm-up forwards ("one extra micro-batch forward step" with the overlap) of
+      m·v, and as many cool-down backwards (over the ranks W averages v·p: p of every m micro-batches).
+    * DualPipe (deepseek-ai/DualPipe dualpipe.py step): the pairs are steps 4 (2 per iteration, m/2 − p + h + 1
+      iterations; the middle ranks run the first one apart) and 5 (p/2 − h − 1), h the rank's half rank: m − 1.5p +
+      h + 1 of m passes paired. DualPipeV is priced with DualPipe's counts."""
+    p, v = job.plan.pp, job.plan.vp
+    if job.plan.schedule in ("dualpipe", "dualpipev"):
+        h = min(rank, p - 1 - rank)
+        alone = 1.5 * p - h - 1 + (1 if h == p // 2 - 1 else 0)
+        return min(1.0, max(0.0, alone) / max(1, m))
+    if p == 1:
+        return min(1.0, 1.0 / max(1, m))
+    warmup = 2 * (p - rank - 1) + (v - 1) * p + 1
+    return min(1.0, warmup / max(1, m * v))
+
+
+def rank_moe_chunks(job: Job, chunk_layers: tuple[int, ...]) -> tuple[int, ...]:
+    """Per pipeline rank: how many of its chunks (k = chunk·pp + rank; ``chunk_layers`` their layers) hold an MoE
+    layer."""
+    m, p = job.model, job.plan.pp
+    out, start = [0] * p, 0
+    for k, n in enumerate(chunk_layers):
+        out[k % p] += 1 if m.moe_layers_before(start + n) > m.moe_layers_before(start) else 0
+        start += n
+    return tuple(out)
+
+
+def ep_exposed(
+    job: Job, fwd: PhaseCost, bwd: PhaseCost, rc: PhaseCost, cm: ComputeModel | None, pairing: EPPairing | None = None
+) -> tuple[float, float]:
     """(forward, backward + recompute) exposed EP time of one micro-batch on one stage.
 
     Without overlap the dispatch and combine sit between the router and the experts, and between the experts and
-    the next layer: all of it is exposed. With a forward-backward overlap (``hides_ep``), the forward's all-to-alls
-    run under the paired backward's compute and the backward's under the forward's: exposed = max(0, A_f − C_b) +
-    max(0, A_b − C_f); the recompute's exchange stays exposed. The hidden part holds SMs (DeepEP: catalog
-    deepep.yaml ``sms``; NCCL: ``nccl_sms``) and slows the compute it runs under (``overlap_slowdown_s``)."""
+    the next layer: all of it is exposed. With a forward-backward overlap (``hides_ep``) each exchange runs under the
+    compute piece of the other pass the code pairs it with, per layer (``paired_exposed``); the passes that run alone
+    (``pairing.unpaired``: warm-up forwards, cool-down backwards) expose all of theirs; the recompute's exchange stays
+    exposed. The hidden part holds SMs (DeepEP: catalog deepep.yaml ``sms``; NCCL: ``nccl_sms``) and slows the
+    compute it runs under (``overlap_slowdown_s``). The paired exposure is split over the passes as their links."""
     a_f, a_b, a_r = ep_link(fwd), ep_link(bwd), ep_link(rc)
-    if not hides_ep(job):
+    if not hides_ep(job) or pairing is None or pairing.layers == 0:
         return a_f, a_b + a_r
-    e_f = max(0.0, a_f - bwd.compute)
-    e_b = max(0.0, a_b - fwd.compute)
+    link = a_f + a_b
+    u = pairing.unpaired
+    exposed = minimum(link, (1.0 - u) * paired_exposed(pairing.pieces, pairing.layers, pairing.chunks) + u * link)
     if cm is not None:
         from commtax.costs.collectives import deepep_table
 
         sms = deepep_table()["sms"] if job.plan.moe_dispatcher in ("deepep", "hybridep") else cm.nccl_sms
-        nbytes = sum(pc.comm_bytes.get(g, 0.0) for pc in (fwd, bwd) for g in EP_GROUPS)
-        hidden, link = a_f - e_f + a_b - e_b, a_f + a_b
-        e_f += _hidden_cost(cm, hidden, link, nbytes, 0.0, sms) / 2
-        e_b += _hidden_cost(cm, hidden, link, nbytes, 0.0, sms) / 2
-    return e_f, e_b + a_r
+        exposed = exposed + _hidden_cost(cm, link - exposed, link, pairing.pieces.nbytes, 0.0, sms)
+    share = a_f / link if link > 0 else 0.5
+    return exposed * share, exposed * (1.0 - share) + a_r
 
 
 def _combine(
-    job: Job, parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]], cm: ComputeModel | None = None
+    job: Job,
+    parts: list[tuple[tuple[PhaseCost, PhaseCost, PhaseCost], float]],
+    cm: ComputeModel | None = None,
+    pairing: EPPairing | None = None,
 ) -> StageTime:
     fwd = bwd = rc = None  # the first part as it is (0 + x = x): one sum fewer per pass
     for (f, b, r), count in parts:
@@ -175,7 +257,7 @@ def _combine(
         fwd = bwd = rc = PhaseCost()
     exp_f, exp_b, exp_r = _exposed(job, fwd, cm), _exposed(job, bwd, cm), _exposed(job, rc, cm)
     if job.model.is_moe:
-        ep_f, ep_b = ep_exposed(job, fwd, bwd, rc, cm)
+        ep_f, ep_b = ep_exposed(job, fwd, bwd, rc, cm, pairing)
         return StageTime(
             compute=fwd.compute + bwd.compute,
             recompute=rc.compute,
@@ -472,8 +554,11 @@ def _moe_stage_times(
             priced[block] = tuple(costs.phase(getattr(getattr(wl, block), w)) for w in ("fwd", "bwd", "recompute"))
         return priced[block]
 
+    pairs = hides_ep(job)
+    chunks = rank_moe_chunks(job, wl.chunk_layers) if pairs else ()
+    u = unpaired_share(job, wl.micro_batches) if pairs else 0.0
     for s, (n, e) in enumerate(zip(counts, wl.stage_moe_layers)):
-        key = (n, e, s == 0, s == p - 1)
+        key = (n, e, s == 0, s == p - 1, chunks[s] if pairs else 0)
         hit = memo.get(key)
         if hit is None:
             parts = []
@@ -485,9 +570,22 @@ def _moe_stage_times(
                 parts.insert(0, (passes("embed"), 1))
             if s == p - 1:
                 parts.append((passes("head"), 1))
-            hit = memo[key] = _combine(job, parts, costs.cm)
+            pairing = EPPairing(moe_pieces(wl, costs, priced).scaled(e), e, chunks[s], u) if pairs and e else None
+            hit = memo[key] = _combine(job, parts, costs.cm, pairing)
         out.append(hit)
     return out
+
+
+def moe_pieces(wl: Workload, costs: Costs, priced: dict | None = None) -> OverlapPieces:
+    """One MoE layer's ``OverlapPieces`` (``priced``: a caller's per-block price cache, as ``_moe_stage_times``')."""
+    if priced is not None and "moe_pieces" in priced:
+        return priced["moe_pieces"]
+    from commtax.workload.moe import overlap_phases  # the MoE module builds on the step module
+
+    pieces = overlap_pieces(costs, overlap_phases(wl.moe_layer))
+    if priced is not None:
+        priced["moe_pieces"] = pieces
+    return pieces
 
 
 DPRank = tuple[Workload, "DPStepParts | None"]  # one pipeline rank's DP workload and its bucketed traffic

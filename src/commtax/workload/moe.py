@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from commtax.spec import Job
-from commtax.workload.step import Collective, Compute, Op, _fp8_casts, _gemm, _mem, glu_clamp_ops
+from commtax.workload.step import Block, Collective, Compute, Op, Phase, _fp8_casts, _gemm, _mem, glu_clamp_ops
 
 # DeepEP FP8 dispatch: 1 B per element plus one fp32 scale per 128 elements (deep_ep tests: (1 + 4/128) B)
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
@@ -231,3 +231,66 @@ def dispatched_activation_bytes(job: Job, act_bytes: float, recomputed: frozense
         fs = m.shared_experts * m.shared_ffn
         shared = tokens * (gemm_in * m.hidden / p.tp + (act_bytes * up * fs + gemm_in * fs) / p.tp)
     return routed + probs + shared
+
+
+# Megatron-Core's EP all-to-all overlap (--overlap-moe-expert-parallel-comm, the combined 1F1B) runs an MoE layer as
+# four nodes (megatron/core/models/gpt/fine_grained_callables.py @d98e8a6, build_transformer_layer_callables):
+# pre_dispatch_computation (attention, pre-MLP norm, router, dispatch preprocess = permute, the shared experts),
+# moe_dispatch, mlp (the routed experts), moe_combine. With delay_wgrad_compute (set with the overlap by the
+# Megatron-MoE-ModelZoo's A2A_OVERLAP=1 and Megatron-Bridge's _set_moe_a2a_overlap_overrides) the attention's, the
+# shared experts' and the routed experts' weight gradients run apart (``backward_dw``), after their node's backward.
+# The pieces of one MoE layer, per pass ("_w": the delayed weight gradients):
+OVERLAP_PIECES = (
+    "attn_f",
+    "mlp_f",
+    "dispatch_f",
+    "combine_f",
+    "attn_b",
+    "attn_w",
+    "mlp_b",
+    "mlp_w",
+    "dispatch_b",
+    "combine_b",
+)
+# the ops of the mlp node (routed experts; the unpermute, which Megatron runs with the combine on the comm stream
+# after the exchange, is priced with the experts: a memory-bound pass beside the expert GEMMs) and of the exchanges
+MLP_NODE_OPS = frozenset({"expert_up", "expert_down", "expert_activation", "expert_activation_clamp", "unpermute"})
+DISPATCH_OPS = frozenset({"ep_dispatch", "ep_allgather", "etp_gather"})
+COMBINE_OPS = frozenset({"ep_combine", "ep_reduce_scatter", "etp_reduce_scatter"})
+_PASS_SUFFIXES = ("_recompute", "_grad_cast", "_cast", "_dgrad", "_wgrad", "_bwd")
+
+
+def _forward_name(name: str) -> str:
+    """The forward op an op of a pass derives from (``expert_up_grad_cast`` -> ``expert_up``)."""
+    while True:
+        for suffix in _PASS_SUFFIXES:
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+                break
+        else:
+            return name
+
+
+def overlap_piece(name: str, backward: bool) -> str:
+    """Which of ``OVERLAP_PIECES`` an MoE layer's op belongs to (``backward``: an op of the backward or recompute)."""
+    base = _forward_name(name)
+    node = "dispatch" if base in DISPATCH_OPS else "combine" if base in COMBINE_OPS else "attn"
+    node = "mlp" if base in MLP_NODE_OPS else node
+    if not backward:
+        return f"{node}_f"
+    # the router's weight gradient is not delayed (backward_dw: attention, shared and routed experts' linears)
+    delayed = name.endswith("_wgrad") and node in ("attn", "mlp") and base != "router"
+    return f"{node}_w" if delayed else f"{node}_b"
+
+
+def overlap_phases(block: Block) -> tuple[Phase, ...]:
+    """An MoE layer's ops as the ``OVERLAP_PIECES`` the overlap schedules (one Phase each, that order). The
+    recompute's compute runs inside its node's backward; its exchanges (recompute moe) stay apart (priced exposed,
+    ``schedule.analytical.ep_exposed``)."""
+    pieces: dict[str, list[Op]] = {k: [] for k in OVERLAP_PIECES}
+    for phase, backward in ((block.fwd, False), (block.bwd, True), (block.recompute, True)):
+        for op in phase.ops:
+            if phase is block.recompute and isinstance(op, Collective):
+                continue
+            pieces[overlap_piece(op.name, backward)].append(op)
+    return tuple(Phase(tuple(pieces[k])) for k in OVERLAP_PIECES)

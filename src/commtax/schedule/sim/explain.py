@@ -25,6 +25,7 @@ the closed form averages something the schedule makes concrete:
 
 from __future__ import annotations
 
+from commtax.schedule.analytical import hides_ep, unpaired_share
 from commtax.schedule.sim.simulate import SimResult
 from commtax.schedule.sim.step import COMPUTE_KINDS
 from commtax.units import MiB
@@ -158,6 +159,16 @@ def explain(r: SimResult) -> list[str]:
             f"simulated vs {_ms(eb['compute'])}; bubble {_ms(sb['pp_bubble'])} vs {_ms(eb['pp_bubble'])}, the "
             f"estimate's (PP/2 − 1)(F + B/2)); each rank holds and reduces both stages' gradients (2× parameters: "
             f"DP link time {_ms(b.comm_time_s['dp'])} vs {_ms(e.comm_time_s['dp'])})"
+        )
+    # ---- MoE: the EP overlap's pairing is priced, not played out
+    if bld.wl.moe_layer is not None and hides_ep(bld.job):
+        share = unpaired_share(bld.job, m)
+        out.append(
+            f"EP overlap: each pass waits for its share of the priced exposed all-to-all (ep_exposed "
+            f"{_ms(sb['ep_exposed'])} simulated vs {_ms(eb['ep_exposed'])} estimated); the timeline does not pair "
+            f"passes itself: the exchanges hide per layer piece as analytical.paired_exposed prices the code's "
+            f"pairing, and {share:.1%} of the passes (the warm-up forwards and cool-down backwards, the pipeline's "
+            f"mean) run alone, spread over every pass rather than at the fill and drain"
         )
     # ---- MoE: the slowest DP rank's reduction under the cool-down
     slow_dp = _moe_slow_dp_stage(r)

@@ -25,15 +25,19 @@ from typing import Literal
 from commtax.costs.pricing import Costs, PhaseCost
 from commtax.costs.topology import group_placement
 from commtax.schedule.analytical import (
+    EPPairing,
     dp_exposed,
     dp_timeline,
     ep_exposed,
     ep_link,
     first_chunk,
+    hides_ep,
+    moe_pieces,
     overlap_contention,
     slowest_and_rest,
     slowest_dp_workload,
     stage_times,
+    unpaired_share,
 )
 from commtax.schedule.sim.events import Sim, SimError, Tail, TrainShape
 from commtax.schedule.sim.pipeline import (
@@ -578,7 +582,7 @@ class StepBuilder:
         ep = 0.0
         if self.wl.moe_layer is not None:  # the pass's share of the chunk's exposed all-to-all, as estimate prices it
             ch = self.chunks[k]
-            e_f, e_b = ep_exposed(self.job, ch.fwd, ch.bwd, ch.recompute, self.costs.cm)
+            e_f, e_b = ep_exposed(self.job, ch.fwd, ch.bwd, ch.recompute, self.costs.cm, self._pairing(k))
             a_r = ep_link(ch.recompute)
             ep = {"fwd": e_f, "bwd": e_b - a_r, "recompute": a_r}[which] * frac
         tmpl = self._template(
@@ -586,6 +590,18 @@ class StepBuilder:
         )
         self._templates[(k, which, frac)] = tmpl
         return tmpl
+
+    def _pairing(self, k: int) -> EPPairing | None:
+        """What the EP overlap pairs on virtual stage ``k`` (``analytical.ep_exposed``): its MoE layers as one chunk
+        pair, and the pipeline's unpaired share. The timeline does not pair passes itself: each pass waits for its
+        share of the priced exposure (``explain`` names it)."""
+        if not hides_ep(self.job):
+            return None
+        layers = sum(1 for name, _, _ in self.chunks[k].units if name == "moe")
+        if not layers:
+            return None
+        pieces = moe_pieces(self.wl, self.costs).scaled(layers)
+        return EPPairing(pieces, layers, 1, unpaired_share(self.job, self.m))
 
     @staticmethod
     def _cut(weights: list[float], params: list[float], buckets: list[float]) -> list[tuple[float, list[int]]]:
