@@ -209,6 +209,23 @@ def test_deepseek_example_fits_and_reports_its_tax():
     assert 0 < b.breakdown_s["ep_exposed"] < b.step_time_s
 
 
+def test_deepseek_example_recomputes_what_the_report_does():
+    # arXiv 2412.19437 §3.2.3: all RMSNorms and the MLA up-projections recomputed in backward. Per layer, micro-batch
+    # 1 × 4096 tokens, fp8: the two norm outputs at 1 B (2·s·h) and the up-projected Q, K, V at 2 B (2·s·h +
+    # 2·2·s·128·192); the fullest stage keeps 4 layers × (PP + 1 = 17) micro-batches (DualPipe, Table 2)
+    from commtax.spec import job_with
+    from commtax.workload.memory import memory
+
+    job = load_job(EXAMPLE)
+    assert job.plan.recompute == "selective" and set(job.plan.recompute_modules) == {"layernorm", "mla_up_proj"}
+    s, h = 4096, 7168
+    per_layer = 2 * 1 * s * h + 2 * s * h + 2 * 2 * s * 128 * 192
+    assert per_layer == 520_093_696
+    default = job_with(job, recompute_modules=("core_attn",))  # Megatron-Core's default modules
+    assert memory(default).activations - memory(job).activations == pytest.approx(4 * 17 * per_layer)
+    assert estimate(job).fits and not estimate(default).fits
+
+
 @pytest.mark.parametrize("plan", [{"pp": 2, "vp": 2}, {"pp": 2, "vp": 2, "moe_a2a_overlap": True}, {"pp": 1}])
 def test_estimate_and_simulate_agree_on_moe(plan):
     from commtax.schedule.sim import simulate
@@ -221,7 +238,8 @@ def test_estimate_and_simulate_agree_on_moe(plan):
 
 
 def test_docs_worked_example():
-    # docs/moe.md's table, recomputed: the report's plan, EP inside the node, NCCL instead of DeepEP, 1F1B
+    # docs/moe.md's table, recomputed: the report's plan, EP inside the node, NCCL instead of DeepEP, 1F1B, full
+    # recompute (the example before it recomputed only what arXiv 2412.19437 §3.2.3 says)
     from commtax.spec import job_with
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "moe.md").read_text()
@@ -231,6 +249,7 @@ def test_docs_worked_example():
         ("EP8 inside the node, DeepEP", job_with(j, ep=8)),
         ("EP64 over 8 nodes, NCCL all-to-all", job_with(j, moe_dispatcher="alltoall")),
         ("EP64, DeepEP, 1F1B instead of DualPipe", job_with(j, schedule="1f1b")),
+        ("EP64, DeepEP, full recompute", job_with(j, recompute="full")),
     ]
     for name, job in rows:
         b = estimate(job)

@@ -44,7 +44,7 @@ def test_required_catalog_ids_exist():
         assert all(entry.get("source") for entry in section.values())
 
 
-@pytest.mark.parametrize("block", ["catalog tables", "worked example", "accuracy tables"])
+@pytest.mark.parametrize("block", ["catalog tables", "worked example", "moe worked example", "accuracy tables"])
 def test_readme_generated_blocks_are_what_the_code_prints(block):
     from commtax.report.readme import BLOCK_FILES, BLOCKS, VALIDATION, section
 

@@ -131,6 +131,99 @@ def test_two_workers_give_the_same_ranking():
     assert two.invalid_examples == one.invalid_examples and list(two.order) == list(one.order)
 
 
+def test_three_workers_give_what_one_gives():
+    """--workers 3: the search process and two forked workers share the placements; every output as one process's."""
+    job = load_job(small_job(num_gpus=32, global_batch=128))
+    space = Space.parse({"cp": "1,2", "micro_batch": "1..2", "vp": "1..2"})
+    one = search(job, space, top=3, workers=1)
+    three = search(job, space, top=3, workers=3)
+    assert three.to_csv() == one.to_csv() and list(three.order) == list(one.order)
+    assert three.invalid_reasons == one.invalid_reasons and three.invalid_examples == one.invalid_examples
+    assert [p for p, _ in three.top] == [p for p, _ in one.top]
+
+
+def test_n_workers_fork_n_minus_one_processes(monkeypatch):
+    """The search process evaluates a share itself: --workers 2 forks one worker, 3 two."""
+    import multiprocessing.context as mpc
+
+    started = []
+    start = mpc.ForkProcess.start
+    monkeypatch.setattr(mpc.ForkProcess, "start", lambda self: (started.append(self), start(self))[1])
+    job = load_job(small_job(num_gpus=32, global_batch=128))
+    space = Space.parse({"cp": "1,2", "micro_batch": "1"})
+    for workers, forked in ((2, 1), (3, 2)):
+        started.clear()
+        search(job, space, top=1, workers=workers)
+        assert len(started) == forked
+
+
+def test_by_placement_keeps_a_placement_in_one_share_and_every_base_once():
+    from commtax.decide.search import _by_placement, bases
+
+    job = load_job(small_job(num_gpus=32, global_batch=128))
+    todo = bases(job, Space.parse({"micro_batch": "1..2"}))[0]
+    shares = _by_placement(list(enumerate(todo)), 2)
+    placed = [(tuple(sorted({(b.tp, b.cp) for _, b in group})), w) for w, share in enumerate(shares) for group in share]
+    assert all(len(key) == 1 for key, _ in placed)  # a placement's bases together
+    assert len({key for key, _ in placed}) == len(placed)  # each placement in one share only
+    assert sorted(i for share in shares for group in share for i, _ in group) == list(range(len(todo)))
+    assert all(share for share in shares)  # both processes have work
+
+
+def test_results_cross_the_pipe_as_they_were():
+    """A worker's results (``_send_results``): a pickled header, then each array's bytes read into an array of its
+    dtype and shape (``_recv_results``), empty arrays included."""
+    import multiprocessing as mp
+    from collections import Counter
+
+    from commtax.decide.search import _BaseResult, _recv_results, _send_results
+
+    rng = np.random.default_rng(0)
+    sent = [
+        (
+            3,
+            _BaseResult(
+                plans=rng.integers(0, 9, (5, 10)),
+                step=rng.random(5),
+                parts=rng.random((5, 8)),
+                exposed=rng.random(5),
+                mem=rng.random(5) * GiB,
+                valid=rng.random(5) > 0.5,
+                invalid_reasons=Counter(a=2),
+                nofit_reasons=Counter(),
+                examples={"a": "tp(3) must divide heads(32)"},
+            ),
+        ),
+        (
+            0,
+            _BaseResult(
+                plans=np.zeros((0, 10), np.int64),
+                step=np.zeros(0),
+                parts=np.zeros((0, 8)),
+                exposed=np.zeros(0),
+                mem=np.zeros(0),
+                valid=np.zeros(0, bool),
+                invalid_reasons=Counter(),
+                nofit_reasons=Counter(b=1),
+            ),
+        ),
+    ]
+    reader, writer = mp.Pipe(duplex=False)
+    try:
+        _send_results(writer, sent)  # small enough for the pipe's buffer: no reader needed meanwhile
+        kind, head = reader.recv()
+        got = _recv_results(reader, head)
+    finally:
+        reader.close()
+        writer.close()
+    assert kind == "results" and [i for i, _ in got] == [3, 0]
+    for (_, a), (_, b) in zip(sent, got):
+        for k in ("plans", "step", "parts", "exposed", "mem", "valid"):
+            x, y = getattr(a, k), getattr(b, k)
+            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), k
+        assert (b.invalid_reasons, b.nofit_reasons, b.examples) == (a.invalid_reasons, a.nofit_reasons, a.examples)
+
+
 def test_fixed_fields_and_ranges_restrict_the_space():
     job = load_job(small_job())
     res = search(job, Space.parse({"tp": "2", "zero": "1..2", "micro_batch": "1"}, fix=["recompute"]), workers=1)

@@ -38,6 +38,7 @@ import itertools
 import math
 import os
 import signal
+import struct
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -857,7 +858,7 @@ def _finish(job: Job, prep: _Prepared) -> _BaseResult:
     return _BaseResult(
         plans=prep.grid_codes,
         step=np.where(valid, step, np.nan).reshape(flat),
-        parts=np.moveaxis(parts, 0, -1).reshape(flat, len(parts)),
+        parts=parts.reshape(flat, parts.shape[-1]),
         exposed=np.where(valid, exposed, np.nan).reshape(flat),
         mem=mem.reshape(flat),
         valid=valid.reshape(flat).copy(),
@@ -872,7 +873,8 @@ def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
 
     Axes of the inputs: slow_parts (4, vp, mb, sp, recompute; MoE: 5, the exposed all-to-all last); bubble and
     pp_exposed (vp, mb, sp, recompute); dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd);
-    n_micro (mb,). The parts come back in ``part_keys`` order (MoE: ep_exposed after cp_exposed, as estimate).
+    n_micro (mb,). The parts come back stacked on the last axis in ``part_keys`` order (MoE: ep_exposed after
+    cp_exposed, as estimate).
     """
     slow = slow_parts[:, :, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, recompute, gd)
     named = step_parts(
@@ -899,7 +901,7 @@ def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
     exposed = parts[2] + parts[3] + parts[keys.index("pp_exposed")] + parts[keys.index("dp_exposed")]
     if keys is MOE_PART_KEYS:
         exposed = exposed + parts[4]
-    return step, np.stack(parts), exposed
+    return step, np.stack(parts, axis=-1), exposed  # parts last: a plan's parts are one row of the table
 
 
 def _codes(job: Job, base: Base, grid: np.ndarray) -> np.ndarray:
@@ -909,7 +911,7 @@ def _codes(job: Job, base: Base, grid: np.ndarray) -> np.ndarray:
     cols = {k: np.full(len(grid), AXIS[k].code(v) if k in AXIS else v) for k, v in fixed.items()}
     for i, k in enumerate(GRID_AXES):
         cols[k] = np.asarray([AXIS[k].code(x) for x in base.axes[k]], np.int64)[grid[:, i]]
-    return np.stack([cols[c] for c in columns(job)], 1).astype(np.int64)
+    return np.stack([cols[c] for c in columns(job)], 1).astype(np.int64, copy=False)
 
 
 # ----------------------------------------------------------------------------- the search
@@ -936,17 +938,34 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker(job: Job, chunks: list[list[tuple[int, Base]]], conn: Any) -> None:
-    """One worker process: its chunks of (position, base) in turn, each chunk's results sent as it ends, then None.
-    Phase prices are shared by all its chunks (one cache per process). An error is sent to the parent, which
-    raises it."""
-    _init_worker()
+def _eval_placement(
+    job: Job, group: list[tuple[int, Base]], between: Callable[[], None] = lambda: None
+) -> list[tuple[int, _BaseResult]]:
+    """The bases of one TP/CP placement (``_by_placement``), with their positions: prepared, their dense stages priced
+    in one array pass (``_prefill``), finished; ``between`` runs after each of those steps (the search process reads
+    its workers' results there, ``_run_workers``). What the bases built (valid jobs, workloads, phase prices, stage
+    times: ``_Shared``) is theirs alone and freed on return, so the next placement reuses its memory instead of
+    faulting in fresh pages (~5 µs a page on a VM; a forked worker starts with none of its own)."""
     cache: dict[Any, _Shared] = {}
+    prepared, done = [], []
+    for i, b in group:
+        prepared.append((i, _prepare(job, b, cache)))
+        between()
+    _prefill([p for _, p in prepared])
+    between()
+    for i, p in prepared:
+        done.append((i, _finish(job, p)))
+        between()
+    return done
+
+
+def _worker(job: Job, groups: list[list[tuple[int, Base]]], conn: Any) -> None:
+    """One worker process: its placements (``_by_placement``) one at a time, each one's results sent as it ends
+    (``_send_results``), then "done". An error is sent to the parent, which raises it."""
+    _init_worker()
     try:
-        prepared = [[(i, _prepare(job, b, cache)) for i, b in chunk] for chunk in chunks]
-        _prefill([p for chunk in prepared for _, p in chunk])  # all this worker's stages at once
-        for chunk in prepared:
-            conn.send(("results", [(i, _finish(job, p)) for i, p in chunk]))
+        for group in groups:
+            _send_results(conn, _eval_placement(job, group))
         conn.send(("done", None))
     except Exception as e:  # the parent re-raises it: a bug in the model must not read as a partial result
         conn.send(("error", e))
@@ -954,51 +973,131 @@ def _worker(job: Job, chunks: list[list[tuple[int, Base]]], conn: Any) -> None:
         conn.close()
 
 
+# the arrays of a base's result, sent as raw bytes after their header (dtype and shape)
+_RESULT_ARRAYS = ("plans", "step", "parts", "exposed", "mem", "valid")
+
+
+def _send_results(conn: Any, numbered: list[tuple[int, _BaseResult]]) -> None:
+    """Results to the parent: a header (each base's position, counters, examples and its arrays' dtypes and shapes),
+    then each array's bytes straight from its memory (no pickled copy; ``_recv_results`` reads them into arrays)."""
+    arrays = [[np.ascontiguousarray(getattr(r, k)) for k in _RESULT_ARRAYS] for _, r in numbered]
+    head = [
+        (i, [(a.dtype.str, a.shape) for a in arrs], r.invalid_reasons, r.nofit_reasons, r.examples)
+        for (i, r), arrs in zip(numbered, arrays)
+    ]
+    conn.send(("results", head))
+    for arrs in arrays:
+        for a in arrs:
+            conn.send_bytes(a.reshape(-1).view(np.uint8))  # as bytes: a memoryview of an empty 2-D array cannot be cast
+
+
+def _recv_results(conn: Any, head: list) -> list[tuple[int, _BaseResult]]:
+    """The results ``_send_results`` announced in ``head``, each array read from the pipe into its own memory."""
+    out = []
+    for i, specs, invalid, nofit, examples in head:
+        arrs = [np.empty(shape, np.dtype(dt)) for dt, shape in specs]
+        for a in arrs:
+            _recv_into(conn, a)
+        out.append((i, _BaseResult(*arrs, invalid_reasons=invalid, nofit_reasons=nofit, examples=examples)))
+    return out
+
+
+def _recv_into(conn: Any, a: np.ndarray) -> None:
+    """One ``send_bytes`` message read into ``a`` (its size checked): the connection's own ``recv_bytes_into``
+    would gather it in a BytesIO first, 64 KiB at a time."""
+    fd = conn.fileno()
+    (size,) = struct.unpack("!i", _read_exact(fd, 4))
+    if size == -1:  # the framing of a message over 2 GiB
+        (size,) = struct.unpack("!Q", _read_exact(fd, 8))
+    if size != a.nbytes:
+        raise RuntimeError(f"a search worker sent {size} bytes for an array of {a.nbytes}")
+    view = memoryview(a).cast("B") if a.nbytes else memoryview(b"")
+    got = 0
+    while got < size:
+        n = os.readv(fd, [view[got:]])
+        if n == 0:
+            raise EOFError
+        got += n
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
+
+
 def _run_workers(
     job: Job, todo: list[Base], workers: int, progress: Callable[[int, int], None] | None
 ) -> tuple[list[_BaseResult], bool]:
-    """Evaluate ``todo`` in ``workers`` forked processes, each with its own result pipe; (results, interrupted).
+    """Evaluate ``todo`` in ``workers`` processes, this one and ``workers - 1`` forked workers with a result pipe each;
+    (results, interrupted).
 
-    The processes and pipes are this function's own (no pool machinery, no locks a signal could leave held):
-    signals are deferred while it runs and checked between results, and on a signal, an error or a worker that
-    died, every worker is SIGKILLed and joined before it returns (a worker forked a moment ago may not have run
-    ``_init_worker`` yet and still hold the parent's deferring handler: SIGTERM could be ignored)."""
+    This process evaluates a share too (``_by_placement``'s first), reading what the workers have sent between its
+    own bases (``drain``): a worker costs a fork, a start with none of its own memory and its results' way through a
+    pipe, and this process has its memory already. The processes and pipes are this function's own (no pool
+    machinery, no locks a signal could leave held): signals are deferred while it runs and checked between results
+    and between this process's placements, and on a signal, an error or a worker that died, every worker is
+    SIGKILLed and joined before it returns (a worker forked a moment ago may not have run ``_init_worker`` yet and
+    still hold the parent's deferring handler: SIGTERM could be ignored)."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
 
     ctx = mp.get_context("fork")
     # each result comes back with its base's position: the results are put in the bases' order, whichever worker
     # ends first (the CSV rows, the first example of a refusal and the order of equal plans do not depend on it)
-    shares = _by_placement(list(enumerate(todo)), workers)
+    own, *forked = _by_placement(list(enumerate(todo)), workers)
     results: list[tuple[int, _BaseResult]] = []
-    procs, conns = [], []
+    procs, conns, live = [], [], []
+
+    def take(conn: Any) -> None:  # one message of a worker
+        try:
+            kind, payload = conn.recv()
+            if kind == "results":
+                payload = _recv_results(conn, payload)
+        except EOFError:
+            raise RuntimeError("a search worker died before it sent its results") from None
+        if kind == "error":
+            raise payload
+        if kind == "done":
+            live.remove(conn)
+            return
+        results.extend(payload)
+        if progress:
+            progress(len(results), len(todo))
+
+    def drain() -> None:  # what the workers have sent so far, without waiting for more; a signal ends this share
+        if stop:
+            raise _Stopped
+        for conn in wait(live, timeout=0) if live else ():
+            take(conn)
+
     with signals.deferred() as stop:
         try:
-            for w in range(workers):
-                mine = [c for c in (shares[w][i::4] for i in range(4)) if c]  # a few chunks each (progress)
+            for mine in forked:
                 if not mine or stop:
                     continue
                 reader, writer = ctx.Pipe(duplex=False)
+                _widen(reader)
                 proc = ctx.Process(target=_worker, args=(job, mine, writer), daemon=True)
                 proc.start()
                 writer.close()  # the worker holds the write end: its death gives EOF here
                 procs.append(proc)
                 conns.append(reader)
-            live = list(conns)
-            while live and not stop:
-                for conn in wait(live, timeout=0.2):
-                    try:
-                        kind, payload = conn.recv()
-                    except EOFError:
-                        raise RuntimeError("a search worker died before it sent its results") from None
-                    if kind == "error":
-                        raise payload
-                    if kind == "done":
-                        live.remove(conn)
-                        continue
-                    results.extend(payload)
+            live.extend(conns)
+            try:
+                for group in own:
+                    results.extend(_eval_placement(job, group, between=drain))
                     if progress:
                         progress(len(results), len(todo))
+            except _Stopped:  # the placement under way is dropped: what ended before the signal is the result
+                pass
+            while live and not stop:
+                for conn in wait(live, timeout=0.2):
+                    take(conn)
         finally:
             for proc in procs:
                 if proc.is_alive():
@@ -1010,21 +1109,36 @@ def _run_workers(
         return [r for _, r in sorted(results, key=lambda ir: ir[0])], bool(stop)
 
 
-def _by_placement(numbered: list[tuple[int, Base]], workers: int) -> list[list[tuple[int, Base]]]:
-    """The bases shared out to ``workers`` processes, the bases that place TP and CP alike in the same process (they
-    share workloads, block prices and stages: ``_Shared``, built once per process), placements handed out largest
-    first to the least loaded worker (load: plans on the grid)."""
+class _Stopped(Exception):
+    """A deferred signal seen between this process's own bases (``_run_workers``)."""
+
+
+def _widen(conn: Any) -> None:
+    """A result pipe of 1 MiB (Linux ``F_SETPIPE_SZ``; 64 KiB by default), so that a worker seldom waits for this
+    process to finish a base before it can send a placement's results; elsewhere, or refused, it stays as it is."""
+    import fcntl
+
+    try:
+        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (AttributeError, OSError):
+        pass
+
+
+def _by_placement(numbered: list[tuple[int, Base]], workers: int) -> list[list[list[tuple[int, Base]]]]:
+    """The bases shared out to ``workers`` processes as placements: the bases that place TP and CP alike go to the
+    same process (they share workloads, block prices and stages: ``_Shared``), placements handed out largest first to
+    the least loaded worker (load: plans on the grid); each worker's placements in the order of their first base."""
     groups: dict[tuple, list[tuple[int, Base]]] = {}
     for i, b in numbered:
         groups.setdefault((b.tp, b.cp, tuple(sorted(b.extra.items()))), []).append((i, b))
     size = lambda bs: sum(math.prod(len(b.axes[k]) for k in AXES) for _, b in bs)
-    shares: list[list[tuple[int, Base]]] = [[] for _ in range(workers)]
+    shares: list[list[list[tuple[int, Base]]]] = [[] for _ in range(workers)]
     load = [0] * workers
     for bs in sorted(groups.values(), key=size, reverse=True):
         w = load.index(min(load))
-        shares[w].extend(bs)
+        shares[w].append(bs)
         load[w] += size(bs)
-    return [sorted(share, key=lambda ib: ib[0]) for share in shares]
+    return [sorted(share, key=lambda bs: bs[0][0]) for share in shares]
 
 
 @contextmanager
@@ -1049,6 +1163,7 @@ def evaluate_space(
     space = space or Space()
     todo, skipped, skip_examples = bases(job, space)
     results: list[_BaseResult] = []
+    numbered: list[tuple[int, _BaseResult]] = []  # one process: (position, result), placement by placement
     interrupted = False
     if workers is None:
         workers = min(2, os.cpu_count() or 1) if len(todo) >= 16 else 1
@@ -1058,19 +1173,17 @@ def evaluate_space(
     # collector would rescan the whole heap again and again (about a sixth of a search's CPU time)
     with _no_gc():
         try:
-            if workers <= 1:
-                cache: dict[Any, _Shared] = {}
-                prepared = [_prepare(job, b, cache) for b in todo]
-                _prefill(prepared)  # every base's stages at once, on arrays
-                for n in range(len(prepared)):
-                    results.append(_finish(job, prepared[n]))
+            if workers <= 1:  # placement by placement, as a worker does (``_eval_placement``)
+                for group in _by_placement(list(enumerate(todo)), 1)[0]:
+                    numbered.extend(_eval_placement(job, group))
                     if progress:
-                        progress(n + 1, len(todo))
-                del prepared, cache  # freed before the collector is back: it has nothing of them left to scan
+                        progress(len(numbered), len(todo))
             else:
                 results, interrupted = _run_workers(job, todo, workers, progress)
         except KeyboardInterrupt:  # one process: Ctrl-C/SIGTERM raise between plans, no pool lock to leave held
             interrupted = True
+    if numbered:  # in the bases' order, as the workers' results
+        results = [r for _, r in sorted(numbered, key=lambda ir: ir[0])]
     return results, skipped, skip_examples, interrupted
 
 
@@ -1272,7 +1385,7 @@ def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: 
         np.concatenate([getattr(p, name) for p in parts]) if parts else np.zeros((0, width) if width else 0)
     )
     width = len(columns(job))
-    plans = cat("plans", width).astype(np.int64) if parts else np.zeros((0, width), np.int64)
+    plans = cat("plans", width).astype(np.int64, copy=False) if parts else np.zeros((0, width), np.int64)
     step = cat("step")
     mem = cat("mem")
     valid = cat("valid").astype(bool) if parts else np.zeros(0, bool)

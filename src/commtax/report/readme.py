@@ -1,6 +1,6 @@
 """The generated blocks of the README and docs/catalog.md: the catalog tables (from the catalog), the worked
-example (the output of ``commtax estimate`` at 80 columns) and the accuracy tables, so the docs cannot drift from
-the code. Each block lives in one file (``BLOCK_FILES``).
+example (the output of ``commtax estimate`` at 80 columns), the MoE example's table and the accuracy tables, so
+the docs cannot drift from the code. Each block lives in one file (``BLOCK_FILES``).
 
     python -m commtax.report.readme                     # rewrite every block of README.md and docs/catalog.md
     python -m commtax.report.readme README.md           # the blocks of one file
@@ -171,6 +171,58 @@ def estimate_example() -> str:
     return "\n".join(["```text", f"$ commtax estimate {EXAMPLE}", *lines, "```"])
 
 
+MOE_EXAMPLE = "examples/moe/deepseek-v3-h800.yaml"
+
+
+def moe_variants() -> list[tuple[str, object]]:
+    """The MoE example (DeepSeek-V3 as its report ran it) and the same job changed one field at a time: EP inside
+    the node, NCCL's all-to-all instead of DeepEP (docs/moe.md's table has these rows and 1F1B)."""
+    from commtax.spec import job_with, load_job
+
+    job = load_job(REPO / MOE_EXAMPLE)
+    return [
+        ("EP64 over 8 nodes, DeepEP (the report's)", job),
+        ("EP8 inside the node, DeepEP", job_with(job, ep=8)),
+        ("EP64 over 8 nodes, NCCL all-to-all", job_with(job, moe_dispatcher="alltoall")),
+    ]
+
+
+def moe_example() -> str:
+    """The README's MoE table: ``estimate`` of each of ``moe_variants``, and one sentence read off it."""
+    from commtax.schedule.analytical import estimate
+    from commtax.workload.moe import local_experts
+
+    runs = [(name, job, estimate(job)) for name, job in moe_variants()]
+    rows = [
+        [
+            name,
+            f"{b.step_time_s:.2f}",
+            f"{b.tokens_per_s_per_gpu:,.0f}",
+            f"{b.breakdown_s['ep_exposed']:.2f}",
+            f"{b.comm_tax:.1%}",
+            f"{b.memory_gib_per_gpu['total']:.1f}",
+            "yes" if b.fits else "no",
+        ]
+        for name, _, b in runs
+    ]
+    (_, job, ours), (_, inside_job, inside), (_, _, nccl) = runs
+    mem = job.cluster.gpu.mem_GiB
+
+    def hidden(b) -> float:  # the share of the all-to-all's wire time the other direction's compute hides
+        return 1.0 - b.breakdown_s["ep_exposed"] / b.comm_time_s["ep"]
+
+    sentence = (
+        f"EP inside the node cuts the exposed all-to-all from {ours.breakdown_s['ep_exposed']:.2f} s to "
+        f"{inside.breakdown_s['ep_exposed']:.2f} s but holds {local_experts(inside_job)} experts per GPU, "
+        f"{inside.memory_gib_per_gpu['total']:.0f} GiB of {mem:g}; NCCL's all-to-all sends each of a token's "
+        f"{job.model.top_k} copies on its own, {nccl.comm_time_s['ep'] / ours.comm_time_s['ep']:.1f}× DeepEP's "
+        f"wire time, of which DualPipe hides {hidden(nccl):.0%} (DeepEP's: {hidden(ours):.0%}): comm tax "
+        f"{ours.comm_tax:.1%} → {nccl.comm_tax:.1%}."
+    )
+    header = ["plan", "step s", "tokens/s/GPU", "EP exposed s", "comm tax", "memory GiB", "fits"]
+    return "\n".join([*_table(header, rows), "", sentence])
+
+
 VALIDATION = REPO / "validation"  # shipped with the repo (a copy of ../shared/validation)
 DENSE_RUNS_FILES = ("public_runs.csv", "public_runs_more.csv")
 
@@ -232,8 +284,18 @@ def accuracy_tables() -> str:
     )
 
 
-BLOCKS = {"catalog tables": catalog_tables, "worked example": estimate_example, "accuracy tables": accuracy_tables}
-BLOCK_FILES = {"catalog tables": "docs/catalog.md", "worked example": "README.md", "accuracy tables": "README.md"}
+BLOCKS = {
+    "catalog tables": catalog_tables,
+    "worked example": estimate_example,
+    "moe worked example": moe_example,
+    "accuracy tables": accuracy_tables,
+}
+BLOCK_FILES = {
+    "catalog tables": "docs/catalog.md",
+    "worked example": "README.md",
+    "moe worked example": "README.md",
+    "accuracy tables": "README.md",
+}
 
 
 def section(readme: str, name: str) -> str:
