@@ -164,3 +164,41 @@ def test_records_from_a_bigger_cluster_are_refused(tmp_path):
     r = CliRunner().invoke(app, [str(tmp_path / "b.json"), "--cluster", str(tmp_path / "c.yaml"), "--out", str(out)])
     assert r.exit_code == 2 and "world_size 1000000000 is more than the cluster's 4 GPUs" in r.output
     assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- the library under `commtax calibrate`
+def test_calibrate_files_fits_the_records_of_one_impl_and_writes_both_files(tmp_path):
+    from commtax.measure.calibrate import calibrate_files, write_calibration
+    from commtax.report.text import calibration_lines
+
+    records = synthetic(100 * US, 30e6)
+    (tmp_path / "bench.json").write_text(json.dumps(records + [{**records[0], "impl": "torch"}]))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(CLUSTER))
+    c = calibrate_files(tmp_path / "bench.json", tmp_path / "c.yaml", impl="ring")
+    assert len(c.records) == len(records)  # the torch record is not ring's
+    residuals = c.residuals()
+    assert all(after["error"] == pytest.approx(0, abs=1e-6) for _, after in residuals)  # α, β recovered exactly
+    assert all(abs(before["error"]) > 0.01 for before, _ in residuals)  # the catalog's 0.3 Gb/s link is not 30 MB/s
+    out, cluster_out = tmp_path / "p.yaml", tmp_path / "cp.yaml"
+    write_calibration(c, out, cluster_out)
+    assert yaml.safe_load(out.read_text())["levels"]["inter"]
+    assert yaml.safe_load(cluster_out.read_text())["profile"] == str(out.resolve())
+    lines = calibration_lines(c, out, cluster_out)
+    assert len(lines) == 1 + len(records) + 1  # header, one per record, where it went
+    assert all(len(line) <= 80 for line in lines[:-1])
+    assert lines[-1].startswith(f"wrote {out} and {cluster_out}; in a job file")
+
+
+def test_calibrate_files_names_what_is_wrong(tmp_path):
+    from commtax.errors import SpecError
+    from commtax.measure.calibrate import calibrate_files
+
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(CLUSTER))
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(SpecError, match="^calibrate: "):
+        calibrate_files(tmp_path / "bad.json", tmp_path / "c.yaml")
+    (tmp_path / "bench.json").write_text(json.dumps(synthetic(100 * US, 30e6)))
+    with pytest.raises(SpecError, match=r"^--cluster: .*missing.yaml does not exist; create it with `commtax cluster"):
+        calibrate_files(tmp_path / "bench.json", tmp_path / "missing.yaml", impl="ring")
+    with pytest.raises(SpecError, match=r"^calibrate: .*bench.json has no multi-rank collective records ≥ 64 KiB"):
+        calibrate_files(tmp_path / "bench.json", tmp_path / "c.yaml", impl="tree")  # no tree records: nothing to fit

@@ -373,9 +373,9 @@ def test_calibrate_from_a_gpu_trace_refuses_links_timed_by_waiting(tmp_path):
     and share the GPU with compute): a link fitted to them would make every estimate that reads it slower."""
     import yaml
 
-    from commtax.cli.trace import calibrate_from_trace
     from commtax.spec import load_job
     from commtax.trace.against import calibration_records
+    from commtax.trace.traced_job import calibrate_from_trace
 
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(A100_PAIR))
@@ -390,7 +390,7 @@ def test_calibrate_from_a_gpu_trace_refuses_links_timed_by_waiting(tmp_path):
 
 def test_calibrate_from_a_trace_of_another_job_is_refused(tmp_path):
     """The 2-GPU A100 trace against the 256-GPU H100 example: world size and device both differ."""
-    from commtax.cli.trace import calibrate_from_trace
+    from commtax.trace.traced_job import calibrate_from_trace
 
     out = tmp_path / "profile.yaml"
     with pytest.raises(SpecError, match=r"world size \(2\) is not the job's num_gpus \(256\)"):

@@ -70,3 +70,9 @@ def finite_or_none(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+def safe_text(text: str) -> str:
+    """``text`` (a file name, a message quoting one) with terminal control characters escaped: an escape
+    sequence cannot recolour or clear the terminal, a newline cannot forge another output line."""
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)

@@ -26,7 +26,7 @@ from typing import Annotated, Any, NoReturn, Optional
 import typer
 
 from commtax.cli.output import emit, to_json  # noqa: F401 - re-exported: every command's JSON and --out
-from commtax.errors import EXIT_INTERRUPTED, LAUNCHED_ENV, SpecError, os_error_line
+from commtax.errors import EXIT_INTERRUPTED, LAUNCHED_ENV, SpecError, os_error_line, safe_text
 from commtax.units import memory_need
 
 EXIT_INFEASIBLE = 1  # the plan does not fit, or a check (--max-mape) failed
@@ -129,15 +129,9 @@ JobArg = Annotated[Path, typer.Argument(metavar="JOB.yaml", help="job YAML: mode
 
 def print_table(table: Any, wide: bool = False) -> None:
     """Print a table at the terminal's width, or (``--wide``) at its natural width even past the terminal's edge."""
-    if wide and console.width < WIDE_COLUMNS:
-        from rich.console import Console
+    from commtax.report.table import print_table as print_on
 
-        Console(width=WIDE_COLUMNS, highlight=False, no_color=console.no_color).print(table)
-    else:
-        console.print(table)
-
-
-WIDE_COLUMNS = 200
+    print_on(console, table, wide)
 
 
 # ----------------------------------------------------------------------------- errors
@@ -161,12 +155,6 @@ def refuse_folder_outputs(argv: list[str]) -> None:
             value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
             if value.endswith("/") and value != "/dev/stdout/":
                 fail(f"{opt}: {value} ends in '/', a folder; an output option names a file (drop the '/')")
-
-
-def safe_text(text: str) -> str:
-    """``text`` (a file name, a message quoting one) with terminal control characters escaped: an escape
-    sequence cannot recolour or clear the terminal, a newline cannot forge another output line."""
-    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
 
 
 def warn(message: str) -> None:

@@ -29,7 +29,6 @@ from commtax.cli.io import (
     emit,
     fail,
     flag,
-    print_table,
     progress,
     user_errors,
 )
@@ -97,8 +96,8 @@ def validate(
 ) -> None:
     """Predict published measurements and report the error per row, the MAPE and the 80% interval's coverage;
     several files: each file, then the runs files' rows together (by source)."""
-    from commtax.decide.validate import read_rows, validate_files
-    from commtax.report.table import validation_table
+    from commtax.decide.validate import max_mape_failure, read_rows, validate_files, validation_record
+    from commtax.report.text import print_validation
 
     if max_mape is not None and not (0 <= max_mape < float("inf")):
         raise SpecError(f"--max-mape: a percentage ≥ 0, got {max_mape}")
@@ -106,66 +105,17 @@ def validate(
     with progress("predicting", enabled=not json_out) as update:
         done = iter(range(1, n + 1))
         multi = validate_files(csv_files, catalog, progress=lambda: update(next(done, n), n), loso=loso)
-    reports = list(multi.files.values())
     if plot is not None:
         from commtax.report.plots import parity_plot
 
-        parity_plot(multi.union or reports[0], plot)
+        parity_plot(multi.union or next(iter(multi.files.values())), plot)
     if json_out:
-        emit(reports[0].to_dict() if len(reports) == 1 else multi.to_dict(), True)
+        emit(validation_record(multi), True)
     else:
-        for name, report in multi.files.items():
-            if len(reports) > 1:
-                console.print(f"\n[bold]{name}[/bold]")
-            print_table(validation_table(report, wide), wide)
-            _print_summary(report, loso, subsets=True)
-        if multi.union is not None:
-            console.print(f"\n[bold]All runs files together ({len(multi.union.rows)} rows)[/bold]")
-            _print_summary(multi.union, loso, subsets=False)
-    for name, report in multi.files.items():
-        where = f"{name}: " if len(reports) > 1 else ""
-        if max_mape is not None and (report.mape_pct is None or not report.mape_pct <= max_mape):
-            if report.mape_pct is None:
-                fail(f"{where}no row could be predicted, so --max-mape {max_mape:g}% cannot pass", EXIT_INFEASIBLE)
-            fail(f"{where}MAPE {report.mape_pct:.1f}% is above --max-mape {max_mape:g}%", EXIT_INFEASIBLE)
-
-
-def _print_summary(report, loso: bool, subsets: bool) -> None:
-    if subsets:
-        for name, value in report.subsets.items():
-            console.print(f"MAPE {name}: {value:.1f}%")
-    for name, value in report.by_source.items():
-        console.print(f"MAPE by source: {name[:48]} ({report.rows_by_source[name]} rows): {value:.1f}%")
-    if report.source_avg_mape_pct is not None:
-        console.print(f"MAPE averaged by source ({len(report.by_source)} sources): {report.source_avg_mape_pct:.1f}%")
-        console.print(f"MAPE on rows no constant was fitted on: {report.unfitted_mape_pct:.1f}%")
-    if report.kind == "runs":
-        console.print(f"rows refused: {len(report.refused)}", highlight=False)
-    if report.refused:
-        reasons = {r.id: r.reason for r in report.rows if r.predicted is None}
-        for rid in report.refused:  # one line each, the reason beside the row: reads at 80 columns
-            console.print(f"  refused {rid}: {reasons.get(rid) or 'no prediction'}", markup=False, highlight=False)
-    if report.unknown_columns:
-        console.print(
-            f"note: columns this validator does not read (ignored): {', '.join(report.unknown_columns)}",
-            markup=False,
-            highlight=False,
-        )
-    if report.kind == "runs":
-        if report.coverage_80 is not None:
-            console.print(f"80% interval covers {report.coverage_80:.0%} of the rows (coverage_80)")
-    if loso and report.kind == "runs":
-        console.print(
-            f"leave-one-source-out MAPE: {report.loso_mape_pct:.1f}% ({report.loso_note})"
-            if report.loso_mape_pct is not None
-            else f"leave-one-source-out: {report.loso_note}"
-        )
-    n_ok = sum(r.error_pct is not None for r in report.rows)
-    console.print(
-        f"[bold]MAPE ({report.kind}, {n_ok} rows): {report.mape_pct:.1f}%[/bold]"
-        if report.mape_pct is not None
-        else "no row could be predicted"
-    )
+        print_validation(multi, console, loso=loso, wide=wide)
+    failure = max_mape_failure(multi, max_mape)
+    if failure is not None:
+        fail(failure, EXIT_INFEASIBLE)
 
 
 # ----------------------------------------------------------------------------- collective
@@ -248,77 +198,18 @@ def collective(
 # ----------------------------------------------------------------------------- demo
 def demo(json_out: JsonOpt = False, plot: PlotOpt = None) -> None:
     """The seed article's LLaMA-2 70B / 256-GPU scenario, recomputed next to the article's numbers."""
-    from commtax.decide.demo import ARTICLE, REASONS, communication_wall, seed_rows
-    from commtax.report.table import new_table
+    from commtax.decide.demo import seed_demo
+    from commtax.report.planning import print_demo
 
-    rows = seed_rows()
-    wall = communication_wall(rows[0].job)
+    d = seed_demo()
     if plot is not None:
         from commtax.report.plots import breakdown_plot
 
-        breakdown_plot([(r.name, r.breakdown) for r in rows], plot, "Seed scenario: where the step goes")
+        breakdown_plot([(r.name, r.breakdown) for r in d.rows], plot, "Seed scenario: where the step goes")
     if json_out:
-        emit(
-            {
-                "scenario": "llama2-70b, 1024×4096 tokens per step, TP=8 PP=4 DP=8, 256 GPUs",
-                "clusters": [
-                    {
-                        "name": r.name,
-                        "note": r.note,
-                        "compute_s": r.compute_s,
-                        "comm_s": r.comm_s,
-                        "article": ARTICLE[r.name].__dict__,
-                        "tokens_per_day": r.tokens_per_day,
-                        "breakdown": r.breakdown.to_dict(),
-                    }
-                    for r in rows
-                ],
-                "reasons": REASONS,
-                "communication_wall": [w.__dict__ for w in wall],
-            },
-            True,
-        )
-        return
-    console.print(
-        "[bold]Seed scenario:[/bold] LLaMA-2 70B, 4.19M tokens per step (1024 × 4096), "
-        "TP=8 PP=4 DP=8, 256 GPUs, bf16, ZeRO-1, selective recompute"
-    )
-    t = new_table("commtax vs the seed article (one step, 256 GPUs each)")
-    t.add_column("metric")
-    for r in rows:
-        t.add_column(r.name.removeprefix("256× "), justify="right")
-        t.add_column("article", justify="right", style="dim")
-    metrics = [
-        ("compute s", lambda r: f"{r.compute_s:.1f}", lambda a: f"{a.compute_s:.2f}"),
-        ("comm s", lambda r: f"{r.comm_s:.1f}", lambda a: f"{a.comm_s:.2f}"),
-        ("comm share", lambda r: f"{100 * r.breakdown.comm_share:.0f}%", lambda a: f"{100 * a.comm_tax:.0f}%"),
-        ("comm tax", lambda r: f"{100 * r.breakdown.comm_tax:.0f}%", lambda a: "—"),
-        ("step s", lambda r: f"{r.breakdown.step_time_s:.1f}", lambda a: "—"),
-        ("MFU", lambda r: f"{100 * r.breakdown.mfu:.0f}%", lambda a: "—"),
-        ("B tokens/day", lambda r: f"{r.tokens_per_day / 1e9:.1f}", lambda a: f"{a.tokens_per_day / 1e9:.1f}"),
-    ]
-    for label, ours, theirs in metrics:
-        cells = []
-        for r in rows:
-            cells += [ours(r), theirs(ARTICLE[r.name])]
-        t.add_row(label, *cells)
-    console.print(t)
-    console.print(
-        "comm s: link time, nothing overlapped; comm share = comm / (comm + compute) (the article's tax); "
-        "comm tax = exposed comm / step"
-    )
-    for r in rows:
-        if r.note != "article's plan as given":
-            console.print(f"  {r.name}: {r.note}")
-    console.print("[bold]Why the numbers differ[/bold]")
-    for key, reason in REASONS.items():
-        console.print(f"  • {key}: {reason}")
-    w = new_table(f"The communication wall ({rows[0].name}, fixed network)")
-    for col in ("compute ×", "step s", "step speed-up", "comm tax"):
-        w.add_column(col, justify="right")
-    for row in wall:
-        w.add_row(f"{row.compute_speedup:g}×", f"{row.step_s:.2f}", f"{row.speedup:.2f}×", f"{100 * row.comm_tax:.0f}%")
-    console.print(w)
+        emit(d.to_dict(), True)
+    else:
+        print_demo(d, console)
 
 
 # ----------------------------------------------------------------------------- every command, one line each

@@ -7,7 +7,6 @@ Also runnable as ``python -m commtax.cli.measure …`` (that is how torchrun rel
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -51,14 +50,12 @@ def _bytes(option: str, text: str) -> int:
 
 def _read_cluster(path: Path) -> dict:
     from commtax.errors import SpecError
-    from commtax.measure.cluster import load_cluster_file
+    from commtax.measure.calibrate import read_cluster
 
-    if not path.exists():
-        fail(f"--cluster: {path} does not exist; create it with `commtax cluster up --out {path}`")
     try:
-        return load_cluster_file(path)
-    except (SpecError, ValueError) as e:  # unreadable, not UTF-8, an alias bomb, not a mapping: one line
-        fail(f"--cluster: {e}")
+        return read_cluster(path)
+    except SpecError as e:  # missing, unreadable, not UTF-8, an alias bomb, not a mapping: one line
+        fail(str(e))
 
 
 def _check_out(out: Path) -> None:
@@ -466,33 +463,6 @@ def _check_nproc(nproc: int) -> None:
         fail(f"--nproc: {nproc:,} local ranks on {os.cpu_count()} cores; the limit is {max_local_ranks()} (4 per core)")
 
 
-# bench ddp's model and loop: each bound far above what a CPU rank trains in minutes, far below what fills memory
-DDP_LIMITS = {
-    "--seq-len": 16_384,
-    "--accumulate": 4_096,
-    "--steps": 100_000,
-    "--warmup": 10_000,
-    "--micro-batch": 4_096,
-    "--hidden": 16_384,
-    "--layers": 256,
-    "--heads": 1_024,
-    "--vocab": 1_048_576,
-}
-MAX_DDP_TOKENS = 1 << 20  # micro-batch × seq-len per rank per micro-batch
-
-
-def _check_ddp_sizes(values: dict[str, int]) -> None:
-    for opt, v in values.items():
-        if v > DDP_LIMITS[opt]:
-            fail(f"{opt}: {v:,} is over the limit of {DDP_LIMITS[opt]:,} for bench ddp's CPU model")
-    tokens = values["--micro-batch"] * values["--seq-len"]
-    if tokens > MAX_DDP_TOKENS:
-        fail(
-            f"--micro-batch × --seq-len: {tokens:,} tokens per micro-batch per rank, over the limit of "
-            f"{MAX_DDP_TOKENS:,}"
-        )
-
-
 def _check_sweep(lo: int, hi: int, factor: float, timeout: float, nproc: int, backend: str, fault: str) -> None:
     """Everything a rank would trip over, checked once in the launcher: one line, exit 2, no rank started."""
     import math
@@ -711,35 +681,31 @@ def bench_ddp(
 ) -> None:
     """Train a small GPT with DDP under each comm hook: step time, exposed comm, bytes on the wire, loss, prediction."""
     from commtax.errors import SpecError
-    from commtax.measure.ddp_options import check_ddp_options, read_gemm_records
+    from commtax.measure.ddp_options import check_ddp_options, check_ddp_sizes, read_gemm_records
 
     try:
         hooks = check_ddp_options(hook, error_feedback, powersgd_rank, hidden, heads, optimizer)
         cluster = _read_cluster(cluster_file) if cluster_file is not None else None
         gemm = read_gemm_records(gemm_json) if gemm_json is not None else None
+        _check_nproc(nproc)
+        check_ddp_sizes(
+            seq_len=seq_len,
+            accumulate=accumulate,
+            steps=steps,
+            warmup=warmup,
+            micro_batch=micro_batch,
+            hidden=hidden,
+            layers=layers,
+            heads=heads,
+            vocab=vocab,
+        )
     except SpecError as e:
         fail(str(e))
-    _check_nproc(nproc)
-    _check_ddp_sizes(
-        {
-            "--seq-len": seq_len,
-            "--accumulate": accumulate,
-            "--steps": steps,
-            "--warmup": warmup,
-            "--micro-batch": micro_batch,
-            "--hidden": hidden,
-            "--layers": layers,
-            "--heads": heads,
-            "--vocab": vocab,
-        }
-    )
-    if "RANK" not in os.environ and out is not None:
-        _check_out(out)
-        if append and out.exists():
-            _check_records(out, "--append")
     if "RANK" not in os.environ:  # not under torchrun: become it, locally (the output checked once, here)
         if out is not None:
             _check_out(out)
+            if append and out.exists():
+                _check_records(out, "--append")
         from commtax.measure.bench import run_local
 
         raise typer.Exit(run_local(nproc, ["bench", "ddp", *_argv_tail("ddp")]))
@@ -790,19 +756,13 @@ def bench_pipeline(
     append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
 ) -> None:
     """A small GPT split into pipeline stages over p2p: per-stage compute, send/recv, bubble, step, prediction."""
+    from commtax.errors import SpecError
+    from commtax.measure.bench_options import pipeline_records, pipeline_stages
+
     try:
-        split = tuple(int(x) for x in stage_layers.split(","))
-    except ValueError:
-        fail(f"--stage-layers: {stage_layers!r} is not a comma list of block counts, e.g. 3,1")
-    if any(x < 0 for x in split) or sum(split) != layers:
-        fail(f"--stage-layers {stage_layers}: must be ≥ 0 each and sum to --layers ({layers})")
-    if len(split) < 2:
-        fail("--stage-layers: a pipeline needs at least 2 stages, e.g. 2,2")
-    if hidden % heads:
-        fail(f"--hidden ({hidden}) must be divisible by --heads ({heads})")
-    cluster = _read_cluster(cluster_file) if cluster_file is not None else None
-    if cluster is not None and cluster.get("pools") and len(cluster["pools"]) != len(split):
-        fail(f"--stage-layers: {len(split)} stages on a cluster of {len(cluster['pools'])} nodes; give one per node")
+        split, cluster = pipeline_stages(stage_layers, layers, hidden, heads, cluster_file)
+    except SpecError as e:
+        fail(str(e))
     if "RANK" not in os.environ:  # not under torchrun: become it, locally, one rank per stage
         if out is not None:
             _check_out(out)
@@ -830,20 +790,11 @@ def bench_pipeline(
     )
     sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None)
     if append and out is not None and out.exists() and int(os.environ["RANK"]) == 0:
-        try:  # pipeline records, not collective ones: ResultFile's loader checks the collective fields
-            old = json.loads(out.read_text())
-        except (OSError, ValueError) as e:
-            fail(f"--append: cannot read {out}: {e}")
-        if not isinstance(old, list) or not all(isinstance(r, dict) and r.get("bench") == "pipeline" for r in old):
-            fail(f"--append: {out} does not hold `bench pipeline` records; give another --out")
-        sink.records = old
+        try:
+            sink.records = pipeline_records(out)
+        except SpecError as e:
+            fail(str(e))
     run(cfg, sink, cluster, log=lambda s: typer.echo(s, err=True))
-
-
-MAX_MOE_EXPERTS = 1024
-MAX_MOE_HIDDEN = 8192
-MAX_MOE_TOKENS = 65_536
-MAX_MOE_STEPS = 10_000
 
 
 @bench_app.command("moe")
@@ -869,37 +820,17 @@ def bench_moe(
 ) -> None:
     """One MoE layer (router, permute, all_to_all dispatch, expert MLPs, combine, unpermute) per phase, measured and
     predicted."""
-    import math
+    from commtax.errors import SpecError
+    from commtax.measure.bench_options import check_moe
 
     n = int(os.environ.get("WORLD_SIZE", nproc))
     cores = os.cpu_count() or 1
     if "RANK" not in os.environ and not 1 <= nproc <= max(2, 4 * cores):
         fail(f"--nproc: 1 to {max(2, 4 * cores)} local ranks on this {cores}-core machine, got {nproc}")
-    if not 1 <= experts <= MAX_MOE_EXPERTS:
-        fail(f"--experts: 1 to {MAX_MOE_EXPERTS}, got {experts}")
-    if experts % n:
-        fail(f"--experts: {experts} experts do not divide over {n} ranks; use a multiple of {n}")
-    if not 1 <= top_k <= experts:
-        fail(f"--top-k: 1 to --experts ({experts}), got {top_k}")
-    for name, v, hi in (("--hidden", hidden, MAX_MOE_HIDDEN), ("--ffn", ffn, 4 * MAX_MOE_HIDDEN)):
-        if not 1 <= v <= hi:
-            fail(f"{name}: 1 to {hi}, got {v}")
-    if not 1 <= tokens <= MAX_MOE_TOKENS:
-        fail(f"--tokens: 1 to {MAX_MOE_TOKENS} per rank, got {tokens}")
-    if not (math.isfinite(imbalance) and 1.0 <= imbalance <= experts / top_k):
-        fail(f"--imbalance: λ from 1 to E/top-k = {experts / top_k:g} (every token on the hot expert), got {imbalance}")
-    if not 1 <= steps <= MAX_MOE_STEPS or not 0 <= warmup <= MAX_MOE_STEPS:
-        fail(f"--steps/--warmup: 1 to {MAX_MOE_STEPS} timed steps, 0 to {MAX_MOE_STEPS} warm-up, got {steps}/{warmup}")
-    if not math.isfinite(timeout):
-        fail(f"--timeout: seconds, finite, got {timeout}")
-    # every rank holds its tokens, k copies out and back, the received rows (≤ n·T·k at λ = E/k) and all E experts
-    rank_bytes = 4 * (tokens * hidden * (1 + 4 * top_k + 2 * n * top_k) + 2 * experts * hidden * ffn)
-    avail = _mem_available_bytes()
-    if avail and n * rank_bytes > avail:
-        fail(
-            f"--tokens/--hidden/--ffn/--experts: {n} ranks × {rank_bytes / 2**30:.2f} GiB do not fit the "
-            f"{avail / 2**30:.1f} GiB free; make them smaller"
-        )
+    try:
+        check_moe(experts, top_k, hidden, ffn, tokens, imbalance, steps, warmup, timeout, n, _mem_available_bytes())
+    except SpecError as e:
+        fail(str(e))
     cluster = _read_cluster(cluster_file) if cluster_file is not None else None
     if "RANK" not in os.environ:  # not under torchrun: become it, locally (checked once, here)
         if out is not None:
@@ -942,76 +873,29 @@ def calibrate_command(
 ) -> None:
     """Fit α (latency) and β (1/bandwidth) per op and level into a hardware profile; print the residuals."""
     from commtax.atomic import refuse_overwriting_inputs
-    from commtax.errors import SpecError
 
-    try:
-        refuse_overwriting_inputs(
-            {"--out": out, "--cluster-out": cluster_out},
-            [bench_json, cluster_file, gemm_json, job_file, *(trace or [])],
-        )
-    except SpecError as e:
-        fail(str(e))
+    refuse_overwriting_inputs(
+        {"--out": out, "--cluster-out": cluster_out}, [bench_json, cluster_file, gemm_json, job_file, *(trace or [])]
+    )
     if trace:
-        from commtax.cli.trace import calibrate_from_trace, print_profile_summary
+        from commtax.report.text import profile_summary_lines
+        from commtax.trace.traced_job import calibrate_from_trace
 
-        try:
-            profile = calibrate_from_trace(trace, job_file, out, steps)
-        except SpecError as e:
-            fail(str(e))
-        print_profile_summary(profile, out)
-        return
-    if bench_json is None:
+        lines = profile_summary_lines(calibrate_from_trace(trace, job_file, out, steps), out)
+    elif bench_json is None:
         fail("calibrate: give the bench records file, or --trace TRACE --job JOB.yaml")
-    from commtax.measure.calibrate import (
-        calibrate,
-        check_cluster,
-        check_gemm,
-        check_records,
-        check_records_fit,
-        compare,
-        write_profile,
-    )
-    from commtax.spec import read_text
+    else:
+        from commtax.measure.calibrate import calibrate_files, write_calibration
+        from commtax.report.text import calibration_lines
 
-    for path in (out, cluster_out):  # both checked before anything is written
-        if path is not None:
-            _check_out(path)
-    try:
-        records = check_records(json.loads(read_text(bench_json, "JSON file")), bench_json)
-        gemm = check_gemm(json.loads(read_text(gemm_json, "JSON file")), gemm_json) if gemm_json else None
-        cluster = check_cluster(_read_cluster(cluster_file), cluster_file)
-        records = check_records_fit(records, cluster, bench_json)
-        records = [r for r in records if r.get("impl") == impl]
-        profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
-    except ValueError as e:  # SpecError, or JSON that does not parse
-        fail(f"calibrate: {e}")
-    levels = profile["residuals"]["levels"]
-    if not profile["ops"] and "inter" not in levels and "intra" not in levels:
-        fail(f"calibrate: {bench_json} has no multi-rank collective records ≥ 64 KiB to fit")
-    write_profile(profile, out)
-    if cluster_out is not None:
-        import yaml
-
-        from commtax.measure.results import write_atomic
-
-        write_atomic(cluster_out, yaml.safe_dump({**cluster, "profile": str(out.resolve())}, sort_keys=False))
-    before, after = compare(records, cluster), compare(records, cluster, profile)
-    # 77 columns: reads at 80
-    typer.echo(
-        f"{'op':>14} {'impl':>5} {'bytes':>9} {'measured ms':>11} {'model ms':>8} {'err':>6} "
-        f"{'calibrated':>10} {'err':>6}"
-    )
-    for b, a in zip(before, after):
-        typer.echo(
-            f"{b['op']:>14} {b['impl']:>5} {b['message_bytes']:>9} {b['measured_s'] * 1e3:11.3f} "
-            f"{b['predicted_s'] * 1e3:8.3f} {b['error']:+6.1%} {a['predicted_s'] * 1e3:10.3f} "
-            f"{a['error']:+6.1%}"
-        )
-    typer.echo(
-        f"wrote {safe_text(str(out))}"
-        + (f" and {safe_text(str(cluster_out))}" if cluster_out else "")
-        + f"; in a job file: `cluster: {{..., profile: {out}}}` replaces the catalog link numbers"
-    )
+        for path in (out, cluster_out):  # both checked before anything is written
+            if path is not None:
+                _check_out(path)
+        c = calibrate_files(bench_json, cluster_file, gemm_json, impl)
+        write_calibration(c, out, cluster_out)
+        lines = calibration_lines(c, out, cluster_out)
+    for line in lines:
+        typer.echo(line)
 
 
 def _argv_tail(sub: str = "collective") -> list[str]:

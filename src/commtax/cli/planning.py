@@ -1,5 +1,6 @@
-"""``commtax search``, ``compare``, ``advise`` and ``cost``: thin typer commands over search, compare, advise and
-cost. Errors, JSON and progress: :mod:`commtax.cli.io`; tables: :mod:`commtax.report.table`."""
+"""``commtax search``, ``compare``, ``advise`` and ``cost``: thin typer commands over ``decide.search_job``,
+``decide.compare``, ``decide.advise`` and ``decide.cost``. Errors, JSON and progress: :mod:`commtax.cli.io`; what
+they print: :mod:`commtax.report.planning` and :mod:`commtax.report.table`."""
 
 from __future__ import annotations
 
@@ -26,21 +27,14 @@ from commtax.cli.io import (
     emit,
     err_console,
     flag,
-    print_table,
     progress,
     search_flag,
 )
 from commtax.decide.cost import PowerBasis
-from commtax.decide.plans import MOE_LABEL_KEY, PLAN_LABEL_KEY, plan_label
 from commtax.decide.search import GRAD_DTYPES, RANK_BY, RECOMPUTE
-from commtax.errors import EXIT_INTERRUPTED, SpecError
+from commtax.errors import EXIT_INTERRUPTED
 from commtax.report.table import (
-    compare_table,
     cost_table,
-    new_table,
-    pct,
-    render_breakdown,
-    search_table,
 )
 
 TokensOpt = Annotated[Optional[float], typer.Option("--tokens", min=1, help="training tokens (default: the job's)")]
@@ -138,184 +132,36 @@ def search_command(
     ] = None,
 ) -> None:
     """Every valid plan for the job's model and cluster, ranked; the best ones with their breakdowns."""
-    from commtax.decide.cost import job_cluster_cost, load_prices
-    from commtax.decide.search import Space, search
+    from commtax.decide.search_job import PoolJobSearch, search_job
+    from commtax.report.planning import print_pool_search, print_search
     from commtax.spec import load_job
 
     job = load_job(job_file, catalog)
     moe = {"ep": ep, "etp": etp, "moe_dispatcher": moe_dispatcher, "moe_a2a_overlap": moe_a2a_overlap}
-    if job.cluster.pools:  # several GPU pools: assignments, layer splits and batch shares (decide/pool_search.py)
-        given = [k for k, v in {**plan, **moe}.items() if v is not None] + (["fix"] if fix else [])
-        if given:  # the pool search spans its own space: a flag it would not read is named, not ignored
-            name = f"--{given[0].replace('_', '-')}"
-            raise SpecError(
-                f"{name}: a cluster of GPU pools is searched over its pool assignments and splits "
-                "(decide/pool_search.py), which take no plan flags; drop it or set the field in the job file"
-            )
-        _search_pools(job, top, rent, json_out, out, prices, wide)
-        return
-    space = Space.parse(plan, [f.strip() for f in fix.split(",") if f.strip()] if fix else [])
-    mode = "rented" if rent else "owned"
-    usd_per_s = None
-    price_error = None
-    try:
-        usd_per_s = job_cluster_cost(job, load_prices(prices)).usd_per_s(mode)
-    except SpecError as e:
-        if prices is not None or rank != "step":
-            raise
-        price_error = str(e)
-    if verify > MAX_VERIFY:
-        raise SpecError(
-            f"--verify: {verify:,} plans to simulate; the limit is {MAX_VERIFY} (each is a full simulation)"
-        )
-    with progress("searching plans", enabled=not json_out) as update:
-        if any(v is not None for v in moe.values()):
-            from commtax.decide.search import search_moe
-
-            res = search_moe(job, moe, space, rank_by=rank, top=top, workers=workers, progress=update, verify=verify)
-        else:
-            res = search(job, space, rank_by=rank, top=top, workers=workers, progress=update, verify=verify)
-    data = res.to_dict()
-    if usd_per_s is not None:
-        for entry, (_, b) in zip(data["top"], res.top):
-            entry["usd_per_B_tokens"] = usd_per_s * 1e9 / b.tokens_per_s
-            entry["tokens_per_dollar"] = b.tokens_per_s / usd_per_s
-        data["price_mode"] = mode
-    if csv_out is not None:
-        write_atomic(csv_out, res.to_csv())
-    emit(data, json_out, out)
-    if json_out:
-        _exit_if_interrupted(res.interrupted)
-        return
-    s = res.summary()
-    console.print(
-        f"{s['evaluated']:,} plans in {s['elapsed_s']:.2f} s ({s['plans_per_s']:,.0f}/s): {s['valid']:,} valid, "
-        f"{s['fit']:,} fit memory, {s['do_not_fit']:,} do not fit, {s['invalid']:,} invalid",
+    s = search_job(
+        job,
+        plan,
+        moe,
+        fix,
+        rank_by=rank,
+        top=top,
+        verify=verify,
+        rent=rent,
+        workers=workers,
+        prices=prices,
+        progress_bar=functools.partial(progress, enabled=not json_out),
     )
-    for title, reasons in (("invalid", s["invalid_reasons"]), ("do not fit", s["do_not_fit_reasons"])):
-        for why, count in list(reasons.items())[:4]:
-            # the key has its numbers taken out to group messages ("vp(n) > n"): show one real message
-            example = res.invalid_examples.get(why)
-            text = f"{why}" if example is None else (f"e.g. {example}" if count > 1 else example)
-            console.print(f"  {title}: {count:,} × {text}", markup=False)
-    if res.interrupted:
-        console.print("[yellow]interrupted: the best of the plans evaluated so far[/yellow]")
-    for w in res.warnings:
-        err_console.print(f"warning: {w}", markup=False)
-    if price_error:
-        console.print(f"(no $ column: {price_error})", markup=False)
-    print_table(search_table(res, mode, usd_per_s, max(top, verify), wide), wide)
-    _say_within_interval(res)
-    console.print(PLAN_LABEL_KEY, style="dim")
-    if job.model.is_moe:
-        console.print(MOE_LABEL_KEY, style="dim")
-    if res.verified:
-        t = new_table(f"Top {len(res.verified)} simulated (ranked by the simulated step)")
-        for col in ("#", "plan", "estimate s (80%)", "simulate s", "diff", "MFU"):
-            t.add_column(col, justify="left" if col == "plan" else "right")
-        for k, v in enumerate(res.verified, 1):
-            est, sim = v.estimate.step_time_s, v.simulate.step_time_s
-            lo, hi = v.estimate.step_time_s_p10, v.estimate.step_time_s_p90
-            band = f" ({lo:.2f}–{hi:.2f})" if lo else ""
-            mfu = f"{v.estimate.mfu:.1%}" + (" !" if v.above_published else "")
-            t.add_row(str(k), plan_label(v.plan), f"{est:.3f}{band}", f"{sim:.3f}", f"{(sim - est) / est:+.1%}", mfu)
-        print_table(t, wide)
-        for v in res.verified[:1]:
-            if v.above_published:
-                err_console.print(f"warning: best plan: {v.above_published}", markup=False)
-    best_plan, best = res.top[0]
-    console.print(f"\n[bold]Best plan[/bold] {plan_label(best_plan)}:")
-    render_breakdown(best, console, job.cluster.gpu.mem_GiB)
-    _exit_if_interrupted(res.interrupted)
-
-
-def within_interval_lines(named: list) -> list[str]:
-    """One line per pair of options whose central steps lie inside each other's 80% interval."""
-    from commtax.schedule.breakdown import within_each_other
-
-    return [
-        f"{a} and {b}: within each other's 80% interval (steps {ba.step_time_s:.2f} and {bb.step_time_s:.2f} s): "
-        f"the model cannot rank them; their ratio {ba.step_time_s / bb.step_time_s:.2f} is firmer than either time"
-        for i, (a, ba) in enumerate(named)
-        for b, bb in named[i + 1 :]
-        if within_each_other(ba, bb)
-    ]
-
-
-def _say_within_interval(res) -> None:
-    """The model cannot rank two plans whose central steps lie inside each other's 80% interval: say so."""
-    from commtax.schedule.breakdown import within_each_other
-
-    if len(res.top) >= 2 and within_each_other(res.top[0][1], res.top[1][1]):
-        console.print(
-            f"plans #1 and #2 are within each other's 80% interval ({plan_label(res.top[0][0])} vs "
-            f"{plan_label(res.top[1][0])}): the model cannot tell them apart; their ratio is firmer than either time",
-            markup=False,
-        )
-
-
-def stage_runs(pools: list, layers: list[int]) -> str:
-    """``4×rtx4090:6 + 4×a100:14``: runs of equal stages, each as count × pool:layers."""
-    runs: list[list] = []
-    for key in zip(pools, layers):
-        if runs and runs[-1][1] == key:
-            runs[-1][0] += 1
-        else:
-            runs.append([1, key])
-    return " + ".join(f"{n}×{w}:{x}" for n, (w, x) in runs)
-
-
-def _search_pools(job, top: int, rent: bool, json_out: bool, out: Path | None, prices, wide: bool) -> None:
-    """``search`` on a cluster of GPU pools: the pool search's best plans, refusals counted by rule."""
-    from commtax.decide.cost import job_cluster_cost, load_prices
-    from commtax.decide.pool_search import pool_search
-
-    mode = "rented" if rent else "owned"
-    usd_per_s, price_error = None, None
-    try:
-        usd_per_s = job_cluster_cost(job, load_prices(prices)).usd_per_s(mode)
-    except SpecError as e:  # an unpriced GPU: no $ column, as search does
-        if prices is not None:
-            raise
-        price_error = str(e)
-    with progress("searching pool plans", enabled=not json_out) as update:
-        res = pool_search(job, top=top, progress=update)
-    data = res.to_dict()
-    for entry, (_, b) in zip(data["top"], res.top):
-        entry["usd_per_B_tokens"] = usd_per_s * 1e9 / b.tokens_per_s if usd_per_s else None
-    emit(data, json_out, out)
-    if json_out:
+    if isinstance(s, PoolJobSearch):  # the pool search: no --csv, no --verify (its plans are not the grid's)
+        emit(s.to_dict(), json_out, out)
+        if not json_out:
+            print_pool_search(s, job, console, wide=wide)
         return
-    if price_error:
-        console.print(f"(no $ column: {price_error})", markup=False)
-    console.print(f"{res.evaluated:,} pool plans: {res.fit:,} valid and fit memory")
-    for why, count in res.refusals.most_common(5):
-        console.print(f"  refused: {count:,} × {why}", markup=False)
-    t = new_table(f"Top {len(res.top)} plans on the pools ($ {mode})")
-    for col in ("#", "plan", "stages (pool:layers)", "step s", "tax", "MFU", "$/B tok", "straggler"):
-        t.add_column(col, justify="left" if col in ("plan", "stages (pool:layers)", "straggler") else "right")
-    for k, ((p, b), entry) in enumerate(zip(res.top, data["top"]), 1):
-        where = (
-            stage_runs(list(p.stage_pools), list(p.stage_layers or ()))
-            if p.stage_pools
-            else "dp across pools, shares " + (",".join(f"{x:.3g}" for x in p.pool_batch_share or ()) or "even")
-        )
-        slow = next((x["pool"] for x in b.pools or [] if x["straggler"]), "")
-        label = f"tp{p.tp}·pp{p.pp}·dp{p.dp}·mb{p.micro_batch}·{p.recompute}"
-        t.add_row(
-            str(k),
-            label,
-            where,
-            f"{b.step_time_s:.2f}",
-            f"{b.comm_tax:.1%}",
-            f"{b.mfu:.1%}",
-            f"{entry['usd_per_B_tokens']:,.0f}",
-            slow,
-        )
-    print_table(t, wide)
-    best = res.top[0][1]
-    console.print("\n[bold]Best plan[/bold]:")
-    render_breakdown(best, console, job.cluster.gpu.mem_GiB)
+    if csv_out is not None:
+        write_atomic(csv_out, s.result.to_csv())
+    emit(s.to_dict(), json_out, out)
+    if not json_out:
+        print_search(s, job, console, err_console, top=top, verify=verify, wide=wide)
+    _exit_if_interrupted(s.result.interrupted)
 
 
 def _exit_if_interrupted(interrupted: bool) -> None:
@@ -374,6 +220,7 @@ def compare_command(
     --search gives each cluster its own best plan instead; plan options (--tp, --pp, ...) restrict that search
     (e.g. to one fixed plan) and so imply --search."""
     from commtax.decide.compare import run_compare
+    from commtax.report.planning import comparison_plots, print_comparison
 
     with progress("searching clusters" if search else "pricing clusters", enabled=not json_out) as update:
         c = run_compare(
@@ -395,44 +242,10 @@ def compare_command(
             prices=prices,
             progress=update,
         )
-    data = c.to_dict()
-    if pareto is not None:
-        from commtax.report.plots import pareto_plot
-
-        pareto_plot(c.pareto, pareto, mode=c.mode)
-        data["pareto_png"] = str(pareto)
-    if scaling_png is not None:
-        from commtax.report.plots import scaling_plot
-
-        scaling_plot(c.scaling, scaling_png, "" if c.searched else "The job's plan at each scale")
-        data["scaling_png"] = str(scaling_png)
-    emit(data, json_out, out)
+    written = comparison_plots(c, pareto, scaling_png)
+    emit({**c.to_dict(), **written}, json_out, out)
     if not json_out:
-        _print_comparison(c, article, wide, [p for p in (pareto, scaling_png) if p is not None])
-
-
-def _print_comparison(c, article: bool, wide: bool, written: list[Path]) -> None:
-    from commtax.decide.compare import fabric_tradeoff_lines
-
-    print_table(compare_table(c.rows, c.mode, article, wide, c.searched), wide)
-    if not wide:
-        for r in c.rows:
-            if r.plan is not None and r.breakdown is not None:
-                console.print(f"  {r.name}: {plan_label(r.plan)}", markup=False)
-    for line in within_interval_lines([(r.name, r.breakdown) for r in c.rows if r.breakdown is not None]):
-        console.print(line, markup=False)
-    for line in fabric_tradeoff_lines(c.rows, c.mode):
-        console.print(line, markup=False)
-    if c.deadline_days is not None:
-        if c.choice is None:
-            console.print(f"no cluster trains {c.tokens:.3g} tokens within {c.deadline_days:g} days")
-        else:
-            console.print(
-                f"cheapest within {c.deadline_days:g} days: {c.choice.name}: {c.choice.cost.days:.1f} days, "
-                f"${c.choice.cost.usd_per_B_tokens(c.mode):,.0f} per B tokens ({c.mode})"
-            )
-    for path in written:
-        console.print(f"wrote {path}")
+        print_comparison(c, console, article=article, wide=wide, written=[Path(p) for p in written.values()])
 
 
 # ----------------------------------------------------------------------------- advise
@@ -451,6 +264,7 @@ def advise_command(
 
     --search adds one more change, the best plan a full search finds (the slow part)."""
     from commtax.decide.advise import advise
+    from commtax.report.planning import print_advice
     from commtax.spec import load_job
 
     job = load_job(job_file, catalog)
@@ -465,61 +279,8 @@ def advise_command(
     with progress("re-estimating changes" + (" and searching plans" if search else ""), enabled=not json_out) as update:
         a = advise(job, search_best=search, workers=workers, progress=update)
     emit(a.to_dict(), json_out, out)
-    if json_out:
-        _exit_if_interrupted(a.interrupted)
-        return
-    b = a.breakdown
-    console.print(
-        f"step {b.step_time_s:.3f} s, MFU {pct(b.mfu)}, comm tax {pct(b.comm_tax)}"
-        f"{'' if b.fits else ' (does not fit memory)'}; dominant: {a.dominant} ({pct(a.dominant_share)} of step)"
-        + (
-            f"; largest communication part: {a.dominant_comm} ({pct(b.breakdown_s[a.dominant_comm] / b.step_time_s)})"
-            if a.dominant_comm
-            else ""
-        ),
-    )
-    # changes that fit memory come first, fastest first: with a plan that does not fit, a slower one can lead
-    order = "best first" if b.fits else "those that fit memory first, then fastest"
-    t = new_table(f"Changes, re-estimated ({order})")
-    t.add_column("#", justify="right")
-    t.add_column("change")
-    t.add_column("step", justify="right", no_wrap=True)
-    t.add_column("what moves")
-    for k, c in enumerate(a.changes[:top], 1):
-        step = f"{c.step_change:+.1%}" + (" ≈" if c.within_interval else "")
-        t.add_row(str(k), c.label, step, c.text().split(": ", 1)[-1].split("; ", 1)[-1])
-    console.print(t)
-    if any(c.within_interval for c in a.changes[:top]):
-        console.print(
-            "≈: before and after lie within each other's 80% interval; the change's ratio is firmer than either time",
-            markup=False,
-        )
-    helps = [r for r in a.remedies if r.change.step_change <= -0.0005]  # a cut that shows at 0.1%
-    slower = [r for r in a.remedies if r.change.step_change > -0.0005]
-    for r in helps:  # gradient compression as DDP comm hooks (commtax bench ddp measures them)
-        console.print(f"remedy: {r.text()}", highlight=False)
-    if slower:  # never listed as a remedy: the codec costs more than the bytes it saves on this network
-        console.print(
-            "not a remedy here (no faster step: the codec costs about what the bytes it saves): "
-            + "; ".join(f"{r.label} {r.change.step_change:+.1%}" for r in slower),
-            highlight=False,
-        )
-    for line in a.placement:  # cluster.fabric: where each group sits, what to keep where
-        console.print(f"placement: {line}", highlight=False)
-    for c in (c for c in a.changes if c.kind == "fabric"):  # every fabric what-if, better or worse
-        console.print(
-            f"fabric what-if: {c.label}: step {c.step_after_s:.3f} s ({c.step_change:+.1%}), comm tax "
-            f"{pct(c.comm_tax_after)}",
-            highlight=False,
-        )
-    s = a.sensitivities
-    console.print(
-        "sensitivity (elasticity d ln step / d ln x): "
-        + ", ".join(
-            f"{lvl} bandwidth {v['bw_elasticity']:+.3f}, {lvl} latency {v['latency_elasticity']:+.3f}"
-            for lvl, v in s.items()
-        ),
-    )
+    if not json_out:
+        print_advice(a, console, top=top)
     _exit_if_interrupted(a.interrupted)
 
 

@@ -172,3 +172,39 @@ def communication_wall(job: Job, factors: tuple[float, ...] = (1.0, 2.0, 4.0)) -
         base = base or b.step_time_s
         rows.append(WallRow(k, b.step_time_s, base / b.step_time_s, b.comm_tax))
     return rows
+
+
+SCENARIO = "llama2-70b, 1024×4096 tokens per step, TP=8 PP=4 DP=8, 256 GPUs"
+
+
+@dataclass(frozen=True)
+class Demo:
+    """``commtax demo``: the seed scenario on each cluster and the first cluster's communication wall."""
+
+    rows: list[DemoRow]
+    wall: list[WallRow]
+
+    def to_dict(self) -> dict:
+        return {
+            "scenario": SCENARIO,
+            "clusters": [
+                {
+                    "name": r.name,
+                    "note": r.note,
+                    "compute_s": r.compute_s,
+                    "comm_s": r.comm_s,
+                    "article": ARTICLE[r.name].__dict__,
+                    "tokens_per_day": r.tokens_per_day,
+                    "breakdown": r.breakdown.to_dict(),
+                }
+                for r in self.rows
+            ],
+            "reasons": REASONS,
+            "communication_wall": [w.__dict__ for w in self.wall],
+        }
+
+
+def seed_demo() -> Demo:
+    """The seed article's scenario recomputed on its three clusters, and the wall of the first."""
+    rows = seed_rows()
+    return Demo(rows, communication_wall(rows[0].job))

@@ -856,3 +856,22 @@ def validate_files(
         all_results += results
     union = summarise("runs", all_rows, all_results, catalog, loso) if runs_files > 1 else None
     return MultiReport(files, union)
+
+
+def validation_record(multi: MultiReport) -> dict[str, Any]:
+    """``validate --json``: one file's report as it is; several files' reports and their union."""
+    reports = list(multi.files.values())
+    return reports[0].to_dict() if len(reports) == 1 else multi.to_dict()
+
+
+def max_mape_failure(multi: MultiReport, max_mape: float | None) -> str | None:
+    """``validate --max-mape PCT``: why the first file above the limit fails it (None: every file passes)."""
+    if max_mape is None:
+        return None
+    for name, report in multi.files.items():
+        where = f"{name}: " if len(multi.files) > 1 else ""
+        if report.mape_pct is None:
+            return f"{where}no row could be predicted, so --max-mape {max_mape:g}% cannot pass"
+        if not report.mape_pct <= max_mape:
+            return f"{where}MAPE {report.mape_pct:.1f}% is above --max-mape {max_mape:g}%"
+    return None

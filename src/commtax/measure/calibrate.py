@@ -346,3 +346,68 @@ def write_profile(profile: dict, path: Path | str) -> None:
     from commtax.measure.results import write_atomic
 
     write_atomic(Path(path), yaml.safe_dump(profile, sort_keys=False))
+
+
+# ---------------------------------------------------------------------- commtax calibrate, files in and out
+def read_cluster(path: Path, option: str = "--cluster") -> dict:
+    """The cluster YAML a bench ran on (or a job file's ``cluster:``); a missing or malformed file -> one line."""
+    from commtax.measure.cluster import load_cluster_file
+
+    if not path.exists():
+        raise SpecError(f"{option}: {path} does not exist; create it with `commtax cluster up --out {path}`")
+    try:
+        return load_cluster_file(path)
+    except ValueError as e:  # unreadable, not UTF-8, an alias bomb, not a mapping: one line
+        raise SpecError(f"{option}: {e}") from None
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fit of a bench's records: the profile, the cluster it ran on and the records it was fitted to."""
+
+    profile: dict
+    cluster: dict
+    records: list[dict]
+
+    def residuals(self) -> list[tuple[dict, dict]]:
+        """Each record's model error before (catalog numbers) and after (the profile) calibrating."""
+        return list(zip(compare(self.records, self.cluster), compare(self.records, self.cluster, self.profile)))
+
+
+def calibrate_files(
+    bench_json: Path, cluster_file: Path, gemm_json: Path | None = None, impl: str = "torch"
+) -> Calibration:
+    """``commtax calibrate``: fit the records of ``impl`` in ``bench_json`` (and the GEMM records) on the cluster
+    they ran on. Bad input raises a ``SpecError`` whose text is the user's one line (``calibrate: …``)."""
+    import json
+
+    from commtax.spec import read_text
+
+    try:
+        records = check_records(json.loads(read_text(bench_json, "JSON file")), bench_json)
+        gemm = check_gemm(json.loads(read_text(gemm_json, "JSON file")), gemm_json) if gemm_json else None
+    except ValueError as e:  # SpecError, or JSON that does not parse
+        raise SpecError(f"calibrate: {e}") from None
+    raw = read_cluster(cluster_file)
+    try:
+        cluster = check_cluster(raw, cluster_file)
+        records = check_records_fit(records, cluster, bench_json)
+        records = [r for r in records if r.get("impl") == impl]
+        profile = calibrate(records, cluster, gemm, source=f"commtax calibrate from {bench_json.name}")
+    except ValueError as e:
+        raise SpecError(f"calibrate: {e}") from None
+    levels = profile["residuals"]["levels"]
+    if not profile["ops"] and "inter" not in levels and "intra" not in levels:
+        raise SpecError(f"calibrate: {bench_json} has no multi-rank collective records ≥ 64 KiB to fit")
+    return Calibration(profile, cluster, records)
+
+
+def write_calibration(c: Calibration, out: Path, cluster_out: Path | None = None) -> None:
+    """The profile YAML; with ``cluster_out``, the cluster YAML too, its ``profile:`` pointing at ``out``."""
+    import yaml
+
+    from commtax.measure.results import write_atomic
+
+    write_profile(c.profile, out)
+    if cluster_out is not None:
+        write_atomic(cluster_out, yaml.safe_dump({**c.cluster, "profile": str(out.resolve())}, sort_keys=False))

@@ -16,6 +16,35 @@ from commtax.spec.wire_dtypes import POWERSGD_RANKS
 DDP_HOOKS = ("none", "fp16", "bf16", "fp8", "fp8_e5m2", "int8", "int4", "powersgd")
 DDP_OPTIMIZERS = ("adamw", "sgd")
 
+# bench ddp's model and loop: each bound far above what a CPU rank trains in minutes, far below what fills memory
+DDP_LIMITS = {
+    "--seq-len": 16_384,
+    "--accumulate": 4_096,
+    "--steps": 100_000,
+    "--warmup": 10_000,
+    "--micro-batch": 4_096,
+    "--hidden": 16_384,
+    "--layers": 256,
+    "--heads": 1_024,
+    "--vocab": 1_048_576,
+}
+MAX_DDP_TOKENS = 1 << 20  # micro-batch × seq-len per rank per micro-batch
+
+
+def check_ddp_sizes(**sizes: int) -> None:
+    """Each size option (``hidden=256`` for ``--hidden``) within ``DDP_LIMITS``; given ``micro_batch`` and
+    ``seq_len``, the tokens of a micro-batch within ``MAX_DDP_TOKENS``."""
+    for name, v in sizes.items():
+        opt = "--" + name.replace("_", "-")
+        if v > DDP_LIMITS[opt]:
+            raise SpecError(f"{opt}: {v:,} is over the limit of {DDP_LIMITS[opt]:,} for bench ddp's CPU model")
+    tokens = sizes.get("micro_batch", 1) * sizes.get("seq_len", 1)
+    if tokens > MAX_DDP_TOKENS:
+        raise SpecError(
+            f"--micro-batch × --seq-len: {tokens:,} tokens per micro-batch per rank, over the limit of "
+            f"{MAX_DDP_TOKENS:,}"
+        )
+
 
 def check_ddp_options(
     hook: str, error_feedback: bool, powersgd_rank: int, hidden: int, heads: int, optimizer: str

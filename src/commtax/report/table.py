@@ -22,6 +22,17 @@ def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+WIDE_COLUMNS = 200  # --wide: a table's natural width, up to this many columns
+
+
+def print_table(console: Console, table: Table, wide: bool = False) -> None:
+    """Print a table at the console's width, or (``--wide``) at its natural width even past the console's edge."""
+    if wide and console.width < WIDE_COLUMNS:
+        Console(file=console.file, width=WIDE_COLUMNS, highlight=False, no_color=console.no_color).print(table)
+    else:
+        console.print(table)
+
+
 def new_table(title: str | None = None, show_header: bool = True) -> Table:
     """The house style: a rule under the header, no vertical borders (two characters between columns)."""
     return Table(
