@@ -4,6 +4,9 @@ from the flags, the pool search, the $ of each plan), report.planning (what they
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,6 +81,32 @@ def test_verify_past_the_limit_and_a_plan_flag_on_pools_are_refused(dense):
         search_job(load_job(POOLS), {**dict.fromkeys(SMALL), "tp": "8"}, NO_MOE)
     with pytest.raises(SpecError, match="^--fix: a cluster of GPU pools"):
         search_job(load_job(POOLS), dict.fromkeys(SMALL), NO_MOE, fix="tp")
+
+
+@pytest.mark.parametrize(
+    "kw, flag",
+    [
+        ({"rank_by": "cost"}, "rank"),
+        ({"verify": 2}, "verify"),
+        ({"writes_csv": True}, "csv"),
+        ({"workers": 1}, "workers"),
+    ],
+)
+def test_search_flags_the_pool_search_does_not_read_are_named(kw, flag):
+    with pytest.raises(SpecError, match=f"^--{flag}: the pool search"):
+        search_job(load_job(POOLS), dict.fromkeys(SMALL), NO_MOE, **kw)
+
+
+def test_search_csv_on_pools_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    out = tmp_path / "plans.csv"
+    r = subprocess.run(
+        [sys.executable, "-m", "commtax.cli", "search", str(POOLS), "--csv", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+    )
+    assert r.returncode == 2 and r.stderr.startswith("error: --csv: the pool search") and not out.exists()
 
 
 def test_a_cluster_of_pools_gets_the_pool_search(tmp_path):

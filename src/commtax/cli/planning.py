@@ -150,8 +150,9 @@ def search_command(
         workers=workers,
         prices=prices,
         progress_bar=functools.partial(progress, enabled=not json_out),
+        writes_csv=csv_out is not None,
     )
-    if isinstance(s, PoolJobSearch):  # the pool search: no --csv, no --verify (its plans are not the grid's)
+    if isinstance(s, PoolJobSearch):  # the pool search: no --csv, no --verify (refused in search_job)
         emit(s.to_dict(), json_out, out)
         if not json_out:
             print_pool_search(s, job, console, wide=wide)

@@ -83,7 +83,9 @@ class PoolJobSearch:
         return data
 
 
-def refuse_plan_flags_on_pools(plan: dict[str, str | None], moe: dict[str, str | None], fix: str | None) -> None:
+def refuse_plan_flags_on_pools(
+    plan: dict[str, str | None], moe: dict[str, str | None], fix: str | None, search_flags: tuple[str, ...] = ()
+) -> None:
     """The pool search spans its own space: a flag it would not read is named, not ignored."""
     given = [k for k, v in {**plan, **moe}.items() if v is not None] + (["fix"] if fix else [])
     if given:
@@ -91,6 +93,11 @@ def refuse_plan_flags_on_pools(plan: dict[str, str | None], moe: dict[str, str |
         raise SpecError(
             f"{name}: a cluster of GPU pools is searched over its pool assignments and splits "
             "(decide/pool_search.py), which take no plan flags; drop it or set the field in the job file"
+        )
+    if search_flags:  # ranks by step time, in one process, and shows its own plans (not the grid's CSV rows)
+        raise SpecError(
+            f"--{search_flags[0]}: the pool search (a cluster of GPU pools) ranks its plans by step time and "
+            "simulates none; it takes no --rank, --verify, --csv or --workers; drop it"
         )
 
 
@@ -112,6 +119,7 @@ def search_job(
     workers: int | None = None,
     prices: Path | None = None,
     progress_bar: ProgressBar = no_bar,
+    writes_csv: bool = False,
 ) -> JobSearch | PoolJobSearch:
     """Every valid plan of ``job`` within the flags' space (``plan``: field -> text as ``Space.parse`` reads it;
     ``moe``: the MoE fields, any given means the MoE search), ranked, the best ``top`` with their $; ``verify`` of
@@ -119,7 +127,8 @@ def search_job(
     moe = moe or dict.fromkeys(MOE_FIELDS)
     mode: PriceMode = "rented" if rent else "owned"
     if job.cluster.pools:  # several GPU pools: assignments, layer splits and batch shares (decide/pool_search.py)
-        refuse_plan_flags_on_pools(plan, moe, fix)
+        unread = {"rank": rank_by != "step", "verify": verify > 0, "csv": writes_csv, "workers": workers is not None}
+        refuse_plan_flags_on_pools(plan, moe, fix, tuple(k for k, given in unread.items() if given))
         return _search_pools(job, top, cluster_price(job, prices, mode, prices is not None), progress_bar)
     from commtax.decide.search import Space, search, search_moe
 
