@@ -9,25 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 from rich.console import Console
+from test_trace import A100_PAIR  # the 2-GPU A100 job of the shared traces
 
 from commtax.errors import SpecError
 from commtax.report.trace_tables import print_trace
 from commtax.trace.traced_job import ALL_STEPS, parse_steps, traced_job
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-A100_PAIR = {
-    "model": "llama2-7b",
-    "cluster": {
-        "gpu": "a100-sxm4-40gb",
-        "num_gpus": 2,
-        "gpus_per_node": 2,
-        "intra_node": "nvlink3",
-        "inter_node": "ib-hdr",
-        "nics_per_node": 1,
-    },
-    "plan": {"tp": 1, "pp": 1, "zero": 0, "micro_batch": 1},
-    "training": {"seq_len": 2048, "global_batch": 2, "precision": "bf16"},
-}
 
 
 def shared(name: str) -> Path:
