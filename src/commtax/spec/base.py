@@ -36,10 +36,10 @@ class _Spec(BaseModel):
         return data
 
 
-S = TypeVar("S", bound=BaseModel)
+_M = TypeVar("_M", bound=BaseModel)
 
 
-def replaced(spec: S, **changes: Any) -> S:
+def replaced(spec: _M, **changes: Any) -> _M:
     """``spec.model_copy(update=changes)``, to the last attribute, without pydantic's general path (a search copies
     ~10^4 plans and jobs): the fields' dict copied and updated, the set fields joined. Specs refuse extra fields
     and hold no private attributes; one that has them takes ``model_copy``. No validation: as ``model_copy``."""
