@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commtax.errors import SpecError
-from commtax.spec import job_with, load_job, plan_variant
+from commtax.spec import job_with, load_job, plan_variant, replaced
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 JOBS = {
@@ -91,3 +91,20 @@ def test_refusals_are_the_full_validations():
 def test_only_the_variant_fields():
     with pytest.raises(AssertionError):
         plan_variant(JOBS["llama2-70b-h100.yaml"], tp=2)
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_replaced_is_model_copy_to_the_last_attribute(name):
+    """``spec.replaced`` (the search's copy of plans and jobs) leaves what pydantic's ``model_copy`` leaves: the
+    same fields in the same order, the same set fields, equal and hashing alike; the original untouched."""
+    job = JOBS[name]
+    before = job.model_dump()
+    changes = {"micro_batch": job.plan.micro_batch + 1, "recompute": "none"}
+    ours, theirs = replaced(job.plan, **changes), job.plan.model_copy(update=changes)
+    assert list(ours.__dict__.items()) == list(theirs.__dict__.items())
+    assert ours.model_fields_set == theirs.model_fields_set and ours.model_extra is theirs.model_extra is None
+    assert ours == theirs and hash(ours) == hash(theirs) and type(ours) is type(theirs)
+    whole, whole_theirs = replaced(job, plan=ours), job.model_copy(update={"plan": theirs})
+    assert list(whole.__dict__) == list(whole_theirs.__dict__) and whole == whole_theirs
+    assert whole.model_dump() == whole_theirs.model_dump() and whole.plan.micro_batch == job.plan.micro_batch + 1
+    assert job.model_dump() == before  # the copy shares nothing it changes

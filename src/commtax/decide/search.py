@@ -77,7 +77,7 @@ from commtax.schedule.analytical import (
 )
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, MOE_KEYS, Breakdown
 from commtax.schedule.interval import published_best
-from commtax.spec import Job, job_with, plan_variant, zero_refusal
+from commtax.spec import Job, job_with, plan_variant, replaced, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import (
@@ -286,7 +286,7 @@ def _copy(job: Job, **changes: Any) -> Job:
     plan = job.plan
     if all(getattr(plan, k) == v for k, v in changes.items()):  # already so: no copy (a third of the calls)
         return job
-    return job.model_copy(update={"plan": plan.model_copy(update=changes)})
+    return replaced(job, plan=replaced(plan, **changes))
 
 
 @dataclass

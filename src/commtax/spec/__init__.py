@@ -8,7 +8,7 @@ by the stages below. This module re-exports the public names, so ``from commtax.
 spec it is.
 """
 
-from commtax.spec.base import BYTES_PER, CATALOG_DIR, CommDtype, Precision, _Spec, allows_bool  # noqa: F401
+from commtax.spec.base import BYTES_PER, CATALOG_DIR, CommDtype, Precision, _Spec, allows_bool, replaced  # noqa: F401
 from commtax.spec.catalog import (  # noqa: F401
     CATALOG_FILES,
     VARIANT_FIELDS,

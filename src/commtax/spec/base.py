@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import (
     BaseModel,
@@ -34,6 +34,28 @@ class _Spec(BaseModel):
                 if isinstance(v, bool):
                     raise ValueError(f"{name}: expected a number, got {str(v).lower()}")
         return data
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def replaced(spec: _M, **changes: Any) -> _M:
+    """``spec.model_copy(update=changes)``, to the last attribute, without pydantic's general path (a search copies
+    ~10^4 plans and jobs): the fields' dict copied and updated, the set fields joined. Specs refuse extra fields
+    and hold no private attributes; one that has them takes ``model_copy``. No validation: as ``model_copy``."""
+    if spec.__pydantic_extra__ is not None or spec.__pydantic_private__ is not None:
+        return spec.model_copy(update=changes)
+    cls = type(spec)
+    copied = cls.__new__(cls)
+    values = spec.__dict__.copy()
+    values.update(changes)
+    fields_set = spec.__pydantic_fields_set__.copy()
+    fields_set.update(changes)
+    object.__setattr__(copied, "__dict__", values)
+    object.__setattr__(copied, "__pydantic_extra__", None)
+    object.__setattr__(copied, "__pydantic_fields_set__", fields_set)
+    object.__setattr__(copied, "__pydantic_private__", None)
+    return copied
 
 
 @functools.lru_cache(maxsize=256)

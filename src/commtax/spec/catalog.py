@@ -14,7 +14,7 @@ from pydantic import (
 )
 
 from commtax.errors import SpecError, excerpt
-from commtax.spec.base import CATALOG_DIR
+from commtax.spec.base import CATALOG_DIR, replaced
 from commtax.spec.files import read_catalog_yaml, read_yaml
 from commtax.spec.job import Job
 from commtax.spec.plan import Plan
@@ -103,8 +103,7 @@ def plan_variant(valid: Job, **changes: Any) -> Job:
     assert changes.keys() <= VARIANT_FIELDS, changes
     if not all(_plan_accepts(k, type(v), v) for k, v in changes.items()):
         return job_with(valid, **changes)
-    plan = valid.plan.model_copy(update=changes)
-    variant = Job.model_construct(model=valid.model, cluster=valid.cluster, plan=plan, training=valid.training)
+    variant = replaced(valid, plan=replaced(valid.plan, **changes))  # Job.model_construct's job, without its path
     try:
         return variant._consistent()  # the Job's model validator: it returns the job (attention set to eager where due)
     except ValueError as e:  # SpecError included: pydantic words a Job validator's refusal "plan: <it>"

@@ -188,6 +188,8 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
 
 def _recompute_modules_exist(m: Model, p: Plan) -> None:
     """Each module of plan.recompute_modules is in the model: a module it lacks would be silently a no-op."""
+    if not p.recompute_modules:  # none named: nothing to check (a search asks this ~10^4 times)
+        return
     has = {
         "mla_up_proj": (m.mla, "an MLA model (kv_lora_rank)"),
         "moe_act": (m.is_moe, "an MoE model (num_experts)"),

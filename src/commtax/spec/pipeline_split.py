@@ -149,6 +149,7 @@ def _split(
 
 
 @lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)  # a search reads a job's stage_layers ~3x per plan variant: a few hundred distinct splits
 def per_rank(chunks: tuple[int, ...], p: int, v: int) -> tuple[int, ...]:
     """Layers of each pipeline rank from the layers of each virtual stage k = chunk·p + stage."""
     return tuple(sum(chunks[c * p + s] for c in range(v)) for s in range(p))
