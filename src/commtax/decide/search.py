@@ -32,7 +32,6 @@ its top plans with ``estimate`` and reports the largest relative difference (``m
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import itertools
 import math
@@ -89,7 +88,7 @@ from commtax.workload.memory import (
     stage_kinds,
     stage_states,
 )
-from commtax.workload.step import Block, Phase, Workload, build_workload, stage_moe_layers, with_fields
+from commtax.workload.step import Workload, build_workload, pass_workload, stage_moe_layers, with_fields
 
 # the allowed values, as the spec declares them
 RECOMPUTE: tuple[str, ...] = AXIS["recompute"].choices
@@ -273,7 +272,6 @@ class _Shared:
 
     phases: dict[Any, Any] = field(default_factory=dict)  # Phase -> PhaseCost
     workloads: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute) -> Workload
-    interned: dict[Phase, Phase] = field(default_factory=dict)  # each distinct phase of those workloads, by value
     priced: dict[tuple, dict] = field(default_factory=dict)  # MoE: (mb, sp, recompute) -> its blocks' pass prices
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
     templates: dict[Any, Any] = field(default_factory=dict)  # each workload's priced blocks (``StageTemplate``)
@@ -422,22 +420,6 @@ def _grid(job: Job, base: Base, jobs: dict[tuple[int, int, int], Job], phase_cac
     return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
 
 
-def _interned(wl: Workload, seen: dict[Phase, Phase]) -> Workload:
-    """``wl`` with each phase of its blocks replaced by an equal one met before (by value): the workloads of one TP/CP
-    placement share their equal phases (a forward is the same whatever the recompute), so the price caches find a
-    phase by identity instead of comparing its ~30 ops each time. Equal values: the same prices."""
-
-    def block(b: Block | None) -> Block | None:
-        if b is None:
-            return None
-        f, bw, r = (seen.setdefault(x, x) for x in (b.fwd, b.bwd, b.recompute))
-        return b if f is b.fwd and bw is b.bwd and r is b.recompute else Block(b.name, f, bw, r)
-
-    return dataclasses.replace(
-        wl, layer=block(wl.layer), embed=block(wl.embed), head=block(wl.head), moe_layer=block(wl.moe_layer)
-    )
-
-
 def _split_key(job: Job) -> tuple:
     """What a pipeline rank's stage-level parts depend on: its layers; MoE also which of them are MoE, which moves
     with vp when the first layers are dense (8 layers, 3 dense, PP2: (1, 4) MoE layers per rank; with vp 2 the
@@ -455,7 +437,9 @@ def _moe_split(job: Job) -> dict[str, Any]:
 
 def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]]:
     """Per (split, mb, sp, recompute): a job and its workload (the shared template for (mb, sp, recompute) with this
-    base's split and micro-batch count), and the template's key."""
+    base's split and micro-batch count), and the template's key. A template is what the stages read of a workload
+    (``step.pass_workload``): its blocks' phases are one object per value (``step._blocks``), so that the price caches
+    find them by identity."""
     micro_sizes, seq_pars, recomputes = g.axis("micro_batch"), g.axis("sequence_parallel"), g.axis("recompute")
     moe_split = {si: _moe_split(g.sample_of_split(si)) for si in range(len(g.splits))}
     plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = {}
@@ -472,7 +456,7 @@ def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workloa
             template = g.shared.workloads.get(key)
             if template is None:
                 job_rc = _copy(sample_job, recompute=rc)
-                template = g.shared.workloads[key] = _interned(build_workload(job_rc), g.shared.interned)
+                template = g.shared.workloads[key] = pass_workload(job_rc)
             wl = with_fields(template, **split)
             # the stages read the plan's layout and schedule, the recompute only through the workload's blocks
             plans[si, j, k, r] = (sample_job, wl, key)

@@ -991,6 +991,10 @@ BLOCK_IRRELEVANT = frozenset(
 )
 # (model, training, assumptions, dropout, the fields they read[, NVLink domain]) -> (layer, embed, head, MoE layer)
 _BLOCKS: dict[tuple, tuple[Block, Block, Block, Block | None]] = {}
+# each distinct phase of those blocks, by value: equal phases of different blocks (a forward is the same whatever the
+# recompute) are one object, so that the price caches (``costs.pricing``) find a phase by identity instead of
+# comparing its ~30 ops each time. Equal values: the same prices.
+_PHASES: dict[Phase, Phase] = {}
 
 
 @lru_cache(maxsize=8)
@@ -1016,9 +1020,21 @@ def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     if blocks is None:
         if len(_BLOCKS) >= 4096:
             _BLOCKS.clear()
-        moe = _layer_block(job, moe=True) if job.model.is_moe else None
-        blocks = _BLOCKS[key] = (_layer_block(job), _embed_block(job), _head_block(job), moe)
+            _PHASES.clear()
+        moe = _interned(_layer_block(job, moe=True)) if job.model.is_moe else None
+        blocks = _BLOCKS[key] = (
+            _interned(_layer_block(job)),
+            _interned(_embed_block(job)),
+            _interned(_head_block(job)),
+            moe,
+        )
     return blocks
+
+
+def _interned(b: Block) -> Block:
+    """``b`` with each phase replaced by an equal one met before (``_PHASES``)."""
+    f, bw, r = (_PHASES.setdefault(x, x) for x in (b.fwd, b.bwd, b.recompute))
+    return b if f is b.fwd and bw is b.bwd and r is b.recompute else Block(b.name, f, bw, r)
 
 
 def _moe_dp_fields(job: Job, split: tuple[float, float]) -> dict:
@@ -1052,6 +1068,38 @@ def with_dp_stage(job: Job, wl: Workload, split: tuple[float, float]) -> Workloa
     return replace(wl, **_moe_dp_fields(job, split))
 
 
+def pp_send(job: Job) -> Collective:
+    """The activation (forward) or its gradient (backward) one micro-batch sends across a stage boundary: Megatron
+    sends the sequence-sharded activation per TP rank (Narayanan 2021 §4.1 scatter/gather)."""
+    p, tr = job.plan, job.training
+    act_bytes = activation_bytes_per_element(tr.precision)
+    send_bytes = p.micro_batch * tr.seq_len // p.cp * job.model.hidden * act_bytes / p.tp
+    return Collective("pp_send", "send_recv", send_bytes, "pp")
+
+
+def pass_workload(job: Job) -> Workload:
+    """What the stages' passes read of ``build_workload(job)``: the blocks, the pipeline send, the split and the
+    micro-batch count, as ``build_workload`` has them; no per-step DP ops, optimizer step or parameter counts (left
+    empty). A search prices the stages of many plans that differ in their DP from one of these
+    (``schedule.analytical.stage_times``, ``pp_exposed``)."""
+    layer, embed, head, moe_layer = _blocks(job)
+    return Workload(
+        layer=layer,
+        embed=embed,
+        head=head,
+        layers_per_stage=max(job.stage_layers),
+        pp_send=pp_send(job),
+        dp_step=(),
+        dp_microbatch=(),
+        optimizer=_mem("adam", 0.0),
+        micro_batches=job.micro_batches,
+        model_flop_per_step=0.0,
+        chunk_layers=job.chunk_layers,
+        moe_layer=moe_layer,
+        stage_moe_layers=stage_moe_layers(job),
+    )
+
+
 def build_workload(job: Job) -> Workload:
     p, tr = job.plan, job.training
     params = params_per_gpu(job)
@@ -1070,9 +1118,6 @@ def build_workload(job: Job) -> Workload:
             "optimizer": _mem("adam", adam_bytes_per_param(tr.precision) * fullest / shard),
             "dp_codec": grad_codec_ops(job, fullest) if dp_step else (),
         }
-    act_bytes = activation_bytes_per_element(tr.precision)
-    # Megatron sends the sequence-sharded activation per TP rank (Narayanan 2021 §4.1 scatter/gather)
-    send_bytes = p.micro_batch * tr.seq_len // p.cp * job.model.hidden * act_bytes / p.tp
     tokens_per_step = tr.global_batch * tr.seq_len
     layer_tensors, other_tensors = _zero3_tensors(job, params)
     # DeepSpeed's per-parameter hooks gather again for the recomputed forward (checkpointed layers re-enter the
@@ -1084,7 +1129,7 @@ def build_workload(job: Job) -> Workload:
         embed=embed,
         head=head,
         layers_per_stage=max(job.stage_layers),
-        pp_send=Collective("pp_send", "send_recv", send_bytes, "pp"),
+        pp_send=pp_send(job),
         micro_batches=job.micro_batches,
         model_flop_per_step=model_flop_per_token(job) * tokens_per_step,
         params_per_gpu=params,
