@@ -76,7 +76,7 @@ from commtax.schedule.analytical import (
 )
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, MOE_KEYS, Breakdown
 from commtax.schedule.interval import published_best
-from commtax.spec import Job, job_with, plan_variant, replaced, zero_refusal
+from commtax.spec import Job, job_with, plan_variants, replaced, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import (
@@ -315,28 +315,43 @@ def _shared_key(job: Job, base: Base) -> tuple:
 
 def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], Counter, dict[str, str]]:
     """The spec's own validator on every (vp, micro_batch, sequence_parallel) of a base: the valid jobs by index,
-    and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans)."""
+    and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans). Up to
+    the base's first valid job each is validated in full (``job_with``); the rest are its variants, each of the
+    Job's checks run once per value of the fields it reads (``spec.plan_variants``)."""
     axes = base.axes
     others = len(axes["zero"]) * len(axes["recompute"]) * len(axes["grad_comm_dtype"])
     reset = split_reset(job, base.pp) | _moe_recompute(job, base)
     jobs: dict[tuple[int, int, int], Job] = {}
     invalid: Counter = Counter()
     examples: dict[str, str] = {}
-    first: Job | None = None  # the base's first valid job: the others are its variants (``spec.plan_variant``)
-    for (i, vp), (j, mb), (k, sp) in itertools.product(
-        enumerate(axes["vp"]), enumerate(axes["micro_batch"]), enumerate(axes["sequence_parallel"])
-    ):
+    reasons: dict[str, str] = {}  # refusal -> its reason (``space.reason``), once per distinct message
+
+    def refused(msg: str) -> None:
+        why = reasons.get(msg)
+        if why is None:
+            why = reasons[msg] = reason(msg)
+        invalid[why] += others
+        examples.setdefault(why, msg)
+
+    variant_axes = {
+        "vp": axes["vp"],
+        "micro_batch": axes["micro_batch"],
+        "sequence_parallel": axes["sequence_parallel"],
+    }
+    for n, idx in enumerate(itertools.product(*(range(len(v)) for v in variant_axes.values()))):
+        vp, mb, sp = (values[i] for values, i in zip(variant_axes.values(), idx))
         try:
-            if first is None:
-                jobs[i, j, k] = first = job_with(
-                    job, **base.fields, dp=None, vp=vp, micro_batch=mb, sequence_parallel=sp, **reset
-                )
-            else:
-                jobs[i, j, k] = plan_variant(first, vp=vp, micro_batch=mb, sequence_parallel=sp)
+            first = job_with(job, **base.fields, dp=None, vp=vp, micro_batch=mb, sequence_parallel=sp, **reset)
         except SpecError as e:
-            why = reason(str(e))
-            invalid[why] += others
-            examples.setdefault(why, str(e))
+            refused(str(e))
+            continue
+        jobs[idx] = first  # the base's first valid job: the ones after it are its variants
+        for at, got in itertools.islice(plan_variants(first, variant_axes), n + 1, None):
+            if isinstance(got, str):
+                refused(got)
+            else:
+                jobs[at] = got
+        break
     return jobs, invalid, examples
 
 
@@ -409,8 +424,11 @@ def _grid(job: Job, base: Base, jobs: dict[tuple[int, int, int], Job], phase_cac
     n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in base.axes["micro_batch"]], float)
     splits: list[tuple] = []
     split_of_vp = np.zeros(len(base.axes["vp"]), int)
-    for (i, _, _), valid_job in sorted(jobs.items()):
-        key = _split_key(valid_job)
+    of_vp: dict[int, Job] = {}  # the split depends on vp alone: one valid job per vp reads it
+    for (i, _, _), valid_job in jobs.items():
+        of_vp.setdefault(i, valid_job)
+    for i in sorted(of_vp):
+        key = _split_key(of_vp[i])
         if key not in splits:
             splits.append(key)
         split_of_vp[i] = splits.index(key)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import itertools
+import operator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from pydantic import (
 from commtax.errors import SpecError, excerpt
 from commtax.spec.base import CATALOG_DIR, replaced
 from commtax.spec.files import read_catalog_yaml, read_yaml
-from commtax.spec.job import Job
+from commtax.spec.job import JOB_CHECKS, Job, _eager_attention
 from commtax.spec.plan import Plan
 
 # ----------------------------------------------------------------------------- catalog
@@ -110,6 +112,69 @@ def plan_variant(valid: Job, **changes: Any) -> Job:
         raise SpecError(f"plan: {e}") from None  # (_format_validation_error; tests/test_plan_variant.py)
     except AssertionError:
         return job_with(valid, **changes)  # a programmer's check: as the full validation reports it
+
+
+def plan_variants(valid: Job, axes: dict[str, Sequence[Any]]) -> Iterator[tuple[tuple[int, ...], Job | str]]:
+    """``plan_variant(valid, **combination)`` of every combination of the values of ``axes`` (fields of
+    ``VARIANT_FIELDS``), by position in ``itertools.product`` order: (the values' indices, the job, or the refusal
+    as ``job_with`` words it). Each of the Job's checks (``JOB_CHECKS``) runs once per combination of the values of
+    the axes it reads (a check that reads none passed for ``valid``), a combination's verdict the first check that
+    refuses it, in the validator's order (a search validates ~10^4 variants of ~200 layouts). A value the Plan's
+    field refuses sends every combination through ``plan_variant``."""
+    names = tuple(axes)
+    assert set(names) <= VARIANT_FIELDS, names
+    index = list(itertools.product(*(range(len(axes[k])) for k in names)))
+    if not all(_plan_accepts(k, type(v), v) for k in names for v in axes[k]):
+        for idx in index:
+            try:
+                yield idx, plan_variant(valid, **{k: axes[k][i] for k, i in zip(names, idx)})
+            except SpecError as e:
+                yield idx, str(e)
+        return
+    # the checks that read an axis, each with a getter of the indices of the axes it reads
+    checks = [(n, [a for a, k in enumerate(names) if k in c.reads], c.run) for n, c in enumerate(JOB_CHECKS)]
+    checks = [(n, operator.itemgetter(*at), run) for n, at, run in checks if at]
+    verdicts: dict[tuple, str | None] = {}  # (check, the indices of the axes it reads) -> its refusal, None: passes
+    for idx in index:
+        variant = refusal = None
+        for n, get, run in checks:
+            key = (n, get(idx))
+            refusal = verdicts.get(key, _UNSEEN)
+            if refusal is _UNSEEN:
+                if variant is None:
+                    variant = _variant(valid, names, idx, axes)
+                refusal = verdicts[key] = _refusal(run, variant)
+            if refusal is not None:
+                break
+        if refusal is _PROGRAMMER:
+            try:
+                yield idx, plan_variant(valid, **{k: axes[k][i] for k, i in zip(names, idx)})
+            except SpecError as e:
+                yield idx, str(e)
+        elif refusal is not None:
+            yield idx, refusal
+        else:
+            yield idx, _eager_attention(_variant(valid, names, idx, axes) if variant is None else variant)
+
+
+def _variant(valid: Job, names: tuple[str, ...], idx: tuple[int, ...], axes: dict[str, Sequence[Any]]) -> Job:
+    """One combination of ``plan_variants``: ``valid`` with those values of the axes, not validated."""
+    return replaced(valid, plan=replaced(valid.plan, **{k: axes[k][i] for k, i in zip(names, idx)}))
+
+
+_UNSEEN = object()
+_PROGRAMMER = "a programmer's check failed"  # ``_refusal`` of an AssertionError: the full validation reports it
+
+
+def _refusal(run: Callable[[Job], None], job: Job) -> str | None:
+    """A check's refusal of ``job`` as ``job_with`` words it (``plan_variant``), None if it passes."""
+    try:
+        run(job)
+    except ValueError as e:  # SpecError included: pydantic words a Job validator's refusal "plan: <it>"
+        return f"plan: {e}"
+    except AssertionError:
+        return _PROGRAMMER
+    return None
 
 
 @lru_cache(maxsize=1024)
