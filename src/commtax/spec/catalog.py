@@ -131,19 +131,25 @@ def plan_variants(valid: Job, axes: dict[str, Sequence[Any]]) -> Iterator[tuple[
             except SpecError as e:
                 yield idx, str(e)
         return
-    # the checks that read an axis, each with a getter of the indices of the axes it reads
-    checks = [(n, [a for a, k in enumerate(names) if k in c.reads], c.run) for n, c in enumerate(JOB_CHECKS)]
-    checks = [(n, operator.itemgetter(*at), run) for n, at, run in checks if at]
-    verdicts: dict[tuple, str | None] = {}  # (check, the indices of the axes it reads) -> its refusal, None: passes
+    # the checks that read an axis, consecutive ones that read the same axes together, each group with a getter of
+    # the indices of the axes it reads and its verdicts: those indices -> the refusal (None: the group passes)
+    groups: list[tuple[tuple[int, ...], list[Callable[[Job], None]]]] = []
+    for check in JOB_CHECKS:
+        at = tuple(a for a, k in enumerate(names) if k in check.reads)
+        if at and groups and groups[-1][0] == at:
+            groups[-1][1].append(check.run)
+        elif at:
+            groups.append((at, [check.run]))
+    verdicts = [(operator.itemgetter(*at), runs, {}) for at, runs in groups]
     for idx in index:
         variant = refusal = None
-        for n, get, run in checks:
-            key = (n, get(idx))
-            refusal = verdicts.get(key, _UNSEEN)
+        for get, runs, seen in verdicts:
+            key = get(idx)
+            refusal = seen.get(key, _UNSEEN)
             if refusal is _UNSEEN:
                 if variant is None:
                     variant = _variant(valid, names, idx, axes)
-                refusal = verdicts[key] = _refusal(run, variant)
+                refusal = seen[key] = _refusal(runs, variant)
             if refusal is not None:
                 break
         if refusal is _PROGRAMMER:
@@ -166,10 +172,11 @@ _UNSEEN = object()
 _PROGRAMMER = "a programmer's check failed"  # ``_refusal`` of an AssertionError: the full validation reports it
 
 
-def _refusal(run: Callable[[Job], None], job: Job) -> str | None:
-    """A check's refusal of ``job`` as ``job_with`` words it (``plan_variant``), None if it passes."""
+def _refusal(runs: list[Callable[[Job], None]], job: Job) -> str | None:
+    """The first refusal of ``job`` by these checks, as ``job_with`` words it (``plan_variant``); None if all pass."""
     try:
-        run(job)
+        for run in runs:
+            run(job)
     except ValueError as e:  # SpecError included: pydantic words a Job validator's refusal "plan: <it>"
         return f"plan: {e}"
     except AssertionError:
