@@ -459,16 +459,20 @@ def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workloa
     (``step.pass_workload``): its blocks' phases are one object per value (``step._blocks``), so that the price caches
     find them by identity."""
     micro_sizes, seq_pars, recomputes = g.axis("micro_batch"), g.axis("sequence_parallel"), g.axis("recompute")
-    moe_split = {si: _moe_split(g.sample_of_split(si)) for si in range(len(g.splits))}
+    # per split: the rank's layers, read once (each read runs pipeline_split), and the stage cache's layer counts
+    of_split: dict[int, tuple[dict[str, Any], tuple[int, ...] | None]] = {}
     plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = {}
     for (si, j, k), sample_job in g.sample.items():
-        split = {  # the rank's layers, read once per job (each read runs pipeline_split)
-            "layers_per_stage": max(sample_job.stage_layers),
-            "chunk_layers": sample_job.chunk_layers,
-            "micro_batches": int(g.n_micro[j]),
-            **moe_split[si],
-        }
-        plan, counts = sample_job.plan, None
+        if si not in of_split:
+            fields = {
+                "layers_per_stage": max(sample_job.stage_layers),
+                "chunk_layers": sample_job.chunk_layers,
+                **_moe_split(sample_job),
+            }
+            of_split[si] = fields, None
+        fields, counts = of_split[si]
+        split = {**fields, "micro_batches": int(g.n_micro[j])}
+        plan = sample_job.plan
         for r, rc in enumerate(recomputes):
             key = (micro_sizes[j], seq_pars[k], rc)
             template = g.shared.workloads.get(key)
@@ -483,7 +487,9 @@ def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workloa
                 base_key = g.shared.base_keys.get(base_of)
                 if base_key is None:
                     base_key = g.shared.base_keys[base_of] = _est.stage_key(sample_job, wl)[0]
-                counts = counts or _est.stage_layer_counts(sample_job, wl)  # the same for every recompute
+                if counts is None:  # the split's: the same for every micro-batch size, sp and recompute
+                    counts = _est.stage_layer_counts(sample_job, wl)
+                    of_split[si] = fields, counts
                 g.stage_keys[si, j, k, r] = (base_key, counts)
     return plans
 
@@ -805,7 +811,7 @@ def _prefill(prepared: list[_Prepared]) -> None:
 
 def _prepare(job: Job, base: Base, phase_cache: dict[Any, _Shared]) -> _Prepared:
     shape = tuple(len(base.axes[k]) for k in AXES)
-    grid = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1).reshape(-1, len(AXES))
+    grid = np.indices(shape).reshape(len(AXES), -1).T  # every plan's index on each axis, in the grid's C order
     jobs, invalid, examples = _valid_jobs(job, base)
     prep = _Prepared(base, shape, _codes(job, base, grid), invalid, examples)
     if not jobs:
@@ -910,10 +916,15 @@ def _codes(job: Job, base: Base, grid: np.ndarray) -> np.ndarray:
     """The plan table of a base's grid (``COLUMNS``): layout and dp repeated, grid axes by their codes."""
     dp = job.cluster.num_gpus // (base.tp * base.pp * base.cp)
     fixed = {**base.fields, "dp": dp}
-    cols = {k: np.full(len(grid), AXIS[k].code(v) if k in AXIS else v) for k, v in fixed.items()}
-    for i, k in enumerate(GRID_AXES):
-        cols[k] = np.asarray([AXIS[k].code(x) for x in base.axes[k]], np.int64)[grid[:, i]]
-    return np.stack([cols[c] for c in columns(job)], 1).astype(np.int64, copy=False)
+    cols = columns(job)
+    out = np.empty((len(grid), len(cols)), np.int64)
+    for c, k in enumerate(cols):
+        if k in GRID_AXES:
+            i = GRID_AXES.index(k)
+            out[:, c] = np.asarray([AXIS[k].code(x) for x in base.axes[k]], np.int64)[grid[:, i]]
+        else:
+            out[:, c] = AXIS[k].code(fixed[k]) if k in AXIS else fixed[k]
+    return out
 
 
 # ----------------------------------------------------------------------------- the search
