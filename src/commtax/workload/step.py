@@ -779,8 +779,13 @@ def mtp_params_per_gpu(job: Job) -> tuple[float, float]:
 
 def params_per_gpu(job: Job) -> dict[str, float]:
     """Parameters held by one GPU of the stage with the most layers, before ZeRO sharding."""
+    return _params_per_gpu(job, job.stage_layers)
+
+
+def _params_per_gpu(job: Job, stage_layers: tuple[int, ...]) -> dict[str, float]:
+    """``params_per_gpu`` given the job's ``stage_layers`` (read once by ``build_workload``)."""
     m, p = job.model, job.plan
-    per_stage_layers = max(job.stage_layers)
+    per_stage_layers = max(stage_layers)
     layers = per_stage_layers * (m.layer_params() - 2 * m.hidden) / p.tp + per_stage_layers * 2 * m.hidden
     emb = m.vocab * m.hidden / p.tp
     # embedding on the first stage, output layer on the last; with pp == 1 both (one copy if tied)
@@ -794,9 +799,13 @@ def stage_params(job: Job) -> list[float]:
     last; pp == 1: both, one copy if tied), before ZeRO sharding. MoE: dense and expert parameters together."""
     if job.model.is_moe:
         return [d + e for d, e in stage_param_split(job)]
-    params = params_per_gpu(job)
-    per_layer = params["layers"] / max(1, max(job.stage_layers))
-    out = [n * per_layer for n in job.stage_layers]
+    return _stage_params(job, params_per_gpu(job), job.stage_layers)
+
+
+def _stage_params(job: Job, params: dict[str, float], stage_layers: tuple[int, ...]) -> list[float]:
+    """``stage_params`` of a dense job given its ``params_per_gpu`` and ``stage_layers`` (``build_workload``)."""
+    per_layer = params["layers"] / max(1, max(stage_layers))
+    out = [n * per_layer for n in stage_layers]
     out[0] += params["embed"]
     out[-1] += params["head"] + sum(mtp_params_per_gpu(job))
     return out
@@ -1007,9 +1016,7 @@ def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
     # the ZeRO stage is not part of the key, only whether it selects DeepSpeed's BF16_Optimizer (ZeRO 0/1)
     key = (
-        job.model,
-        job.training,
-        a,
+        _specs_key(job.model, job.training, a),
         job.dropout,
         uses_bf16_optimizer(job),
         *map(p.__getattribute__, _block_fields(type(p))),
@@ -1029,6 +1036,37 @@ def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
             moe,
         )
     return blocks
+
+
+@dataclass(frozen=True, eq=False)
+class _HashedSpecs:
+    """(model, training, assumptions) as one part of a ``_BLOCKS`` key, hashed once: pydantic hashes a spec field by
+    field each time, ~20 nested hashes for these three, and a search builds ~2,000 workloads of one job's specs."""
+
+    value: tuple
+    hashed: int
+
+    def __hash__(self) -> int:
+        return self.hashed
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _HashedSpecs) and self.hashed == other.hashed and self.value == other.value
+
+
+_LAST_SPECS: list[_HashedSpecs] = []  # the last specs met (held, so compared by identity first)
+
+
+def _specs_key(model: Any, training: Any, assumptions: Any) -> _HashedSpecs:
+    """The ``_BLOCKS`` key's specs part: the last one again when these are its very objects, else hashed anew."""
+    if _LAST_SPECS:
+        last = _LAST_SPECS[0]
+        m, t, a = last.value
+        if m is model and t is training and a is assumptions:
+            return last
+    value = (model, training, assumptions)
+    key = _HashedSpecs(value, hash(value))
+    _LAST_SPECS[:] = [key]
+    return key
 
 
 def _interned(b: Block) -> Block:
@@ -1102,14 +1140,15 @@ def pass_workload(job: Job) -> Workload:
 
 def build_workload(job: Job) -> Workload:
     p, tr = job.plan, job.training
-    params = params_per_gpu(job)
+    chunk_layers, stage_layers = job.chunk_layers, job.stage_layers  # read once (each read runs pipeline_split)
+    params = _params_per_gpu(job, stage_layers)
     if job.model.is_moe:
         # sized for the rank with the most parameters; the schedule re-sizes them for the rank whose DP (dense +
         # expert) time is the largest (``analytical.slowest_dp_workload``): a rank without experts has no edp
         splits = tuple(dict.fromkeys(stage_param_split(job)))
         dp = _moe_dp_fields(job, max(splits, key=sum)) | {"dp_stage_splits": splits}
     else:
-        fullest = max(stage_params(job))  # DP traffic and the optimizer of the stage with the most parameters
+        fullest = max(_stage_params(job, params, stage_layers))  # DP and the optimizer of the fullest stage
         shard = job.dp * p.cp if p.zero >= 1 else 1
         dp_step, dp_mb = _dp_ops(job, fullest)
         dp = {
@@ -1128,13 +1167,13 @@ def build_workload(job: Job) -> Workload:
         layer=layer,
         embed=embed,
         head=head,
-        layers_per_stage=max(job.stage_layers),
+        layers_per_stage=max(stage_layers),
         pp_send=pp_send(job),
         micro_batches=job.micro_batches,
         model_flop_per_step=model_flop_per_token(job) * tokens_per_step,
         params_per_gpu=params,
         bucket_bytes=grad_bucket_bytes(job),
-        chunk_layers=job.chunk_layers,
+        chunk_layers=chunk_layers,
         zero3_layer_tensors=layer_tensors,
         zero3_other_tensors=other_tensors,
         zero3_gather_passes=3 if sync and p.recompute == "full" else 2,
