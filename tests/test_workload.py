@@ -290,3 +290,18 @@ def test_equal_phases_of_different_blocks_are_one_object():
     assert none.layer is not full.layer
     assert none.layer.fwd is full.layer.fwd and none.embed.fwd is full.embed.fwd
     assert none.layer.recompute != full.layer.recompute
+
+
+def test_blocks_are_keyed_by_the_specs_values_not_their_objects():
+    """The blocks cache finds a job's blocks by the values of its model, training and assumptions (``_specs_key``
+    hashes them once for the objects met last): an equal copy of the model finds the same blocks, another model
+    does not."""
+    from commtax.spec import replaced
+
+    job = gpt_job(tp=2, sequence_parallel=False)
+    copy = replaced(job, model=job.model.model_copy())
+    assert copy.model is not job.model and copy.model == job.model
+    assert build_workload(copy).layer is build_workload(job).layer
+    other = replaced(job, model=job.model.model_copy(update={"ffn_hidden": 2 * job.model.ffn}))
+    assert build_workload(other).layer != build_workload(job).layer
+    assert build_workload(job).layer is build_workload(copy).layer  # the first specs again, after others
