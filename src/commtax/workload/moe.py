@@ -160,6 +160,54 @@ def _grouped(name: str, mm: int, nn: int, kk: int, groups: int, act_bytes: float
     )
 
 
+# ----------------------------------------------------------------------------- the host sync of an eager MoE layer
+# An eager MoE layer's forward stops the host once: the dropless dispatchers need the token counts on the host before
+# they can size the exchange (Megatron-Core token_dispatcher.py MoEAlltoAllTokenDispatcher: input/output splits moved
+# D2H, then ``self.d2h_event.synchronize()`` at cuda_sync_point "before_ep_alltoall"; the flex dispatcher's DeepEP
+# normal kernels: "the CPU will wait for GPU's signal to arrive, so this is not compatible with CUDA graph", DeepEP
+# README and csrc/deep_ep.cpp intranode_dispatch's busy-wait on moe_recv_counter; TEGroupedMLP: "tokens_per_expert
+# .tolist() synchronizes", experts.py). By then the GPU has drained its queue, and it idles until the host has
+# issued the ops up to the next kernel: ``MOE_HOST_SYNC`` is that gap, an op of no GPU work whose ``kernels`` are
+# those host ops (each ``cpu_op_s``, costs.compute.launch_floor). Only the gap is priced: from the first kernel on the
+# host issues ahead of the exchange and the experts. A full-iteration CUDA graph (plan.cuda_graphs) has no sync.
+MOE_HOST_SYNC = "moe_host_sync"
+# after the sync returns, before the first kernel (each a torch.empty-like allocation or a launch):
+# alltoall: megatron/core/tensor_parallel/mappings.py _AllToAll.forward: the output ``input.new_empty`` + NCCL's
+# all_to_all_single launch (with ep == 1 and etp > 1 the same two in gather_from_sequence_parallel_region)
+ALLTOALL_RESTART_OPS = 2
+# deepep/hybridep: DeepEP Buffer::intranode_dispatch after the busy-wait: torch::empty of recv_x, recv_src_idx,
+# recv_channel_prefix_matrix, send_head, recv_topk_idx, recv_topk_weights (+ recv_x_scales with fp8 tokens), then
+# the dispatch kernel's launch (deepseek-ai/DeepEP @91bb69a csrc/deep_ep.cpp). HybridEP sizes its buffers on the
+# host the same way (Megatron token_dispatcher.py: "HybridEP sizes buffers dynamically (CPU sync"): DeepEP's count.
+FLEX_RESTART_OPS = 7
+
+
+def grouped_restart_ops(job: Job, fp8: bool) -> int:
+    """Host ops from a sync in the experts (``tokens_per_expert.tolist()``, TEGroupedMLP) to their first kernel: the
+    ``.tolist()``, GroupedLinear's ``torch.split``, then fp8: 2 × num_gemms ``torch.empty`` of the multi-cast-transpose
+    and its launch (TransformerEngine #1499, maintainer's answer); bf16: the first expert GEMM's launch."""
+    return 2 + (2 * local_experts(job) + 1 if fp8 else 1)
+
+
+def host_sync_restart_ops(job: Job, fp8: bool) -> int:
+    """Host ops the GPU waits on after an eager MoE layer's forward sync (see ``MOE_HOST_SYNC``); 0 under a
+    full-iteration CUDA graph."""
+    p = job.plan
+    if p.cuda_graphs == "full_iteration":
+        return 0
+    if p.moe_dispatcher in DEDUP_DISPATCHERS and p.ep > 1:
+        return FLEX_RESTART_OPS + (1 if dispatch_bytes_per_element(job, 2.0) < 2 else 0)  # + fp8 scales
+    if p.moe_dispatcher in ("alltoall", *DEDUP_DISPATCHERS) and p.ep * p.etp > 1:
+        return ALLTOALL_RESTART_OPS
+    # allgather, or no exchange at all: the experts' .tolist() is the sync (cuda_sync_point "before_finish")
+    return grouped_restart_ops(job, fp8)
+
+
+def host_sync_op(job: Job, fp8: bool) -> list[Compute]:
+    n = host_sync_restart_ops(job, fp8)
+    return [_mem(MOE_HOST_SYNC, 0.0, n)] if n else []
+
+
 def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[Op]]:
     """(forward, backward) ops of one MoE layer's MLP on one GPU (the attention half is the dense layer's)."""
     m, p, tr = job.model, job.plan, job.training
@@ -186,7 +234,7 @@ def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[O
     clamps = [glu_clamp_ops("expert_activation", rows_all * fe, act_bytes)] if m.swiglu_limit is not None else []
     if clamps and m.shared_experts:
         clamps.append(glu_clamp_ops("shared_activation", tokens * m.shared_experts * m.shared_ffn / p.tp, act_bytes))
-    fwd += mem_ops + [f for f, _ in clamps] + token_exchange(job, act_bytes, backward=False)
+    fwd += mem_ops + [f for f, _ in clamps] + host_sync_op(job, fp8) + token_exchange(job, act_bytes, backward=False)
     bwd += [_mem(f"{o.name}_bwd", 2 * o.bytes) for o in mem_ops] + [b for _, b in clamps]
     bwd += token_exchange(job, act_bytes, backward=True)
     if fp8:
