@@ -203,6 +203,36 @@ def host_sync_restart_ops(job: Job, fp8: bool) -> int:
     return grouped_restart_ops(job, fp8)
 
 
+# ----------------------------------------------------------------------------- the alltoall dispatcher's own passes
+# Megatron-Core MoEAlltoAllTokenDispatcher (token_dispatcher.py @d98e8a6) does more than the exchange of tokens:
+# preprocess all-gathers each rank's tokens per expert over the expert TP×EP group (gather_from_sequence_parallel_
+# region(num_local_tokens_per_expert), E int64 per rank) to size it; token_dispatch exchanges the routing probs with a
+# second all_to_all beside the tokens'; with E_loc > 1, dispatch_postprocess sorts the received chunks by local expert
+# (sort_chunks_by_idxs: "Permutation 2") and combine_preprocess restores their order ("Unpermutation 2"), a read and a
+# write of every received row each (moe_layer.py routed_experts_compute runs both with the experts). DeepEP and
+# HybridEP take the routing map and return tokens grouped by expert; they have none of these.
+COUNTS_BYTES = 8  # int64 token counts
+PROBS_BYTES = 4  # the routing probs in fp32 (Megatron moe_router_dtype fp32, as the recipes set it)
+
+
+def alltoall_dispatcher_ops(job: Job, act_bytes: float, backward: bool) -> list[Op]:
+    """The alltoall dispatcher's ops besides the token exchange, in one MoE layer-pass (backward: the probs'
+    gradients travel back, the sort and restore run as each other's inverse; the counts are not gathered again)."""
+    m, p = job.model, job.plan
+    if p.moe_dispatcher != "alltoall" or p.ep == 1:
+        return []
+    tag = "_bwd" if backward else ""
+    routed = router_tokens(job) * m.top_k * routing_stretch(job)  # rows the busiest GPU receives
+    ops: list[Op] = (
+        [] if backward else [Collective("ep_counts", "all_gather", COUNTS_BYTES * m.num_experts * p.ep * p.etp, "ep")]
+    )
+    ops.append(Collective(f"ep_dispatch_probs{tag}", "all_to_all", PROBS_BYTES * routed, "ep"))
+    if local_experts(job) > 1:
+        rows = routed * p.etp  # after the expert-TP all-gather
+        ops += [_mem(f"{n}{tag}", 2 * rows * m.hidden * act_bytes) for n in ("sort_chunks", "unsort_chunks")]
+    return ops
+
+
 def host_sync_op(job: Job, fp8: bool) -> list[Compute]:
     n = host_sync_restart_ops(job, fp8)
     return [_mem(MOE_HOST_SYNC, 0.0, n)] if n else []
@@ -235,8 +265,9 @@ def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[O
     if clamps and m.shared_experts:
         clamps.append(glu_clamp_ops("shared_activation", tokens * m.shared_experts * m.shared_ffn / p.tp, act_bytes))
     fwd += mem_ops + [f for f, _ in clamps] + host_sync_op(job, fp8) + token_exchange(job, act_bytes, backward=False)
+    fwd += alltoall_dispatcher_ops(job, act_bytes, backward=False)
     bwd += [_mem(f"{o.name}_bwd", 2 * o.bytes) for o in mem_ops] + [b for _, b in clamps]
-    bwd += token_exchange(job, act_bytes, backward=True)
+    bwd += token_exchange(job, act_bytes, backward=True) + alltoall_dispatcher_ops(job, act_bytes, backward=True)
     if fp8:
         fwd += [_fp8_casts(job, f"{n}_cast", a * c * g) for n, a, b, c, g in gemms if n != "router"]
         bwd += [_fp8_casts(job, f"{n}_grad_cast", a * b * g) for n, a, b, c, g in gemms if n != "router"]
@@ -302,8 +333,18 @@ OVERLAP_PIECES = (
 )
 # the ops of the mlp node (routed experts; the unpermute, which Megatron runs with the combine on the comm stream
 # after the exchange, is priced with the experts: a memory-bound pass beside the expert GEMMs) and of the exchanges
-MLP_NODE_OPS = frozenset({"expert_up", "expert_down", "expert_activation", "expert_activation_clamp", "unpermute"})
-DISPATCH_OPS = frozenset({"ep_dispatch", "ep_allgather", "etp_gather"})
+MLP_NODE_OPS = frozenset(
+    {
+        "expert_up",
+        "expert_down",
+        "expert_activation",
+        "expert_activation_clamp",
+        "unpermute",
+        "sort_chunks",
+        "unsort_chunks",
+    }
+)
+DISPATCH_OPS = frozenset({"ep_dispatch", "ep_allgather", "etp_gather", "ep_counts", "ep_dispatch_probs"})
 COMBINE_OPS = frozenset({"ep_combine", "ep_reduce_scatter", "etp_reduce_scatter"})
 _PASS_SUFFIXES = ("_recompute", "_grad_cast", "_cast", "_dgrad", "_wgrad", "_bwd")
 
