@@ -71,3 +71,15 @@ def test_estimate_charges_the_sort_passes_against_deepep():
     expected = a2a.micro_batches * 32 * per_layer
     d = estimate(a2a).breakdown_s["compute"] - estimate(deepep).breakdown_s["compute"]
     assert len(passes) == 4 and d == pytest.approx(expected, rel=1e-9)
+
+
+def test_token_drop_padded_to_capacity_gathers_no_counts_and_does_not_sync():
+    # token_dispatcher.py preprocess: drop_and_pad returns before the counts' all-gather, and
+    # _maybe_dtoh_and_synchronize does nothing; the probs still travel, the padded buffer is still reordered
+    from commtax.workload.moe import MOE_HOST_SYNC
+
+    base = mixtral(ep=4)
+    job = base.model_copy(update={"model": base.model.model_copy(update={"capacity_factor": 1.0})})
+    names = {o.name for o in alltoall_dispatcher_ops(job, 2.0, backward=False)}
+    assert names == {"ep_dispatch_probs", "sort_chunks", "unsort_chunks"}
+    assert MOE_HOST_SYNC not in {o.name for o in build_workload(job).moe_layer.fwd.ops}

@@ -195,6 +195,10 @@ def host_sync_restart_ops(job: Job, fp8: bool) -> int:
     p = job.plan
     if p.cuda_graphs == "full_iteration":
         return 0
+    if p.moe_dispatcher == "alltoall" and job.model.capacity_factor is not None:
+        return (
+            0  # token drop padded to capacity (drop_and_pad): static shapes, _maybe_dtoh_and_synchronize does nothing
+        )
     if p.moe_dispatcher in DEDUP_DISPATCHERS and p.ep > 1:
         return FLEX_RESTART_OPS + (1 if dispatch_bytes_per_element(job, 2.0) < 2 else 0)  # + fp8 scales
     if p.moe_dispatcher in ("alltoall", *DEDUP_DISPATCHERS) and p.ep * p.etp > 1:
@@ -210,7 +214,11 @@ def host_sync_restart_ops(job: Job, fp8: bool) -> int:
 # second all_to_all beside the tokens'; with E_loc > 1, dispatch_postprocess sorts the received chunks by local expert
 # (sort_chunks_by_idxs: "Permutation 2") and combine_preprocess restores their order ("Unpermutation 2"), a read and a
 # write of every received row each (moe_layer.py routed_experts_compute runs both with the experts). DeepEP and
-# HybridEP take the routing map and return tokens grouped by expert; they have none of these.
+# HybridEP take the routing map and return tokens grouped by expert; they have none of these. A model with a
+# capacity_factor is taken to run Megatron's token drop padded to capacity, as the sources that set one do
+# (moe_expert_capacity_factor with moe_pad_expert_input_to_capacity: NeMo's MegatronTokenDropCallback, Megatron-Bridge
+# training/utils/moe_token_drop.py): then the counts are not gathered, nothing syncs, and the sort is the padded
+# buffer's view-transpose-contiguous copy, the same bytes at capacity factor 1.
 COUNTS_BYTES = 8  # int64 token counts
 PROBS_BYTES = 4  # the routing probs in fp32 (Megatron moe_router_dtype fp32, as the recipes set it)
 
@@ -223,8 +231,10 @@ def alltoall_dispatcher_ops(job: Job, act_bytes: float, backward: bool) -> list[
         return []
     tag = "_bwd" if backward else ""
     routed = router_tokens(job) * m.top_k * routing_stretch(job)  # rows the busiest GPU receives
+    # token drop padded to capacity (drop_and_pad) sizes everything from the capacity: preprocess gathers no counts
+    gather = not backward and m.capacity_factor is None
     ops: list[Op] = (
-        [] if backward else [Collective("ep_counts", "all_gather", COUNTS_BYTES * m.num_experts * p.ep * p.etp, "ep")]
+        [Collective("ep_counts", "all_gather", COUNTS_BYTES * m.num_experts * p.ep * p.etp, "ep")] if gather else []
     )
     ops.append(Collective(f"ep_dispatch_probs{tag}", "all_to_all", PROBS_BYTES * routed, "ep"))
     if local_experts(job) > 1:
