@@ -243,6 +243,34 @@ def alltoall_dispatcher_ops(job: Job, act_bytes: float, backward: bool) -> list[
     return ops
 
 
+# ----------------------------------------------------------------------------- the experts' down-projection bias
+# Megatron-Core TEGroupedMLP adds the down projection's bias in eager PyTorch after the grouped GEMM, one expert at a
+# time (experts.py ``_apply_bias``, the same at the Megatron-LM commits of Megatron-Bridge v0.2.0-v0.5.0:
+# ``torch.cat([t + b * p for t, b, p in zip(torch.split(out, tokens_per_expert), biases, torch.split(probs, ...))])``).
+# Per element of the output, bf16: b * p writes one (2 B), t + (b * p) reads two and writes one (6 B), the cat reads
+# and writes one (4 B): 12 B forward, two kernels an expert and the cat. Backward: the cat's split is a view, the
+# add passes its gradient through, the product's two gradients each read it once (b: a sum over rows, p: over the
+# hidden): 4 B. The fc1 bias goes into the fused activation (weighted_bias_quick_geglu_impl), already priced. The
+# full-iteration graphs run the sync-free fused grouped MLP (use_transformer_engine_op_fuser, docs/user-guide/
+# features/paged_stash.md), whose fc2 takes the bias itself (scale_bias): nothing apart there.
+MEGATRON_EXPERTS = ("megatron-core", "megatron-lm", "nemo")  # the frameworks that run Megatron-Core's TEGroupedMLP
+BIAS_FWD_BYTES = 12.0  # per output element, bf16 (above)
+BIAS_BWD_BYTES = 4.0
+
+
+def expert_bias_ops(job: Job, act_bytes: float) -> tuple[list[Compute], list[Compute]]:
+    """(forward, backward) passes of the experts' down-projection bias (Megatron-Core ``_apply_bias``), or nothing."""
+    m, p = job.model, job.plan
+    if not m.expert_bias or p.framework not in MEGATRON_EXPERTS or p.cuda_graphs == "full_iteration":
+        return [], []
+    elems = expert_rows(job) * local_experts(job) * m.hidden
+    e = local_experts(job)
+    scale = act_bytes / 2.0  # the bytes above are bf16's
+    fwd = _mem("expert_bias", BIAS_FWD_BYTES * scale * elems, 2 * e + 1)
+    bwd = _mem("expert_bias_bwd", BIAS_BWD_BYTES * scale * elems, 2 * e)
+    return [fwd], [bwd]
+
+
 def host_sync_op(job: Job, fp8: bool) -> list[Compute]:
     n = host_sync_restart_ops(job, fp8)
     return [_mem(MOE_HOST_SYNC, 0.0, n)] if n else []
@@ -276,8 +304,11 @@ def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[O
         clamps.append(glu_clamp_ops("shared_activation", tokens * m.shared_experts * m.shared_ffn / p.tp, act_bytes))
     fwd += mem_ops + [f for f, _ in clamps] + host_sync_op(job, fp8) + token_exchange(job, act_bytes, backward=False)
     fwd += alltoall_dispatcher_ops(job, act_bytes, backward=False)
+    bias_f, bias_b = expert_bias_ops(job, act_bytes)
+    fwd += bias_f
     bwd += [_mem(f"{o.name}_bwd", 2 * o.bytes) for o in mem_ops] + [b for _, b in clamps]
     bwd += token_exchange(job, act_bytes, backward=True) + alltoall_dispatcher_ops(job, act_bytes, backward=True)
+    bwd += bias_b
     if fp8:
         fwd += [_fp8_casts(job, f"{n}_cast", a * c * g) for n, a, b, c, g in gemms if n != "router"]
         bwd += [_fp8_casts(job, f"{n}_grad_cast", a * b * g) for n, a, b, c, g in gemms if n != "router"]
@@ -352,6 +383,7 @@ MLP_NODE_OPS = frozenset(
         "unpermute",
         "sort_chunks",
         "unsort_chunks",
+        "expert_bias",
     }
 )
 DISPATCH_OPS = frozenset({"ep_dispatch", "ep_allgather", "etp_gather", "ep_counts", "ep_dispatch_probs"})
