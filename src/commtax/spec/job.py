@@ -232,7 +232,12 @@ def moe_plan_refusal(m: Model, p: Plan, num_gpus: int) -> None:
     """Megatron-Core's checks of the expert-parallel fields (``moe_refusal``): MoE fields on a dense model, ep, etp
     and the all-to-all overlap."""
     if not m.is_moe:
-        moe_only = {"ep": p.ep > 1, "etp": p.etp > 1, "moe_a2a_overlap": p.moe_a2a_overlap}
+        moe_only = {
+            "ep": p.ep > 1,
+            "etp": p.etp > 1,
+            "moe_a2a_overlap": p.moe_a2a_overlap,
+            "cuda_graphs": p.cuda_graphs != "none",  # priced only as the MoE layer's host sync (docs/moe.md)
+        }
         bad = [k for k, v in moe_only.items() if v]
         if bad:
             raise ValueError(
