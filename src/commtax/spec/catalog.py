@@ -131,25 +131,33 @@ def plan_variants(valid: Job, axes: dict[str, Sequence[Any]]) -> Iterator[tuple[
             except SpecError as e:
                 yield idx, str(e)
         return
-    # the checks that read an axis, consecutive ones that read the same axes together, each group with a getter of
-    # the indices of the axes it reads and its verdicts: those indices -> the refusal (None: the group passes)
-    groups: list[tuple[tuple[int, ...], list[Callable[[Job], None]]]] = []
+    # the checks that read an axis, by the axes they read: each set's verdicts (the indices of its axes -> each of its
+    # checks' refusal, None where it passes) are filled once per value; ``order`` walks the checks in the validator's
+    # order, so a combination's verdict is the first refusal met
+    order: list[tuple[int, int]] = []  # per check: (its set, its place in the set)
+    sets: dict[tuple[int, ...], list[Callable[[Job], None]]] = {}
     for check in JOB_CHECKS:
         at = tuple(a for a, k in enumerate(names) if k in check.reads)
-        if at and groups and groups[-1][0] == at:
-            groups[-1][1].append(check.run)
-        elif at:
-            groups.append((at, [check.run]))
-    verdicts = [(operator.itemgetter(*at), runs, {}) for at, runs in groups]
+        if at:
+            runs = sets.setdefault(at, [])
+            order.append((list(sets).index(at), len(runs)))
+            runs.append(check.run)
+    tables = [(operator.itemgetter(*at), runs, {}) for at, runs in sets.items()]
     for idx in index:
         variant = refusal = None
-        for get, runs, seen in verdicts:
-            key = get(idx)
-            refusal = seen.get(key, _UNSEEN)
-            if refusal is _UNSEEN:
-                if variant is None:
-                    variant = _variant(valid, names, idx, axes)
-                refusal = seen[key] = _refusal(runs, variant)
+        rows: list[tuple[str | None, ...] | None] = [None] * len(tables)
+        for s, place in order:
+            row = rows[s]
+            if row is None:
+                get, runs, seen = tables[s]
+                key = get(idx)
+                row = seen.get(key)
+                if row is None:
+                    if variant is None:
+                        variant = _variant(valid, names, idx, axes)
+                    row = seen[key] = _refusals(runs, variant)
+                rows[s] = row
+            refusal = row[place]
             if refusal is not None:
                 break
         if refusal is _PROGRAMMER:
@@ -172,11 +180,21 @@ _UNSEEN = object()
 _PROGRAMMER = "a programmer's check failed"  # ``_refusal`` of an AssertionError: the full validation reports it
 
 
-def _refusal(runs: list[Callable[[Job], None]], job: Job) -> str | None:
-    """The first refusal of ``job`` by these checks, as ``job_with`` words it (``plan_variant``); None if all pass."""
+def _refusals(runs: list[Callable[[Job], None]], job: Job) -> tuple[str | None, ...]:
+    """Each check's refusal of ``job`` in turn up to the first that refuses, as the validator runs them (the checks
+    after it left None: a combination refused there never reaches them)."""
+    out = [None] * len(runs)
+    for i, run in enumerate(runs):
+        out[i] = _refusal(run, job)
+        if out[i] is not None:
+            break
+    return tuple(out)
+
+
+def _refusal(run: Callable[[Job], None], job: Job) -> str | None:
+    """A check's refusal of ``job`` as ``job_with`` words it (``plan_variant``), None if it passes."""
     try:
-        for run in runs:
-            run(job)
+        run(job)
     except ValueError as e:  # SpecError included: pydantic words a Job validator's refusal "plan: <it>"
         return f"plan: {e}"
     except AssertionError:
