@@ -11,7 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commtax.errors import SpecError
-from commtax.spec import JOB_CHECKS, VARIANT_FIELDS, job_with, load_job, plan_variant, plan_variants, replaced
+from commtax.spec import (
+    JOB_CHECKS,
+    VARIANT_FIELDS,
+    job_unchecked,
+    job_with,
+    load_job,
+    plan_variant,
+    plan_variants,
+    replaced,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 JOBS = {
@@ -121,24 +130,46 @@ GRID_VALUES = {  # the search's grids: values of the Plan's own types (a few it 
 @settings(max_examples=120, deadline=None)
 @given(
     name=st.sampled_from(sorted(JOBS)),
-    tp=st.sampled_from([1, 2, 4, 8]),
-    pp=st.sampled_from([1, 2, 4, 8, 16]),
-    cp=st.sampled_from([1, 2]),
+    tp=st.sampled_from([1, 2, 3, 4, 8]),  # 3: the Job refuses some layouts whatever their variants
+    pp=st.sampled_from([1, 2, 3, 4, 8, 16]),
+    cp=st.sampled_from([1, 2, 3]),
     axes=st.fixed_dictionaries({}, optional=GRID_VALUES),
 )
 def test_plan_variants_of_a_grid_are_job_with_of_each(name, tp, pp, cp, axes):
     """``plan_variants`` (each check once per value of what it reads) gives every combination of the grid the
-    verdict, the refusal word for word and the job of ``job_with``'s full validation, in product order."""
-    base, _ = a_valid_layout(JOBS[name], tp, pp, cp)
-    if base is None:
-        return
+    verdict, the refusal word for word and the job of ``job_with``'s full validation, in product order: of a valid
+    job, and of a layout's ``job_unchecked`` (the plan validated, the Job's checks not run: a layout the Job refuses
+    too, every check run on it)."""
     names = tuple(axes)
-    got = list(plan_variants(base, axes))
-    assert [idx for idx, _ in got] == list(itertools.product(*(range(len(axes[k])) for k in names)))
-    for idx, result in got:
-        changes = {k: axes[k][i] for k, i in zip(names, idx)}
-        ours = ("refused", result) if isinstance(result, str) else ("ok", result.model_dump())
-        assert ours == verdict(job_with, base, **changes), changes
+    product = list(itertools.product(*(range(len(axes[k])) for k in names)))
+    base, fields = a_valid_layout(JOBS[name], tp, pp, cp)
+    unchecked = job_unchecked(JOBS[name], **fields)
+    assert unchecked is not None  # these layouts' plans are the Plan's own (only the Job refuses some)
+    for start, checked, full in (
+        (base, True, lambda c: verdict(job_with, base, **c)),
+        (unchecked, False, lambda c: verdict(job_with, JOBS[name], **fields, **c)),
+    ):
+        if start is None:
+            continue
+        got = list(plan_variants(start, axes, checked=checked))
+        assert [idx for idx, _ in got] == product
+        for idx, result in got:
+            changes = {k: axes[k][i] for k, i in zip(names, idx)}
+            ours = ("refused", result) if isinstance(result, str) else ("ok", result.model_dump())
+            assert ours == full(changes), (checked, changes)
+
+
+def test_job_unchecked_is_job_with_before_the_checks():
+    """``job_unchecked``: job_with's plan, the Job's checks not run (None where the Plan itself refuses the plan)."""
+    job = JOBS["compare/gpt3-175b-4096-h100.yaml"]
+    same = job_unchecked(job, micro_batch=2, recompute="full")
+    assert same.model_dump() == job_with(job, micro_batch=2, recompute="full").model_dump()
+    assert same.plan.recompute_modules is None  # as job_with: full recompute drops the selective modules
+    refused = job_unchecked(job, tp=3, dp=None)  # the Job refuses tp 3 (heads, GPUs); the Plan takes it
+    assert refused is not None and refused.plan.tp == 3
+    with pytest.raises(SpecError):
+        job_with(job, tp=3, dp=None)
+    assert job_unchecked(job, micro_batch=0) is None  # the Plan's own field refuses it
 
 
 VARIANT_VALUES = {"vp": [1, 2, 3, 4, 6, 8], "micro_batch": [1, 2, 3, 4, 8, 16], "sequence_parallel": [True, False]}

@@ -76,7 +76,7 @@ from commtax.schedule.analytical import (
 )
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, MOE_KEYS, Breakdown
 from commtax.schedule.interval import published_best
-from commtax.spec import Job, job_with, plan_variants, replaced, zero_refusal
+from commtax.spec import Job, job_unchecked, job_with, plan_variants, replaced, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import (
@@ -315,9 +315,10 @@ def _shared_key(job: Job, base: Base) -> tuple:
 
 def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], Counter, dict[str, str]]:
     """The spec's own validator on every (vp, micro_batch, sequence_parallel) of a base: the valid jobs by index,
-    and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans). Up to
-    the base's first valid job each is validated in full (``job_with``); the rest are its variants, each of the
-    Job's checks run once per value of the fields it reads (``spec.plan_variants``)."""
+    and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans). The
+    base's plan is validated once (``spec.job_unchecked``) and the Job's checks run on its variants, each once per
+    value of the fields it reads (``spec.plan_variants``); a plan the Plan itself refuses is validated in full
+    (``job_with``), combination by combination."""
     axes = base.axes
     others = len(axes["zero"]) * len(axes["recompute"]) * len(axes["grad_comm_dtype"])
     reset = split_reset(job, base.pp) | _moe_recompute(job, base)
@@ -333,25 +334,22 @@ def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], 
         invalid[why] += others
         examples.setdefault(why, msg)
 
-    variant_axes = {
-        "vp": axes["vp"],
-        "micro_batch": axes["micro_batch"],
-        "sequence_parallel": axes["sequence_parallel"],
-    }
-    for n, idx in enumerate(itertools.product(*(range(len(v)) for v in variant_axes.values()))):
-        vp, mb, sp = (values[i] for values, i in zip(variant_axes.values(), idx))
-        try:
-            first = job_with(job, **base.fields, dp=None, vp=vp, micro_batch=mb, sequence_parallel=sp, **reset)
-        except SpecError as e:
-            refused(str(e))
-            continue
-        jobs[idx] = first  # the base's first valid job: the ones after it are its variants
-        for at, got in itertools.islice(plan_variants(first, variant_axes), n + 1, None):
+    variant_axes = {k: axes[k] for k in ("vp", "micro_batch", "sequence_parallel")}
+    first = {k: v[0] for k, v in variant_axes.items()}
+    unchecked = job_unchecked(job, **base.fields, dp=None, **first, **reset)
+    if unchecked is not None:
+        for idx, got in plan_variants(unchecked, variant_axes, checked=False):
             if isinstance(got, str):
                 refused(got)
             else:
-                jobs[at] = got
-        break
+                jobs[idx] = got
+        return jobs, invalid, examples
+    for idx in itertools.product(*(range(len(v)) for v in variant_axes.values())):
+        changes = {k: v[i] for (k, v), i in zip(variant_axes.items(), idx)}
+        try:
+            jobs[idx] = job_with(job, **base.fields, dp=None, **changes, **reset)
+        except SpecError as e:
+            refused(str(e))
     return jobs, invalid, examples
 
 

@@ -14,6 +14,7 @@ from commtax.spec.catalog import (  # noqa: F401
     VARIANT_FIELDS,
     _builtin_catalog,
     build,
+    job_unchecked,
     job_with,
     load_catalog,
     load_job,

@@ -114,13 +114,16 @@ def plan_variant(valid: Job, **changes: Any) -> Job:
         return job_with(valid, **changes)  # a programmer's check: as the full validation reports it
 
 
-def plan_variants(valid: Job, axes: dict[str, Sequence[Any]]) -> Iterator[tuple[tuple[int, ...], Job | str]]:
+def plan_variants(
+    valid: Job, axes: dict[str, Sequence[Any]], checked: bool = True
+) -> Iterator[tuple[tuple[int, ...], Job | str]]:
     """``plan_variant(valid, **combination)`` of every combination of the values of ``axes`` (fields of
     ``VARIANT_FIELDS``), by position in ``itertools.product`` order: (the values' indices, the job, or the refusal
     as ``job_with`` words it). Each of the Job's checks (``JOB_CHECKS``) runs once per combination of the values of
-    the axes it reads (a check that reads none passed for ``valid``), a combination's verdict the first check that
-    refuses it, in the validator's order (a search validates ~10^4 variants of ~200 layouts). A value the Plan's
-    field refuses sends every combination through ``plan_variant``."""
+    the axes it reads, a combination's verdict the first check that refuses it, in the validator's order (a search
+    validates ~10^4 variants of ~200 layouts). ``checked``: ``valid`` passed the checks (a validated job), so those
+    that read no axis are not run again; ``checked=False``: ``valid`` is a ``job_unchecked`` and they run once. A
+    value the Plan's field refuses sends every combination through ``plan_variant``."""
     names = tuple(axes)
     assert set(names) <= VARIANT_FIELDS, names
     index = list(itertools.product(*(range(len(axes[k])) for k in names)))
@@ -138,11 +141,11 @@ def plan_variants(valid: Job, axes: dict[str, Sequence[Any]]) -> Iterator[tuple[
     sets: dict[tuple[int, ...], list[Callable[[Job], None]]] = {}
     for check in JOB_CHECKS:
         at = tuple(a for a, k in enumerate(names) if k in check.reads)
-        if at:
+        if at or not checked:
             runs = sets.setdefault(at, [])
             order.append((list(sets).index(at), len(runs)))
             runs.append(check.run)
-    tables = [(operator.itemgetter(*at), runs, {}) for at, runs in sets.items()]
+    tables = [(operator.itemgetter(*at) if at else _nothing, runs, {}) for at, runs in sets.items()]
     for idx in index:
         variant = refusal = None
         rows: list[tuple[str | None, ...] | None] = [None] * len(tables)
@@ -169,6 +172,11 @@ def plan_variants(valid: Job, axes: dict[str, Sequence[Any]]) -> Iterator[tuple[
             yield idx, refusal
         else:
             yield idx, _eager_attention(_variant(valid, names, idx, axes) if variant is None else variant)
+
+
+def _nothing(idx: tuple[int, ...]) -> tuple[()]:
+    """The key of the checks that read no axis: one verdict for every combination."""
+    return ()
 
 
 def _variant(valid: Job, names: tuple[str, ...], idx: tuple[int, ...], axes: dict[str, Sequence[Any]]) -> Job:
@@ -385,7 +393,25 @@ def job_with(job: Job, **plan_changes: Any) -> Job:
     """The same job with some plan fields changed, validated again (used by search and advice)."""
     # the plan's fields as data, validated with the job in one pass: the search's hot path (Plan.replace validates
     # the plan on its own first, a fifth slower here)
+    plan = _plan_data(job, plan_changes)
+    return build(Job, {"model": job.model, "cluster": job.cluster, "plan": plan, "training": job.training}, "")
+
+
+def _plan_data(job: Job, plan_changes: dict[str, Any]) -> dict[str, Any]:
+    """The plan ``job_with`` validates: the job's plan fields with the changes."""
     plan = {**job.plan.model_dump(), **plan_changes}
     if plan_changes.get("recompute", "selective") != "selective" and "recompute_modules" not in plan_changes:
         plan["recompute_modules"] = None  # the modules are selective recompute's: none or full recompute drops them
-    return build(Job, {"model": job.model, "cluster": job.cluster, "plan": plan, "training": job.training}, "")
+    return plan
+
+
+def job_unchecked(job: Job, **plan_changes: Any) -> Job | None:
+    """``job_with(job, **plan_changes)`` before the Job's cross-field checks (``JOB_CHECKS``): its plan validated as
+    ``job_with`` validates it, the checks left to ``plan_variants(..., checked=False)``; None where the plan itself
+    is refused (``job_with`` words that refusal). The model, cluster and training are the job's, as ``job_with``
+    keeps them."""
+    try:
+        plan = Plan.model_validate(_plan_data(job, plan_changes))
+    except ValidationError:
+        return None
+    return replaced(job, plan=plan)
