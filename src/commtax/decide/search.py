@@ -8,7 +8,7 @@ estimate's order (docs/search.md):
 ============================  =====================================  ==========================
 part                          model function                         depends on (within a base)
 ============================  =====================================  ==========================
-validity                      ``Job`` validator (``plan_variant``)   vp, micro_batch, sp
+validity                      ``Job`` checks (``plan_variants``)     vp, micro_batch, sp
 stage times, bubble           ``stage_times``, ``pipeline_bubble``   split (*), micro_batch, sp, recompute; vp
 pipeline sends                ``analytical.pp_exposed``              vp, micro_batch, sp, recompute
 DP traffic                    ``analytical.dp_exposed``              split, micro_batch, sp, recompute, zero, gd
