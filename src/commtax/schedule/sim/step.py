@@ -34,8 +34,9 @@ from commtax.schedule.analytical import (
     hides_ep,
     moe_pieces,
     overlap_contention,
-    slowest_and_rest,
+    pipeline_ranks,
     slowest_dp_workload,
+    slowest_stage,
     stage_times,
     unpaired_share,
 )
@@ -167,7 +168,8 @@ class StepBuilder:
         self.wl = workload if workload is not None else build_workload(job)
         self.costs = costs if costs is not None else Costs(job)
         if len(self.wl.dp_stage_splits) > 1:  # MoE: the DP/EDP ops of the rank with the slowest DP, as estimate
-            slow, _ = slowest_and_rest(stage_times(job, self.wl, self.costs))
+            # the rank that paces the estimate (DualPipe: a rank holds two model stages, ``pipeline_ranks``)
+            slow = slowest_stage(pipeline_ranks(job.plan.schedule, stage_times(job, self.wl, self.costs)))
             self.wl = slowest_dp_workload(job, self.wl, self.costs, slow)
         plan = job.plan
         self.p, self.v, self.m = plan.pp, plan.vp, self.wl.micro_batches
@@ -465,7 +467,7 @@ class StepBuilder:
             cm = self.costs.cm  # None: costs given directly (hand-worked schedules), no overlap contention
             self._dp_contention = 0.0
             if cm is not None and (self.wl.dp_step or self.wl.dp_microbatch):
-                slow = max(stage_times(self.job, self.wl, self.costs), key=lambda st: st.total)
+                slow = slowest_stage(pipeline_ranks(self.job.plan.schedule, stage_times(self.job, self.wl, self.costs)))
                 self._dp_contention = (
                     dp_exposed(self.job, self.wl, self.costs, slow)[1]
                     - dp_timeline(self.job, self.wl, self.costs, slow)[1]
