@@ -503,7 +503,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     on_arrays: dict[tuple, list] = {}  # (split, schedule, overlap.pp) -> its 1F1B plans, priced together
     for (si, j, k, r), (plan_job, wl, key) in g.stage_plans.items():
         stages = g.stages.get((si, j, k, r)) or stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
-        slowest[si, j, k, r] = _est.slowest_stage(stages)
+        slowest[si, j, k, r] = _est.slowest_stage(_est.pipeline_ranks(plan_job.plan.schedule, stages))
         plan = plan_job.plan
         if plan.schedule in _ONE_F_ONE_B:
             on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), stages, wl))
