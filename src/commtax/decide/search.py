@@ -585,7 +585,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
             counted = with_count.get((si, z, d, j))
             if counted is None:
                 counted = with_count[si, z, d, j] = with_fields(wl, micro_batches=int(g.n_micro[j]))
-                if len(counted.dp_stage_splits) > 1:
+                if _est.ranks_apart(job_zd, counted):
                     if (si, z, d) not in ranks:
                         ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
                     ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], int(g.n_micro[j]), g.costs)

@@ -633,6 +633,13 @@ def dp_splits(job: Job, wl: Workload) -> tuple[tuple[float, float], ...]:
     return tuple(dict.fromkeys((s[r][0] + s[p - 1 - r][0], s[r][1] + s[p - 1 - r][1]) for r in range(p)))
 
 
+def ranks_apart(job: Job, wl: Workload) -> bool:
+    """Whether the pipeline ranks' DP traffic differs (MoE: ``dp_splits`` holds more than the workload's one split),
+    so that the slowest of them is priced (``slowest_dp_rank``)."""
+    splits = dp_splits(job, wl)
+    return len(splits) > 1 or splits is not wl.dp_stage_splits
+
+
 def slowest_dp_workload(
     job: Job, wl: Workload, costs: Costs, st: StageTime, ranks: list[DPRank] | None = None
 ) -> Workload:
@@ -648,7 +655,7 @@ def slowest_dp_rank(job: Job, wl: Workload, costs: Costs, st: StageTime, ranks: 
     dense layers), so sizing by parameters alone drops the expert gradients of every other rank.
     Dense workloads (one split, or none) are returned as they are (with no traffic parts). ``ranks``: ``dp_ranks``
     when the caller has them."""
-    if len(wl.dp_stage_splits) < 2:
+    if not ranks_apart(job, wl):
         return wl, None
     ranks = dp_ranks(job, wl, costs) if ranks is None else ranks
     splits = dp_splits(job, wl)
@@ -1046,7 +1053,7 @@ def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> 
     Both hold for every m ≥ 1, m < p included ((m + p − 1)·T for uniform stages).
     """
     if schedule == "dualpipe":
-        return dualpipe_bubble(stages)
+        return dualpipe_bubble(stages, m)
     slow, others = slowest_and_rest(stages)
     if schedule == "dualpipev":
         # DeepSeek-V3 Table 2 on the 1F1B stages (DualPipeV's V is not split apart, ``pipeline_ranks``): the
@@ -1064,21 +1071,28 @@ def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> 
     return one_f_one_b_bubble(list(map(_total, stages)), vp)  # 1f1b, interleaved, 1f1b-flexible (Llama 3 §3.3.2)
 
 
-def dualpipe_bubble(stages: list[StageTime]) -> float:
-    """DualPipe's bubble on the pipeline ranks (``pipeline_ranks``): DeepSeek-V3 report Table 2 and the DualPipe
-    README's table give (PP/2 − 1)(F&B + B − 3W) for equal stages, F&B the overlapped forward-backward pair (here
-    F + B: each pass's exposed exchanges are already in it, ``ep_exposed``), B a full backward (recompute included),
-    W its weight-gradient part (``weight_grad_s``). Ranks r and p − 1 − r hold the same two stages, so there are
-    p/2 kinds of rank; as 1F1B's Σ_{s≠max} T_s, the slowest rank waits for the fill and drain through the others,
-    each kind once with its own times:
-        bubble = Σ_{h < p/2, h ≠ slowest} max(0, F_h + 2·B_h − 3·W_h)
-    = (PP/2 − 1)(F&B + B − 3W) when the stages are equal."""
+def dualpipe_bubble(stages: list[StageTime], m: int) -> float:
+    """DualPipe's bubble on the pipeline ranks (``pipeline_ranks``), beyond m × the slowest rank's micro-batch.
+
+    DeepSeek-V3 report Table 2 and the DualPipe README's table give (PP/2 − 1)(F&B + B − 3W) for equal stages: F&B
+    the overlapped forward-backward pair (here F + B: each pass's exposed exchanges are already in it,
+    ``ep_exposed``), B a full backward (recompute included), W its weight-gradient part (``weight_grad_s``). Ranks
+    r and p − 1 − r hold the same two stages: p/2 kinds of rank, h = min(r, p − 1 − r) from the ends. Both ends
+    feed micro-batches, so rank h waits for the fill and drain through the h kinds between it and the ends, each
+    once with its own times, U_h = F_h + 2·B_h − 3·W_h (the paper's term), and the step is the longest rank's:
+        pipeline = max_h (m·T_h + Σ_{h' < h} U_h'),   bubble = pipeline − m·T_max
+    = (PP/2 − 1)(F&B + B − 3W) when the stages are equal (the middle rank, h = PP/2 − 1, ends last), and 0 where
+    the rank at the ends is the slowest by more than the others' fill (its own work spans the step)."""
     p = len(stages)
     if p < 2:
         return 0.0
     ranks = pipeline_ranks("dualpipe", stages)[: p // 2]
-    slow = max(range(len(ranks)), key=lambda h: ranks[h].total)  # the first of equals, as slowest_stage
-    return sum(max(0.0, x.fwd + 2 * x.bwd - 3 * weight_grad_s(x)) for h, x in enumerate(ranks) if h != slow)
+    slow = max(x.total for x in ranks)
+    span, fill = m * slow, 0.0
+    for x in ranks:
+        span = max(span, m * x.total + fill)
+        fill += max(0.0, x.fwd + 2 * x.bwd - 3 * weight_grad_s(x))
+    return span - m * slow
 
 
 def weight_grad_s(s: StageTime) -> float:

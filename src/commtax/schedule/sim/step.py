@@ -35,6 +35,7 @@ from commtax.schedule.analytical import (
     moe_pieces,
     overlap_contention,
     pipeline_ranks,
+    ranks_apart,
     slowest_dp_workload,
     slowest_stage,
     stage_times,
@@ -167,7 +168,7 @@ class StepBuilder:
         self.job, self.options = job, options
         self.wl = workload if workload is not None else build_workload(job)
         self.costs = costs if costs is not None else Costs(job)
-        if len(self.wl.dp_stage_splits) > 1:  # MoE: the DP/EDP ops of the rank with the slowest DP, as estimate
+        if ranks_apart(job, self.wl):  # MoE: the DP/EDP ops of the rank with the slowest DP, as estimate
             # the rank that paces the estimate (DualPipe: a rank holds two model stages, ``pipeline_ranks``)
             slow = slowest_stage(pipeline_ranks(job.plan.schedule, stage_times(job, self.wl, self.costs)))
             self.wl = slowest_dp_workload(job, self.wl, self.costs, slow)
