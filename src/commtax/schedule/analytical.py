@@ -1202,5 +1202,20 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
         comm_bytes,
         mem.gib(),
         mem.total <= job.cluster.gpu.mem_bytes,
-        notes=plan_notes(job, wl),
+        notes=plan_notes(job, wl) + dualpipe_notes(job, m, stages, slow),
     )
+
+
+def dualpipe_notes(job: Job, m: int, stages: list[StageTime], slow: StageTime) -> list[str]:
+    """What a DualPipe breakdown counts: the pipeline rank it is read from and its two model stages."""
+    p = job.plan.pp
+    if job.plan.schedule != "dualpipe" or p < 2:
+        return []
+    rk = pipeline_ranks("dualpipe", stages).index(slow)
+    odd = f" (m = {m} is odd: the reference refuses it; priced as m/2 through each)" if m % 2 else ""
+    return [
+        f"DualPipe priced per pipeline rank: rank r holds model stages r and {p - 1}−r and runs m/2 = {m / 2:g} "
+        f"micro-batches through each{odd}; breakdown and comm_time_s of rank {rk} (model stages {rk} and "
+        f"{p - 1 - rk}), the busiest; each rank reduces both stages' gradients; bubble (PP/2 − 1)(F&B + B − 3W) "
+        "per kind of rank (DeepSeek-V3 Table 2)"
+    ]
