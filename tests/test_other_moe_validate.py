@@ -11,11 +11,11 @@ from commtax.decide.validate import recipe_layout, run_job_raw, source_plan, val
 from commtax.spec import load_catalog
 from commtax.spec.pipeline_split import balanced_layout
 
-# issue 18: 20% first, 10% the goal. Reached on the 17 rows (5 sources) with no constant fitted on them: 22.6%
-# source-averaged, 23.4% over rows (22.4% and 24.2% before branch moe10 priced the all-to-all overlap per layer piece:
-# the ModelZoo rows moved closer, DualPipe's DeepSeek-V3 report row further, -26.7% -> -29.5%); the large misses are
-# named in docs/moe.md "Other published MoE runs"
-OTHER_MOE_MAPE_GATE = 23.0
+# issue 18: 20% first, 10% the goal. Reached on the 17 rows (5 sources) with no constant fitted on them: 17.3%
+# source-averaged, 21.9% over rows since DualPipe is priced per pipeline rank (the DeepSeek-V3 report row -29.5% ->
+# +2.8%; 22.6% and 23.4% before; 22.4% and 24.2% before branch moe10 priced the all-to-all overlap per layer piece);
+# the large misses are named in docs/moe.md "Other published MoE runs"
+OTHER_MOE_MAPE_GATE = 18.0
 OTHER_MOE_MAPE_GOAL = 20.0
 BRIDGE_SOURCE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, '26.08 NeMo Container' pre-training tables"
 
