@@ -26,6 +26,7 @@ from commtax.schedule.analytical import (
 )
 from commtax.schedule.sim import SimOptions, simulate
 from commtax.schedule.sim.explain import explain
+from commtax.spec import job_with
 from commtax.workload.step import build_workload, stage_param_split, with_dp_stage
 
 
@@ -109,6 +110,10 @@ def test_moe_rank_reduces_both_stages_gradients():
     per_layer = s[1][1] / 2  # a MoE layer's experts on one GPU
     assert dp_splits(job, wl) == ((s[0][0] + s[3][0], s[0][1] + s[3][1]), (s[1][0] + s[2][0], 4 * per_layer))
     assert dp_splits(job, wl)[0][1] == pytest.approx(3 * per_layer)
+    # ZeRO-2 reduces after every backward, each through one of the rank's stages (m/2 each): m reductions of the
+    # pair's mean, not of both stages
+    z2 = job_with(job, zero=2)
+    assert dp_splits(z2, build_workload(z2)) == tuple((d / 2, e / 2) for d, e in dp_splits(job, wl))
     one = tiny_moe_job(schedule="1f1b")
     assert dp_splits(one, build_workload(one)) == build_workload(one).dp_stage_splits  # one stage per rank
     # the estimate's DP traffic (dense over dp; edp = 1 here) is that of a rank's two stages, more than any one's

@@ -624,13 +624,17 @@ def dp_splits(job: Job, wl: Workload) -> tuple[tuple[float, float], ...]:
     """MoE: the (dense, expert) parameters each kind of pipeline rank reduces per step, ``wl.dp_stage_splits``;
     under DualPipe rank r holds model stages r and p − 1 − r and reduces both stages' gradients (the 2×
     parameters of DeepSeek-V3 Table 2; deepseek-ai/DualPipe example_dualpipe.py sums each stage's gradient over
-    the two ranks that hold it), so the pairs' sums. The optimizer stays one stage's (``slowest_optimizer``), as
-    ``workload.memory`` keeps one copy of the optimizer states and two of the weights and gradients."""
+    the two ranks that hold it), so the pairs' sums. ZeRO-2 reduces after every backward (``reduce_passes``), and
+    a backward runs through one of the rank's stages, m/2 through each: m reductions of the pair's mean (the
+    step's one parameter all-gather, of both stages, is then counted at half: a small part of ZeRO-2's traffic).
+    The optimizer stays one stage's (``slowest_optimizer``), as ``workload.memory`` keeps one copy of the optimizer
+    states and two of the weights and gradients."""
     if job.plan.schedule != "dualpipe" or job.plan.pp < 2 or not wl.dp_stage_splits:
         return wl.dp_stage_splits
     s = stage_param_split(job)
-    p = len(s)
-    return tuple(dict.fromkeys((s[r][0] + s[p - 1 - r][0], s[r][1] + s[p - 1 - r][1]) for r in range(p)))
+    p, share = len(s), 0.5 if job.plan.zero == 2 else 1.0
+    pairs = ((share * (s[r][0] + s[p - 1 - r][0]), share * (s[r][1] + s[p - 1 - r][1])) for r in range(p))
+    return tuple(dict.fromkeys(pairs))
 
 
 def ranks_apart(job: Job, wl: Workload) -> bool:

@@ -283,13 +283,14 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
 
 
 def _rank_split(builder: StepBuilder, rank: int) -> tuple[float, float]:
-    """(dense, expert) parameters pipeline rank ``rank`` reduces: its stage's, under DualPipe both of its stages'
-    (``analytical.dp_splits``)."""
+    """(dense, expert) parameters pipeline rank ``rank`` reduces per reduction: its stage's; under DualPipe both of
+    its stages', their mean under ZeRO-2 (a reduction after every backward, each through one of them), as
+    ``analytical.dp_splits``."""
     split = builder.splits[rank]
     if builder.dual != "dualpipe":
         return split
-    other = builder.splits[builder.p - 1 - rank]
-    return split[0] + other[0], split[1] + other[1]
+    other, share = builder.splits[builder.p - 1 - rank], 0.5 if builder.job.plan.zero == 2 else 1.0
+    return share * (split[0] + other[0]), share * (split[1] + other[1])
 
 
 def _breakdown(
