@@ -137,3 +137,35 @@ def test_estimate_breakdown_is_the_busiest_ranks_on_the_moe_example():
     rank1 = 60 * (ep_link(st[1].link) + ep_link(st[14].link))
     assert e.comm_time_s["ep"] == pytest.approx(rank1, rel=1e-12)
     assert e.breakdown_s["compute"] == pytest.approx(60 * (st[1].compute + st[14].compute), rel=1e-12)
+
+
+def test_dense_rank_reduces_both_stages_gradients_and_agrees():
+    # Llama-2 70B on 64 H100 (examples/llama2-70b-h100.yaml: TP8 PP4, 128 micro-batches) under DualPipe: rank 0 holds
+    # stages 0 and 3 (the embedding and the head), the most parameters of any pair; its per-step DP traffic is both
+    # stages' gradients, the 1F1B job's fullest stage's × max_r(P_r + P_{3−r}) / max_s P_s (ZeRO-1: once per step)
+    from commtax.spec import load_job
+    from commtax.workload.step import stage_params
+
+    job = load_job("examples/llama2-70b-h100.yaml")
+    dual = job_with(job, schedule="dualpipe")
+    params = stage_params(job)
+    ratio = max(params[r] + params[3 - r] for r in range(4)) / max(params)
+    assert 1.9 < ratio < 2.1
+    e, e1 = estimate(dual), estimate(job)
+    assert e.comm_bytes_per_gpu["dp"] == pytest.approx(ratio * e1.comm_bytes_per_gpu["dp"], rel=1e-9)
+    s = simulate(dual, compare=False).breakdown
+    assert s.comm_bytes_per_gpu["dp"] == pytest.approx(e.comm_bytes_per_gpu["dp"], rel=1e-6)
+    assert s.step_time_s == pytest.approx(e.step_time_s, rel=0.02)
+
+
+def test_dense_dualpipe_search_agrees_with_estimate():
+    from commtax.decide.search import Space, agreement, search
+    from commtax.spec import load_job
+
+    job = job_with(load_job("examples/llama2-70b-h100.yaml"), schedule="dualpipe")
+    space = Space.parse({"tp": "8", "pp": "2,4", "cp": "1", "micro_batch": "1,2", "zero": "0,1,2", "vp": "1"})
+    res = search(job, space, top=3, workers=1)
+    assert {res.row(int(i)).pp for i in res.valid.nonzero()[0]} == {2, 4}
+    a = agreement(job, res, sample=12, seed=1)
+    assert a["step_rel"] <= 1e-9 and a["mem_rel"] <= 1e-9 and a["fits_mismatch"] == 0
+    assert res.max_rel_diff <= 1e-9

@@ -560,7 +560,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     for si in range(len(g.splits)):
         for (z, zero), (d, dtype) in itertools.product(enumerate(zeros), enumerate(grad_dtypes)):
             job_zd = _copy(g.sample_of_split(si), zero=zero, grad_comm_dtype=dtype)
-            dp_jobs[si, z, d] = (job_zd, build_workload(job_zd))
+            dp_jobs[si, z, d] = (job_zd, _est.dualpipe_dp_workload(job_zd, build_workload(job_zd)))
             states[si, z, d, : len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
             optimizer[si, z, d] = g.costs.compute(_est.slowest_optimizer(job_zd, dp_jobs[si, z, d][1]))
     vps = g.axis("vp")

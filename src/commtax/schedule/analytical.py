@@ -30,9 +30,12 @@ from commtax.workload.step import (
     Workload,
     build_workload,
     grad_bytes_per_param,
+    grad_codec_ops,
     stage_param_split,
+    stage_params,
     weight_bytes_per_param,
     with_dp_stage,
+    with_fields,
 )
 
 
@@ -637,6 +640,25 @@ def dp_splits(job: Job, wl: Workload) -> tuple[tuple[float, float], ...]:
     return tuple(dict.fromkeys(pairs))
 
 
+def dualpipe_dp_workload(job: Job, wl: Workload) -> Workload:
+    """A dense workload's per-step DP traffic (ZeRO 0-2) under DualPipe, sized for the rank whose two stages hold the
+    most parameters (``dp_splits`` does it for MoE ranks): the workload's is one stage's (the fullest), and a rank
+    reduces both of its stages' gradients once per step, or under ZeRO-2 their mean after every backward. The
+    collectives' bytes scale with the parameters; the codec is priced for the rank's."""
+    p = job.plan.pp
+    if job.plan.schedule != "dualpipe" or p < 2 or wl.dp_stage_splits or not wl.dp_step:
+        return wl
+    params = stage_params(job)
+    share = 0.5 if job.plan.zero == 2 else 1.0
+    rank = share * max(params[r] + params[p - 1 - r] for r in range(p))
+    f = rank / max(params)
+    return with_fields(
+        wl,
+        dp_step=tuple(replace(c, bytes=c.bytes * f) for c in wl.dp_step),
+        dp_codec=grad_codec_ops(job, rank) if wl.dp_codec else (),
+    )
+
+
 def ranks_apart(job: Job, wl: Workload) -> bool:
     """Whether the pipeline ranks' DP traffic differs (MoE: ``dp_splits`` holds more than the workload's one split),
     so that the slowest of them is priced (``slowest_dp_rank``)."""
@@ -1163,7 +1185,7 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
     stages = stage_times(job, wl, costs)
     m = wl.micro_batches
     slow = slowest_stage(pipeline_ranks(job.plan.schedule, stages))  # DualPipe: the busiest rank's two stages
-    wl = slowest_dp_workload(job, wl, costs, slow)
+    wl = dualpipe_dp_workload(job, slowest_dp_workload(job, wl, costs, slow))
     pp_link, pp_exp, pp_bytes = pp_exposed(job, wl, costs, stages)
     dp_link, dp_exp, dp_bytes = dp_exposed(job, wl, costs, slow)
     optimizer = costs.compute(wl.optimizer)
