@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_sim_dualpipe_ep import tiny_moe_job
 from test_sim_step import FakeCosts, tiny_job, uniform
 
@@ -169,3 +171,36 @@ def test_dense_dualpipe_search_agrees_with_estimate():
     a = agreement(job, res, sample=12, seed=1)
     assert a["step_rel"] <= 1e-9 and a["mem_rel"] <= 1e-9 and a["fits_mismatch"] == 0
     assert res.max_rel_diff <= 1e-9
+
+
+@settings(max_examples=15, deadline=None)
+@given(half=st.integers(1, 3), layers=st.lists(st.integers(1, 3), min_size=6, max_size=6))
+def test_the_residual_is_a_fill_and_drain_constant(half, layers):
+    # any layout of PP 2, 4 or 6 under DualPipe, F = 1 s and B = 2 s per layer, sends free. Both are paced by the
+    # busiest rank's own work (m × the mean of its two stages), a floor of each; what separates them is the fill and
+    # drain (the paper's per kind of rank, against the order played out, where a rank's two stages also differ from
+    # each other): the same for m = 2·PP and 2·PP + 4 micro-batches (it does not grow with m), at most half a
+    # micro-batch through every stage. The stages reversed hold the same rank pairs and price the same, bit for bit
+    p = 2 * half
+    layout = tuple(layers[:p])
+    gaps = []
+    for m in (2 * p, 2 * p + 4):
+        est, sim = run_both_p(layout, m)
+        floor = est.breakdown_s["compute"]
+        assert floor - 1e-9 <= sim.breakdown.step_time_s and floor <= est.step_time_s
+        gaps.append(sim.breakdown.step_time_s - est.step_time_s)
+        assert run_both_p(layout[::-1], m, simulate_it=False).step_time_s == est.step_time_s
+    assert gaps[0] == pytest.approx(gaps[1], abs=1e-9)
+    assert abs(gaps[0]) <= 3.0 * sum(layout) / 2
+
+
+def run_both_p(layout, m, simulate_it=True):
+    """``run_both`` for any even PP."""
+    p = len(layout)
+    job = tiny_job(pp=p, schedule="dualpipe", global_batch=m, layers=sum(layout), pipeline_layout=list(layout))
+    wl = uniform(job)
+    est = estimate(job, workload=wl, costs=FakeCosts(wl, send=0.0, dp=0.0))
+    if not simulate_it:
+        return est
+    sim = simulate(job, workload=wl, costs=FakeCosts(wl, send=0.0, dp=0.0), options=SimOptions(nic_contention=False))
+    return est, sim
