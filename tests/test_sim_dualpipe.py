@@ -105,12 +105,13 @@ def test_deepseek_v3_example_priced_per_rank_agrees_within_2_percent():
 def test_dualpipe_pairing_of_uneven_stages_agrees():
     # Qwen3-30B-A3B PP4: the last stage carries the 151k-vocab head. DualPipe runs it on ranks 0 and 3, each with the
     # other end's stage, half the micro-batches each; rank 0 is the busiest and its own work spans the step (no
-    # bubble on either side). Before issue 18 the estimate charged m × the last stage: simulate was 14% faster
+    # bubble simulated; the estimate's fill through rank 0 outlasts rank 1's lighter work by 0.9 ms). Before issue
+    # 18 the estimate charged m × the last stage: simulate was 14% faster
     job = moe_job("qwen3-30b-a3b", 32, 8, 64, pp=4, ep=8, schedule="dualpipe")
     r = simulate(job, compare=True)
     e, s = r.estimate, r.breakdown
     assert s.breakdown_s["compute"] == pytest.approx(e.breakdown_s["compute"], rel=1e-9)
-    assert e.breakdown_s["pp_bubble"] == s.breakdown_s["pp_bubble"] == 0.0
+    assert s.breakdown_s["pp_bubble"] == 0.0 and e.breakdown_s["pp_bubble"] < 0.002 * e.step_time_s
     assert s.step_time_s == pytest.approx(e.step_time_s, rel=0.02)
     line = [x for x in explain(r) if x.startswith("DualPipe")]
     assert len(line) == 1 and "4 micro-batches fed at rank 0" in line[0] and "2× parameters" in line[0]
