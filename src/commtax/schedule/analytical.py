@@ -1228,7 +1228,7 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
         comm_bytes,
         mem.gib(),
         mem.total <= job.cluster.gpu.mem_bytes,
-        notes=plan_notes(job, wl) + dualpipe_notes(job, m, stages, slow),
+        notes=plan_notes(job, wl) + dualpipe_notes(job, m, stages, slow) + dualpipe_dp_notes(job, wl, costs, stages),
     )
 
 
@@ -1241,7 +1241,58 @@ def dualpipe_notes(job: Job, m: int, stages: list[StageTime], slow: StageTime) -
     odd = f" (m = {m} is odd: the reference refuses it; priced as m/2 through each)" if m % 2 else ""
     return [
         f"DualPipe priced per pipeline rank: rank r holds model stages r and {p - 1}−r and runs m/2 = {m / 2:g} "
-        f"micro-batches through each{odd}; breakdown and comm_time_s of rank {rk} (model stages {rk} and "
-        f"{p - 1 - rk}), the busiest; each rank reduces both stages' gradients; bubble (PP/2 − 1)(F&B + B − 3W) "
-        "per kind of rank (DeepSeek-V3 Table 2)"
+        f"micro-batches through each{odd}; breakdown and comm_time_s (dp, edp apart: below) of rank {rk} (model "
+        f"stages {rk} and {p - 1 - rk}), the busiest; each rank reduces both stages' gradients; bubble "
+        "(PP/2 − 1)(F&B + B − 3W) per kind of rank (DeepSeek-V3 Table 2)"
     ]
+
+
+def dualpipe_dp_rank(job: Job, wl: Workload) -> int:
+    """The DualPipe rank whose DP ``estimate`` prices (``wl``: the workload after ``slowest_dp_workload`` and
+    ``dualpipe_dp_workload``): MoE, the first rank holding the chosen split (``dp_splits``); dense, the first rank
+    whose two stages hold the most parameters (``dualpipe_dp_workload``)."""
+    p = job.plan.pp
+    if wl.dp_stage_splits:
+        s, share = stage_param_split(job), 0.5 if job.plan.zero == 2 else 1.0
+        pairs = [(share * (s[r][0] + s[p - 1 - r][0]), share * (s[r][1] + s[p - 1 - r][1])) for r in range(p)]
+        return pairs.index(wl.dp_split) if wl.dp_split in pairs else 0
+    params = stage_params(job)
+    pairs = [params[r] + params[p - 1 - r] for r in range(p)]
+    return pairs.index(max(pairs))
+
+
+def dualpipe_zero2_tail_s(reduce_s: float, w_s: float, h: int) -> float:
+    """ZeRO-2 under DualPipe: the time a rank's last gradient reductions run past its compute. A reduction follows
+    each W pass (a micro-batch's weight gradients are complete only after it: deepseek-ai/DualPipe ``_weight_chunk``
+    pops ``WeightGradStore``), and the rank's last h + 1 W passes run back to back (``dualpipe.py`` step 8: nW,
+    h = min(r, p − 1 − r)). With one link, reductions of r seconds each, bucket by bucket under their W (w seconds):
+    the last ends at max_k (k·w + (h + 1 − k)·r) after the first of them starts, k = 0..h, so past the compute
+        tail = (h + 1)·max(0, r − w)   (r ≤ w: 0, every reduction hides under the next W)."""
+    return (h + 1) * max(0.0, reduce_s - w_s)
+
+
+def dualpipe_dp_notes(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) -> list[str]:
+    """The DualPipe rank whose DP traffic dp_exposed and comm_time_s dp/edp are of, and under ZeRO-2 the tail
+    of reductions after the last W passes (``dualpipe_zero2_tail_s``), named with its figure, not priced."""
+    p = job.plan.pp
+    if job.plan.schedule != "dualpipe" or p < 2 or not wl.dp_step or wl.dp_microbatch:
+        return []
+    k = dualpipe_dp_rank(job, wl)
+    out = [
+        f"DualPipe DP: dp_exposed and comm_time_s dp{'/edp' if wl.edp_step else ''} of rank {k} (model stages {k} and "
+        f"{p - 1 - k}), the rank whose DP the step waits for longest (simulate reports the same rank's)"
+    ]
+    if wl.grads_sharded and wl.micro_batches > 1:
+        h, mb = min(k, p - 1 - k), wl.micro_batches
+        r = dp_step_parts(wl, costs).times[0] / mb
+        pair = pipeline_ranks("dualpipe", stages)[k]
+        w = weight_grad_s(pair)
+        tail = dualpipe_zero2_tail_s(r, w, h)
+        last = max(0.0, r - pair.bwd)
+        out.append(
+            f"DualPipe with ZeRO-2: a reduction follows each W pass and rank {k}'s last {h + 1} W pass(es) run back "
+            f"to back (dualpipe.py step 8): its last reductions (r = {r * 1e3:.1f} ms each, W = {w * 1e3:.1f} ms) "
+            f"run (h + 1)·max(0, r − W) = {tail * 1e3:.1f} ms past its compute, where the estimate exposes the last "
+            f"pass's max(tail, r − B) = {last * 1e3:.1f} ms (not priced: simulate plays it out)"
+        )
+    return out
