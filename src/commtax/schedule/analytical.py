@@ -1109,10 +1109,19 @@ def dualpipe_bubble(stages: list[StageTime], m: int) -> float:
         pipeline = max_h (m·T_h + Σ_{h' < h} U_h'),   bubble = pipeline − m·T_max
     = (PP/2 − 1)(F&B + B − 3W) when the stages are equal (the middle rank, h = PP/2 − 1, ends last), and 0 where
     the rank at the ends is the slowest by more than the others' fill (its own work spans the step)."""
-    p = len(stages)
+    if len(stages) < 2:
+        return 0.0
+    return dualpipe_ranks_bubble(pipeline_ranks("dualpipe", stages), m)
+
+
+def dualpipe_ranks_bubble(ranks: list[StageTime], m: int) -> float:
+    """``dualpipe_bubble`` on the pipeline ranks' own micro-batches (``rank_pair``; stages on GPU pools,
+    ``schedule.pools``, give ranks r and p − 1 − r their own pools' times): each kind h of rank, h from the ends,
+    is paced by the slower of ranks h and p − 1 − h."""
+    p = len(ranks)
     if p < 2:
         return 0.0
-    ranks = pipeline_ranks("dualpipe", stages)[: p // 2]
+    ranks = [max(ranks[h], ranks[p - 1 - h], key=_total) for h in range(p // 2)]
     slow = max(x.total for x in ranks)
     span, fill = m * slow, 0.0
     for x in ranks:

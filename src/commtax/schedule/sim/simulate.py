@@ -241,14 +241,6 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
     if builder.wl.moe_layer is not None:  # expert gradients as their own edp group, as estimate reports them
         comm_time, comm_bytes = _with_edp(job, builder, dp_rank, comm_time, comm_bytes)
     bd = _breakdown(job, builder.wl, step, parts, comm_time, comm_bytes, est)
-    if dp_rank != busiest:  # name both ranks' DP traffic, as the estimate's notes do
-        own_t, _ = _with_edp(job, builder, busiest, link[busiest], builder.devices[busiest].bytes)
-        edp = lambda t: f", edp {t['edp']:.3g} s" if "edp" in t else ""  # noqa: E731
-        bd.notes.append(
-            f"comm_time_s dp{', edp' if 'edp' in comm_time else ''} of rank {dp_rank}, the slowest DP rank (the one "
-            f"estimate prices: dp {comm_time['dp']:.3g} s{edp(comm_time)}); the busiest rank {busiest}'s: dp "
-            f"{own_t['dp']:.3g} s{edp(own_t)}"
-        )
     if job.plan.schedule in ("dualpipe", "dualpipev") and not builder.dual:
         bd.notes.append(
             f"{job.plan.schedule} simulated in 1F1B order: the bubble is 1F1B's, estimate prices DualPipe's"
@@ -272,6 +264,16 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         bd.notes.append(
             f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
             f"breakdown of the busiest stage, {busiest}"
+        )
+    if dp_rank != busiest:  # name both ranks' DP traffic, as the estimate's notes do
+        own_t = link[busiest]
+        if builder.wl.moe_layer is not None:
+            own_t, _ = _with_edp(job, builder, busiest, own_t, builder.devices[busiest].bytes)
+        edp = lambda t: f", edp {t['edp']:.3g} s" if "edp" in t else ""  # noqa: E731
+        bd.notes.append(
+            f"comm_time_s dp{', edp' if 'edp' in comm_time else ''} of rank {dp_rank}, the slowest DP rank (the one "
+            f"estimate prices: dp {comm_time['dp']:.3g} s{edp(comm_time)}); the busiest rank {busiest}'s: dp "
+            f"{own_t['dp']:.3g} s{edp(own_t)}"
         )
     if est is not None and est.pools and getattr(builder, "where", None):  # stages on pools: as simulated
         bd.pools = [
