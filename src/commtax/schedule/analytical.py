@@ -1270,14 +1270,16 @@ def dualpipe_dp_rank(job: Job, wl: Workload) -> int:
     return pairs.index(max(pairs))
 
 
-def dualpipe_zero2_tail_s(reduce_s: float, w_s: float, h: int) -> float:
+def dualpipe_zero2_tail_s(reduce_s: float, w_s: float, h: int, last_s: float) -> float:
     """ZeRO-2 under DualPipe: the time a rank's last gradient reductions run past its compute. A reduction follows
     each W pass (a micro-batch's weight gradients are complete only after it: deepseek-ai/DualPipe ``_weight_chunk``
     pops ``WeightGradStore``), and the rank's last h + 1 W passes run back to back (``dualpipe.py`` step 8: nW,
-    h = min(r, p − 1 − r)). With one link, reductions of r seconds each, bucket by bucket under their W (w seconds):
-    the last ends at max_k (k·w + (h + 1 − k)·r) after the first of them starts, k = 0..h, so past the compute
-        tail = (h + 1)·max(0, r − w)   (r ≤ w: 0, every reduction hides under the next W)."""
-    return (h + 1) * max(0.0, reduce_s - w_s)
+    h = min(r, p − 1 − r)). On one link, in order, reductions of r seconds each stream bucket by bucket under their
+    W (w seconds), none ending before its last bucket (``last_s``) after its W: the j-th from last ends
+    max((j + 1)(r − w), last + j(r − w)) after the compute; linear in j, so over j = 0..h
+        tail = max(last, r − w) + h·max(0, r − w)
+    (r ≤ w: the last bucket alone, each reduction hiding under the next W; one bucket, last = r: r + h(r − w))."""
+    return max(last_s, reduce_s - w_s) + h * max(0.0, reduce_s - w_s)
 
 
 def dualpipe_dp_notes(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) -> list[str]:
@@ -1293,15 +1295,17 @@ def dualpipe_dp_notes(job: Job, wl: Workload, costs: Costs, stages: list[StageTi
     ]
     if wl.grads_sharded and wl.micro_batches > 1:
         h, mb = min(k, p - 1 - k), wl.micro_batches
-        r = dp_step_parts(wl, costs).times[0] / mb
+        parts = dp_step_parts(wl, costs)
+        r = parts.times[0] / mb
         pair = pipeline_ranks("dualpipe", stages)[k]
         w = weight_grad_s(pair)
-        tail = dualpipe_zero2_tail_s(r, w, h)
-        last = max(0.0, r - pair.bwd)
+        tail = dualpipe_zero2_tail_s(r, w, h, parts.tail)
+        last = max(parts.tail, r - pair.bwd)
         out.append(
             f"DualPipe with ZeRO-2: a reduction follows each W pass and rank {k}'s last {h + 1} W pass(es) run back "
-            f"to back (dualpipe.py step 8): its last reductions (r = {r * 1e3:.1f} ms each, W = {w * 1e3:.1f} ms) "
-            f"run (h + 1)·max(0, r − W) = {tail * 1e3:.1f} ms past its compute, where the estimate exposes the last "
-            f"pass's max(tail, r − B) = {last * 1e3:.1f} ms (not priced: simulate plays it out)"
+            f"to back (dualpipe.py step 8): its last reductions (r = {r * 1e3:.1f} ms each, W = {w * 1e3:.1f} ms, "
+            f"last bucket {parts.tail * 1e3:.1f} ms) run max(last, r − W) + h·max(0, r − W) = {tail * 1e3:.1f} ms "
+            f"past its compute, where the estimate exposes the last pass's max(last, r − B) = {last * 1e3:.1f} ms "
+            "(not priced: simulate plays it out)"
         )
     return out
