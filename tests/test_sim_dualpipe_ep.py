@@ -98,8 +98,9 @@ def test_1f1b_ep_wire_time_per_rank_by_hand_pp4_8_micro_batches():
 def test_dualpipe_explain_names_the_rank_and_the_estimates_stage():
     # DeepSeek-V3 as its report runs it (PP16 DualPipe, EP64): the estimate reports its slowest stage, the last
     # (one decoder layer and the MTP module: 2 MoE layers per micro-batch); the simulator the busiest rank, which
-    # holds two middle stages of 4 MoE layers each for 60 micro-batches apiece: the same 16.0 ms per MoE layer pass,
-    # twice the passes. Before issue 18's fix the simulator counted 120 micro-batches through both stages (15.38 s)
+    # holds two middle stages of 4 MoE layers each for 60 micro-batches apiece: the same 18.25 ms per MoE layer pass
+    # (16.0 before moe15 read DeepEP's RDMA rate on the bytes its test counts), twice the passes. Before issue 18's
+    # fix the simulator counted 120 micro-batches through both stages (15.38 s)
     r = simulate(load_job("examples/moe/deepseek-v3-h800.yaml"), compare=True)
     s, e = r.breakdown, r.estimate
     assert s.comm_time_s["ep"] == pytest.approx(2 * e.comm_time_s["ep"], rel=1e-9)
@@ -108,7 +109,7 @@ def test_dualpipe_explain_names_the_rank_and_the_estimates_stage():
     assert len(line) == 1
     rk = r.busiest_stage
     assert f"rank {rk} runs model stage {rk}" in line[0] and f"stage {15 - rk}" in line[0]
-    assert "slowest stage, 15" in line[0] and "7.69 s" in line[0] and "3.85 s" in line[0]
+    assert "slowest stage, 15" in line[0] and "8.76 s" in line[0] and "4.38 s" in line[0]
     assert f"busiest rank, {rk} (model stages {rk} and {15 - rk})" in s.notes[0]
 
 
