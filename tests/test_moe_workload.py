@@ -166,6 +166,29 @@ def test_internode_rate_read_on_the_bytes_it_was_measured_on():
     assert t == pytest.approx(0.357e-3, rel=2e-3)
 
 
+@settings(max_examples=40, deadline=None)
+@given(nodes=st.sampled_from([2, 4, 8, 16]), k=st.integers(1, 8), s=st.floats(1e6, 1e10))
+def test_internode_leg_is_the_tests_count_over_the_rate(nodes, k, s):
+    # RDMA-bound (a fast NVLink): the time is the tests' RDMA bytes, dedup · S (a token once per distinct node, its
+    # own included), over the published rate; N/(N − 1) × what the wire alone carries (the remote share)
+    from commtax.workload.moe import distinct_nodes
+
+    intra, nic = Level("intra", 1e15, 0.0), Level("inter", 50e9, 0.0)
+    p = Placement(n=8 * nodes, per_node=8, intra=intra, inter=nic)
+    dedup = distinct_nodes(nodes, k) / k
+    rate = deepep_efficiency_rdma("deepep_dispatch", p) * 50e9
+    t = deepep_time("deepep_dispatch", s, p, dedup)
+    assert t == pytest.approx(dedup * s / rate, rel=1e-9)
+    wire = dedup * s * (nodes - 1) / nodes
+    assert t == pytest.approx(wire / rate * nodes / (nodes - 1), rel=1e-9)
+
+
+def deepep_efficiency_rdma(op, p):
+    from commtax.costs.collectives import deepep_efficiency
+
+    return deepep_efficiency(op, p)[1]
+
+
 def test_expert_grads_reduce_over_edp():
     job = mixtral(pp=2)  # 64 GPUs: dp 32, edp 64 / (1·8·2) = 4
     wl = build_workload(job)
