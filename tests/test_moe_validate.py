@@ -12,7 +12,7 @@ from commtax.errors import SpecError
 # them; 23.6% before NCCL's all_to_all moved onto its p2p path (checked against measured alltoall_perf in
 # tests/test_nccl_alltoall_measured.py, not against these rows). This gate holds the figure where it is so that a
 # change that makes it worse fails
-MOE_MAPE_GATE = 25.4
+MOE_MAPE_GATE = 23.7
 MOE_MAPE_GOAL = 15.0
 
 

@@ -14,11 +14,12 @@ from commtax.spec.pipeline_split import balanced_layout
 
 # issue 18: 20% first, 10% the goal. 39 rows of 10 sources (branch moe14 added 22 rows of 5: NeMo 25.02, a second NeMo
 # 25.04 row, the DGX Cloud Benchmarking recipes' Grok-1, Llama-4 Maverick and DeepSeek-V3 tables of 2025-09-04 and their
-# 25.08 release's DeepSeek-V3 H100 run), no constant fitted on them: 19.0% source-averaged, 19.0% over rows since
-# branch moe13 (the MoE host sync and the alltoall dispatcher's own passes; 19.6% and 19.7% before, gated at 20.1)
-# (the 17 rows of 5 sources before: 22.6% and 23.4%, gated at 23.0); the large misses are named in docs/moe.md
-# "Other published MoE runs"
-OTHER_MOE_MAPE_GATE = 19.5
+# 25.08 release's DeepSeek-V3 H100 run), no constant fitted on them: 16.3% source-averaged, 18.3% over rows since
+# issue 18 priced DualPipe per pipeline rank (the DeepSeek-V3 report row -29.5% -> +2.8%; 19.0% and 19.0% before,
+# gated at 19.5, since branch moe13: the MoE host sync and the alltoall dispatcher's own passes; 19.6% and 19.7%
+# before that, gated at 20.1) (the 17 rows of 5 sources before: 22.6% and 23.4%, gated at 23.0); the large misses are
+# named in docs/moe.md "Other published MoE runs"
+OTHER_MOE_MAPE_GATE = 17.0
 OTHER_MOE_MAPE_GOAL = 20.0
 BRIDGE_SOURCE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, '26.08 NeMo Container' pre-training tables"
 

@@ -509,7 +509,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     on_arrays: dict[tuple, list] = {}  # (split, schedule, overlap.pp) -> its 1F1B plans, priced together
     for (si, j, k, r), (plan_job, wl, key) in g.stage_plans.items():
         stages = g.stages.get((si, j, k, r)) or stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
-        slowest[si, j, k, r] = _est.slowest_stage(stages)
+        slowest[si, j, k, r] = _est.slowest_stage(_est.pipeline_ranks(plan_job.plan.schedule, stages))
         plan = plan_job.plan
         if plan.schedule in _ONE_F_ONE_B:
             on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), stages, wl))
@@ -566,7 +566,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     for si in range(len(g.splits)):
         for (z, zero), (d, dtype) in itertools.product(enumerate(zeros), enumerate(grad_dtypes)):
             job_zd = _copy(g.sample_of_split(si), zero=zero, grad_comm_dtype=dtype)
-            dp_jobs[si, z, d] = (job_zd, build_workload(job_zd))
+            dp_jobs[si, z, d] = (job_zd, _est.dualpipe_dp_workload(job_zd, build_workload(job_zd)))
             states[si, z, d, : len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
             optimizer[si, z, d] = g.costs.compute(_est.slowest_optimizer(job_zd, dp_jobs[si, z, d][1]))
     vps = g.axis("vp")
@@ -591,7 +591,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
             counted = with_count.get((si, z, d, j))
             if counted is None:
                 counted = with_count[si, z, d, j] = with_fields(wl, micro_batches=int(g.n_micro[j]))
-                if len(counted.dp_stage_splits) > 1:
+                if _est.ranks_apart(job_zd, counted):
                     if (si, z, d) not in ranks:
                         ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
                     ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], int(g.n_micro[j]), g.costs)

@@ -71,7 +71,9 @@ def distinct_nodes(nodes: int, k: int, max_nodes: int | None = None) -> float:
 def internode_dedup(job: Job) -> float:
     """DeepEP/HybridEP send a token once per remote node and fan it out over NVLink there (DeepEP
     README, 'asymmetric-domain bandwidth forwarding'): their inter-node bytes over a pairwise all-to-all's,
-    distinct remote nodes · (N−1)/N / (k · (N−1)/N) = distinct / k. Other dispatchers: 1."""
+    distinct remote nodes · (N−1)/N / (k · (N−1)/N) = distinct / k; dedup · S is also the RDMA bytes their tests
+    count, a token once per distinct node with its own included, on which ``costs.collectives.deepep_time`` reads
+    their published rate. Other dispatchers: 1."""
     n = ep_nodes(job)
     if job.plan.moe_dispatcher not in DEDUP_DISPATCHERS or n == 1:
         return 1.0
