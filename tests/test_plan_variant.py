@@ -3,6 +3,7 @@ the same verdict, the same refusal word for word and the same job as ``job_with`
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commtax.errors import SpecError
-from commtax.spec import job_with, load_job, plan_variant, replaced
+from commtax.spec import (
+    JOB_CHECKS,
+    VARIANT_FIELDS,
+    job_unchecked,
+    job_with,
+    load_job,
+    plan_variant,
+    plan_variants,
+    replaced,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 JOBS = {
@@ -108,3 +118,97 @@ def test_replaced_is_model_copy_to_the_last_attribute(name):
     assert list(whole.__dict__) == list(whole_theirs.__dict__) and whole == whole_theirs
     assert whole.model_dump() == whole_theirs.model_dump() and whole.plan.micro_batch == job.plan.micro_batch + 1
     assert job.model_dump() == before  # the copy shares nothing it changes
+
+
+GRID_VALUES = {  # the search's grids: values of the Plan's own types (a few it refuses, to take the full path)
+    "vp": st.lists(st.sampled_from([1, 2, 3, 4, 5, 6, 8, 0]), min_size=1, max_size=4, unique=True),
+    "micro_batch": st.lists(st.sampled_from([1, 2, 3, 4, 8, 16, 100_000, 0]), min_size=1, max_size=4, unique=True),
+    "sequence_parallel": st.lists(st.sampled_from([True, False]), min_size=1, max_size=2, unique=True),
+}
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    name=st.sampled_from(sorted(JOBS)),
+    tp=st.sampled_from([1, 2, 3, 4, 8]),  # 3: the Job refuses some layouts whatever their variants
+    pp=st.sampled_from([1, 2, 3, 4, 8, 16]),
+    cp=st.sampled_from([1, 2, 3]),
+    axes=st.fixed_dictionaries({}, optional=GRID_VALUES),
+)
+def test_plan_variants_of_a_grid_are_job_with_of_each(name, tp, pp, cp, axes):
+    """``plan_variants`` (each check once per value of what it reads) gives every combination of the grid the
+    verdict, the refusal word for word and the job of ``job_with``'s full validation, in product order: of a valid
+    job, and of a layout's ``job_unchecked`` (the plan validated, the Job's checks not run: a layout the Job refuses
+    too, every check run on it)."""
+    names = tuple(axes)
+    product = list(itertools.product(*(range(len(axes[k])) for k in names)))
+    base, fields = a_valid_layout(JOBS[name], tp, pp, cp)
+    unchecked = job_unchecked(JOBS[name], **fields)
+    assert unchecked is not None  # these layouts' plans are the Plan's own (only the Job refuses some)
+    for start, checked, full in (
+        (base, True, lambda c: verdict(job_with, base, **c)),
+        (unchecked, False, lambda c: verdict(job_with, JOBS[name], **fields, **c)),
+    ):
+        if start is None:
+            continue
+        got = list(plan_variants(start, axes, checked=checked))
+        assert [idx for idx, _ in got] == product
+        for idx, result in got:
+            changes = {k: axes[k][i] for k, i in zip(names, idx)}
+            ours = ("refused", result) if isinstance(result, str) else ("ok", result.model_dump())
+            assert ours == full(changes), (checked, changes)
+
+
+def test_job_unchecked_is_job_with_before_the_checks():
+    """``job_unchecked``: job_with's plan, the Job's checks not run (None where the Plan itself refuses the plan)."""
+    job = JOBS["compare/gpt3-175b-4096-h100.yaml"]
+    same = job_unchecked(job, micro_batch=2, recompute="full")
+    assert same.model_dump() == job_with(job, micro_batch=2, recompute="full").model_dump()
+    assert same.plan.recompute_modules is None  # as job_with: full recompute drops the selective modules
+    refused = job_unchecked(job, tp=3, dp=None)  # the Job refuses tp 3 (heads, GPUs); the Plan takes it
+    assert refused is not None and refused.plan.tp == 3
+    with pytest.raises(SpecError):
+        job_with(job, tp=3, dp=None)
+    assert job_unchecked(job, micro_batch=0) is None  # the Plan's own field refuses it
+
+
+VARIANT_VALUES = {"vp": [1, 2, 3, 4, 6, 8], "micro_batch": [1, 2, 3, 4, 8, 16], "sequence_parallel": [True, False]}
+
+
+def refusal(check, job):
+    try:
+        check.run(job)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    name=st.sampled_from(sorted(JOBS)),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 4, 8, 16]),
+    cp=st.sampled_from([1, 2]),
+    a=st.fixed_dictionaries({k: st.sampled_from(v) for k, v in VARIANT_VALUES.items()}),
+    b=st.fixed_dictionaries({k: st.sampled_from(v) for k, v in VARIANT_VALUES.items()}),
+)
+def test_each_check_reads_no_variant_field_it_does_not_declare(name, tp, pp, cp, a, b):
+    """A Job check's ``reads`` name every field of VARIANT_FIELDS it reads: two variants that differ only in the
+    others get the same verdict and refusal from it (what lets ``plan_variants`` check it once per their value)."""
+    base, _ = a_valid_layout(JOBS[name], tp, pp, cp)
+    if base is None:
+        return
+    one = replaced(base, plan=replaced(base.plan, **a))
+    for check in JOB_CHECKS:
+        other = {k: (b[k] if k not in check.reads else a[k]) for k in VARIANT_FIELDS}
+        two = replaced(base, plan=replaced(base.plan, **other))
+        assert refusal(check, one) == refusal(check, two), (check.run.__name__, a, other)
+
+
+def test_the_job_checks_cover_the_variant_fields_and_the_validator_runs_them_in_order():
+    assert VARIANT_FIELDS == frozenset(VARIANT_VALUES)
+    assert all(check.reads <= VARIANT_FIELDS for check in JOB_CHECKS)
+    job = JOBS["compare/gpt3-175b-4096-h100.yaml"]
+    # tp 3 fails the first check (the layout divides the GPUs) before the heads check it would fail too
+    with pytest.raises(SpecError, match=r"^plan: tp\(3\) \* pp\(\d+\) \* cp\(1\) = \d+ does not divide num_gpus"):
+        job_with(job, tp=3, dp=None)

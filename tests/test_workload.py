@@ -253,3 +253,55 @@ def test_deepspeeds_bf16_optimizer_accumulates_fp32_gradients_every_micro_batch(
         assert all(o.name != "bf16_optimizer_grad_accum" for o in _layer_block(other).bwd.ops)
         assert all(o.name != "bf16_optimizer_grad_accum" for o in build_workload(other).layer.bwd.ops)
     assert build_workload(job_with(job, zero=0)).layer is build_workload(job).layer
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        {"tp": 8, "pp": 4, "vp": 2, "zero": 1, "micro_batch": 1, "dp": None},
+        {"tp": 4, "pp": 2, "zero": 3, "recompute": "full", "micro_batch": 2, "dp": None},
+        {"tp": 2, "pp": 1, "cp": 2, "zero": 0, "sequence_parallel": False, "dp": None},
+    ],
+)
+def test_pass_workload_is_what_the_stages_read_of_the_whole_workload(plan):
+    """``pass_workload`` (the search's per-micro-batch template) holds build_workload's blocks, send and split, and
+    prices the stages and pipeline sends alike; its per-step DP ops and optimizer are empty."""
+    from commtax.costs.pricing import Costs
+    from commtax.schedule.analytical import pp_exposed, stage_times
+    from commtax.workload.step import pass_workload
+
+    job = load_job(job_dict(**plan))
+    whole, passes = build_workload(job), pass_workload(job)
+    for f in ("layer", "embed", "head", "moe_layer", "pp_send", "layers_per_stage", "chunk_layers", "micro_batches"):
+        assert getattr(passes, f) == getattr(whole, f), f
+    assert passes.pp_send.bytes == job.plan.micro_batch * 4096 // job.plan.cp * 8192 * 2 / job.plan.tp  # b·s/cp·h·2 B/t
+    assert passes.dp_step == passes.dp_microbatch == passes.dp_codec == () and passes.optimizer.bytes == 0.0
+    fresh = lambda: Costs(job)  # noqa: E731  (no price shared between the two)
+    st_whole, st_passes = stage_times(job, whole, fresh()), stage_times(job, passes, fresh())
+    assert st_whole == st_passes
+    assert pp_exposed(job, whole, fresh(), st_whole) == pp_exposed(job, passes, fresh(), st_passes)
+
+
+def test_equal_phases_of_different_blocks_are_one_object():
+    """The blocks' phases are kept one object per value (``step._blocks``): two recompute settings share the forward
+    pass, and their recompute passes differ."""
+    none = build_workload(gpt_job(tp=2, sequence_parallel=False, recompute="none"))
+    full = build_workload(gpt_job(tp=2, sequence_parallel=False, recompute="full"))
+    assert none.layer is not full.layer
+    assert none.layer.fwd is full.layer.fwd and none.embed.fwd is full.embed.fwd
+    assert none.layer.recompute != full.layer.recompute
+
+
+def test_blocks_are_keyed_by_the_specs_values_not_their_objects():
+    """The blocks cache finds a job's blocks by the values of its model, training and assumptions (``_specs_key``
+    hashes them once for the objects met last): an equal copy of the model finds the same blocks, another model
+    does not."""
+    from commtax.spec import replaced
+
+    job = gpt_job(tp=2, sequence_parallel=False)
+    copy = replaced(job, model=job.model.model_copy())
+    assert copy.model is not job.model and copy.model == job.model
+    assert build_workload(copy).layer is build_workload(job).layer
+    other = replaced(job, model=job.model.model_copy(update={"ffn_hidden": 2 * job.model.ffn}))
+    assert build_workload(other).layer != build_workload(job).layer
+    assert build_workload(job).layer is build_workload(copy).layer  # the first specs again, after others

@@ -8,7 +8,7 @@ estimate's order (docs/search.md):
 ============================  =====================================  ==========================
 part                          model function                         depends on (within a base)
 ============================  =====================================  ==========================
-validity                      ``Job`` validator (``plan_variant``)   vp, micro_batch, sp
+validity                      ``Job`` checks (``plan_variants``)     vp, micro_batch, sp
 stage times, bubble           ``stage_times``, ``pipeline_bubble``   split (*), micro_batch, sp, recompute; vp
 pipeline sends                ``analytical.pp_exposed``              vp, micro_batch, sp, recompute
 DP traffic                    ``analytical.dp_exposed``              split, micro_batch, sp, recompute, zero, gd
@@ -32,7 +32,6 @@ its top plans with ``estimate`` and reports the largest relative difference (``m
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import itertools
 import math
@@ -77,7 +76,7 @@ from commtax.schedule.analytical import (
 )
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, MOE_KEYS, Breakdown
 from commtax.schedule.interval import published_best
-from commtax.spec import Job, job_with, plan_variant, replaced, zero_refusal
+from commtax.spec import Job, job_unchecked, job_with, plan_variants, replaced, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import (
@@ -89,7 +88,7 @@ from commtax.workload.memory import (
     stage_kinds,
     stage_states,
 )
-from commtax.workload.step import Block, Phase, Workload, build_workload, stage_moe_layers, with_fields
+from commtax.workload.step import Workload, build_workload, pass_workload, stage_moe_layers, with_fields
 
 # the allowed values, as the spec declares them
 RECOMPUTE: tuple[str, ...] = AXIS["recompute"].choices
@@ -273,7 +272,6 @@ class _Shared:
 
     phases: dict[Any, Any] = field(default_factory=dict)  # Phase -> PhaseCost
     workloads: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute) -> Workload
-    interned: dict[Phase, Phase] = field(default_factory=dict)  # each distinct phase of those workloads, by value
     priced: dict[tuple, dict] = field(default_factory=dict)  # MoE: (mb, sp, recompute) -> its blocks' pass prices
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
     templates: dict[Any, Any] = field(default_factory=dict)  # each workload's priced blocks (``StageTemplate``)
@@ -317,28 +315,41 @@ def _shared_key(job: Job, base: Base) -> tuple:
 
 def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], Counter, dict[str, str]]:
     """The spec's own validator on every (vp, micro_batch, sequence_parallel) of a base: the valid jobs by index,
-    and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans)."""
+    and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans). The
+    base's plan is validated once (``spec.job_unchecked``) and the Job's checks run on its variants, each once per
+    value of the fields it reads (``spec.plan_variants``); a plan the Plan itself refuses is validated in full
+    (``job_with``), combination by combination."""
     axes = base.axes
     others = len(axes["zero"]) * len(axes["recompute"]) * len(axes["grad_comm_dtype"])
     reset = split_reset(job, base.pp) | _moe_recompute(job, base)
     jobs: dict[tuple[int, int, int], Job] = {}
     invalid: Counter = Counter()
     examples: dict[str, str] = {}
-    first: Job | None = None  # the base's first valid job: the others are its variants (``spec.plan_variant``)
-    for (i, vp), (j, mb), (k, sp) in itertools.product(
-        enumerate(axes["vp"]), enumerate(axes["micro_batch"]), enumerate(axes["sequence_parallel"])
-    ):
-        try:
-            if first is None:
-                jobs[i, j, k] = first = job_with(
-                    job, **base.fields, dp=None, vp=vp, micro_batch=mb, sequence_parallel=sp, **reset
-                )
+    reasons: dict[str, str] = {}  # refusal -> its reason (``space.reason``), once per distinct message
+
+    def refused(msg: str) -> None:
+        why = reasons.get(msg)
+        if why is None:
+            why = reasons[msg] = reason(msg)
+        invalid[why] += others
+        examples.setdefault(why, msg)
+
+    variant_axes = {k: axes[k] for k in ("vp", "micro_batch", "sequence_parallel")}
+    first = {k: v[0] for k, v in variant_axes.items()}
+    unchecked = job_unchecked(job, **base.fields, dp=None, **first, **reset)
+    if unchecked is not None:
+        for idx, got in plan_variants(unchecked, variant_axes, checked=False):
+            if isinstance(got, str):
+                refused(got)
             else:
-                jobs[i, j, k] = plan_variant(first, vp=vp, micro_batch=mb, sequence_parallel=sp)
+                jobs[idx] = got
+        return jobs, invalid, examples
+    for idx in itertools.product(*(range(len(v)) for v in variant_axes.values())):
+        changes = {k: v[i] for (k, v), i in zip(variant_axes.items(), idx)}
+        try:
+            jobs[idx] = job_with(job, **base.fields, dp=None, **changes, **reset)
         except SpecError as e:
-            why = reason(str(e))
-            invalid[why] += others
-            examples.setdefault(why, str(e))
+            refused(str(e))
     return jobs, invalid, examples
 
 
@@ -411,8 +422,11 @@ def _grid(job: Job, base: Base, jobs: dict[tuple[int, int, int], Job], phase_cac
     n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in base.axes["micro_batch"]], float)
     splits: list[tuple] = []
     split_of_vp = np.zeros(len(base.axes["vp"]), int)
-    for (i, _, _), valid_job in sorted(jobs.items()):
-        key = _split_key(valid_job)
+    of_vp: dict[int, Job] = {}  # the split depends on vp alone: one valid job per vp reads it
+    for (i, _, _), valid_job in jobs.items():
+        of_vp.setdefault(i, valid_job)
+    for i in sorted(of_vp):
+        key = _split_key(of_vp[i])
         if key not in splits:
             splits.append(key)
         split_of_vp[i] = splits.index(key)
@@ -420,22 +434,6 @@ def _grid(job: Job, base: Base, jobs: dict[tuple[int, int, int], Job], phase_cac
     for (i, j, k), valid_job in jobs.items():
         sample.setdefault((int(split_of_vp[i]), j, k), valid_job)
     return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
-
-
-def _interned(wl: Workload, seen: dict[Phase, Phase]) -> Workload:
-    """``wl`` with each phase of its blocks replaced by an equal one met before (by value): the workloads of one TP/CP
-    placement share their equal phases (a forward is the same whatever the recompute), so the price caches find a
-    phase by identity instead of comparing its ~30 ops each time. Equal values: the same prices."""
-
-    def block(b: Block | None) -> Block | None:
-        if b is None:
-            return None
-        f, bw, r = (seen.setdefault(x, x) for x in (b.fwd, b.bwd, b.recompute))
-        return b if f is b.fwd and bw is b.bwd and r is b.recompute else Block(b.name, f, bw, r)
-
-    return dataclasses.replace(
-        wl, layer=block(wl.layer), embed=block(wl.embed), head=block(wl.head), moe_layer=block(wl.moe_layer)
-    )
 
 
 def _split_key(job: Job) -> tuple:
@@ -455,24 +453,30 @@ def _moe_split(job: Job) -> dict[str, Any]:
 
 def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]]:
     """Per (split, mb, sp, recompute): a job and its workload (the shared template for (mb, sp, recompute) with this
-    base's split and micro-batch count), and the template's key."""
+    base's split and micro-batch count), and the template's key. A template is what the stages read of a workload
+    (``step.pass_workload``): its blocks' phases are one object per value (``step._blocks``), so that the price caches
+    find them by identity."""
     micro_sizes, seq_pars, recomputes = g.axis("micro_batch"), g.axis("sequence_parallel"), g.axis("recompute")
-    moe_split = {si: _moe_split(g.sample_of_split(si)) for si in range(len(g.splits))}
+    # per split: the rank's layers, read once (each read runs pipeline_split), and the stage cache's layer counts
+    of_split: dict[int, tuple[dict[str, Any], tuple[int, ...] | None]] = {}
     plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = {}
     for (si, j, k), sample_job in g.sample.items():
-        split = {  # the rank's layers, read once per job (each read runs pipeline_split)
-            "layers_per_stage": max(sample_job.stage_layers),
-            "chunk_layers": sample_job.chunk_layers,
-            "micro_batches": int(g.n_micro[j]),
-            **moe_split[si],
-        }
-        plan, counts = sample_job.plan, None
+        if si not in of_split:
+            fields = {
+                "layers_per_stage": max(sample_job.stage_layers),
+                "chunk_layers": sample_job.chunk_layers,
+                **_moe_split(sample_job),
+            }
+            of_split[si] = fields, None
+        fields, counts = of_split[si]
+        split = {**fields, "micro_batches": int(g.n_micro[j])}
+        plan = sample_job.plan
         for r, rc in enumerate(recomputes):
             key = (micro_sizes[j], seq_pars[k], rc)
             template = g.shared.workloads.get(key)
             if template is None:
                 job_rc = _copy(sample_job, recompute=rc)
-                template = g.shared.workloads[key] = _interned(build_workload(job_rc), g.shared.interned)
+                template = g.shared.workloads[key] = pass_workload(job_rc)
             wl = with_fields(template, **split)
             # the stages read the plan's layout and schedule, the recompute only through the workload's blocks
             plans[si, j, k, r] = (sample_job, wl, key)
@@ -481,7 +485,9 @@ def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workloa
                 base_key = g.shared.base_keys.get(base_of)
                 if base_key is None:
                     base_key = g.shared.base_keys[base_of] = _est.stage_key(sample_job, wl)[0]
-                counts = counts or _est.stage_layer_counts(sample_job, wl)  # the same for every recompute
+                if counts is None:  # the split's: the same for every micro-batch size, sp and recompute
+                    counts = _est.stage_layer_counts(sample_job, wl)
+                    of_split[si] = fields, counts
                 g.stage_keys[si, j, k, r] = (base_key, counts)
     return plans
 
@@ -803,7 +809,7 @@ def _prefill(prepared: list[_Prepared]) -> None:
 
 def _prepare(job: Job, base: Base, phase_cache: dict[Any, _Shared]) -> _Prepared:
     shape = tuple(len(base.axes[k]) for k in AXES)
-    grid = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1).reshape(-1, len(AXES))
+    grid = np.indices(shape).reshape(len(AXES), -1).T  # every plan's index on each axis, in the grid's C order
     jobs, invalid, examples = _valid_jobs(job, base)
     prep = _Prepared(base, shape, _codes(job, base, grid), invalid, examples)
     if not jobs:
@@ -908,10 +914,15 @@ def _codes(job: Job, base: Base, grid: np.ndarray) -> np.ndarray:
     """The plan table of a base's grid (``COLUMNS``): layout and dp repeated, grid axes by their codes."""
     dp = job.cluster.num_gpus // (base.tp * base.pp * base.cp)
     fixed = {**base.fields, "dp": dp}
-    cols = {k: np.full(len(grid), AXIS[k].code(v) if k in AXIS else v) for k, v in fixed.items()}
-    for i, k in enumerate(GRID_AXES):
-        cols[k] = np.asarray([AXIS[k].code(x) for x in base.axes[k]], np.int64)[grid[:, i]]
-    return np.stack([cols[c] for c in columns(job)], 1).astype(np.int64, copy=False)
+    cols = columns(job)
+    out = np.empty((len(grid), len(cols)), np.int64)
+    for c, k in enumerate(cols):
+        if k in GRID_AXES:
+            i = GRID_AXES.index(k)
+            out[:, c] = np.asarray([AXIS[k].code(x) for x in base.axes[k]], np.int64)[grid[:, i]]
+        else:
+            out[:, c] = AXIS[k].code(fixed[k]) if k in AXIS else fixed[k]
+    return out
 
 
 # ----------------------------------------------------------------------------- the search

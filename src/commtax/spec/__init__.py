@@ -14,10 +14,12 @@ from commtax.spec.catalog import (  # noqa: F401
     VARIANT_FIELDS,
     _builtin_catalog,
     build,
+    job_unchecked,
     job_with,
     load_catalog,
     load_job,
     plan_variant,
+    plan_variants,
     read_overrides,
     resolve_cluster,
     resolve_entry,
@@ -45,7 +47,7 @@ from commtax.spec.frameworks import (  # noqa: F401
     zero_refusal,
 )
 from commtax.spec.hardware import GPU, Cluster, InterPoolLink, IntraLink, LevelNumbers, Network, Pool, Profile  # noqa: F401
-from commtax.spec.job import Job, eager_attention_archs  # noqa: F401
+from commtax.spec.job import JOB_CHECKS, Job, JobCheck, eager_attention_archs  # noqa: F401
 from commtax.spec.model import Model  # noqa: F401
 from commtax.spec.pipeline_split import per_rank, pipeline_split  # noqa: F401
 from commtax.spec.plan import Plan, Training  # noqa: F401

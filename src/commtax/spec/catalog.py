@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import itertools
+import operator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from pydantic import (
 from commtax.errors import SpecError, excerpt
 from commtax.spec.base import CATALOG_DIR, replaced
 from commtax.spec.files import read_catalog_yaml, read_yaml
-from commtax.spec.job import Job
+from commtax.spec.job import JOB_CHECKS, Job, _eager_attention
 from commtax.spec.plan import Plan
 
 # ----------------------------------------------------------------------------- catalog
@@ -110,6 +112,102 @@ def plan_variant(valid: Job, **changes: Any) -> Job:
         raise SpecError(f"plan: {e}") from None  # (_format_validation_error; tests/test_plan_variant.py)
     except AssertionError:
         return job_with(valid, **changes)  # a programmer's check: as the full validation reports it
+
+
+def plan_variants(
+    valid: Job, axes: dict[str, Sequence[Any]], checked: bool = True
+) -> Iterator[tuple[tuple[int, ...], Job | str]]:
+    """``plan_variant(valid, **combination)`` of every combination of the values of ``axes`` (fields of
+    ``VARIANT_FIELDS``), by position in ``itertools.product`` order: (the values' indices, the job, or the refusal
+    as ``job_with`` words it). Each of the Job's checks (``JOB_CHECKS``) runs once per combination of the values of
+    the axes it reads, a combination's verdict the first check that refuses it, in the validator's order (a search
+    validates ~10^4 variants of ~200 layouts). ``checked``: ``valid`` passed the checks (a validated job), so those
+    that read no axis are not run again; ``checked=False``: ``valid`` is a ``job_unchecked`` and they run once. A
+    value the Plan's field refuses sends every combination through ``plan_variant``."""
+    names = tuple(axes)
+    assert set(names) <= VARIANT_FIELDS, names
+    index = list(itertools.product(*(range(len(axes[k])) for k in names)))
+    if not all(_plan_accepts(k, type(v), v) for k in names for v in axes[k]):
+        for idx in index:
+            try:
+                yield idx, plan_variant(valid, **{k: axes[k][i] for k, i in zip(names, idx)})
+            except SpecError as e:
+                yield idx, str(e)
+        return
+    # the checks that read an axis, by the axes they read: each set's verdicts (the indices of its axes -> each of its
+    # checks' refusal, None where it passes) are filled once per value; ``order`` walks the checks in the validator's
+    # order, so a combination's verdict is the first refusal met
+    order: list[tuple[int, int]] = []  # per check: (its set, its place in the set)
+    sets: dict[tuple[int, ...], list[Callable[[Job], None]]] = {}
+    for check in JOB_CHECKS:
+        at = tuple(a for a, k in enumerate(names) if k in check.reads)
+        if at or not checked:
+            runs = sets.setdefault(at, [])
+            order.append((list(sets).index(at), len(runs)))
+            runs.append(check.run)
+    tables = [(operator.itemgetter(*at) if at else _nothing, runs, {}) for at, runs in sets.items()]
+    for idx in index:
+        variant = refusal = None
+        rows: list[tuple[str | None, ...] | None] = [None] * len(tables)
+        for s, place in order:
+            row = rows[s]
+            if row is None:
+                get, runs, seen = tables[s]
+                key = get(idx)
+                row = seen.get(key)
+                if row is None:
+                    if variant is None:
+                        variant = _variant(valid, names, idx, axes)
+                    row = seen[key] = _refusals(runs, variant)
+                rows[s] = row
+            refusal = row[place]
+            if refusal is not None:
+                break
+        if refusal is _PROGRAMMER:
+            try:
+                yield idx, plan_variant(valid, **{k: axes[k][i] for k, i in zip(names, idx)})
+            except SpecError as e:
+                yield idx, str(e)
+        elif refusal is not None:
+            yield idx, refusal
+        else:
+            yield idx, _eager_attention(_variant(valid, names, idx, axes) if variant is None else variant)
+
+
+def _nothing(idx: tuple[int, ...]) -> tuple[()]:
+    """The key of the checks that read no axis: one verdict for every combination."""
+    return ()
+
+
+def _variant(valid: Job, names: tuple[str, ...], idx: tuple[int, ...], axes: dict[str, Sequence[Any]]) -> Job:
+    """One combination of ``plan_variants``: ``valid`` with those values of the axes, not validated."""
+    return replaced(valid, plan=replaced(valid.plan, **{k: axes[k][i] for k, i in zip(names, idx)}))
+
+
+_UNSEEN = object()
+_PROGRAMMER = "a programmer's check failed"  # ``_refusal`` of an AssertionError: the full validation reports it
+
+
+def _refusals(runs: list[Callable[[Job], None]], job: Job) -> tuple[str | None, ...]:
+    """Each check's refusal of ``job`` in turn up to the first that refuses, as the validator runs them (the checks
+    after it left None: a combination refused there never reaches them)."""
+    out = [None] * len(runs)
+    for i, run in enumerate(runs):
+        out[i] = _refusal(run, job)
+        if out[i] is not None:
+            break
+    return tuple(out)
+
+
+def _refusal(run: Callable[[Job], None], job: Job) -> str | None:
+    """A check's refusal of ``job`` as ``job_with`` words it (``plan_variant``), None if it passes."""
+    try:
+        run(job)
+    except ValueError as e:  # SpecError included: pydantic words a Job validator's refusal "plan: <it>"
+        return f"plan: {e}"
+    except AssertionError:
+        return _PROGRAMMER
+    return None
 
 
 @lru_cache(maxsize=1024)
@@ -295,7 +393,25 @@ def job_with(job: Job, **plan_changes: Any) -> Job:
     """The same job with some plan fields changed, validated again (used by search and advice)."""
     # the plan's fields as data, validated with the job in one pass: the search's hot path (Plan.replace validates
     # the plan on its own first, a fifth slower here)
+    plan = _plan_data(job, plan_changes)
+    return build(Job, {"model": job.model, "cluster": job.cluster, "plan": plan, "training": job.training}, "")
+
+
+def _plan_data(job: Job, plan_changes: dict[str, Any]) -> dict[str, Any]:
+    """The plan ``job_with`` validates: the job's plan fields with the changes."""
     plan = {**job.plan.model_dump(), **plan_changes}
     if plan_changes.get("recompute", "selective") != "selective" and "recompute_modules" not in plan_changes:
         plan["recompute_modules"] = None  # the modules are selective recompute's: none or full recompute drops them
-    return build(Job, {"model": job.model, "cluster": job.cluster, "plan": plan, "training": job.training}, "")
+    return plan
+
+
+def job_unchecked(job: Job, **plan_changes: Any) -> Job | None:
+    """``job_with(job, **plan_changes)`` before the Job's cross-field checks (``JOB_CHECKS``): its plan validated as
+    ``job_with`` validates it, the checks left to ``plan_variants(..., checked=False)``; None where the plan itself
+    is refused (``job_with`` words that refusal). The model, cluster and training are the job's, as ``job_with``
+    keeps them."""
+    try:
+        plan = Plan.model_validate(_plan_data(job, plan_changes))
+    except ValidationError:
+        return None
+    return replaced(job, plan=plan)

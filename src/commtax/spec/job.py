@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 
 from pydantic import (
@@ -31,63 +33,10 @@ class Job(_Spec):
 
     @model_validator(mode="after")
     def _consistent(self) -> Job:
-        m, c, p, t = self.model, self.cluster, self.plan, self.training
-        mp = p.tp * p.pp * p.cp
-        if c.num_gpus % mp:
-            raise ValueError(f"tp({p.tp}) * pp({p.pp}) * cp({p.cp}) = {mp} does not divide num_gpus({c.num_gpus})")
-        dp = c.num_gpus // mp
-        if p.dp is not None and p.dp * mp != c.num_gpus:
-            raise ValueError(
-                f"dp({p.dp}) * tp({p.tp}) * pp({p.pp}) * cp({p.cp}) = {p.dp * mp} != num_gpus({c.num_gpus})"
-            )
-        if m.heads % p.tp or m.kv_heads_ % p.tp:
-            raise ValueError(
-                f"tp({p.tp}) must divide heads({m.heads}) and kv_heads({m.kv_heads_}): choose tp in "
-                f"{[d for d in range(1, m.kv_heads_ + 1) if m.kv_heads_ % d == 0]}"
-            )
-        if p.vp > 1 and p.pp == 1:
-            raise ValueError("vp > 1 (interleaved 1F1B) needs pp > 1")
-        if p.vp > 1 and p.schedule not in ("1f1b", "1f1b-flexible", "zb-v"):
-            raise ValueError(
-                f"vp({p.vp}) > 1 needs schedule 1f1b, 1f1b-flexible or zb-v (interleaving is Megatron's interleaved "
-                "1F1B); set vp: 1 or schedule: 1f1b"
-            )
-        if p.schedule == "zb-v" and p.vp != 2:
-            raise ValueError(
-                f"schedule zb-v runs two model chunks per stage in a V (Qi et al. 2023): set vp: 2, not {p.vp}"
-            )
-        if p.schedule == "1f1b-flexible" and p.framework != "custom":
-            raise ValueError(
-                f"schedule 1f1b-flexible is Llama 3's modified interleaved schedule (Llama Team 2024 §3.3.2), not "
-                f"{p.framework}'s: set framework: custom, or schedule: 1f1b"
-            )
-        pipeline_split(m.layers, p)  # raises naming the stage-split field and the fix
-        check_pools(self)  # pools: TP inside a pool, stages and batch shares per pool (spec/pools.py)
-        dp_across_pools = bool(c.pools) and p.stage_pools is None
-        if not dp_across_pools and t.global_batch % (dp * p.micro_batch):
-            raise ValueError(
-                f"global_batch({t.global_batch}) must be divisible by dp({dp}) * micro_batch({p.micro_batch}) = "
-                f"{dp * p.micro_batch}"
-            )
-        m_micro = t.global_batch // (dp * p.micro_batch)
-        if p.vp > 1 and p.schedule == "1f1b" and m_micro % p.pp:
-            # Megatron-LM/Core schedules.py, forward_backward_pipelining_with_interleaving: "number of microbatches
-            # is not divisible by pipeline-model-parallel-size when using interleaved schedule" (Narayanan 2021 §2.2)
-            raise ValueError(
-                f"vp({p.vp}) > 1 needs the micro-batches per replica, global_batch/(dp*micro_batch) = {m_micro}, to be "
-                f"a multiple of pp({p.pp}) (Megatron's interleaved schedule); use vp: 1, a smaller micro_batch or pp"
-                + (", or schedule: 1f1b-flexible (Llama 3's interleaving)" if p.framework == "custom" else "")
-            )
-        moe_refusal(m, p, c.num_gpus, m_micro)
-        if t.seq_len % p.cp:
-            raise ValueError(f"seq_len({t.seq_len}) must be divisible by cp({p.cp})")
-        if p.sequence_parallel and t.seq_len // p.cp % p.tp:
-            raise ValueError(f"sequence_parallel needs seq_len/cp ({t.seq_len // p.cp}) divisible by tp({p.tp})")
-        c.gpu.peak_flops(t.precision)  # raises SpecError naming the precision
-        if p.attention != "eager" and c.gpu.arch in eager_attention_archs():
-            # no fused attention kernel runs on this architecture (catalog/attention.yaml eager_archs): eager
-            object.__setattr__(self, "plan", p.model_copy(update={"attention": "eager"}))
-        return self
+        """The cross-field checks (``JOB_CHECKS``), in order: the first that fails words the refusal."""
+        for check in JOB_CHECKS:
+            check.run(self)
+        return _eager_attention(self)
 
     @property
     def edp(self) -> int:
@@ -121,11 +70,167 @@ class Job(_Spec):
         return self.training.global_batch // (self.dp * self.plan.micro_batch)
 
 
+@dataclass(frozen=True)
+class JobCheck:
+    """One cross-field rule of a Job: ``run`` raises ValueError naming the rule and the fix. ``reads``: which of the
+    plan fields a search varies within a layout (``catalog.VARIANT_FIELDS``) the rule reads; it reads none of the
+    others (``catalog.plan_variants`` checks each rule once per value of those, tests/test_plan_variant.py)."""
+
+    run: Callable[[Job], None]
+    reads: frozenset[str]
+
+
+JOB_CHECKS: list[JobCheck] = []  # in the order the Job validator runs them
+
+
+def _check(*reads: str) -> Callable[[Callable[[Job], None]], Callable[[Job], None]]:
+    def register(run: Callable[[Job], None]) -> Callable[[Job], None]:
+        JOB_CHECKS.append(JobCheck(run, frozenset(reads)))
+        return run
+
+    return register
+
+
+@_check()
+def _layout_divides_gpus(job: Job) -> None:
+    c, p = job.cluster, job.plan
+    mp = p.tp * p.pp * p.cp
+    if c.num_gpus % mp:
+        raise ValueError(f"tp({p.tp}) * pp({p.pp}) * cp({p.cp}) = {mp} does not divide num_gpus({c.num_gpus})")
+    if p.dp is not None and p.dp * mp != c.num_gpus:
+        raise ValueError(f"dp({p.dp}) * tp({p.tp}) * pp({p.pp}) * cp({p.cp}) = {p.dp * mp} != num_gpus({c.num_gpus})")
+
+
+@_check()
+def _tp_divides_heads(job: Job) -> None:
+    m, p = job.model, job.plan
+    if m.heads % p.tp or m.kv_heads_ % p.tp:
+        raise ValueError(
+            f"tp({p.tp}) must divide heads({m.heads}) and kv_heads({m.kv_heads_}): choose tp in "
+            f"{[d for d in range(1, m.kv_heads_ + 1) if m.kv_heads_ % d == 0]}"
+        )
+
+
+@_check("vp")
+def _interleaving_schedule(job: Job) -> None:
+    p = job.plan
+    if p.vp > 1 and p.pp == 1:
+        raise ValueError("vp > 1 (interleaved 1F1B) needs pp > 1")
+    if p.vp > 1 and p.schedule not in ("1f1b", "1f1b-flexible", "zb-v"):
+        raise ValueError(
+            f"vp({p.vp}) > 1 needs schedule 1f1b, 1f1b-flexible or zb-v (interleaving is Megatron's interleaved "
+            "1F1B); set vp: 1 or schedule: 1f1b"
+        )
+    if p.schedule == "zb-v" and p.vp != 2:
+        raise ValueError(
+            f"schedule zb-v runs two model chunks per stage in a V (Qi et al. 2023): set vp: 2, not {p.vp}"
+        )
+
+
+@_check()
+def _flexible_is_custom(job: Job) -> None:
+    p = job.plan
+    if p.schedule == "1f1b-flexible" and p.framework != "custom":
+        raise ValueError(
+            f"schedule 1f1b-flexible is Llama 3's modified interleaved schedule (Llama Team 2024 §3.3.2), not "
+            f"{p.framework}'s: set framework: custom, or schedule: 1f1b"
+        )
+
+
+@_check("vp")
+def _pipeline_split(job: Job) -> None:
+    pipeline_split(job.model.layers, job.plan)  # raises naming the stage-split field and the fix
+
+
+@_check("micro_batch")
+def _pools(job: Job) -> None:
+    check_pools(job)  # pools: TP inside a pool, stages and batch shares per pool (spec/pools.py)
+
+
+def _micro_batches(job: Job) -> int:
+    """Micro-batches per replica as the checks read them (``Job.micro_batches``)."""
+    return job.training.global_batch // (job.dp * job.plan.micro_batch)
+
+
+@_check("micro_batch")
+def _batch_divides(job: Job) -> None:
+    c, p, t = job.cluster, job.plan, job.training
+    dp_across_pools = bool(c.pools) and p.stage_pools is None
+    if not dp_across_pools and t.global_batch % (job.dp * p.micro_batch):
+        raise ValueError(
+            f"global_batch({t.global_batch}) must be divisible by dp({job.dp}) * micro_batch({p.micro_batch}) = "
+            f"{job.dp * p.micro_batch}"
+        )
+
+
+@_check("vp", "micro_batch")
+def _interleaved_micro_batches(job: Job) -> None:
+    p = job.plan
+    m_micro = _micro_batches(job)
+    if p.vp > 1 and p.schedule == "1f1b" and m_micro % p.pp:
+        # Megatron-LM/Core schedules.py, forward_backward_pipelining_with_interleaving: "number of microbatches
+        # is not divisible by pipeline-model-parallel-size when using interleaved schedule" (Narayanan 2021 §2.2)
+        raise ValueError(
+            f"vp({p.vp}) > 1 needs the micro-batches per replica, global_batch/(dp*micro_batch) = {m_micro}, to be "
+            f"a multiple of pp({p.pp}) (Megatron's interleaved schedule); use vp: 1, a smaller micro_batch or pp"
+            + (", or schedule: 1f1b-flexible (Llama 3's interleaving)" if p.framework == "custom" else "")
+        )
+
+
+@_check()
+def _recompute_modules(job: Job) -> None:
+    _recompute_modules_exist(job.model, job.plan)  # ``moe_refusal``'s checks, each on its own: what it reads
+
+
+@_check("vp", "sequence_parallel")
+def _moe_plan(job: Job) -> None:
+    moe_plan_refusal(job.model, job.plan, job.cluster.num_gpus)
+
+
+@_check("vp", "micro_batch")
+def _dualpipe(job: Job) -> None:
+    dualpipe_refusal(job.plan, _micro_batches(job))
+
+
+@_check()
+def _cp_divides_seq(job: Job) -> None:
+    if job.training.seq_len % job.plan.cp:
+        raise ValueError(f"seq_len({job.training.seq_len}) must be divisible by cp({job.plan.cp})")
+
+
+@_check("sequence_parallel")
+def _sequence_parallel_divides(job: Job) -> None:
+    p, t = job.plan, job.training
+    if p.sequence_parallel and t.seq_len // p.cp % p.tp:
+        raise ValueError(f"sequence_parallel needs seq_len/cp ({t.seq_len // p.cp}) divisible by tp({p.tp})")
+
+
+@_check()
+def _precision_runs(job: Job) -> None:
+    job.cluster.gpu.peak_flops(job.training.precision)  # raises SpecError naming the precision
+
+
+def _eager_attention(job: Job) -> Job:
+    """The job with eager attention where no fused attention kernel runs on its GPU's architecture
+    (catalog/attention.yaml eager_archs); the job itself otherwise (it reads none of ``VARIANT_FIELDS``)."""
+    p = job.plan
+    if p.attention != "eager" and job.cluster.gpu.arch in eager_attention_archs():
+        object.__setattr__(job, "plan", p.model_copy(update={"attention": "eager"}))
+    return job
+
+
 def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
     """Megatron-Core's checks of an expert-parallel plan, each refusal naming the rule (megatron/training/arguments.py
     validate_args, megatron/core/parallel_state.py initialize_model_parallel), and DualPipe's (deepseek-ai/DualPipe
     dualpipe.py ``step``: num_chunks >= 2·ranks, an even number of ranks)."""
     _recompute_modules_exist(m, p)
+    moe_plan_refusal(m, p, num_gpus)
+    dualpipe_refusal(p, micro_batches)
+
+
+def moe_plan_refusal(m: Model, p: Plan, num_gpus: int) -> None:
+    """Megatron-Core's checks of the expert-parallel fields (``moe_refusal``): MoE fields on a dense model, ep, etp
+    and the all-to-all overlap."""
     if not m.is_moe:
         moe_only = {
             "ep": p.ep > 1,
@@ -179,6 +284,10 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
                     "moe_a2a_overlap does not run with recompute_modules moe (Megatron: 'disable moe in "
                     "recompute_modules when enabling overlap_moe_expert_parallel_comm'); drop moe or the overlap"
                 )
+
+
+def dualpipe_refusal(p: Plan, micro_batches: int) -> None:
+    """DualPipe's checks (``moe_refusal``): an even number of ranks, its own two chunks, 2·pp micro-batches."""
     if p.schedule in ("dualpipe", "dualpipev"):
         if p.pp < 2 or p.pp % 2:
             raise ValueError(f"schedule {p.schedule} needs an even pp ≥ 2, got pp({p.pp}) (DualPipe pairs ranks)")

@@ -779,8 +779,13 @@ def mtp_params_per_gpu(job: Job) -> tuple[float, float]:
 
 def params_per_gpu(job: Job) -> dict[str, float]:
     """Parameters held by one GPU of the stage with the most layers, before ZeRO sharding."""
+    return _params_per_gpu(job, job.stage_layers)
+
+
+def _params_per_gpu(job: Job, stage_layers: tuple[int, ...]) -> dict[str, float]:
+    """``params_per_gpu`` given the job's ``stage_layers`` (read once by ``build_workload``)."""
     m, p = job.model, job.plan
-    per_stage_layers = max(job.stage_layers)
+    per_stage_layers = max(stage_layers)
     layers = per_stage_layers * (m.layer_params() - 2 * m.hidden) / p.tp + per_stage_layers * 2 * m.hidden
     emb = m.vocab * m.hidden / p.tp
     # embedding on the first stage, output layer on the last; with pp == 1 both (one copy if tied)
@@ -794,9 +799,13 @@ def stage_params(job: Job) -> list[float]:
     last; pp == 1: both, one copy if tied), before ZeRO sharding. MoE: dense and expert parameters together."""
     if job.model.is_moe:
         return [d + e for d, e in stage_param_split(job)]
-    params = params_per_gpu(job)
-    per_layer = params["layers"] / max(1, max(job.stage_layers))
-    out = [n * per_layer for n in job.stage_layers]
+    return _stage_params(job, params_per_gpu(job), job.stage_layers)
+
+
+def _stage_params(job: Job, params: dict[str, float], stage_layers: tuple[int, ...]) -> list[float]:
+    """``stage_params`` of a dense job given its ``params_per_gpu`` and ``stage_layers`` (``build_workload``)."""
+    per_layer = params["layers"] / max(1, max(stage_layers))
+    out = [n * per_layer for n in stage_layers]
     out[0] += params["embed"]
     out[-1] += params["head"] + sum(mtp_params_per_gpu(job))
     return out
@@ -991,6 +1000,10 @@ BLOCK_IRRELEVANT = frozenset(
 )
 # (model, training, assumptions, dropout, the fields they read[, NVLink domain]) -> (layer, embed, head, MoE layer)
 _BLOCKS: dict[tuple, tuple[Block, Block, Block, Block | None]] = {}
+# each distinct phase of those blocks, by value: equal phases of different blocks (a forward is the same whatever the
+# recompute) are one object, so that the price caches (``costs.pricing``) find a phase by identity instead of
+# comparing its ~30 ops each time. Equal values: the same prices.
+_PHASES: dict[Phase, Phase] = {}
 
 
 @lru_cache(maxsize=8)
@@ -1003,9 +1016,7 @@ def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
     # the ZeRO stage is not part of the key, only whether it selects DeepSpeed's BF16_Optimizer (ZeRO 0/1)
     key = (
-        job.model,
-        job.training,
-        a,
+        _specs_key(job.model, job.training, a),
         job.dropout,
         uses_bf16_optimizer(job),
         *map(p.__getattribute__, _block_fields(type(p))),
@@ -1016,9 +1027,52 @@ def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     if blocks is None:
         if len(_BLOCKS) >= 4096:
             _BLOCKS.clear()
-        moe = _layer_block(job, moe=True) if job.model.is_moe else None
-        blocks = _BLOCKS[key] = (_layer_block(job), _embed_block(job), _head_block(job), moe)
+            _PHASES.clear()
+        moe = _interned(_layer_block(job, moe=True)) if job.model.is_moe else None
+        blocks = _BLOCKS[key] = (
+            _interned(_layer_block(job)),
+            _interned(_embed_block(job)),
+            _interned(_head_block(job)),
+            moe,
+        )
     return blocks
+
+
+@dataclass(frozen=True, eq=False)
+class _HashedSpecs:
+    """(model, training, assumptions) as one part of a ``_BLOCKS`` key, hashed once: pydantic hashes a spec field by
+    field each time, ~20 nested hashes for these three, and a search builds ~2,000 workloads of one job's specs."""
+
+    value: tuple
+    hashed: int
+
+    def __hash__(self) -> int:
+        return self.hashed
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _HashedSpecs) and self.hashed == other.hashed and self.value == other.value
+
+
+_LAST_SPECS: list[_HashedSpecs] = []  # the last specs met (held, so compared by identity first)
+
+
+def _specs_key(model: Any, training: Any, assumptions: Any) -> _HashedSpecs:
+    """The ``_BLOCKS`` key's specs part: the last one again when these are its very objects, else hashed anew."""
+    if _LAST_SPECS:
+        last = _LAST_SPECS[0]
+        m, t, a = last.value
+        if m is model and t is training and a is assumptions:
+            return last
+    value = (model, training, assumptions)
+    key = _HashedSpecs(value, hash(value))
+    _LAST_SPECS[:] = [key]
+    return key
+
+
+def _interned(b: Block) -> Block:
+    """``b`` with each phase replaced by an equal one met before (``_PHASES``)."""
+    f, bw, r = (_PHASES.setdefault(x, x) for x in (b.fwd, b.bwd, b.recompute))
+    return b if f is b.fwd and bw is b.bwd and r is b.recompute else Block(b.name, f, bw, r)
 
 
 def _moe_dp_fields(job: Job, split: tuple[float, float]) -> dict:
@@ -1052,16 +1106,49 @@ def with_dp_stage(job: Job, wl: Workload, split: tuple[float, float]) -> Workloa
     return replace(wl, **_moe_dp_fields(job, split))
 
 
+def pp_send(job: Job) -> Collective:
+    """The activation (forward) or its gradient (backward) one micro-batch sends across a stage boundary: Megatron
+    sends the sequence-sharded activation per TP rank (Narayanan 2021 §4.1 scatter/gather)."""
+    p, tr = job.plan, job.training
+    act_bytes = activation_bytes_per_element(tr.precision)
+    send_bytes = p.micro_batch * tr.seq_len // p.cp * job.model.hidden * act_bytes / p.tp
+    return Collective("pp_send", "send_recv", send_bytes, "pp")
+
+
+def pass_workload(job: Job) -> Workload:
+    """What the stages' passes read of ``build_workload(job)``: the blocks, the pipeline send, the split and the
+    micro-batch count, as ``build_workload`` has them; no per-step DP ops, optimizer step or parameter counts (left
+    empty). A search prices the stages of many plans that differ in their DP from one of these
+    (``schedule.analytical.stage_times``, ``pp_exposed``)."""
+    layer, embed, head, moe_layer = _blocks(job)
+    return Workload(
+        layer=layer,
+        embed=embed,
+        head=head,
+        layers_per_stage=max(job.stage_layers),
+        pp_send=pp_send(job),
+        dp_step=(),
+        dp_microbatch=(),
+        optimizer=_mem("adam", 0.0),
+        micro_batches=job.micro_batches,
+        model_flop_per_step=0.0,
+        chunk_layers=job.chunk_layers,
+        moe_layer=moe_layer,
+        stage_moe_layers=stage_moe_layers(job),
+    )
+
+
 def build_workload(job: Job) -> Workload:
     p, tr = job.plan, job.training
-    params = params_per_gpu(job)
+    chunk_layers, stage_layers = job.chunk_layers, job.stage_layers  # read once (each read runs pipeline_split)
+    params = _params_per_gpu(job, stage_layers)
     if job.model.is_moe:
         # sized for the rank with the most parameters; the schedule re-sizes them for the rank whose DP (dense +
         # expert) time is the largest (``analytical.slowest_dp_workload``): a rank without experts has no edp
         splits = tuple(dict.fromkeys(stage_param_split(job)))
         dp = _moe_dp_fields(job, max(splits, key=sum)) | {"dp_stage_splits": splits}
     else:
-        fullest = max(stage_params(job))  # DP traffic and the optimizer of the stage with the most parameters
+        fullest = max(_stage_params(job, params, stage_layers))  # DP and the optimizer of the fullest stage
         shard = job.dp * p.cp if p.zero >= 1 else 1
         dp_step, dp_mb = _dp_ops(job, fullest)
         dp = {
@@ -1070,9 +1157,6 @@ def build_workload(job: Job) -> Workload:
             "optimizer": _mem("adam", adam_bytes_per_param(tr.precision) * fullest / shard),
             "dp_codec": grad_codec_ops(job, fullest) if dp_step else (),
         }
-    act_bytes = activation_bytes_per_element(tr.precision)
-    # Megatron sends the sequence-sharded activation per TP rank (Narayanan 2021 §4.1 scatter/gather)
-    send_bytes = p.micro_batch * tr.seq_len // p.cp * job.model.hidden * act_bytes / p.tp
     tokens_per_step = tr.global_batch * tr.seq_len
     layer_tensors, other_tensors = _zero3_tensors(job, params)
     # DeepSpeed's per-parameter hooks gather again for the recomputed forward (checkpointed layers re-enter the
@@ -1083,13 +1167,13 @@ def build_workload(job: Job) -> Workload:
         layer=layer,
         embed=embed,
         head=head,
-        layers_per_stage=max(job.stage_layers),
-        pp_send=Collective("pp_send", "send_recv", send_bytes, "pp"),
+        layers_per_stage=max(stage_layers),
+        pp_send=pp_send(job),
         micro_batches=job.micro_batches,
         model_flop_per_step=model_flop_per_token(job) * tokens_per_step,
         params_per_gpu=params,
         bucket_bytes=grad_bucket_bytes(job),
-        chunk_layers=job.chunk_layers,
+        chunk_layers=chunk_layers,
         zero3_layer_tensors=layer_tensors,
         zero3_other_tensors=other_tensors,
         zero3_gather_passes=3 if sync and p.recompute == "full" else 2,
