@@ -63,10 +63,11 @@ def test_dualpipe_step_by_hand_pp4_8_micro_batches():
     assert not any("1F1B order" in n for n in r.breakdown.notes)
 
 
-def test_dualpipe_odd_micro_batches_fall_back_to_1f1b_and_say_so():
-    r = run(tiny_job(pp=4, schedule="dualpipe", global_batch=9), send=0.0, dp=0.0)
-    assert r.breakdown.step_time_s == pytest.approx(9 * 3 + 9)  # 1F1B's: m(F + B) + (p − 1)(F + B)
-    assert any("1F1B order" in n and "9 micro-batches" in n for n in r.breakdown.notes)
+def test_dualpipe_odd_micro_batches_refused_as_the_reference_does():
+    # deepseek-ai/DualPipe dualpipe.py DualPipe.step: assert num_chunks % 2 == 0; dualpipev.py has no such rule
+    with pytest.raises(SpecError, match=r"even number of micro-batches per replica, got 9.*global_batch"):
+        tiny_job(pp=4, schedule="dualpipe", global_batch=9)
+    assert tiny_job(pp=4, schedule="dualpipev", global_batch=9).plan.schedule == "dualpipev"
 
 
 def test_deepseek_v3_dualpipe_agrees_with_estimate_within_2_percent():

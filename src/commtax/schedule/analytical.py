@@ -1247,10 +1247,9 @@ def dualpipe_notes(job: Job, m: int, stages: list[StageTime], slow: StageTime) -
     if job.plan.schedule != "dualpipe" or p < 2:
         return []
     rk = pipeline_ranks("dualpipe", stages).index(slow)
-    odd = f" (m = {m} is odd: the reference refuses it; priced as m/2 through each)" if m % 2 else ""
     return [
         f"DualPipe priced per pipeline rank: rank r holds model stages r and {p - 1}−r and runs m/2 = {m / 2:g} "
-        f"micro-batches through each{odd}; breakdown and comm_time_s (dp, edp apart: below) of rank {rk} (model "
+        f"micro-batches through each; breakdown and comm_time_s (dp, edp apart: below) of rank {rk} (model "
         f"stages {rk} and {p - 1 - rk}), the busiest; each rank reduces both stages' gradients; bubble "
         "(PP/2 − 1)(F&B + B − 3W) per kind of rank (DeepSeek-V3 Table 2)"
     ]

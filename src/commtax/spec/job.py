@@ -287,7 +287,8 @@ def moe_plan_refusal(m: Model, p: Plan, num_gpus: int) -> None:
 
 
 def dualpipe_refusal(p: Plan, micro_batches: int) -> None:
-    """DualPipe's checks (``moe_refusal``): an even number of ranks, its own two chunks, 2·pp micro-batches."""
+    """DualPipe's checks (``moe_refusal``): an even number of ranks, its own two chunks, 2·pp micro-batches (an even
+    number of them for DualPipe)."""
     if p.schedule in ("dualpipe", "dualpipev"):
         if p.pp < 2 or p.pp % 2:
             raise ValueError(f"schedule {p.schedule} needs an even pp ≥ 2, got pp({p.pp}) (DualPipe pairs ranks)")
@@ -297,6 +298,13 @@ def dualpipe_refusal(p: Plan, micro_batches: int) -> None:
             raise ValueError(
                 f"schedule {p.schedule} needs at least 2·pp = {2 * p.pp} micro-batches per replica, got "
                 f"{micro_batches} (DualPipe: num_chunks >= num_ranks * 2); raise global_batch or lower micro_batch"
+            )
+        # dualpipe.py DualPipe.step asserts num_chunks % 2 == 0 (half the chunks enter from each end);
+        # dualpipev.py does not
+        if p.schedule == "dualpipe" and micro_batches % 2:
+            raise ValueError(
+                f"schedule dualpipe needs an even number of micro-batches per replica, got {micro_batches} "
+                "(DualPipe: num_chunks % 2 == 0, half enter from each end); change global_batch or micro_batch"
             )
 
 

@@ -177,7 +177,7 @@ class StepBuilder:
         self.p, self.v, self.m = plan.pp, plan.vp, self.wl.micro_batches
         # DualPipe: two pipelines of p virtual stages (``pipeline.dualpipe``); rank r holds model stage r (chunk 0)
         # and model stage p − 1 − r (chunk 1, virtual stage 2p − 1 − r): two stages' parameters
-        # (an odd m, which the reference refuses, falls back to 1F1B order, and simulate says so). DualPipeV's order
+        # (an odd m, which the spec refuses as the reference does, would fall back to 1F1B order). DualPipeV's order
         # is ``pipeline.dualpipev``, but its V needs a layer split of its own (rank 0 holds the embedding and the
         # head; halving the 1F1B stages puts both ends on it): it still runs in 1F1B order, and simulate says so
         # ZeRO-3's per-layer gathers around split backwards are not simulated: 1F1B order too
