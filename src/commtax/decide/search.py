@@ -81,11 +81,14 @@ from commtax.spec import Job, job_with, plan_variant, replaced, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import (
+    end_activation_bytes,
     fixed_reserve_bytes,
+    in_flight_micro_batches,
     layer_bytes_by_recompute,
+    loss_micro_batches,
     memory,
     stage_activation_bytes,
-    stage_activation_bytes_by_recompute,
+    stage_activations,
     stage_kinds,
     stage_states,
 )
@@ -278,6 +281,7 @@ class _Shared:
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
     templates: dict[Any, Any] = field(default_factory=dict)  # each workload's priced blocks (``StageTemplate``)
     base_keys: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute, TP/CP overlap, tp, cp) -> key
+    layer_bytes: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recomputes) -> a layer's activations
 
 
 def _copy(job: Job, **changes: Any) -> Job:
@@ -557,9 +561,11 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     states = np.full((len(g.splits), len(zeros), len(grad_dtypes), n_kinds), np.nan)
     optimizer = np.full((len(g.splits), len(zeros), len(grad_dtypes)), np.nan)
     dp_jobs: dict[tuple[int, int, int], tuple[Job, Any]] = {}
+    zds = list(itertools.product(range(len(zeros)), range(len(grad_dtypes))))
     for si in range(len(g.splits)):
-        for (z, zero), (d, dtype) in itertools.product(enumerate(zeros), enumerate(grad_dtypes)):
-            job_zd = _copy(g.sample_of_split(si), zero=zero, grad_comm_dtype=dtype)
+        sample = g.sample_of_split(si)
+        for z, d in zds:
+            job_zd = _copy(sample, zero=zeros[z], grad_comm_dtype=grad_dtypes[d])
             dp_jobs[si, z, d] = (job_zd, build_workload(job_zd))
             states[si, z, d, : len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
             optimizer[si, z, d] = g.costs.compute(_est.slowest_optimizer(job_zd, dp_jobs[si, z, d][1]))
@@ -576,31 +582,54 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     # so is overlapped ZeRO-3 traffic (``zero3_traffic``): per (split, zero, grad dtype, micro-batch count)
     on_z3 = np.zeros_like(on_grid)
     z3 = np.full((5,) + on_grid.shape, np.nan)  # ``_zero3_grid``'s fields
-    for (si, j, k, r), slow in slowest.items():
-        vps_here = [i for i in range(len(vps)) if g.split_of_vp[i] == si]
-        for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
-            if on_grid[si, j, z, d] or on_z3[si, j, z, d]:
-                continue
+    per_stage: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (split, mb) -> the (zero, gd) priced per stage
+    for si, j in dict.fromkeys((si, j) for si, j, _, _ in slowest):  # in the order of the stages met
+        m = int(g.n_micro[j])
+        for z, d in zds:
             job_zd, wl = dp_jobs[si, z, d]
-            counted = with_count.get((si, z, d, j))
-            if counted is None:
-                counted = with_count[si, z, d, j] = with_fields(wl, micro_batches=int(g.n_micro[j]))
-                if len(counted.dp_stage_splits) > 1:
-                    if (si, z, d) not in ranks:
-                        ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
-                    ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], int(g.n_micro[j]), g.costs)
-                elif counted.dp_step and not counted.dp_microbatch and job_zd.plan.overlap.dp:
-                    # one reduction per step (gradients kept whole: ``reduce_passes``) reads no micro-batch count
-                    once = (si, z, d) if not counted.grads_sharded else (si, z, d, j)
-                    if once not in dp_fields:
-                        dp_fields[once] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
-                    traffic[:, si, j, z, d] = dp_fields[once]
-                    on_grid[si, j, z, d] = True
-                    continue
-                elif counted.dp_microbatch and _est.zero3_prefetches(job_zd) and job_zd.plan.overlap.dp:
-                    z3[:, si, j, z, d] = _est.zero3_traffic(counted, g.costs)
-                    on_z3[si, j, z, d] = True
-                    continue
+            counted = with_count[si, z, d, j] = with_fields(wl, micro_batches=m)
+            if len(counted.dp_stage_splits) > 1:
+                if (si, z, d) not in ranks:
+                    ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
+                ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], m, g.costs)
+            elif counted.dp_step and not counted.dp_microbatch and job_zd.plan.overlap.dp:
+                # one reduction per step (gradients kept whole: ``reduce_passes``) reads no micro-batch count
+                once = (si, z, d) if not counted.grads_sharded else (si, z, d, j)
+                if once not in dp_fields:
+                    dp_fields[once] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                traffic[:, si, j, z, d] = dp_fields[once]
+                on_grid[si, j, z, d] = True
+                continue
+            elif counted.dp_microbatch and _est.zero3_prefetches(job_zd) and job_zd.plan.overlap.dp:
+                z3[:, si, j, z, d] = _est.zero3_traffic(counted, g.costs)
+                on_z3[si, j, z, d] = True
+                continue
+            per_stage.setdefault((si, j), []).append((z, d))
+    if per_stage:
+        _dp_per_stage(g, slowest, per_stage, dp_jobs, with_count, ranks, dp_exposed)
+    if on_grid.any() or on_z3.any():
+        passes = _slow_passes(g, slowest)
+        if on_grid.any():
+            grid = _dp_grid(g, passes, traffic)
+            dp_exposed = np.where(on_grid[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
+        if on_z3.any():
+            grid = _zero3_grid(g, passes, z3)
+            dp_exposed = np.where(on_z3[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
+    return states, optimizer, dp_exposed
+
+
+def _dp_per_stage(
+    g: _Grid, slowest: dict, per_stage: dict, dp_jobs: dict, with_count: dict, ranks: dict, dp_exposed: np.ndarray
+) -> None:
+    """The exposed DP traffic ``_dp_parts`` does not put on the grid, per slowest stage: estimate's ``dp_exposed``
+    (MoE: the slowest DP rank; plans without overlapped per-step traffic), in place."""
+    vps = g.axis("vp")
+    vps_of = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
+    for (si, j, k, r), slow in slowest.items():
+        vps_here = vps_of[si]
+        for z, d in per_stage.get((si, j), ()):
+            job_zd, _ = dp_jobs[si, z, d]
+            counted = with_count[si, z, d, j]
             # MoE: the slowest DP rank, as estimate
             counted, dp_traffic = _est.slowest_dp_rank(job_zd, counted, g.costs, slow, ranks.get((si, z, d, j)))
             if dp_traffic is None or not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):
@@ -616,11 +645,6 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                 dp_exposed[i, j, k, r, z, d] = exposed + _est.dp_contention(
                     g.costs.cm, dp_traffic.link, exposed, dp_traffic.nbytes, slow.link
                 )
-    if on_grid.any():
-        dp_exposed = np.where(on_grid[g.split_of_vp][:, :, None, None, :, :], _dp_grid(g, slowest, traffic), dp_exposed)
-    if on_z3.any():
-        dp_exposed = np.where(on_z3[g.split_of_vp][:, :, None, None, :, :], _zero3_grid(g, slowest, z3), dp_exposed)
-    return states, optimizer, dp_exposed
 
 
 def _dp_fields(parts: Any, wl: Workload) -> tuple[float, ...]:
@@ -644,16 +668,19 @@ def _slow_passes(g: _Grid, slowest: dict) -> tuple[np.ndarray, np.ndarray, np.nd
     on the (vp, mb, sp, recompute, zero, gd) grid."""
     dims = (len(g.splits),) + tuple(len(g.axis(k)) for k in ("micro_batch", "sequence_parallel", "recompute"))
     fwd, bwd, share = (np.full(dims, np.nan) for _ in range(3))
-    for key, slow in slowest.items():
-        fwd[key], bwd[key], share[key] = slow.fwd, slow.bwd, _est.memory_share(slow.link)
+    at = tuple(np.array(list(slowest)).T)  # every (split, mb, sp, rc) at once
+    fwd[at] = [s.fwd for s in slowest.values()]
+    bwd[at] = [s.bwd for s in slowest.values()]
+    share[at] = [_est.memory_share(s.link) for s in slowest.values()]
     # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
     return tuple(a[g.split_of_vp][:, :, :, :, None, None] for a in (fwd, bwd, share))
 
 
-def _zero3_grid(g: _Grid, slowest: dict, z3: np.ndarray) -> np.ndarray:
+def _zero3_grid(g: _Grid, passes: tuple[np.ndarray, ...], z3: np.ndarray) -> np.ndarray:
     """Exposed overlapped ZeRO-3 traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
-    ``zero3_exposed_s`` and ``dp_contention_s``) on arrays. z3: ``zero3_traffic`` per (split, mb, zero, gd)."""
-    fwd, bwd, share = _slow_passes(g, slowest)
+    ``zero3_exposed_s`` and ``dp_contention_s``) on arrays. z3: ``zero3_traffic`` per (split, mb, zero, gd); passes:
+    ``_slow_passes``."""
+    fwd, bwd, share = passes
     gf, gb, rs, units, mb_bytes = (t[g.split_of_vp][:, :, None, None, :, :] for t in z3)
     m = g.n_micro[None, :, None, None, None, None]
     link, nbytes = (gf + gb + rs) * m, mb_bytes * m
@@ -662,10 +689,11 @@ def _zero3_grid(g: _Grid, slowest: dict, z3: np.ndarray) -> np.ndarray:
         return exposed + _est.dp_contention_s(g.costs.cm, link, exposed, nbytes, share)
 
 
-def _dp_grid(g: _Grid, slowest: dict, traffic: np.ndarray) -> np.ndarray:
+def _dp_grid(g: _Grid, slow_passes: tuple[np.ndarray, ...], traffic: np.ndarray) -> np.ndarray:
     """Exposed overlapped DP traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
-    ``dp_step_exposed_s`` and ``dp_contention_s``) on arrays. traffic: ``_dp_fields`` per (split, mb, zero, gd)."""
-    fwd, bwd, share = _slow_passes(g, slowest)
+    ``dp_step_exposed_s`` and ``dp_contention_s``) on arrays. traffic: ``_dp_fields`` per (split, mb, zero, gd);
+    slow_passes: ``_slow_passes``."""
+    fwd, bwd, share = slow_passes
     by_vp = g.split_of_vp
     reduce_s, gather_s, gathers, tail, first, codec, link, nbytes, passes = (
         t[by_vp][:, :, None, None, :, :] for t in traffic
@@ -680,20 +708,65 @@ def _dp_grid(g: _Grid, slowest: dict, traffic: np.ndarray) -> np.ndarray:
 
 
 def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
-    """Activation bytes per (vp, mb, sp, recompute, stage kind) of the stages that can be the fullest."""
+    """Activation bytes per (vp, mb, sp, recompute, stage kind) of the stages that can be the fullest: dense,
+    ``memory.stage_activations`` on the whole grid; MoE, per plan."""
     recomputes = g.axis("recompute")
     shape = tuple(len(g.axis(k)) for k in ("vp", "micro_batch", "sequence_parallel")) + (len(recomputes),)
-    acts = np.full(shape + (max(len(x) for x in kinds),), np.nan)
-    per_layer: dict[tuple[int, int], list] = {}  # a layer's bytes per recompute: per (mb, sp), whatever the vp
+    n_kinds = max(len(x) for x in kinds)
+    sample = next(iter(g.jobs.values()))
+    if sample.model.is_moe:
+        return _moe_activations(g, kinds, shape + (n_kinds,))
+    n_vp, n_mb, n_sp, n_rc = shape
+    # per (vp, stage kind): the rank's layers, whether it is the first or the last (NaN past a split's kinds)
+    layers = np.full((n_vp, n_kinds), np.nan)
+    first, last = np.zeros((n_vp, n_kinds), bool), np.zeros((n_vp, n_kinds), bool)
+    for i in range(n_vp):
+        si = g.split_of_vp[i]
+        stages, split = kinds[si], g.splits[si]  # a dense split is the layers of each rank (``_split_key``)
+        layers[i, : len(stages)] = [split[s] for s in stages]
+        first[i, : len(stages)] = [s == 0 for s in stages]
+        last[i, : len(stages)] = [s == g.base.pp - 1 for s in stages]
+    in_flight, held = np.full((2, n_vp, n_mb, n_kinds), np.nan)  # per (vp, mb, stage kind): the pipeline's
+    per_layer, full_layer = np.full((2, n_mb, n_sp, n_rc), np.nan)  # per (mb, sp, recompute): the layer's
+    embedding, logits = np.full((2, n_mb, n_sp), np.nan)
+    valid = np.zeros((n_vp, n_mb, n_sp), bool)
+    for (i, j, k), valid_job in g.jobs.items():
+        valid[i, j, k] = True
+        if np.isnan(in_flight[i, j, 0]):  # sp does not change them
+            for x, s in enumerate(kinds[g.split_of_vp[i]]):
+                in_flight[i, j, x] = f = in_flight_micro_batches(valid_job, s)
+                held[i, j, x] = loss_micro_batches(valid_job, f)
+        if np.isnan(embedding[j, k]):  # nor the pipeline (vp, pp) a layer's bytes: the same in every base here
+            key = (valid_job.plan.micro_batch, valid_job.plan.sequence_parallel, tuple(recomputes))
+            by_layer = g.shared.layer_bytes.get(key)
+            if by_layer is None:
+                by_layer = g.shared.layer_bytes[key] = np.array(layer_bytes_by_recompute(valid_job, recomputes)).T
+            per_layer[j, k], full_layer[j, k] = by_layer
+            embedding[j, k], logits[j, k] = end_activation_bytes(valid_job)
+    acts = stage_activations(
+        layers=layers[:, None, None, None, :],
+        in_flight=in_flight[:, :, None, None, :],
+        per_layer=per_layer[None, :, :, :, None],
+        full_layer=full_layer[None, :, :, :, None],
+        first=first[:, None, None, None, :],
+        last=last[:, None, None, None, :],
+        embedding=embedding[None, :, :, None, None],
+        logits=logits[None, :, :, None, None],
+        held=held[:, :, None, None, :],
+        moe_extra=0.0,
+        mtp_layer=per_layer[None, :, :, :, None],
+        mtp_layers=sample.model.mtp_layers,
+    )
+    return np.where(valid[:, :, :, None, None], acts, np.nan)
+
+
+def _moe_activations(g: _Grid, kinds: list[tuple[int, ...]], shape: tuple[int, ...]) -> np.ndarray:
+    """MoE: activation bytes per (vp, mb, sp, recompute, stage kind), plan by plan (an MoE layer's activations read
+    the plan's recompute: a copy per value)."""
+    acts = np.full(shape, np.nan)
     for (i, j, k), valid_job in g.jobs.items():
         stages = kinds[g.split_of_vp[i]]
-        if not valid_job.model.is_moe:  # every recompute at once
-            if (j, k) not in per_layer:
-                per_layer[j, k] = layer_bytes_by_recompute(valid_job, recomputes)
-            by_recompute = stage_activation_bytes_by_recompute(valid_job, stages, recomputes, per_layer[j, k])
-            acts[i, j, k, :, : len(stages)] = by_recompute
-            continue
-        for r, rc in enumerate(recomputes):  # an MoE layer's activations read the plan's recompute: a copy per value
+        for r, rc in enumerate(g.axis("recompute")):
             acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
     return acts
 
