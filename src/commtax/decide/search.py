@@ -575,36 +575,45 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
     ranks: dict[tuple, list] = {}  # MoE: the DP ranks (``dp_ranks``: no stage time in them), per micro-batch count
     # overlapped per-step traffic of a dense workload (``dp_step_parts``) is that of (split, zero, grad dtype,
-    # micro-batch count), whichever stage is the slowest: priced once per key, its exposed part on the whole grid
+    # micro-batch count), whichever stage is the slowest: priced once per key (ZeRO 0-1: per (split, zero, grad
+    # dtype)), its exposed part on the whole grid
     on_grid = np.zeros((len(g.splits), len(g.axis("micro_batch")), len(zeros), len(grad_dtypes)), bool)
     traffic = np.full((9,) + on_grid.shape, np.nan)  # ``_dp_grid``'s fields
-    dp_fields: dict[tuple, tuple[float, ...]] = {}
-    # so is overlapped ZeRO-3 traffic (``zero3_traffic``): per (split, zero, grad dtype, micro-batch count)
+    # so is overlapped ZeRO-3 traffic (``zero3_traffic``, one micro-batch's): per (split, zero, grad dtype)
     on_z3 = np.zeros_like(on_grid)
     z3 = np.full((5,) + on_grid.shape, np.nan)  # ``_zero3_grid``'s fields
     per_stage: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (split, mb) -> the (zero, gd) priced per stage
-    for si, j in dict.fromkeys((si, j) for si, j, _, _ in slowest):  # in the order of the stages met
-        m = int(g.n_micro[j])
+    mbs_of: dict[int, dict[int, None]] = {}  # split -> the micro-batch sizes of its stages, in the order met
+    for si, j, _, _ in slowest:
+        mbs_of.setdefault(si, {})[j] = None
+    for si, mbs in mbs_of.items():
+        js = list(mbs)
         for z, d in zds:
             job_zd, wl = dp_jobs[si, z, d]
-            counted = with_count[si, z, d, j] = with_fields(wl, micro_batches=m)
-            if len(counted.dp_stage_splits) > 1:
-                if (si, z, d) not in ranks:
-                    ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
-                ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], m, g.costs)
-            elif counted.dp_step and not counted.dp_microbatch and job_zd.plan.overlap.dp:
-                # one reduction per step (gradients kept whole: ``reduce_passes``) reads no micro-batch count
-                once = (si, z, d) if not counted.grads_sharded else (si, z, d, j)
-                if once not in dp_fields:
-                    dp_fields[once] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
-                traffic[:, si, j, z, d] = dp_fields[once]
-                on_grid[si, j, z, d] = True
+            by_rank, overlapped = len(wl.dp_stage_splits) > 1, job_zd.plan.overlap.dp  # MoE: the slowest DP rank
+            if not by_rank and wl.dp_step and not wl.dp_microbatch and overlapped:
+                on_grid[si, js, z, d] = True
+                if not wl.grads_sharded:  # one reduction per step (``reduce_passes``): it reads no micro-batch count
+                    counted = with_fields(wl, micro_batches=int(g.n_micro[js[0]]))
+                    fields = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                    traffic[:, si, js, z, d] = np.array(fields)[:, None]
+                    continue
+                for j in js:
+                    counted = with_fields(wl, micro_batches=int(g.n_micro[j]))
+                    traffic[:, si, j, z, d] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
                 continue
-            elif counted.dp_microbatch and _est.zero3_prefetches(job_zd) and job_zd.plan.overlap.dp:
-                z3[:, si, j, z, d] = _est.zero3_traffic(counted, g.costs)
-                on_z3[si, j, z, d] = True
+            if not by_rank and wl.dp_microbatch and _est.zero3_prefetches(job_zd) and overlapped:
+                on_z3[si, js, z, d] = True  # one micro-batch's traffic (``zero3_traffic``) reads no micro-batch count
+                z3[:, si, js, z, d] = np.array(_est.zero3_traffic(wl, g.costs))[:, None]
                 continue
-            per_stage.setdefault((si, j), []).append((z, d))
+            for j in js:
+                m = int(g.n_micro[j])
+                with_count[si, z, d, j] = with_fields(wl, micro_batches=m)
+                if by_rank:
+                    if (si, z, d) not in ranks:
+                        ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
+                    ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], m, g.costs)
+                per_stage.setdefault((si, j), []).append((z, d))
     if per_stage:
         _dp_per_stage(g, slowest, per_stage, dp_jobs, with_count, ranks, dp_exposed)
     if on_grid.any() or on_z3.any():
