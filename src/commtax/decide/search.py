@@ -739,19 +739,23 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
     per_layer, full_layer = np.full((2, n_mb, n_sp, n_rc), np.nan)  # per (mb, sp, recompute): the layer's
     embedding, logits = np.full((2, n_mb, n_sp), np.nan)
     valid = np.zeros((n_vp, n_mb, n_sp), bool)
+    valid[tuple(np.array(list(g.jobs)).T)] = True
+    pipelines: dict[tuple[int, int], Job] = {}  # a job per (vp, mb): sp does not change its pipeline
+    layer_jobs: dict[tuple[int, int], Job] = {}  # per (mb, sp): nor the pipeline (vp, pp) a layer's bytes
     for (i, j, k), valid_job in g.jobs.items():
-        valid[i, j, k] = True
-        if np.isnan(in_flight[i, j, 0]):  # sp does not change them
-            for x, s in enumerate(kinds[g.split_of_vp[i]]):
-                in_flight[i, j, x] = f = in_flight_micro_batches(valid_job, s)
-                held[i, j, x] = loss_micro_batches(valid_job, f)
-        if np.isnan(embedding[j, k]):  # nor the pipeline (vp, pp) a layer's bytes: the same in every base here
-            key = (valid_job.plan.micro_batch, valid_job.plan.sequence_parallel, tuple(recomputes))
-            by_layer = g.shared.layer_bytes.get(key)
-            if by_layer is None:
-                by_layer = g.shared.layer_bytes[key] = np.array(layer_bytes_by_recompute(valid_job, recomputes)).T
-            per_layer[j, k], full_layer[j, k] = by_layer
-            embedding[j, k], logits[j, k] = end_activation_bytes(valid_job)
+        pipelines.setdefault((i, j), valid_job)
+        layer_jobs.setdefault((j, k), valid_job)
+    for (i, j), valid_job in pipelines.items():
+        for x, s in enumerate(kinds[g.split_of_vp[i]]):
+            in_flight[i, j, x] = f = in_flight_micro_batches(valid_job, s)
+            held[i, j, x] = loss_micro_batches(valid_job, f)
+    for (j, k), valid_job in layer_jobs.items():  # a layer's bytes: the same in every base of this placement
+        key = (valid_job.plan.micro_batch, valid_job.plan.sequence_parallel, tuple(recomputes))
+        by_layer = g.shared.layer_bytes.get(key)
+        if by_layer is None:
+            by_layer = g.shared.layer_bytes[key] = np.array(layer_bytes_by_recompute(valid_job, recomputes)).T
+        per_layer[j, k], full_layer[j, k] = by_layer
+        embedding[j, k], logits[j, k] = end_activation_bytes(valid_job)
     acts = stage_activations(
         layers=layers[:, None, None, None, :],
         in_flight=in_flight[:, :, None, None, :],
@@ -794,7 +798,7 @@ def _fullest_memory(
     plans over ``cap`` counted in ``nofit`` by what dominates."""
     acts_grid = acts[:, :, :, None, :, None, :]
     per_stage = states_by_vp[:, None, None, :, None, :, :] + acts_grid + (fixed_reserve + fragmentation * acts_grid)
-    fullest = np.nanargmax(np.where(np.isnan(per_stage), -np.inf, per_stage), axis=-1)[..., None]
+    fullest = np.argmax(np.where(np.isnan(per_stage), -np.inf, per_stage), axis=-1)[..., None]  # the first of equals
     mem = np.where(valid, np.take_along_axis(per_stage, fullest, -1)[..., 0], np.nan)
     over = valid & ~(mem <= cap)  # as estimate: fits = total <= gpu.mem_bytes
     if over.any():
