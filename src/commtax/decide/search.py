@@ -71,7 +71,7 @@ from commtax.schedule import analytical as _est
 from commtax.schedule.analytical import (
     estimate,
     pipeline_bubble,
-    prefill_stage_times,
+    prefill_stages,
     stage_times,
     step_parts,
 )
@@ -400,7 +400,8 @@ class _Grid:
     sample: dict[tuple[int, int, int], Job]  # (split, micro_batch, sp) -> one valid job with that split
     stage_plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = field(default_factory=dict)
     stage_keys: dict[tuple[int, int, int, int], tuple] = field(default_factory=dict)  # dense: ``_est.stage_key``
-    stages: dict[tuple[int, int, int, int], Any] = field(default_factory=dict)  # ``_prefill``'s stage_times
+    # ``_prefill``'s dense stages: (``analytical.PrefilledStages``, the pipeline's base key, its layers per rank)
+    stages: dict[tuple[int, int, int, int], tuple] = field(default_factory=dict)
 
     def axis(self, name: str) -> list[Any]:
         return self.base.axes[name]
@@ -506,19 +507,30 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
     on_arrays: dict[tuple, list] = {}  # (split, schedule, overlap.pp) -> its 1F1B plans, priced together
     for (si, j, k, r), (plan_job, wl, key) in g.stage_plans.items():
-        stages = g.stages.get((si, j, k, r)) or stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
-        slowest[si, j, k, r] = _est.slowest_stage(stages)
+        prefilled = g.stages.get((si, j, k, r))
+        if prefilled is None:
+            stages = stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
+            totals = [st.total for st in stages]
+            slowest[si, j, k, r] = _est.slowest_stage(stages)
+        else:  # every stage's total, the slowest's StageTime (``analytical.PrefilledStages``)
+            priced, base_key, counts = prefilled
+            totals = priced.pipeline_totals(base_key, counts)
+            slowest[si, j, k, r] = priced.slowest(base_key, counts, totals)
         plan = plan_job.plan
         if plan.schedule in _ONE_F_ONE_B:
-            on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), stages, wl))
+            on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), totals, wl))
             continue
+        if prefilled is not None:
+            stages = priced.pipeline(base_key, counts)
         here = [i for i in vps_of_split[si] if (i, j, k) in g.jobs]  # the others are invalid plans
         if here:  # every vp of this split at once (the stages are the same)
             v = np.array([vps[i] for i in here]) if len(here) > 1 else vps[here[0]]
             bubble[here, j, k, r] = pipeline_bubble(plan.schedule, int(g.n_micro[j]), v, stages)
             pp_exposed[here, j, k, r] = _est.pp_exposed(plan_job, wl, g.costs, stages, vp=v)[1]
+    valid = np.zeros((len(vps),) + dims[1:3], bool)  # the valid (vp, mb, sp)
+    valid[tuple(np.array(list(g.jobs)).T)] = True
     for (si, schedule, overlap_pp), plans in on_arrays.items():
-        _pipeline_on_arrays(g, vps_of_split[si], schedule, overlap_pp, plans, bubble, pp_exposed)
+        _pipeline_on_arrays(g, vps_of_split[si], schedule, overlap_pp, plans, valid, bubble, pp_exposed)
     fields = _SLOW_FIELDS[: len(slow_parts)]  # MoE: the exposed all-to-all fifth
     if slowest:  # every (split, mb, sp, recompute) at once
         at = tuple(np.array(list(slowest)).T)
@@ -531,17 +543,25 @@ _ONE_F_ONE_B = ("1f1b", "1f1b-flexible")  # schedules whose bubble and sends rea
 
 
 def _pipeline_on_arrays(
-    g: _Grid, vis: list[int], schedule: str, overlap_pp: bool, plans: list, bubble: np.ndarray, pp_exposed: np.ndarray
+    g: _Grid,
+    vis: list[int],
+    schedule: str,
+    overlap_pp: bool,
+    plans: list,
+    valid: np.ndarray,
+    bubble: np.ndarray,
+    pp_exposed: np.ndarray,
 ) -> None:
     """The bubble and exposed sends of one split's 1F1B plans, every (vp, mb, sp, recompute) at once: estimate's
     ``one_f_one_b_bubble`` and ``sends_exposed`` with a plan axis (each stage's totals an array over the plans) and
-    a vp axis; entries of invalid (vp, mb, sp) stay NaN."""
+    a vp axis; entries of invalid (vp, mb, sp) stay NaN. plans: per plan its (mb, sp, recompute) indices, its ranks'
+    totals (first to last) and its workload; valid: the grid's valid (vp, mb, sp)."""
     if not vis:
         return
     jkr = np.array([x for x, _, _ in plans]).T
-    ok = np.array([[(i, j, k) in g.jobs for j, k in zip(jkr[0].tolist(), jkr[1].tolist())] for i in vis])
+    ok = valid[np.array(vis)[:, None], jkr[0], jkr[1]]
     p = len(plans[0][1])
-    totals = list(np.array([[st.total for st in stages] for _, stages, _ in plans]).T)  # per stage, over the plans
+    totals = list(np.array([totals for _, totals, _ in plans]).T)  # per stage, over the plans
     v = np.array([g.axis("vp")[i] for i in vis])[:, None]
     at = (np.array(vis)[:, None], *jkr[:, None, :])
     bubble[at] = np.where(ok, _est.one_f_one_b_bubble(totals, v), np.nan)
@@ -882,9 +902,10 @@ def _prefill(prepared: list[_Prepared]) -> None:
         group.extend(((p, key), plan) for key, plan in p.g.stage_plans.items())
     for g, plans in groups:
         keys = [p.g.stage_keys.get(key) for (p, key), _ in plans]
-        stages = iter(prefill_stage_times([(x, wl) for _, (x, wl, _) in plans], g.costs, g.shared.templates, keys))
-        for (p, key), _ in plans:
-            p.g.stages[key] = next(stages)
+        priced, wanted = prefill_stages([(x, wl) for _, (x, wl, _) in plans], g.costs, g.shared.templates, keys)
+        for ((p, key), _), pipeline in zip(plans, wanted):
+            if pipeline is not None:  # MoE plans: ``stage_times`` one by one (``_stage_parts``)
+                p.g.stages[key] = (priced, *pipeline)
 
 
 def _prepare(job: Job, base: Base, phase_cache: dict[Any, _Shared]) -> _Prepared:
