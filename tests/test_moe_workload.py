@@ -139,8 +139,54 @@ def test_deepep_internode_halves_with_dedup():
     p = Placement(n=64, per_node=8, intra=intra, inter=inter)
     full, half = deepep_time("deepep_combine", 1e9, p, 1.0), deepep_time("deepep_combine", 1e9, p, 0.5)
     rdma = deepep_table()["internode"]["combine"][64] / deepep_table()["reference"]["rdma_GBps"]
-    assert full - 8 * 5e-6 == pytest.approx(56 / 64 * 1e9 / (rdma * 50e9))  # RDMA-bound
+    # RDMA-bound: the tests' RDMA bytes (every distinct node, the local one too) at the published rate
+    assert full - 8 * 5e-6 == pytest.approx(1e9 / (rdma * 50e9))
     assert half - 8 * 5e-6 == pytest.approx((full - 8 * 5e-6) / 2)
+
+
+def test_internode_rate_read_on_the_bytes_it_was_measured_on():
+    # HybridEP's H100 table (DeepEP docs/README_Hybrid-EP.md, EP 16 = 2 nodes of 8, 16 SMs, torch API): fp8 dispatch
+    # 48.26 GB/s of RDMA bytes as tests/utils.py count_rdma_send_from_routing_map counts them, once per distinct node
+    # a token goes to, its own node included ("we do not set the local node map to zeros"), on a 50 GB/s NIC.
+    # Qwen3-30B-A3B, 4096 tokens, top-8, hidden 2048, fp8 tokens ((1 + 4/128)/2 of bf16's 2 B):
+    # distinct nodes 2·(1 − (1/2)^8) = 1.9921875, counted 4096 · 1.9921875 · 2048 · 1.03125 B = 17.23 MB, 0.357 ms;
+    # the wire carries half of that (the remote node's), which the model divided by the rate before moe15 (0.179 ms)
+    from commtax.workload.moe import distinct_nodes
+
+    intra, nic = Level("intra", 160e9, 0.0), Level("inter", 50e9, 0.0)
+    p = Placement(n=16, per_node=8, intra=intra, inter=nic, arch="hopper")
+    tokens, k, h, fp8 = 4096, 8, 2048, (1 + 4 / 128) / 2 * 2
+    d = distinct_nodes(2, k)
+    assert d == pytest.approx(1.9921875)
+    s = tokens * k * h * fp8  # all top-k copies, the pairwise all-to-all's buffer
+    t = deepep_time("deepep_dispatch", s, p, d / k, "hybridep-fp8")
+    counted = tokens * d * h * fp8
+    assert counted == pytest.approx(17.23e6, rel=1e-3)
+    assert t == pytest.approx(counted / 48.26e9)
+    assert t == pytest.approx(0.357e-3, rel=2e-3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(nodes=st.sampled_from([2, 4, 8, 16]), k=st.integers(1, 8), s=st.floats(1e6, 1e10))
+def test_internode_leg_is_the_tests_count_over_the_rate(nodes, k, s):
+    # RDMA-bound (a fast NVLink): the time is the tests' RDMA bytes, dedup · S (a token once per distinct node, its
+    # own included), over the published rate; N/(N − 1) × what the wire alone carries (the remote share)
+    from commtax.workload.moe import distinct_nodes
+
+    intra, nic = Level("intra", 1e15, 0.0), Level("inter", 50e9, 0.0)
+    p = Placement(n=8 * nodes, per_node=8, intra=intra, inter=nic)
+    dedup = distinct_nodes(nodes, k) / k
+    rate = deepep_efficiency_rdma("deepep_dispatch", p) * 50e9
+    t = deepep_time("deepep_dispatch", s, p, dedup)
+    assert t == pytest.approx(dedup * s / rate, rel=1e-9)
+    wire = dedup * s * (nodes - 1) / nodes
+    assert t == pytest.approx(wire / rate * nodes / (nodes - 1), rel=1e-9)
+
+
+def deepep_efficiency_rdma(op, p):
+    from commtax.costs.collectives import deepep_efficiency
+
+    return deepep_efficiency(op, p)[1]
 
 
 def test_expert_grads_reduce_over_edp():

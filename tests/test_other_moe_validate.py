@@ -1,5 +1,6 @@
 """Other published MoE runs (validation/other_moe_runs.csv: NeMo AutoModel, the Megatron-MoE-ModelZoo, Megatron-LM's
-DeepSeek-V3 GB200 guide, the DeepSeek-V3 report, NeMo 25.04): read with public_moe_runs.csv's columns, none refused,
+DeepSeek-V3 GB200 guide, the DeepSeek-V3 report, NeMo 25.02 and 25.04, the DGX Cloud Benchmarking recipes' Grok-1,
+Llama-4 Maverick and DeepSeek-V3 tables): read with public_moe_runs.csv's columns, none refused,
 each row priced with its own framework's facts and none of Megatron-Bridge's recipe facts, MAPE gated where it stands
 (docs/moe.md)."""
 
@@ -11,11 +12,14 @@ from commtax.decide.validate import recipe_layout, run_job_raw, source_plan, val
 from commtax.spec import load_catalog
 from commtax.spec.pipeline_split import balanced_layout
 
-# issue 18: 20% first, 10% the goal. Reached on the 17 rows (5 sources) with no constant fitted on them: 22.6%
-# source-averaged, 23.4% over rows (22.4% and 24.2% before branch moe10 priced the all-to-all overlap per layer piece:
-# the ModelZoo rows moved closer, DualPipe's DeepSeek-V3 report row further, -26.7% -> -29.5%); the large misses are
+# issue 18: 20% first, 10% the goal. 39 rows of 10 sources (branch moe14 added 22 rows of 5: NeMo 25.02, a second NeMo
+# 25.04 row, the DGX Cloud Benchmarking recipes' Grok-1, Llama-4 Maverick and DeepSeek-V3 tables of 2025-09-04 and their
+# 25.08 release's DeepSeek-V3 H100 run), no constant fitted on them: 16.3% source-averaged, 18.3% over rows since
+# issue 18 priced DualPipe per pipeline rank (the DeepSeek-V3 report row -29.5% -> +2.8%; 19.0% and 19.0% before,
+# gated at 19.5, since branch moe13: the MoE host sync and the alltoall dispatcher's own passes; 19.6% and 19.7%
+# before that, gated at 20.1) (the 17 rows of 5 sources before: 22.6% and 23.4%, gated at 23.0); the large misses are
 # named in docs/moe.md "Other published MoE runs"
-OTHER_MOE_MAPE_GATE = 23.0
+OTHER_MOE_MAPE_GATE = 17.0
 OTHER_MOE_MAPE_GOAL = 20.0
 BRIDGE_SOURCE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, '26.08 NeMo Container' pre-training tables"
 
@@ -30,10 +34,10 @@ def test_other_moe_runs_all_predicted_and_gated(validation_dir):
     with open(path) as f, open(validation_dir / "public_moe_runs.csv") as g:
         assert f.readline() == g.readline()  # exactly the public MoE file's columns
     report = validate(path)
-    assert len(report.rows) == 17
+    assert len(report.rows) == 39
     assert report.refused == [], [r.reason for r in report.rows if r.reason]
     assert report.unknown_columns == []
-    assert len(report.by_source) == 5  # reported by publication, as the other files are
+    assert len(report.by_source) == 10  # reported by publication, as the other files are
     assert report.source_avg_mape_pct <= OTHER_MOE_MAPE_GATE
     other_ids = {r.id for r in report.rows}
     assert all(not other_ids & set(ids) for ids in report.fitted.values())  # no constant fitted on these rows
@@ -89,7 +93,17 @@ def test_source_plan_later_recompute_drops_modules():
 
 
 @pytest.mark.parametrize(
-    "rid", ["am_deepseekv3_1024_h100", "mz_qwen3_235b_gb200_bf16", "mc_dsv3_gb200_hybridep", "dsv3_report_h800"]
+    "rid",
+    [
+        "am_deepseekv3_1024_h100",
+        "mz_qwen3_235b_gb200_bf16",
+        "mc_dsv3_gb200_hybridep",
+        "dsv3_report_h800",
+        "dgxc_grok1_gb200_bf16_512",
+        "dgxc_llama4mav_h100_fp8_512",
+        "dgxc_dsv3_h100_bf16_1024",
+        "dgxc2508_dsv3_h100_bf16_1024",
+    ],
 )
 def test_targets_follow_their_notes(validation_dir, rid):
     # the conversions the target_note states, recomputed from the published figures
@@ -99,6 +113,11 @@ def test_targets_follow_their_notes(validation_dir, rid):
         "mz_qwen3_235b_gb200_bf16": 750e12 / 1.4803e11,  # TFLOPS / Megatron-LM's FLOPs per token
         "mc_dsv3_gb200_hybridep": 970.01e12 / 2.4981e11,  # the same for DeepSeek-V3 without MTP
         "dsv3_report_h800": 1e12 / (180e3 * 3600),  # 180K H800 GPU-hours per trillion tokens
+        # DGX Cloud Benchmarking tables: seq x GBS / (step s x GPUs), GBS as the recipe's config table weak-scales it
+        "dgxc_grok1_gb200_bf16_512": 8192 * 1024 / (7.324 * 512),  # not the table's 572679 tokens/s (GBS 512's)
+        "dgxc_llama4mav_h100_fp8_512": 8192 * 1024 / (3.855 * 512),  # the table's 2176574 tokens/s over 512 GPUs
+        "dgxc_dsv3_h100_bf16_1024": 4096 * 8192 / (52.04 * 1024),  # the table's 644781.55 tokens/s over 1,024 GPUs
+        "dgxc2508_dsv3_h100_bf16_1024": 927200 / 1024,  # the README's 4096 * 8192 / 36.189 = 927200 tokens/s
     }[rid]
     assert float(row["measured_tokens_per_s_per_gpu"]) == pytest.approx(published, rel=2e-3)
 
@@ -121,8 +140,8 @@ def test_docs_table_is_the_validators(validation_dir):
         assert float(cells[2].replace(",", "")) == pytest.approx(r.predicted, abs=0.5)
         assert float(cells[3].rstrip("%")) == pytest.approx(r.error_pct, abs=0.05)
         seen += 1
-    assert seen == len(report.rows) == 17
-    assert f"{report.source_avg_mape_pct:.1f}% averaged over the five sources" in section
+    assert seen == len(report.rows) == 39
+    assert f"{report.source_avg_mape_pct:.1f}% averaged over the ten sources" in section
     assert f"{report.mape_pct:.1f}% over rows" in section
 
 
@@ -163,3 +182,37 @@ def test_dispatcher_default_is_the_frameworks():
     assert Plan(framework="nemo-automodel").moe_dispatcher == "deepep"
     assert Plan(framework="nemo-automodel", moe_dispatcher="alltoall").moe_dispatcher == "alltoall"  # the plan's wins
     assert Plan(framework="megatron-core").moe_dispatcher == "alltoall"
+
+
+def test_dgxc_recipe_facts(validation_dir):
+    # the DGX Cloud Benchmarking rows run NeMo 2.0's performance scripts: fp8 reduces gradients in bf16, bf16 keeps
+    # NeMo's fp32; DeepSeek-V3 with its uneven first/last stage, token drop at capacity 1.0, no MTP, selective recompute
+    # of the launcher's modules; Grok-1 as NeMo builds it (Mixtral's untied output layer, the Llama-3 tokenizer)
+    catalog = load_catalog()
+    rows = {r["id"]: r for r in _rows(validation_dir, "other_moe_runs.csv")}
+    raw, fixed, free = run_job_raw(rows["dgxc_dsv3_h100_bf16_512"], catalog)
+    assert fixed["pipeline_layout"] == [7, 8, 8, 8, 8, 8, 8, 6] and sum(fixed["pipeline_layout"]) == 61
+    assert fixed["recompute_modules"] == ("mla_up_proj",) and fixed["overlap"] == {"tp": False}
+    assert raw["model"]["mtp_layers"] == 0 and raw["model"]["capacity_factor"] == 1.0
+    assert "grad_comm_dtype" not in fixed and free == []
+    _, fixed, _ = run_job_raw(rows["dgxc_dsv3_h100_bf16_1024"], catalog)
+    assert sum(fixed["pipeline_layout"]) == 61 and len(fixed["pipeline_layout"]) == 16
+    raw, fixed, _ = run_job_raw(rows["dgxc_grok1_gb200_fp8_128"], catalog)
+    assert fixed["grad_comm_dtype"] == "bf16" and fixed["etp"] == 4
+    assert raw["model"]["vocab"] == 128256 and raw["model"]["tied_embeddings"] is False
+    # the 25.08 release's DeepSeek-V3 H100 run: DeepEP, NeMo's (pp 8, vp 2) layout, recompute of mla_up_proj, mlp, moe
+    raw, fixed, _ = run_job_raw(rows["dgxc2508_dsv3_h100_bf16_1024"], catalog)
+    assert fixed["moe_dispatcher"] == "deepep" and fixed["pipeline_layout"] == [4] * 15 + [1]
+    assert fixed["recompute_modules"] == ("mla_up_proj", "mlp", "moe") and raw["model"]["mtp_layers"] == 0
+    assert raw["model"].get("capacity_factor") is None  # no token drop on H100 in that script
+    raw, fixed, _ = run_job_raw(rows["dgxc_llama4mav_gb200_bf16_128"], catalog)
+    assert raw["model"]["capacity_factor"] == 1.0 and fixed["vp"] == 12 and "grad_comm_dtype" not in fixed
+
+
+def test_nemo_long_context_rows_read_gbs_from_ga(validation_dir):
+    # the NeMo 25.02/25.04 Mixtral-8x22B rows print GBS 1 and MBS 64, swapped: GA 16 = GBS / (MBS x DP) with
+    # DP = 256 / (TP 2 x PP 4 x CP 8) = 4 gives GBS 64 at MBS 1
+    for rid in ("nemo2502_mixtral8x22b_b200", "nemo2504_mixtral8x22b_gb200"):
+        row = next(r for r in _rows(validation_dir, "other_moe_runs.csv") if r["id"] == rid)
+        dp = int(row["num_gpus"]) // (int(row["tp"]) * int(row["pp"]) * int(row["cp"]))
+        assert int(row["global_batch"]) == 16 * int(row["micro_batch"]) * dp == 64

@@ -285,11 +285,15 @@ def deepep_time(op: str, S: float, p: Placement, dedup: float = 1.0, kernel: str
     Intranode (one node or NVLink domain): each token goes once to each rank holding one of its experts (``dedup``
     · S; workload.moe.rank_dedup), every received byte counted as the kernels' tests count them, at their NVLink
     rate (HybridEP's published one on Blackwell, else DeepEP's H800 share of the link). Internode: each token
-    crosses the network once per distinct remote node (``dedup`` · k(N−1)/N · S/k of it;
-    workload.moe.internode_dedup) at the RDMA rate of this GPU's NIC share, and is fanned out over NVLink on
-    arrival; the two run concurrently (NVLink forwarding behind RDMA), so the slower sets the time, plus one
-    latency per node step.
+    crosses the network once per distinct remote node and is fanned out over NVLink on arrival; the two run
+    concurrently (NVLink forwarding behind RDMA), so the slower sets the time, plus one latency per node step.
         t = max(S_inter / (η_rdma · B_nic), S_nvl / (η_nvl · B_nvl)) + α
+    S_inter is counted as the tests that measured η_rdma count their RDMA bytes: once per distinct node a token
+    goes to, its own node included (``dedup`` · S, workload.moe.internode_dedup; DeepEP tests/legacy/
+    test_internode.py ``num_rdma_token_sent`` over all nodes, HybridEP tests/utils.py
+    ``count_rdma_send_from_routing_map``: "we do not set the local node map to zeros"), so the published rate is
+    read on the bytes it was measured on; the wire carries (N − 1)/N of them. Before moe15 the model divided only
+    the remote share by that rate, 1/(1 − 1/N) too fast: 2× on two nodes (EP 16 of 8-GPU nodes).
     """
     if p.n <= 1 or S <= 0:
         return 0.0
@@ -299,7 +303,7 @@ def deepep_time(op: str, S: float, p: Placement, dedup: float = 1.0, kernel: str
         eff = hybridep_efficiency(op, kernel, p, "nvl") or nvl_eff
         return p.intra.latency_s + dedup * S / (eff * p.intra.bw_bytes_per_s)
     rdma_eff = hybridep_efficiency(op, kernel, p, "ib") or rdma_eff
-    inter_bytes = dedup * (p.n - k) / p.n * S
+    inter_bytes = dedup * S  # the tests' RDMA bytes: a token once per distinct node, the local one included
     nvl_bytes = (p.n - 1) / p.n * S * min(1.0, k / p.n + dedup)  # local peers, and the remote tokens fanned out
     t_inter = inter_bytes / (rdma_eff * p.inter.bw_bytes_per_s)
     t_nvl = nvl_bytes / (nvl_eff * p.intra.bw_bytes_per_s)

@@ -507,21 +507,22 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
     on_arrays: dict[tuple, list] = {}  # (split, schedule, overlap.pp) -> its 1F1B plans, priced together
     for (si, j, k, r), (plan_job, wl, key) in g.stage_plans.items():
-        prefilled = g.stages.get((si, j, k, r))
-        if prefilled is None:
-            stages = stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
-            totals = [st.total for st in stages]
-            slowest[si, j, k, r] = _est.slowest_stage(stages)
-        else:  # every stage's total, the slowest's StageTime (``analytical.PrefilledStages``)
-            priced, base_key, counts = prefilled
+        plan, prefilled = plan_job.plan, g.stages.get((si, j, k, r))
+        if prefilled is not None and plan.schedule in _ONE_F_ONE_B:  # its ranks are its stages (``pipeline_ranks``)
+            priced, base_key, counts = prefilled  # every stage's total, the slowest's StageTime (``PrefilledStages``)
             totals = priced.pipeline_totals(base_key, counts)
             slowest[si, j, k, r] = priced.slowest(base_key, counts, totals)
-        plan = plan_job.plan
-        if plan.schedule in _ONE_F_ONE_B:
             on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), totals, wl))
             continue
         if prefilled is not None:
-            stages = priced.pipeline(base_key, counts)
+            stages = prefilled[0].pipeline(*prefilled[1:])
+        else:
+            stages = stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
+        slowest[si, j, k, r] = _est.slowest_stage(_est.pipeline_ranks(plan.schedule, stages))
+        if plan.schedule in _ONE_F_ONE_B:
+            totals = [st.total for st in stages]
+            on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), totals, wl))
+            continue
         here = [i for i in vps_of_split[si] if (i, j, k) in g.jobs]  # the others are invalid plans
         if here:  # every vp of this split at once (the stages are the same)
             v = np.array([vps[i] for i in here]) if len(here) > 1 else vps[here[0]]
@@ -586,7 +587,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
         sample = g.sample_of_split(si)
         for z, d in zds:
             job_zd = _copy(sample, zero=zeros[z], grad_comm_dtype=grad_dtypes[d])
-            dp_jobs[si, z, d] = (job_zd, build_workload(job_zd))
+            dp_jobs[si, z, d] = (job_zd, _est.dualpipe_dp_workload(job_zd, build_workload(job_zd)))
             states[si, z, d, : len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
             optimizer[si, z, d] = g.costs.compute(_est.slowest_optimizer(job_zd, dp_jobs[si, z, d][1]))
     vps = g.axis("vp")
@@ -610,7 +611,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
         js = list(mbs)
         for z, d in zds:
             job_zd, wl = dp_jobs[si, z, d]
-            by_rank, overlapped = len(wl.dp_stage_splits) > 1, job_zd.plan.overlap.dp  # MoE: the slowest DP rank
+            by_rank, overlapped = _est.ranks_apart(job_zd, wl), job_zd.plan.overlap.dp  # MoE: the slowest DP rank
             if not by_rank and wl.dp_step and not wl.dp_microbatch and overlapped:
                 on_grid[si, js, z, d] = True
                 if not wl.grads_sharded:  # one reduction per step (``reduce_passes``): it reads no micro-batch count

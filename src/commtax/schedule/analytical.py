@@ -30,8 +30,12 @@ from commtax.workload.step import (
     Workload,
     build_workload,
     grad_bytes_per_param,
+    grad_codec_ops,
+    stage_param_split,
+    stage_params,
     weight_bytes_per_param,
     with_dp_stage,
+    with_fields,
 )
 
 
@@ -688,13 +692,60 @@ def dp_ranks(job: Job, wl: Workload, costs: Costs) -> list[DPRank]:
     (``dp_step_parts``, where ``dp_timeline`` reads it), each carrying the optimizer of the rank with the most
     optimizer work (``slowest_optimizer``: the step waits for the slowest): what ``slowest_dp_workload`` compares,
     independent of the stage times, so a caller pricing many stage times (search) computes it once."""
-    ranks = [with_dp_stage(job, wl, split) for split in wl.dp_stage_splits]
-    optimizer = max((r.optimizer for r in ranks), key=lambda c: c.bytes)  # = slowest_optimizer(job, wl)
+    splits = dp_splits(job, wl)
+    ranks = [with_dp_stage(job, wl, split) for split in splits]
+    if splits is wl.dp_stage_splits:
+        optimizer = max((r.optimizer for r in ranks), key=lambda c: c.bytes)  # = slowest_optimizer(job, wl)
+    else:  # DualPipe: one stage's optimizer states per rank (``dp_splits``)
+        optimizer = slowest_optimizer(job, wl)
     out: list[DPRank] = []
     for rank in ranks:
         rank = rank if rank.optimizer == optimizer else replace(rank, optimizer=optimizer)
         out.append((rank, dp_step_parts(rank, costs) if rank.dp_step and not rank.dp_microbatch else None))
     return out
+
+
+def dp_splits(job: Job, wl: Workload) -> tuple[tuple[float, float], ...]:
+    """MoE: the (dense, expert) parameters each kind of pipeline rank reduces per step, ``wl.dp_stage_splits``;
+    under DualPipe rank r holds model stages r and p − 1 − r and reduces both stages' gradients (the 2×
+    parameters of DeepSeek-V3 Table 2; deepseek-ai/DualPipe example_dualpipe.py sums each stage's gradient over
+    the two ranks that hold it), so the pairs' sums. ZeRO-2 reduces after every backward (``reduce_passes``), and
+    a backward runs through one of the rank's stages, m/2 through each: m reductions of the pair's mean (the
+    step's one parameter all-gather, of both stages, is then counted at half: a small part of ZeRO-2's traffic).
+    The optimizer stays one stage's (``slowest_optimizer``), as ``workload.memory`` keeps one copy of the optimizer
+    states and two of the weights and gradients."""
+    if job.plan.schedule != "dualpipe" or job.plan.pp < 2 or not wl.dp_stage_splits:
+        return wl.dp_stage_splits
+    s = stage_param_split(job)
+    p, share = len(s), 0.5 if job.plan.zero == 2 else 1.0
+    pairs = ((share * (s[r][0] + s[p - 1 - r][0]), share * (s[r][1] + s[p - 1 - r][1])) for r in range(p))
+    return tuple(dict.fromkeys(pairs))
+
+
+def dualpipe_dp_workload(job: Job, wl: Workload) -> Workload:
+    """A dense workload's per-step DP traffic (ZeRO 0-2) under DualPipe, sized for the rank whose two stages hold the
+    most parameters (``dp_splits`` does it for MoE ranks): the workload's is one stage's (the fullest), and a rank
+    reduces both of its stages' gradients once per step, or under ZeRO-2 their mean after every backward. The
+    collectives' bytes scale with the parameters; the codec is priced for the rank's."""
+    p = job.plan.pp
+    if job.plan.schedule != "dualpipe" or p < 2 or wl.dp_stage_splits or not wl.dp_step:
+        return wl
+    params = stage_params(job)
+    share = 0.5 if job.plan.zero == 2 else 1.0
+    rank = share * max(params[r] + params[p - 1 - r] for r in range(p))
+    f = rank / max(params)
+    return with_fields(
+        wl,
+        dp_step=tuple(replace(c, bytes=c.bytes * f) for c in wl.dp_step),
+        dp_codec=grad_codec_ops(job, rank) if wl.dp_codec else (),
+    )
+
+
+def ranks_apart(job: Job, wl: Workload) -> bool:
+    """Whether the pipeline ranks' DP traffic differs (MoE: ``dp_splits`` holds more than the workload's one split),
+    so that the slowest of them is priced (``slowest_dp_rank``)."""
+    splits = dp_splits(job, wl)
+    return len(splits) > 1 or splits is not wl.dp_stage_splits
 
 
 def slowest_dp_workload(
@@ -712,11 +763,12 @@ def slowest_dp_rank(job: Job, wl: Workload, costs: Costs, st: StageTime, ranks: 
     dense layers), so sizing by parameters alone drops the expert gradients of every other rank.
     Dense workloads (one split, or none) are returned as they are (with no traffic parts). ``ranks``: ``dp_ranks``
     when the caller has them."""
-    if len(wl.dp_stage_splits) < 2:
+    if not ranks_apart(job, wl):
         return wl, None
     ranks = dp_ranks(job, wl, costs) if ranks is None else ranks
+    splits = dp_splits(job, wl)
     link_exposed = [dp_exposed(job, r, costs, st, parts)[1::-1] for r, parts in ranks]
-    return ranks[max(range(len(ranks)), key=lambda i: (*link_exposed[i], wl.dp_stage_splits[i] == wl.dp_split))]
+    return ranks[max(range(len(ranks)), key=lambda i: (*link_exposed[i], splits[i] == wl.dp_split))]
 
 
 def slowest_optimizer(job: Job, wl: Workload) -> Compute:
@@ -1052,6 +1104,35 @@ def slowest_and_rest(stages: list[StageTime]) -> tuple[StageTime, float]:
     return slowest_stage(stages), pipeline_rest(list(map(_total, stages)))
 
 
+def pipeline_ranks(schedule: str, stages: list[StageTime]) -> list[StageTime]:
+    """Per pipeline rank, one micro-batch's share of its work: the stages themselves, except under DualPipe, where
+    rank r holds model stages r and p − 1 − r (deepseek-ai/DualPipe examples/example_dualpipe.py: ``local_modules``
+    = stages r and p − 1 − r) and runs m/2 micro-batches through each (``dualpipe.py`` ``step``: half the chunks
+    fed at each end), so m × its (T_r + T_{p−1−r})/2 (``rank_pair``). DualPipeV's V (rank r holding virtual stages
+    r and 2p − 1 − r) needs a layer split of its own and keeps the stages (docs/moe.md)."""
+    if schedule != "dualpipe" or len(stages) < 2:
+        return stages
+    p = len(stages)
+    return [rank_pair(stages[r], stages[p - 1 - r]) for r in range(p)]
+
+
+def rank_pair(a: StageTime, b: StageTime) -> StageTime:
+    """A DualPipe rank's mean micro-batch over its two model stages ``a`` and ``b``, every field (a + b)/2: m of
+    them are the m/2 micro-batches it runs through each."""
+    if a is b:
+        return a
+    return StageTime(
+        compute=(a.compute + b.compute) / 2,
+        recompute=(a.recompute + b.recompute) / 2,
+        tp_exposed=(a.tp_exposed + b.tp_exposed) / 2,
+        cp_exposed=(a.cp_exposed + b.cp_exposed) / 2,
+        fwd=(a.fwd + b.fwd) / 2,
+        bwd=(a.bwd + b.bwd) / 2,
+        link=(a.link + b.link).scaled(0.5),
+        ep_exposed=(a.ep_exposed + b.ep_exposed) / 2,
+    )
+
+
 def slowest_stage(stages: list[StageTime]) -> StageTime:
     """The stage with the largest per-micro-batch total (the first of equals): it sets the pace."""
     return max(stages, key=_total)
@@ -1079,10 +1160,12 @@ def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> 
         step_pipeline = Σ_s T_s + (m−1)·(max_s F_s + max_s B_s);  bubble = that − m·T_max.
     Both hold for every m ≥ 1, m < p included ((m + p − 1)·T for uniform stages).
     """
+    if schedule == "dualpipe":
+        return dualpipe_bubble(stages, m)
     slow, others = slowest_and_rest(stages)
-    if schedule in ("dualpipe", "dualpipev"):
-        # DeepSeek-V3 Table 2: 1F1B (PP−1)(F+B) against DualPipe (PP/2−1)(F&B + B − 3W); the paired chunk F&B takes
-        # F + B and the weight gradient W half of B (zero-bubble's split), so per stage (PP/2−1)(F + B/2)
+    if schedule == "dualpipev":
+        # DeepSeek-V3 Table 2 on the 1F1B stages (DualPipeV's V is not split apart, ``pipeline_ranks``): the
+        # paired chunk F&B takes F + B and W half of B (zero-bubble's split), so per stage (PP/2−1)(F + B/2)
         p = len(stages)
         if p < 2 or slow.total <= 0:
             return 0.0
@@ -1094,6 +1177,30 @@ def pipeline_bubble(schedule: str, m: int, vp: int, stages: list[StageTime]) -> 
     if schedule in ("zb-h1", "zb-v") and m >= len(stages):
         return zero_bubble(schedule, stages, slow)
     return one_f_one_b_bubble(list(map(_total, stages)), vp)  # 1f1b, interleaved, 1f1b-flexible (Llama 3 §3.3.2)
+
+
+def dualpipe_bubble(stages: list[StageTime], m: int) -> float:
+    """DualPipe's bubble on the pipeline ranks (``pipeline_ranks``), beyond m × the slowest rank's micro-batch.
+
+    DeepSeek-V3 report Table 2 and the DualPipe README's table give (PP/2 − 1)(F&B + B − 3W) for equal stages: F&B
+    the overlapped forward-backward pair (here F + B: each pass's exposed exchanges are already in it,
+    ``ep_exposed``), B a full backward (recompute included), W its weight-gradient part (``weight_grad_s``). Ranks
+    r and p − 1 − r hold the same two stages: p/2 kinds of rank, h = min(r, p − 1 − r) from the ends. Both ends
+    feed micro-batches, so rank h waits for the fill and drain through the h kinds between it and the ends, each
+    once with its own times, U_h = F_h + 2·B_h − 3·W_h (the paper's term), and the step is the longest rank's:
+        pipeline = max_h (m·T_h + Σ_{h' < h} U_h'),   bubble = pipeline − m·T_max
+    = (PP/2 − 1)(F&B + B − 3W) when the stages are equal (the middle rank, h = PP/2 − 1, ends last), and 0 where
+    the rank at the ends is the slowest by more than the others' fill (its own work spans the step)."""
+    p = len(stages)
+    if p < 2:
+        return 0.0
+    ranks = pipeline_ranks("dualpipe", stages)[: p // 2]
+    slow = max(x.total for x in ranks)
+    span, fill = m * slow, 0.0
+    for x in ranks:
+        span = max(span, m * x.total + fill)
+        fill += max(0.0, x.fwd + 2 * x.bwd - 3 * weight_grad_s(x))
+    return span - m * slow
 
 
 def weight_grad_s(s: StageTime) -> float:
@@ -1159,8 +1266,8 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
     costs = costs or Costs(job)
     stages = stage_times(job, wl, costs)
     m = wl.micro_batches
-    slow, _ = slowest_and_rest(stages)
-    wl = slowest_dp_workload(job, wl, costs, slow)
+    slow = slowest_stage(pipeline_ranks(job.plan.schedule, stages))  # DualPipe: the busiest rank's two stages
+    wl = dualpipe_dp_workload(job, slowest_dp_workload(job, wl, costs, slow))
     pp_link, pp_exp, pp_bytes = pp_exposed(job, wl, costs, stages)
     dp_link, dp_exp, dp_bytes = dp_exposed(job, wl, costs, slow)
     optimizer = costs.compute(wl.optimizer)
@@ -1203,5 +1310,20 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
         comm_bytes,
         mem.gib(),
         mem.total <= job.cluster.gpu.mem_bytes,
-        notes=plan_notes(job, wl),
+        notes=plan_notes(job, wl) + dualpipe_notes(job, m, stages, slow),
     )
+
+
+def dualpipe_notes(job: Job, m: int, stages: list[StageTime], slow: StageTime) -> list[str]:
+    """What a DualPipe breakdown counts: the pipeline rank it is read from and its two model stages."""
+    p = job.plan.pp
+    if job.plan.schedule != "dualpipe" or p < 2:
+        return []
+    rk = pipeline_ranks("dualpipe", stages).index(slow)
+    odd = f" (m = {m} is odd: the reference refuses it; priced as m/2 through each)" if m % 2 else ""
+    return [
+        f"DualPipe priced per pipeline rank: rank r holds model stages r and {p - 1}−r and runs m/2 = {m / 2:g} "
+        f"micro-batches through each{odd}; breakdown and comm_time_s of rank {rk} (model stages {rk} and "
+        f"{p - 1 - rk}), the busiest; each rank reduces both stages' gradients; bubble (PP/2 − 1)(F&B + B − 3W) "
+        "per kind of rank (DeepSeek-V3 Table 2)"
+    ]

@@ -127,7 +127,12 @@ def moe_refusal(m: Model, p: Plan, num_gpus: int, micro_batches: int) -> None:
     dualpipe.py ``step``: num_chunks >= 2·ranks, an even number of ranks)."""
     _recompute_modules_exist(m, p)
     if not m.is_moe:
-        moe_only = {"ep": p.ep > 1, "etp": p.etp > 1, "moe_a2a_overlap": p.moe_a2a_overlap}
+        moe_only = {
+            "ep": p.ep > 1,
+            "etp": p.etp > 1,
+            "moe_a2a_overlap": p.moe_a2a_overlap,
+            "cuda_graphs": p.cuda_graphs != "none",  # priced only as the MoE layer's host sync (docs/moe.md)
+        }
         bad = [k for k, v in moe_only.items() if v]
         if bad:
             raise ValueError(

@@ -87,6 +87,12 @@ class Model(_Spec):
         description="expert GLU inputs clamped to this bound before the activation (GPT-OSS config.json "
         "swiglu_limit 7.0; Megatron-Core activation_func_clamp_value); priced in the MoE experts",
     )
+    expert_bias: bool = Field(
+        default=False,
+        description="the experts' linear layers carry biases (GPT-OSS: transformers GptOssExperts gate_up_proj_bias, "
+        "down_proj_bias; Megatron-Bridge gpt_oss_bridge.py add_bias_linear True); the down projection's bias is "
+        "priced in the MoE experts",
+    )
     sliding_window: int | None = Field(
         default=None,
         gt=0,
@@ -148,6 +154,7 @@ class Model(_Spec):
                 "first_k_dense": self.first_k_dense,
                 "capacity_factor": self.capacity_factor,
                 "route_max_nodes": self.route_max_nodes,
+                "expert_bias": self.expert_bias,
             }
             set_ = [k for k, v in extras.items() if v]
             if set_ or self.routing_imbalance != 1.0 or self.moe_layers != "all":

@@ -78,6 +78,13 @@ class Plan(_Spec):
         description="Megatron-Core --overlap-moe-expert-parallel-comm: 1F1B A2A overlap, one micro-batch's dispatch/"
         "combine under another's compute (needs pp > 1 with vp > 1, or pp == 1; docs moe README 'EP A2A overlap')",
     )
+    cuda_graphs: Literal["none", "full_iteration"] = Field(
+        default="none",
+        description="MoE models: full_iteration = Megatron-Core --cuda-graph-impl full_iteration (Megatron-Bridge "
+        "cuda_graph_impl local, scope full_iteration) with the sync-free expert path it needs: no host sync per MoE "
+        "layer. none = eager MoE layers, each forward waiting on the host for its token counts; the per-layer TE "
+        "graphs (attn, moe_router, moe_preprocess) keep that sync, so price them as none (docs/moe.md 'host sync')",
+    )
     overlap: Overlap = Field(default_factory=Overlap)
     grad_comm_dtype: CommDtype = Field(
         default="bf16", description="dtype of the DP gradient reduction (default: the framework's reduce_dtype)"

@@ -71,7 +71,9 @@ def distinct_nodes(nodes: int, k: int, max_nodes: int | None = None) -> float:
 def internode_dedup(job: Job) -> float:
     """DeepEP/HybridEP send a token once per remote node and fan it out over NVLink there (DeepEP
     README, 'asymmetric-domain bandwidth forwarding'): their inter-node bytes over a pairwise all-to-all's,
-    distinct remote nodes · (N−1)/N / (k · (N−1)/N) = distinct / k. Other dispatchers: 1."""
+    distinct remote nodes · (N−1)/N / (k · (N−1)/N) = distinct / k; dedup · S is also the RDMA bytes their tests
+    count, a token once per distinct node with its own included, on which ``costs.collectives.deepep_time`` reads
+    their published rate. Other dispatchers: 1."""
     n = ep_nodes(job)
     if job.plan.moe_dispatcher not in DEDUP_DISPATCHERS or n == 1:
         return 1.0
@@ -160,6 +162,122 @@ def _grouped(name: str, mm: int, nn: int, kk: int, groups: int, act_bytes: float
     )
 
 
+# ----------------------------------------------------------------------------- the host sync of an eager MoE layer
+# An eager MoE layer's forward stops the host once: the dropless dispatchers need the token counts on the host before
+# they can size the exchange (Megatron-Core token_dispatcher.py MoEAlltoAllTokenDispatcher: input/output splits moved
+# D2H, then ``self.d2h_event.synchronize()`` at cuda_sync_point "before_ep_alltoall"; the flex dispatcher's DeepEP
+# normal kernels: "the CPU will wait for GPU's signal to arrive, so this is not compatible with CUDA graph", DeepEP
+# README and csrc/deep_ep.cpp intranode_dispatch's busy-wait on moe_recv_counter; TEGroupedMLP: "tokens_per_expert
+# .tolist() synchronizes", experts.py). By then the GPU has drained its queue, and it idles until the host has
+# issued the ops up to the next kernel: ``MOE_HOST_SYNC`` is that gap, an op of no GPU work whose ``kernels`` are
+# those host ops (each ``cpu_op_s``, costs.compute.launch_floor). Only the gap is priced: from the first kernel on the
+# host issues ahead of the exchange and the experts. A full-iteration CUDA graph (plan.cuda_graphs) has no sync.
+MOE_HOST_SYNC = "moe_host_sync"
+# after the sync returns, before the first kernel (each a torch.empty-like allocation or a launch):
+# alltoall: megatron/core/tensor_parallel/mappings.py _AllToAll.forward: the output ``input.new_empty`` + NCCL's
+# all_to_all_single launch (with ep == 1 and etp > 1 the same two in gather_from_sequence_parallel_region)
+ALLTOALL_RESTART_OPS = 2
+# deepep/hybridep: DeepEP Buffer::intranode_dispatch after the busy-wait: torch::empty of recv_x, recv_src_idx,
+# recv_channel_prefix_matrix, send_head, recv_topk_idx, recv_topk_weights (+ recv_x_scales with fp8 tokens), then
+# the dispatch kernel's launch (deepseek-ai/DeepEP @91bb69a csrc/deep_ep.cpp). HybridEP sizes its buffers on the
+# host the same way (Megatron token_dispatcher.py: "HybridEP sizes buffers dynamically (CPU sync"): DeepEP's count.
+FLEX_RESTART_OPS = 7
+
+
+def grouped_restart_ops(job: Job, fp8: bool) -> int:
+    """Host ops from a sync in the experts (``tokens_per_expert.tolist()``, TEGroupedMLP) to their first kernel: the
+    ``.tolist()``, GroupedLinear's ``torch.split``, then fp8: 2 × num_gemms ``torch.empty`` of the multi-cast-transpose
+    and its launch (TransformerEngine #1499, maintainer's answer); bf16: the first expert GEMM's launch."""
+    return 2 + (2 * local_experts(job) + 1 if fp8 else 1)
+
+
+def host_sync_restart_ops(job: Job, fp8: bool) -> int:
+    """Host ops the GPU waits on after an eager MoE layer's forward sync (see ``MOE_HOST_SYNC``); 0 under a
+    full-iteration CUDA graph."""
+    p = job.plan
+    if p.cuda_graphs == "full_iteration":
+        return 0
+    if p.moe_dispatcher == "alltoall" and job.model.capacity_factor is not None:
+        return (
+            0  # token drop padded to capacity (drop_and_pad): static shapes, _maybe_dtoh_and_synchronize does nothing
+        )
+    if p.moe_dispatcher in DEDUP_DISPATCHERS and p.ep > 1:
+        return FLEX_RESTART_OPS + (1 if dispatch_bytes_per_element(job, 2.0) < 2 else 0)  # + fp8 scales
+    if p.moe_dispatcher in ("alltoall", *DEDUP_DISPATCHERS) and p.ep * p.etp > 1:
+        return ALLTOALL_RESTART_OPS
+    # allgather, or no exchange at all: the experts' .tolist() is the sync (cuda_sync_point "before_finish")
+    return grouped_restart_ops(job, fp8)
+
+
+# ----------------------------------------------------------------------------- the alltoall dispatcher's own passes
+# Megatron-Core MoEAlltoAllTokenDispatcher (token_dispatcher.py @d98e8a6) does more than the exchange of tokens:
+# preprocess all-gathers each rank's tokens per expert over the expert TP×EP group (gather_from_sequence_parallel_
+# region(num_local_tokens_per_expert), E int64 per rank) to size it; token_dispatch exchanges the routing probs with a
+# second all_to_all beside the tokens'; with E_loc > 1, dispatch_postprocess sorts the received chunks by local expert
+# (sort_chunks_by_idxs: "Permutation 2") and combine_preprocess restores their order ("Unpermutation 2"), a read and a
+# write of every received row each (moe_layer.py routed_experts_compute runs both with the experts). DeepEP and
+# HybridEP take the routing map and return tokens grouped by expert; they have none of these. A model with a
+# capacity_factor is taken to run Megatron's token drop padded to capacity, as the sources that set one do
+# (moe_expert_capacity_factor with moe_pad_expert_input_to_capacity: NeMo's MegatronTokenDropCallback, Megatron-Bridge
+# training/utils/moe_token_drop.py): then the counts are not gathered, nothing syncs, and the sort is the padded
+# buffer's view-transpose-contiguous copy, the same bytes at capacity factor 1.
+COUNTS_BYTES = 8  # int64 token counts
+PROBS_BYTES = 4  # the routing probs in fp32 (Megatron moe_router_dtype fp32, as the recipes set it)
+
+
+def alltoall_dispatcher_ops(job: Job, act_bytes: float, backward: bool) -> list[Op]:
+    """The alltoall dispatcher's ops besides the token exchange, in one MoE layer-pass (backward: the probs'
+    gradients travel back, the sort and restore run as each other's inverse; the counts are not gathered again)."""
+    m, p = job.model, job.plan
+    if p.moe_dispatcher != "alltoall" or p.ep == 1:
+        return []
+    tag = "_bwd" if backward else ""
+    routed = router_tokens(job) * m.top_k * routing_stretch(job)  # rows the busiest GPU receives
+    # token drop padded to capacity (drop_and_pad) sizes everything from the capacity: preprocess gathers no counts
+    gather = not backward and m.capacity_factor is None
+    ops: list[Op] = (
+        [Collective("ep_counts", "all_gather", COUNTS_BYTES * m.num_experts * p.ep * p.etp, "ep")] if gather else []
+    )
+    ops.append(Collective(f"ep_dispatch_probs{tag}", "all_to_all", PROBS_BYTES * routed, "ep"))
+    if local_experts(job) > 1:
+        rows = routed * p.etp  # after the expert-TP all-gather
+        ops += [_mem(f"{n}{tag}", 2 * rows * m.hidden * act_bytes) for n in ("sort_chunks", "unsort_chunks")]
+    return ops
+
+
+# ----------------------------------------------------------------------------- the experts' down-projection bias
+# Megatron-Core TEGroupedMLP adds the down projection's bias in eager PyTorch after the grouped GEMM, one expert at a
+# time (experts.py ``_apply_bias``, the same at the Megatron-LM commits of Megatron-Bridge v0.2.0-v0.5.0:
+# ``torch.cat([t + b * p for t, b, p in zip(torch.split(out, tokens_per_expert), biases, torch.split(probs, ...))])``).
+# Per element of the output, bf16: b * p writes one (2 B), t + (b * p) reads two and writes one (6 B), the cat reads
+# and writes one (4 B): 12 B forward, two kernels an expert and the cat. Backward: the cat's split is a view, the
+# add passes its gradient through, the product's two gradients each read it once (b: a sum over rows, p: over the
+# hidden): 4 B. The fc1 bias goes into the fused activation (weighted_bias_quick_geglu_impl), already priced. The
+# full-iteration graphs run the sync-free fused grouped MLP (use_transformer_engine_op_fuser, docs/user-guide/
+# features/paged_stash.md), whose fc2 takes the bias itself (scale_bias): nothing apart there.
+MEGATRON_EXPERTS = ("megatron-core", "megatron-lm", "nemo")  # the frameworks that run Megatron-Core's TEGroupedMLP
+BIAS_FWD_BYTES = 12.0  # per output element, bf16 (above)
+BIAS_BWD_BYTES = 4.0
+
+
+def expert_bias_ops(job: Job, act_bytes: float) -> tuple[list[Compute], list[Compute]]:
+    """(forward, backward) passes of the experts' down-projection bias (Megatron-Core ``_apply_bias``), or nothing."""
+    m, p = job.model, job.plan
+    if not m.expert_bias or p.framework not in MEGATRON_EXPERTS or p.cuda_graphs == "full_iteration":
+        return [], []
+    elems = expert_rows(job) * local_experts(job) * m.hidden
+    e = local_experts(job)
+    scale = act_bytes / 2.0  # the bytes above are bf16's
+    fwd = _mem("expert_bias", BIAS_FWD_BYTES * scale * elems, 2 * e + 1)
+    bwd = _mem("expert_bias_bwd", BIAS_BWD_BYTES * scale * elems, 2 * e)
+    return [fwd], [bwd]
+
+
+def host_sync_op(job: Job, fp8: bool) -> list[Compute]:
+    n = host_sync_restart_ops(job, fp8)
+    return [_mem(MOE_HOST_SYNC, 0.0, n)] if n else []
+
+
 def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[Op]]:
     """(forward, backward) ops of one MoE layer's MLP on one GPU (the attention half is the dense layer's)."""
     m, p, tr = job.model, job.plan, job.training
@@ -186,9 +304,13 @@ def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[O
     clamps = [glu_clamp_ops("expert_activation", rows_all * fe, act_bytes)] if m.swiglu_limit is not None else []
     if clamps and m.shared_experts:
         clamps.append(glu_clamp_ops("shared_activation", tokens * m.shared_experts * m.shared_ffn / p.tp, act_bytes))
-    fwd += mem_ops + [f for f, _ in clamps] + token_exchange(job, act_bytes, backward=False)
+    fwd += mem_ops + [f for f, _ in clamps] + host_sync_op(job, fp8) + token_exchange(job, act_bytes, backward=False)
+    fwd += alltoall_dispatcher_ops(job, act_bytes, backward=False)
+    bias_f, bias_b = expert_bias_ops(job, act_bytes)
+    fwd += bias_f
     bwd += [_mem(f"{o.name}_bwd", 2 * o.bytes) for o in mem_ops] + [b for _, b in clamps]
-    bwd += token_exchange(job, act_bytes, backward=True)
+    bwd += token_exchange(job, act_bytes, backward=True) + alltoall_dispatcher_ops(job, act_bytes, backward=True)
+    bwd += bias_b
     if fp8:
         fwd += [_fp8_casts(job, f"{n}_cast", a * c * g) for n, a, b, c, g in gemms if n != "router"]
         bwd += [_fp8_casts(job, f"{n}_grad_cast", a * b * g) for n, a, b, c, g in gemms if n != "router"]
@@ -254,8 +376,19 @@ OVERLAP_PIECES = (
 )
 # the ops of the mlp node (routed experts; the unpermute, which Megatron runs with the combine on the comm stream
 # after the exchange, is priced with the experts: a memory-bound pass beside the expert GEMMs) and of the exchanges
-MLP_NODE_OPS = frozenset({"expert_up", "expert_down", "expert_activation", "expert_activation_clamp", "unpermute"})
-DISPATCH_OPS = frozenset({"ep_dispatch", "ep_allgather", "etp_gather"})
+MLP_NODE_OPS = frozenset(
+    {
+        "expert_up",
+        "expert_down",
+        "expert_activation",
+        "expert_activation_clamp",
+        "unpermute",
+        "sort_chunks",
+        "unsort_chunks",
+        "expert_bias",
+    }
+)
+DISPATCH_OPS = frozenset({"ep_dispatch", "ep_allgather", "etp_gather", "ep_counts", "ep_dispatch_probs"})
 COMBINE_OPS = frozenset({"ep_combine", "ep_reduce_scatter", "etp_reduce_scatter"})
 _PASS_SUFFIXES = ("_recompute", "_grad_cast", "_cast", "_dgrad", "_wgrad", "_bwd")
 

@@ -15,9 +15,9 @@ the closed form averages something the schedule makes concrete:
 * a shared NIC — DP buckets and PP sends of one GPU leave the node over the same NIC share
   and queue behind each other, which the estimate never assumes;
 * DualPipe — rank r runs model stage r for the half of the micro-batches fed at rank 0 and stage p − 1 − r for
-  the half fed at rank p − 1 (``pipeline.dualpipe``), so the embedding's and the head's stages share ranks with
-  each other's: the estimate charges m × the slowest stage, the simulator each rank's mean of its two stages, and
-  each rank holds and reduces the gradients of both (the 2× parameters);
+  the half fed at rank p − 1 (``pipeline.dualpipe``); both price each rank's mean of its two stages
+  (``analytical.pipeline_ranks``) and reduce both stages' gradients, but the estimate's fill and drain is the
+  paper's (PP/2 − 1)(F&B + B − 3W) per kind of rank, the simulator the reference's order played out;
 * MoE gradients — the estimate prices the DP of the rank with the slowest one (dense over dp, experts over
   edp) as if it started with the step's last backward; when that rank is a later pipeline stage, its reduction
   also hides under the earlier stages' last backwards (the 1F1B cool-down).
@@ -25,7 +25,7 @@ the closed form averages something the schedule makes concrete:
 
 from __future__ import annotations
 
-from commtax.schedule.analytical import ep_link, hides_ep, stage_times, unpaired_share
+from commtax.schedule.analytical import ep_link, hides_ep, pipeline_ranks, stage_times, unpaired_share
 from commtax.schedule.sim.simulate import SimResult
 from commtax.schedule.sim.step import COMPUTE_KINDS
 from commtax.units import MiB
@@ -57,27 +57,30 @@ def _moe_slow_dp_stage(r: SimResult) -> int:
     return bld.splits.index(bld.wl.dp_split)
 
 
+def _estimate_rank(r: SimResult) -> int:
+    """The pipeline rank the estimate reads a DualPipe breakdown off (``analytical.pipeline_ranks``): its busiest."""
+    bld = r.builder
+    ranks = pipeline_ranks("dualpipe", stage_times(bld.job, bld.wl, bld.costs))
+    return max(range(len(ranks)), key=lambda i: ranks[i].total)  # the first of equals, as analytical.slowest_stage
+
+
 def _dualpipe_ep_line(r: SimResult) -> str:
     """The EP traffic of the busiest DualPipe rank (m/2 micro-batches through each of its two model stages) against
-    the estimate's, which is its slowest stage's (m micro-batches through one)."""
+    the estimate's, which counts its busiest rank the same way."""
     bld, e, b = r.builder, r.estimate, r.breakdown
     p, m, rk = bld.p, bld.m, r.busiest_stage
     per_mb = [ep_link(c.fwd) + ep_link(c.bwd) + ep_link(c.recompute) for c in bld.chunks[:p]]
-    st = stage_times(bld.job, bld.wl, bld.costs)
-    slow = max(range(p), key=lambda i: st[i].total)  # the first of equals, as analytical.slowest_stage
+    er = _estimate_rank(r)
+    same = abs(b.comm_time_s["ep"] - e.comm_time_s["ep"]) <= 1e-6 * max(e.comm_time_s["ep"], 1e-12)
     return (
         f"EP traffic: rank {rk} runs model stage {rk}'s all-to-alls for {m // 2} micro-batches ({_ms(per_mb[rk])} of "
         f"wire time each) and stage {p - 1 - rk}'s for {m // 2} ({_ms(per_mb[p - 1 - rk])} each): "
         f"{_ms(b.comm_time_s['ep'])}, {b.comm_bytes_per_gpu['ep'] / 1e9:,.1f} GB per GPU, hidden or not; the "
-        f"estimate reports its slowest stage, {slow}: {m} micro-batches × {_ms(e.comm_time_s['ep'] / m)} = "
-        f"{_ms(e.comm_time_s['ep'])}, {e.comm_bytes_per_gpu['ep'] / 1e9:,.1f} GB. Both price an exchange alike; "
-        + (
-            "the rank's two stages carry the slowest stage's traffic between them, and the two agree"
-            if abs(b.comm_time_s["ep"] - e.comm_time_s["ep"]) <= 1e-6 * max(e.comm_time_s["ep"], 1e-12)
-            else "they count different GPUs' passes"
-        )
+        f"estimate counts its busiest rank, {er} (model stages {er} and {p - 1 - er}), the same way: "
+        f"{_ms(e.comm_time_s['ep'])}, {e.comm_bytes_per_gpu['ep'] / 1e9:,.1f} GB"
+        + ("" if same else " (another rank's passes)")
         + f" (ep_exposed {_ms(b.breakdown_s['ep_exposed'])} simulated vs {_ms(e.breakdown_s['ep_exposed'])} "
-        "estimated, the same way)"
+        "estimated)"
     )
 
 
@@ -94,7 +97,7 @@ def explain(r: SimResult) -> list[str]:
         f"step: simulated {_ms(step)} vs estimated {_ms(e.step_time_s)} ({_pct(step, e.step_time_s)}); "
         + (
             f"breakdown of the busiest rank, {r.busiest_stage} of {p} (model stages {r.busiest_stage} and "
-            f"{p - 1 - r.busiest_stage}), the estimate's of its slowest stage"
+            f"{p - 1 - r.busiest_stage}), the estimate's of its busiest rank, {_estimate_rank(r)}"
             if getattr(bld, "dual", "") == "dualpipe"
             else f"breakdown of the busiest stage, {r.busiest_stage} of {p}"
         )
@@ -121,8 +124,10 @@ def explain(r: SimResult) -> list[str]:
             f"uneven stages: {unit} {hi} works {_ms(busy[hi])} per step, {unit} {lo} {_ms(busy[lo])} "
             f"({_pct(busy[hi], busy[lo])})" + (f"; {' and '.join(ends)}" if ends else "") + ". "
             f"{unit.capitalize()} {hi} sets the pace: the breakdown is its view (compute {_ms(sb['compute'])} vs "
-            f"{_ms(eb['compute'])} estimated as m × the slowest stage; bubble {_ms(sb['pp_bubble'])} vs "
-            f"{_ms(eb['pp_bubble'])} estimated as the other stages' fill and drain / v), while {unit} {lo} idles "
+            f"{_ms(eb['compute'])} estimated as m × the slowest {unit}; bubble {_ms(sb['pp_bubble'])} vs "
+            f"{_ms(eb['pp_bubble'])} estimated as the other {unit}s' fill and drain"
+            + ("" if unit == "rank" else " / v")
+            + f"), while {unit} {lo} idles "
             f"{_ms(idle)} ({idle / busy[lo]:.1%} of its work, against (p−1)/(v·m) = {(p - 1) / (v * m):.1%} "
             f"for even stages)"
         )
@@ -188,13 +193,15 @@ def explain(r: SimResult) -> list[str]:
         mean = (per[rk] + per[p - 1 - rk]) / 2
         out.append(
             f"DualPipe: rank {rk} runs model stage {rk} for the {m // 2} micro-batches fed at rank 0 and stage "
-            f"{p - 1 - rk} for the {m // 2} fed at rank {p - 1}: {_ms(mean)} of compute per micro-batch, against the "
-            f"slowest stage's {_ms(max(per))} that the estimate charges m times (compute {_ms(sb['compute'])} "
-            f"simulated vs {_ms(eb['compute'])}; bubble {_ms(sb['pp_bubble'])} vs {_ms(eb['pp_bubble'])}, the "
-            f"estimate's (PP/2 − 1)(F + B/2)); each rank holds and reduces both stages' gradients (2× parameters: "
-            f"DP link time {_ms(b.comm_time_s['dp'])} vs {_ms(e.comm_time_s['dp'])})"
+            f"{p - 1 - rk} for the {m // 2} fed at rank {p - 1}: {_ms(mean)} of compute per micro-batch, as the "
+            f"estimate prices its busiest rank, {_estimate_rank(r)} (compute {_ms(sb['compute'])} simulated vs "
+            f"{_ms(eb['compute'])}); bubble {_ms(sb['pp_bubble'])} vs {_ms(eb['pp_bubble'])}: the estimate charges "
+            f"the fill and drain through the ranks nearer the ends with the paper's (PP/2 − 1)(F&B + B − 3W) per "
+            f"kind of rank (DeepSeek-V3 Table 2), the simulator plays the reference's order with each forward-"
+            f"backward pair as two passes, each after its own input; each rank holds and reduces both stages' "
+            f"gradients (2× parameters: DP link time {_ms(b.comm_time_s['dp'])} vs {_ms(e.comm_time_s['dp'])})"
         )
-    # ---- MoE under DualPipe: the simulator counts a rank's two stages, the estimate its slowest stage
+    # ---- MoE under DualPipe: both count a rank's two stages, m/2 micro-batches each
     if getattr(bld, "dual", "") == "dualpipe" and bld.wl.moe_layer is not None:
         out.append(_dualpipe_ep_line(r))
     # ---- MoE: the EP overlap's pairing is priced, not played out

@@ -239,7 +239,7 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         from commtax.workload.step import with_dp_stage
 
         # the busiest rank's own expert gradients (a rank without experts reduces none over edp)
-        own = with_dp_stage(job, builder.wl, builder.splits[busiest]) if builder.splits else builder.wl
+        own = with_dp_stage(job, builder.wl, _rank_split(builder, busiest)) if builder.splits else builder.wl
         edp_s, edp_b = edp_traffic(job, own, builder.costs)
         # dp: the dense part of its DP tasks' link time (what the expert collectives riding in them took, apart)
         dense = max(0.0, comm_time["dp"] - builder.devices[busiest].edp_s)
@@ -280,6 +280,17 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
             for x in est.pools
         ]
     return SimResult(bd, builder, busiest, stage_end, work, waited, est)
+
+
+def _rank_split(builder: StepBuilder, rank: int) -> tuple[float, float]:
+    """(dense, expert) parameters pipeline rank ``rank`` reduces per reduction: its stage's; under DualPipe both of
+    its stages', their mean under ZeRO-2 (a reduction after every backward, each through one of them), as
+    ``analytical.dp_splits``."""
+    split = builder.splits[rank]
+    if builder.dual != "dualpipe":
+        return split
+    other, share = builder.splits[builder.p - 1 - rank], 0.5 if builder.job.plan.zero == 2 else 1.0
+    return share * (split[0] + other[0]), share * (split[1] + other[1])
 
 
 def _breakdown(

@@ -28,14 +28,17 @@ from commtax.schedule.analytical import (
     EPPairing,
     dp_exposed,
     dp_timeline,
+    dualpipe_dp_workload,
     ep_exposed,
     ep_link,
     first_chunk,
     hides_ep,
     moe_pieces,
     overlap_contention,
-    slowest_and_rest,
+    pipeline_ranks,
+    ranks_apart,
     slowest_dp_workload,
+    slowest_stage,
     stage_times,
     unpaired_share,
 )
@@ -166,8 +169,9 @@ class StepBuilder:
         self.job, self.options = job, options
         self.wl = workload if workload is not None else build_workload(job)
         self.costs = costs if costs is not None else Costs(job)
-        if len(self.wl.dp_stage_splits) > 1:  # MoE: the DP/EDP ops of the rank with the slowest DP, as estimate
-            slow, _ = slowest_and_rest(stage_times(job, self.wl, self.costs))
+        if ranks_apart(job, self.wl):  # MoE: the DP/EDP ops of the rank with the slowest DP, as estimate
+            # the rank that paces the estimate (DualPipe: a rank holds two model stages, ``pipeline_ranks``)
+            slow = slowest_stage(pipeline_ranks(job.plan.schedule, stage_times(job, self.wl, self.costs)))
             self.wl = slowest_dp_workload(job, self.wl, self.costs, slow)
         plan = job.plan
         self.p, self.v, self.m = plan.pp, plan.vp, self.wl.micro_batches
@@ -217,12 +221,15 @@ class StepBuilder:
         # the workload sizes its DP ops (and the optimizer) for the stage with the most parameters;
         # a bucket or a lighter stage takes its share of them
         self.max_stage_params = max(self.stage_params)
+        # what the workload's DP ops are sized for: the fullest stage's parameters; under DualPipe a rank's buckets
+        # carry both of its stages' (``analytical.dualpipe_dp_workload``)
+        self.dp_norm = max(c.params for c in self.chunks[: self.p]) if self.dual else self.max_stage_params
         # MoE: each rank's (dense, expert) parameters; the DP ops are sized for the dense ones of ``wl.dp_split``
         # and each rank's expert share is its own experts (a rank without experts reduces none over edp)
         self.splits = stage_param_split(job) if self.wl.dp_stage_splits else []
         self.edp_ops, self.edp_experts = self.wl.edp_step, self.wl.dp_split[1]
         if self.splits:
-            self.max_stage_params = self.wl.dp_split[0]
+            self.max_stage_params = self.dp_norm = self.wl.dp_split[0]
             # the edp ops sized for the rank with the most experts (the slowest DP rank may hold none)
             most = max(self.splits, key=lambda s: s[1])
             self.edp_ops, self.edp_experts = with_dp_stage(job, self.wl, most).edp_step, most[1]
@@ -336,7 +343,7 @@ class StepBuilder:
         self, op: Collective, params: float, codec: bool = True, stage: int = 0, experts: float | None = None
     ) -> tuple[float, float, float]:
         """``_dp`` and the part of its time that the expert gradients riding with it take (their edp collective)."""
-        c = Collective(op.name, op.op, op.bytes * params / self.max_stage_params, op.group)
+        c = Collective(op.name, op.op, op.bytes * params / self.dp_norm, op.group)
         share = 0.0
         if self.edp_ops:
             share = self._expert_share(params, stage) if experts is None else experts / max(1.0, self.edp_experts)
@@ -358,7 +365,7 @@ class StepBuilder:
         """The gradient codec of ``params`` gradients (``Workload.dp_codec``)."""
         s = self._codec.get(params)
         if s is None:
-            s = sum(self.costs.compute(x) for x in self.wl.dp_codec) * params / self.max_stage_params
+            s = sum(self.costs.compute(x) for x in self.wl.dp_codec) * params / self.dp_norm
             self._codec[params] = s
         return s
 
@@ -465,10 +472,10 @@ class StepBuilder:
             cm = self.costs.cm  # None: costs given directly (hand-worked schedules), no overlap contention
             self._dp_contention = 0.0
             if cm is not None and (self.wl.dp_step or self.wl.dp_microbatch):
-                slow = max(stage_times(self.job, self.wl, self.costs), key=lambda st: st.total)
+                slow = slowest_stage(pipeline_ranks(self.job.plan.schedule, stage_times(self.job, self.wl, self.costs)))
+                wl = dualpipe_dp_workload(self.job, self.wl)  # DualPipe: a rank's two stages (dense)
                 self._dp_contention = (
-                    dp_exposed(self.job, self.wl, self.costs, slow)[1]
-                    - dp_timeline(self.job, self.wl, self.costs, slow)[1]
+                    dp_exposed(self.job, wl, self.costs, slow)[1] - dp_timeline(self.job, wl, self.costs, slow)[1]
                 )
         return self._dp_contention
 
