@@ -20,9 +20,10 @@ activations per stage         ``memory.stage_activation_bytes``      vp, micro_b
 (*) the split is the layers of each pipeline rank (``Job.stage_layers``): it depends on vp only when the
 layers do not divide evenly. Memory is the fullest stage's. Where a part is a formula over the grid it is estimate's
 own function given arrays (``costs.elementwise``: the builtins on floats, ufuncs on arrays): the dense stages of
-every base of a TP/CP placement in one pass (``analytical.prefill_stage_times``, after ``_prepare``), the exposed
-DP traffic on the whole grid (``dp_step_exposed_s``, ZeRO-3's ``zero3_exposed_s``), the bubble and sends for every
-vp of a split (1F1B: of every plan of a split at once, ``_pipeline_on_arrays``), a layer's activations for every vp
+every base of a TP/CP placement in one pass (``analytical.prefill_stages``, after ``_prepare``: every rank's total,
+a StageTime for the slowest only), the exposed DP traffic on the whole grid (``dp_step_exposed_s``, ZeRO-3's
+``zero3_exposed_s``), the bubble and sends for every vp of a split (1F1B: of every plan of a split at once,
+``_pipeline_on_arrays``), a dense base's activations on its whole grid (``memory.stage_activations``)
 (docs/search.md). Phase prices and stage times are shared, by
 value, by the bases that place TP and CP alike (``_Shared``, ``costs.pricing``); the cyclic garbage collector is
 paused while the bases are evaluated (``_no_gc``). The table is checked, not trusted: every search re-estimates
