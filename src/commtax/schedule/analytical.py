@@ -1191,10 +1191,19 @@ def dualpipe_bubble(stages: list[StageTime], m: int) -> float:
         pipeline = max_h (m·T_h + Σ_{h' < h} U_h'),   bubble = pipeline − m·T_max
     = (PP/2 − 1)(F&B + B − 3W) when the stages are equal (the middle rank, h = PP/2 − 1, ends last), and 0 where
     the rank at the ends is the slowest by more than the others' fill (its own work spans the step)."""
-    p = len(stages)
+    if len(stages) < 2:
+        return 0.0
+    return dualpipe_ranks_bubble(pipeline_ranks("dualpipe", stages), m)
+
+
+def dualpipe_ranks_bubble(ranks: list[StageTime], m: int) -> float:
+    """``dualpipe_bubble`` on the pipeline ranks' own micro-batches (``rank_pair``; stages on GPU pools,
+    ``schedule.pools``, give ranks r and p − 1 − r their own pools' times): each kind h of rank, h from the ends,
+    is paced by the slower of ranks h and p − 1 − h."""
+    p = len(ranks)
     if p < 2:
         return 0.0
-    ranks = pipeline_ranks("dualpipe", stages)[: p // 2]
+    ranks = [max(ranks[h], ranks[p - 1 - h], key=_total) for h in range(p // 2)]
     slow = max(x.total for x in ranks)
     span, fill = m * slow, 0.0
     for x in ranks:
@@ -1310,7 +1319,7 @@ def estimate(job: Job, workload: Workload | None = None, costs: Costs | None = N
         comm_bytes,
         mem.gib(),
         mem.total <= job.cluster.gpu.mem_bytes,
-        notes=plan_notes(job, wl) + dualpipe_notes(job, m, stages, slow),
+        notes=plan_notes(job, wl) + dualpipe_notes(job, m, stages, slow) + dualpipe_dp_notes(job, wl, costs, stages),
     )
 
 
@@ -1323,7 +1332,62 @@ def dualpipe_notes(job: Job, m: int, stages: list[StageTime], slow: StageTime) -
     odd = f" (m = {m} is odd: the reference refuses it; priced as m/2 through each)" if m % 2 else ""
     return [
         f"DualPipe priced per pipeline rank: rank r holds model stages r and {p - 1}−r and runs m/2 = {m / 2:g} "
-        f"micro-batches through each{odd}; breakdown and comm_time_s of rank {rk} (model stages {rk} and "
-        f"{p - 1 - rk}), the busiest; each rank reduces both stages' gradients; bubble (PP/2 − 1)(F&B + B − 3W) "
-        "per kind of rank (DeepSeek-V3 Table 2)"
+        f"micro-batches through each{odd}; breakdown and comm_time_s (dp, edp apart: below) of rank {rk} (model "
+        f"stages {rk} and {p - 1 - rk}), the busiest; each rank reduces both stages' gradients; bubble "
+        "(PP/2 − 1)(F&B + B − 3W) per kind of rank (DeepSeek-V3 Table 2)"
     ]
+
+
+def dualpipe_dp_rank(job: Job, wl: Workload) -> int:
+    """The DualPipe rank whose DP ``estimate`` prices (``wl``: the workload after ``slowest_dp_workload`` and
+    ``dualpipe_dp_workload``): MoE, the first rank holding the chosen split (``dp_splits``); dense, the first rank
+    whose two stages hold the most parameters (``dualpipe_dp_workload``)."""
+    p = job.plan.pp
+    if wl.dp_stage_splits:
+        s, share = stage_param_split(job), 0.5 if job.plan.zero == 2 else 1.0
+        pairs = [(share * (s[r][0] + s[p - 1 - r][0]), share * (s[r][1] + s[p - 1 - r][1])) for r in range(p)]
+        return pairs.index(wl.dp_split) if wl.dp_split in pairs else 0
+    params = stage_params(job)
+    pairs = [params[r] + params[p - 1 - r] for r in range(p)]
+    return pairs.index(max(pairs))
+
+
+def dualpipe_zero2_tail_s(reduce_s: float, w_s: float, h: int, last_s: float) -> float:
+    """ZeRO-2 under DualPipe: the time a rank's last gradient reductions run past its compute. A reduction follows
+    each W pass (a micro-batch's weight gradients are complete only after it: deepseek-ai/DualPipe ``_weight_chunk``
+    pops ``WeightGradStore``), and the rank's last h + 1 W passes run back to back (``dualpipe.py`` step 8: nW,
+    h = min(r, p − 1 − r)). On one link, in order, reductions of r seconds each stream bucket by bucket under their
+    W (w seconds), none ending before its last bucket (``last_s``) after its W: the j-th from last ends
+    max((j + 1)(r − w), last + j(r − w)) after the compute; linear in j, so over j = 0..h
+        tail = max(last, r − w) + h·max(0, r − w)
+    (r ≤ w: the last bucket alone, each reduction hiding under the next W; one bucket, last = r: r + h(r − w))."""
+    return max(last_s, reduce_s - w_s) + h * max(0.0, reduce_s - w_s)
+
+
+def dualpipe_dp_notes(job: Job, wl: Workload, costs: Costs, stages: list[StageTime]) -> list[str]:
+    """The DualPipe rank whose DP traffic dp_exposed and comm_time_s dp/edp are of, and under ZeRO-2 the tail
+    of reductions after the last W passes (``dualpipe_zero2_tail_s``), named with its figure, not priced."""
+    p = job.plan.pp
+    if job.plan.schedule != "dualpipe" or p < 2 or not wl.dp_step or wl.dp_microbatch:
+        return []
+    k = dualpipe_dp_rank(job, wl)
+    out = [
+        f"DualPipe DP: dp_exposed and comm_time_s dp{'/edp' if wl.edp_step else ''} of rank {k} (model stages {k} and "
+        f"{p - 1 - k}), the rank whose DP the step waits for longest (simulate reports the same rank's)"
+    ]
+    if wl.grads_sharded and wl.micro_batches > 1:
+        h, mb = min(k, p - 1 - k), wl.micro_batches
+        parts = dp_step_parts(wl, costs)
+        r = parts.times[0] / mb
+        pair = pipeline_ranks("dualpipe", stages)[k]
+        w = weight_grad_s(pair)
+        tail = dualpipe_zero2_tail_s(r, w, h, parts.tail)
+        last = max(parts.tail, r - pair.bwd)
+        out.append(
+            f"DualPipe with ZeRO-2: a reduction follows each W pass and rank {k}'s last {h + 1} W pass(es) run back "
+            f"to back (dualpipe.py step 8): its last reductions (r = {r * 1e3:.1f} ms each, W = {w * 1e3:.1f} ms, "
+            f"last bucket {parts.tail * 1e3:.1f} ms) run max(last, r − W) + h·max(0, r − W) = {tail * 1e3:.1f} ms "
+            f"past its compute, where the estimate exposes the last pass's max(last, r − B) = {last * 1e3:.1f} ms "
+            "(not priced: simulate plays it out)"
+        )
+    return out

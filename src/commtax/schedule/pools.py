@@ -16,12 +16,17 @@ from dataclasses import dataclass, replace
 
 from commtax.costs.pools import PoolCosts, binding_link, cross_pool_level, dp_cross_placement, pp_cross_placement
 from commtax.schedule.analytical import (
+    StageTime,
     dp_exposed,
+    dualpipe_dp_workload,
+    dualpipe_ranks_bubble,
     estimate,
     pipeline_bubble,
+    pipeline_ranks,
     plan_notes,
     pp_exposed,
-    slowest_and_rest,
+    rank_pair,
+    slowest_stage,
     stage_times,
     step_parts,
 )
@@ -83,14 +88,16 @@ def _stages_on_pools(job: Job) -> Breakdown:
         per_pool[i] = stage_times(jobs[i], wls[i], costs[i])
     stages = [per_pool[where[s]][s] for s in range(p.pp)]
     m = wls[used[0]].micro_batches
-    slow, _ = slowest_and_rest(stages)
-    slow_pool = where[stages.index(slow)]
+    ranks = pool_ranks(p.schedule, where, per_pool, stages)
+    slow = slowest_stage(ranks)  # DualPipe: the busiest rank's two stages, as ``estimate``
+    slow_pool = where[ranks.index(slow)]
     sends = [pp_exposed(jobs[i], wls[i], costs[i], stages) for i in used]
     pp_link, pp_exp, pp_bytes = max(sends, key=lambda x: x[1])
     dps = {}
     for i in used:
-        own = [stages[s] for s in range(p.pp) if where[s] == i]
-        dps[i] = dp_exposed(jobs[i], wls[i], costs[i], max(own, key=lambda st: st.total))
+        own = [ranks[s] for s in range(p.pp) if where[s] == i]
+        # DualPipe: a rank reduces both of its stages' gradients (``dualpipe_dp_workload``, dense)
+        dps[i] = dp_exposed(jobs[i], dualpipe_dp_workload(jobs[i], wls[i]), costs[i], max(own, key=lambda st: st.total))
     dp_pool = max(used, key=lambda i: dps[i][1])
     dp_link, dp_exp, dp_bytes = dps[dp_pool]
     optimizer = max(costs[i].compute(wls[i].optimizer) for i in used)
@@ -100,7 +107,9 @@ def _stages_on_pools(job: Job) -> Breakdown:
         recompute=slow.recompute,
         tp_exposed=slow.tp_exposed,
         cp_exposed=slow.cp_exposed,
-        bubble_s=pipeline_bubble(p.schedule, m, p.vp, stages),
+        bubble_s=dualpipe_ranks_bubble(ranks, m)
+        if p.schedule == "dualpipe"
+        else pipeline_bubble(p.schedule, m, p.vp, stages),
         pp_exposed=pp_exp,
         dp_exposed=dp_exp,
         optimizer=optimizer,
@@ -124,7 +133,7 @@ def _stages_on_pools(job: Job) -> Breakdown:
                 layers=tuple(split[s] for s in own),
                 stage_s=tuple(stages[s].total for s in own),
                 micro_batches=m,
-                step_s=m * max(stages[s].total for s in own),
+                step_s=m * max(ranks[s].total for s in own),  # DualPipe: its ranks' (two stages each)
                 memory_gib=gib,
                 mem_GiB=c.pools[i].gpu.mem_GiB,
                 fits=all(x.total <= c.pools[i].gpu.mem_bytes for x in mem),
@@ -194,6 +203,18 @@ def _mixed_peak(job: Job, b: Breakdown, pools: list[PoolPart]) -> Breakdown:
     mean_peak = sum(q.num_gpus * q.gpu.peak_flops(prec) for q in c.pools) / c.num_gpus
     scale = c.gpu.peak_flops(prec) / mean_peak
     return replace(b, mfu=b.mfu * scale, hfu=b.hfu * scale, pools=[x.to_dict() for x in pools])
+
+
+def pool_ranks(
+    schedule: str, where: list[int], per_pool: dict[int, list[StageTime]], stages: list[StageTime]
+) -> list[StageTime]:
+    """Each pipeline rank's micro-batch (``analytical.pipeline_ranks``): the stages on their pools, except under
+    DualPipe, where rank r's GPUs (on pool ``where[r]``) run model stages r and p − 1 − r, both priced on that pool
+    (``analytical.rank_pair``), as the simulator runs them (``sim.pools.PoolStepBuilder``)."""
+    if schedule != "dualpipe" or len(stages) < 2:
+        return pipeline_ranks(schedule, stages)
+    p = len(stages)
+    return [rank_pair(per_pool[where[r]][r], per_pool[where[r]][p - 1 - r]) for r in range(p)]
 
 
 def pool_notes(pools: list[PoolPart], cross, binding: str) -> list[str]:

@@ -26,7 +26,7 @@ the closed form averages something the schedule makes concrete:
 from __future__ import annotations
 
 from commtax.schedule.analytical import ep_link, hides_ep, pipeline_ranks, stage_times, unpaired_share
-from commtax.schedule.sim.simulate import SimResult
+from commtax.schedule.sim.simulate import SimResult, _dp_rank
 from commtax.schedule.sim.step import COMPUTE_KINDS
 from commtax.units import MiB
 
@@ -47,6 +47,27 @@ def _tail_s(r: SimResult) -> float:
     opt = sim.tasks[dev.optimizer]
     before = [sim.tasks[i] for i in stream if sim.tasks[i].id != opt.id and sim.tasks[i].kind in COMPUTE_KINDS]
     return max(0.0, opt.start_s - before[-1].end_s) if before else 0.0
+
+
+def _dp_bound_line(r: SimResult) -> str:
+    """A rank whose DP wire time per step (its gradient buckets, each paying the collective's latency) exceeds its own
+    work: the step waits for its reductions, which the estimate (one collective, the framework's buckets) hides."""
+    sim, bld = r.sim, r.builder
+    wire = [0.0] * bld.p
+    for t in sim.tasks:
+        if t.kind == "dp" and t.name != "dp contention":
+            wire[sim.streams[t.stream].device] += t.work_s if t.links else t.duration_s
+    k = max(range(bld.p), key=lambda d: wire[d] - r.stage_busy_s[d])
+    if wire[k] <= r.stage_busy_s[k]:
+        return ""
+    size, fw = bld.options.bucket_bytes, bld.wl.bucket_bytes
+    return (
+        f"DP-bound rank: rank {k} sends {_ms(wire[k])} of DP traffic per step on the wire (in buckets of "
+        f"{size / MiB:g} MiB, each paying the collective's latency) against {_ms(r.stage_busy_s[k])} of its own "
+        f"work: its reductions cannot all hide and the step ends when they do ({_ms(r.stage_end_s[k])}); the "
+        f"estimate prices one collective per reduction with the framework's {fw / MiB:.0f} MiB buckets"
+        + (" (--bucket-mb differs from them)" if abs(size - fw) > 1 else "")
+    )
 
 
 def _moe_slow_dp_stage(r: SimResult) -> int:
@@ -160,11 +181,12 @@ def explain(r: SimResult) -> list[str]:
     if bld.wl.dp_step and (
         abs(sb["dp_exposed"] - eb["dp_exposed"]) > small or abs(b.comm_time_s["dp"] - e.comm_time_s["dp"]) > small
     ):
-        dev = bld.devices[r.busiest_stage]
+        k = _dp_rank(bld, r.busiest_stage)  # the rank whose DP both report (comm_time_s dp)
+        dev = bld.devices[k]
         size = bld.options.bucket_bytes
         est_bucket = bld.wl.bucket_bytes
         line = (
-            f"gradient buckets: stage {r.busiest_stage} reduces its gradients in {dev.buckets} buckets of "
+            f"gradient buckets: stage {k} reduces its gradients in {dev.buckets} buckets of "
             f"{size / MiB:g} MiB (--bucket-mb; default: the framework's, PyTorch DDP 25 MiB), the estimate in one "
             f"collective "
             f"with a last-bucket tail of {est_bucket / MiB:.0f} MiB. DP link time {_ms(b.comm_time_s['dp'])} vs "
@@ -180,6 +202,9 @@ def explain(r: SimResult) -> list[str]:
                 f"estimate what one micro-batch's compute cannot hide"
             )
         out.append(line)
+        bound = _dp_bound_line(r)
+        if bound:
+            out.append(bound)
     elif bld.wl.dp_microbatch and abs(sb["dp_exposed"] - eb["dp_exposed"]) > small:
         out.append(
             f"ZeRO-3: each block's parameters are gathered one block ahead (prefetch) and its gradients "

@@ -233,18 +233,13 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
     busiest = max(range(p), key=lambda d: (round(pace[d] / step, 12) if step else 0.0, stage_end[d]))
     parts = _attribute(sim, busiest, step, hidden)
     est = estimate(job) if compare else None
-    comm_time, comm_bytes = link[busiest], builder.devices[busiest].bytes
+    # DP traffic (dp, edp) of the rank whose DP the estimate prices (``analytical.slowest_dp_rank``: the step waits
+    # for it; DualPipe's rank 0 holds the embedding and the head), the other groups of the busiest
+    dp_rank = _dp_rank(builder, busiest)
+    comm_time = {**link[busiest], "dp": link[dp_rank]["dp"]}
+    comm_bytes = {**builder.devices[busiest].bytes, "dp": builder.devices[dp_rank].bytes["dp"]}
     if builder.wl.moe_layer is not None:  # expert gradients as their own edp group, as estimate reports them
-        from commtax.schedule.analytical import edp_traffic
-        from commtax.workload.step import with_dp_stage
-
-        # the busiest rank's own expert gradients (a rank without experts reduces none over edp)
-        own = with_dp_stage(job, builder.wl, _rank_split(builder, busiest)) if builder.splits else builder.wl
-        edp_s, edp_b = edp_traffic(job, own, builder.costs)
-        # dp: the dense part of its DP tasks' link time (what the expert collectives riding in them took, apart)
-        dense = max(0.0, comm_time["dp"] - builder.devices[busiest].edp_s)
-        comm_time = {**comm_time, "dp": dense, "edp": edp_s}
-        comm_bytes = {**comm_bytes, "edp": edp_b}  # the stage's dp bytes count the dense gradients only
+        comm_time, comm_bytes = _with_edp(job, builder, dp_rank, comm_time, comm_bytes)
     bd = _breakdown(job, builder.wl, step, parts, comm_time, comm_bytes, est)
     if job.plan.schedule in ("dualpipe", "dualpipev") and not builder.dual:
         bd.notes.append(
@@ -270,6 +265,16 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
             f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
             f"breakdown of the busiest stage, {busiest}"
         )
+    if dp_rank != busiest:  # name both ranks' DP traffic, as the estimate's notes do
+        own_t = link[busiest]
+        if builder.wl.moe_layer is not None:
+            own_t, _ = _with_edp(job, builder, busiest, own_t, builder.devices[busiest].bytes)
+        edp = lambda t: f", edp {t['edp']:.3g} s" if "edp" in t else ""  # noqa: E731
+        bd.notes.append(
+            f"comm_time_s dp{', edp' if 'edp' in comm_time else ''} of rank {dp_rank}, the slowest DP rank (the one "
+            f"estimate prices: dp {comm_time['dp']:.3g} s{edp(comm_time)}); the busiest rank {busiest}'s: dp "
+            f"{own_t['dp']:.3g} s{edp(own_t)}"
+        )
     if est is not None and est.pools and getattr(builder, "where", None):  # stages on pools: as simulated
         bd.pools = [
             {
@@ -280,6 +285,36 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
             for x in est.pools
         ]
     return SimResult(bd, builder, busiest, stage_end, work, waited, est)
+
+
+def _with_edp(
+    job: Job, builder: StepBuilder, rank: int, comm_time: dict[str, float], comm_bytes: dict[str, float]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """MoE: ``rank``'s expert gradients as their own edp group (a rank without experts reduces none over edp), the
+    dense part of its DP tasks' link time as dp (what the expert collectives riding in them took, apart)."""
+    from commtax.schedule.analytical import edp_traffic
+    from commtax.workload.step import with_dp_stage
+
+    own = with_dp_stage(job, builder.wl, _rank_split(builder, rank)) if builder.splits else builder.wl
+    edp_s, edp_b = edp_traffic(job, own, builder.costs)
+    dense = max(0.0, comm_time["dp"] - builder.devices[rank].edp_s)
+    # the rank's dp bytes count the dense gradients only
+    return {**comm_time, "dp": dense, "edp": edp_s}, {**comm_bytes, "edp": edp_b}
+
+
+def _dp_rank(builder: StepBuilder, busiest: int) -> int:
+    """The pipeline rank whose DP traffic the estimate prices: MoE, the rank holding the split the workload's DP ops
+    were sized for (``analytical.slowest_dp_workload``, by ``_rank_split``); dense DualPipe, the rank whose two
+    stages hold the most parameters (``analytical.dualpipe_dp_workload``); else the busiest stage."""
+    p = builder.p
+    if builder.splits:
+        ranks = [r for r in range(p) if _rank_split(builder, r) == builder.wl.dp_split]
+        return busiest if not ranks or busiest in ranks else ranks[0]
+    if builder.dual == "dualpipe":
+        pair = [builder.stage_params[r] for r in range(p)]
+        best = max(pair)
+        return busiest if pair[busiest] >= best * (1 - 1e-12) else pair.index(best)
+    return busiest
 
 
 def _rank_split(builder: StepBuilder, rank: int) -> tuple[float, float]:
