@@ -1,10 +1,18 @@
 """Per-GPU memory against Korthikanti et al. 2022 (activations) and ZeRO (model states)."""
 
+import numpy as np
 import pytest
 from conftest import LLAMA_256_A100, job_dict
 
 from commtax.spec import load_job
-from commtax.workload.memory import in_flight_micro_batches, layer_activation_bytes, memory
+from commtax.workload.memory import (
+    end_activation_bytes,
+    in_flight_micro_batches,
+    layer_activation_bytes,
+    memory,
+    stage_activation_bytes,
+    stage_activations,
+)
 from commtax.workload.step import params_per_gpu
 
 
@@ -113,3 +121,51 @@ def test_the_interleaved_no_recompute_llama_plan_of_the_search_fits_as_derived_b
     mem = memory(job)
     assert mem.activations == pytest.approx(87 * 33.5 * s * b * h / t + 2 * s * b * h / t)
     assert mem.activations / GiB == pytest.approx(45.6, abs=0.05) and mem.total < job.cluster.gpu.mem_bytes
+
+
+def test_stage_activations_first_middle_last_by_hand():
+    # 1F1B on p = 4 (Narayanan 2021 §2.2.1: rank s holds p − s micro-batches), 6 layers of L bytes per rank
+    # (Korthikanti §4: a layer's bytes × in-flight micro-batches), the embedding output E on the first rank and the
+    # fp32 logits G of its in-flight micro-batches on the last; full recompute adds one materialised layer F
+    L, F, E, G = 100.0, 7.0, 30.0, 50.0
+    kw = dict(per_layer=L, full_layer=F, embedding=E, logits=G, moe_extra=0.0, mtp_layer=L, mtp_layers=0)
+    first = stage_activations(layers=6, in_flight=4.0, first=True, last=False, held=4.0, **kw)
+    middle = stage_activations(layers=6, in_flight=2.0, first=False, last=False, held=2.0, **kw)
+    last = stage_activations(layers=6, in_flight=1.0, first=False, last=True, held=1.0, **kw)
+    assert (first, middle, last) == (6 * L * 4 + F + E, 6 * L * 2 + F, 6 * L * 1 + F + G)
+    assert stage_activations(layers=0, in_flight=4.0, first=True, last=False, held=4.0, **kw) == E  # embedding only
+    # one MTP module (DeepSeek-V3 §2.2) on the last rank: its layer, the embedding and normed inputs, another logits
+    mtp = stage_activations(layers=6, in_flight=1.0, first=False, last=True, held=1.0, **{**kw, "mtp_layers": 1})
+    assert mtp == last + (L + 3 * E) * 1 + G
+
+
+def test_stage_activations_on_arrays_are_the_floats():
+    # a search evaluates the formula on its grid: each element as the scalar call computes it, to the bit
+    layers = np.array([6.0, 0.0, 5.0, np.nan])
+    first, last = np.array([True, True, False, False]), np.array([False, False, True, False])
+    in_flight, held = np.array([4.0, 3.5, 1.0, 2.0]), np.array([4.0, 3.5, 1.0, 2.0])
+    kw = dict(per_layer=123.456, full_layer=7.25, embedding=31.5, logits=49.75, moe_extra=0.0, mtp_layer=1.5)
+    got = stage_activations(layers, in_flight, first=first, last=last, held=held, mtp_layers=1, **kw)
+    for x in range(3):
+        one = stage_activations(
+            int(layers[x]),
+            float(in_flight[x]),
+            first=bool(first[x]),
+            last=bool(last[x]),
+            held=float(held[x]),
+            mtp_layers=1,
+            **kw,
+        )
+        assert got[x] == one
+    assert np.isnan(got[3])  # past a split's stage kinds: NaN stays NaN
+
+
+def test_stage_activation_bytes_of_a_job_sum_its_ranks():
+    job = load_job(job_dict(pp=4, dp=8, recompute="selective"))
+    per_layer = layer_activation_bytes(job)
+    embedding, logits = end_activation_bytes(job)
+    split = job.stage_layers
+    want = [split[s] * per_layer * in_flight_micro_batches(job, s) for s in range(4)]
+    want[0] += embedding
+    want[3] += logits * in_flight_micro_batches(job, 3)
+    assert stage_activation_bytes(job) == want

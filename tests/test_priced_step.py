@@ -270,3 +270,29 @@ def test_the_workload_holds_the_ops_and_the_schedule_reads_the_plans_knobs():
     assert est.dp_timeline(legacy, wl, costs, st) == (per_mb * m, per_mb * m, nbytes * m)  # nothing overlaps
     link, exposed, _ = est.dp_timeline(job, wl, costs, st)
     assert exposed < link  # prefetched: the gathers hide under the layers' compute
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_prefilled_totals_and_slowest_stage_are_those_of_the_stages_built_one_by_one(plan):
+    """``prefill_stages`` (what a search reads): every rank's total and the slowest rank's StageTime equal to the bit
+    those of ``stage_times``, the slowest the first of equals (``slowest_stage``); only what was asked is built."""
+    job = load_job(small_job(**plan))
+    variants = [job] + [job_with(job, recompute=r) for r in ("none", "selective", "full") if r != job.plan.recompute]
+    pairs = [(j, build_workload(j)) for j in variants]
+    one_by_one = Costs(job)
+    one_by_one.stage_cache = {}
+    expected = [est.stage_times(j, wl, one_by_one) for j, wl in pairs]
+    batched = Costs(job)
+    batched.stage_cache = {}
+    priced, wanted = est.prefill_stages(pairs, batched, {})
+    assert len(batched.stage_cache) == 0  # nothing built yet
+    for stages, (base_key, counts) in zip(expected, wanted):
+        totals = priced.pipeline_totals(base_key, counts)
+        assert totals == [s.total for s in stages]
+        slow = priced.slowest(base_key, counts, totals)
+        assert dataclasses.astuple(slow) == dataclasses.astuple(est.slowest_stage(stages))
+        assert list(slow.link.comm) == list(est.slowest_stage(stages).link.comm)
+        assert [dataclasses.astuple(s) for s in priced.pipeline(base_key, counts)] == [
+            dataclasses.astuple(s) for s in stages
+        ]
+    assert len({k for k in batched.stage_cache if len(k) == 4}) == len(priced.at)  # each kind built once, on demand

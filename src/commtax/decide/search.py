@@ -20,9 +20,10 @@ activations per stage         ``memory.stage_activation_bytes``      vp, micro_b
 (*) the split is the layers of each pipeline rank (``Job.stage_layers``): it depends on vp only when the
 layers do not divide evenly. Memory is the fullest stage's. Where a part is a formula over the grid it is estimate's
 own function given arrays (``costs.elementwise``: the builtins on floats, ufuncs on arrays): the dense stages of
-every base of a TP/CP placement in one pass (``analytical.prefill_stage_times``, after ``_prepare``), the exposed
-DP traffic on the whole grid (``dp_step_exposed_s``, ZeRO-3's ``zero3_exposed_s``), the bubble and sends for every
-vp of a split (1F1B: of every plan of a split at once, ``_pipeline_on_arrays``), a layer's activations for every vp
+every base of a TP/CP placement in one pass (``analytical.prefill_stages``, after ``_prepare``: every rank's total,
+a StageTime for the slowest only), the exposed DP traffic on the whole grid (``dp_step_exposed_s``, ZeRO-3's
+``zero3_exposed_s``), the bubble and sends for every vp of a split (1F1B: of every plan of a split at once,
+``_pipeline_on_arrays``), a dense base's activations on its whole grid (``memory.stage_activations``)
 (docs/search.md). Phase prices and stage times are shared, by
 value, by the bases that place TP and CP alike (``_Shared``, ``costs.pricing``); the cyclic garbage collector is
 paused while the bases are evaluated (``_no_gc``). The table is checked, not trusted: every search re-estimates
@@ -70,7 +71,7 @@ from commtax.schedule import analytical as _est
 from commtax.schedule.analytical import (
     estimate,
     pipeline_bubble,
-    prefill_stage_times,
+    prefill_stages,
     stage_times,
     step_parts,
 )
@@ -80,11 +81,14 @@ from commtax.spec import Job, job_unchecked, job_with, plan_variants, replaced, 
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import (
+    end_activation_bytes,
     fixed_reserve_bytes,
+    in_flight_micro_batches,
     layer_bytes_by_recompute,
+    loss_micro_batches,
     memory,
     stage_activation_bytes,
-    stage_activation_bytes_by_recompute,
+    stage_activations,
     stage_kinds,
     stage_states,
 )
@@ -276,6 +280,7 @@ class _Shared:
     stages: dict[tuple, Any] = field(default_factory=dict)  # estimate.stage_times' cache
     templates: dict[Any, Any] = field(default_factory=dict)  # each workload's priced blocks (``StageTemplate``)
     base_keys: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recompute, TP/CP overlap, tp, cp) -> key
+    layer_bytes: dict[tuple, Any] = field(default_factory=dict)  # (mb, sp, recomputes) -> a layer's activations
 
 
 def _copy(job: Job, **changes: Any) -> Job:
@@ -407,7 +412,8 @@ class _Grid:
     sample: dict[tuple[int, int, int], Job]  # (split, micro_batch, sp) -> one valid job with that split
     stage_plans: dict[tuple[int, int, int, int], tuple[Job, Workload, tuple]] = field(default_factory=dict)
     stage_keys: dict[tuple[int, int, int, int], tuple] = field(default_factory=dict)  # dense: ``_est.stage_key``
-    stages: dict[tuple[int, int, int, int], Any] = field(default_factory=dict)  # ``_prefill``'s stage_times
+    # ``_prefill``'s dense stages: (``analytical.PrefilledStages``, the pipeline's base key, its layers per rank)
+    stages: dict[tuple[int, int, int, int], tuple] = field(default_factory=dict)
 
     def axis(self, name: str) -> list[Any]:
         return self.base.axes[name]
@@ -508,19 +514,31 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
     on_arrays: dict[tuple, list] = {}  # (split, schedule, overlap.pp) -> its 1F1B plans, priced together
     for (si, j, k, r), (plan_job, wl, key) in g.stage_plans.items():
-        stages = g.stages.get((si, j, k, r)) or stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
-        slowest[si, j, k, r] = _est.slowest_stage(_est.pipeline_ranks(plan_job.plan.schedule, stages))
-        plan = plan_job.plan
+        plan, prefilled = plan_job.plan, g.stages.get((si, j, k, r))
+        if prefilled is not None and plan.schedule in _ONE_F_ONE_B:  # its ranks are its stages (``pipeline_ranks``)
+            priced, base_key, counts = prefilled  # every stage's total, the slowest's StageTime (``PrefilledStages``)
+            totals = priced.pipeline_totals(base_key, counts)
+            slowest[si, j, k, r] = priced.slowest(base_key, counts, totals)
+            on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), totals, wl))
+            continue
+        if prefilled is not None:
+            stages = prefilled[0].pipeline(*prefilled[1:])
+        else:
+            stages = stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
+        slowest[si, j, k, r] = _est.slowest_stage(_est.pipeline_ranks(plan.schedule, stages))
         if plan.schedule in _ONE_F_ONE_B:
-            on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), stages, wl))
+            totals = [st.total for st in stages]
+            on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), totals, wl))
             continue
         here = [i for i in vps_of_split[si] if (i, j, k) in g.jobs]  # the others are invalid plans
         if here:  # every vp of this split at once (the stages are the same)
             v = np.array([vps[i] for i in here]) if len(here) > 1 else vps[here[0]]
             bubble[here, j, k, r] = pipeline_bubble(plan.schedule, int(g.n_micro[j]), v, stages)
             pp_exposed[here, j, k, r] = _est.pp_exposed(plan_job, wl, g.costs, stages, vp=v)[1]
+    valid = np.zeros((len(vps),) + dims[1:3], bool)  # the valid (vp, mb, sp)
+    valid[tuple(np.array(list(g.jobs)).T)] = True
     for (si, schedule, overlap_pp), plans in on_arrays.items():
-        _pipeline_on_arrays(g, vps_of_split[si], schedule, overlap_pp, plans, bubble, pp_exposed)
+        _pipeline_on_arrays(g, vps_of_split[si], schedule, overlap_pp, plans, valid, bubble, pp_exposed)
     fields = _SLOW_FIELDS[: len(slow_parts)]  # MoE: the exposed all-to-all fifth
     if slowest:  # every (split, mb, sp, recompute) at once
         at = tuple(np.array(list(slowest)).T)
@@ -533,17 +551,25 @@ _ONE_F_ONE_B = ("1f1b", "1f1b-flexible")  # schedules whose bubble and sends rea
 
 
 def _pipeline_on_arrays(
-    g: _Grid, vis: list[int], schedule: str, overlap_pp: bool, plans: list, bubble: np.ndarray, pp_exposed: np.ndarray
+    g: _Grid,
+    vis: list[int],
+    schedule: str,
+    overlap_pp: bool,
+    plans: list,
+    valid: np.ndarray,
+    bubble: np.ndarray,
+    pp_exposed: np.ndarray,
 ) -> None:
     """The bubble and exposed sends of one split's 1F1B plans, every (vp, mb, sp, recompute) at once: estimate's
     ``one_f_one_b_bubble`` and ``sends_exposed`` with a plan axis (each stage's totals an array over the plans) and
-    a vp axis; entries of invalid (vp, mb, sp) stay NaN."""
+    a vp axis; entries of invalid (vp, mb, sp) stay NaN. plans: per plan its (mb, sp, recompute) indices, its ranks'
+    totals (first to last) and its workload; valid: the grid's valid (vp, mb, sp)."""
     if not vis:
         return
     jkr = np.array([x for x, _, _ in plans]).T
-    ok = np.array([[(i, j, k) in g.jobs for j, k in zip(jkr[0].tolist(), jkr[1].tolist())] for i in vis])
+    ok = valid[np.array(vis)[:, None], jkr[0], jkr[1]]
     p = len(plans[0][1])
-    totals = list(np.array([[st.total for st in stages] for _, stages, _ in plans]).T)  # per stage, over the plans
+    totals = list(np.array([totals for _, totals, _ in plans]).T)  # per stage, over the plans
     v = np.array([g.axis("vp")[i] for i in vis])[:, None]
     at = (np.array(vis)[:, None], *jkr[:, None, :])
     bubble[at] = np.where(ok, _est.one_f_one_b_bubble(totals, v), np.nan)
@@ -563,9 +589,11 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     states = np.full((len(g.splits), len(zeros), len(grad_dtypes), n_kinds), np.nan)
     optimizer = np.full((len(g.splits), len(zeros), len(grad_dtypes)), np.nan)
     dp_jobs: dict[tuple[int, int, int], tuple[Job, Any]] = {}
+    zds = list(itertools.product(range(len(zeros)), range(len(grad_dtypes))))
     for si in range(len(g.splits)):
-        for (z, zero), (d, dtype) in itertools.product(enumerate(zeros), enumerate(grad_dtypes)):
-            job_zd = _copy(g.sample_of_split(si), zero=zero, grad_comm_dtype=dtype)
+        sample = g.sample_of_split(si)
+        for z, d in zds:
+            job_zd = _copy(sample, zero=zeros[z], grad_comm_dtype=grad_dtypes[d])
             dp_jobs[si, z, d] = (job_zd, _est.dualpipe_dp_workload(job_zd, build_workload(job_zd)))
             states[si, z, d, : len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
             optimizer[si, z, d] = g.costs.compute(_est.slowest_optimizer(job_zd, dp_jobs[si, z, d][1]))
@@ -575,38 +603,70 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     with_count: dict[tuple[int, int, int, int], Any] = {}  # the DP workload with each micro-batch count
     ranks: dict[tuple, list] = {}  # MoE: the DP ranks (``dp_ranks``: no stage time in them), per micro-batch count
     # overlapped per-step traffic of a dense workload (``dp_step_parts``) is that of (split, zero, grad dtype,
-    # micro-batch count), whichever stage is the slowest: priced once per key, its exposed part on the whole grid
+    # micro-batch count), whichever stage is the slowest: priced once per key (ZeRO 0-1: per (split, zero, grad
+    # dtype)), its exposed part on the whole grid
     on_grid = np.zeros((len(g.splits), len(g.axis("micro_batch")), len(zeros), len(grad_dtypes)), bool)
     traffic = np.full((9,) + on_grid.shape, np.nan)  # ``_dp_grid``'s fields
-    dp_fields: dict[tuple, tuple[float, ...]] = {}
-    # so is overlapped ZeRO-3 traffic (``zero3_traffic``): per (split, zero, grad dtype, micro-batch count)
+    # so is overlapped ZeRO-3 traffic (``zero3_traffic``, one micro-batch's): per (split, zero, grad dtype)
     on_z3 = np.zeros_like(on_grid)
     z3 = np.full((5,) + on_grid.shape, np.nan)  # ``_zero3_grid``'s fields
-    for (si, j, k, r), slow in slowest.items():
-        vps_here = [i for i in range(len(vps)) if g.split_of_vp[i] == si]
-        for z, d in itertools.product(range(len(zeros)), range(len(grad_dtypes))):
-            if on_grid[si, j, z, d] or on_z3[si, j, z, d]:
-                continue
+    per_stage: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (split, mb) -> the (zero, gd) priced per stage
+    mbs_of: dict[int, dict[int, None]] = {}  # split -> the micro-batch sizes of its stages, in the order met
+    for si, j, _, _ in slowest:
+        mbs_of.setdefault(si, {})[j] = None
+    for si, mbs in mbs_of.items():
+        js = list(mbs)
+        for z, d in zds:
             job_zd, wl = dp_jobs[si, z, d]
-            counted = with_count.get((si, z, d, j))
-            if counted is None:
-                counted = with_count[si, z, d, j] = with_fields(wl, micro_batches=int(g.n_micro[j]))
-                if _est.ranks_apart(job_zd, counted):
+            by_rank, overlapped = _est.ranks_apart(job_zd, wl), job_zd.plan.overlap.dp  # MoE: the slowest DP rank
+            if not by_rank and wl.dp_step and not wl.dp_microbatch and overlapped:
+                on_grid[si, js, z, d] = True
+                if not wl.grads_sharded:  # one reduction per step (``reduce_passes``): it reads no micro-batch count
+                    counted = with_fields(wl, micro_batches=int(g.n_micro[js[0]]))
+                    fields = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                    traffic[:, si, js, z, d] = np.array(fields)[:, None]
+                    continue
+                for j in js:
+                    counted = with_fields(wl, micro_batches=int(g.n_micro[j]))
+                    traffic[:, si, j, z, d] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                continue
+            if not by_rank and wl.dp_microbatch and _est.zero3_prefetches(job_zd) and overlapped:
+                on_z3[si, js, z, d] = True  # one micro-batch's traffic (``zero3_traffic``) reads no micro-batch count
+                z3[:, si, js, z, d] = np.array(_est.zero3_traffic(wl, g.costs))[:, None]
+                continue
+            for j in js:
+                m = int(g.n_micro[j])
+                with_count[si, z, d, j] = with_fields(wl, micro_batches=m)
+                if by_rank:
                     if (si, z, d) not in ranks:
                         ranks[si, z, d] = _est.dp_ranks(job_zd, wl, g.costs)
-                    ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], int(g.n_micro[j]), g.costs)
-                elif counted.dp_step and not counted.dp_microbatch and job_zd.plan.overlap.dp:
-                    # one reduction per step (gradients kept whole: ``reduce_passes``) reads no micro-batch count
-                    once = (si, z, d) if not counted.grads_sharded else (si, z, d, j)
-                    if once not in dp_fields:
-                        dp_fields[once] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
-                    traffic[:, si, j, z, d] = dp_fields[once]
-                    on_grid[si, j, z, d] = True
-                    continue
-                elif counted.dp_microbatch and _est.zero3_prefetches(job_zd) and job_zd.plan.overlap.dp:
-                    z3[:, si, j, z, d] = _est.zero3_traffic(counted, g.costs)
-                    on_z3[si, j, z, d] = True
-                    continue
+                    ranks[si, z, d, j] = _est.dp_ranks_with_count(ranks[si, z, d], m, g.costs)
+                per_stage.setdefault((si, j), []).append((z, d))
+    if per_stage:
+        _dp_per_stage(g, slowest, per_stage, dp_jobs, with_count, ranks, dp_exposed)
+    if on_grid.any() or on_z3.any():
+        passes = _slow_passes(g, slowest)
+        if on_grid.any():
+            grid = _dp_grid(g, passes, traffic)
+            dp_exposed = np.where(on_grid[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
+        if on_z3.any():
+            grid = _zero3_grid(g, passes, z3)
+            dp_exposed = np.where(on_z3[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
+    return states, optimizer, dp_exposed
+
+
+def _dp_per_stage(
+    g: _Grid, slowest: dict, per_stage: dict, dp_jobs: dict, with_count: dict, ranks: dict, dp_exposed: np.ndarray
+) -> None:
+    """The exposed DP traffic ``_dp_parts`` does not put on the grid, per slowest stage: estimate's ``dp_exposed``
+    (MoE: the slowest DP rank; plans without overlapped per-step traffic), in place."""
+    vps = g.axis("vp")
+    vps_of = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
+    for (si, j, k, r), slow in slowest.items():
+        vps_here = vps_of[si]
+        for z, d in per_stage.get((si, j), ()):
+            job_zd, _ = dp_jobs[si, z, d]
+            counted = with_count[si, z, d, j]
             # MoE: the slowest DP rank, as estimate
             counted, dp_traffic = _est.slowest_dp_rank(job_zd, counted, g.costs, slow, ranks.get((si, z, d, j)))
             if dp_traffic is None or not (counted.dp_step and job_zd.plan.overlap.dp and g.base.pp > 1):
@@ -622,11 +682,6 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                 dp_exposed[i, j, k, r, z, d] = exposed + _est.dp_contention(
                     g.costs.cm, dp_traffic.link, exposed, dp_traffic.nbytes, slow.link
                 )
-    if on_grid.any():
-        dp_exposed = np.where(on_grid[g.split_of_vp][:, :, None, None, :, :], _dp_grid(g, slowest, traffic), dp_exposed)
-    if on_z3.any():
-        dp_exposed = np.where(on_z3[g.split_of_vp][:, :, None, None, :, :], _zero3_grid(g, slowest, z3), dp_exposed)
-    return states, optimizer, dp_exposed
 
 
 def _dp_fields(parts: Any, wl: Workload) -> tuple[float, ...]:
@@ -650,16 +705,19 @@ def _slow_passes(g: _Grid, slowest: dict) -> tuple[np.ndarray, np.ndarray, np.nd
     on the (vp, mb, sp, recompute, zero, gd) grid."""
     dims = (len(g.splits),) + tuple(len(g.axis(k)) for k in ("micro_batch", "sequence_parallel", "recompute"))
     fwd, bwd, share = (np.full(dims, np.nan) for _ in range(3))
-    for key, slow in slowest.items():
-        fwd[key], bwd[key], share[key] = slow.fwd, slow.bwd, _est.memory_share(slow.link)
+    at = tuple(np.array(list(slowest)).T)  # every (split, mb, sp, rc) at once
+    fwd[at] = [s.fwd for s in slowest.values()]
+    bwd[at] = [s.bwd for s in slowest.values()]
+    share[at] = [_est.memory_share(s.link) for s in slowest.values()]
     # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
     return tuple(a[g.split_of_vp][:, :, :, :, None, None] for a in (fwd, bwd, share))
 
 
-def _zero3_grid(g: _Grid, slowest: dict, z3: np.ndarray) -> np.ndarray:
+def _zero3_grid(g: _Grid, passes: tuple[np.ndarray, ...], z3: np.ndarray) -> np.ndarray:
     """Exposed overlapped ZeRO-3 traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
-    ``zero3_exposed_s`` and ``dp_contention_s``) on arrays. z3: ``zero3_traffic`` per (split, mb, zero, gd)."""
-    fwd, bwd, share = _slow_passes(g, slowest)
+    ``zero3_exposed_s`` and ``dp_contention_s``) on arrays. z3: ``zero3_traffic`` per (split, mb, zero, gd); passes:
+    ``_slow_passes``."""
+    fwd, bwd, share = passes
     gf, gb, rs, units, mb_bytes = (t[g.split_of_vp][:, :, None, None, :, :] for t in z3)
     m = g.n_micro[None, :, None, None, None, None]
     link, nbytes = (gf + gb + rs) * m, mb_bytes * m
@@ -668,10 +726,11 @@ def _zero3_grid(g: _Grid, slowest: dict, z3: np.ndarray) -> np.ndarray:
         return exposed + _est.dp_contention_s(g.costs.cm, link, exposed, nbytes, share)
 
 
-def _dp_grid(g: _Grid, slowest: dict, traffic: np.ndarray) -> np.ndarray:
+def _dp_grid(g: _Grid, slow_passes: tuple[np.ndarray, ...], traffic: np.ndarray) -> np.ndarray:
     """Exposed overlapped DP traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
-    ``dp_step_exposed_s`` and ``dp_contention_s``) on arrays. traffic: ``_dp_fields`` per (split, mb, zero, gd)."""
-    fwd, bwd, share = _slow_passes(g, slowest)
+    ``dp_step_exposed_s`` and ``dp_contention_s``) on arrays. traffic: ``_dp_fields`` per (split, mb, zero, gd);
+    slow_passes: ``_slow_passes``."""
+    fwd, bwd, share = slow_passes
     by_vp = g.split_of_vp
     reduce_s, gather_s, gathers, tail, first, codec, link, nbytes, passes = (
         t[by_vp][:, :, None, None, :, :] for t in traffic
@@ -686,20 +745,69 @@ def _dp_grid(g: _Grid, slowest: dict, traffic: np.ndarray) -> np.ndarray:
 
 
 def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
-    """Activation bytes per (vp, mb, sp, recompute, stage kind) of the stages that can be the fullest."""
+    """Activation bytes per (vp, mb, sp, recompute, stage kind) of the stages that can be the fullest: dense,
+    ``memory.stage_activations`` on the whole grid; MoE, per plan."""
     recomputes = g.axis("recompute")
     shape = tuple(len(g.axis(k)) for k in ("vp", "micro_batch", "sequence_parallel")) + (len(recomputes),)
-    acts = np.full(shape + (max(len(x) for x in kinds),), np.nan)
-    per_layer: dict[tuple[int, int], list] = {}  # a layer's bytes per recompute: per (mb, sp), whatever the vp
+    n_kinds = max(len(x) for x in kinds)
+    sample = next(iter(g.jobs.values()))
+    if sample.model.is_moe:
+        return _moe_activations(g, kinds, shape + (n_kinds,))
+    n_vp, n_mb, n_sp, n_rc = shape
+    # per (vp, stage kind): the rank's layers, whether it is the first or the last (NaN past a split's kinds)
+    layers = np.full((n_vp, n_kinds), np.nan)
+    first, last = np.zeros((n_vp, n_kinds), bool), np.zeros((n_vp, n_kinds), bool)
+    for i in range(n_vp):
+        si = g.split_of_vp[i]
+        stages, split = kinds[si], g.splits[si]  # a dense split is the layers of each rank (``_split_key``)
+        layers[i, : len(stages)] = [split[s] for s in stages]
+        first[i, : len(stages)] = [s == 0 for s in stages]
+        last[i, : len(stages)] = [s == g.base.pp - 1 for s in stages]
+    in_flight, held = np.full((2, n_vp, n_mb, n_kinds), np.nan)  # per (vp, mb, stage kind): the pipeline's
+    per_layer, full_layer = np.full((2, n_mb, n_sp, n_rc), np.nan)  # per (mb, sp, recompute): the layer's
+    embedding, logits = np.full((2, n_mb, n_sp), np.nan)
+    valid = np.zeros((n_vp, n_mb, n_sp), bool)
+    valid[tuple(np.array(list(g.jobs)).T)] = True
+    pipelines: dict[tuple[int, int], Job] = {}  # a job per (vp, mb): sp does not change its pipeline
+    layer_jobs: dict[tuple[int, int], Job] = {}  # per (mb, sp): nor the pipeline (vp, pp) a layer's bytes
+    for (i, j, k), valid_job in g.jobs.items():
+        pipelines.setdefault((i, j), valid_job)
+        layer_jobs.setdefault((j, k), valid_job)
+    for (i, j), valid_job in pipelines.items():
+        for x, s in enumerate(kinds[g.split_of_vp[i]]):
+            in_flight[i, j, x] = f = in_flight_micro_batches(valid_job, s)
+            held[i, j, x] = loss_micro_batches(valid_job, f)
+    for (j, k), valid_job in layer_jobs.items():  # a layer's bytes: the same in every base of this placement
+        key = (valid_job.plan.micro_batch, valid_job.plan.sequence_parallel, tuple(recomputes))
+        by_layer = g.shared.layer_bytes.get(key)
+        if by_layer is None:
+            by_layer = g.shared.layer_bytes[key] = np.array(layer_bytes_by_recompute(valid_job, recomputes)).T
+        per_layer[j, k], full_layer[j, k] = by_layer
+        embedding[j, k], logits[j, k] = end_activation_bytes(valid_job)
+    acts = stage_activations(
+        layers=layers[:, None, None, None, :],
+        in_flight=in_flight[:, :, None, None, :],
+        per_layer=per_layer[None, :, :, :, None],
+        full_layer=full_layer[None, :, :, :, None],
+        first=first[:, None, None, None, :],
+        last=last[:, None, None, None, :],
+        embedding=embedding[None, :, :, None, None],
+        logits=logits[None, :, :, None, None],
+        held=held[:, :, None, None, :],
+        moe_extra=0.0,
+        mtp_layer=per_layer[None, :, :, :, None],
+        mtp_layers=sample.model.mtp_layers,
+    )
+    return np.where(valid[:, :, :, None, None], acts, np.nan)
+
+
+def _moe_activations(g: _Grid, kinds: list[tuple[int, ...]], shape: tuple[int, ...]) -> np.ndarray:
+    """MoE: activation bytes per (vp, mb, sp, recompute, stage kind), plan by plan (an MoE layer's activations read
+    the plan's recompute: a copy per value)."""
+    acts = np.full(shape, np.nan)
     for (i, j, k), valid_job in g.jobs.items():
         stages = kinds[g.split_of_vp[i]]
-        if not valid_job.model.is_moe:  # every recompute at once
-            if (j, k) not in per_layer:
-                per_layer[j, k] = layer_bytes_by_recompute(valid_job, recomputes)
-            by_recompute = stage_activation_bytes_by_recompute(valid_job, stages, recomputes, per_layer[j, k])
-            acts[i, j, k, :, : len(stages)] = by_recompute
-            continue
-        for r, rc in enumerate(recomputes):  # an MoE layer's activations read the plan's recompute: a copy per value
+        for r, rc in enumerate(g.axis("recompute")):
             acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)
     return acts
 
@@ -718,7 +826,7 @@ def _fullest_memory(
     plans over ``cap`` counted in ``nofit`` by what dominates."""
     acts_grid = acts[:, :, :, None, :, None, :]
     per_stage = states_by_vp[:, None, None, :, None, :, :] + acts_grid + (fixed_reserve + fragmentation * acts_grid)
-    fullest = np.nanargmax(np.where(np.isnan(per_stage), -np.inf, per_stage), axis=-1)[..., None]
+    fullest = np.argmax(np.where(np.isnan(per_stage), -np.inf, per_stage), axis=-1)[..., None]  # the first of equals
     mem = np.where(valid, np.take_along_axis(per_stage, fullest, -1)[..., 0], np.nan)
     over = valid & ~(mem <= cap)  # as estimate: fits = total <= gpu.mem_bytes
     if over.any():
@@ -802,9 +910,10 @@ def _prefill(prepared: list[_Prepared]) -> None:
         group.extend(((p, key), plan) for key, plan in p.g.stage_plans.items())
     for g, plans in groups:
         keys = [p.g.stage_keys.get(key) for (p, key), _ in plans]
-        stages = iter(prefill_stage_times([(x, wl) for _, (x, wl, _) in plans], g.costs, g.shared.templates, keys))
-        for (p, key), _ in plans:
-            p.g.stages[key] = next(stages)
+        priced, wanted = prefill_stages([(x, wl) for _, (x, wl, _) in plans], g.costs, g.shared.templates, keys)
+        for ((p, key), _), pipeline in zip(plans, wanted):
+            if pipeline is not None:  # MoE plans: ``stage_times`` one by one (``_stage_parts``)
+                p.g.stages[key] = (priced, *pipeline)
 
 
 def _prepare(job: Job, base: Base, phase_cache: dict[Any, _Shared]) -> _Prepared:

@@ -385,6 +385,21 @@ def prefill_stage_times(
     ``keys``: each plan's ``stage_key`` where the caller has it (search: plans of one template share a base key,
     plans of one split their layer counts). Returns each plan's ``stage_times`` (None for an MoE plan:
     ``stage_times`` prices those one by one)."""
+    priced, wanted = prefill_stages(plans, costs, templates, keys)
+    priced.build_all()
+    return [None if key is None else _pipeline(costs.stage_cache, *key) for key in wanted]
+
+
+def prefill_stages(
+    plans: list[tuple[Job, Workload]],
+    costs: Costs,
+    templates: dict[HashedKey, StageTemplate] | None = None,
+    keys: list[tuple[HashedKey, tuple[int, ...]] | None] | None = None,
+) -> tuple[PrefilledStages, list[tuple[HashedKey, tuple[int, ...]] | None]]:
+    """``prefill_stage_times``' array pass without building a StageTime per stage kind: the priced stages (each
+    one's total per micro-batch at hand, its StageTime built when asked: ``PrefilledStages``) and each plan's
+    whole-pipeline key (base key, layers per rank; None for an MoE plan). A search reads every stage's total but
+    the whole StageTime of the slowest only."""
     cache = costs.stage_cache
     templates = {} if templates is None else templates
     todo: dict[tuple, tuple[Job, Workload, int, bool, bool]] = {}
@@ -405,9 +420,10 @@ def prefill_stage_times(
     for key, item in todo.items():
         plan = item[0].plan
         groups.setdefault((plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp), []).append((key, item))
+    priced = PrefilledStages(cache)
     for items in groups.values():
-        _prefill_group(items, costs, templates)
-    return [None if key is None else _pipeline(cache, *key) for key in wanted]
+        _prefill_group(items, costs, templates, priced)
+    return priced, wanted
 
 
 def _pipeline(cache: dict, base_key: HashedKey, counts: tuple[int, ...]) -> list[StageTime]:
@@ -422,6 +438,53 @@ def _pipeline(cache: dict, base_key: HashedKey, counts: tuple[int, ...]) -> list
             whole = [first] + [middle[n] for n in counts[1:-1]] + [last]
         cache[base_key, counts] = whole  # callers read the list, never change it
     return whole
+
+
+class PrefilledStages:
+    """Dense stage kinds priced on arrays (``prefill_stages``), by their key in the stage cache: each one's total per
+    micro-batch, and its StageTime built when first asked (``stage``), to the last bit the one ``stage_times``
+    builds, and left in the cache. Stages the cache held before are read from it."""
+
+    def __init__(self, cache: dict) -> None:
+        self.cache = cache
+        self.totals: dict[tuple, float] = {}  # stage key -> total (StageTime.total)
+        self.at: dict[tuple, tuple[_PricedGroup, int]] = {}  # stage key -> the pass that priced it, its position
+
+    def total(self, key: tuple) -> float:
+        t = self.totals.get(key)
+        return self.cache[key].total if t is None else t
+
+    def stage(self, key: tuple) -> StageTime:
+        st = self.cache.get(key)
+        if st is None:
+            group, i = self.at[key]
+            st = self.cache[key] = group.stage(i, key)
+        return st
+
+    def build_all(self) -> None:
+        """Every prefilled stage's StageTime in the cache."""
+        for key in self.at:
+            self.stage(key)
+
+    def pipeline_totals(self, base_key: HashedKey, counts: tuple[int, ...]) -> list[float]:
+        """The totals of a pipeline's ranks, first to last (``_pipeline``'s stages' totals)."""
+        if len(counts) == 1:
+            return [self.total((base_key, counts[0], True, True))]
+        middle = {n: self.total((base_key, n, False, False)) for n in set(counts[1:-1])}
+        first, last = self.total((base_key, counts[0], True, False)), self.total((base_key, counts[-1], False, True))
+        return [first] + [middle[n] for n in counts[1:-1]] + [last]
+
+    def slowest(self, base_key: HashedKey, counts: tuple[int, ...], totals: list[float]) -> StageTime:
+        """``slowest_stage`` of the pipeline: the rank with the largest total, the first of equals."""
+        rank = max(range(len(totals)), key=totals.__getitem__)
+        p = len(counts)
+        return self.stage((base_key, counts[rank], rank == 0, rank == p - 1))
+
+    def pipeline(self, base_key: HashedKey, counts: tuple[int, ...]) -> list[StageTime]:
+        """``stage_times``' list of the pipeline, every stage of it built."""
+        for n, first, last in _stage_kinds(counts):
+            self.stage((base_key, n, first, last))
+        return _pipeline(self.cache, base_key, counts)
 
 
 @dataclass(frozen=True)
@@ -443,7 +506,9 @@ class StageTemplate:
         return hit
 
 
-def _prefill_group(items: list[tuple], costs: Costs, templates: dict[HashedKey, StageTemplate]) -> None:
+def _prefill_group(
+    items: list[tuple], costs: Costs, templates: dict[HashedKey, StageTemplate], priced: PrefilledStages
+) -> None:
     """``prefill_stage_times`` for stages whose plans agree on what ``_combine`` reads: each stage an index into
     the templates (the priced blocks of one workload) it is built of."""
     import numpy as np
@@ -456,8 +521,8 @@ def _prefill_group(items: list[tuple], costs: Costs, templates: dict[HashedKey, 
             tmpl = templates.get(key[0])
             if tmpl is None:
                 blocks = (wl.embed, wl.layer, wl.head)
-                priced = tuple(tuple(costs.phase(getattr(b, w)) for b in blocks) for w in PASSES)
-                tmpl = templates[key[0]] = StageTemplate(priced)
+                by_pass = tuple(tuple(costs.phase(getattr(b, w)) for b in blocks) for w in PASSES)
+                tmpl = templates[key[0]] = StageTemplate(by_pass)
             index[key[0]] = len(used)
             used.append(tmpl)
     t = np.array([index[key[0]] for key, _ in items])
@@ -471,10 +536,27 @@ def _prefill_group(items: list[tuple], costs: Costs, templates: dict[HashedKey, 
     link = st.link
     scalars = zip(col(link.compute), col(link.gemm), col(link.attention))
     comm, comm_bytes = _LinkRows(link.comm, col, len(items)), _LinkRows(link.comm_bytes, col, len(items))
-    for i, ((key, (_, _, k, is_first, is_last)), row, (c, gemm, att)) in enumerate(zip(items, fields, scalars)):
-        groups = used[index[key[0]]].link_groups((is_first, k > 0, is_last))
-        stage_link = _phase_cost(c, gemm, att, comm.of(i, groups[0]), comm_bytes.of(i, groups[1]))
-        costs.stage_cache[key] = _stage_time(*row, stage_link)
+    group = _PricedGroup(used, index, list(fields), list(scalars), comm, comm_bytes)
+    for i, ((key, _), (compute, recompute, tp_exposed, cp_exposed, _, _)) in enumerate(zip(items, group.rows)):
+        priced.totals[key] = compute + recompute + tp_exposed + cp_exposed  # as ``StageTime`` sums it
+        priced.at[key] = (group, i)
+
+
+@dataclass(frozen=True)
+class _PricedGroup:
+    """One ``_prefill_group`` pass: per stage (by position) its StageTime fields and link, the blocks' templates."""
+
+    used: list[StageTemplate]
+    index: dict[HashedKey, int]
+    rows: list[tuple]  # compute, recompute, tp_exposed, cp_exposed, fwd, bwd
+    scalars: list[tuple]  # the link's compute, gemm, attention
+    comm: _LinkRows
+    comm_bytes: _LinkRows
+
+    def stage(self, i: int, key: tuple) -> StageTime:
+        groups = self.used[self.index[key[0]]].link_groups((key[2], key[1] > 0, key[3]))
+        link = _phase_cost(*self.scalars[i], self.comm.of(i, groups[0]), self.comm_bytes.of(i, groups[1]))
+        return _stage_time(*self.rows[i], link)
 
 
 class _LinkRows:

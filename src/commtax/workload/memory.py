@@ -202,34 +202,64 @@ def stage_activation_bytes_by_recompute(
     """``stage_activation_bytes`` for each of ``recomputes`` (None: the plan's), what does not depend on it
     (the split, in-flight micro-batches, embedding and logits) computed once. ``layer_bytes``:
     ``layer_bytes_by_recompute(job, recomputes)`` when the caller has it."""
-    m, p, tr = job.model, job.plan, job.training
+    m, p = job.model, job.plan
     moe_layers = stage_moe_layers(job)
     per_moe_layer = moe_layer_activation_bytes(job) if moe_layers else 0.0
-    tokens = p.micro_batch * tr.seq_len // p.cp
-    embedding = activation_bytes_per_element(tr.precision) * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
-    logits = 4.0 * tokens * m.vocab / p.tp
+    embedding, logits = end_activation_bytes(job)
     split = job.stage_layers
-    ranks = [(s, split[s], in_flight_micro_batches(job, s)) for s in (range(p.pp) if stages is None else stages)]
+    ranks = []
+    for s in range(p.pp) if stages is None else stages:
+        in_flight = in_flight_micro_batches(job, s)
+        held = loss_micro_batches(job, in_flight)
+        ranks.append((split[s], in_flight, s == 0, s == p.pp - 1, held, moe_layers[s] if moe_layers else 0))
     out = []
     for per_layer, full_layer in layer_bytes or layer_bytes_by_recompute(job, recomputes):
-        row = []
-        for s, layers, in_flight in ranks:
-            acts = layers * per_layer * in_flight
-            if moe_layers:  # MoE layers keep their dispatched tokens instead of the dense MLP's activations
-                acts += moe_layers[s] * (per_moe_layer - per_layer) * in_flight
-            if layers:
-                acts += full_layer  # full recompute: the layer being recomputed materialises its activations once
-            if s == 0:
-                acts += embedding
-            if s == p.pp - 1:
-                held = loss_micro_batches(job, in_flight)
-                acts += logits * held
-                # MTP modules: their layer, the embedding and normed inputs, another fp32 logits (DeepSeek-V3 §2.2)
-                mtp_layer = per_moe_layer if moe_layers else per_layer
-                acts += m.mtp_layers * ((mtp_layer + 3 * embedding) * in_flight + logits * held)
-            row.append(acts)
-        out.append(row)
+        mtp_layer = per_moe_layer if moe_layers else per_layer
+        out.append(
+            [
+                stage_activations(
+                    layers,
+                    in_flight,
+                    per_layer,
+                    full_layer,
+                    first,
+                    last,
+                    embedding,
+                    logits,
+                    held,
+                    n_moe * (per_moe_layer - per_layer),
+                    mtp_layer,
+                    m.mtp_layers,
+                )
+                for layers, in_flight, first, last, held, n_moe in ranks
+            ]
+        )
     return out
+
+
+def end_activation_bytes(job: Job) -> tuple[float, float]:
+    """(embedding output, fp32 logits) bytes of one micro-batch on one GPU: what the first and the last pipeline
+    rank keep beside their layers (``stage_activations``)."""
+    m, p, tr = job.model, job.plan, job.training
+    tokens = p.micro_batch * tr.seq_len // p.cp
+    embedding = activation_bytes_per_element(tr.precision) * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
+    return embedding, 4.0 * tokens * m.vocab / p.tp
+
+
+def stage_activations(
+    layers, in_flight, per_layer, full_layer, first, last, embedding, logits, held, moe_extra, mtp_layer, mtp_layers
+):
+    """Activation bytes of one pipeline rank: its ``layers`` × the bytes one layer keeps × in-flight micro-batches
+    (MoE layers: ``moe_extra`` = their count × what an MoE layer keeps beyond a dense one), the layer being
+    recomputed once under full recompute (``full_layer``), the embedding output on the first rank, on the last the
+    fp32 logits of its ``held`` micro-batches (``loss_micro_batches``) and its MTP modules (their layer, the
+    embedding and normed inputs, another fp32 logits: DeepSeek-V3 §2.2). Elementwise: floats, or arrays of a
+    search's grid (first, last: bools; a term a rank lacks adds an exact 0)."""
+    acts = layers * per_layer * in_flight + moe_extra * in_flight
+    acts = acts + full_layer * (layers > 0)  # full recompute: the recomputed layer materialises its activations once
+    acts = acts + embedding * first
+    acts = acts + logits * held * last
+    return acts + mtp_layers * ((mtp_layer + 3 * embedding) * in_flight + logits * held) * last
 
 
 def loss_micro_batches(job: Job, in_flight: float) -> float:
