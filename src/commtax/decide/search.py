@@ -518,14 +518,14 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
         if prefilled is not None and plan.schedule in _ONE_F_ONE_B:  # its ranks are its stages (``pipeline_ranks``)
             priced, base_key, counts = prefilled  # every stage's total, the slowest's StageTime (``PrefilledStages``)
             totals = priced.pipeline_totals(base_key, counts)
-            slowest[si, j, k, r] = priced.slowest(base_key, counts, totals)
+            slowest[si, j, k, r] = priced.slowest_row(base_key, counts, totals)  # no StageTime unless one is asked
             on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), totals, wl))
             continue
         if prefilled is not None:
             stages = prefilled[0].pipeline(*prefilled[1:])
         else:
             stages = stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
-        slowest[si, j, k, r] = _est.slowest_stage(_est.pipeline_ranks(plan.schedule, stages))
+        slowest[si, j, k, r] = _est.slow_row(_est.slowest_stage(_est.pipeline_ranks(plan.schedule, stages)))
         if plan.schedule in _ONE_F_ONE_B:
             totals = [st.total for st in stages]
             on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), totals, wl))
@@ -662,9 +662,11 @@ def _dp_per_stage(
     (MoE: the slowest DP rank; plans without overlapped per-step traffic), in place."""
     vps = g.axis("vp")
     vps_of = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
-    for (si, j, k, r), slow in slowest.items():
+    for (si, j, k, r), row in slowest.items():
         vps_here = vps_of[si]
-        for z, d in per_stage.get((si, j), ()):
+        zds = per_stage.get((si, j), ())
+        slow = row.stage() if zds else None  # the whole StageTime, built only here
+        for z, d in zds:
             job_zd, _ = dp_jobs[si, z, d]
             counted = with_count[si, z, d, j]
             # MoE: the slowest DP rank, as estimate
@@ -708,7 +710,7 @@ def _slow_passes(g: _Grid, slowest: dict) -> tuple[np.ndarray, np.ndarray, np.nd
     at = tuple(np.array(list(slowest)).T)  # every (split, mb, sp, rc) at once
     fwd[at] = [s.fwd for s in slowest.values()]
     bwd[at] = [s.bwd for s in slowest.values()]
-    share[at] = [_est.memory_share(s.link) for s in slowest.values()]
+    share[at] = [s.share for s in slowest.values()]
     # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
     return tuple(a[g.split_of_vp][:, :, :, :, None, None] for a in (fwd, bwd, share))
 

@@ -17,6 +17,7 @@ import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
 from commtax.costs.compute import ComputeModel, overlap_slowdown_s
 from commtax.costs.elementwise import any_true, maximum, minimum, where
@@ -480,11 +481,57 @@ class PrefilledStages:
         p = len(counts)
         return self.stage((base_key, counts[rank], rank == 0, rank == p - 1))
 
+    def slowest_row(self, base_key: HashedKey, counts: tuple[int, ...], totals: list[float]) -> SlowRow:
+        """``slowest``'s fields as a ``SlowRow``, read off the prefilled arrays: no StageTime built unless the cache
+        holds one already (``SlowRow.stage`` builds it for a caller that needs the whole)."""
+        rank = max(range(len(totals)), key=totals.__getitem__)
+        key = (base_key, counts[rank], rank == 0, rank == len(counts) - 1)
+        at = self.at.get(key)
+        if at is None or key in self.cache:
+            return slow_row(self.stage(key), self, key)
+        group, i = at
+        compute, recompute, tp_exposed, cp_exposed, fwd, bwd = group.rows[i]
+        share = memory_share(_LinkScalars(*group.scalars[i]))  # the link's compute, gemm, attention
+        return SlowRow(compute, recompute, tp_exposed, cp_exposed, fwd, bwd, share, 0.0, self, key)
+
     def pipeline(self, base_key: HashedKey, counts: tuple[int, ...]) -> list[StageTime]:
         """``stage_times``' list of the pipeline, every stage of it built."""
         for n, first, last in _stage_kinds(counts):
             self.stage((base_key, n, first, last))
         return _pipeline(self.cache, base_key, counts)
+
+
+class _LinkScalars(NamedTuple):
+    """What ``memory_share`` reads of a pass's PhaseCost."""
+
+    compute: float
+    gemm: float
+    attention: float
+
+
+class SlowRow(NamedTuple):
+    """The slowest stage's numbers a search reads on its grid (StageTime's fields, the memory-bound share of its
+    link), and where its StageTime comes from (``stage``) for a caller that needs the whole."""
+
+    compute: float
+    recompute: float
+    tp_exposed: float
+    cp_exposed: float
+    fwd: float
+    bwd: float
+    share: float  # ``memory_share(link)``
+    ep_exposed: float
+    source: Any  # the PrefilledStages that priced it, or None where ``key`` is the StageTime itself
+    key: Any  # the stage's cache key, or its StageTime
+
+    def stage(self) -> StageTime:
+        return self.key if self.source is None else self.source.stage(self.key)
+
+
+def slow_row(st: StageTime, source: PrefilledStages | None = None, key: tuple | None = None) -> SlowRow:
+    """A StageTime's ``SlowRow`` (``source``/``key``: where it is cached, else the row keeps the StageTime)."""
+    fields = (st.compute, st.recompute, st.tp_exposed, st.cp_exposed, st.fwd, st.bwd, memory_share(st.link))
+    return SlowRow(*fields, st.ep_exposed, source, st if source is None else key)
 
 
 @dataclass(frozen=True)
