@@ -656,18 +656,20 @@ def _stage_pass(priced: list[tuple[PhaseCost, PhaseCost, PhaseCost]], t, n, firs
     blocks' prices those of template ``t`` (per stage)."""
     import numpy as np
 
-    def field(get):
-        e, lay, h = (np.array([get(p[x]) for p in priced], float)[t] for x in range(3))
-        return (np.where(first, e, 0.0) + lay * n) + np.where(last, h, 0.0)
+    groups = list({g: None for p in priced for pc in p for g in (*pc.comm, *pc.comm_bytes)})
 
-    groups = {g: None for p in priced for pc in p for g in (*pc.comm, *pc.comm_bytes)}
-    return PhaseCost(
-        field(lambda pc: pc.compute),
-        field(lambda pc: pc.gemm),
-        field(lambda pc: pc.attention),
-        {g: field(lambda pc, g=g: pc.comm.get(g, 0.0)) for g in groups},
-        {g: field(lambda pc, g=g: pc.comm_bytes.get(g, 0.0)) for g in groups},
-    )
+    def row(pc: PhaseCost) -> list[float]:  # a block's fields: compute, gemm, attention, per group time, bytes
+        return [pc.compute, pc.gemm, pc.attention, *(pc.comm.get(g, 0.0) for g in groups)] + [
+            pc.comm_bytes.get(g, 0.0) for g in groups
+        ]
+
+    # every field at once: (template, block, field) -> per stage (stage, field); each column the formula above
+    blocks = np.array([[row(pc) for pc in p] for p in priced], float)[t]
+    e, lay, h = blocks[:, 0], blocks[:, 1], blocks[:, 2]
+    at = (np.where(first[:, None], e, 0.0) + lay * n[:, None]) + np.where(last[:, None], h, 0.0)
+    col = list(at.T)
+    k = len(groups)
+    return PhaseCost(col[0], col[1], col[2], dict(zip(groups, col[3 : 3 + k])), dict(zip(groups, col[3 + k :])))
 
 
 def _moe_stage_times(
