@@ -54,9 +54,7 @@ def main(path: Path) -> None:
         r = results[row["id"]]
         if r.predicted is None:
             continue
-        raw, fixed, free = V.run_job_raw(row, catalog)
-        with_defaults, still_free, _ = V.framework_defaults(fixed, free)
-        choice = V.best_plan(raw, with_defaults, [f for f in still_free if f != "dp"], False)
+        choice = V.row_plan(row, catalog).choice  # the plan validate priced the row with
         job = choice.job
         wl = build_workload(job)
         costs = Costs(job)
