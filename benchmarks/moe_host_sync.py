@@ -29,25 +29,28 @@ def layer_kernels(block) -> int:
     return sum(o.kernels if isinstance(o, Compute) else 1 for ph in (block.fwd, block.bwd) for o in ph.ops)
 
 
-def main(path: Path) -> None:
+def predicted_rows(path: Path):
+    """Each row `commtax validate` predicts, with its result, the plan it was priced with and that plan's workload;
+    and the miss per MoE layer-pass (measured minus predicted step, spread over one stage's layer-passes)."""
     catalog = load_catalog()
     results = {r.id: r for r in V.validate(path).rows}
-    print("| row | err % | E_loc | mbs | priced ms | kernels | miss ms | implied us/launch |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in V.read_rows(path):
         r = results[row["id"]]
         if r.predicted is None:
             continue
-        raw, fixed, free = V.run_job_raw(row, catalog)
-        with_defaults, still_free, _ = V.framework_defaults(fixed, free)
-        choice = V.best_plan(raw, with_defaults, [f for f in still_free if f != "dp"], False)
+        choice = V.row_plan(row, catalog).choice  # the plan validate priced the row with
         job = choice.job
-        wl = build_workload(job)
+        passes = job.micro_batches * job.model.layers / job.plan.pp  # layer-passes of one stage per step
+        miss = choice.breakdown.step_time_s * (r.predicted / r.measured - 1.0) / passes
+        yield row, r, job, build_workload(job), miss
+
+
+def main(path: Path) -> None:
+    print("| row | err % | E_loc | mbs | priced ms | kernels | miss ms | implied us/launch |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for row, r, job, wl, miss in predicted_rows(path):
         priced = overlap_pieces(Costs(job), overlap_phases(wl.moe_layer))
         layer_s = priced.compute + priced.dispatch_f + priced.combine_f + priced.dispatch_b + priced.combine_b
-        passes = job.micro_batches * job.model.layers / job.plan.pp  # layer-passes of one stage per step
-        step = choice.breakdown.step_time_s
-        miss = step * (r.predicted / r.measured - 1.0) / passes
         kernels = layer_kernels(wl.moe_layer)
         implied = (layer_s + miss) / kernels
         print(

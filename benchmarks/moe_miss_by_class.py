@@ -16,13 +16,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from commtax.costs.pricing import EP_GROUPS, Costs
-from commtax.decide import validate as V
-from commtax.spec.catalog import load_catalog
-from commtax.workload.moe import local_experts
-from commtax.workload.step import Compute, build_workload
+from moe_host_sync import DEFAULT, predicted_rows  # the same rows, plans and misses
 
-DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "public_moe_runs.csv"
+from commtax.costs.pricing import EP_GROUPS, Costs
+from commtax.workload.moe import local_experts
+from commtax.workload.step import Compute
+
 CLASSES = ("experts", "gemm", "attention", "memory", "ep")
 
 
@@ -45,24 +44,11 @@ def layer_by_class(costs: Costs, block) -> dict[str, float]:
 
 
 def main(path: Path) -> None:
-    catalog = load_catalog()
-    results = {r.id: r for r in V.validate(path).rows}
     head = " | ".join(f"{c} ms (×)" for c in CLASSES)
     print(f"| row | err % | E_loc | rows/expert | miss ms | {head} |")
     print("|---|---:|---:|---:|---:|" + "---:|" * len(CLASSES))
-    for row in V.read_rows(path):
-        r = results[row["id"]]
-        if r.predicted is None:
-            continue
-        raw, fixed, free = V.run_job_raw(row, catalog)
-        with_defaults, still_free, _ = V.framework_defaults(fixed, free)
-        choice = V.best_plan(raw, with_defaults, [f for f in still_free if f != "dp"], False)
-        job = choice.job
-        wl = build_workload(job)
-        costs = Costs(job)
-        by = layer_by_class(costs, wl.moe_layer)
-        passes = job.micro_batches * job.model.layers / job.plan.pp  # layer-passes of one stage per step
-        miss = choice.breakdown.step_time_s * (r.predicted / r.measured - 1.0) / passes
+    for row, r, job, wl, miss in predicted_rows(path):
+        by = layer_by_class(Costs(job), wl.moe_layer)
         rows = next(o.m for o in wl.moe_layer.fwd.ops if o.name == "expert_up")
         cells = " | ".join(f"{by[c] * 1e3:.2f} ({1 + miss / by[c]:.1f})" if by[c] else "0 (-)" for c in CLASSES)
         print(f"| {row['id']} | {r.error_pct:+.1f} | {local_experts(job)} | {rows} | {miss * 1e3:+.2f} | {cells} |")

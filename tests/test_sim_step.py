@@ -8,8 +8,9 @@ import pytest
 
 from commtax.costs.pricing import PhaseCost
 from commtax.schedule.sim import SimOptions, simulate
+from commtax.schedule.sim.step import StepBuilder
 from commtax.spec import load_job
-from commtax.workload.step import Block, Phase, build_workload
+from commtax.workload.step import Block, Phase, build_workload, grad_bucket_bytes
 
 EMPTY = Block("empty", Phase(()), Phase(()), Phase(()))
 
@@ -256,3 +257,13 @@ def test_a_replica_is_simulated_once_whatever_the_data_parallel_size():
     large = simulate(tiny_job(pp=2, dp=1024, global_batch=4096), compare=False)
     assert small.builder.m == large.builder.m == 4
     assert small.events == large.events  # DP only changes collective costs, not the graph
+
+
+def test_default_buckets_are_the_frameworks_as_the_cli_and_the_estimate_take_them():
+    # Megatron-Core buckets max(40e6, 1e6·dp) parameters (catalog/frameworks.yaml), here 40e6 × 4 B = 160 MB; a Python
+    # caller of simulate(job) gets what `commtax simulate` and the estimate use, not PyTorch DDP's 25 MiB
+    job = tiny_job(pp=2, dp=2, global_batch=4, framework="megatron-core")
+    assert grad_bucket_bytes(job) == 160e6
+    assert StepBuilder(job).options.bucket_bytes == 160e6
+    assert StepBuilder(job, options=SimOptions(bucket_bytes=2**20)).options.bucket_bytes == 2**20
+    assert StepBuilder(tiny_job(pp=2, dp=2, global_batch=4)).options.bucket_bytes == 25 * 2**20  # custom: DDP's

@@ -201,7 +201,9 @@ def test_a_nic_held_as_a_channel_keeps_a_task_per_bucket():
 
 def test_moe_and_pools_zero2_steps_are_the_same_with_trains():
     moe = load_job("examples/moe/deepseek-v3-h800.yaml")
-    moe = moe.model_copy(update={"model": moe.model.model_copy(update={"layers": 8})})
+    # 8 layers on pp 2 and 30 micro-batches per replica (15 at the example's batch: DualPipe takes an even number)
+    batch = moe.training.model_copy(update={"global_batch": 2 * moe.training.global_batch})
+    moe = moe.model_copy(update={"model": moe.model.model_copy(update={"layers": 8}), "training": batch})
     moe = job_with(moe, zero=2, pp=2, pipeline_layout=None)  # the example's 16-stage layout: not for 8 layers on 2
     pools = load_job("examples/pools/llama2-70b-a100-4090.yaml")  # 128 micro-batches: 8 are enough here
     training = pools.training.model_copy(update={"global_batch": pools.training.global_batch // 16})

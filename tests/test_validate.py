@@ -270,3 +270,15 @@ def test_bf16_optimizer_all_reduces_fp32_gradients_then_gathers_bf16_weights():
     assert (ar.op, ar.bytes) == ("all_reduce", 4 * fullest) and (ag.op, ag.bytes) == ("all_gather", 2 * fullest)
     megatron = load_job({**d, "plan": {**d["plan"], "framework": "megatron-core"}})
     assert build_workload(megatron).dp_step[0].op == "reduce_scatter"
+
+
+def test_row_plan_is_the_plan_a_row_is_predicted_with():
+    # benchmarks/moe_host_sync.py and moe_miss_by_class.py explain a row's error on row_plan's job: it must be the
+    # one predict_run priced, fallbacks included
+    from commtax.decide.validate import predict_run, read_rows, row_plan
+    from commtax.spec.catalog import load_catalog
+
+    catalog = load_catalog()
+    for row in read_rows("validation/other_moe_runs.csv")[:3]:
+        planned, result = row_plan(row, catalog), predict_run(row, catalog)
+        assert planned.choice.breakdown.tokens_per_s_per_gpu == result.predicted

@@ -21,7 +21,7 @@ from typing import Any
 
 from commtax.costs.collectives import collective_cost
 from commtax.costs.topology import placement
-from commtax.decide.plans import NO_CHOICE, PlanRow, best_plan, plan_space
+from commtax.decide.plans import NO_CHOICE, Choice, PlanRow, best_plan, plan_space
 from commtax.errors import SpecError, excerpt
 from commtax.schedule.interval import job_regime, load_table
 from commtax.spec import (
@@ -560,25 +560,45 @@ def no_plan_reason(raw: dict, fixed: dict, free: list[str]) -> str:
     return why
 
 
+@dataclass(frozen=True)
+class RowPlan:
+    """The plan a row is predicted with: the best over its empty cells, the framework's defaults first."""
+
+    choice: Choice | None
+    defaults: dict  # the framework defaults the choice kept ({} where the authors must have changed them)
+    notes: list[str]
+    raw: dict
+    with_defaults: dict
+    still_free: list[str]  # empty cells the defaults left open
+
+
+def row_plan(row: dict, catalog: dict) -> RowPlan:
+    """The plan ``predict_run`` prices a row with (benchmarks that explain a row's error read this same plan)."""
+    raw, fixed, free = run_job_raw(row, catalog)
+    with_defaults, still_free, defaults = framework_defaults(fixed, free)
+    searchable = [f for f in free if f != "dp"]
+    min_vp = source_min_vp(row)
+    allow = (lambda plan: plan.get("vp", 1) >= min_vp) if min_vp > 1 else None
+    choice = best_plan(raw, with_defaults, [f for f in still_free if f != "dp"], allow=allow)
+    notes = []
+    if choice is None and defaults:  # the framework's usual setting does not fit here: the authors changed it
+        choice, defaults = best_plan(raw, fixed, searchable, allow=allow), {}
+        notes.append("framework defaults do not fit memory: searched")
+    if choice is None:  # the run did happen: predict its speed even if the memory model says it cannot fit
+        choice = best_plan(raw, with_defaults, [f for f in still_free if f != "dp"], False, allow) or best_plan(
+            raw, fixed, searchable, require_fit=False, allow=allow
+        )
+        notes.append("memory model says no plan fits; predicted anyway")
+    return RowPlan(choice, defaults, notes, raw, with_defaults, still_free)
+
+
 def predict_run(row: dict, catalog: dict) -> RowResult:
     rid = row.get("id", "?")
     measured = _cell(row, "measured_tokens_per_s_per_gpu", float)
     try:
-        raw, fixed, free = run_job_raw(row, catalog)
-        with_defaults, still_free, defaults = framework_defaults(fixed, free)
-        searchable = [f for f in free if f != "dp"]
-        min_vp = source_min_vp(row)
-        allow = (lambda plan: plan.get("vp", 1) >= min_vp) if min_vp > 1 else None
-        choice = best_plan(raw, with_defaults, [f for f in still_free if f != "dp"], allow=allow)
-        notes = []
-        if choice is None and defaults:  # the framework's usual setting does not fit here: the authors changed it
-            choice, defaults = best_plan(raw, fixed, searchable, allow=allow), {}
-            notes.append("framework defaults do not fit memory: searched")
-        if choice is None:  # the run did happen: predict its speed even if the memory model says it cannot fit
-            choice = best_plan(raw, with_defaults, [f for f in still_free if f != "dp"], False, allow) or best_plan(
-                raw, fixed, searchable, require_fit=False, allow=allow
-            )
-            notes.append("memory model says no plan fits; predicted anyway")
+        planned = row_plan(row, catalog)
+        choice, defaults, notes = planned.choice, planned.defaults, planned.notes
+        raw, with_defaults, still_free = planned.raw, planned.with_defaults, planned.still_free
         fw, why = framework_of_row(row)
         legacy, legacy_why = legacy_software(row, fw)
         if legacy:

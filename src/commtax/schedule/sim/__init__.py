@@ -5,6 +5,7 @@
 
 from commtax.schedule.sim.events import Sim, SimError
 from commtax.schedule.sim.simulate import SimResult, simulate
-from commtax.schedule.sim.step import DDP_BUCKET_BYTES, SimOptions
+from commtax.schedule.sim.step import SimOptions
+from commtax.workload.step import DDP_BUCKET_BYTES
 
 __all__ = ["DDP_BUCKET_BYTES", "Sim", "SimError", "SimOptions", "SimResult", "simulate"]

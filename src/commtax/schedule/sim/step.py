@@ -19,7 +19,7 @@ chunk is cut where a gradient bucket fills, and the bucket's reduction is launch
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from commtax.costs.pricing import Costs, PhaseCost
@@ -54,12 +54,12 @@ from commtax.schedule.sim.pipeline import (
 )
 from commtax.spec import Job
 from commtax.workload.step import (
-    DDP_BUCKET_BYTES,
     Block,
     Collective,
     Compute,
     Workload,
     build_workload,
+    grad_bucket_bytes,
     grad_bytes_per_param,
     stage_param_split,
     with_dp_stage,
@@ -79,7 +79,9 @@ Template = tuple[tuple[tuple[Step, ...], ...], float, float, float, float]
 
 @dataclass(frozen=True)
 class SimOptions:
-    bucket_bytes: float = DDP_BUCKET_BYTES  # gradient bucket size (bytes of gradients)
+    # gradient bucket size (bytes of gradients); None: the framework's (``grad_bucket_bytes``, what estimate prices and
+    # `commtax simulate` uses; Megatron-Core's max(40e6, 1e6·dp) parameters, PyTorch DDP's 25 MiB)
+    bucket_bytes: float | None = None
     nic_contention: bool = True  # DP and PP traffic of a GPU share its NIC when both leave the node
     # how they share it: "flows" at fair rates (max-min; TCP-fair under fabric.sharing: tcp; schedule/sim/network.py),
     # "channel" one transfer at a time
@@ -164,6 +166,8 @@ class StepBuilder:
     def __init__(
         self, job: Job, workload: Workload | None = None, options: SimOptions = SimOptions(), costs: Costs | None = None
     ):
+        if options.bucket_bytes is None:
+            options = replace(options, bucket_bytes=grad_bucket_bytes(job))
         if not options.bucket_bytes > 0:
             raise SimError(f"bucket size must be > 0 bytes, got {options.bucket_bytes}")
         self.job, self.options = job, options
