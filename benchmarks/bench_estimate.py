@@ -3,31 +3,42 @@
 Prints estimates per second on one core (goal ≥ 2,000/s) and the wall and CPU time of the `commtax estimate
 JOB --json` CLI (goal < 0.3 s on an idle core), each next to references measured in the same run, interleaved
 with it: the bare Python start-up (`python -c pass`) and the import of pydantic and yaml alone (what any spec
-reader pays), so the figures travel across machines as ratios. Each goal line ends in
+reader pays), so the figures travel across machines as ratios. The issue-5 release (a5401c3, ``git archive``
+of this clone, as ``bench_search.py`` does) runs its own CLI on its own copy of the job in the same interleaved
+loop: issue 17's goal is this revision's wall time ≤ 0.6× the release's (``--json``: the key ``reference``).
+Each goal line ends in
 `met` or `MISSED` (`make bench` counts the misses); the exit status is 0 either way, since speed
 depends on the machine and its load.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import json
 import os
 import resource
 import statistics
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
-from commtax.errors import SpecError
-from commtax.schedule.analytical import estimate
-from commtax.spec import job_with, load_job
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from reference import RELEASE, ReferenceUnavailable, archived  # noqa: E402  (benchmarks/reference.py)
+
+from commtax.errors import SpecError  # noqa: E402
+from commtax.schedule.analytical import estimate  # noqa: E402
+from commtax.spec import job_with, load_job  # noqa: E402
+
 JOB = REPO / "examples" / "llama2-70b-h100.yaml"
 GOAL_ESTIMATES_PER_S = 2000
 GOAL_DISTINCT_PER_S = 3000  # issue 17: distinct plans estimated one by one in-process
 GOAL_CLI_S = 0.3  # issue 17: `commtax estimate JOB --json` on an idle core (the imports dominate)
+GOAL_RATIO = 0.6  # issue 17: that wall time ≤ 0.6x the issue-5 release's, timed in the same run
 
 
 def verdict(ok: bool) -> str:
@@ -77,20 +88,24 @@ def distinct_plans_per_second() -> tuple[int, float]:
     return len(jobs), len(jobs) / (time.perf_counter() - start)
 
 
-def timed(cmds: dict[str, list[str]], repeats: int = 9) -> dict[str, tuple[float, float]]:
+def timed(
+    cmds: dict[str, list[str]], repeats: int = 9, envs: dict[str, dict[str, str]] | None = None
+) -> dict[str, tuple[float, float]]:
     """Median wall and CPU seconds (the child's user + system) of each command, the commands interleaved so a
-    change in the host's load touches them alike."""
+    change in the host's load touches them alike; ``envs`` adds variables to a command's environment."""
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in cmds}
     # as a user runs it: byte code cached (a shell with PYTHONDONTWRITEBYTECODE=1 recompiles ~40 modules per run,
     # ~110 ms here), and a first untimed run writes the cache
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    for cmd in cmds.values():
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, env=env)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {name: base | (envs or {}).get(name, {}) for name in cmds}
+    out = {"check": True, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "timeout": 120}
+    for name, cmd in cmds.items():
+        subprocess.run(cmd, env=env[name], **out)
     for _ in range(repeats):
         for name, cmd in cmds.items():
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, env=env)
+            subprocess.run(cmd, env=env[name], **out)
             wall = time.perf_counter() - t
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -99,31 +114,87 @@ def timed(cmds: dict[str, list[str]], repeats: int = 9) -> dict[str, tuple[float
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="the figures as one JSON object")
+    ap.add_argument("--repeats", type=int, default=9, help="interleaved CLI runs; the median is reported")
+    ap.add_argument("--reference", default=RELEASE, help="the revision timed beside this one (default: issue 5's)")
+    ap.add_argument("--no-reference", action="store_true", help="skip timing the reference revision")
+    args = ap.parse_args()
     n, distinct = distinct_plans_per_second()  # first: before anything is shared
+    rate = estimates_per_second()
+    py = sys.executable
+    cmds = {
+        "python": [py, "-c", "pass"],
+        "pydantic+yaml": [py, "-c", "import pydantic, yaml"],
+        "cli": [py, "-m", "commtax.cli", "estimate", str(JOB), "--json"],
+    }
+    envs = {"cli": {"PYTHONPATH": str(REPO / "src")}}
+    with ExitStack() as stack:
+        ref: dict | None = None
+        if not args.no_reference:
+            try:
+                tree = stack.enter_context(archived(args.reference))
+                # the release's own CLI on its own copy of the job (the job format may have moved since)
+                cmds["reference"] = [py, "-m", "commtax.cli", "estimate", str(tree / JOB.relative_to(REPO)), "--json"]
+                envs["reference"] = {"PYTHONPATH": str(tree / "src")}
+            except ReferenceUnavailable as e:
+                ref = {"rev": args.reference, "error": str(e)}
+        try:
+            t = timed(cmds, args.repeats, envs)
+        except subprocess.CalledProcessError as e:
+            if "reference" not in cmds or e.cmd != cmds["reference"]:
+                raise
+            ref = {"rev": args.reference, "error": f"its CLI did not run (exit {e.returncode})"}
+            del cmds["reference"]
+            t = timed(cmds, args.repeats, envs)
+    (py_wall, _), (deps_wall, _), (cli, cli_cpu) = t["python"], t["pydantic+yaml"], t["cli"]
+    if "reference" in t:
+        ref_wall, ref_cpu = t["reference"]
+        ref = {"rev": args.reference, "cli_wall_s": ref_wall, "cli_cpu_s": ref_cpu, "ratio": cli / ref_wall}
+        ref |= {"cpu_ratio": cli_cpu / ref_cpu, "goal_ratio": GOAL_RATIO, "meets_goal": cli / ref_wall <= GOAL_RATIO}
+    report = {
+        "job": str(JOB),
+        "distinct_plans": n,
+        "distinct_plans_per_s": distinct,
+        "goal_distinct_plans_per_s": GOAL_DISTINCT_PER_S,
+        "meets_distinct_goal": distinct >= GOAL_DISTINCT_PER_S,
+        "estimates_per_s": rate,
+        "goal_estimates_per_s": GOAL_ESTIMATES_PER_S,
+        "meets_estimates_goal": rate >= GOAL_ESTIMATES_PER_S,
+        "python_startup_wall_s": py_wall,
+        "pydantic_yaml_import_wall_s": deps_wall,
+        "cli_wall_s": cli,
+        "cli_cpu_s": cli_cpu,
+        "goal_cli_wall_s": GOAL_CLI_S,
+        "meets_cli_goal": cli < GOAL_CLI_S,
+        "load_average_1min": os.getloadavg()[0],
+        "reference": ref,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
     print(
         f"distinct plans, each estimated once (one core): {distinct:,.0f}/s over {n} plans   "
         f"goal ≥ {GOAL_DISTINCT_PER_S:,}: {verdict(distinct >= GOAL_DISTINCT_PER_S)}"
     )
-    rate = estimates_per_second()
     print(
         f"estimates per second (one core): {rate:,.0f}   goal ≥ {GOAL_ESTIMATES_PER_S:,}: "
         f"{verdict(rate >= GOAL_ESTIMATES_PER_S)} ({rate / GOAL_ESTIMATES_PER_S:.2f}× the goal)"
     )
-    py = sys.executable
-    t = timed(
-        {
-            "python": [py, "-c", "pass"],
-            "pydantic+yaml": [py, "-c", "import pydantic, yaml"],
-            "cli": [py, "-m", "commtax.cli", "estimate", str(JOB), "--json"],
-        }
-    )
-    (py_wall, _), (deps_wall, _), (cli, cli_cpu) = t["python"], t["pydantic+yaml"], t["cli"]
     print(f"python start-up (reference): {py_wall * 1e3:.0f} ms; importing pydantic and yaml: {deps_wall * 1e3:.0f} ms")
     print(
         f"`commtax estimate JOB --json` wall: {cli * 1e3:.0f} ms ({cli_cpu * 1e3:.0f} ms CPU) = "
         f"{cli / py_wall:.1f}× python start-up, {cli / deps_wall:.1f}× importing pydantic and yaml   "
         f"goal < {GOAL_CLI_S * 1e3:.0f} ms: {verdict(cli < GOAL_CLI_S)} (load {os.getloadavg()[0]:.1f})"
     )
+    if ref and "ratio" in ref:
+        print(
+            f"the same command at {ref['rev']} (issue 5's release), this run: {ref['cli_wall_s'] * 1e3:.0f} ms "
+            f"({ref['cli_cpu_s'] * 1e3:.0f} ms CPU) -> this revision {ref['ratio']:.2f}× its wall time "
+            f"({ref['cpu_ratio']:.2f}× its CPU)   goal ≤ {GOAL_RATIO:g}×: {verdict(ref['meets_goal'])}"
+        )
+    elif ref:
+        print(f"reference {ref['rev']}: {ref['error']}")
 
 
 if __name__ == "__main__":

@@ -19,12 +19,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+
+from reference import RELEASE, ReferenceUnavailable, archived  # noqa: E402  (benchmarks/reference.py)
 
 from commtax.decide.search import Space, agreement, job_for, search  # noqa: E402
 from commtax.schedule.analytical import estimate  # noqa: E402
@@ -36,7 +37,6 @@ MOE_JOB = REPO / "examples" / "moe" / "deepseek-v3-h800.yaml"
 MOE_GOAL_CPU_S = 10.0  # issue 18: search of DeepSeek-V3 on 2,048 H800 under 10 s
 GOAL_PLANS_PER_S = 100_000  # per CPU-second
 TOLERANCE = 1e-9
-RELEASE = "a5401c3"  # the issue-5 release: issue 17's goal is 3x its plans per CPU-second, timed in the same run
 GOAL_RATIO = 3.0
 
 
@@ -49,22 +49,18 @@ def _cpu_s() -> float:
 def reference_rate(rev: str, workers: int | None, repeat: int) -> dict:
     """The reference's own bench_search.py on the same job and host, in this run (``git archive REV`` of this clone):
     its plans per CPU-second. A host that got slower or faster moves both; their ratio is the figure to read."""
-    with tempfile.TemporaryDirectory(prefix="commtax-ref-") as tmp:
-        try:
-            tar = subprocess.run(
-                ["git", "-C", str(REPO), "archive", rev], capture_output=True, check=True, timeout=120
-            ).stdout
-            subprocess.run(["tar", "-x", "-C", tmp], input=tar, check=True, timeout=120)
-        except (OSError, subprocess.SubprocessError) as e:
-            return {"rev": rev, "error": f"not available ({type(e).__name__}): a clone with its history has it"}
-        cmd = [sys.executable, f"{tmp}/benchmarks/bench_search.py", "--json", "--repeat", str(repeat)]
-        cmd += ["--workers", str(workers)] if workers is not None else []
-        env = {**os.environ, "PYTHONPATH": f"{tmp}/src"}
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600, env=env, cwd=tmp)
-            ref = json.loads(out.stdout)
-        except (OSError, subprocess.SubprocessError, ValueError) as e:
-            return {"rev": rev, "error": f"its bench did not run ({type(e).__name__})"}
+    try:
+        with archived(rev) as tmp:
+            cmd = [sys.executable, f"{tmp}/benchmarks/bench_search.py", "--json", "--repeat", str(repeat)]
+            cmd += ["--workers", str(workers)] if workers is not None else []
+            env = {**os.environ, "PYTHONPATH": f"{tmp}/src"}
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600, env=env, cwd=tmp)
+                ref = json.loads(out.stdout)
+            except (OSError, subprocess.SubprocessError, ValueError) as e:
+                return {"rev": rev, "error": f"its bench did not run ({type(e).__name__})"}
+    except ReferenceUnavailable as e:
+        return {"rev": rev, "error": str(e)}
     return {"rev": rev, "plans_per_cpu_s": ref["plans_per_cpu_s"], "cpu_seconds": ref["cpu_seconds"]}
 
 

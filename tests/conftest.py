@@ -7,8 +7,14 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from commtax.spec import load_job
+
+# no per-example deadline: hypothesis' 200 ms default fails on a loaded CI host, not on a wrong answer (tests that
+# need a limit set their own); every test keeps pytest-timeout's per-test limit
+settings.register_profile("commtax", deadline=None)
+settings.load_profile("commtax")
 
 REPO = Path(__file__).resolve().parents[1]
 VALIDATION_DIR = REPO / "validation"  # a copy of ../shared/validation ships with the repo

@@ -154,3 +154,53 @@ def test_volta_runs_eager_attention_whatever_the_framework_names():
     a100 = load_job(_job("a100-sxm4-80gb", framework="fsdp"))
     assert a100.plan.attention != "eager"
     assert v100.plan.attention == "eager" and not v100.plan.flash_attention
+
+
+def test_a_catalog_file_parse_is_kept_beside_it_and_dropped_when_the_file_changes(tmp_path, monkeypatch):
+    """read_catalog_yaml keeps its parse in __pycache__ (as Python keeps byte code): the second read comes from
+    there and equals the parse; an edited file (another size or mtime) is parsed anew, a damaged cache too."""
+    import os
+    import sys
+
+    from commtax.spec import files
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    p = tmp_path / "c.yaml"
+    p.write_text("a: [1, 2.5, x]\nb: {c: null, d: true, 3: e}\n")
+    first = read_catalog_yaml(p)
+    cache = files._catalog_cache(p)
+    assert cache.is_file() and cache.parent == tmp_path / "__pycache__"
+    assert read_catalog_yaml(p) == first == {"a": [1, 2.5, "x"], "b": {"c": None, "d": True, 3: "e"}}
+    st = os.stat(p)
+    p.write_text("a: 2\n")
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))  # same mtime, another size: still stale
+    assert read_catalog_yaml(p) == {"a": 2}
+    cache.write_bytes(b"\x00garbage")
+    assert read_catalog_yaml(p) == {"a": 2}
+    monkeypatch.setattr(files.yaml, "load", lambda *a, **k: pytest.fail("parsed although the cache is fresh"))
+    assert read_catalog_yaml(p) == {"a": 2}
+
+
+def test_a_catalog_value_marshal_cannot_keep_is_parsed_each_time(tmp_path, monkeypatch):
+    import sys
+
+    from commtax.spec import files
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    p = tmp_path / "d.yaml"
+    p.write_text("when: 2024-05-01\n")  # a YAML date: marshal has no date
+    assert str(read_catalog_yaml(p)["when"]) == "2024-05-01"
+    assert not files._catalog_cache(p).exists()
+    assert str(read_catalog_yaml(p)["when"]) == "2024-05-01"
+
+
+def test_no_catalog_cache_is_written_under_pythondontwritebytecode(tmp_path, monkeypatch):
+    import sys
+
+    from commtax.spec import files
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    p = tmp_path / "e.yaml"
+    p.write_text("a: 1\n")
+    assert read_catalog_yaml(p) == {"a": 1}
+    assert not files._catalog_cache(p).exists()

@@ -371,10 +371,15 @@ class NcclTuning:
 
 @functools.cache
 def nccl_tuning(path: str | None = None) -> NcclTuning:
-    import yaml
+    if path is None:  # package data: libyaml, its parse kept beside it (spec.files.read_catalog_yaml)
+        from commtax.spec.files import read_catalog_yaml
 
-    with open(path or NCCL_TUNING_FILE) as fh:  # package data: libyaml when present (10x the pure-Python parser)
-        d = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        d = read_catalog_yaml(Path(NCCL_TUNING_FILE))
+    else:
+        import yaml
+
+        with open(path) as fh:
+            d = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return NcclTuning(
         version=str(d["nccl_version"]),
         base_us=d["base_latency_us"]["values"],

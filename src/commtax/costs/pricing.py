@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from commtax.costs.collectives import DEEPEP_OPS, Placement, bus_factor, collective_cost, deepep_time
 from commtax.costs.compute import ComputeModel, compute_model, op_time
@@ -79,9 +81,41 @@ def _bounded(cache: dict, limit: int = _SHARED_LIMIT) -> dict:
     return cache
 
 
+# the last spec of each kind met and its key: held (so compared by identity: a frozen spec's value cannot change),
+# since the plans of a sweep share their cluster and assumptions objects and each key costs ~30 us to make anew
+_LAST_KEYS: dict[str, tuple[object, object]] = {}
+
+
+def _last_key(kind: str, spec: object, make: Callable[[Any], object]) -> Any:
+    last = _LAST_KEYS.get(kind)
+    if last is not None and last[0] is spec:
+        return last[1]
+    key = make(spec)
+    _LAST_KEYS[kind] = (spec, key)
+    return key
+
+
 def cluster_key(cluster: Cluster) -> str:
     """A cluster's value as a key: its JSON (a Cluster holds dicts, so it has no hash)."""
-    return cluster.model_dump_json()
+    return _last_key("cluster", cluster, Cluster.model_dump_json)
+
+
+@dataclass(frozen=True, eq=False)
+class _HashedOnce:
+    """A spec as part of a key, its hash computed once (pydantic hashes a model field by field at each lookup)."""
+
+    value: object
+    hashed: int
+
+    def __hash__(self) -> int:
+        return self.hashed
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _HashedOnce) and self.hashed == other.hashed and self.value == other.value
+
+
+def _assumptions_key(a: object) -> _HashedOnce:
+    return _last_key("assumptions", a, lambda v: _HashedOnce(v, hash(v)))
 
 
 def layout_key(job: Job) -> tuple:
@@ -101,8 +135,7 @@ def _prices_as_costs(cls: type) -> bool:
 
 def shared_compute_model(cluster: Cluster, precision: str, key: str | None = None) -> ComputeModel:
     """``compute_model``, once per (cluster, precision, assumptions in force) by value."""
-    a = default_assumptions()
-    k = (key or cluster_key(cluster), precision, a)
+    k = (key or cluster_key(cluster), precision, _assumptions_key(default_assumptions()))
     cm = _MODELS.get(k)
     if cm is None:
         cm = _bounded(_MODELS)[k] = compute_model(cluster, precision)
