@@ -18,6 +18,7 @@ from commtax.spec import (
     job_with,
     load_job,
     plan_variant,
+    plan_variant_of,
     plan_variants,
     replaced,
 )
@@ -157,6 +158,16 @@ def test_plan_variants_of_a_grid_are_job_with_of_each(name, tp, pp, cp, axes):
             changes = {k: axes[k][i] for k, i in zip(names, idx)}
             ours = ("refused", result) if isinstance(result, str) else ("ok", result.model_dump())
             assert ours == full(changes), (checked, changes)
+        # build=False: the same verdicts, a job not built to run the checks left to ``plan_variant_of``
+        lazy = list(plan_variants(start, axes, checked=checked, build=False))
+        assert [idx for idx, _ in lazy] == product
+        for (idx, result), (_, eager) in zip(lazy, got):
+            if result is None:
+                assert not isinstance(eager, str)
+                result = plan_variant_of(start, axes, idx)
+            assert (result if isinstance(result, str) else result.model_dump()) == (
+                eager if isinstance(eager, str) else eager.model_dump()
+            )
 
 
 def test_job_unchecked_is_job_with_before_the_checks():

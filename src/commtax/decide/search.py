@@ -77,7 +77,7 @@ from commtax.schedule.analytical import (
 )
 from commtax.schedule.breakdown import BREAKDOWN_KEYS, MOE_KEYS, Breakdown
 from commtax.schedule.interval import published_best
-from commtax.spec import Job, job_unchecked, job_with, plan_variants, replaced, zero_refusal
+from commtax.spec import Job, job_unchecked, job_with, plan_variant_of, plan_variants, replaced, zero_refusal
 from commtax.spec.assumptions import assumptions_for
 from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import (
@@ -318,7 +318,34 @@ def _shared_key(job: Job, base: Base) -> tuple:
     return (_phase_key(job), tuple(sorted(base.extra.items())))
 
 
-def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], Counter, dict[str, str]]:
+class _ValidJobs:
+    """A base's valid (vp, micro_batch, sequence_parallel) and the job of each, built when first read (``job``):
+    the search reads one per vp, per (vp, mb) and per (split, mb, sp) of ~10^4 (``plan_variants(build=False)``)."""
+
+    def __init__(self, valid: Job | None = None, axes: dict[str, Sequence[Any]] | None = None) -> None:
+        self.built: dict[tuple[int, int, int], Job | None] = {}  # in the grid's order; None: not built yet
+        self.valid, self.axes = valid, axes
+
+    def __contains__(self, idx: object) -> bool:
+        return idx in self.built
+
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        return iter(self.built)
+
+    def __len__(self) -> int:
+        return len(self.built)
+
+    def job(self, idx: tuple[int, int, int]) -> Job:
+        got = self.built[idx]
+        if got is None:
+            got = self.built[idx] = plan_variant_of(self.valid, self.axes, idx)
+        return got
+
+    def first(self) -> Job:
+        return self.job(next(iter(self.built)))
+
+
+def _valid_jobs(job: Job, base: Base) -> tuple[_ValidJobs, Counter, dict[str, str]]:
     """The spec's own validator on every (vp, micro_batch, sequence_parallel) of a base: the valid jobs by index,
     and the refused plans counted by reason (each refusal stands for its zero × recompute × grad-dtype plans). The
     base's plan is validated once (``spec.job_unchecked``) and the Job's checks run on its variants, each once per
@@ -327,7 +354,7 @@ def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], 
     axes = base.axes
     others = len(axes["zero"]) * len(axes["recompute"]) * len(axes["grad_comm_dtype"])
     reset = split_reset(job, base.pp) | _moe_recompute(job, base)
-    jobs: dict[tuple[int, int, int], Job] = {}
+    jobs = _ValidJobs()
     invalid: Counter = Counter()
     examples: dict[str, str] = {}
     reasons: dict[str, str] = {}  # refusal -> its reason (``space.reason``), once per distinct message
@@ -343,16 +370,17 @@ def _valid_jobs(job: Job, base: Base) -> tuple[dict[tuple[int, int, int], Job], 
     first = {k: v[0] for k, v in variant_axes.items()}
     unchecked = job_unchecked(job, **base.fields, dp=None, **first, **reset)
     if unchecked is not None:
-        for idx, got in plan_variants(unchecked, variant_axes, checked=False):
+        jobs.valid, jobs.axes = unchecked, variant_axes
+        for idx, got in plan_variants(unchecked, variant_axes, checked=False, build=False):
             if isinstance(got, str):
                 refused(got)
             else:
-                jobs[idx] = got
+                jobs.built[idx] = got
         return jobs, invalid, examples
     for idx in itertools.product(*(range(len(v)) for v in variant_axes.values())):
         changes = {k: v[i] for (k, v), i in zip(variant_axes.items(), idx)}
         try:
-            jobs[idx] = job_with(job, **base.fields, dp=None, **changes, **reset)
+            jobs.built[idx] = job_with(job, **base.fields, dp=None, **changes, **reset)
         except SpecError as e:
             refused(str(e))
     return jobs, invalid, examples
@@ -369,7 +397,7 @@ def _moe_recompute(job: Job, base: Base) -> dict[str, str]:
 
 
 def _recompute_mask(
-    job: Job, base: Base, jobs: dict, valid: np.ndarray, invalid: Counter, examples: dict[str, str]
+    job: Job, base: Base, jobs: _ValidJobs, valid: np.ndarray, invalid: Counter, examples: dict[str, str]
 ) -> np.ndarray:
     """MoE: plans whose recompute the spec refuses with the base's MoE fields (``spec.moe_refusal``: the overlap
     does not run with full recompute) made invalid, counted by the spec's own message. The recompute axis is not
@@ -377,7 +405,7 @@ def _recompute_mask(
     valid job of the base stands for all. Dense jobs: unchanged."""
     if not job.model.is_moe or not jobs:
         return valid
-    sample = next(iter(jobs.values()))
+    sample = jobs.first()
     axis = AXES.index("recompute")
     for r, rc in enumerate(base.axes["recompute"]):
         if rc == sample.plan.recompute:
@@ -403,7 +431,7 @@ class _Grid:
     """One base's plan grid while it is evaluated: the axes' values, the valid jobs, and the stage splits."""
 
     base: Base
-    jobs: dict[tuple[int, int, int], Job]  # valid (vp, micro_batch, sequence_parallel) -> its job
+    jobs: _ValidJobs  # valid (vp, micro_batch, sequence_parallel) -> its job
     costs: _MemoCosts
     shared: _Shared
     n_micro: np.ndarray  # micro-batches per replica, per micro-batch size
@@ -422,23 +450,26 @@ class _Grid:
         return next(x for (sj, _, _), x in self.sample.items() if sj == si)
 
 
-def _grid(job: Job, base: Base, jobs: dict[tuple[int, int, int], Job], phase_cache: dict[Any, _Shared] | None) -> _Grid:
-    any_job = next(iter(jobs.values()))
+def _grid(job: Job, base: Base, jobs: _ValidJobs, phase_cache: dict[Any, _Shared] | None) -> _Grid:
+    any_job = jobs.first()
     shared = _Shared() if phase_cache is None else phase_cache.setdefault(_shared_key(any_job, base), _Shared())
     n_micro = np.array([any_job.training.global_batch // (any_job.dp * mb) for mb in base.axes["micro_batch"]], float)
     splits: list[tuple] = []
     split_of_vp = np.zeros(len(base.axes["vp"]), int)
     of_vp: dict[int, Job] = {}  # the split depends on vp alone: one valid job per vp reads it
-    for (i, _, _), valid_job in jobs.items():
-        of_vp.setdefault(i, valid_job)
+    for i, j, k in jobs:
+        if i not in of_vp:
+            of_vp[i] = jobs.job((i, j, k))
     for i in sorted(of_vp):
         key = _split_key(of_vp[i])
         if key not in splits:
             splits.append(key)
         split_of_vp[i] = splits.index(key)
     sample: dict[tuple[int, int, int], Job] = {}
-    for (i, j, k), valid_job in jobs.items():
-        sample.setdefault((int(split_of_vp[i]), j, k), valid_job)
+    for i, j, k in jobs:
+        at = (int(split_of_vp[i]), j, k)
+        if at not in sample:
+            sample[at] = jobs.job((i, j, k))
     return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
 
 
@@ -508,7 +539,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     vps_of_split = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
     dims = (len(g.splits), len(micro_sizes), len(seq_pars), len(recomputes))
     slowest: dict[tuple[int, int, int, int], Any] = {}
-    moe = next(iter(g.jobs.values())).model.is_moe
+    moe = g.jobs.first().model.is_moe
     slow_parts = np.full((5 if moe else 4,) + dims, np.nan)  # MoE: the exposed all-to-all fifth
     bubble = np.full((len(vps),) + dims[1:], np.nan)
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
@@ -518,14 +549,14 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
         if prefilled is not None and plan.schedule in _ONE_F_ONE_B:  # its ranks are its stages (``pipeline_ranks``)
             priced, base_key, counts = prefilled  # every stage's total, the slowest's StageTime (``PrefilledStages``)
             totals = priced.pipeline_totals(base_key, counts)
-            slowest[si, j, k, r] = priced.slowest(base_key, counts, totals)
+            slowest[si, j, k, r] = priced.slowest_row(base_key, counts, totals)  # no StageTime unless one is asked
             on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), totals, wl))
             continue
         if prefilled is not None:
             stages = prefilled[0].pipeline(*prefilled[1:])
         else:
             stages = stage_times(plan_job, wl, g.costs, g.shared.priced.setdefault(key, {}))
-        slowest[si, j, k, r] = _est.slowest_stage(_est.pipeline_ranks(plan.schedule, stages))
+        slowest[si, j, k, r] = _est.slow_row(_est.slowest_stage(_est.pipeline_ranks(plan.schedule, stages)))
         if plan.schedule in _ONE_F_ONE_B:
             totals = [st.total for st in stages]
             on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), totals, wl))
@@ -662,9 +693,11 @@ def _dp_per_stage(
     (MoE: the slowest DP rank; plans without overlapped per-step traffic), in place."""
     vps = g.axis("vp")
     vps_of = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
-    for (si, j, k, r), slow in slowest.items():
+    for (si, j, k, r), row in slowest.items():
         vps_here = vps_of[si]
-        for z, d in per_stage.get((si, j), ()):
+        zds = per_stage.get((si, j), ())
+        slow = row.stage() if zds else None  # the whole StageTime, built only here
+        for z, d in zds:
             job_zd, _ = dp_jobs[si, z, d]
             counted = with_count[si, z, d, j]
             # MoE: the slowest DP rank, as estimate
@@ -708,7 +741,7 @@ def _slow_passes(g: _Grid, slowest: dict) -> tuple[np.ndarray, np.ndarray, np.nd
     at = tuple(np.array(list(slowest)).T)  # every (split, mb, sp, rc) at once
     fwd[at] = [s.fwd for s in slowest.values()]
     bwd[at] = [s.bwd for s in slowest.values()]
-    share[at] = [_est.memory_share(s.link) for s in slowest.values()]
+    share[at] = [s.share for s in slowest.values()]
     # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
     return tuple(a[g.split_of_vp][:, :, :, :, None, None] for a in (fwd, bwd, share))
 
@@ -750,7 +783,7 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
     recomputes = g.axis("recompute")
     shape = tuple(len(g.axis(k)) for k in ("vp", "micro_batch", "sequence_parallel")) + (len(recomputes),)
     n_kinds = max(len(x) for x in kinds)
-    sample = next(iter(g.jobs.values()))
+    sample = g.jobs.first()
     if sample.model.is_moe:
         return _moe_activations(g, kinds, shape + (n_kinds,))
     n_vp, n_mb, n_sp, n_rc = shape
@@ -770,9 +803,11 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
     valid[tuple(np.array(list(g.jobs)).T)] = True
     pipelines: dict[tuple[int, int], Job] = {}  # a job per (vp, mb): sp does not change its pipeline
     layer_jobs: dict[tuple[int, int], Job] = {}  # per (mb, sp): nor the pipeline (vp, pp) a layer's bytes
-    for (i, j, k), valid_job in g.jobs.items():
-        pipelines.setdefault((i, j), valid_job)
-        layer_jobs.setdefault((j, k), valid_job)
+    for i, j, k in g.jobs:
+        if (i, j) not in pipelines:
+            pipelines[i, j] = g.jobs.job((i, j, k))
+        if (j, k) not in layer_jobs:
+            layer_jobs[j, k] = g.jobs.job((i, j, k))
     for (i, j), valid_job in pipelines.items():
         for x, s in enumerate(kinds[g.split_of_vp[i]]):
             in_flight[i, j, x] = f = in_flight_micro_batches(valid_job, s)
@@ -805,7 +840,8 @@ def _moe_activations(g: _Grid, kinds: list[tuple[int, ...]], shape: tuple[int, .
     """MoE: activation bytes per (vp, mb, sp, recompute, stage kind), plan by plan (an MoE layer's activations read
     the plan's recompute: a copy per value)."""
     acts = np.full(shape, np.nan)
-    for (i, j, k), valid_job in g.jobs.items():
+    for i, j, k in g.jobs:
+        valid_job = g.jobs.job((i, j, k))
         stages = kinds[g.split_of_vp[i]]
         for r, rc in enumerate(g.axis("recompute")):
             acts[i, j, k, r, : len(stages)] = stage_activation_bytes(_copy(valid_job, recompute=rc), stages)

@@ -17,6 +17,7 @@ import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
 from commtax.costs.compute import ComputeModel, overlap_slowdown_s
 from commtax.costs.elementwise import any_true, maximum, minimum, where
@@ -480,11 +481,57 @@ class PrefilledStages:
         p = len(counts)
         return self.stage((base_key, counts[rank], rank == 0, rank == p - 1))
 
+    def slowest_row(self, base_key: HashedKey, counts: tuple[int, ...], totals: list[float]) -> SlowRow:
+        """``slowest``'s fields as a ``SlowRow``, read off the prefilled arrays: no StageTime built unless the cache
+        holds one already (``SlowRow.stage`` builds it for a caller that needs the whole)."""
+        rank = max(range(len(totals)), key=totals.__getitem__)
+        key = (base_key, counts[rank], rank == 0, rank == len(counts) - 1)
+        at = self.at.get(key)
+        if at is None or key in self.cache:
+            return slow_row(self.stage(key), self, key)
+        group, i = at
+        compute, recompute, tp_exposed, cp_exposed, fwd, bwd = group.rows[i]
+        share = memory_share(_LinkScalars(*group.scalars[i]))  # the link's compute, gemm, attention
+        return SlowRow(compute, recompute, tp_exposed, cp_exposed, fwd, bwd, share, 0.0, self, key)
+
     def pipeline(self, base_key: HashedKey, counts: tuple[int, ...]) -> list[StageTime]:
         """``stage_times``' list of the pipeline, every stage of it built."""
         for n, first, last in _stage_kinds(counts):
             self.stage((base_key, n, first, last))
         return _pipeline(self.cache, base_key, counts)
+
+
+class _LinkScalars(NamedTuple):
+    """What ``memory_share`` reads of a pass's PhaseCost."""
+
+    compute: float
+    gemm: float
+    attention: float
+
+
+class SlowRow(NamedTuple):
+    """The slowest stage's numbers a search reads on its grid (StageTime's fields, the memory-bound share of its
+    link), and where its StageTime comes from (``stage``) for a caller that needs the whole."""
+
+    compute: float
+    recompute: float
+    tp_exposed: float
+    cp_exposed: float
+    fwd: float
+    bwd: float
+    share: float  # ``memory_share(link)``
+    ep_exposed: float
+    source: Any  # the PrefilledStages that priced it, or None where ``key`` is the StageTime itself
+    key: Any  # the stage's cache key, or its StageTime
+
+    def stage(self) -> StageTime:
+        return self.key if self.source is None else self.source.stage(self.key)
+
+
+def slow_row(st: StageTime, source: PrefilledStages | None = None, key: tuple | None = None) -> SlowRow:
+    """A StageTime's ``SlowRow`` (``source``/``key``: where it is cached, else the row keeps the StageTime)."""
+    fields = (st.compute, st.recompute, st.tp_exposed, st.cp_exposed, st.fwd, st.bwd, memory_share(st.link))
+    return SlowRow(*fields, st.ep_exposed, source, st if source is None else key)
 
 
 @dataclass(frozen=True)
@@ -609,18 +656,20 @@ def _stage_pass(priced: list[tuple[PhaseCost, PhaseCost, PhaseCost]], t, n, firs
     blocks' prices those of template ``t`` (per stage)."""
     import numpy as np
 
-    def field(get):
-        e, lay, h = (np.array([get(p[x]) for p in priced], float)[t] for x in range(3))
-        return (np.where(first, e, 0.0) + lay * n) + np.where(last, h, 0.0)
+    groups = list({g: None for p in priced for pc in p for g in (*pc.comm, *pc.comm_bytes)})
 
-    groups = {g: None for p in priced for pc in p for g in (*pc.comm, *pc.comm_bytes)}
-    return PhaseCost(
-        field(lambda pc: pc.compute),
-        field(lambda pc: pc.gemm),
-        field(lambda pc: pc.attention),
-        {g: field(lambda pc, g=g: pc.comm.get(g, 0.0)) for g in groups},
-        {g: field(lambda pc, g=g: pc.comm_bytes.get(g, 0.0)) for g in groups},
-    )
+    def row(pc: PhaseCost) -> list[float]:  # a block's fields: compute, gemm, attention, per group time, bytes
+        return [pc.compute, pc.gemm, pc.attention, *(pc.comm.get(g, 0.0) for g in groups)] + [
+            pc.comm_bytes.get(g, 0.0) for g in groups
+        ]
+
+    # every field at once: (template, block, field) -> per stage (stage, field); each column the formula above
+    blocks = np.array([[row(pc) for pc in p] for p in priced], float)[t]
+    e, lay, h = blocks[:, 0], blocks[:, 1], blocks[:, 2]
+    at = (np.where(first[:, None], e, 0.0) + lay * n[:, None]) + np.where(last[:, None], h, 0.0)
+    col = list(at.T)
+    k = len(groups)
+    return PhaseCost(col[0], col[1], col[2], dict(zip(groups, col[3 : 3 + k])), dict(zip(groups, col[3 + k :])))
 
 
 def _moe_stage_times(

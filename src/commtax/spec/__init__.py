@@ -19,6 +19,7 @@ from commtax.spec.catalog import (  # noqa: F401
     load_catalog,
     load_job,
     plan_variant,
+    plan_variant_of,
     plan_variants,
     read_overrides,
     resolve_cluster,

@@ -115,15 +115,17 @@ def plan_variant(valid: Job, **changes: Any) -> Job:
 
 
 def plan_variants(
-    valid: Job, axes: dict[str, Sequence[Any]], checked: bool = True
-) -> Iterator[tuple[tuple[int, ...], Job | str]]:
+    valid: Job, axes: dict[str, Sequence[Any]], checked: bool = True, build: bool = True
+) -> Iterator[tuple[tuple[int, ...], Job | str | None]]:
     """``plan_variant(valid, **combination)`` of every combination of the values of ``axes`` (fields of
     ``VARIANT_FIELDS``), by position in ``itertools.product`` order: (the values' indices, the job, or the refusal
     as ``job_with`` words it). Each of the Job's checks (``JOB_CHECKS``) runs once per combination of the values of
     the axes it reads, a combination's verdict the first check that refuses it, in the validator's order (a search
     validates ~10^4 variants of ~200 layouts). ``checked``: ``valid`` passed the checks (a validated job), so those
     that read no axis are not run again; ``checked=False``: ``valid`` is a ``job_unchecked`` and they run once. A
-    value the Plan's field refuses sends every combination through ``plan_variant``."""
+    value the Plan's field refuses sends every combination through ``plan_variant``. ``build=False``: a combination
+    the checks pass whose job was not built to run them yields None, its job ``plan_variant_of(valid, axes, idx)``
+    (a search reads a few of ~10^4)."""
     names = tuple(axes)
     assert set(names) <= VARIANT_FIELDS, names
     index = list(itertools.product(*(range(len(axes[k])) for k in names)))
@@ -170,8 +172,15 @@ def plan_variants(
                 yield idx, str(e)
         elif refusal is not None:
             yield idx, refusal
+        elif variant is not None:
+            yield idx, _eager_attention(variant)
         else:
-            yield idx, _eager_attention(_variant(valid, names, idx, axes) if variant is None else variant)
+            yield idx, _eager_attention(_variant(valid, names, idx, axes)) if build else None
+
+
+def plan_variant_of(valid: Job, axes: dict[str, Sequence[Any]], idx: tuple[int, ...]) -> Job:
+    """The job ``plan_variants(valid, axes)`` yields for the combination ``idx`` that its checks pass."""
+    return _eager_attention(_variant(valid, tuple(axes), idx, axes))
 
 
 def _nothing(idx: tuple[int, ...]) -> tuple[()]:
