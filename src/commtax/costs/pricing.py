@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from commtax.costs.collectives import DEEPEP_OPS, Placement, bus_factor, collective_cost, deepep_time
 from commtax.costs.compute import ComputeModel, compute_model, op_time
 from commtax.costs.topology import group_placement, layout
 from commtax.spec import Cluster, Job
 from commtax.spec.assumptions import default_assumptions
+from commtax.spec.base import HashedOnce, held_key
 from commtax.workload.step import (
     Collective,
     Compute,
@@ -81,41 +80,13 @@ def _bounded(cache: dict, limit: int = _SHARED_LIMIT) -> dict:
     return cache
 
 
-# the last spec of each kind met and its key: held (so compared by identity: a frozen spec's value cannot change),
-# since the plans of a sweep share their cluster and assumptions objects and each key costs ~30 us to make anew
-_LAST_KEYS: dict[str, tuple[object, object]] = {}
-
-
-def _last_key(kind: str, spec: object, make: Callable[[Any], object]) -> Any:
-    last = _LAST_KEYS.get(kind)
-    if last is not None and last[0] is spec:
-        return last[1]
-    key = make(spec)
-    _LAST_KEYS[kind] = (spec, key)
-    return key
-
-
 def cluster_key(cluster: Cluster) -> str:
     """A cluster's value as a key: its JSON (a Cluster holds dicts, so it has no hash)."""
-    return _last_key("cluster", cluster, Cluster.model_dump_json)
+    return held_key("cluster", (cluster,), Cluster.model_dump_json)
 
 
-@dataclass(frozen=True, eq=False)
-class _HashedOnce:
-    """A spec as part of a key, its hash computed once (pydantic hashes a model field by field at each lookup)."""
-
-    value: object
-    hashed: int
-
-    def __hash__(self) -> int:
-        return self.hashed
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _HashedOnce) and self.hashed == other.hashed and self.value == other.value
-
-
-def _assumptions_key(a: object) -> _HashedOnce:
-    return _last_key("assumptions", a, lambda v: _HashedOnce(v, hash(v)))
+def _assumptions_key(a: object) -> HashedOnce:
+    return held_key("assumptions", (a,), lambda v: HashedOnce(v, hash(v)))
 
 
 def layout_key(job: Job) -> tuple:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
@@ -68,3 +70,33 @@ def _number_fields(cls: type[BaseModel]) -> tuple[str, ...]:
 def allows_bool(annotation: Any) -> bool:
     args = get_args(annotation)
     return annotation is bool or annotation is Any or any(allows_bool(a) for a in args if a is not type(None))
+
+
+@dataclass(frozen=True, eq=False)
+class HashedOnce:
+    """A spec (or a tuple of specs) as part of a cache key, its hash computed once: pydantic hashes a model field by
+    field at each dict lookup (~20 nested hashes for a job's model, training and assumptions)."""
+
+    value: object
+    hashed: int
+
+    def __hash__(self) -> int:
+        return self.hashed
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HashedOnce) and self.hashed == other.hashed and self.value == other.value
+
+
+# the last specs of each kind met and their key: held, so compared by identity (a frozen spec's value cannot change);
+# the plans of a search or sweep share these objects and each key costs ~30 us to make anew
+_LAST_KEYS: dict[str, tuple[tuple, Any]] = {}
+
+
+def held_key(kind: str, specs: tuple, make: Callable[..., Any]) -> Any:
+    """``make(*specs)``, made again only when ``specs`` are not the very objects met last for ``kind``."""
+    last = _LAST_KEYS.get(kind)
+    if last is not None and len(last[0]) == len(specs) and all(x is y for x, y in zip(last[0], specs)):
+        return last[1]
+    key = make(*specs)
+    _LAST_KEYS[kind] = (specs, key)
+    return key

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from commtax.spec import Job
 from commtax.spec.assumptions import default_assumptions
+from commtax.spec.base import HashedOnce, held_key
 from commtax.spec.wire_dtypes import (
     CONVERT_BYTES,
     POWERSGD_ERROR_FEEDBACK_BYTES,
@@ -1038,35 +1039,9 @@ def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     return blocks
 
 
-@dataclass(frozen=True, eq=False)
-class _HashedSpecs:
-    """(model, training, assumptions) as one part of a ``_BLOCKS`` key, hashed once: pydantic hashes a spec field by
-    field each time, ~20 nested hashes for these three, and a search builds ~2,000 workloads of one job's specs."""
-
-    value: tuple
-    hashed: int
-
-    def __hash__(self) -> int:
-        return self.hashed
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _HashedSpecs) and self.hashed == other.hashed and self.value == other.value
-
-
-_LAST_SPECS: list[_HashedSpecs] = []  # the last specs met (held, so compared by identity first)
-
-
-def _specs_key(model: Any, training: Any, assumptions: Any) -> _HashedSpecs:
-    """The ``_BLOCKS`` key's specs part: the last one again when these are its very objects, else hashed anew."""
-    if _LAST_SPECS:
-        last = _LAST_SPECS[0]
-        m, t, a = last.value
-        if m is model and t is training and a is assumptions:
-            return last
-    value = (model, training, assumptions)
-    key = _HashedSpecs(value, hash(value))
-    _LAST_SPECS[:] = [key]
-    return key
+def _specs_key(model: Any, training: Any, assumptions: Any) -> HashedOnce:
+    """The ``_BLOCKS`` key's specs part, hashed once (a search builds ~2,000 workloads of one job's specs)."""
+    return held_key("blocks specs", (model, training, assumptions), lambda *v: HashedOnce(v, hash(v)))
 
 
 def _interned(b: Block) -> Block:
