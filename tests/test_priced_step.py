@@ -177,6 +177,19 @@ PLANS = [
 ]
 
 
+def _built_one_by_one(job):
+    """The job under each recompute setting with its workload, their StageTimes built one by one by
+    ``stage_times``, and empty-cached Costs for the batched path to fill."""
+    variants = [job] + [job_with(job, recompute=r) for r in ("none", "selective", "full") if r != job.plan.recompute]
+    pairs = [(j, build_workload(j)) for j in variants]
+    one_by_one = Costs(job)
+    one_by_one.stage_cache = {}
+    expected = [est.stage_times(j, wl, one_by_one) for j, wl in pairs]
+    batched = Costs(job)
+    batched.stage_cache = {}
+    return pairs, expected, batched
+
+
 @pytest.mark.parametrize("plan", PLANS)
 def test_prefilled_stages_are_the_stages_built_one_by_one(plan):
     """``prefill_stage_times`` (one array pass) leaves in the cache exactly the StageTimes ``stage_times`` builds one
@@ -185,13 +198,7 @@ def test_prefilled_stages_are_the_stages_built_one_by_one(plan):
         job = load_job(small_job(**plan))
     except SpecError as e:  # the plan list is hand-made: say which entry is wrong
         pytest.fail(f"{plan}: {e}")
-    variants = [job] + [job_with(job, recompute=r) for r in ("none", "selective", "full") if r != job.plan.recompute]
-    pairs = [(j, build_workload(j)) for j in variants]
-    one_by_one = Costs(job)
-    one_by_one.stage_cache = {}
-    expected = [est.stage_times(j, wl, one_by_one) for j, wl in pairs]
-    batched = Costs(job)
-    batched.stage_cache = {}
+    pairs, expected, batched = _built_one_by_one(job)
     returned = est.prefill_stage_times(pairs, batched, {})
     n_prefilled = len(batched.stage_cache)
     got = [est.stage_times(j, wl, batched) for j, wl in pairs]
@@ -277,13 +284,7 @@ def test_prefilled_totals_and_slowest_stage_are_those_of_the_stages_built_one_by
     """``prefill_stages`` (what a search reads): every rank's total and the slowest rank's StageTime equal to the bit
     those of ``stage_times``, the slowest the first of equals (``slowest_stage``); only what was asked is built."""
     job = load_job(small_job(**plan))
-    variants = [job] + [job_with(job, recompute=r) for r in ("none", "selective", "full") if r != job.plan.recompute]
-    pairs = [(j, build_workload(j)) for j in variants]
-    one_by_one = Costs(job)
-    one_by_one.stage_cache = {}
-    expected = [est.stage_times(j, wl, one_by_one) for j, wl in pairs]
-    batched = Costs(job)
-    batched.stage_cache = {}
+    pairs, expected, batched = _built_one_by_one(job)
     priced, wanted = est.prefill_stages(pairs, batched, {})
     assert len(batched.stage_cache) == 0  # nothing built yet
     for stages, (base_key, counts) in zip(expected, wanted):
