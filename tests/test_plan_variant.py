@@ -62,12 +62,18 @@ VALUES = {
 }
 
 
+# a base layout: which example job, and its tp, pp, cp (a_valid_layout makes it valid or skips)
+LAYOUTS = {
+    "name": st.sampled_from(sorted(JOBS)),
+    "tp": st.sampled_from([1, 2, 4, 8]),
+    "pp": st.sampled_from([1, 2, 4, 8, 16]),
+    "cp": st.sampled_from([1, 2]),
+}
+
+
 @settings(max_examples=150, deadline=None)
 @given(
-    name=st.sampled_from(sorted(JOBS)),
-    tp=st.sampled_from([1, 2, 4, 8]),
-    pp=st.sampled_from([1, 2, 4, 8, 16]),
-    cp=st.sampled_from([1, 2]),
+    **LAYOUTS,
     changes=st.fixed_dictionaries({}, optional=VALUES),
 )
 def test_plan_variant_is_job_with(name, tp, pp, cp, changes):
@@ -196,10 +202,7 @@ def refusal(check, job):
 
 @settings(max_examples=150, deadline=None)
 @given(
-    name=st.sampled_from(sorted(JOBS)),
-    tp=st.sampled_from([1, 2, 4, 8]),
-    pp=st.sampled_from([1, 2, 4, 8, 16]),
-    cp=st.sampled_from([1, 2]),
+    **LAYOUTS,
     a=st.fixed_dictionaries({k: st.sampled_from(v) for k, v in VARIANT_VALUES.items()}),
     b=st.fixed_dictionaries({k: st.sampled_from(v) for k, v in VARIANT_VALUES.items()}),
 )
