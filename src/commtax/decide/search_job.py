@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from commtax.decide.cost import usd_per_B_tokens
 from commtax.errors import SpecError
 from commtax.spec import Job
 
@@ -62,7 +63,7 @@ class JobSearch:
         if self.price.usd_per_s is not None:
             usd_per_s = self.price.usd_per_s
             for entry, (_, b) in zip(data["top"], self.result.top):
-                entry["usd_per_B_tokens"] = usd_per_s * 1e9 / b.tokens_per_s
+                entry["usd_per_B_tokens"] = usd_per_B_tokens(usd_per_s, b.tokens_per_s)
                 entry["tokens_per_dollar"] = b.tokens_per_s / usd_per_s
             data["price_mode"] = self.price.mode
         return data
@@ -79,7 +80,7 @@ class PoolJobSearch:
         data = self.result.to_dict()
         usd_per_s = self.price.usd_per_s
         for entry, (_, b) in zip(data["top"], self.result.top):
-            entry["usd_per_B_tokens"] = usd_per_s * 1e9 / b.tokens_per_s if usd_per_s else None
+            entry["usd_per_B_tokens"] = usd_per_B_tokens(usd_per_s, b.tokens_per_s) if usd_per_s else None
         return data
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from commtax.errors import SpecError
 from commtax.report.html import BenchSet, ReportData, TraceUnavailable, collect, figures, load_trace, render_page
@@ -34,12 +35,7 @@ def bench_sets(paths: list[Path], cluster_file: Path | None, job: Job) -> list[B
     if cluster_file is not None:
         from commtax.measure.calibrate import check_cluster
 
-        try:
-            cluster = load_cluster_file(cluster_file)
-        except OSError as e:
-            raise SpecError(f"--bench-cluster: cannot read {cluster_file}: {e.strerror}") from None
-        except ValueError as e:
-            raise SpecError(f"--bench-cluster: {e}") from None
+        cluster = _read("--bench-cluster", cluster_file, load_cluster_file)
         if not isinstance(cluster, dict) or "intra_node" not in cluster or "inter_node" not in cluster:
             raise SpecError(
                 f"--bench-cluster: {cluster_file} is not a cluster YAML (needs intra_node and inter_node "
@@ -54,14 +50,18 @@ def bench_sets(paths: list[Path], cluster_file: Path | None, job: Job) -> list[B
         label = "the job's cluster (pass --bench-cluster for the cluster the bench ran on)"
     sets = []
     for p in paths:
-        try:
-            records = load_records(p)
-        except OSError as e:
-            raise SpecError(f"--bench: cannot read {p}: {e.strerror}") from None
-        except ValueError as e:
-            raise SpecError(f"--bench: {e}") from None
-        sets.append(BenchSet(str(p), records, cluster, label))
+        sets.append(BenchSet(str(p), _read("--bench", p, load_records), cluster, label))
     return sets
+
+
+def _read(flag: str, path: Path, load: Callable[[Path], Any]) -> Any:
+    """``load(path)``, its failures as one line naming the flag."""
+    try:
+        return load(path)
+    except OSError as e:
+        raise SpecError(f"{flag}: cannot read {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise SpecError(f"{flag}: {e}") from None
 
 
 @dataclass(frozen=True)
