@@ -101,8 +101,10 @@ class Plan(_Spec):
     selective_policy: Literal["attention_core", "per_op"] = Field(
         default="attention_core", description="what recompute: selective keeps (Megatron attention core / per-op SAC)"
     )
-    fp8_recipe: Literal["delayed", "dynamic"] = Field(
-        default="delayed", description="fp8 scaling: delayed (Transformer Engine) or dynamic tensorwise (torchao)"
+    fp8_recipe: Literal["delayed", "dynamic", "current"] = Field(
+        default="delayed",
+        description="fp8 scaling: delayed (Transformer Engine), dynamic tensorwise (torchao) or current "
+        "(Transformer Engine per-tensor current scaling: an amax pass before each cast)",
     )
     zero3_gather: Zero3Gather = Field(
         default="bucketed_prefetch",

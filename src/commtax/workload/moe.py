@@ -312,8 +312,8 @@ def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[O
     bwd += token_exchange(job, act_bytes, backward=True) + alltoall_dispatcher_ops(job, act_bytes, backward=True)
     bwd += bias_b
     if fp8:
-        fwd += [_fp8_casts(job, f"{n}_cast", a * c * g) for n, a, b, c, g in gemms if n != "router"]
-        bwd += [_fp8_casts(job, f"{n}_grad_cast", a * b * g) for n, a, b, c, g in gemms if n != "router"]
+        fwd += [_fp8_casts(job, f"{n}_cast", a * c * g, g) for n, a, b, c, g in gemms if n != "router"]
+        bwd += [_fp8_casts(job, f"{n}_grad_cast", a * b * g, g) for n, a, b, c, g in gemms if n != "router"]
     return fwd, bwd
 
 

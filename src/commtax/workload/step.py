@@ -215,13 +215,18 @@ def _mem(name: str, nbytes: float, kernels: int = 1) -> Compute:
     return Compute(name, 0.0, nbytes, "memory", kernels=kernels)
 
 
-def _fp8_casts(job: Job, name: str, elems: float) -> Compute:
+def _fp8_casts(job: Job, name: str, elems: float, groups: int = 1) -> Compute:
     """Preparing fp8 GEMM operands: bytes per element by scaling recipe (catalog/assumptions.yaml).
 
     Eager dynamic scaling runs an amax pass and two casts; under torch.compile the amax reduction fuses into
     the producing kernel and one cast kernel writes both layouts, as Transformer Engine's cast-transpose does.
+    Transformer Engine's current scaling runs an amax kernel, a scale kernel and a cast-transpose per tensor; a
+    grouped GEMM's ``groups`` splits are quantized one by one (multi_tensor_quantize_impl has a fused multi-tensor
+    kernel for delayed scaling only), 3 kernels per split.
     """
     a = default_assumptions()
+    if job.plan.fp8_recipe == "current":
+        return _mem(name, a.v("fp8_cast_bytes_current") * elems, kernels=3 * groups)
     eager_dynamic = job.plan.fp8_recipe == "dynamic" and job.plan.elementwise == "eager"
     per_elem = a.v("fp8_cast_bytes_dynamic") if eager_dynamic else a.v("fp8_cast_bytes_delayed")
     return _mem(name, per_elem * elems, kernels=3 if eager_dynamic else 1)
