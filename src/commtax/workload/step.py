@@ -221,8 +221,9 @@ def _fp8_casts(job: Job, name: str, elems: float, groups: int = 1) -> Compute:
     Eager dynamic scaling runs an amax pass and two casts; under torch.compile the amax reduction fuses into
     the producing kernel and one cast kernel writes both layouts, as Transformer Engine's cast-transpose does.
     Transformer Engine's current scaling runs an amax kernel, a scale kernel and a cast-transpose per tensor; a
-    grouped GEMM's ``groups`` splits are quantized one by one (multi_tensor_quantize_impl has a fused multi-tensor
-    kernel for delayed scaling only), 3 kernels per split.
+    grouped GEMM's ``groups`` splits are quantized one by one (TE v2.10-v2.16 multi_tensor_quantize_impl has a
+    fused multi-tensor kernel for delayed scaling only; a grouped current-scaling amax came in v2.18), 3 kernels
+    per split.
     """
     a = default_assumptions()
     if job.plan.fp8_recipe == "current":
