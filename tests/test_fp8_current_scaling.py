@@ -1,7 +1,8 @@
 """Transformer Engine's per-tensor current scaling (plan.fp8_recipe current): an amax pass before every fp8 cast
 (TE quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax, nvte_compute_scale_from_amax,
-nvte_quantize_v2), a grouped GEMM's splits quantized one by one (cast.cpp multi_tensor_quantize_impl: the fused
-multi-tensor kernel is for delayed scaling only), and the Megatron-Bridge H100 FP8 recipes that run it."""
+nvte_quantize_v2); MXFP8 (plan.fp8_recipe mxfp8): one pass with the block scales; in both, the eager GroupedLinear's
+splits quantized one by one (TE v2.10-v2.16 cast.cpp multi_tensor_quantize_impl: the fused multi-tensor kernel is
+for delayed scaling only); and the Megatron-Bridge FP8 recipes that run them (H100 FP8_CS, Blackwell FP8_MX)."""
 
 from commtax.decide.validate import read_rows, row_plan
 from commtax.schedule.analytical import estimate
@@ -10,13 +11,14 @@ from commtax.spec.catalog import load_catalog
 from commtax.workload.step import build_workload
 
 H100 = {"gpu": "h100-sxm5-80gb", "intra_node": "nvlink4", "inter_node": "ib-ndr"}
+B200 = {"gpu": "b200-sxm-192gb", "intra_node": "nvlink5", "inter_node": "ib-ndr"}
 
 
-def qwen3_30b(**plan):
+def qwen3_30b(cluster=H100, **plan):
     return load_job(
         {
             "model": "qwen3-30b-a3b",  # hidden 2048, 128 experts, top-8, expert ffn 768
-            "cluster": {**H100, "num_gpus": 16},
+            "cluster": {**cluster, "num_gpus": 16},
             "plan": {"framework": "megatron-core", "tp": 1, "pp": 1, "ep": 16, "recompute": "none", **plan},
             "training": {"seq_len": 4096, "global_batch": 1024, "precision": "fp8"},
         }
@@ -65,5 +67,18 @@ def test_bridge_h100_fp8_rows_run_current_scaling(validation_dir):
     assert recipe("mb2606_qwen330ba3b_h100_fp8") == "current"
     assert recipe("mb2511_qwen3235ba22b_h100_fp8") == "current"
     assert recipe("mb2509_qwen330ba3b_h100_fp8") == "delayed"
-    assert recipe("mb260401_qwen330ba3b_b200_fp8") == "delayed"
-    assert recipe("mb2608_qwen330ba3b_gb200") == "delayed"
+    assert recipe("mb2509_deepseekv3_gb200_fp8") == "delayed"
+    assert recipe("mb260401_qwen330ba3b_b200_fp8") == "mxfp8"
+    assert recipe("mb2511_deepseekv3_b200_fp8") == "mxfp8"
+    assert recipe("mb2608_qwen330ba3b_gb200") == "mxfp8"
+
+
+def test_mxfp8_casts_hand_worked():
+    # the same 67,108,864 elements on B200: 2 B read, 1 + 1 B written, one E8M0 scale byte per 32 elements in each
+    # layout: 4.0625 B. Eager GroupedLinear: one quantize kernel per split (8); the full-iteration recipes' fused
+    # grouped MLP: one tex.group_quantize for all of them
+    elems = 32_768 * 2048
+    eager = casts(qwen3_30b(B200, fp8_recipe="mxfp8"), "expert_up_cast")
+    graphed = casts(qwen3_30b(B200, fp8_recipe="mxfp8", cuda_graphs="full_iteration"), "expert_up_cast")
+    assert eager.bytes == graphed.bytes == 4.0625 * elems
+    assert (eager.kernels, graphed.kernels) == (8, 1)

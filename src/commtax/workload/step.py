@@ -220,14 +220,18 @@ def _fp8_casts(job: Job, name: str, elems: float, groups: int = 1) -> Compute:
 
     Eager dynamic scaling runs an amax pass and two casts; under torch.compile the amax reduction fuses into
     the producing kernel and one cast kernel writes both layouts, as Transformer Engine's cast-transpose does.
-    Transformer Engine's current scaling runs an amax kernel, a scale kernel and a cast-transpose per tensor; a
-    grouped GEMM's ``groups`` splits are quantized one by one (TE v2.10-v2.16 multi_tensor_quantize_impl has a
-    fused multi-tensor kernel for delayed scaling only; a grouped current-scaling amax came in v2.18), 3 kernels
-    per split.
+    Transformer Engine's current scaling runs an amax kernel, a scale kernel and a cast-transpose per tensor, MXFP8
+    one kernel that takes each 32-element block's scale as it casts. The eager GroupedLinear quantizes a grouped
+    GEMM's ``groups`` splits one by one (TE v2.10-v2.16 split_quantize -> multi_tensor_quantize_impl: a fused
+    multi-tensor kernel for delayed scaling only), 3 or 1 kernels per split; the full-iteration recipes' fused
+    grouped MLP (TE ops ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8) quantizes all splits in one tex.group_quantize.
     """
     a = default_assumptions()
     if job.plan.fp8_recipe == "current":
         return _mem(name, a.v("fp8_cast_bytes_current") * elems, kernels=3 * groups)
+    if job.plan.fp8_recipe == "mxfp8":
+        split = groups if job.plan.cuda_graphs != "full_iteration" else 1
+        return _mem(name, a.v("fp8_cast_bytes_mxfp8") * elems, kernels=split)
     eager_dynamic = job.plan.fp8_recipe == "dynamic" and job.plan.elementwise == "eager"
     per_elem = a.v("fp8_cast_bytes_dynamic") if eager_dynamic else a.v("fp8_cast_bytes_delayed")
     return _mem(name, per_elem * elems, kernels=3 if eager_dynamic else 1)
