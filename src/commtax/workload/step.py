@@ -252,6 +252,36 @@ ELEMENTWISE = {
 }
 
 
+# RoPE in eager PyTorch where Megatron cannot fuse a YaRN RoPE: Megatron-Bridge's providers turn apply_rope_fusion
+# off for any position_embedding_type but "rope" (utils/fusions.py validate_rope_fusion_compatibility, v0.2.0-v0.6.0;
+# GPT-OSS runs "yarn"), and Megatron-Core's rope_utils.apply_rotary_pos_emb takes the unfused path when mscale != 1.0
+# ("mscale=... is not supported by TE's fused RoPE. Using unfused implementation.", #2038 2025-11-22; attention.py
+# passes the YaRN concentration factor since ADLR/megatron-lm!4044 "YaRN support for gpt-oss", 2025-09-29).
+# _apply_rotary_pos_emb_bshd on q and on k, bytes per element in units of the activation dtype: forward
+# t * cos (r 1, w 1), -x2 on half (0.5 + 0.5), cat(-x2, x1) (1 + 1), * sin (1 + 1), the add (2 + 1),
+# cat((t, t_pass)) (1 + 1) = 12, in 6 kernels, plus cos, sin, their mscale products and casts of the small freqs
+# table (6 kernels); backward (autograd) the two products' gradients (2 + 2), the neg (1), chunk's cat (2), the
+# accumulation of t's two gradients (3), the empty t_pass slice's zeros (1) and their accumulation (3) = 14, in
+# 7 kernels. The full-range t[..., :rot_dim] is t itself (PyTorch's slice of the whole dimension returns self).
+MEGATRON_ROPE = ("megatron-core", "megatron-lm", "nemo")
+ROPE_UNFUSED_FWD, ROPE_UNFUSED_FWD_KERNELS = 12.0, 12  # per element of q or k; kernels per tensor
+ROPE_UNFUSED_BWD, ROPE_UNFUSED_BWD_KERNELS = 14.0, 7
+
+
+def unfused_rope(job: Job) -> bool:
+    """Whether the job's RoPE runs in eager PyTorch (a YaRN factor Megatron-Core's fused RoPE cannot take)."""
+    m, p = job.model, job.plan
+    return m.rope_mscale not in (None, 1.0) and p.framework in MEGATRON_ROPE and p.elementwise == "fused" and not m.mla
+
+
+def _ew_backward(job: Job, name: str, fwd_bytes: float, kernels: int) -> tuple[float, int]:
+    """Bytes and kernels of an elementwise op's backward: it reads its saved input and the gradient and writes the
+    gradient (2 × the forward's bytes), except the unfused RoPE, counted op by op above."""
+    if name == "rope" and unfused_rope(job):
+        return fwd_bytes * ROPE_UNFUSED_BWD / ROPE_UNFUSED_FWD, 2 * ROPE_UNFUSED_BWD_KERNELS
+    return 2 * fwd_bytes, kernels
+
+
 # A bool mask element (PyTorch comparison outputs)
 BOOL_BYTES = 1.0
 
@@ -394,6 +424,8 @@ def _elementwise_ops(job: Job, act_bytes: float, mlp: bool = True) -> dict[str, 
         # many bytes as roping q and k of every head
         qk = b * s * (m.heads + m.kv_heads_) * m.head_dim / t
         out["rope"] = (rope_x * 2 * qk * act_bytes, rope_k)
+        if unfused_rope(job):
+            out["rope"] = (ROPE_UNFUSED_FWD * qk * act_bytes, 2 * ROPE_UNFUSED_FWD_KERNELS)
     if m.mla:  # RMSNorm of the compressed q and kv latents, replicated over TP (DeepSeek-V2 §2.1.2; q/kv_a_layernorm)
         latent = b * s * ((m.q_lora_rank or 0) + m.kv_lora_rank)
         out["mla_norms"] = (norm_x * 2 * latent * act_bytes, (2 if m.q_lora_rank else 1) * norm_k)
@@ -528,7 +560,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
     ew = _elementwise_ops(job, act_bytes, mlp=not moe)
     ew_fwd = [_mem(k, v, n) for k, (v, n) in ew.items()]
     # backward reads saved input and grad, writes grad
-    ew_bwd = [_mem(f"{k}_bwd", 2 * v, n) for k, (v, n) in ew.items()]
+    ew_bwd = [_mem(f"{k}_bwd", *_ew_backward(job, k, v, n)) for k, (v, n) in ew.items()]
     casts_fwd: list[Compute] = []
     casts_bwd: list[Compute] = []
     if fp8:
