@@ -44,6 +44,14 @@ def test_expert_input_cast_hand_worked():
     assert grad.bytes == 6 * elems and grad.kernels == 24
 
 
+def test_no_transpose_on_blackwell():
+    # SM100's fp8 GEMMs take any layout: TE writes no transposed copy (nvte_is_non_tn_fp8_gemm_supported), so the
+    # current-scaling cast is the amax read (2 B), the read (2 B) and one fp8 write (1 B)
+    elems = 32_768 * 2048
+    assert casts(qwen3_30b(B200, fp8_recipe="current"), "expert_up_cast").bytes == 5 * elems
+    assert casts(qwen3_30b(fp8_recipe="current"), "expert_up_cast").bytes == 6 * elems  # the cache tells them apart
+
+
 def test_dense_gemm_casts_and_step():
     # the attention's linears are one tensor each: 6 B, 3 kernels; the step gets slower, not faster
     job = qwen3_30b(fp8_recipe="current")

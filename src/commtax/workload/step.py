@@ -215,6 +215,12 @@ def _mem(name: str, nbytes: float, kernels: int = 1) -> Compute:
     return Compute(name, 0.0, nbytes, "memory", kernels=kernels)
 
 
+# GPU generations whose fp8 GEMMs accept non-TN layouts: Transformer Engine keeps no transposed fp8 copy there
+# (transformer_engine/common/transformer_engine.cpp nvte_is_non_tn_fp8_gemm_supported: SM 10.0 and later;
+# pytorch/csrc/quantizer.cpp with_transpose = columnwise_usage && !is_non_tn_fp8_gemm_supported)
+NON_TN_FP8_ARCHS = ("blackwell",)
+
+
 def _fp8_casts(job: Job, name: str, elems: float, groups: int = 1) -> Compute:
     """Preparing fp8 GEMM operands: bytes per element by scaling recipe (catalog/assumptions.yaml).
 
@@ -228,7 +234,9 @@ def _fp8_casts(job: Job, name: str, elems: float, groups: int = 1) -> Compute:
     """
     a = default_assumptions()
     if job.plan.fp8_recipe == "current":
-        return _mem(name, a.v("fp8_cast_bytes_current") * elems, kernels=3 * groups)
+        # Blackwell's fp8 GEMMs take any layout, so TE writes no transpose (nvte_is_non_tn_fp8_gemm_supported)
+        per_elem = a.v("fp8_cast_bytes_current") - (1.0 if job.cluster.gpu.arch in NON_TN_FP8_ARCHS else 0.0)
+        return _mem(name, per_elem * elems, kernels=3 * groups)
     if job.plan.fp8_recipe == "mxfp8":
         split = groups if job.plan.cuda_graphs != "full_iteration" else 1
         return _mem(name, a.v("fp8_cast_bytes_mxfp8") * elems, kernels=split)
@@ -1066,6 +1074,8 @@ def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     )
     if job.model.is_moe:  # the MoE layer's node deduplication reads the NVLink domain's size
         key += (job.cluster.gpus_per_node,)
+    if p.fp8_recipe == "current":  # current scaling's casts write a transpose or not by GPU generation
+        key += (job.cluster.gpu.arch,)
     blocks = _BLOCKS.get(key)
     if blocks is None:
         if len(_BLOCKS) >= 4096:
