@@ -4,6 +4,8 @@ nvte_quantize_v2); MXFP8 (plan.fp8_recipe mxfp8): one pass with the block scales
 splits quantized one by one (TE v2.10-v2.16 cast.cpp multi_tensor_quantize_impl: the fused multi-tensor kernel is
 for delayed scaling only); and the Megatron-Bridge FP8 recipes that run them (H100 FP8_CS, Blackwell FP8_MX)."""
 
+import pytest
+
 from commtax.decide.validate import read_rows, row_plan
 from commtax.schedule.analytical import estimate
 from commtax.spec import job_with, load_job
@@ -90,3 +92,9 @@ def test_mxfp8_casts_hand_worked():
     graphed = casts(qwen3_30b(B200, fp8_recipe="mxfp8", cuda_graphs="full_iteration"), "expert_up_cast")
     assert eager.bytes == graphed.bytes == 4.0625 * elems
     assert (eager.kernels, graphed.kernels) == (8, 1)
+
+
+def test_mxfp8_refused_before_blackwell():
+    # Transformer Engine check_mxfp8_support: compute capability 10.0 or higher
+    with pytest.raises(Exception, match="fp8_recipe mxfp8 needs a Blackwell GPU"):
+        qwen3_30b(fp8_recipe="mxfp8")
