@@ -123,13 +123,17 @@ def test_recipe_software_rules():
     # GPT-OSS-120B on H100: recompute_modules [layernorm, moe_act], no virtual pipeline
     rule = recipe_rule(_row("gpt-oss-120b", "h100-sxm5-80gb", "bf16", "26.02"), {"pp": 4, "ep": 8}, "software")
     assert rule["plan"]["recompute_modules"] == ["layernorm", "moe_act"] and rule["plan"]["vp"] == 1
-    # DeepSeek-V3 GB200 FP8: mla_up_proj at v0.3.0 (26.02), mlp at v0.4.0 (26.04), mla_up_proj again from v0.5.0
+    # DeepSeek-V3 GB200 FP8: mla_up_proj in 25.09 (run_script.py @v0.1.0rc4 with token drop), at v0.3.0 (26.02),
+    # mlp at v0.4.0 (26.04), mla_up_proj again from v0.5.0
     ds = {"pp": 4, "ep": 64}
     mods = {
         rel: recipe_rule(_row("deepseek-v3", "gb200", "fp8", rel), ds, "software")["plan"].get("recompute_modules")
         for rel in ("25.09", "26.02", "26.04.01", "26.08")
     }
-    assert mods == {"25.09": None, "26.02": ["mla_up_proj"], "26.04.01": ["mlp"], "26.08": ["mla_up_proj"]}
+    assert mods == {"25.09": ["mla_up_proj"], "26.02": ["mla_up_proj"], "26.04.01": ["mlp"], "26.08": ["mla_up_proj"]}
+    # the 25.09 H100 run: [mla_up_proj, mlp] and no overlapped DP reduction (run_script.py @v0.1.0rc4)
+    h100 = recipe_rule(_row("deepseek-v3", "h100-sxm5-80gb", "fp8", "25.09"), {"pp": 8, "ep": 64}, "software")
+    assert h100["plan"]["recompute_modules"] == ["mla_up_proj", "mlp"] and h100["plan"]["overlap"] == {"dp": False}
     # the 25.11 GB300 runs are published "w/o MTP"; the B200 one "w/ MTP"
     gb300 = recipe_rule(_row("deepseek-v3", "gb300", "fp8", "25.11"), {"pp": 2, "ep": 32}, "software")
     assert gb300["arch"] == {"mtp_layers": 0}

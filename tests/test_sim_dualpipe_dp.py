@@ -78,8 +78,9 @@ def test_zero2_agrees_at_the_frameworks_buckets_and_names_a_dp_bound_rank_at_25_
     # ZeRO-2 on the example: every backward reduces the rank's gradient shard (120 reductions a step). At
     # Megatron-Core's buckets (max(40e6, 1e6·dp) = 128e6 parameters, 488 MiB of fp32; what `commtax simulate` uses)
     # the two agree within 2%; at PyTorch DDP's 25 MiB (SimOptions' default) each of rank 0's ~37k buckets pays the
-    # ring's latency over 128 ranks, its DP wire time outgrows its work and the step waits for it (+11.4%):
-    # explain names the rank, the bucket size and the figures; the estimate names the W-pass tail (33.1 ms)
+    # ring's latency over 128 ranks, its DP wire time outgrows its work and the step waits for it (+7.7%; +11.4%
+    # before branch moe16 priced TE's fp8 padding copies, which lengthen every rank's work): explain names the rank,
+    # the bucket size and the figures; the estimate names the W-pass tail (32.5 ms; 33.1 before)
     job = job_with(load_job(EXAMPLE), zero=2)
     wl = build_workload(job)
     e = estimate(job)
@@ -87,14 +88,14 @@ def test_zero2_agrees_at_the_frameworks_buckets_and_names_a_dp_bound_rank_at_25_
     assert (
         len(tail) == 1
         and "rank 0's last 1 W pass(es)" in tail[0]
-        and "= 33.1 ms past its compute" in tail[0]
+        and "= 32.5 ms past its compute" in tail[0]
         and "max(last, r − B) = 3.7 ms" in tail[0]
     )
     r = simulate(job, options=SimOptions(bucket_bytes=wl.bucket_bytes))
     assert r.breakdown.step_time_s == pytest.approx(e.step_time_s, rel=0.02)
     assert not [x for x in explain(dataclasses.replace(r, estimate=e)) if x.startswith("DP-bound")]
     r25 = simulate(job, options=SimOptions(bucket_bytes=25 * MiB))
-    assert r25.breakdown.step_time_s / e.step_time_s - 1 > 0.1
+    assert r25.breakdown.step_time_s / e.step_time_s - 1 > 0.05
     bound = [x for x in explain(dataclasses.replace(r25, estimate=e)) if x.startswith("DP-bound")]
     assert len(bound) == 1 and "rank 0 " in bound[0] and "buckets of 25 MiB" in bound[0]
     assert "framework's 488 MiB buckets (--bucket-mb differs from them)" in bound[0]

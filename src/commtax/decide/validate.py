@@ -470,6 +470,21 @@ def recipe_rule(row: dict, fixed: dict, rules: str = "rules") -> dict:
     return {}
 
 
+def recipe_fp8(row: dict) -> dict:
+    """The fp8 scaling recipe of a Megatron-Bridge fp8 row (catalog/moe_recipes.yaml ``fp8_recipes``: the first rule
+    whose GPU prefix and dates match), as plan facts, or {}."""
+    if (row.get("precision") or "").strip() != "fp8":
+        return {}
+    gpu = (row.get("gpu") or "").strip()
+    for rule in moe_recipes().get("fp8_recipes", []):
+        if not gpu.startswith(rule["gpu"]):
+            continue
+        if rule.get("since") and not release_at_least(row, rule["since"]):
+            continue
+        return dict(rule["plan"])
+    return {}
+
+
 def recipe_layout(row: dict, stages: int) -> tuple[int, ...] | None:
     """Decoder layers per virtual stage that the row's model's recipes set by hand for ``stages`` = pp·vp virtual
     stages (catalog/moe_recipes.yaml ``layouts``), or None."""
@@ -524,6 +539,7 @@ def _moe_run_job_raw(row: dict, catalog: dict) -> tuple[dict, dict, list[str]]:
     # the run's architecture where the publication states it (the 25.11 tables' "DeepSeekV3 (w/o MTP)")
     raw["model"] = {**raw["model"], **(rule.get("arch") or {})}
     software = {k: v for k, v in (rule.get("plan") or {}).items() if k not in fixed}
+    software.update({k: v for k, v in (recipe_fp8(row) if bridge else {}).items() if k not in fixed})
     if "recompute_modules" in software and software.get("recompute", fixed.get("recompute")) != "selective":
         software.pop("recompute_modules")  # the row's own recompute is not selective: the modules do not apply
     if "recompute_modules" in software:

@@ -47,6 +47,8 @@ class Assumptions(BaseModel):
     legacy_before_year: Assumption  # fallback year rule when a run's framework is unknown
     fp8_cast_bytes_delayed: Assumption  # HBM bytes per element to prepare an fp8 operand (TE delayed scaling)
     fp8_cast_bytes_dynamic: Assumption  # same, dynamic tensorwise scaling (torchao float8)
+    fp8_cast_bytes_current: Assumption  # same, TE per-tensor current scaling (an amax pass, then cast-transpose)
+    fp8_cast_bytes_mxfp8: Assumption  # same, TE MXFP8 block scaling (both layouts and their E8M0 scales, one pass)
     hopper_clock_fraction: Assumption  # sustained / datasheet-peak SM clock of Hopper GPUs under dense load
     nccl_ctas_nvlink: Assumption  # SMs an NCCL collective holds on NVLink nodes (one CTA per channel)
     nccl_ctas_pcie: Assumption  # same on PCIe-only nodes

@@ -65,7 +65,7 @@ class Framework(_Spec):
     elementwise: Literal["fused", "compiled", "eager"]
     overlap: FrameworkOverlap
     selective_policy: Literal["attention_core", "per_op"]
-    fp8_recipe: Literal["delayed", "dynamic"]
+    fp8_recipe: Literal["delayed", "dynamic", "current", "mxfp8"]
     dropout: bool
     zero3_gather: Zero3Gather = "bucketed_prefetch"
     reduce_dtype: CommDtype = "bf16"  # dtype of the DP gradient reduction (plan.grad_comm_dtype's default)

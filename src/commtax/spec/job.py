@@ -210,6 +210,17 @@ def _precision_runs(job: Job) -> None:
     job.cluster.gpu.peak_flops(job.training.precision)  # raises SpecError naming the precision
 
 
+@_check()
+def _mxfp8_needs_blackwell(job: Job) -> None:
+    # Transformer Engine quantization.py check_mxfp8_support (v2.14): "Device compute capability 10.0 or higher
+    # required for MXFP8 execution."
+    if job.plan.fp8_recipe == "mxfp8" and job.cluster.gpu.arch != "blackwell":
+        raise ValueError(
+            f"fp8_recipe mxfp8 needs a Blackwell GPU (compute capability 10.0; Transformer Engine's MXFP8 check), "
+            f"not {job.cluster.gpu.arch}: use delayed or current scaling"
+        )
+
+
 def _eager_attention(job: Job) -> Job:
     """The job with eager attention where no fused attention kernel runs on its GPU's architecture
     (catalog/attention.yaml eager_archs); the job itself otherwise (it reads none of ``VARIANT_FIELDS``)."""

@@ -93,6 +93,15 @@ class Model(_Spec):
         "down_proj_bias; Megatron-Bridge gpt_oss_bridge.py add_bias_linear True); the down projection's bias is "
         "priced in the MoE experts",
     )
+    rope_mscale: float | None = Field(
+        default=None,
+        gt=0,
+        le=100,
+        description="YaRN attention (concentration) factor that scales RoPE's cos and sin (GPT-OSS: rope_scaling "
+        "factor 32 and no mscale, 0.1·ln 32 + 1 = 1.3466); Megatron runs such a YaRN RoPE unfused (Megatron-Bridge "
+        "keeps apply_rope_fusion for position_embedding_type rope only; Megatron-Core's fused RoPE takes no mscale "
+        "but 1), so q and k are roped in eager PyTorch (priced for the Megatron-family frameworks)",
+    )
     sliding_window: int | None = Field(
         default=None,
         gt=0,

@@ -101,8 +101,11 @@ class Plan(_Spec):
     selective_policy: Literal["attention_core", "per_op"] = Field(
         default="attention_core", description="what recompute: selective keeps (Megatron attention core / per-op SAC)"
     )
-    fp8_recipe: Literal["delayed", "dynamic"] = Field(
-        default="delayed", description="fp8 scaling: delayed (Transformer Engine) or dynamic tensorwise (torchao)"
+    fp8_recipe: Literal["delayed", "dynamic", "current", "mxfp8"] = Field(
+        default="delayed",
+        description="fp8 scaling: delayed (Transformer Engine), dynamic tensorwise (torchao), current "
+        "(Transformer Engine per-tensor current scaling: an amax pass before each cast) or mxfp8 (Transformer "
+        "Engine MXFP8 block scaling, Blackwell)",
     )
     zero3_gather: Zero3Gather = Field(
         default="bucketed_prefetch",

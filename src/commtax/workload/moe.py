@@ -273,6 +273,35 @@ def expert_bias_ops(job: Job, act_bytes: float) -> tuple[list[Compute], list[Com
     return [fwd], [bwd]
 
 
+# Megatron-Core TEGroupedMLP.forward (experts.py, every Megatron-LM commit of the rows' containers): under fp8 each
+# local expert's rows are padded to the quantization alignment (16 per-tensor, 32 MXFP8: moe_utils
+# get_align_size_for_quantization) by Transformer Engine's Fp8Padding, which copies the bf16 input whole into the
+# padded buffer (tex.fused_multi_row_padding: read and write), and the down projection's output is unpadded by
+# Fp8Unpadding (fused_multi_row_unpadding), each the other's inverse in backward; the permuted probs are padded
+# alike (fp32, one row each). Fp8Padding returns its input untouched only when every count is already aligned:
+# the router's moe_router_padding_for_quantization (off in the recipes: moe_router_padding_for_fp8 False) or
+# HybridEP's in-kernel pad_multiple (token_dispatcher.py _HybridEPManager) make them so, as does token drop padded
+# to capacity (every expert holds the capacity); the dropless alltoall, allgather and DeepEP paths leave random
+# counts (the benchmarks' random logits). The full-iteration recipes' fused grouped MLP pads nothing apart.
+QUANT_PAD_DISPATCHERS = ("alltoall", "allgather", "deepep")
+
+
+def expert_quant_padding_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Compute], list[Compute]]:
+    """(forward, backward) copies of Transformer Engine's Fp8Padding / Fp8Unpadding around the routed experts."""
+    m, p = job.model, job.plan
+    if (
+        not fp8
+        or p.framework not in MEGATRON_EXPERTS
+        or p.moe_dispatcher not in QUANT_PAD_DISPATCHERS
+        or p.cuda_graphs == "full_iteration"
+        or m.capacity_factor is not None
+    ):
+        return [], []
+    rows = expert_rows(job) * local_experts(job)
+    nbytes = 2 * (2 * act_bytes * rows * m.hidden) + 2 * 4.0 * rows  # input pad, output unpad; the probs' pad
+    return [_mem("expert_quant_padding", nbytes, 3)], [_mem("expert_quant_padding_bwd", nbytes, 3)]
+
+
 def host_sync_op(job: Job, fp8: bool) -> list[Compute]:
     n = host_sync_restart_ops(job, fp8)
     return [_mem(MOE_HOST_SYNC, 0.0, n)] if n else []
@@ -308,12 +337,15 @@ def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[O
     fwd += alltoall_dispatcher_ops(job, act_bytes, backward=False)
     bias_f, bias_b = expert_bias_ops(job, act_bytes)
     fwd += bias_f
+    pad_f, pad_b = expert_quant_padding_ops(job, act_bytes, fp8)
+    fwd += pad_f
+    bwd += pad_b
     bwd += [_mem(f"{o.name}_bwd", 2 * o.bytes) for o in mem_ops] + [b for _, b in clamps]
     bwd += token_exchange(job, act_bytes, backward=True) + alltoall_dispatcher_ops(job, act_bytes, backward=True)
     bwd += bias_b
     if fp8:
-        fwd += [_fp8_casts(job, f"{n}_cast", a * c * g) for n, a, b, c, g in gemms if n != "router"]
-        bwd += [_fp8_casts(job, f"{n}_grad_cast", a * b * g) for n, a, b, c, g in gemms if n != "router"]
+        fwd += [_fp8_casts(job, f"{n}_cast", a * c * g, g) for n, a, b, c, g in gemms if n != "router"]
+        bwd += [_fp8_casts(job, f"{n}_grad_cast", a * b * g, g) for n, a, b, c, g in gemms if n != "router"]
     return fwd, bwd
 
 
@@ -386,6 +418,7 @@ MLP_NODE_OPS = frozenset(
         "sort_chunks",
         "unsort_chunks",
         "expert_bias",
+        "expert_quant_padding",
     }
 )
 DISPATCH_OPS = frozenset({"ep_dispatch", "ep_allgather", "etp_gather", "ep_counts", "ep_dispatch_probs"})

@@ -215,13 +215,31 @@ def _mem(name: str, nbytes: float, kernels: int = 1) -> Compute:
     return Compute(name, 0.0, nbytes, "memory", kernels=kernels)
 
 
-def _fp8_casts(job: Job, name: str, elems: float) -> Compute:
+# GPU generations whose fp8 GEMMs accept non-TN layouts: Transformer Engine keeps no transposed fp8 copy there
+# (transformer_engine/common/transformer_engine.cpp nvte_is_non_tn_fp8_gemm_supported: SM 10.0 and later;
+# pytorch/csrc/quantizer.cpp with_transpose = columnwise_usage && !is_non_tn_fp8_gemm_supported)
+NON_TN_FP8_ARCHS = ("blackwell",)
+
+
+def _fp8_casts(job: Job, name: str, elems: float, groups: int = 1) -> Compute:
     """Preparing fp8 GEMM operands: bytes per element by scaling recipe (catalog/assumptions.yaml).
 
     Eager dynamic scaling runs an amax pass and two casts; under torch.compile the amax reduction fuses into
     the producing kernel and one cast kernel writes both layouts, as Transformer Engine's cast-transpose does.
+    Transformer Engine's current scaling runs an amax kernel, a scale kernel and a cast-transpose per tensor, MXFP8
+    one kernel that takes each 32-element block's scale as it casts. The eager GroupedLinear quantizes a grouped
+    GEMM's ``groups`` splits one by one (TE v2.10-v2.16 split_quantize -> multi_tensor_quantize_impl: a fused
+    multi-tensor kernel for delayed scaling only), 3 or 1 kernels per split; the full-iteration recipes' fused
+    grouped MLP (TE ops ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8) quantizes all splits in one tex.group_quantize.
     """
     a = default_assumptions()
+    if job.plan.fp8_recipe == "current":
+        # Blackwell's fp8 GEMMs take any layout, so TE writes no transpose (nvte_is_non_tn_fp8_gemm_supported)
+        per_elem = a.v("fp8_cast_bytes_current") - (1.0 if job.cluster.gpu.arch in NON_TN_FP8_ARCHS else 0.0)
+        return _mem(name, per_elem * elems, kernels=3 * groups)
+    if job.plan.fp8_recipe == "mxfp8":
+        split = groups if job.plan.cuda_graphs != "full_iteration" else 1
+        return _mem(name, a.v("fp8_cast_bytes_mxfp8") * elems, kernels=split)
     eager_dynamic = job.plan.fp8_recipe == "dynamic" and job.plan.elementwise == "eager"
     per_elem = a.v("fp8_cast_bytes_dynamic") if eager_dynamic else a.v("fp8_cast_bytes_delayed")
     return _mem(name, per_elem * elems, kernels=3 if eager_dynamic else 1)
@@ -240,6 +258,36 @@ ELEMENTWISE = {
     "compiled": {"rmsnorm": (1.0, 1), "layernorm": (1.0, 1), "swiglu": (1.0, 1), "gelu": (1.0, 1), "rope": (1.0, 1)},
     "eager": {"rmsnorm": (9.0, 6), "layernorm": (1.0, 1), "swiglu": (10 / 6, 2), "gelu": (1.0, 1), "rope": (3.0, 4)},
 }
+
+
+# RoPE in eager PyTorch where Megatron cannot fuse a YaRN RoPE: Megatron-Bridge's providers turn apply_rope_fusion
+# off for any position_embedding_type but "rope" (utils/fusions.py validate_rope_fusion_compatibility, v0.2.0-v0.6.0;
+# GPT-OSS runs "yarn"), and Megatron-Core's rope_utils.apply_rotary_pos_emb takes the unfused path when mscale != 1.0
+# ("mscale=... is not supported by TE's fused RoPE. Using unfused implementation.", #2038 2025-11-22; attention.py
+# passes the YaRN concentration factor since ADLR/megatron-lm!4044 "YaRN support for gpt-oss", 2025-09-29).
+# _apply_rotary_pos_emb_bshd on q and on k, bytes per element in units of the activation dtype: forward
+# t * cos (r 1, w 1), -x2 on half (0.5 + 0.5), cat(-x2, x1) (1 + 1), * sin (1 + 1), the add (2 + 1),
+# cat((t, t_pass)) (1 + 1) = 12, in 6 kernels, plus cos, sin, their mscale products and casts of the small freqs
+# table (6 kernels); backward (autograd) the two products' gradients (2 + 2), the neg (1), chunk's cat (2), the
+# accumulation of t's two gradients (3), the empty t_pass slice's zeros (1) and their accumulation (3) = 14, in
+# 7 kernels. The full-range t[..., :rot_dim] is t itself (PyTorch's slice of the whole dimension returns self).
+MEGATRON_ROPE = ("megatron-core", "megatron-lm", "nemo")
+ROPE_UNFUSED_FWD, ROPE_UNFUSED_FWD_KERNELS = 12.0, 12  # per element of q or k; kernels per tensor
+ROPE_UNFUSED_BWD, ROPE_UNFUSED_BWD_KERNELS = 14.0, 7
+
+
+def unfused_rope(job: Job) -> bool:
+    """Whether the job's RoPE runs in eager PyTorch (a YaRN factor Megatron-Core's fused RoPE cannot take)."""
+    m, p = job.model, job.plan
+    return m.rope_mscale not in (None, 1.0) and p.framework in MEGATRON_ROPE and p.elementwise == "fused" and not m.mla
+
+
+def _ew_backward(job: Job, name: str, fwd_bytes: float, kernels: int) -> tuple[float, int]:
+    """Bytes and kernels of an elementwise op's backward: it reads its saved input and the gradient and writes the
+    gradient (2 × the forward's bytes), except the unfused RoPE, counted op by op above."""
+    if name == "rope" and unfused_rope(job):
+        return fwd_bytes * ROPE_UNFUSED_BWD / ROPE_UNFUSED_FWD, 2 * ROPE_UNFUSED_BWD_KERNELS
+    return 2 * fwd_bytes, kernels
 
 
 # A bool mask element (PyTorch comparison outputs)
@@ -384,6 +432,8 @@ def _elementwise_ops(job: Job, act_bytes: float, mlp: bool = True) -> dict[str, 
         # many bytes as roping q and k of every head
         qk = b * s * (m.heads + m.kv_heads_) * m.head_dim / t
         out["rope"] = (rope_x * 2 * qk * act_bytes, rope_k)
+        if unfused_rope(job):
+            out["rope"] = (ROPE_UNFUSED_FWD * qk * act_bytes, 2 * ROPE_UNFUSED_FWD_KERNELS)
     if m.mla:  # RMSNorm of the compressed q and kv latents, replicated over TP (DeepSeek-V2 §2.1.2; q/kv_a_layernorm)
         latent = b * s * ((m.q_lora_rank or 0) + m.kv_lora_rank)
         out["mla_norms"] = (norm_x * 2 * latent * act_bytes, (2 if m.q_lora_rank else 1) * norm_k)
@@ -518,7 +568,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
     ew = _elementwise_ops(job, act_bytes, mlp=not moe)
     ew_fwd = [_mem(k, v, n) for k, (v, n) in ew.items()]
     # backward reads saved input and grad, writes grad
-    ew_bwd = [_mem(f"{k}_bwd", 2 * v, n) for k, (v, n) in ew.items()]
+    ew_bwd = [_mem(f"{k}_bwd", *_ew_backward(job, k, v, n)) for k, (v, n) in ew.items()]
     casts_fwd: list[Compute] = []
     casts_bwd: list[Compute] = []
     if fp8:
@@ -1024,6 +1074,8 @@ def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
     )
     if job.model.is_moe:  # the MoE layer's node deduplication reads the NVLink domain's size
         key += (job.cluster.gpus_per_node,)
+    if p.fp8_recipe == "current":  # current scaling's casts write a transpose or not by GPU generation
+        key += (job.cluster.gpu.arch,)
     blocks = _BLOCKS.get(key)
     if blocks is None:
         if len(_BLOCKS) >= 4096:
