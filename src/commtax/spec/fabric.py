@@ -9,7 +9,7 @@ pod's spine, pods join above it. ``oversubscription`` is down- over up-link capa
 switch. Nothing here is priced: commtax.costs.fabric turns it into links and flows.
 """
 
-from __future__ import annotations
+# no `from __future__ import annotations`: pydantic would compile and evaluate each field's annotation string
 
 from typing import Literal
 
@@ -36,7 +36,7 @@ class FabricFlow(_Spec):
     )
 
     @model_validator(mode="after")
-    def _distinct(self) -> FabricFlow:
+    def _distinct(self) -> "FabricFlow":
         if self.src == self.dst:
             raise ValueError(f"src and dst are both node {self.src}; a flow joins two different nodes")
         return self
