@@ -103,6 +103,20 @@ def test_the_estimate_path_imports_neither_typer_rich_numpy_torch_nor_matplotlib
     assert r.stderr.strip().endswith("[]"), r.stderr
 
 
+def test_a_dense_job_without_a_fabric_imports_no_moe_fabric_or_rendezvous_module():
+    """What only MoE (and MTP), fabric or gloo-on-a-fabric jobs use is imported where they use it, as is difflib
+    (an unknown catalog id): start-up (docs/testing.md). The cyclic GC, paused while the path imports, is on again."""
+    code = (
+        "import gc, sys; from commtax.cli.entry import main; sys.argv=['commtax','estimate',"
+        f"{str(WORKED)!r},'--json'];\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "unused = ('commtax.workload.moe', 'commtax.costs.fabric', 'commtax.costs.rendezvous', 'difflib')\n"
+        "sys.stderr.write(repr((sorted(set(unused) & set(sys.modules)), gc.isenabled())))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert r.stderr.strip().endswith("([], True)"), r.stderr
+
+
 def test_plain_estimate_prints_what_the_typer_command_prints(tmp_path):
     fast = entry("estimate", WORKED, "--json", "--out", tmp_path / "b.json")
     slow = typer_run("estimate", WORKED, "--json")

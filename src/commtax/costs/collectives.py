@@ -18,8 +18,10 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from commtax.costs.rendezvous import RendezvousTime
+if TYPE_CHECKING:
+    from commtax.costs.rendezvous import RendezvousTime
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
 # DeepEP's normal (training) kernels: dispatch and combine of MoE tokens (catalog/deepep.yaml)

@@ -16,13 +16,15 @@ overlap in time (PP sends or CP exchanges during an overlapped DP reduction) are
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from commtax.costs.collectives import Level, Placement, gpu_arch
-from commtax.costs.fabric import FabricShare, capacities, fabric_nodes, fabric_share, own_queue_s, path, ring_hops
-from commtax.costs.rendezvous import MAX_RANKS, TWO_WAY_SLOWDOWN, Flow, RendezvousTime, rendezvous_time
 from commtax.spec import Cluster, Job
 from commtax.spec.assumptions import default_assumptions
 from commtax.units import GB, GBIT, US
+
+if TYPE_CHECKING:
+    from commtax.costs.rendezvous import RendezvousTime
 
 GROUPS = ("tp", "cp", "dp", "pp")  # "dp" is the gradient-reduction group: DP × CP ranks
 # MoE groups (Megatron-Core parallel folding): the experts' grid etp×ep×edp×pp, etp fastest, on the same GPUs
@@ -84,9 +86,11 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
     inter = inter_level(cluster, op) if spans else None
     if inter is not None and cluster.uplink_Gbps and n // per_node > (cluster.nodes + 1) // 2:
         inter = uplink_capped(inter, cluster.uplink_Gbps, per_node if rails is None else max(1, min(rails, per_node)))
-    share = FabricShare(1.0, "")
+    share = None  # the fabric's FabricShare, where the group crosses one
     rendezvous = None
     if inter is not None and cluster.fabric is not None:
+        from commtax.costs.fabric import FabricShare, capacities, fabric_share, own_queue_s  # a fabric only
+
         r = per_node if rails is None else max(1, min(rails, per_node))
         pattern = "pairs" if op == "send_recv" and n == 2 else "all_to_all" if op == "all_to_all" else "ring"
         share = fabric_share(
@@ -119,8 +123,8 @@ def placement(cluster: Cluster, n: int, stride: int, op: str | None = None, rail
         arch=gpu_arch(cluster.gpu.name),
         intra_hw="nvlink" if link.kind in ("nvlink", "xgmi") else "pci",
         measured=cluster.profile is not None,
-        binding=share.binding,
-        queue_s=share.queue_s,
+        binding=share.binding if share is not None else "",
+        queue_s=share.queue_s if share is not None else 0.0,
         reverse_share=gloo_duplex(cluster) or 0.0,
         rendezvous=rendezvous,
         channels=int(default_assumptions().v(ctas)),
@@ -134,7 +138,12 @@ def gloo_rendezvous(cluster: Cluster, n: int, stride: int, node_cap: float) -> R
     library is not gloo, the kind runs more than one group at a time or the group has more than MAX_RANKS ranks
     (priced with κ as before)."""
     f = cluster.fabric
-    if f is None or cluster.collective_library != "gloo" or n > MAX_RANKS:
+    if f is None or cluster.collective_library != "gloo":
+        return None
+    from commtax.costs.fabric import capacities, path, ring_hops  # gloo on a fabric only
+    from commtax.costs.rendezvous import MAX_RANKS, TWO_WAY_SLOWDOWN, Flow, rendezvous_time
+
+    if n > MAX_RANKS:
         return None
     groups = concurrent_groups(cluster, n, stride, "all_to_all")
     if len(groups) != 1:
@@ -161,6 +170,8 @@ def concurrent_groups(cluster: Cluster, n: int, stride: int, pattern: str) -> li
 
     Groups of n ranks ``stride`` apart tile the ranks in blocks of n·stride (Megatron's order: the DP groups of
     every stage and TP slot); pipeline pairs are every rank with the rank ``stride`` after it."""
+    from commtax.costs.fabric import fabric_nodes  # a fabric only
+
     assert cluster.fabric is not None
     G = cluster.gpus_per_node
     where = fabric_nodes(cluster.fabric, cluster.nodes)

@@ -5,7 +5,7 @@ when it comes from component data: kernel benchmarks, vendor documents). A calib
 any value (``assumptions:`` section of a ``commtax calibrate`` profile); ``fitted()`` lists what was fitted.
 """
 
-from __future__ import annotations
+# no `from __future__ import annotations`: pydantic would compile and evaluate each field's annotation string
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,7 +63,7 @@ class Assumptions(BaseModel):
         """Fields chosen by looking at validation rows, with those rows."""
         return {k: a.fitted_on for k, a in self if a.fitted_on}
 
-    def with_values(self, overrides: dict[str, float], source: str = "calibration profile") -> Assumptions:
+    def with_values(self, overrides: dict[str, float], source: str = "calibration profile") -> "Assumptions":
         """A copy with some values replaced (a calibration profile's ``assumptions:`` section)."""
         unknown = set(overrides) - set(type(self).model_fields)
         if unknown:

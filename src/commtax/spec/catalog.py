@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -86,6 +85,8 @@ def resolve_entry(kind: str, value: Any, catalog: dict, field: str) -> dict:
         raise SpecError(f"{field}: expected a catalog id or a mapping, got {excerpt(value)}{hint}")
     entries = catalog[kind]
     if value not in entries:
+        import difflib  # an unknown id only
+
         close = difflib.get_close_matches(value, entries.keys(), n=1, cutoff=0.4)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise SpecError(f"{field}: unknown {kind} {excerpt(value)}{hint} (known: {', '.join(sorted(entries))})")

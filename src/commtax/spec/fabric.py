@@ -9,7 +9,7 @@ pod's spine, pods join above it. ``oversubscription`` is down- over up-link capa
 switch. Nothing here is priced: commtax.costs.fabric turns it into links and flows.
 """
 
-from __future__ import annotations
+# no `from __future__ import annotations`: pydantic would compile and evaluate each field's annotation string
 
 from typing import Literal
 
@@ -36,7 +36,7 @@ class FabricFlow(_Spec):
     )
 
     @model_validator(mode="after")
-    def _distinct(self) -> FabricFlow:
+    def _distinct(self) -> "FabricFlow":
         if self.src == self.dst:
             raise ValueError(f"src and dst are both node {self.src}; a flow joins two different nodes")
         return self
@@ -75,8 +75,11 @@ class Fabric(_Spec):
     background: dict[FabricLevel, float] = Field(
         default_factory=dict, description="share of each level's uplinks other jobs keep busy, in [0, 1)"
     )
-    flows: list[FabricFlow] = Field(default_factory=list, description="other traffic, flow by flow")
-    colocated: list[FabricJob] = Field(default_factory=list, description="other jobs whose traffic shares the links")
+    # lambdas, not ``list``: pydantic reads each factory's signature, and a builtin's first costs ~4 ms (tokenize)
+    flows: list[FabricFlow] = Field(default_factory=lambda: [], description="other traffic, flow by flow")
+    colocated: list[FabricJob] = Field(
+        default_factory=lambda: [], description="other jobs whose traffic shares the links"
+    )
     sharing: Literal["max-min", "tcp"] = Field(
         default="max-min",
         description="how flows share a congested link: max-min (a switch's per-flow arbitration, InfiniBand's "

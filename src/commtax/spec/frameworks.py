@@ -1,6 +1,6 @@
 """Framework facts (catalog/frameworks.yaml) and the overlap settings a plan takes from them."""
 
-from __future__ import annotations
+# no `from __future__ import annotations`: pydantic would compile and evaluate each field's annotation string
 
 from functools import lru_cache
 from typing import Any, Literal

@@ -2,7 +2,7 @@
 
 Catalog numbers are converted to SI once, here."""
 
-from __future__ import annotations
+# no `from __future__ import annotations`: pydantic would compile and evaluate each field's annotation string
 
 import math
 from typing import Any, Literal
@@ -252,7 +252,7 @@ class Cluster(_Spec):
         return fill_from_pools(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
-    def _shape(self) -> Cluster:
+    def _shape(self) -> "Cluster":
         if self.inter_pool is not None and not self.pools:
             raise ValueError("inter_pool: joins GPU pools; describe them in cluster.pools or remove inter_pool")
         if self.pools:

@@ -1,6 +1,6 @@
 """A job: model, cluster, plan, training, and the checks across them."""
 
-from __future__ import annotations
+# no `from __future__ import annotations`: pydantic would compile and evaluate each field's annotation string
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +32,7 @@ class Job(_Spec):
     training: Training
 
     @model_validator(mode="after")
-    def _consistent(self) -> Job:
+    def _consistent(self) -> "Job":
         """The cross-field checks (``JOB_CHECKS``), in order: the first that fails words the refusal."""
         for check in JOB_CHECKS:
             check.run(self)

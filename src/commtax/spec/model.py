@@ -1,6 +1,6 @@
 """The model architecture: a transformer's shape, dense or Mixture-of-Experts, with MHA/GQA or MLA attention."""
 
-from __future__ import annotations
+# no `from __future__ import annotations`: pydantic would compile and evaluate each field's annotation string
 
 from typing import Literal
 
@@ -125,13 +125,13 @@ class Model(_Spec):
     source: str = "inline"
 
     @model_validator(mode="after")
-    def _window(self) -> Model:
+    def _window(self) -> "Model":
         if self.full_attention_every is not None and self.sliding_window is None:
             raise ValueError("full_attention_every applies to sliding-window models: set sliding_window, or drop it")
         return self
 
     @model_validator(mode="after")
-    def _heads(self) -> Model:
+    def _heads(self) -> "Model":
         if self.attn_head_dim is None and not self.mla and self.hidden % self.heads:
             raise ValueError(
                 f"hidden ({self.hidden}) must be divisible by heads ({self.heads}), or give head_dim explicitly"
@@ -141,7 +141,7 @@ class Model(_Spec):
         return self
 
     @model_validator(mode="after")
-    def _mla(self) -> Model:
+    def _mla(self) -> "Model":
         parts = {"qk_nope_head_dim": self.qk_nope_head_dim, "qk_rope_head_dim": self.qk_rope_head_dim}
         if self.kv_lora_rank is not None and None in parts.values():
             missing = [k for k, v in parts.items() if v is None]
@@ -151,7 +151,7 @@ class Model(_Spec):
         return self
 
     @model_validator(mode="after")
-    def _moe(self) -> Model:
+    def _moe(self) -> "Model":
         moe = {"num_experts": self.num_experts, "top_k": self.top_k, "moe_ffn_hidden": self.moe_ffn_hidden}
         given = [k for k, v in moe.items() if v is not None]
         if given and len(given) < 3:

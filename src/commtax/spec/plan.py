@@ -1,6 +1,6 @@
 """The parallel plan and the training run."""
 
-from __future__ import annotations
+# no `from __future__ import annotations`: pydantic would compile and evaluate each field's annotation string
 
 from typing import Any, Literal
 
@@ -163,7 +163,7 @@ class Plan(_Spec):
         "across pools; default: the same per replica",
     )
 
-    def replace(self, **changes: Any) -> Plan:
+    def replace(self, **changes: Any) -> "Plan":
         """The plan with some fields changed, validated again as a whole (cross-field checks included; the
         framework's defaults fill no field, since every field is set). A bad change raises a SpecError naming
         ``plan.<field>``."""
@@ -188,7 +188,7 @@ class Plan(_Spec):
         return frozenset(("core_attn",) if self.recompute_modules is None else self.recompute_modules)
 
     @model_validator(mode="after")
-    def _recompute_modules_need_selective(self) -> Plan:
+    def _recompute_modules_need_selective(self) -> "Plan":
         mods = self.recompute_modules
         if mods is None:
             return self
@@ -208,7 +208,7 @@ class Plan(_Spec):
         return self
 
     @model_validator(mode="after")
-    def _error_feedback_needs_compression(self) -> Plan:
+    def _error_feedback_needs_compression(self) -> "Plan":
         if self.grad_error_feedback and self.grad_comm_dtype in ("fp32", "bf16", "fp16"):
             raise ValueError(
                 f"grad_error_feedback applies to a quantized grad_comm_dtype (int8, int4, fp8_e4m3, fp8_e5m2, "

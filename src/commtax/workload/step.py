@@ -816,11 +816,11 @@ def stage_param_split(job: Job) -> list[tuple[float, float]]:
 def mtp_params_per_gpu(job: Job) -> tuple[float, float]:
     """(dense, expert) parameters of the MTP modules on one GPU of the last stage: the layer's attention, norms
     and dense or shared MLP TP-sharded, the projection replicated, routed experts as a MoE layer's."""
-    from commtax.workload.moe import expert_params_per_gpu, moe_dense_params_per_layer
-
     m, p = job.model, job.plan
     if not m.mtp_layers:
         return 0.0, 0.0
+    from commtax.workload.moe import expert_params_per_gpu, moe_dense_params_per_layer  # built on this module; MTP only
+
     attn = (m.attention_params() + 2 * m.hidden) / p.tp
     mlp = moe_dense_params_per_layer(job) if m.is_moe else m.mlp_params(m.ffn) / p.tp
     dense = 2 * m.hidden + 2 * m.hidden * m.hidden + attn + mlp
