@@ -1309,6 +1309,47 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+# The default number of processes, from the work a search has (``default_workers``). A worker costs CPU whatever
+# it saves: the fork, the pages it and the search process then copy on write, its results through a pipe, and two
+# processes slowing each other down. Measured on 2026-12-07 (2-core KVM host, warm, GPT-3 175B on 4,096 H100,
+# 143,880 plans in ~1.7 CPU-s): a second process cost +0.12 to +0.64 CPU-s per search (median +0.3, 2.3k -> 19k page
+# faults), and it bought 0.55 s of wall time only while the host had a core free (1.65 -> 1.09 s): with the other core
+# busy it lost 0.1-0.6 s. The DeepSeek-V3 search (46,188 plans, ~2.5 CPU-s) paid +0.1 CPU-s and gained ~1.4 s on a
+# quiet host. So a process is added per ``WORKER_S`` of estimated one-process work, not below it.
+WORKER_S = 2.0
+# the one-process CPU seconds of a base, per cell of its (vp, micro_batch, sp, recompute) grid and per plan (the
+# zero x grad-dtype arrays), dense and MoE (an MoE stage is priced plan by plan), measured as above over the
+# default spaces of the example jobs and wider ones (--grad-comm-dtype, --micro-batch, --vp, --ep)
+CELL_S = {False: 35e-6, True: 250e-6}
+PLAN_S = 3.6e-6
+
+
+def serial_estimate(job: Job, todo: Sequence[Base]) -> float:
+    """The CPU seconds the bases of a search are estimated to take in one process (``CELL_S``, ``PLAN_S``)."""
+    cell_s, cells, plans = CELL_S[job.model.is_moe], 0, 0
+    for b in todo:
+        n = math.prod(len(b.axes[k]) for k in ("vp", "micro_batch", "sequence_parallel", "recompute"))
+        cells += n
+        plans += n * len(b.axes["zero"]) * len(b.axes["grad_comm_dtype"])
+    return cells * cell_s + plans * PLAN_S
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_workers(job: Job, todo: Sequence[Base]) -> int:
+    """Processes for a search with no ``--workers``: one per ``WORKER_S`` of its estimated one-process work
+    (``serial_estimate``), at least one, at most the CPUs it may use; a search under ``WORKER_S`` runs in this
+    process and forks nothing."""
+    est = serial_estimate(job, todo)
+    return 1 if est < WORKER_S else max(1, min(available_cpus(), math.ceil(est / WORKER_S)))
+
+
 def evaluate_space(
     job: Job,
     space: Space | None = None,
@@ -1322,7 +1363,7 @@ def evaluate_space(
     numbered: list[tuple[int, _BaseResult]] = []  # one process: (position, result), placement by placement
     interrupted = False
     if workers is None:
-        workers = min(2, os.cpu_count() or 1) if len(todo) >= 16 else 1
+        workers = default_workers(job, todo)
     if workers > 1 and "fork" not in _mp_methods():
         workers = 1  # workers inherit the job by fork; elsewhere (Windows) search in one process
     # the search allocates ~10^5 acyclic objects (phases, stage times, workloads) that live to its end: the cyclic
