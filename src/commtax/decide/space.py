@@ -210,9 +210,12 @@ def raw_spec(job: Job) -> dict:
     }
 
 
+_NUMBERS = re.compile(r"\d+")
+
+
 def reason(msg: str) -> str:
     """Group validator messages by their text with the numbers taken out."""
-    return re.sub(r"\d+", "n", msg).strip()
+    return _NUMBERS.sub("n", msg).strip()
 
 
 @dataclass(frozen=True)
