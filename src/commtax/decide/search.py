@@ -544,13 +544,14 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     bubble = np.full((len(vps),) + dims[1:], np.nan)
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
     on_arrays: dict[tuple, list] = {}  # (split, schedule, overlap.pp) -> its 1F1B plans, priced together
+    # prefilled 1F1B plans (their ranks are their stages, ``pipeline_ranks``), per (split, schedule, overlap.pp): every
+    # rank's total and the slowest rank's fields read off the prefilled arrays, all the split's plans at once
+    prefilled_1f1b: dict[tuple, list] = {}
     for (si, j, k, r), (plan_job, wl, key) in g.stage_plans.items():
         plan, prefilled = plan_job.plan, g.stages.get((si, j, k, r))
-        if prefilled is not None and plan.schedule in _ONE_F_ONE_B:  # its ranks are its stages (``pipeline_ranks``)
-            priced, base_key, counts = prefilled  # every stage's total, the slowest's StageTime (``PrefilledStages``)
-            totals = priced.pipeline_totals(base_key, counts)
-            slowest[si, j, k, r] = priced.slowest_row(base_key, counts, totals)  # no StageTime unless one is asked
-            on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), totals, wl))
+        if prefilled is not None and plan.schedule in _ONE_F_ONE_B:
+            slowest[si, j, k, r] = None  # its place in the order, filled below
+            prefilled_1f1b.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), prefilled, wl))
             continue
         if prefilled is not None:
             stages = prefilled[0].pipeline(*prefilled[1:])
@@ -568,6 +569,22 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
             pp_exposed[here, j, k, r] = _est.pp_exposed(plan_job, wl, g.costs, stages, vp=v)[1]
     valid = np.zeros((len(vps),) + dims[1:3], bool)  # the valid (vp, mb, sp)
     valid[tuple(np.array(list(g.jobs)).T)] = True
+    for (si, schedule, overlap_pp), plans in prefilled_1f1b.items():
+        at = on_arrays.setdefault((si, schedule, overlap_pp), [])
+        priced, _, counts = plans[0][1]  # one pass (``PrefilledStages``) and one split: the same layers per rank
+        rows = None
+        if all(x[1][0] is priced for x in plans):
+            rows = priced.split_rows([x[1][1] for x in plans], counts)
+        if rows is not None:  # no StageTime unless one is asked (``SlowRow.stage``)
+            totals, slow = rows
+            for ((j, k, r), _, wl), row, plan_totals in zip(plans, slow, totals):
+                slowest[si, j, k, r] = row
+                at.append(((j, k, r), plan_totals, wl))
+            continue
+        for (j, k, r), (priced, base_key, counts), wl in plans:  # stages priced apart: one by one
+            totals = priced.pipeline_totals(base_key, counts)
+            slowest[si, j, k, r] = priced.slowest_row(base_key, counts, totals)
+            at.append(((j, k, r), totals, wl))
     for (si, schedule, overlap_pp), plans in on_arrays.items():
         _pipeline_on_arrays(g, vps_of_split[si], schedule, overlap_pp, plans, valid, bubble, pp_exposed)
     fields = _SLOW_FIELDS[: len(slow_parts)]  # MoE: the exposed all-to-all fifth

@@ -477,14 +477,14 @@ class PrefilledStages:
 
     def slowest(self, base_key: HashedKey, counts: tuple[int, ...], totals: list[float]) -> StageTime:
         """``slowest_stage`` of the pipeline: the rank with the largest total, the first of equals."""
-        rank = max(range(len(totals)), key=totals.__getitem__)
+        rank = totals.index(max(totals))  # the first of equals, as ``max(range(p), key=totals.__getitem__)``
         p = len(counts)
         return self.stage((base_key, counts[rank], rank == 0, rank == p - 1))
 
     def slowest_row(self, base_key: HashedKey, counts: tuple[int, ...], totals: list[float]) -> SlowRow:
         """``slowest``'s fields as a ``SlowRow``, read off the prefilled arrays: no StageTime built unless the cache
         holds one already (``SlowRow.stage`` builds it for a caller that needs the whole)."""
-        rank = max(range(len(totals)), key=totals.__getitem__)
+        rank = totals.index(max(totals))  # the first of equals, as ``max(range(p), key=totals.__getitem__)``
         key = (base_key, counts[rank], rank == 0, rank == len(counts) - 1)
         at = self.at.get(key)
         if at is None or key in self.cache:
@@ -493,6 +493,35 @@ class PrefilledStages:
         compute, recompute, tp_exposed, cp_exposed, fwd, bwd = group.rows[i]
         share = memory_share(_LinkScalars(*group.scalars[i]))  # the link's compute, gemm, attention
         return SlowRow(compute, recompute, tp_exposed, cp_exposed, fwd, bwd, share, 0.0, self, key)
+
+    def split_rows(self, base_keys: list[HashedKey], counts: tuple[int, ...]) -> tuple[Any, list[SlowRow]] | None:
+        """``pipeline_totals`` and ``slowest_row`` of pipelines with the same layers per rank (a split's plans, one base
+        key each), read off the arrays at once: the ranks' totals (plans × ranks, the same numbers) and each plan's
+        SlowRow, its slowest rank the first of equals. None unless one pass (``_prefill_group``) priced every stage
+        kind of them: the caller reads those one by one."""
+        import numpy as np
+
+        kinds = _stage_kinds(counts)
+        p = len(counts)
+        rank_kind = np.array([kinds.index((n, s == 0, s == p - 1)) for s, n in enumerate(counts)])
+        at, group, rows = self.at, None, []
+        for base_key in base_keys:
+            for n, first, last in kinds:
+                hit = at.get((base_key, n, first, last))
+                if hit is None or (group is not None and hit[0] is not group):
+                    return None
+                group = hit[0]
+                rows.append(hit[1])
+        kind_rows = np.array(rows).reshape(len(base_keys), len(kinds))
+        totals = group.totals[kind_rows][:, rank_kind]  # (plan, rank)
+        slow_rank = np.argmax(totals, axis=1)  # the first of equals, as ``slowest_row``
+        slow_at = kind_rows[np.arange(len(base_keys)), rank_kind[slow_rank]]
+        out = []
+        for base_key, rank, i in zip(base_keys, slow_rank.tolist(), slow_at.tolist()):
+            share = memory_share(_LinkScalars(*group.scalars[i]))
+            key = (base_key, counts[rank], rank == 0, rank == p - 1)
+            out.append(SlowRow(*group.rows[i], share, 0.0, self, key))
+        return totals, out
 
     def pipeline(self, base_key: HashedKey, counts: tuple[int, ...]) -> list[StageTime]:
         """``stage_times``' list of the pipeline, every stage of it built."""
@@ -583,9 +612,13 @@ def _prefill_group(
     link = st.link
     scalars = zip(col(link.compute), col(link.gemm), col(link.attention))
     comm, comm_bytes = _LinkRows(link.comm, col, len(items)), _LinkRows(link.comm_bytes, col, len(items))
-    group = _PricedGroup(used, index, list(fields), list(scalars), comm, comm_bytes)
-    for i, ((key, _), (compute, recompute, tp_exposed, cp_exposed, _, _)) in enumerate(zip(items, group.rows)):
-        priced.totals[key] = compute + recompute + tp_exposed + cp_exposed  # as ``StageTime`` sums it
+    rows = list(fields)
+    totals = [
+        compute + recompute + tp_exposed + cp_exposed for compute, recompute, tp_exposed, cp_exposed, _, _ in rows
+    ]
+    group = _PricedGroup(used, index, rows, list(scalars), comm, comm_bytes, np.array(totals))  # as StageTime sums it
+    for i, ((key, _), total) in enumerate(zip(items, totals)):
+        priced.totals[key] = total
         priced.at[key] = (group, i)
 
 
@@ -599,6 +632,7 @@ class _PricedGroup:
     scalars: list[tuple]  # the link's compute, gemm, attention
     comm: _LinkRows
     comm_bytes: _LinkRows
+    totals: Any  # per stage, its total (StageTime.total), as an array
 
     def stage(self, i: int, key: tuple) -> StageTime:
         groups = self.used[self.index[key[0]]].link_groups((key[2], key[1] > 0, key[3]))
