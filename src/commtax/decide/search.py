@@ -36,6 +36,7 @@ from __future__ import annotations
 import gc
 import itertools
 import math
+import operator
 import os
 import signal
 import struct
@@ -69,6 +70,7 @@ from commtax.decide.space import parse_constraint as parse_constraint
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule import analytical as _est
 from commtax.schedule.analytical import (
+    SlowRow,
     estimate,
     pipeline_bubble,
     prefill_stages,
@@ -590,7 +592,8 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     fields = _SLOW_FIELDS[: len(slow_parts)]  # MoE: the exposed all-to-all fifth
     if slowest:  # every (split, mb, sp, recompute) at once
         at = tuple(np.array(list(slowest)).T)
-        slow_parts[(slice(None), *at)] = np.array([[getattr(s, f) for f in fields] for s in slowest.values()]).T
+        get = operator.itemgetter(*(SlowRow._fields.index(f) for f in fields))  # SlowRow: a NamedTuple
+        slow_parts[(slice(None), *at)] = np.array([get(s) for s in slowest.values()]).T
     return slowest, slow_parts, bubble, pp_exposed
 
 
@@ -625,7 +628,11 @@ def _pipeline_on_arrays(
         pp_exposed[at] = np.where(ok, 0.0, np.nan)
         return
     m = g.n_micro[jkr[0]].astype(np.int64)
-    t_send = np.array([g.costs.collective(wl.pp_send) for _, _, wl in plans])
+    sends: dict[Any, float] = {}  # each distinct send priced once (the plans of one template share theirs)
+    for _, _, wl in plans:
+        if wl.pp_send not in sends:
+            sends[wl.pp_send] = g.costs.collective(wl.pp_send)
+    t_send = np.array([sends[wl.pp_send] for _, _, wl in plans])
     pp_exposed[at] = np.where(ok, _est.sends_exposed(schedule, p, v, m, t_send, totals, overlap_pp), np.nan)
 
 
@@ -694,12 +701,12 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
         _dp_per_stage(g, slowest, per_stage, dp_jobs, with_count, ranks, dp_exposed)
     if on_grid.any() or on_z3.any():
         passes = _slow_passes(g, slowest)
-        if on_grid.any():
-            grid = _dp_grid(g, passes, traffic)
-            dp_exposed = np.where(on_grid[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
-        if on_z3.any():
-            grid = _zero3_grid(g, passes, z3)
-            dp_exposed = np.where(on_z3[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
+        for on, on_arrays, fields in ((on_grid, _dp_grid, traffic), (on_z3, _zero3_grid, z3)):
+            zs = np.flatnonzero(on.any(axis=(0, 1, 3)))  # the ZeRO stages priced this way (elementwise: only those)
+            if zs.size:
+                grid = on_arrays(g, passes, fields[:, :, :, zs])
+                here = on[g.split_of_vp][:, :, None, None][..., zs, :]
+                dp_exposed[..., zs, :] = np.where(here, grid, dp_exposed[..., zs, :])
     return states, optimizer, dp_exposed
 
 
@@ -756,9 +763,8 @@ def _slow_passes(g: _Grid, slowest: dict) -> tuple[np.ndarray, np.ndarray, np.nd
     dims = (len(g.splits),) + tuple(len(g.axis(k)) for k in ("micro_batch", "sequence_parallel", "recompute"))
     fwd, bwd, share = (np.full(dims, np.nan) for _ in range(3))
     at = tuple(np.array(list(slowest)).T)  # every (split, mb, sp, rc) at once
-    fwd[at] = [s.fwd for s in slowest.values()]
-    bwd[at] = [s.bwd for s in slowest.values()]
-    share[at] = [s.share for s in slowest.values()]
+    get = operator.itemgetter(*(SlowRow._fields.index(f) for f in ("fwd", "bwd", "share")))  # SlowRow: a NamedTuple
+    fwd[at], bwd[at], share[at] = np.array([get(s) for s in slowest.values()]).T
     # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
     return tuple(a[g.split_of_vp][:, :, :, :, None, None] for a in (fwd, bwd, share))
 

@@ -403,7 +403,10 @@ def prefill_stages(
     the whole StageTime of the slowest only."""
     cache = costs.stage_cache
     templates = {} if templates is None else templates
-    todo: dict[tuple, tuple[Job, Workload, int, bool, bool]] = {}
+    # the stage kinds to price, by what _combine reads of the plan (one array pass per value; a stage key, whose base
+    # key holds those, is in one group), in the order met
+    groups: dict[tuple, dict[tuple, tuple[Job, Workload, int, bool, bool]]] = {}
+    kinds_of: dict[tuple[int, ...], list[tuple[int, bool, bool]]] = {}  # a split's stage kinds, listed once
     wanted: list[tuple | None] = []  # per plan: its whole-pipeline cache key
     for i, (job, wl) in enumerate(plans):
         if wl.moe_layer is not None:
@@ -413,17 +416,21 @@ def prefill_stages(
         wanted.append((base_key, counts))
         if (base_key, counts) in cache:
             continue
-        for n, first, last in _stage_kinds(counts):
+        kinds = kinds_of.get(counts)
+        if kinds is None:
+            kinds = kinds_of[counts] = _stage_kinds(counts)
+        todo = None
+        for n, first, last in kinds:
             key = (base_key, n, first, last)
             if key not in cache:
-                todo.setdefault(key, (job, wl, n, first, last))
-    groups: dict[tuple, list[tuple]] = {}  # what _combine reads of the plan: one array pass per value
-    for key, item in todo.items():
-        plan = item[0].plan
-        groups.setdefault((plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp), []).append((key, item))
+                if todo is None:
+                    plan = job.plan
+                    todo = groups.setdefault((plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp), {})
+                if key not in todo:
+                    todo[key] = (job, wl, n, first, last)
     priced = PrefilledStages(cache)
-    for items in groups.values():
-        _prefill_group(items, costs, templates, priced)
+    for todo in groups.values():
+        _prefill_group(list(todo.items()), costs, templates, priced)
     return priced, wanted
 
 
@@ -592,16 +599,19 @@ def _prefill_group(
     job = items[0][1][0]
     index: dict[HashedKey, int] = {}
     used: list[StageTemplate] = []
+    at: list[int] = []  # per stage: its template's place in ``used``
     for key, (_, wl, _, _, _) in items:
-        if key[0] not in index:
+        x = index.get(key[0])
+        if x is None:
             tmpl = templates.get(key[0])
             if tmpl is None:
                 blocks = (wl.embed, wl.layer, wl.head)
                 by_pass = tuple(tuple(costs.phase(getattr(b, w)) for b in blocks) for w in PASSES)
                 tmpl = templates[key[0]] = StageTemplate(by_pass)
-            index[key[0]] = len(used)
+            x = index[key[0]] = len(used)
             used.append(tmpl)
-    t = np.array([index[key[0]] for key, _ in items])
+        at.append(x)
+    t = np.array(at)
     n = np.array([it[2] for _, it in items], float)
     first = np.array([it[3] for _, it in items])
     last = np.array([it[4] for _, it in items])
