@@ -701,12 +701,12 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
         _dp_per_stage(g, slowest, per_stage, dp_jobs, with_count, ranks, dp_exposed)
     if on_grid.any() or on_z3.any():
         passes = _slow_passes(g, slowest)
-        for on, on_arrays, fields in ((on_grid, _dp_grid, traffic), (on_z3, _zero3_grid, z3)):
-            zs = np.flatnonzero(on.any(axis=(0, 1, 3)))  # the ZeRO stages priced this way (elementwise: only those)
-            if zs.size:
-                grid = on_arrays(g, passes, fields[:, :, :, zs])
-                here = on[g.split_of_vp][:, :, None, None][..., zs, :]
-                dp_exposed[..., zs, :] = np.where(here, grid, dp_exposed[..., zs, :])
+        if on_grid.any():
+            grid = _dp_grid(g, passes, traffic)
+            dp_exposed = np.where(on_grid[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
+        if on_z3.any():
+            grid = _zero3_grid(g, passes, z3)
+            dp_exposed = np.where(on_z3[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
     return states, optimizer, dp_exposed
 
 
@@ -1068,14 +1068,16 @@ def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
         keys = MOE_PART_KEYS
     parts = [np.asarray(named[k], float) for k in keys]
     shape = np.broadcast_shapes(*(p.shape for p in parts))
-    parts = [np.broadcast_to(p, shape) for p in parts]
+    table = np.empty(shape + (len(parts),))  # parts last: a plan's parts are one row of the table
+    for i, p in enumerate(parts):
+        table[..., i] = p
     step = parts[0]
     for p in parts[1:]:
         step = step + p
     exposed = parts[2] + parts[3] + parts[keys.index("pp_exposed")] + parts[keys.index("dp_exposed")]
     if keys is MOE_PART_KEYS:
         exposed = exposed + parts[4]
-    return step, np.stack(parts, axis=-1), exposed  # parts last: a plan's parts are one row of the table
+    return np.broadcast_to(step, shape), table, np.broadcast_to(exposed, shape)
 
 
 def _codes(job: Job, base: Base, grid: np.ndarray) -> np.ndarray:
