@@ -9,7 +9,9 @@ moves by ~2x over a day); the search's numbers equal
 ``estimate``'s to 1e-9 relative on a random sample. MoE (issue 18): the default search of DeepSeek-V3 on 2,048
 H800 (examples/moe/deepseek-v3-h800.yaml) in < 10 CPU-seconds, workers included, agreeing with ``estimate``
 (``--no-moe`` skips it). Exit status 1 if an agreement check fails (the speed goals are reported, not
-enforced: they depend on the machine and its load).
+enforced: they depend on the machine and its load). ``--workers`` left out: the search's own choice
+(``decide.search.default_workers``: one process for the GPT-3 job, two for DeepSeek-V3 on two CPUs; docs/search.md),
+and the release's own default beside it.
 """
 
 from __future__ import annotations

@@ -280,6 +280,26 @@ def test_the_workload_holds_the_ops_and_the_schedule_reads_the_plans_knobs():
 
 
 @pytest.mark.parametrize("plan", PLANS)
+def test_a_splits_rows_read_at_once_are_each_pipelines_own(plan):
+    """``PrefilledStages.split_rows`` (a search's 1F1B plans of one split at once): each plan's rank totals and slowest
+    rank's fields (``SlowRow``) equal to the bit those read one by one (``pipeline_totals``, ``slowest_row``) and those
+    of the StageTimes ``stage_times`` builds, the slowest the first of equals; no StageTime built."""
+    job = load_job(small_job(**plan))
+    pairs, expected, batched = _built_one_by_one(job)
+    priced, wanted = est.prefill_stages(pairs, batched, {})
+    counts = wanted[0][1]
+    assert all(c == counts for _, c in wanted)  # the recompute variants of one job: one split
+    totals, rows = priced.split_rows([base_key for base_key, _ in wanted], counts)
+    assert len(batched.stage_cache) == 0
+    for stages, (base_key, _), plan_totals, row in zip(expected, wanted, totals, rows):
+        assert plan_totals.tolist() == [s.total for s in stages] == priced.pipeline_totals(base_key, counts)
+        one = priced.slowest_row(base_key, counts, priced.pipeline_totals(base_key, counts))
+        assert tuple(row) == tuple(one)
+        assert row[:7] == est.slow_row(est.slowest_stage(stages))[:7]
+        assert dataclasses.astuple(row.stage()) == dataclasses.astuple(est.slowest_stage(stages))
+
+
+@pytest.mark.parametrize("plan", PLANS)
 def test_prefilled_totals_and_slowest_stage_are_those_of_the_stages_built_one_by_one(plan):
     """``prefill_stages`` (what a search reads): every rank's total and the slowest rank's StageTime equal to the bit
     those of ``stage_times``, the slowest the first of equals (``slowest_stage``); only what was asked is built."""

@@ -157,6 +157,39 @@ def test_n_workers_fork_n_minus_one_processes(monkeypatch):
         assert len(started) == forked
 
 
+def test_default_workers_follow_the_work(monkeypatch):
+    """No --workers: a search whose one-process work is estimated under ``WORKER_S`` forks nothing (32 bases: the old
+    default forked for 16 or more), a larger one a process per ``WORKER_S`` up to the CPUs it may use; --workers N is
+    obeyed whatever the estimate. The example jobs: GPT-3 175B on 4,096 H100 (143,880 plans, ~1.5 CPU-s) in one
+    process, DeepSeek-V3 on 2,048 H800 (46,188 MoE plans, ~2.5 CPU-s) in two on two CPUs."""
+    import multiprocessing.context as mpc
+    from pathlib import Path
+
+    import commtax.decide.search as S
+
+    started = []
+    start = mpc.ForkProcess.start
+    monkeypatch.setattr(mpc.ForkProcess, "start", lambda self: (started.append(self), start(self))[1])
+    monkeypatch.setattr(S, "available_cpus", lambda: 2)
+    job = load_job(small_job(num_gpus=32, global_batch=128))
+    space = Space.parse({"cp": "1,2", "micro_batch": "1..2"})
+    assert len(S.bases(job, space)[0]) >= 16
+    one = search(job, space, top=1)
+    assert started == []
+    assert search(job, space, top=1, workers=2).to_csv() == one.to_csv() and len(started) == 1
+    monkeypatch.setattr(S, "WORKER_S", S.serial_estimate(job, S.bases(job, space)[0]) / 2)  # as if it were larger
+    started.clear()
+    assert search(job, space, top=1).to_csv() == one.to_csv() and len(started) == 1
+    monkeypatch.undo()
+    repo = Path(__file__).resolve().parents[1]
+    for name, cpus, workers in (("compare/gpt3-175b-4096-h100", 2, 1), ("moe/deepseek-v3-h800", 2, 2)):
+        example = load_job(repo / "examples" / f"{name}.yaml")
+        monkeypatch.setattr(S, "available_cpus", lambda cpus=cpus: cpus)
+        assert S.default_workers(example, S.bases(example, Space())[0]) == workers, name
+    monkeypatch.setattr(S, "available_cpus", lambda: 1)
+    assert S.default_workers(example, S.bases(example, Space())[0]) == 1
+
+
 def test_by_placement_keeps_a_placement_in_one_share_and_every_base_once():
     from commtax.decide.search import _by_placement, bases
 

@@ -122,7 +122,12 @@ RentOpt = Annotated[bool, flag("--rent", "price by rental $/GPU-hour instead of 
 WideOpt = Annotated[bool, flag("--wide", "all columns, past 80 (the default fits 80 columns)")]
 WorkersOpt = Annotated[
     Optional[int],
-    typer.Option("--workers", min=1, metavar="N", help="processes for the search (default: 2 on large spaces)"),
+    typer.Option(
+        "--workers",
+        min=1,
+        metavar="N",
+        help="processes for the search (default: one per 2 s of estimated work, up to the CPUs)",
+    ),
 ]
 JobArg = Annotated[Path, typer.Argument(metavar="JOB.yaml", help="job YAML: model, cluster, plan, training")]
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import gc
 import itertools
 import math
+import operator
 import os
 import signal
 import struct
@@ -69,6 +70,7 @@ from commtax.decide.space import parse_constraint as parse_constraint
 from commtax.errors import Interrupted, SpecError
 from commtax.schedule import analytical as _est
 from commtax.schedule.analytical import (
+    SlowRow,
     estimate,
     pipeline_bubble,
     prefill_stages,
@@ -544,13 +546,14 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     bubble = np.full((len(vps),) + dims[1:], np.nan)
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
     on_arrays: dict[tuple, list] = {}  # (split, schedule, overlap.pp) -> its 1F1B plans, priced together
+    # prefilled 1F1B plans (their ranks are their stages, ``pipeline_ranks``), per (split, schedule, overlap.pp): every
+    # rank's total and the slowest rank's fields read off the prefilled arrays, all the split's plans at once
+    prefilled_1f1b: dict[tuple, list] = {}
     for (si, j, k, r), (plan_job, wl, key) in g.stage_plans.items():
         plan, prefilled = plan_job.plan, g.stages.get((si, j, k, r))
-        if prefilled is not None and plan.schedule in _ONE_F_ONE_B:  # its ranks are its stages (``pipeline_ranks``)
-            priced, base_key, counts = prefilled  # every stage's total, the slowest's StageTime (``PrefilledStages``)
-            totals = priced.pipeline_totals(base_key, counts)
-            slowest[si, j, k, r] = priced.slowest_row(base_key, counts, totals)  # no StageTime unless one is asked
-            on_arrays.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), totals, wl))
+        if prefilled is not None and plan.schedule in _ONE_F_ONE_B:
+            slowest[si, j, k, r] = None  # its place in the order, filled below
+            prefilled_1f1b.setdefault((si, plan.schedule, plan.overlap.pp), []).append(((j, k, r), prefilled, wl))
             continue
         if prefilled is not None:
             stages = prefilled[0].pipeline(*prefilled[1:])
@@ -568,12 +571,29 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
             pp_exposed[here, j, k, r] = _est.pp_exposed(plan_job, wl, g.costs, stages, vp=v)[1]
     valid = np.zeros((len(vps),) + dims[1:3], bool)  # the valid (vp, mb, sp)
     valid[tuple(np.array(list(g.jobs)).T)] = True
+    for (si, schedule, overlap_pp), plans in prefilled_1f1b.items():
+        at = on_arrays.setdefault((si, schedule, overlap_pp), [])
+        priced, _, counts = plans[0][1]  # one pass (``PrefilledStages``) and one split: the same layers per rank
+        rows = None
+        if all(x[1][0] is priced for x in plans):
+            rows = priced.split_rows([x[1][1] for x in plans], counts)
+        if rows is not None:  # no StageTime unless one is asked (``SlowRow.stage``)
+            totals, slow = rows
+            for ((j, k, r), _, wl), row, plan_totals in zip(plans, slow, totals):
+                slowest[si, j, k, r] = row
+                at.append(((j, k, r), plan_totals, wl))
+            continue
+        for (j, k, r), (priced, base_key, counts), wl in plans:  # stages priced apart: one by one
+            totals = priced.pipeline_totals(base_key, counts)
+            slowest[si, j, k, r] = priced.slowest_row(base_key, counts, totals)
+            at.append(((j, k, r), totals, wl))
     for (si, schedule, overlap_pp), plans in on_arrays.items():
         _pipeline_on_arrays(g, vps_of_split[si], schedule, overlap_pp, plans, valid, bubble, pp_exposed)
     fields = _SLOW_FIELDS[: len(slow_parts)]  # MoE: the exposed all-to-all fifth
     if slowest:  # every (split, mb, sp, recompute) at once
         at = tuple(np.array(list(slowest)).T)
-        slow_parts[(slice(None), *at)] = np.array([[getattr(s, f) for f in fields] for s in slowest.values()]).T
+        get = operator.itemgetter(*(SlowRow._fields.index(f) for f in fields))  # SlowRow: a NamedTuple
+        slow_parts[(slice(None), *at)] = np.array([get(s) for s in slowest.values()]).T
     return slowest, slow_parts, bubble, pp_exposed
 
 
@@ -608,7 +628,11 @@ def _pipeline_on_arrays(
         pp_exposed[at] = np.where(ok, 0.0, np.nan)
         return
     m = g.n_micro[jkr[0]].astype(np.int64)
-    t_send = np.array([g.costs.collective(wl.pp_send) for _, _, wl in plans])
+    sends: dict[Any, float] = {}  # each distinct send priced once (the plans of one template share theirs)
+    for _, _, wl in plans:
+        if wl.pp_send not in sends:
+            sends[wl.pp_send] = g.costs.collective(wl.pp_send)
+    t_send = np.array([sends[wl.pp_send] for _, _, wl in plans])
     pp_exposed[at] = np.where(ok, _est.sends_exposed(schedule, p, v, m, t_send, totals, overlap_pp), np.nan)
 
 
@@ -739,9 +763,8 @@ def _slow_passes(g: _Grid, slowest: dict) -> tuple[np.ndarray, np.ndarray, np.nd
     dims = (len(g.splits),) + tuple(len(g.axis(k)) for k in ("micro_batch", "sequence_parallel", "recompute"))
     fwd, bwd, share = (np.full(dims, np.nan) for _ in range(3))
     at = tuple(np.array(list(slowest)).T)  # every (split, mb, sp, rc) at once
-    fwd[at] = [s.fwd for s in slowest.values()]
-    bwd[at] = [s.bwd for s in slowest.values()]
-    share[at] = [s.share for s in slowest.values()]
+    get = operator.itemgetter(*(SlowRow._fields.index(f) for f in ("fwd", "bwd", "share")))  # SlowRow: a NamedTuple
+    fwd[at], bwd[at], share[at] = np.array([get(s) for s in slowest.values()]).T
     # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
     return tuple(a[g.split_of_vp][:, :, :, :, None, None] for a in (fwd, bwd, share))
 
@@ -1045,14 +1068,16 @@ def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
         keys = MOE_PART_KEYS
     parts = [np.asarray(named[k], float) for k in keys]
     shape = np.broadcast_shapes(*(p.shape for p in parts))
-    parts = [np.broadcast_to(p, shape) for p in parts]
+    table = np.empty(shape + (len(parts),))  # parts last: a plan's parts are one row of the table
+    for i, p in enumerate(parts):
+        table[..., i] = p
     step = parts[0]
     for p in parts[1:]:
         step = step + p
     exposed = parts[2] + parts[3] + parts[keys.index("pp_exposed")] + parts[keys.index("dp_exposed")]
     if keys is MOE_PART_KEYS:
         exposed = exposed + parts[4]
-    return step, np.stack(parts, axis=-1), exposed  # parts last: a plan's parts are one row of the table
+    return np.broadcast_to(step, shape), table, np.broadcast_to(exposed, shape)
 
 
 def _codes(job: Job, base: Base, grid: np.ndarray) -> np.ndarray:
@@ -1309,6 +1334,47 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+# The default number of processes, from the work a search has (``default_workers``). A worker costs CPU whatever
+# it saves: the fork, the pages it and the search process then copy on write, its results through a pipe, and two
+# processes slowing each other down. Measured on 2026-12-07 (2-core KVM host, warm, GPT-3 175B on 4,096 H100,
+# 143,880 plans in ~1.7 CPU-s): a second process cost +0.12 to +0.64 CPU-s per search (median +0.3, 2.3k -> 19k page
+# faults), and it bought 0.55 s of wall time only while the host had a core free (1.65 -> 1.09 s): with the other core
+# busy it lost 0.1-0.6 s. The DeepSeek-V3 search (46,188 plans, ~2.5 CPU-s) paid +0.1 CPU-s and gained ~1.4 s on a
+# quiet host. So a process is added per ``WORKER_S`` of estimated one-process work, not below it.
+WORKER_S = 2.0
+# the one-process CPU seconds of a base, per cell of its (vp, micro_batch, sp, recompute) grid and per plan (the
+# zero x grad-dtype arrays), dense and MoE (an MoE stage is priced plan by plan), measured as above over the
+# default spaces of the example jobs and wider ones (--grad-comm-dtype, --micro-batch, --vp, --ep)
+CELL_S = {False: 35e-6, True: 250e-6}
+PLAN_S = 3.6e-6
+
+
+def serial_estimate(job: Job, todo: Sequence[Base]) -> float:
+    """The CPU seconds the bases of a search are estimated to take in one process (``CELL_S``, ``PLAN_S``)."""
+    cell_s, cells, plans = CELL_S[job.model.is_moe], 0, 0
+    for b in todo:
+        n = math.prod(len(b.axes[k]) for k in ("vp", "micro_batch", "sequence_parallel", "recompute"))
+        cells += n
+        plans += n * len(b.axes["zero"]) * len(b.axes["grad_comm_dtype"])
+    return cells * cell_s + plans * PLAN_S
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_workers(job: Job, todo: Sequence[Base]) -> int:
+    """Processes for a search with no ``--workers``: one per ``WORKER_S`` of its estimated one-process work
+    (``serial_estimate``), at least one, at most the CPUs it may use; a search under ``WORKER_S`` runs in this
+    process and forks nothing."""
+    est = serial_estimate(job, todo)
+    return 1 if est < WORKER_S else max(1, min(available_cpus(), math.ceil(est / WORKER_S)))
+
+
 def evaluate_space(
     job: Job,
     space: Space | None = None,
@@ -1322,7 +1388,7 @@ def evaluate_space(
     numbered: list[tuple[int, _BaseResult]] = []  # one process: (position, result), placement by placement
     interrupted = False
     if workers is None:
-        workers = min(2, os.cpu_count() or 1) if len(todo) >= 16 else 1
+        workers = default_workers(job, todo)
     if workers > 1 and "fork" not in _mp_methods():
         workers = 1  # workers inherit the job by fork; elsewhere (Windows) search in one process
     # the search allocates ~10^5 acyclic objects (phases, stage times, workloads) that live to its end: the cyclic

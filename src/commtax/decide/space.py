@@ -21,6 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import TypeAdapter, ValidationError
@@ -210,9 +211,14 @@ def raw_spec(job: Job) -> dict:
     }
 
 
+_NUMBERS = re.compile(r"\d+")
+
+
+@lru_cache(maxsize=4096)
 def reason(msg: str) -> str:
-    """Group validator messages by their text with the numbers taken out."""
-    return re.sub(r"\d+", "n", msg).strip()
+    """Group validator messages by their text with the numbers taken out (a search meets ~100 distinct messages
+    ~2,000 times)."""
+    return _NUMBERS.sub("n", msg).strip()
 
 
 @dataclass(frozen=True)

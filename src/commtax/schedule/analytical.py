@@ -403,7 +403,10 @@ def prefill_stages(
     the whole StageTime of the slowest only."""
     cache = costs.stage_cache
     templates = {} if templates is None else templates
-    todo: dict[tuple, tuple[Job, Workload, int, bool, bool]] = {}
+    # the stage kinds to price, by what _combine reads of the plan (one array pass per value; a stage key, whose base
+    # key holds those, is in one group), in the order met
+    groups: dict[tuple, dict[tuple, tuple[Job, Workload, int, bool, bool]]] = {}
+    kinds_of: dict[tuple[int, ...], list[tuple[int, bool, bool]]] = {}  # a split's stage kinds, listed once
     wanted: list[tuple | None] = []  # per plan: its whole-pipeline cache key
     for i, (job, wl) in enumerate(plans):
         if wl.moe_layer is not None:
@@ -413,17 +416,21 @@ def prefill_stages(
         wanted.append((base_key, counts))
         if (base_key, counts) in cache:
             continue
-        for n, first, last in _stage_kinds(counts):
+        kinds = kinds_of.get(counts)
+        if kinds is None:
+            kinds = kinds_of[counts] = _stage_kinds(counts)
+        todo = None
+        for n, first, last in kinds:
             key = (base_key, n, first, last)
             if key not in cache:
-                todo.setdefault(key, (job, wl, n, first, last))
-    groups: dict[tuple, list[tuple]] = {}  # what _combine reads of the plan: one array pass per value
-    for key, item in todo.items():
-        plan = item[0].plan
-        groups.setdefault((plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp), []).append((key, item))
+                if todo is None:
+                    plan = job.plan
+                    todo = groups.setdefault((plan.overlap.tp, plan.overlap.cp, plan.tp, plan.cp), {})
+                if key not in todo:
+                    todo[key] = (job, wl, n, first, last)
     priced = PrefilledStages(cache)
-    for items in groups.values():
-        _prefill_group(items, costs, templates, priced)
+    for todo in groups.values():
+        _prefill_group(list(todo.items()), costs, templates, priced)
     return priced, wanted
 
 
@@ -477,14 +484,14 @@ class PrefilledStages:
 
     def slowest(self, base_key: HashedKey, counts: tuple[int, ...], totals: list[float]) -> StageTime:
         """``slowest_stage`` of the pipeline: the rank with the largest total, the first of equals."""
-        rank = max(range(len(totals)), key=totals.__getitem__)
+        rank = totals.index(max(totals))  # the first of equals, as ``max(range(p), key=totals.__getitem__)``
         p = len(counts)
         return self.stage((base_key, counts[rank], rank == 0, rank == p - 1))
 
     def slowest_row(self, base_key: HashedKey, counts: tuple[int, ...], totals: list[float]) -> SlowRow:
         """``slowest``'s fields as a ``SlowRow``, read off the prefilled arrays: no StageTime built unless the cache
         holds one already (``SlowRow.stage`` builds it for a caller that needs the whole)."""
-        rank = max(range(len(totals)), key=totals.__getitem__)
+        rank = totals.index(max(totals))  # the first of equals, as ``max(range(p), key=totals.__getitem__)``
         key = (base_key, counts[rank], rank == 0, rank == len(counts) - 1)
         at = self.at.get(key)
         if at is None or key in self.cache:
@@ -493,6 +500,35 @@ class PrefilledStages:
         compute, recompute, tp_exposed, cp_exposed, fwd, bwd = group.rows[i]
         share = memory_share(_LinkScalars(*group.scalars[i]))  # the link's compute, gemm, attention
         return SlowRow(compute, recompute, tp_exposed, cp_exposed, fwd, bwd, share, 0.0, self, key)
+
+    def split_rows(self, base_keys: list[HashedKey], counts: tuple[int, ...]) -> tuple[Any, list[SlowRow]] | None:
+        """``pipeline_totals`` and ``slowest_row`` of pipelines with the same layers per rank (a split's plans, one base
+        key each), read off the arrays at once: the ranks' totals (plans × ranks, the same numbers) and each plan's
+        SlowRow, its slowest rank the first of equals. None unless one pass (``_prefill_group``) priced every stage
+        kind of them: the caller reads those one by one."""
+        import numpy as np
+
+        kinds = _stage_kinds(counts)
+        p = len(counts)
+        rank_kind = np.array([kinds.index((n, s == 0, s == p - 1)) for s, n in enumerate(counts)])
+        at, group, rows = self.at, None, []
+        for base_key in base_keys:
+            for n, first, last in kinds:
+                hit = at.get((base_key, n, first, last))
+                if hit is None or (group is not None and hit[0] is not group):
+                    return None
+                group = hit[0]
+                rows.append(hit[1])
+        kind_rows = np.array(rows).reshape(len(base_keys), len(kinds))
+        totals = group.totals[kind_rows][:, rank_kind]  # (plan, rank)
+        slow_rank = np.argmax(totals, axis=1)  # the first of equals, as ``slowest_row``
+        slow_at = kind_rows[np.arange(len(base_keys)), rank_kind[slow_rank]]
+        out = []
+        for base_key, rank, i in zip(base_keys, slow_rank.tolist(), slow_at.tolist()):
+            share = memory_share(_LinkScalars(*group.scalars[i]))
+            key = (base_key, counts[rank], rank == 0, rank == p - 1)
+            out.append(SlowRow(*group.rows[i], share, 0.0, self, key))
+        return totals, out
 
     def pipeline(self, base_key: HashedKey, counts: tuple[int, ...]) -> list[StageTime]:
         """``stage_times``' list of the pipeline, every stage of it built."""
@@ -563,16 +599,19 @@ def _prefill_group(
     job = items[0][1][0]
     index: dict[HashedKey, int] = {}
     used: list[StageTemplate] = []
+    at: list[int] = []  # per stage: its template's place in ``used``
     for key, (_, wl, _, _, _) in items:
-        if key[0] not in index:
+        x = index.get(key[0])
+        if x is None:
             tmpl = templates.get(key[0])
             if tmpl is None:
                 blocks = (wl.embed, wl.layer, wl.head)
                 by_pass = tuple(tuple(costs.phase(getattr(b, w)) for b in blocks) for w in PASSES)
                 tmpl = templates[key[0]] = StageTemplate(by_pass)
-            index[key[0]] = len(used)
+            x = index[key[0]] = len(used)
             used.append(tmpl)
-    t = np.array([index[key[0]] for key, _ in items])
+        at.append(x)
+    t = np.array(at)
     n = np.array([it[2] for _, it in items], float)
     first = np.array([it[3] for _, it in items])
     last = np.array([it[4] for _, it in items])
@@ -583,9 +622,13 @@ def _prefill_group(
     link = st.link
     scalars = zip(col(link.compute), col(link.gemm), col(link.attention))
     comm, comm_bytes = _LinkRows(link.comm, col, len(items)), _LinkRows(link.comm_bytes, col, len(items))
-    group = _PricedGroup(used, index, list(fields), list(scalars), comm, comm_bytes)
-    for i, ((key, _), (compute, recompute, tp_exposed, cp_exposed, _, _)) in enumerate(zip(items, group.rows)):
-        priced.totals[key] = compute + recompute + tp_exposed + cp_exposed  # as ``StageTime`` sums it
+    rows = list(fields)
+    totals = [
+        compute + recompute + tp_exposed + cp_exposed for compute, recompute, tp_exposed, cp_exposed, _, _ in rows
+    ]
+    group = _PricedGroup(used, index, rows, list(scalars), comm, comm_bytes, np.array(totals))  # as StageTime sums it
+    for i, ((key, _), total) in enumerate(zip(items, totals)):
+        priced.totals[key] = total
         priced.at[key] = (group, i)
 
 
@@ -599,6 +642,7 @@ class _PricedGroup:
     scalars: list[tuple]  # the link's compute, gemm, attention
     comm: _LinkRows
     comm_bytes: _LinkRows
+    totals: Any  # per stage, its total (StageTime.total), as an array
 
     def stage(self, i: int, key: tuple) -> StageTime:
         groups = self.used[self.index[key[0]]].link_groups((key[2], key[1] > 0, key[3]))

@@ -51,13 +51,14 @@ def replaced(spec: _M, **changes: Any) -> _M:
     copied = cls.__new__(cls)
     values = spec.__dict__.copy()
     values.update(changes)
-    fields_set = spec.__pydantic_fields_set__.copy()
-    fields_set.update(changes)
-    object.__setattr__(copied, "__dict__", values)
-    object.__setattr__(copied, "__pydantic_extra__", None)
-    object.__setattr__(copied, "__pydantic_fields_set__", fields_set)
-    object.__setattr__(copied, "__pydantic_private__", None)
+    _set(copied, "__dict__", values)
+    _set(copied, "__pydantic_extra__", None)
+    _set(copied, "__pydantic_fields_set__", spec.__pydantic_fields_set__ | changes.keys())  # a new set
+    _set(copied, "__pydantic_private__", None)
     return copied
+
+
+_set = object.__setattr__
 
 
 @functools.lru_cache(maxsize=256)

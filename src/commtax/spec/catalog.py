@@ -137,35 +137,35 @@ def plan_variants(
             except SpecError as e:
                 yield idx, str(e)
         return
-    # the checks that read an axis, by the axes they read: each set's verdicts (the indices of its axes -> each of its
-    # checks' refusal, None where it passes) are filled once per value; ``order`` walks the checks in the validator's
-    # order, so a combination's verdict is the first refusal met
-    order: list[tuple[int, int]] = []  # per check: (its set, its place in the set)
-    sets: dict[tuple[int, ...], list[Callable[[Job], None]]] = {}
+    # the checks that read an axis, by the axes they read: each set's verdict (the indices of its axes -> the
+    # validator position of its first refusing check and that refusal) is filled once per value. A combination's
+    # verdict is the first refusal in the validator's order: the sets are walked by their first check's position,
+    # each read (and its checks run) only where no earlier refusal was met, as walking the checks one by one reads it
+    sets: dict[tuple[int, ...], tuple[list[Callable[[Job], None]], list[int]]] = {}  # axes -> its checks, positions
     for check in JOB_CHECKS:
         at = tuple(a for a, k in enumerate(names) if k in check.reads)
         if at or not checked:
-            runs = sets.setdefault(at, [])
-            order.append((list(sets).index(at), len(runs)))
+            runs, places = sets.setdefault(at, ([], []))
+            places.append(sum(len(r) for r, _ in sets.values()))
             runs.append(check.run)
-    tables = [(operator.itemgetter(*at) if at else _nothing, runs, {}) for at, runs in sets.items()]
+    tables = [
+        (places[0], operator.itemgetter(*at) if at else _nothing, runs, places, {})
+        for at, (runs, places) in sets.items()
+    ]
     for idx in index:
         variant = refusal = None
-        rows: list[tuple[str | None, ...] | None] = [None] * len(tables)
-        for s, place in order:
-            row = rows[s]
-            if row is None:
-                get, runs, seen = tables[s]
-                key = get(idx)
-                row = seen.get(key)
-                if row is None:
-                    if variant is None:
-                        variant = _variant(valid, names, idx, axes)
-                    row = seen[key] = _refusals(runs, variant)
-                rows[s] = row
-            refusal = row[place]
-            if refusal is not None:
+        first_refused = _PASSED
+        for first_place, get, runs, places, seen in tables:  # in the order of their first check (dicts keep it)
+            if first_place >= first_refused:
                 break
+            key = get(idx)
+            verdict = seen.get(key)
+            if verdict is None:
+                if variant is None:
+                    variant = _variant(valid, names, idx, axes)
+                verdict = seen[key] = _first_refusal(_refusals(runs, variant), places)
+            if verdict[0] < first_refused:
+                first_refused, refusal = verdict
         if refusal is _PROGRAMMER:
             try:
                 yield idx, plan_variant(valid, **{k: axes[k][i] for k, i in zip(names, idx)})
@@ -196,6 +196,17 @@ def _variant(valid: Job, names: tuple[str, ...], idx: tuple[int, ...], axes: dic
 
 _UNSEEN = object()
 _PROGRAMMER = "a programmer's check failed"  # ``_refusal`` of an AssertionError: the full validation reports it
+
+
+_PASSED = 1 << 30  # ``plan_variants``: the position of "no check refuses"
+
+
+def _first_refusal(row: tuple[str | None, ...], places: list[int]) -> tuple[int, str | None]:
+    """A set's ``_refusals`` as (the validator position of its first refusal, the refusal); (``_PASSED``, None)."""
+    for place, refusal in zip(places, row):
+        if refusal is not None:
+            return place, refusal
+    return _PASSED, None
 
 
 def _refusals(runs: list[Callable[[Job], None]], job: Job) -> tuple[str | None, ...]:

@@ -172,12 +172,12 @@ class Workload:
 def with_fields(wl: Workload, **changes: Any) -> Workload:
     """``dataclasses.replace(wl, **changes)`` without ``__init__``'s frozen setattr per field (a search makes ~10^4
     of them; Workload has no ``__post_init__``, so the copy holds what ``replace`` would)."""
-    unknown = set(changes) - _WORKLOAD_FIELDS
-    if unknown:
-        raise TypeError(f"Workload has no field {sorted(unknown)[0]!r}")
+    if not _WORKLOAD_FIELDS.issuperset(changes):
+        raise TypeError(f"Workload has no field {sorted(set(changes) - _WORKLOAD_FIELDS)[0]!r}")
     out = object.__new__(Workload)
-    out.__dict__.update(wl.__dict__)
-    out.__dict__.update(changes)
+    values = wl.__dict__.copy()
+    values.update(changes)
+    object.__setattr__(out, "__dict__", values)
     return out
 
 
