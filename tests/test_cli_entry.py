@@ -91,30 +91,34 @@ def test_what_the_entry_reads_typer_reads_the_same_way(argv):
     refuse_folder_outputs(argv)  # no output named a folder (it would exit 2): typer's path checks it first
 
 
-def test_the_estimate_path_imports_neither_typer_rich_numpy_torch_nor_matplotlib():
+def _after_plain_estimate(report: str) -> str:
+    """What ``report`` (Python lines, ending in a write to stderr) writes after ``commtax estimate WORKED --json`` has
+    run in a fresh interpreter."""
     code = (
-        "import sys; from commtax.cli.entry import main; sys.argv=['commtax','estimate',"
+        "import gc, sys; from commtax.cli.entry import main; sys.argv=['commtax','estimate',"
         f"{str(WORKED)!r},'--json'];\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n" + report
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    return r.stderr.strip()
+
+
+def test_the_estimate_path_imports_neither_typer_rich_numpy_torch_nor_matplotlib():
+    written = _after_plain_estimate(
         "heavy = ('typer', 'click', 'rich', 'numpy', 'torch', 'matplotlib')\n"
         "sys.stderr.write(repr(sorted({m.split('.')[0] for m in sys.modules} & set(heavy))))"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert r.stderr.strip().endswith("[]"), r.stderr
+    assert written.endswith("[]"), written
 
 
 def test_a_dense_job_without_a_fabric_imports_no_moe_fabric_or_rendezvous_module():
     """What only MoE (and MTP), fabric or gloo-on-a-fabric jobs use is imported where they use it, as is difflib
     (an unknown catalog id): start-up (docs/testing.md). The cyclic GC, paused while the path imports, is on again."""
-    code = (
-        "import gc, sys; from commtax.cli.entry import main; sys.argv=['commtax','estimate',"
-        f"{str(WORKED)!r},'--json'];\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+    written = _after_plain_estimate(
         "unused = ('commtax.workload.moe', 'commtax.costs.fabric', 'commtax.costs.rendezvous', 'difflib')\n"
         "sys.stderr.write(repr((sorted(set(unused) & set(sys.modules)), gc.isenabled())))"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert r.stderr.strip().endswith("([], True)"), r.stderr
+    assert written.endswith("([], True)"), written
 
 
 def test_plain_estimate_prints_what_the_typer_command_prints(tmp_path):
