@@ -12,8 +12,9 @@ from commtax.decide.validate import recipe_layout, run_job_raw, source_plan, val
 from commtax.spec import load_catalog
 from commtax.spec.pipeline_split import balanced_layout
 
-# issue 18: 20% first, 10% the goal. 19.0% source-averaged, 20.5% over rows since branch moe17 read the NeMo 2.0
-# Llama-4, Grok-1 and Mixtral performance recipes' recompute (none) and bf16 gradient reduction (16.4% and 18.2% before,
+# issue 18: 20% first, 10% the goal. 18.8% source-averaged, 20.4% over rows since branch moe17 read the NeMo 2.0
+# Llama-4, Grok-1 and Mixtral performance recipes' recompute (none), bf16 gradient reduction and the Mixtral-8x22B
+# recipes' TP overlap (off) (16.4% and 18.2% before,
 # gated at 17.0; recipe facts, kept though they move the figure up). 39 rows of 10 sources (branch moe14 added 22
 # rows of 5: NeMo 25.02, a second NeMo
 # 25.04 row, the DGX Cloud Benchmarking recipes' Grok-1, Llama-4 Maverick and DeepSeek-V3 tables of 2025-09-04 and their
@@ -22,7 +23,7 @@ from commtax.spec.pipeline_split import balanced_layout
 # gated at 19.5, since branch moe13: the MoE host sync and the alltoall dispatcher's own passes; 19.6% and 19.7%
 # before that, gated at 20.1) (the 17 rows of 5 sources before: 22.6% and 23.4%, gated at 23.0); the large misses are
 # named in docs/moe.md "Other published MoE runs"
-OTHER_MOE_MAPE_GATE = 19.1
+OTHER_MOE_MAPE_GATE = 18.9
 OTHER_MOE_MAPE_GOAL = 20.0
 BRIDGE_SOURCE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, '26.08 NeMo Container' pre-training tables"
 
@@ -227,6 +228,8 @@ def test_nemo2_performance_recipes_recompute_nothing_and_reduce_in_bf16(validati
     for rid in ("nemo2502_mixtral8x7b_b200", "nemo2502_mixtral8x22b_b200", "nemo2504_mixtral8x22b_gb200"):
         raw, fixed, _ = run_job_raw(rows[rid], catalog)
         assert fixed["recompute"] == "none" and raw["model"]["capacity_factor"] == 1.0, rid
+        # the 8x22B recipes' MegatronCommOverlapCallback leaves tp_comm_overlap False (TP 2 with sequence parallelism)
+        assert fixed.get("overlap") == ({"tp": False} if "8x22b" in rid else None), rid
     _, fixed, _ = run_job_raw(rows["dgxc_dsv3_h100_bf16_512"], catalog)
     assert fixed["recompute"] == "selective" and "grad_comm_dtype" not in fixed  # fp32 reduction, as its recipe keeps
     results = {r.id: r for r in validate(validation_dir / "other_moe_runs.csv").rows}
