@@ -12,14 +12,18 @@ from commtax.decide.validate import recipe_layout, run_job_raw, source_plan, val
 from commtax.spec import load_catalog
 from commtax.spec.pipeline_split import balanced_layout
 
-# issue 18: 20% first, 10% the goal. 39 rows of 10 sources (branch moe14 added 22 rows of 5: NeMo 25.02, a second NeMo
+# issue 18: 20% first, 10% the goal. 18.8% source-averaged, 20.4% over rows since branch moe17 read the NeMo 2.0
+# Llama-4, Grok-1 and Mixtral performance recipes' recompute (none), bf16 gradient reduction and the Mixtral-8x22B
+# recipes' TP overlap (off) (16.4% and 18.2% before,
+# gated at 17.0; recipe facts, kept though they move the figure up). 39 rows of 10 sources (branch moe14 added 22
+# rows of 5: NeMo 25.02, a second NeMo
 # 25.04 row, the DGX Cloud Benchmarking recipes' Grok-1, Llama-4 Maverick and DeepSeek-V3 tables of 2025-09-04 and their
 # 25.08 release's DeepSeek-V3 H100 run), no constant fitted on them: 16.3% source-averaged, 18.3% over rows since
 # issue 18 priced DualPipe per pipeline rank (the DeepSeek-V3 report row -29.5% -> +2.8%; 19.0% and 19.0% before,
 # gated at 19.5, since branch moe13: the MoE host sync and the alltoall dispatcher's own passes; 19.6% and 19.7%
 # before that, gated at 20.1) (the 17 rows of 5 sources before: 22.6% and 23.4%, gated at 23.0); the large misses are
 # named in docs/moe.md "Other published MoE runs"
-OTHER_MOE_MAPE_GATE = 17.0
+OTHER_MOE_MAPE_GATE = 18.9
 OTHER_MOE_MAPE_GOAL = 20.0
 BRIDGE_SOURCE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, '26.08 NeMo Container' pre-training tables"
 
@@ -206,7 +210,30 @@ def test_dgxc_recipe_facts(validation_dir):
     assert fixed["recompute_modules"] == ("mla_up_proj", "mlp", "moe") and raw["model"]["mtp_layers"] == 0
     assert raw["model"].get("capacity_factor") is None  # no token drop on H100 in that script
     raw, fixed, _ = run_job_raw(rows["dgxc_llama4mav_gb200_bf16_128"], catalog)
-    assert raw["model"]["capacity_factor"] == 1.0 and fixed["vp"] == 12 and "grad_comm_dtype" not in fixed
+    assert raw["model"]["capacity_factor"] == 1.0 and fixed["vp"] == 12
+
+
+def test_nemo2_performance_recipes_recompute_nothing_and_reduce_in_bf16(validation_dir):
+    # branch moe17, read from the recipes the rows ran: NeMo 2.0's Llama-4 (NeMo @7a8f1cc7b llama4_e128.py), Grok-1
+    # (@6f2c6fdaf pretrain_grok1_314b.py) and Mixtral (v2.2.0 mixtral_8x22b.py, v2.3.0 mixtral_8x7b.py and
+    # mixtral_8x22b_64k.py) performance recipes set no recompute_granularity (Megatron-Core's default None: nothing
+    # recomputed; the launchers pass no recompute layers or modules), and their pretrain_performance_optimizations set
+    # recipe.trainer.plugins.grad_reduce_in_fp32 = False for bf16 runs too; DeepSeek-V3's does neither
+    catalog = load_catalog()
+    rows = {r["id"]: r for r in _rows(validation_dir, "other_moe_runs.csv")}
+    for rid in ("dgxc_llama4mav_gb200_bf16_128", "dgxc_llama4mav_h100_fp8_512", "dgxc_grok1_gb200_bf16_128"):
+        _, fixed, _ = run_job_raw(rows[rid], catalog)
+        assert fixed["recompute"] == "none" and fixed["grad_comm_dtype"] == "bf16", rid
+        assert "recompute_modules" not in fixed
+    for rid in ("nemo2502_mixtral8x7b_b200", "nemo2502_mixtral8x22b_b200", "nemo2504_mixtral8x22b_gb200"):
+        raw, fixed, _ = run_job_raw(rows[rid], catalog)
+        assert fixed["recompute"] == "none" and raw["model"]["capacity_factor"] == 1.0, rid
+        # the 8x22B recipes' MegatronCommOverlapCallback leaves tp_comm_overlap False (TP 2 with sequence parallelism)
+        assert fixed.get("overlap") == ({"tp": False} if "8x22b" in rid else None), rid
+    _, fixed, _ = run_job_raw(rows["dgxc_dsv3_h100_bf16_512"], catalog)
+    assert fixed["recompute"] == "selective" and "grad_comm_dtype" not in fixed  # fp32 reduction, as its recipe keeps
+    results = {r.id: r for r in validate(validation_dir / "other_moe_runs.csv").rows}
+    assert all(results[rid].extra["fits"] and results[rid].recompute == "none" for rid in rows if "llama4mav" in rid)
 
 
 def test_nemo_long_context_rows_read_gbs_from_ga(validation_dir):
