@@ -284,20 +284,27 @@ def _combine(
     )
 
 
-class HashedKey:
-    """A tuple key whose hash is computed once (it is looked up many times); equal when the tuples are equal."""
+class HashedKey(int):
+    """A tuple key whose hash is computed once (it is looked up many times); equal when the tuples are equal.
 
-    __slots__ = ("value", "_hash")
+    An int whose value is the tuple's hash, so that hashing it (and the stage keys that hold it, ~10^5 times a search)
+    is the int's own C hash, not a Python ``__hash__`` call; it equals another HashedKey of an equal tuple only."""
 
-    def __init__(self, value: tuple) -> None:
+    def __new__(cls, value: tuple) -> HashedKey:
+        self = super().__new__(cls, hash(value))
         self.value = value
-        self._hash = hash(value)
+        return self
 
-    def __hash__(self) -> int:
-        return self._hash
+    __hash__ = int.__hash__  # the C slot: no Python call per hash
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, HashedKey) and self._hash == other._hash and self.value == other.value
+        return isinstance(other, HashedKey) and int.__eq__(self, other) and self.value == other.value
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __reduce__(self) -> tuple:
+        return HashedKey, (self.value,)
 
 
 def stage_layer_counts(job: Job, wl: Workload) -> tuple[int, ...]:
