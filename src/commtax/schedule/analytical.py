@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from commtax.costs.compute import ComputeModel, overlap_slowdown_s
-from commtax.costs.elementwise import any_true, maximum, minimum, where
+from commtax.costs.elementwise import any_true, largest, maximum, minimum, where
 from commtax.costs.pricing import EP_GROUPS, Costs, OverlapPieces, PhaseCost, _phase_cost, overlap_pieces
 from commtax.schedule.breakdown import Breakdown, make_breakdown
 from commtax.spec import Job, per_rank, zero_refusal
@@ -1141,7 +1141,7 @@ def sends_exposed(
     interleaved = 2 * (p * v - 1) * t_send + (0.0 if overlap_pp else 2 * m * t_send)
     if chunked is True:
         return interleaved
-    plain = maximum(fill, m * (steady_cycle(totals, t_send) - _largest(totals)) + 2 * (p - 2) * t_send)
+    plain = maximum(fill, m * (steady_cycle(totals, t_send) - largest(totals)) + 2 * (p - 2) * t_send)
     return where(chunked, interleaved, plain)
 
 
@@ -1159,19 +1159,11 @@ def steady_cycle(totals: list, t_send):
     n = len(totals)
     end = [i in (0, n - 1) or (totals[i] != totals[i - 1]) | (totals[i] != totals[i + 1]) for i in range(n)]
     ends = [i for i in range(n) if any_true(end[i])]
-    best = _largest(totals)
+    best = largest(totals)
     for x, a in enumerate(ends):
         for b in ends[x + 1 :]:
             k = b - a
             best = where(end[a] & end[b], maximum(best, (prefix[b + 1] - prefix[a] + 2 * k * t_send) / (k + 1)), best)
-    return best
-
-
-def _largest(totals: list):
-    """``max(totals)``, elementwise when the totals are arrays."""
-    best = totals[0]
-    for t in totals[1:]:
-        best = maximum(best, t)
     return best
 
 
@@ -1240,7 +1232,7 @@ def slowest_stage(stages: list[StageTime]) -> StageTime:
 
 def pipeline_rest(totals: list):
     """Σ T_s − T_max from the stages' totals (floats, or arrays of many plans': elementwise)."""
-    return maximum(0.0, sum(totals) - _largest(totals))
+    return maximum(0.0, sum(totals) - largest(totals))
 
 
 def one_f_one_b_bubble(totals: list, vp):
