@@ -85,7 +85,7 @@ from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import (
     end_activation_bytes,
     fixed_reserve_bytes,
-    in_flight_micro_batches,
+    in_flight_by_stage,
     layer_bytes_by_recompute,
     loss_micro_batches,
     memory,
@@ -832,9 +832,9 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
         if (j, k) not in layer_jobs:
             layer_jobs[j, k] = g.jobs.job((i, j, k))
     for (i, j), valid_job in pipelines.items():
-        for x, s in enumerate(kinds[g.split_of_vp[i]]):
-            in_flight[i, j, x] = f = in_flight_micro_batches(valid_job, s)
-            held[i, j, x] = loss_micro_batches(valid_job, f)
+        flights = in_flight_by_stage(valid_job, kinds[g.split_of_vp[i]])
+        in_flight[i, j, : len(flights)] = flights
+        held[i, j, : len(flights)] = [loss_micro_batches(valid_job, f) for f in flights]
     for (j, k), valid_job in layer_jobs.items():  # a layer's bytes: the same in every base of this placement
         key = (valid_job.plan.micro_batch, valid_job.plan.sequence_parallel, tuple(recomputes))
         by_layer = g.shared.layer_bytes.get(key)
