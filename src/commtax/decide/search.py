@@ -681,9 +681,10 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                     fields = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
                     traffic[:, si, js, z, d] = np.array(fields)[:, None]
                     continue
-                for j in js:
-                    counted = with_fields(wl, micro_batches=int(g.n_micro[j]))
-                    traffic[:, si, j, z, d] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                # ZeRO-2 reduces every micro-batch: priced for all the micro-batch counts at once (an array of them)
+                counted = with_fields(wl, micro_batches=g.n_micro[js].astype(np.int64))
+                fields = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                traffic[:, si, js, z, d] = [np.broadcast_to(f, len(js)) for f in fields]
                 continue
             if not by_rank and wl.dp_microbatch and _est.zero3_prefetches(job_zd) and overlapped:
                 on_z3[si, js, z, d] = True  # one micro-batch's traffic (``zero3_traffic``) reads no micro-batch count

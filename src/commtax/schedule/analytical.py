@@ -968,7 +968,8 @@ class DPStepParts:
 
 def dp_step_parts(wl: Workload, costs: Costs) -> DPStepParts:
     """Per-step DP traffic (ZeRO 0-2): reduce and gather time, bytes, last reduce bucket, first gather bucket, codec.
-    ZeRO-2 reduces every micro-batch (``reduce_passes``): the reduce time and bytes are per step, all passes."""
+    ZeRO-2 reduces every micro-batch (``reduce_passes``): the reduce time and bytes are per step, all passes.
+    ``wl.micro_batches`` may be an array of counts (a search's micro-batch sizes): what reads it, elementwise."""
     n = reduce_passes(wl)
     nbytes = sum(costs.sent_bytes(c) * (n if i == 0 else 1) for i, c in enumerate(wl.dp_step))
     times = [bucketed_time(costs, c, wl.bucket_bytes) * (n if i == 0 else 1) for i, c in enumerate(wl.dp_step)]
