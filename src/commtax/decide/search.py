@@ -468,8 +468,9 @@ def _grid(job: Job, base: Base, jobs: _ValidJobs, phase_cache: dict[Any, _Shared
             splits.append(key)
         split_of_vp[i] = splits.index(key)
     sample: dict[tuple[int, int, int], Job] = {}
+    split_at = split_of_vp.tolist()  # as Python ints, read once per vp (not a NumPy scalar per combination)
     for i, j, k in jobs:
-        at = (int(split_of_vp[i]), j, k)
+        at = (split_at[i], j, k)
         if at not in sample:
             sample[at] = jobs.job((i, j, k))
     return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
