@@ -13,6 +13,7 @@ interleaved schedule refuses other m; the spec does too), so the 1/v holds where
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Callable
@@ -634,9 +635,9 @@ def _prefill_group(
         compute + recompute + tp_exposed + cp_exposed for compute, recompute, tp_exposed, cp_exposed, _, _ in rows
     ]
     group = _PricedGroup(used, index, rows, list(scalars), comm, comm_bytes, np.array(totals))  # as StageTime sums it
-    for i, ((key, _), total) in enumerate(zip(items, totals)):
-        priced.totals[key] = total
-        priced.at[key] = (group, i)
+    keys = [key for key, _ in items]
+    priced.totals.update(zip(keys, totals))  # each stage's total and place, in C loops (~2 x 10^4 a search)
+    priced.at.update(zip(keys, zip(itertools.repeat(group), range(len(keys)))))
 
 
 @dataclass(frozen=True)
