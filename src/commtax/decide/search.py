@@ -835,15 +835,10 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
             pipelines[i, j] = g.jobs.job((i, j, k))
         if (j, k) not in layer_jobs:
             layer_jobs[j, k] = g.jobs.job((i, j, k))
-    if pipelines:  # every (vp, mb) at once: its stage kinds' rows, NaN past a split's kinds
-        split_at, nan = g.split_of_vp.tolist(), [np.nan] * n_kinds
-        flights, helds = [], []
-        for (i, _), valid_job in pipelines.items():
-            f = in_flight_by_stage(valid_job, kinds[split_at[i]])
-            flights.append(f + nan[len(f) :])
-            helds.append([loss_micro_batches(valid_job, x) for x in f] + nan[len(f) :])
-        at = tuple(np.array(list(pipelines)).T)
-        in_flight[at], held[at] = flights, helds
+    for (i, j), valid_job in pipelines.items():
+        flights = in_flight_by_stage(valid_job, kinds[g.split_of_vp[i]])
+        in_flight[i, j, : len(flights)] = flights
+        held[i, j, : len(flights)] = [loss_micro_batches(valid_job, f) for f in flights]
     for (j, k), valid_job in layer_jobs.items():  # a layer's bytes: the same in every base of this placement
         key = (valid_job.plan.micro_batch, valid_job.plan.sequence_parallel, tuple(recomputes))
         by_layer = g.shared.layer_bytes.get(key)
