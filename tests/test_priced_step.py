@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commtax.costs.elementwise import any_true, maximum, minimum, where
+from commtax.costs.elementwise import any_true, largest, maximum, minimum, where
 from commtax.costs.pricing import Costs
 from commtax.errors import SpecError
 from commtax.schedule import analytical as est
@@ -56,6 +56,23 @@ def test_elementwise_helpers_are_the_builtins_on_floats_and_ufuncs_on_arrays():
     assert any_true(a > 4.0) is True
     # on floats a tie keeps the first argument, as the builtins do (only the sign of a zero can show it)
     assert str(maximum(-0.0, 0.0)) == str(max(-0.0, 0.0)) == "-0.0"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(finite | st.just(float("nan")), min_size=3, max_size=3), min_size=1, max_size=8))
+def test_largest_is_maximum_left_to_right(rows):
+    """``largest``: ``max`` on floats; on arrays of one shape one reduction, the pairwise maxima's values to the bit."""
+    arrays = [np.array(r) for r in rows]
+    pairwise = arrays[0]
+    for a in arrays[1:]:
+        pairwise = np.maximum(pairwise, a)
+    assert largest(arrays).tobytes() == pairwise.tobytes()
+    for col in zip(*rows):
+        floats = list(col)
+        expect = floats[0]
+        for x in floats[1:]:
+            expect = maximum(expect, x)
+        assert str(largest(floats)) == str(expect)
 
 
 @settings(max_examples=60, deadline=None)

@@ -41,6 +41,20 @@ def where(cond: Any, a: Any, b: Any) -> Any:
     return _scalar(np.where(cond, a, b))
 
 
+def largest(values: Any) -> Any:
+    """``max(values)`` (the first of equals), ``maximum`` taken left to right; when the values are arrays of one shape,
+    ``np.maximum.reduce`` over them at once (the same IEEE maxima, element by element: no rounding in a maximum)."""
+    best = values[0]
+    if type(best) not in _PLAIN:
+        import numpy as np
+
+        if len(values) > 2 and all(type(v) is np.ndarray and v.shape == best.shape for v in values):
+            return _scalar(np.maximum.reduce(values))
+    for v in values[1:]:
+        best = maximum(best, v)
+    return best
+
+
 def _scalar(x: Any) -> Any:
     """A 0-d array as its NumPy scalar (a float subclass), so scalar callers never hold arrays."""
     return x[()] if getattr(x, "ndim", 1) == 0 else x

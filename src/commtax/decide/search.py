@@ -36,7 +36,6 @@ from __future__ import annotations
 import gc
 import itertools
 import math
-import operator
 import os
 import signal
 import struct
@@ -85,7 +84,7 @@ from commtax.units import TFLOPS, GiB, memory_need
 from commtax.workload.memory import (
     end_activation_bytes,
     fixed_reserve_bytes,
-    in_flight_micro_batches,
+    in_flight_by_stage,
     layer_bytes_by_recompute,
     loss_micro_batches,
     memory,
@@ -444,6 +443,8 @@ class _Grid:
     stage_keys: dict[tuple[int, int, int, int], tuple] = field(default_factory=dict)  # dense: ``_est.stage_key``
     # ``_prefill``'s dense stages: (``analytical.PrefilledStages``, the pipeline's base key, its layers per rank)
     stages: dict[tuple[int, int, int, int], tuple] = field(default_factory=dict)
+    # ``_stage_parts``' slowest stages as a table: their (split, mb, sp, recompute) indices and SlowRow floats
+    slow_table: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None
 
     def axis(self, name: str) -> list[Any]:
         return self.base.axes[name]
@@ -468,8 +469,9 @@ def _grid(job: Job, base: Base, jobs: _ValidJobs, phase_cache: dict[Any, _Shared
             splits.append(key)
         split_of_vp[i] = splits.index(key)
     sample: dict[tuple[int, int, int], Job] = {}
+    split_at = split_of_vp.tolist()  # as Python ints, read once per vp (not a NumPy scalar per combination)
     for i, j, k in jobs:
-        at = (int(split_of_vp[i]), j, k)
+        at = (split_at[i], j, k)
         if at not in sample:
             sample[at] = jobs.job((i, j, k))
     return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
@@ -590,14 +592,16 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
     for (si, schedule, overlap_pp), plans in on_arrays.items():
         _pipeline_on_arrays(g, vps_of_split[si], schedule, overlap_pp, plans, valid, bubble, pp_exposed)
     fields = _SLOW_FIELDS[: len(slow_parts)]  # MoE: the exposed all-to-all fifth
-    if slowest:  # every (split, mb, sp, recompute) at once
+    if slowest:  # every (split, mb, sp, recompute) at once; the table kept for ``_slow_passes``
         at = tuple(np.array(list(slowest)).T)
-        get = operator.itemgetter(*(SlowRow._fields.index(f) for f in fields))  # SlowRow: a NamedTuple
-        slow_parts[(slice(None), *at)] = np.array([get(s) for s in slowest.values()]).T
+        table = np.array([s[:_SLOW_FLOATS] for s in slowest.values()])  # SlowRow: a NamedTuple, its floats first
+        g.slow_table = at, table
+        slow_parts[(slice(None), *at)] = table[:, [SlowRow._fields.index(f) for f in fields]].T
     return slowest, slow_parts, bubble, pp_exposed
 
 
 _SLOW_FIELDS = ("compute", "recompute", "tp_exposed", "cp_exposed", "ep_exposed")  # ``_assemble``'s slow_parts
+_SLOW_FLOATS = SlowRow._fields.index("ep_exposed") + 1  # SlowRow's numbers: the fields before ``source``
 _ONE_F_ONE_B = ("1f1b", "1f1b-flexible")  # schedules whose bubble and sends read the stages' totals only
 
 
@@ -681,9 +685,10 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                     fields = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
                     traffic[:, si, js, z, d] = np.array(fields)[:, None]
                     continue
-                for j in js:
-                    counted = with_fields(wl, micro_batches=int(g.n_micro[j]))
-                    traffic[:, si, j, z, d] = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                # ZeRO-2 reduces every micro-batch: priced for all the micro-batch counts at once (an array of them)
+                counted = with_fields(wl, micro_batches=g.n_micro[js].astype(np.int64))
+                fields = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
+                traffic[:, si, js, z, d] = [np.broadcast_to(f, len(js)) for f in fields]
                 continue
             if not by_rank and wl.dp_microbatch and _est.zero3_prefetches(job_zd) and overlapped:
                 on_z3[si, js, z, d] = True  # one micro-batch's traffic (``zero3_traffic``) reads no micro-batch count
@@ -700,7 +705,7 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     if per_stage:
         _dp_per_stage(g, slowest, per_stage, dp_jobs, with_count, ranks, dp_exposed)
     if on_grid.any() or on_z3.any():
-        passes = _slow_passes(g, slowest)
+        passes = _slow_passes(g)
         if on_grid.any():
             grid = _dp_grid(g, passes, traffic)
             dp_exposed = np.where(on_grid[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
@@ -757,14 +762,13 @@ def _dp_fields(parts: Any, wl: Workload) -> tuple[float, ...]:
     )
 
 
-def _slow_passes(g: _Grid, slowest: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _slow_passes(g: _Grid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The slowest stage's forward, backward and the memory-bound share of its passes (what DP traffic hides under)
     on the (vp, mb, sp, recompute, zero, gd) grid."""
     dims = (len(g.splits),) + tuple(len(g.axis(k)) for k in ("micro_batch", "sequence_parallel", "recompute"))
     fwd, bwd, share = (np.full(dims, np.nan) for _ in range(3))
-    at = tuple(np.array(list(slowest)).T)  # every (split, mb, sp, rc) at once
-    get = operator.itemgetter(*(SlowRow._fields.index(f) for f in ("fwd", "bwd", "share")))  # SlowRow: a NamedTuple
-    fwd[at], bwd[at], share[at] = np.array([get(s) for s in slowest.values()]).T
+    at, table = g.slow_table  # every (split, mb, sp, rc) at once (``_stage_parts``)
+    fwd[at], bwd[at], share[at] = table[:, [SlowRow._fields.index(f) for f in ("fwd", "bwd", "share")]].T
     # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
     return tuple(a[g.split_of_vp][:, :, :, :, None, None] for a in (fwd, bwd, share))
 
@@ -832,9 +836,9 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
         if (j, k) not in layer_jobs:
             layer_jobs[j, k] = g.jobs.job((i, j, k))
     for (i, j), valid_job in pipelines.items():
-        for x, s in enumerate(kinds[g.split_of_vp[i]]):
-            in_flight[i, j, x] = f = in_flight_micro_batches(valid_job, s)
-            held[i, j, x] = loss_micro_batches(valid_job, f)
+        flights = in_flight_by_stage(valid_job, kinds[g.split_of_vp[i]])
+        in_flight[i, j, : len(flights)] = flights
+        held[i, j, : len(flights)] = [loss_micro_batches(valid_job, f) for f in flights]
     for (j, k), valid_job in layer_jobs.items():  # a layer's bytes: the same in every base of this placement
         key = (valid_job.plan.micro_batch, valid_job.plan.sequence_parallel, tuple(recomputes))
         by_layer = g.shared.layer_bytes.get(key)

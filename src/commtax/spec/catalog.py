@@ -152,20 +152,35 @@ def plan_variants(
         (places[0], operator.itemgetter(*at) if at else _nothing, runs, places, {})
         for at, (runs, places) in sets.items()
     ]
+    # the leading sets that do not read the last axis give every combination of the other axes' values one verdict:
+    # walked at its first combination (the last axis' first value, in product order), that walk's outcome kept for
+    # the others (there each of those sets' verdicts is already filled, so the walk would read them again only)
+    lead = len(tables)
+    if names:
+        last_axis = len(names) - 1
+        lead = next((x for x, (at, _) in enumerate(sets.items()) if last_axis in at), len(tables))
+    head, rest = tables[:lead], tables[lead:]
+    led = (_PASSED, None)
     for idx in index:
-        variant = refusal = None
-        first_refused = _PASSED
-        for first_place, get, runs, places, seen in tables:  # in the order of their first check (dicts keep it)
-            if first_place >= first_refused:
-                break
-            key = get(idx)
-            verdict = seen.get(key)
-            if verdict is None:
-                if variant is None:
-                    variant = _variant(valid, names, idx, axes)
-                verdict = seen[key] = _first_refusal(_refusals(runs, variant), places)
-            if verdict[0] < first_refused:
-                first_refused, refusal = verdict
+        variant = None
+        if names and idx[-1]:  # the head's verdict of this combination's other values, walked at their first
+            (first_refused, refusal), walks = led, (rest,)
+        else:
+            first_refused, refusal, walks = _PASSED, None, (head, rest)
+        for walk in walks:
+            for first_place, get, runs, places, seen in walk:  # in the order of their first check (dicts keep it)
+                if first_place >= first_refused:
+                    break
+                key = get(idx)
+                verdict = seen.get(key)
+                if verdict is None:
+                    if variant is None:
+                        variant = _variant(valid, names, idx, axes)
+                    verdict = seen[key] = _first_refusal(_refusals(runs, variant), places)
+                if verdict[0] < first_refused:
+                    first_refused, refusal = verdict
+            if walk is head:
+                led = first_refused, refusal
         if refusal is _PROGRAMMER:
             try:
                 yield idx, plan_variant(valid, **{k: axes[k][i] for k, i in zip(names, idx)})

@@ -132,29 +132,36 @@ def per_op_selective_bytes(job: Job) -> float:
 
 
 def in_flight_micro_batches(job: Job, stage: int = 0) -> float:
-    """Micro-batches whose activations pipeline rank ``stage`` holds at peak (the first holds the most).
+    """Micro-batches whose activations pipeline rank ``stage`` holds at peak (the first holds the most):
+    ``in_flight_by_stage``'s."""
+    return in_flight_by_stage(job, (stage,))[0]
+
+
+def in_flight_by_stage(job: Job, stages: Iterable[int]) -> list[float]:
+    """Micro-batches whose activations each of pipeline ranks ``stages`` holds at peak (the first holds the most).
 
     1F1B: p − s (Narayanan 2021 §2.2.1: stage s runs p − s − 1 warm-up forwards, then one more before its first
     backward); interleaved: its warm-up chunk forwards, 2(p − s − 1) + (v − 1)·p, plus one, each 1/v of the
     stage's layers (Megatron-Core get_pipeline_parallel_order / schedules.py): p·(1 + (p−1)/(p·v)) on the first
     (Korthikanti §4.2.3); GPipe: all m; ZB-H1 and ZB-V p on every stage (Qi et al. 2023); never more than m.
+    The plan and its micro-batch count are read once for all the stages (a search asks for ~10^4 ranks).
     """
     p, m = job.plan, job.micro_batches
     if p.pp == 1:
-        return 1.0
+        return [1.0 for _ in stages]
     if p.schedule == "gpipe":
-        return float(m)
+        return [float(m) for _ in stages]
     if p.schedule in ("zb-h1", "zb-v"):
         # Qi et al. 2023: every stage holds p micro-batches (ZB-H1 defers stage s's W passes by s: p − s − 1 warm-up
         # forwards + 1 + s), 1F1B's first stage; counted in full (a W-pending micro-batch keeps less: an upper bound)
-        return min(float(m), float(p.pp))
+        return [min(float(m), float(p.pp)) for _ in stages]
     if p.schedule in ("dualpipe", "dualpipev"):  # DeepSeek-V3 Table 2: PP + 1 micro-batches' activations
-        return min(float(m), float(p.pp + 1))
+        return [min(float(m), float(p.pp + 1)) for _ in stages]
     if p.vp > 1:
         # the remainder of m mod p joins the first group (1f1b-flexible; schedule.sim.pipeline.interleaved_order)
         first_group = p.pp + m % p.pp if m >= p.pp else m
-        return min(float(m), (2 * (p.pp - stage - 1) + (p.vp - 1) * first_group + 1) / p.vp)
-    return min(float(m), float(p.pp - stage))
+        return [min(float(m), (2 * (p.pp - stage - 1) + (p.vp - 1) * first_group + 1) / p.vp) for stage in stages]
+    return [min(float(m), float(p.pp - stage)) for stage in stages]
 
 
 @lru_cache(maxsize=4096)
@@ -208,8 +215,8 @@ def stage_activation_bytes_by_recompute(
     embedding, logits = end_activation_bytes(job)
     split = job.stage_layers
     ranks = []
-    for s in range(p.pp) if stages is None else stages:
-        in_flight = in_flight_micro_batches(job, s)
+    stages = range(p.pp) if stages is None else list(stages)
+    for s, in_flight in zip(stages, in_flight_by_stage(job, stages)):
         held = loss_micro_batches(job, in_flight)
         ranks.append((split[s], in_flight, s == 0, s == p.pp - 1, held, moe_layers[s] if moe_layers else 0))
     out = []
