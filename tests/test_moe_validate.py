@@ -5,7 +5,8 @@ import pytest
 from commtax.decide.validate import moe_layers_cell, validate
 from commtax.errors import SpecError
 
-# issue 18 asks for ≤ 15% source-averaged; the model reaches 20.5% today (docs/moe.md "Validation"; 23.2% before the
+# issue 18 asks for ≤ 15% source-averaged; the model reaches 20.0% today (docs/moe.md "Validation"; 20.5% before
+# Transformer Engine's FP8 attention in the 26.06+ NVL72 MXFP8 recipes, branch moe18; 23.2% before the
 # recipes' fp8 scaling, GPT-OSS's unfused RoPE, TE's fp8 padding copies, the 25.09 DeepSeek-V3 recompute, branch
 # moe16; 27.9% before branches
 # moe13 and moe15; 28.9% before the all-to-all overlap was priced per layer piece as Megatron-Core pairs them,
@@ -15,7 +16,7 @@ from commtax.errors import SpecError
 # them; 23.6% before NCCL's all_to_all moved onto its p2p path (checked against measured alltoall_perf in
 # tests/test_nccl_alltoall_measured.py, not against these rows). This gate holds the figure where it is so that a
 # change that makes it worse fails
-MOE_MAPE_GATE = 20.6
+MOE_MAPE_GATE = 20.0
 MOE_MAPE_GOAL = 15.0
 
 
