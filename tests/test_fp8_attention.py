@@ -3,7 +3,8 @@ MXFP8 recipe's fp8_dpa): cuDNN's MXFP8 fused attention on Blackwell at its measu
 (catalog/attention.yaml mxfp8_time_ratio: NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training results, cuDNN
 9.22.0 on GB200), TE's quantization of q, k, v and the output gradient (attention/dot_product_attention/backends.py
 FusedAttnFunc, v2.16), the sliding-window layers' MXFP8 backward computing every causal block, and the 26.06+ NVL72
-MXFP8 Megatron-Bridge recipes that set it (v0.5.0 *_FP8_MX_V1/V2 fp8_dot_product_attention=True; v0.6.0 perf_recipes)."""
+MXFP8 Megatron-Bridge recipes that set it (v0.5.0 *_FP8_MX_V1/V2 fp8_dot_product_attention=True; v0.6.0
+perf_recipes)."""
 
 from dataclasses import replace
 
@@ -13,7 +14,7 @@ from commtax.costs.compute import attention_time, mxfp8_attention_ratio
 from commtax.costs.pricing import Costs
 from commtax.decide.validate import read_rows, row_plan
 from commtax.schedule.analytical import estimate
-from commtax.spec import load_job
+from commtax.spec import job_with, load_job
 from commtax.spec.catalog import load_catalog
 from commtax.workload.step import attention_flop, build_workload
 
@@ -131,3 +132,45 @@ def test_bridge_recipes_that_set_fp8_attention(validation_dir):
         assert fp8_attn(i), i
     for i in ("mb2608_deepseekv3_gb200", "mb2606_gptoss120b_b300_fp8", "mb260401_qwen3235ba22b_gb300_fp8"):
         assert not fp8_attn(i), i
+
+
+def test_search_agrees_with_estimate_with_fp8_attention():
+    # the price is the workload's (estimate, search and simulate read the same ops): a small windowed MoE model on
+    # B200, MXFP8 attention on, searched over tp, pp and the micro-batch
+    from commtax.decide.search import Space, agreement, search
+
+    job = load_job(
+        {
+            "model": {
+                "layers": 8,
+                "hidden": 2048,
+                "heads": 32,
+                "kv_heads": 4,
+                "head_dim": 64,
+                "ffn_hidden": 8192,
+                "vocab": 32000,
+                "gated_mlp": True,
+                "num_experts": 16,
+                "top_k": 2,
+                "moe_ffn_hidden": 1024,
+                "sliding_window": 128,
+                "full_attention_every": 2,
+            },
+            "cluster": {"gpu": "b200-sxm-192gb", "intra_node": "nvlink5", "inter_node": "ib-ndr", "num_gpus": 16},
+            "plan": {
+                "framework": "megatron-core",
+                "ep": 4,
+                "zero": 1,
+                "fp8_recipe": "mxfp8",
+                "attention": "cudnn",
+                "fp8_attention": True,
+            },
+            "training": {"seq_len": 4096, "global_batch": 64, "precision": "fp8"},
+        }
+    )
+    space = Space.parse({"tp": "1,2", "pp": "1,2", "cp": "1", "micro_batch": "1,2", "zero": "1", "vp": "1"})
+    res = search(job, space, top=3, workers=1)
+    a = agreement(job, res, sample=12, seed=0)
+    assert a["step_rel"] <= 1e-9 and a["mem_rel"] <= 1e-9
+    assert res.max_rel_diff <= 1e-9
+    assert estimate(job).step_time_s != estimate(job_with(job, fp8_attention=False)).step_time_s

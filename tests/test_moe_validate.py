@@ -64,9 +64,12 @@ def test_deepseek_gb_mxfp8_overlap_from_26_06():
     fixed = {"pp": 2, "ep": 32}
     new = {**row, "source": "Megatron-Bridge docs, '26.06 NeMo Container' pre-training tables"}
     old = {**row, "source": "Megatron-Bridge docs, '26.04.01 NeMo Container' pre-training tables"}
-    # v0.5.0's DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V1 also runs full-iteration CUDA graphs (no host sync)
+    # v0.5.0's DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V1 also runs full-iteration CUDA graphs (no host sync) and
+    # FP8 dot-product attention (fp8_dot_product_attention=True; branch moe18)
     graphed = {"moe_dispatcher": "hybridep", "moe_a2a_overlap": True, "cuda_graphs": "full_iteration"}
-    assert recipe_plan(new, fixed) == graphed
+    assert recipe_plan(new, fixed) == {**graphed, "fp8_attention": True}
+    # DeepSeek-V3's GB200 MXFP8 recipe sets no FP8 attention (v0.5.0 GB200_FP8_MX_V1; v0.6.0 gb200 fp8mx)
+    assert recipe_plan({**new, "gpu": "gb200"}, {"pp": 4, "ep": 64}) == graphed
     assert recipe_plan(old, fixed) == {"moe_dispatcher": "hybridep"}
 
 
@@ -78,7 +81,8 @@ def test_qwen3_and_gpt_oss_gb_mxfp8_overlap_from_26_06():
     def row(model, gpu, release):
         return {"model": model, "gpu": gpu, "precision": "fp8", "source": f"'{release} NeMo Container' tables"}
 
-    on = {"moe_dispatcher": "hybridep", "moe_a2a_overlap": True, "cuda_graphs": "full_iteration"}  # and graphed
+    # and graphed, with FP8 dot-product attention (v0.5.0 *_FP8_MX_V1/V2, v0.6.0 perf_recipes; branch moe18)
+    on = {"moe_dispatcher": "hybridep", "moe_a2a_overlap": True, "cuda_graphs": "full_iteration", "fp8_attention": True}
     assert recipe_plan(row("qwen3-30b-a3b", "gb300", "26.08"), {"pp": 1, "ep": 8}) == on
     assert recipe_plan(row("qwen3-235b-a22b", "gb200", "26.08"), {"pp": 8, "ep": 32}) == on
     assert recipe_plan(row("gpt-oss-120b", "gb300", "26.06"), {"ep": 16}) == on
