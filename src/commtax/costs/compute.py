@@ -256,11 +256,6 @@ def mxfp8_attention_ratio(kernel: str, arch: str, seq: int, head_dim: int, backw
     return _interp_log(entry["seq"], entry["head_dim"][nearest]["bwd" if backward else "fwd"], seq)
 
 
-def has_mxfp8_attention(kernel: str, arch: str) -> bool:
-    """Whether catalog/attention.yaml measures the kernel's MXFP8 attention on this architecture."""
-    return bool((attention_tables().get("mxfp8_time_ratio", {}).get(kernel) or {}).get(arch))
-
-
 def attention_time(cm: ComputeModel, op: Compute) -> float:
     if op.kernel == "eager":
         return _eager_attention_time(cm, op)

@@ -114,6 +114,12 @@ class Plan(_Spec):
         "time over the BF16 kernel's (catalog/attention.yaml mxfp8_time_ratio) with TE's quantization of q, k, v and "
         "the output gradient; sliding-window layers' backward then computes every causal block",
     )
+    fp8_output_proj: bool = Field(
+        default=False,
+        description="Megatron-Core fp8_output_proj (core 0.18+): the LM head as Transformer Engine's MXFP8 linear "
+        "(TELMHeadColumnParallelLinear, fp8_utils.is_mxfp8_output_proj_active: fp8 with fp8_recipe mxfp8), its three "
+        "GEMMs at the fp8 rate with their input and output-gradient casts; off, the head is a bf16 GEMM in fp8 runs",
+    )
     zero3_gather: Zero3Gather = Field(
         default="bucketed_prefetch",
         description="ZeRO-3/FSDP parameter movement: bucketed_prefetch (one collective "

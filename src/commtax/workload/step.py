@@ -691,14 +691,21 @@ def _head_block(job: Job) -> Block:
     act_bytes = activation_bytes_per_element(tr.precision)
     tokens = p.micro_batch * tr.seq_len // p.cp
     v_local = m.vocab // p.tp
-    logits = _gemm("logits", tokens, v_local, m.hidden, act_bytes)
+    # Megatron-Core fp8_output_proj: the head as Transformer Engine's MXFP8 linear (TELMHeadColumnParallelLinear,
+    # core_v0.18.0), its GEMMs at the fp8 rate, its input quantized in forward and the logits' gradient in backward
+    # (the weights' fp8 copy cached for the step, as the layers' linears); else a bf16 GEMM in fp8 runs
+    fp8 = p.fp8_output_proj
+    logits = _gemm("logits", tokens, v_local, m.hidden, act_bytes, fp8)
     loss_bytes = 3 * 4.0 * tokens * v_local  # upcast + softmax + loss over fp32 logits
     ops_f: list[Op] = [logits, _mem("loss", loss_bytes)]
     ops_b: list[Op] = [
-        _gemm("logits_dgrad", tokens, m.hidden, v_local, act_bytes),
-        _gemm("logits_wgrad", m.hidden, v_local, tokens, act_bytes),
+        _gemm("logits_dgrad", tokens, m.hidden, v_local, act_bytes, fp8),
+        _gemm("logits_wgrad", m.hidden, v_local, tokens, act_bytes, fp8),
         _mem("loss_bwd", loss_bytes),
     ]
+    if fp8:
+        ops_f.insert(0, _fp8_casts(job, "logits_cast", tokens * m.hidden))
+        ops_b.insert(0, _fp8_casts(job, "logits_grad_cast", tokens * v_local))
     if p.tp > 1:
         buf = tokens * m.hidden * act_bytes
         op = "all_gather" if p.sequence_parallel else "all_reduce"
