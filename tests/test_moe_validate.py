@@ -5,7 +5,9 @@ import pytest
 from commtax.decide.validate import moe_layers_cell, validate
 from commtax.errors import SpecError
 
-# issue 18 asks for ≤ 15% source-averaged; the model reaches 20.5% today (docs/moe.md "Validation"; 23.2% before the
+# issue 18 asks for ≤ 15% source-averaged; the model reaches 20.1% today (docs/moe.md "Validation"; 20.0% before the
+# MXFP8 LM head of the 26.06+ DeepSeek-V3 and GPT-OSS GB recipes, a fact that moves it up, and 20.5% before
+# Transformer Engine's FP8 attention in the 26.06+ NVL72 MXFP8 recipes, both branch moe18; 23.2% before the
 # recipes' fp8 scaling, GPT-OSS's unfused RoPE, TE's fp8 padding copies, the 25.09 DeepSeek-V3 recompute, branch
 # moe16; 27.9% before branches
 # moe13 and moe15; 28.9% before the all-to-all overlap was priced per layer piece as Megatron-Core pairs them,
@@ -15,7 +17,7 @@ from commtax.errors import SpecError
 # them; 23.6% before NCCL's all_to_all moved onto its p2p path (checked against measured alltoall_perf in
 # tests/test_nccl_alltoall_measured.py, not against these rows). This gate holds the figure where it is so that a
 # change that makes it worse fails
-MOE_MAPE_GATE = 20.6
+MOE_MAPE_GATE = 20.1
 MOE_MAPE_GOAL = 15.0
 
 
@@ -63,9 +65,13 @@ def test_deepseek_gb_mxfp8_overlap_from_26_06():
     fixed = {"pp": 2, "ep": 32}
     new = {**row, "source": "Megatron-Bridge docs, '26.06 NeMo Container' pre-training tables"}
     old = {**row, "source": "Megatron-Bridge docs, '26.04.01 NeMo Container' pre-training tables"}
-    # v0.5.0's DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V1 also runs full-iteration CUDA graphs (no host sync)
+    # v0.5.0's DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V1 also runs full-iteration CUDA graphs (no host sync) and
+    # FP8 dot-product attention (fp8_dot_product_attention=True; branch moe18)
     graphed = {"moe_dispatcher": "hybridep", "moe_a2a_overlap": True, "cuda_graphs": "full_iteration"}
-    assert recipe_plan(new, fixed) == graphed
+    # and the MXFP8 LM head (v0.5.0 deepseek_llm_pretrain.py fp8_output_proj for every GB300/GB200 MXFP8 config)
+    assert recipe_plan(new, fixed) == {**graphed, "fp8_attention": True, "fp8_output_proj": True}
+    # DeepSeek-V3's GB200 MXFP8 recipe sets no FP8 attention (v0.5.0 GB200_FP8_MX_V1; v0.6.0 gb200 fp8mx)
+    assert recipe_plan({**new, "gpu": "gb200"}, {"pp": 4, "ep": 64}) == {**graphed, "fp8_output_proj": True}
     assert recipe_plan(old, fixed) == {"moe_dispatcher": "hybridep"}
 
 
@@ -77,10 +83,11 @@ def test_qwen3_and_gpt_oss_gb_mxfp8_overlap_from_26_06():
     def row(model, gpu, release):
         return {"model": model, "gpu": gpu, "precision": "fp8", "source": f"'{release} NeMo Container' tables"}
 
-    on = {"moe_dispatcher": "hybridep", "moe_a2a_overlap": True, "cuda_graphs": "full_iteration"}  # and graphed
+    # and graphed, with FP8 dot-product attention (v0.5.0 *_FP8_MX_V1/V2, v0.6.0 perf_recipes; branch moe18)
+    on = {"moe_dispatcher": "hybridep", "moe_a2a_overlap": True, "cuda_graphs": "full_iteration", "fp8_attention": True}
     assert recipe_plan(row("qwen3-30b-a3b", "gb300", "26.08"), {"pp": 1, "ep": 8}) == on
     assert recipe_plan(row("qwen3-235b-a22b", "gb200", "26.08"), {"pp": 8, "ep": 32}) == on
-    assert recipe_plan(row("gpt-oss-120b", "gb300", "26.06"), {"ep": 16}) == on
+    assert recipe_plan(row("gpt-oss-120b", "gb300", "26.06"), {"ep": 16}) == {**on, "fp8_output_proj": True}
     off = {"moe_dispatcher": "hybridep"}
     assert recipe_plan(row("qwen3-235b-a22b", "gb300", "26.04.01"), {"pp": 4, "ep": 32}) == off
     assert recipe_plan(row("gpt-oss-120b", "gb200", "26.04"), {"ep": 64}) == off

@@ -242,11 +242,28 @@ def _eager_attention_time(cm: ComputeModel, op: Compute) -> float:
     return op.flop / (cm.attention_peak_flops * eta)
 
 
+@lru_cache(maxsize=1024)
+def mxfp8_attention_ratio(kernel: str, arch: str, seq: int, head_dim: int, backward: bool) -> float:
+    """Time of the kernel's MXFP8 fused attention over its BF16 time at the same shape (catalog/attention.yaml
+    ``mxfp8_time_ratio``, measured with cuDNN 9.22 on GB200): the nearest measured head dim, log-linear in the
+    sequence length between the measured ones, clamped at the ends. 1 where nothing is measured (the plan refuses
+    fp8 attention there: spec/job.py)."""
+    entry = (attention_tables().get("mxfp8_time_ratio", {}).get(kernel) or {}).get(arch)
+    if not entry:
+        return 1.0
+    dims = sorted(int(d) for d in entry["head_dim"])
+    nearest = min(dims, key=lambda d: (abs(d - head_dim), d))
+    return _interp_log(entry["seq"], entry["head_dim"][nearest]["bwd" if backward else "fwd"], seq)
+
+
 def attention_time(cm: ComputeModel, op: Compute) -> float:
     if op.kernel == "eager":
         return _eager_attention_time(cm, op)
     eff = attention_efficiency(op.kernel or "fa2", cm.arch, op.n, op.k, op.backward)
-    return op.flop / (cm.attention_peak_flops * eff)
+    t = op.flop / (cm.attention_peak_flops * eff)
+    # fp8 attention (plan.fp8_attention: Transformer Engine's MXFP8 dot-product attention): the measured MXFP8 / BF16
+    # time of the same kernel and shape
+    return t * mxfp8_attention_ratio(op.kernel or "fa2", cm.arch, op.n, op.k, op.backward) if op.fp8 else t
 
 
 def launch_floor(cm: ComputeModel, t_gpu: float, kernels: int) -> float:

@@ -221,6 +221,40 @@ def _mxfp8_needs_blackwell(job: Job) -> None:
         )
 
 
+@_check()
+def _fp8_attention_runs(job: Job) -> None:
+    # Transformer Engine runs FP8 attention only inside an fp8 autocast with the recipe's fp8_dpa, on FusedAttention
+    # (cuDNN; FlashAttention and the unfused path are disabled for FP8, attention/dot_product_attention/utils.py
+    # get_attention_backend, v2.16); MXFP8 attention needs sm100 and cuDNN >= 9.21. Only cuDNN's MXFP8 attention on
+    # Blackwell is measured (catalog/attention.yaml mxfp8_time_ratio).
+    p, arch = job.plan, job.cluster.gpu.arch
+    if not p.fp8_attention:
+        return
+    if job.training.precision != "fp8" or p.fp8_recipe != "mxfp8":
+        raise ValueError(
+            "fp8_attention is Transformer Engine's FP8 dot-product attention inside an fp8 run: it is priced for "
+            f"precision fp8 with fp8_recipe mxfp8 (here {job.training.precision}, {p.fp8_recipe})"
+        )
+    measured = read_catalog_yaml(CATALOG_DIR / "attention.yaml").get("mxfp8_time_ratio", {}).get(p.attention) or {}
+    if p.attention != "cudnn" or arch not in measured:
+        raise ValueError(
+            f"fp8_attention runs on cuDNN's fused attention (Transformer Engine disables the other backends for FP8); "
+            f"set attention: cudnn (cuDNN's MXFP8 attention is measured on blackwell, not {p.attention} on {arch})"
+        )
+
+
+@_check()
+def _fp8_output_proj_runs(job: Job) -> None:
+    # Megatron-Core fp8_utils.is_mxfp8_output_proj_active (core_v0.18.0): fp8_output_proj, fp8 and the mxfp8 recipe;
+    # otherwise GPTModel keeps the bf16 ColumnParallelLinear head
+    p = job.plan
+    if p.fp8_output_proj and (job.training.precision != "fp8" or p.fp8_recipe != "mxfp8"):
+        raise ValueError(
+            "fp8_output_proj is Megatron-Core's MXFP8 LM head: it needs precision fp8 with fp8_recipe mxfp8 (here "
+            f"{job.training.precision}, {p.fp8_recipe})"
+        )
+
+
 def _eager_attention(job: Job) -> Job:
     """The job with eager attention where no fused attention kernel runs on its GPU's architecture
     (catalog/attention.yaml eager_archs); the job itself otherwise (it reads none of ``VARIANT_FIELDS``)."""

@@ -107,6 +107,19 @@ class Plan(_Spec):
         "(Transformer Engine per-tensor current scaling: an amax pass before each cast) or mxfp8 (Transformer "
         "Engine MXFP8 block scaling, Blackwell)",
     )
+    fp8_attention: bool = Field(
+        default=False,
+        description="Transformer Engine's FP8 dot-product attention (Megatron-Core --fp8-dot-product-attention, the "
+        "recipe's fp8_dpa): with fp8_recipe mxfp8 on Blackwell, cuDNN's MXFP8 fused attention, priced at its measured "
+        "time over the BF16 kernel's (catalog/attention.yaml mxfp8_time_ratio) with TE's quantization of q, k, v and "
+        "the output gradient; sliding-window layers' backward then computes every causal block",
+    )
+    fp8_output_proj: bool = Field(
+        default=False,
+        description="Megatron-Core fp8_output_proj (core 0.18+): the LM head as Transformer Engine's MXFP8 linear "
+        "(TELMHeadColumnParallelLinear, fp8_utils.is_mxfp8_output_proj_active: fp8 with fp8_recipe mxfp8), its three "
+        "GEMMs at the fp8 rate with their input and output-gradient casts; off, the head is a bf16 GEMM in fp8 runs",
+    )
     zero3_gather: Zero3Gather = Field(
         default="bucketed_prefetch",
         description="ZeRO-3/FSDP parameter movement: bucketed_prefetch (one collective "

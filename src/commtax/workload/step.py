@@ -491,17 +491,51 @@ def _attention_ops(job: Job) -> tuple[Compute, Compute, float, list[Compute], li
     # ring attention runs a fused kernel per step on the local chunk against one K/V chunk (s_local keys): its
     # rate is the kernel's at that length (the causal diagonal step; the others are half-masked blocks)
     keys = tr.seq_len if p.cp == 1 or kernel == "eager" else s_local
-    fwd = Compute("attention", flop, nbytes, "attention", rows, keys, m.head_dim, kernel=kernel)
+    fp8 = p.fp8_attention  # Transformer Engine's MXFP8 dot-product attention: costs.compute.mxfp8_attention_ratio
+    fwd = Compute("attention", flop, nbytes, "attention", rows, keys, m.head_dim, kernel=kernel, fp8=fp8)
     bwd = Compute(
-        "attention_bwd", 2.5 * flop, 2 * nbytes, "attention", rows, keys, m.head_dim, kernel=kernel, backward=True
+        "attention_bwd",
+        2.5 * flop,
+        2 * nbytes,
+        "attention",
+        rows,
+        keys,
+        m.head_dim,
+        kernel=kernel,
+        backward=True,
+        fp8=fp8,
     )
+    extra_f, extra_b = _fp8_attention_casts(job) if fp8 else ([], [])
     if not share:
-        return fwd, bwd, flop, [], []
+        return fwd, bwd, flop, extra_f, extra_b
     wf, w = share * window_attention_flop(job), m.sliding_window
+    # the MXFP8 window forward keeps the BF16 one's time (cuDNN 9.22, catalog/attention.yaml): priced as BF16
     win_f = Compute("attention_window", wf, 0.0, "attention", rows, w, m.head_dim, kernel=kernel)
     win_b = Compute("attention_window_bwd", 2.5 * wf, 0.0, "attention", rows, w, m.head_dim, kernel=kernel)
     win_b = replace(win_b, backward=True)
-    return fwd, bwd, flop, [win_f], [win_b]
+    if fp8:
+        # cuDNN's MXFP8 backward computes every causal block of a windowed layer (its time grows as s², as full
+        # causal attention: catalog/attention.yaml mxfp8_time_ratio): the windowed layers' share of a causal backward
+        causal = 2.5 * attention_flop(job, causal=True) * share
+        win_b = replace(bwd, name="attention_window_bwd", flop=causal)
+    return fwd, bwd, flop, [win_f, *extra_f], [win_b, *extra_b]
+
+
+def _fp8_attention_casts(job: Job) -> tuple[list[Compute], list[Compute]]:
+    """Transformer Engine's quantization for MXFP8 attention (attention/dot_product_attention/backends.py
+    FusedAttnFunc, v2.16): q, k and v before the forward (``combine_and_quantize`` with ``used_in_backward``: both
+    layouts, the backward's transposed GEMMs read the columnwise copy) and the output gradient before the backward
+    (``mxfp8_quantize_fast_path``), at the MXFP8 cast's bytes per element (catalog/assumptions.yaml
+    fp8_cast_bytes_mxfp8); one kernel each. The output and dq, dk, dv stay BF16."""
+    m, p, tr = job.model, job.plan, job.training
+    tokens = p.micro_batch * tr.seq_len // p.cp
+    heads, kv = m.heads // p.tp, max(1, m.kv_heads_ // p.tp)
+    qkv = tokens * (heads * m.head_dim + kv * (m.head_dim + m.value_head_dim))
+    per_elem = default_assumptions().v("fp8_cast_bytes_mxfp8")
+    return (
+        [_mem("attention_fp8_cast", per_elem * qkv, 3)],
+        [_mem("attention_fp8_grad_cast", per_elem * tokens * heads * m.value_head_dim)],
+    )
 
 
 # DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0/1, the Megatron-DeepSpeed bf16 path of BLOOM and MT-NLG)
@@ -636,9 +670,10 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
                     attn_fwd.n,
                     attn_fwd.k,
                     kernel=attn_fwd.kernel,
+                    fp8=attn_fwd.fp8,
                 )
             )
-            ops += [replace(w, name="attention_window_recompute") for w in win_fwd]
+            ops += [replace(w, name=f"{w.name}_recompute") for w in win_fwd]
             if "attn_scores" in ew:
                 ops.append(_mem("attn_scores_recompute", ew["attn_scores"][0]))
             # with CP the recomputed core is ring attention: its K/V exchange and per-step merges run again
@@ -656,14 +691,21 @@ def _head_block(job: Job) -> Block:
     act_bytes = activation_bytes_per_element(tr.precision)
     tokens = p.micro_batch * tr.seq_len // p.cp
     v_local = m.vocab // p.tp
-    logits = _gemm("logits", tokens, v_local, m.hidden, act_bytes)
+    # Megatron-Core fp8_output_proj: the head as Transformer Engine's MXFP8 linear (TELMHeadColumnParallelLinear,
+    # core_v0.18.0), its GEMMs at the fp8 rate, its input quantized in forward and the logits' gradient in backward
+    # (the weights' fp8 copy cached for the step, as the layers' linears); else a bf16 GEMM in fp8 runs
+    fp8 = p.fp8_output_proj
+    logits = _gemm("logits", tokens, v_local, m.hidden, act_bytes, fp8)
     loss_bytes = 3 * 4.0 * tokens * v_local  # upcast + softmax + loss over fp32 logits
     ops_f: list[Op] = [logits, _mem("loss", loss_bytes)]
     ops_b: list[Op] = [
-        _gemm("logits_dgrad", tokens, m.hidden, v_local, act_bytes),
-        _gemm("logits_wgrad", m.hidden, v_local, tokens, act_bytes),
+        _gemm("logits_dgrad", tokens, m.hidden, v_local, act_bytes, fp8),
+        _gemm("logits_wgrad", m.hidden, v_local, tokens, act_bytes, fp8),
         _mem("loss_bwd", loss_bytes),
     ]
+    if fp8:
+        ops_f.insert(0, _fp8_casts(job, "logits_cast", tokens * m.hidden))
+        ops_b.insert(0, _fp8_casts(job, "logits_grad_cast", tokens * v_local))
     if p.tp > 1:
         buf = tokens * m.hidden * act_bytes
         op = "all_gather" if p.sequence_parallel else "all_reduce"
