@@ -179,7 +179,7 @@ def read_catalog_yaml(path: Path) -> Any:
     stamp = (st.st_size, st.st_mtime_ns)
     try:
         with open(cache, "rb") as fh:
-            cached_stamp, data = marshal.load(fh)
+            cached_stamp, data = marshal.loads(fh.read())
         if cached_stamp == stamp:
             return data
     except (OSError, EOFError, ValueError, TypeError):
