@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from commtax import __version__, signals
+from commtax.cli.compiled import compiled_once
 
 ESTIMATE_FILE_OPTIONS = {"--out": "out", "--plot": "plot", "--catalog": "catalog"}  # each takes a file name
 
@@ -34,7 +35,8 @@ def main() -> None:
             # they are skipped by the estimate's collections and the interpreter's at exit (~60 ms of a ~75 ms exit)
             gc.disable()
             try:
-                from commtax.cli.estimate import estimate_job
+                with compiled_once():  # the dataclasses' methods, forward references and patterns: cached
+                    from commtax.cli.estimate import estimate_job
             finally:
                 gc.freeze()
                 gc.enable()

@@ -1,0 +1,158 @@
+"""The code the estimate path's import compiles at run time, kept beside the byte code.
+
+Importing the estimate path (pydantic, yaml, the spec) compiles source that no ``.pyc`` holds: each dataclass's
+methods (``dataclasses`` builds ``__init__``, ``__repr__``, ``__eq__``, ``__hash__`` and a frozen class's
+``__setattr__``/``__delattr__`` as text and ``exec``s it, ~360 functions), the forward references of
+pydantic-core's ~120 TypedDicts (``typing.ForwardRef`` compiles each annotation string) and ~50 regular expressions
+(yaml's, email's, platform's). That was a third of ``commtax estimate``'s start-up. Within :func:`compiled_once`
+these three come from a cache keyed by the source itself: the text a dataclass ``exec``s, the string a forward
+reference compiles, a regular expression's pattern and flags. The cache holds what the interpreter's own compiler
+made from that key (a regular expression's program is kept only once the pattern rebuilt from it equals the one
+``re`` compiled), so it cannot go stale: a class or pattern that changes is a new key, compiled as before.
+
+The cache is one file, ``cli/__pycache__/compiled.TAG.marshal``, checked against the interpreter's version and
+optimisation level; it is written (atomically, whole) when a run compiled a key it lacked, unless
+``PYTHONDONTWRITEBYTECODE`` is set, and skipped where the folder is read-only. A missing, damaged or foreign file
+is compiled anew. The hooks are the modules' own names shadowed for the duration (``dataclasses.exec``,
+``typing.compile``, ``re``'s internal ``compile``), removed on the way out whatever happens.
+
+This module has no ``from __future__`` import on purpose: ``exec`` and ``compile`` inherit the calling code's
+future flags, and ``dataclasses`` and ``typing`` have none either, so what is compiled here is what they compile.
+"""
+
+import builtins
+import marshal
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import CodeType
+
+CACHE = Path(__file__).parent / "__pycache__" / f"compiled.{sys.implementation.cache_tag}.marshal"
+STAMP = (sys.version, sys.flags.optimize)  # code objects and regular-expression programs are the interpreter's own
+
+
+@contextmanager
+def compiled_once(cache: Path = CACHE) -> Iterator[None]:
+    """Within the block, what ``dataclasses``, ``typing`` and ``re`` compile from source comes from ``cache`` when
+    it holds that source; the cache is rewritten on the way out if the block compiled a source it lacked."""
+    codes, patterns = _load(cache)
+    used_codes: dict = {}
+    used_patterns: dict = {}
+    restore = _install(codes, patterns, used_codes, used_patterns)
+    try:
+        yield
+    finally:
+        restore()
+    if (used_codes.keys() != codes.keys() or used_patterns.keys() != patterns.keys()) and not sys.dont_write_bytecode:
+        _write(cache, used_codes, used_patterns)
+
+
+def _load(cache: Path) -> tuple[dict, dict]:
+    try:
+        with open(cache, "rb") as fh:
+            stamp, codes, patterns = marshal.loads(fh.read())  # marshal.load(fh) reads string by string: ~10x
+        if stamp == STAMP and type(codes) is dict and type(patterns) is dict:
+            return codes, patterns
+    except (OSError, EOFError, ValueError, TypeError):
+        pass  # none yet, damaged, or another interpreter's: compile
+    return {}, {}
+
+
+def _write(cache: Path, codes: dict, patterns: dict) -> None:
+    try:
+        blob = marshal.dumps((STAMP, codes, patterns))
+    except ValueError:
+        return
+    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+    try:
+        cache.parent.mkdir(exist_ok=True)
+        tmp.write_bytes(blob)
+        os.replace(tmp, cache)  # another process may be reading it
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def _install(codes: dict, patterns: dict, used_codes: dict, used_patterns: dict):
+    """Shadow ``exec`` in ``dataclasses``, ``compile`` in ``typing`` and ``re``'s compiler; return the undo."""
+    import dataclasses
+    import re
+    import typing
+
+    def code_of(source: str, filename: str, mode: str):
+        key = (source, filename, mode)
+        code = codes.get(key)
+        if type(code) is not CodeType:
+            code = builtins.compile(source, filename, mode)
+        used_codes[key] = code
+        return code
+
+    def cached_exec(source, globals=None, locals=None, /, **kw):
+        if type(source) is str and not kw:
+            source = code_of(source, "<string>", "exec")
+        return builtins.exec(source, globals, locals, **kw)
+
+    def cached_compile(source, filename, mode, *args, **kw):
+        if type(source) is str and type(filename) is str and type(mode) is str and not args and not kw:
+            return code_of(source, filename, mode)
+        return builtins.compile(source, filename, mode, *args, **kw)
+
+    re_compiler = getattr(re, "_compiler", None) or sys.modules.get("sre_compile")
+    re_compile = getattr(re_compiler, "compile", None)
+
+    def cached_re_compile(p, flags=0):
+        if type(p) not in (str, bytes) or type(flags) is not int or flags & re.DEBUG:
+            return re_compile(p, flags)
+        key = (p, flags)
+        program = patterns.get(key)
+        if program is not None:
+            try:
+                compiled = _sre_compile(p, program)
+            except Exception:  # noqa: BLE001 - not a program this interpreter reads: compile it
+                program = None
+        if program is None:
+            compiled = re_compile(p, flags)
+            program = _program(re_compiler, p, flags, compiled)
+        if program is not None:
+            used_patterns[key] = program
+        return compiled
+
+    dataclasses.exec = cached_exec
+    typing.compile = cached_compile
+    if re_compile is not None:
+        re_compiler.compile = cached_re_compile
+
+    def restore() -> None:
+        vars(dataclasses).pop("exec", None)
+        vars(typing).pop("compile", None)
+        if re_compile is not None:
+            re_compiler.compile = re_compile
+
+    return restore
+
+
+def _sre_compile(pattern, program):
+    import _sre
+
+    flags, code, groups, groupindex, indexgroup = program
+    return _sre.compile(pattern, flags, code, groups, groupindex, indexgroup)
+
+
+def _program(re_compiler, p, flags: int, compiled) -> tuple | None:
+    """What ``re``'s compiler hands ``_sre.compile`` for ``p`` (its steps, as ``re._compiler.compile`` takes them),
+    kept only if the pattern rebuilt from it equals ``compiled`` (flags, program, groups); None otherwise."""
+    try:
+        parser = getattr(re_compiler, "_parser", None) or sys.modules["sre_parse"]
+        parsed = parser.parse(p, flags)
+        code = [int(op) for op in re_compiler._code(parsed, flags)]  # its opcodes are int subclasses
+        state = parsed.state
+        indexgroup = [None] * state.groups
+        for k, i in state.groupdict.items():
+            indexgroup[i] = k
+        program = (flags | state.flags, code, state.groups - 1, dict(state.groupdict), tuple(indexgroup))
+        rebuilt = _sre_compile(p, program)
+    except Exception:  # noqa: BLE001 - another interpreter's internals: compile as before, cache nothing
+        return None
+    same = rebuilt == compiled and rebuilt.groups == compiled.groups and rebuilt.groupindex == compiled.groupindex
+    return program if same else None
