@@ -71,7 +71,10 @@ def _write(cache: Path, codes: dict, patterns: dict) -> None:
         tmp.write_bytes(blob)
         os.replace(tmp, cache)  # another process may be reading it
     except OSError:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # its folder is not one (a file named __pycache__)
+            pass
 
 
 def _install(codes: dict, patterns: dict, used_codes: dict, used_patterns: dict):

@@ -208,4 +208,7 @@ def _write_cache(cache: Path, stamp: tuple[int, int], data: Any) -> None:
         tmp.write_bytes(blob)
         os.replace(tmp, cache)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # its folder is not one (a file named __pycache__)
+            pass
