@@ -3,6 +3,7 @@ interpreter compiles, a damaged, foreign or unwritable cache is compiled anew, a
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import marshal
 import re
@@ -26,14 +27,16 @@ def writes_cache(monkeypatch):
 
 
 def build(tag: str):
-    """A frozen dataclass, a forward reference and a pattern no earlier code compiled (``tag`` is fresh)."""
+    """A frozen dataclass, a forward reference, a pattern and a named tuple no earlier code compiled (``tag`` is
+    fresh)."""
 
     @dataclasses.dataclass(frozen=True)
     class Record:
         a: int
         b: str = tag
 
-    return Record, typing.ForwardRef(f"list[{tag!r}]"), re.compile(f"(?P<x>{tag})[0-9]+")
+    pair = collections.namedtuple("Pair", ["x", tag])
+    return Record, typing.ForwardRef(f"list[{tag!r}]"), re.compile(f"(?P<x>{tag})[0-9]+"), pair
 
 
 def compiled_codes(record) -> list:
@@ -59,6 +62,7 @@ def test_what_comes_from_the_cache_is_what_the_interpreter_compiles(tmp_path):
         with pytest.raises(dataclasses.FrozenInstanceError):
             made[0](1).a = 2
         assert made[2].fullmatch(f"{tag}42").group("x") == tag
+        assert made[3].__new__.__code__ == plain[3].__new__.__code__ and tuple(made[3](1, 2)) == (1, 2)
 
 
 def test_the_cache_holds_exactly_the_last_runs_sources(tmp_path):
@@ -117,9 +121,9 @@ def test_an_unwritable_folder_or_pythondontwritebytecode_writes_nothing(tmp_path
 def test_the_hooks_are_gone_after_the_block_even_on_an_error(tmp_path):
     re_compile = re._compiler.compile
     with pytest.raises(KeyboardInterrupt), compiled_once(tmp_path / "c.marshal"):
-        assert "exec" in vars(dataclasses) and "compile" in vars(typing)
+        assert "exec" in vars(dataclasses) and "compile" in vars(typing) and "eval" in vars(collections)
         raise KeyboardInterrupt
-    assert "exec" not in vars(dataclasses) and "compile" not in vars(typing)
+    assert "exec" not in vars(dataclasses) and "compile" not in vars(typing) and "eval" not in vars(collections)
     assert re._compiler.compile is re_compile
     assert not (tmp_path / "c.marshal").exists()  # an interrupted import writes nothing
 

@@ -3,21 +3,24 @@
 Importing the estimate path (pydantic, yaml, the spec) compiles source that no ``.pyc`` holds: each dataclass's
 methods (``dataclasses`` builds ``__init__``, ``__repr__``, ``__eq__``, ``__hash__`` and a frozen class's
 ``__setattr__``/``__delattr__`` as text and ``exec``s it, ~360 functions), the forward references of
-pydantic-core's ~120 TypedDicts (``typing.ForwardRef`` compiles each annotation string) and ~50 regular expressions
-(yaml's, email's, platform's). That was a third of ``commtax estimate``'s start-up. Within :func:`compiled_once`
-these three come from a cache keyed by the source itself: the text a dataclass ``exec``s, the string a forward
-reference compiles, a regular expression's pattern and flags. The cache holds what the interpreter's own compiler
-made from that key (a regular expression's program is kept only once the pattern rebuilt from it equals the one
-``re`` compiled), so it cannot go stale: a class or pattern that changes is a new key, compiled as before.
+pydantic-core's ~120 TypedDicts (``typing.ForwardRef`` compiles each annotation string), each named tuple's
+``__new__`` (``collections.namedtuple`` ``eval``s it) and ~50 regular expressions (yaml's, email's, platform's).
+That was a third of ``commtax estimate``'s start-up (913 -> 606 M instructions). Within :func:`compiled_once` these
+come from a cache keyed by the source itself: the text a dataclass ``exec``s or a named tuple ``eval``s, the string
+a forward reference compiles, a regular expression's pattern and flags. The cache holds what the interpreter's own
+compiler made from that key (a regular expression's program is kept only once the pattern rebuilt from it equals
+the one ``re`` compiled), so it cannot go stale: a class or pattern that changes is a new key, compiled as before.
 
 The cache is one file, ``cli/__pycache__/compiled.TAG.marshal``, checked against the interpreter's version and
-optimisation level; it is written (atomically, whole) when a run compiled a key it lacked, unless
-``PYTHONDONTWRITEBYTECODE`` is set, and skipped where the folder is read-only. A missing, damaged or foreign file
-is compiled anew. The hooks are the modules' own names shadowed for the duration (``dataclasses.exec``,
-``typing.compile``, ``re``'s internal ``compile``), removed on the way out whatever happens.
+optimisation level; it is written (atomically, whole: the keys this run used) when they differ from the file's,
+unless ``PYTHONDONTWRITEBYTECODE`` is set, and skipped where the folder is read-only. A missing, damaged or foreign
+file is compiled anew. The hooks are the modules' own names shadowed for the duration (``dataclasses.exec``,
+``collections.eval``, ``typing.compile``, ``re``'s internal ``compile``), removed on the way out whatever happens.
+The file is trusted as the ``.pyc`` files beside it are: it lies in the package's own ``__pycache__``.
 
-This module has no ``from __future__`` import on purpose: ``exec`` and ``compile`` inherit the calling code's
-future flags, and ``dataclasses`` and ``typing`` have none either, so what is compiled here is what they compile.
+This module has no ``from __future__`` import on purpose: ``exec``, ``eval`` and ``compile`` inherit the calling
+code's future flags, and ``dataclasses``, ``collections`` and ``typing`` have none either, so what is compiled here
+is what they compile (tests/test_cli_compiled.py compares the code objects).
 """
 
 import builtins
@@ -35,8 +38,9 @@ STAMP = (sys.version, sys.flags.optimize)  # code objects and regular-expression
 
 @contextmanager
 def compiled_once(cache: Path = CACHE) -> Iterator[None]:
-    """Within the block, what ``dataclasses``, ``typing`` and ``re`` compile from source comes from ``cache`` when
-    it holds that source; the cache is rewritten on the way out if the block compiled a source it lacked."""
+    """Within the block, what ``dataclasses``, ``collections``, ``typing`` and ``re`` compile from source comes from
+    ``cache`` when it holds that source; on the way out (not after an error) the cache is rewritten with the sources
+    the block used if they are not the ones it held."""
     codes, patterns = _load(cache)
     used_codes: dict = {}
     used_patterns: dict = {}
@@ -78,7 +82,9 @@ def _write(cache: Path, codes: dict, patterns: dict) -> None:
 
 
 def _install(codes: dict, patterns: dict, used_codes: dict, used_patterns: dict):
-    """Shadow ``exec`` in ``dataclasses``, ``compile`` in ``typing`` and ``re``'s compiler; return the undo."""
+    """Shadow ``exec`` in ``dataclasses``, ``eval`` in ``collections``, ``compile`` in ``typing`` and ``re``'s
+    compiler; return the undo."""
+    import collections
     import dataclasses
     import re
     import typing
@@ -95,6 +101,11 @@ def _install(codes: dict, patterns: dict, used_codes: dict, used_patterns: dict)
         if type(source) is str and not kw:
             source = code_of(source, "<string>", "exec")
         return builtins.exec(source, globals, locals, **kw)
+
+    def cached_eval(source, globals=None, locals=None, /):
+        if type(source) is str:
+            source = code_of(source, "<string>", "eval")
+        return builtins.eval(source, globals, locals)
 
     def cached_compile(source, filename, mode, *args, **kw):
         if type(source) is str and type(filename) is str and type(mode) is str and not args and not kw:
@@ -122,12 +133,14 @@ def _install(codes: dict, patterns: dict, used_codes: dict, used_patterns: dict)
         return compiled
 
     dataclasses.exec = cached_exec
+    collections.eval = cached_eval
     typing.compile = cached_compile
     if re_compile is not None:
         re_compiler.compile = cached_re_compile
 
     def restore() -> None:
         vars(dataclasses).pop("exec", None)
+        vars(collections).pop("eval", None)
         vars(typing).pop("compile", None)
         if re_compile is not None:
             re_compiler.compile = re_compile
