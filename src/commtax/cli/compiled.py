@@ -41,16 +41,14 @@ def compiled_once(cache: Path = CACHE) -> Iterator[None]:
     """Within the block, what ``dataclasses``, ``collections``, ``typing`` and ``re`` compile from source comes from
     ``cache`` when it holds that source; on the way out (not after an error) the cache is rewritten with the sources
     the block used if they are not the ones it held."""
-    codes, patterns = _load(cache)
-    used_codes: dict = {}
-    used_patterns: dict = {}
-    restore = _install(codes, patterns, used_codes, used_patterns)
+    compiler = _Compiler(*_load(cache))
+    restore = compiler.install()
     try:
         yield
     finally:
         restore()
-    if (used_codes.keys() != codes.keys() or used_patterns.keys() != patterns.keys()) and not sys.dont_write_bytecode:
-        _write(cache, used_codes, used_patterns)
+    if compiler.changed() and not sys.dont_write_bytecode:
+        _write(cache, compiler.used_codes, compiler.used_patterns)
 
 
 def _load(cache: Path) -> tuple[dict, dict]:
@@ -81,71 +79,83 @@ def _write(cache: Path, codes: dict, patterns: dict) -> None:
             pass
 
 
-def _install(codes: dict, patterns: dict, used_codes: dict, used_patterns: dict):
-    """Shadow ``exec`` in ``dataclasses``, ``eval`` in ``collections``, ``compile`` in ``typing`` and ``re``'s
-    compiler; return the undo."""
-    import collections
-    import dataclasses
-    import re
-    import typing
+class _Compiler:
+    """The cached stand-ins for ``exec``, ``eval``, ``compile`` and ``re``'s compiler, and the keys they used."""
 
-    def code_of(source: str, filename: str, mode: str):
+    def __init__(self, codes: dict, patterns: dict) -> None:
+        import re
+
+        self.codes, self.patterns = codes, patterns
+        self.used_codes: dict = {}
+        self.used_patterns: dict = {}
+        self.re_compiler = getattr(re, "_compiler", None) or sys.modules.get("sre_compile")  # 3.10: sre_compile
+        self.re_compile = getattr(self.re_compiler, "compile", None)
+        self.re_debug = re.DEBUG
+
+    def install(self):
+        """Shadow ``exec`` in ``dataclasses``, ``eval`` in ``collections``, ``compile`` in ``typing`` and ``re``'s
+        compiler; return the undo."""
+        import collections
+        import dataclasses
+        import typing
+
+        dataclasses.exec = self.exec
+        collections.eval = self.eval
+        typing.compile = self.compile
+        if self.re_compile is not None:
+            self.re_compiler.compile = self.compile_pattern
+
+        def restore() -> None:
+            vars(dataclasses).pop("exec", None)
+            vars(collections).pop("eval", None)
+            vars(typing).pop("compile", None)
+            if self.re_compile is not None:
+                self.re_compiler.compile = self.re_compile
+
+        return restore
+
+    def changed(self) -> bool:
+        return self.used_codes.keys() != self.codes.keys() or self.used_patterns.keys() != self.patterns.keys()
+
+    def code(self, source: str, filename: str, mode: str) -> CodeType:
         key = (source, filename, mode)
-        code = codes.get(key)
+        code = self.codes.get(key)
         if type(code) is not CodeType:
             code = builtins.compile(source, filename, mode)
-        used_codes[key] = code
+        self.used_codes[key] = code
         return code
 
-    def cached_exec(source, globals=None, locals=None, /, **kw):
+    def exec(self, source, globals=None, locals=None, /, **kw):
         if type(source) is str and not kw:
-            source = code_of(source, "<string>", "exec")
+            source = self.code(source, "<string>", "exec")
         return builtins.exec(source, globals, locals, **kw)
 
-    def cached_eval(source, globals=None, locals=None, /):
+    def eval(self, source, globals=None, locals=None, /):
         if type(source) is str:
-            source = code_of(source, "<string>", "eval")
+            source = self.code(source, "<string>", "eval")
         return builtins.eval(source, globals, locals)
 
-    def cached_compile(source, filename, mode, *args, **kw):
+    def compile(self, source, filename, mode, *args, **kw):
         if type(source) is str and type(filename) is str and type(mode) is str and not args and not kw:
-            return code_of(source, filename, mode)
+            return self.code(source, filename, mode)
         return builtins.compile(source, filename, mode, *args, **kw)
 
-    re_compiler = getattr(re, "_compiler", None) or sys.modules.get("sre_compile")
-    re_compile = getattr(re_compiler, "compile", None)
-
-    def cached_re_compile(p, flags=0):
-        if type(p) not in (str, bytes) or type(flags) is not int or flags & re.DEBUG:
-            return re_compile(p, flags)
+    def compile_pattern(self, p, flags=0):
+        if type(p) not in (str, bytes) or type(flags) is not int or flags & self.re_debug:
+            return self.re_compile(p, flags)
         key = (p, flags)
-        program = patterns.get(key)
+        program = self.patterns.get(key)
         if program is not None:
             try:
                 compiled = _sre_compile(p, program)
             except Exception:  # noqa: BLE001 - not a program this interpreter reads: compile it
                 program = None
         if program is None:
-            compiled = re_compile(p, flags)
-            program = _program(re_compiler, p, flags, compiled)
+            compiled = self.re_compile(p, flags)
+            program = _program(self.re_compiler, p, flags, compiled)
         if program is not None:
-            used_patterns[key] = program
+            self.used_patterns[key] = program
         return compiled
-
-    dataclasses.exec = cached_exec
-    collections.eval = cached_eval
-    typing.compile = cached_compile
-    if re_compile is not None:
-        re_compiler.compile = cached_re_compile
-
-    def restore() -> None:
-        vars(dataclasses).pop("exec", None)
-        vars(collections).pop("eval", None)
-        vars(typing).pop("compile", None)
-        if re_compile is not None:
-            re_compiler.compile = re_compile
-
-    return restore
 
 
 def _sre_compile(pattern, program):
