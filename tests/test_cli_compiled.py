@@ -150,3 +150,13 @@ def test_the_estimate_reads_the_cache_a_first_run_wrote(tmp_path):
     assert outputs[0][1] == outputs[1][1]  # the second run found every source it compiled
     _, codes, patterns = marshal.loads(cache.read_bytes())
     assert len(codes) > 300 and len(patterns) > 20  # dataclass methods and forward references; yaml's patterns
+
+
+def test_an_interrupt_while_the_cache_is_written_leaves_no_temporary(tmp_path, monkeypatch):
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compiled.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt), compiled_once(tmp_path / "c.marshal"):
+        build(f"t{uuid.uuid4().hex}")
+    assert list(tmp_path.iterdir()) == []

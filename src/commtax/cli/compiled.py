@@ -72,11 +72,13 @@ def _write(cache: Path, codes: dict, patterns: dict) -> None:
         cache.parent.mkdir(exist_ok=True)
         tmp.write_bytes(blob)
         os.replace(tmp, cache)  # another process may be reading it
-    except OSError:
+    except BaseException as e:  # an OSError, or a signal (Ctrl-C, SIGTERM) half-way: no temporary left behind
         try:
             tmp.unlink(missing_ok=True)
         except OSError:  # its folder is not one (a file named __pycache__)
             pass
+        if not isinstance(e, OSError):
+            raise
 
 
 class _Compiler:
