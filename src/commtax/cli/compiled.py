@@ -11,12 +11,13 @@ a forward reference compiles, a regular expression's pattern and flags. The cach
 compiler made from that key (a regular expression's program is kept only once the pattern rebuilt from it equals
 the one ``re`` compiled), so it cannot go stale: a class or pattern that changes is a new key, compiled as before.
 
-The cache is one file, ``cli/__pycache__/compiled.TAG.marshal``, checked against the interpreter's version and
-optimisation level; it is written (atomically, whole: the keys this run used) when they differ from the file's,
-unless ``PYTHONDONTWRITEBYTECODE`` is set, and skipped where the folder is read-only. A missing, damaged or foreign
-file is compiled anew. The hooks are the modules' own names shadowed for the duration (``dataclasses.exec``,
-``collections.eval``, ``typing.compile``, ``re``'s internal ``compile``), removed on the way out whatever happens.
-The file is trusted as the ``.pyc`` files beside it are: it lies in the package's own ``__pycache__``.
+The cache is one file, ``cli/__pycache__/compiled.TAG.marshal`` (``compiled.TAG.opt-N.marshal`` under ``-O``),
+checked against the interpreter's version and optimisation level; it is written (atomically, whole: the keys this
+run used) when they differ from the file's, unless ``PYTHONDONTWRITEBYTECODE`` is set, and skipped where the folder
+is read-only. A missing, damaged or foreign file is compiled anew. The hooks are the modules' own names shadowed
+for the duration (``dataclasses.exec``, ``collections.eval``, ``typing.compile``, ``re``'s internal ``compile``),
+removed on the way out whatever happens. The file is trusted as the ``.pyc`` files beside it are: it lies in the
+package's own ``__pycache__``.
 
 This module has no ``from __future__`` import on purpose: ``exec``, ``eval`` and ``compile`` inherit the calling
 code's future flags, and ``dataclasses``, ``collections`` and ``typing`` have none either, so what is compiled here
@@ -32,7 +33,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import CodeType
 
-CACHE = Path(__file__).parent / "__pycache__" / f"compiled.{sys.implementation.cache_tag}.marshal"
+_OPT = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""  # as byte code is named: -O runs keep their own
+CACHE = Path(__file__).parent / "__pycache__" / f"compiled.{sys.implementation.cache_tag}{_OPT}.marshal"
 STAMP = (sys.version, sys.flags.optimize)  # code objects and regular-expression programs are the interpreter's own
 
 
