@@ -204,3 +204,13 @@ def test_no_catalog_cache_is_written_under_pythondontwritebytecode(tmp_path, mon
     p.write_text("a: 1\n")
     assert read_catalog_yaml(p) == {"a": 1}
     assert not files._catalog_cache(p).exists()
+
+
+def test_a_pycache_that_is_a_file_leaves_the_catalog_uncached(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    (tmp_path / "__pycache__").write_text("")  # not a folder: the cache cannot be written, nor its temporary removed
+    p = tmp_path / "f.yaml"
+    p.write_text("a: 1\n")
+    assert read_catalog_yaml(p) == read_catalog_yaml(p) == {"a": 1}

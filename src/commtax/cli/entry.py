@@ -5,7 +5,9 @@ at once, runs here without typer (whose import and parsing were a third of its s
 read by :func:`plain_estimate_args`, which accepts only what typer would read the same way. Any other command
 line (``--help``, a missing, unknown or repeated option, a value that looks like an option or a folder) goes to
 typer, which reports it as it reports every other command's; so does every error the estimate raises, through
-the same handler (:func:`commtax.cli.io.user_errors`): the lines and exit codes are typer's.
+the same handler (:func:`commtax.cli.io.user_errors`): the lines and exit codes are typer's. The estimate path
+imports with the cyclic GC paused and the code that import compiles at run time (dataclass methods, forward
+references, regular expressions) read from a cache keyed by its source (:mod:`commtax.cli.compiled`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ def main() -> None:
             # they are skipped by the estimate's collections and the interpreter's at exit (~60 ms of a ~75 ms exit)
             gc.disable()
             try:
-                from commtax.cli.estimate import estimate_job
+                from commtax.cli.compiled import compiled_once
+
+                with compiled_once():  # the dataclasses' methods, forward references and patterns: cached
+                    from commtax.cli.estimate import estimate_job
             finally:
                 gc.freeze()
                 gc.enable()

@@ -179,7 +179,7 @@ def read_catalog_yaml(path: Path) -> Any:
     stamp = (st.st_size, st.st_mtime_ns)
     try:
         with open(cache, "rb") as fh:
-            cached_stamp, data = marshal.load(fh)
+            cached_stamp, data = marshal.loads(fh.read())
         if cached_stamp == stamp:
             return data
     except (OSError, EOFError, ValueError, TypeError):
@@ -208,4 +208,7 @@ def _write_cache(cache: Path, stamp: tuple[int, int], data: Any) -> None:
         tmp.write_bytes(blob)
         os.replace(tmp, cache)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # its folder is not one (a file named __pycache__)
+            pass
