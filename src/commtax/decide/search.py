@@ -688,7 +688,10 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                 # ZeRO-2 reduces every micro-batch: priced for all the micro-batch counts at once (an array of them)
                 counted = with_fields(wl, micro_batches=g.n_micro[js].astype(np.int64))
                 fields = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
-                traffic[:, si, js, z, d] = [np.broadcast_to(f, len(js)) for f in fields]
+                block = np.empty((len(fields), len(js)))  # each field a number or one per micro-batch count
+                for x, f in enumerate(fields):
+                    block[x] = f
+                traffic[:, si, js, z, d] = block
                 continue
             if not by_rank and wl.dp_microbatch and _est.zero3_prefetches(job_zd) and overlapped:
                 on_z3[si, js, z, d] = True  # one micro-batch's traffic (``zero3_traffic``) reads no micro-batch count
@@ -1625,8 +1628,9 @@ def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: 
         for k, v in p.examples.items():
             examples.setdefault(k, v)
     idx = np.flatnonzero(fits)
-    # best first; ties (plans the model cannot tell apart) go to the smaller memory, then the table order
-    order = idx[np.lexsort((idx, mem[idx], step[idx]))]
+    # best first; ties (plans the model cannot tell apart) go to the smaller memory, then the table order (``idx``
+    # ascends and lexsort is stable)
+    order = idx[np.lexsort((mem[idx], step[idx]))]
     return SearchResult(
         job=job,
         plans=plans,

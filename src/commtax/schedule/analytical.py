@@ -709,10 +709,15 @@ def _stage_pass(priced: list[tuple[PhaseCost, PhaseCost, PhaseCost]], t, n, firs
     import numpy as np
 
     groups = list({g: None for p in priced for pc in p for g in (*pc.comm, *pc.comm_bytes)})
+    zeros = [0.0] * len(groups)
 
     def row(pc: PhaseCost) -> list[float]:  # a block's fields: compute, gemm, attention, per group time, bytes
-        return [pc.compute, pc.gemm, pc.attention, *(pc.comm.get(g, 0.0) for g in groups)] + [
-            pc.comm_bytes.get(g, 0.0) for g in groups
+        return [
+            pc.compute,
+            pc.gemm,
+            pc.attention,
+            *map(pc.comm.get, groups, zeros),
+            *map(pc.comm_bytes.get, groups, zeros),
         ]
 
     # every field at once: (template, block, field) -> per stage (stage, field); each column the formula above

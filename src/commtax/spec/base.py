@@ -102,18 +102,20 @@ def replaced(spec: _M, **changes: Any) -> _M:
     and hold no private attributes; one that has them takes ``model_copy``. No validation: as ``model_copy``."""
     if spec.__pydantic_extra__ is not None or spec.__pydantic_private__ is not None:
         return spec.model_copy(update=changes)
-    cls = type(spec)
-    copied = cls.__new__(cls)
+    copied = _new(type(spec))  # a spec class has no __new__ of its own (nor has BaseModel)
     values = spec.__dict__.copy()
     values.update(changes)
+    fields_set = spec.__pydantic_fields_set__.copy()  # a new set (``set | dict.keys()`` takes a slower path)
+    fields_set.update(changes)
     _set(copied, "__dict__", values)
     _set(copied, "__pydantic_extra__", None)
-    _set(copied, "__pydantic_fields_set__", spec.__pydantic_fields_set__ | changes.keys())  # a new set
+    _set(copied, "__pydantic_fields_set__", fields_set)
     _set(copied, "__pydantic_private__", None)
     return copied
 
 
 _set = object.__setattr__
+_new = object.__new__
 
 
 @functools.lru_cache(maxsize=256)
