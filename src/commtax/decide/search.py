@@ -632,11 +632,7 @@ def _pipeline_on_arrays(
         pp_exposed[at] = np.where(ok, 0.0, np.nan)
         return
     m = g.n_micro[jkr[0]].astype(np.int64)
-    sends: dict[Any, float] = {}  # each distinct send priced once (the plans of one template share theirs)
-    for _, _, wl in plans:
-        if wl.pp_send not in sends:
-            sends[wl.pp_send] = g.costs.collective(wl.pp_send)
-    t_send = np.array([sends[wl.pp_send] for _, _, wl in plans])
+    t_send = np.array([g.costs.collective(wl.pp_send) for _, _, wl in plans])  # priced once per value (``Costs``)
     pp_exposed[at] = np.where(ok, _est.sends_exposed(schedule, p, v, m, t_send, totals, overlap_pp), np.nan)
 
 
