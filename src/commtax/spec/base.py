@@ -100,6 +100,11 @@ def replaced(spec: _M, **changes: Any) -> _M:
     """``spec.model_copy(update=changes)``, to the last attribute, without pydantic's general path (a search copies
     ~10^4 plans and jobs): the fields' dict copied and updated, the set fields joined. Specs refuse extra fields
     and hold no private attributes; one that has them takes ``model_copy``. No validation: as ``model_copy``."""
+    return replaced_with(spec, changes)
+
+
+def replaced_with(spec: _M, changes: dict[str, Any]) -> _M:
+    """``replaced(spec, **changes)`` from a dict of the changes (a caller that builds one: no keyword packing)."""
     if spec.__pydantic_extra__ is not None or spec.__pydantic_private__ is not None:
         return spec.model_copy(update=changes)
     copied = _new(type(spec))  # a spec class has no __new__ of its own (nor has BaseModel)
