@@ -334,3 +334,22 @@ def test_prefilled_totals_and_slowest_stage_are_those_of_the_stages_built_one_by
             dataclasses.astuple(s) for s in stages
         ]
     assert len({k for k in batched.stage_cache if len(k) == 4}) == len(priced.at)  # each kind built once, on demand
+
+
+def test_new_workload_is_the_dataclass_construction():
+    """``step.new_workload`` (what build_workload and pass_workload construct with): the record ``Workload(...)``
+    builds, its fields in the same order, each default a new object where the dataclass makes one."""
+    from commtax.workload.step import Workload, new_workload, pass_workload
+
+    for path in ("examples/llama2-70b-h100.yaml", "examples/moe/deepseek-v3-h800.yaml"):
+        job = load_job(path)
+        for wl in (build_workload(job), pass_workload(job)):
+            again = Workload(**{f.name: getattr(wl, f.name) for f in dataclasses.fields(Workload)})
+            assert wl == again and list(vars(wl).items()) == list(vars(again).items())
+    required = [f for f in dataclasses.fields(Workload) if f.default is f.default_factory is dataclasses.MISSING]
+    given_only = {f.name: getattr(wl, f.name) for f in required}
+    a, b = new_workload(**given_only), Workload(**given_only)
+    assert list(vars(a).items()) == list(vars(b).items()) and a.params_per_gpu == {}
+    assert a.params_per_gpu is not new_workload(**given_only).params_per_gpu  # default_factory: a dict each
+    with pytest.raises(TypeError):
+        new_workload(layer=wl.layer)  # a missing field: the dataclass's own refusal

@@ -632,11 +632,7 @@ def _pipeline_on_arrays(
         pp_exposed[at] = np.where(ok, 0.0, np.nan)
         return
     m = g.n_micro[jkr[0]].astype(np.int64)
-    sends: dict[Any, float] = {}  # each distinct send priced once (the plans of one template share theirs)
-    for _, _, wl in plans:
-        if wl.pp_send not in sends:
-            sends[wl.pp_send] = g.costs.collective(wl.pp_send)
-    t_send = np.array([sends[wl.pp_send] for _, _, wl in plans])
+    t_send = np.array([g.costs.collective(wl.pp_send) for _, _, wl in plans])  # priced once per value (``Costs``)
     pp_exposed[at] = np.where(ok, _est.sends_exposed(schedule, p, v, m, t_send, totals, overlap_pp), np.nan)
 
 
@@ -688,7 +684,10 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                 # ZeRO-2 reduces every micro-batch: priced for all the micro-batch counts at once (an array of them)
                 counted = with_fields(wl, micro_batches=g.n_micro[js].astype(np.int64))
                 fields = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
-                traffic[:, si, js, z, d] = [np.broadcast_to(f, len(js)) for f in fields]
+                block = np.empty((len(fields), len(js)))  # each field a number or one per micro-batch count
+                for x, f in enumerate(fields):
+                    block[x] = f
+                traffic[:, si, js, z, d] = block
                 continue
             if not by_rank and wl.dp_microbatch and _est.zero3_prefetches(job_zd) and overlapped:
                 on_z3[si, js, z, d] = True  # one micro-batch's traffic (``zero3_traffic``) reads no micro-batch count
@@ -1625,8 +1624,9 @@ def _collect(job: Job, parts: list[_BaseResult], skipped: Counter, interrupted: 
         for k, v in p.examples.items():
             examples.setdefault(k, v)
     idx = np.flatnonzero(fits)
-    # best first; ties (plans the model cannot tell apart) go to the smaller memory, then the table order
-    order = idx[np.lexsort((idx, mem[idx], step[idx]))]
+    # best first; ties (plans the model cannot tell apart) go to the smaller memory, then the table order (``idx``
+    # ascends and lexsort is stable)
+    order = idx[np.lexsort((mem[idx], step[idx]))]
     return SearchResult(
         job=job,
         plans=plans,

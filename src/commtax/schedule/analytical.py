@@ -463,12 +463,11 @@ class PrefilledStages:
 
     def __init__(self, cache: dict) -> None:
         self.cache = cache
-        self.totals: dict[tuple, float] = {}  # stage key -> total (StageTime.total)
         self.at: dict[tuple, tuple[_PricedGroup, int]] = {}  # stage key -> the pass that priced it, its position
 
     def total(self, key: tuple) -> float:
-        t = self.totals.get(key)
-        return self.cache[key].total if t is None else t
+        at = self.at.get(key)
+        return self.cache[key].total if at is None else at[0].totals[at[1]].item()
 
     def stage(self, key: tuple) -> StageTime:
         st = self.cache.get(key)
@@ -505,8 +504,8 @@ class PrefilledStages:
         if at is None or key in self.cache:
             return slow_row(self.stage(key), self, key)
         group, i = at
-        compute, recompute, tp_exposed, cp_exposed, fwd, bwd = group.rows[i]
-        share = memory_share(_LinkScalars(*group.scalars[i]))  # the link's compute, gemm, attention
+        compute, recompute, tp_exposed, cp_exposed, fwd, bwd = group.row(i)
+        share = memory_share(_LinkScalars(*group.scalars(i)))  # the link's compute, gemm, attention
         return SlowRow(compute, recompute, tp_exposed, cp_exposed, fwd, bwd, share, 0.0, self, key)
 
     def split_rows(self, base_keys: list[HashedKey], counts: tuple[int, ...]) -> tuple[Any, list[SlowRow]] | None:
@@ -531,11 +530,13 @@ class PrefilledStages:
         totals = group.totals[kind_rows][:, rank_kind]  # (plan, rank)
         slow_rank = np.argmax(totals, axis=1)  # the first of equals, as ``slowest_row``
         slow_at = kind_rows[np.arange(len(base_keys)), rank_kind[slow_rank]]
+        rows = zip(*(c[slow_at].tolist() for c in group.cols))  # the slowest stages' rows, the values ``row`` reads
+        scalars = zip(*(c[slow_at].tolist() for c in group.scalar_cols))
         out = []
-        for base_key, rank, i in zip(base_keys, slow_rank.tolist(), slow_at.tolist()):
-            share = memory_share(_LinkScalars(*group.scalars[i]))
+        for base_key, rank, row, link in zip(base_keys, slow_rank.tolist(), rows, scalars):
+            share = memory_share(_LinkScalars(*link))
             key = (base_key, counts[rank], rank == 0, rank == p - 1)
-            out.append(SlowRow(*group.rows[i], share, 0.0, self, key))
+            out.append(SlowRow(*row, share, 0.0, self, key))
         return totals, out
 
     def pipeline(self, base_key: HashedKey, counts: tuple[int, ...]) -> list[StageTime]:
@@ -625,19 +626,17 @@ def _prefill_group(
     last = np.array([it[4] for _, it in items])
     passes = tuple(_stage_pass([u.priced[w] for u in used], t, n, first, last) for w in range(len(PASSES)))
     st = _combine(job, [(passes, 1)], costs.cm)
-    col = lambda x: np.broadcast_to(x, n.shape).tolist()  # a part no stage has stays a plain 0.0
-    fields = zip(*(col(getattr(st, f)) for f in ("compute", "recompute", "tp_exposed", "cp_exposed", "fwd", "bwd")))
+    # each field a column over the stages, a stage's values read off them when asked (``_PricedGroup.row``): the few
+    # stages a search reads whole, not ~2 x 10^4 rows of Python floats made and freed
+    col = lambda x: np.broadcast_to(x, n.shape)  # a part no stage has stays a plain 0.0 (``.item()``)
+    cols = [col(getattr(st, f)) for f in ("compute", "recompute", "tp_exposed", "cp_exposed", "fwd", "bwd")]
     link = st.link
-    scalars = zip(col(link.compute), col(link.gemm), col(link.attention))
-    comm, comm_bytes = _LinkRows(link.comm, col, len(items)), _LinkRows(link.comm_bytes, col, len(items))
-    rows = list(fields)
-    totals = [
-        compute + recompute + tp_exposed + cp_exposed for compute, recompute, tp_exposed, cp_exposed, _, _ in rows
-    ]
-    group = _PricedGroup(used, index, rows, list(scalars), comm, comm_bytes, np.array(totals))  # as StageTime sums it
+    scalar_cols = [col(link.compute), col(link.gemm), col(link.attention)]
+    comm, comm_bytes = _LinkRows(link.comm, col), _LinkRows(link.comm_bytes, col)
+    totals = ((cols[0] + cols[1]) + cols[2]) + cols[3]  # as StageTime sums it
+    group = _PricedGroup(used, index, cols, scalar_cols, comm, comm_bytes, np.asarray(totals, float))
     keys = [key for key, _ in items]
-    priced.totals.update(zip(keys, totals))  # each stage's total and place, in C loops (~2 x 10^4 a search)
-    priced.at.update(zip(keys, zip(itertools.repeat(group), range(len(keys)))))
+    priced.at.update(zip(keys, zip(itertools.repeat(group), range(len(keys)))))  # in C loops (~2 x 10^4 a search)
 
 
 @dataclass(frozen=True)
@@ -646,42 +645,35 @@ class _PricedGroup:
 
     used: list[StageTemplate]
     index: dict[HashedKey, int]
-    rows: list[tuple]  # compute, recompute, tp_exposed, cp_exposed, fwd, bwd
-    scalars: list[tuple]  # the link's compute, gemm, attention
+    cols: list[Any]  # per field an array over the stages: compute, recompute, tp_exposed, cp_exposed, fwd, bwd
+    scalar_cols: list[Any]  # the link's compute, gemm, attention
     comm: _LinkRows
     comm_bytes: _LinkRows
     totals: Any  # per stage, its total (StageTime.total), as an array
 
+    def row(self, i: int) -> tuple:
+        """Stage ``i``'s fields (``cols``) as Python numbers: the values ``tolist`` gives."""
+        return tuple(c[i].item() for c in self.cols)
+
+    def scalars(self, i: int) -> tuple:
+        return tuple(c[i].item() for c in self.scalar_cols)
+
     def stage(self, i: int, key: tuple) -> StageTime:
         groups = self.used[self.index[key[0]]].link_groups((key[2], key[1] > 0, key[3]))
-        link = _phase_cost(*self.scalars[i], self.comm.of(i, groups[0]), self.comm_bytes.of(i, groups[1]))
-        return _stage_time(*self.rows[i], link)
+        link = _phase_cost(*self.scalars(i), self.comm.of(i, groups[0]), self.comm_bytes.of(i, groups[1]))
+        return _stage_time(*self.row(i), link)
 
 
 class _LinkRows:
-    """The prefilled stages' per-group link times (or bytes) as rows: stage ``i``'s dict of ``groups`` (a stage's
-    ``link_groups``, in that order) is read off its row by position, the values those of the arrays."""
+    """The prefilled stages' per-group link times (or bytes) as columns: stage ``i``'s dict of ``groups`` (a stage's
+    ``link_groups``, in that order) is read off the columns, the values those of the arrays."""
 
-    def __init__(self, by_group: dict, col: Callable, n: int) -> None:
-        self.rows = list(zip(*(col(v) for v in by_group.values()))) if by_group else [()] * n
-        self.at = {g: x for x, g in enumerate(by_group)}
-        self.pick: dict[tuple[str, ...], Callable] = {}
+    def __init__(self, by_group: dict, col: Callable) -> None:
+        self.cols = {g: col(v) for g, v in by_group.items()}
 
     def of(self, i: int, groups: tuple[str, ...]) -> dict[str, float]:
-        pick = self.pick.get(groups)
-        if pick is None:
-            pick = self.pick[groups] = _picker([self.at[g] for g in groups])
-        return dict(zip(groups, pick(self.rows[i])))
-
-
-def _picker(positions: list[int]) -> Callable:
-    """A row's values at these positions, as a tuple (``operator.itemgetter`` returns a bare value for one)."""
-    if len(positions) > 1:
-        return operator.itemgetter(*positions)
-    if positions:
-        x = positions[0]
-        return lambda row: (row[x],)
-    return lambda row: ()
+        cols = self.cols
+        return {g: cols[g][i].item() for g in groups}
 
 
 def _stage_time(compute, recompute, tp_exposed, cp_exposed, fwd, bwd, link) -> StageTime:
@@ -709,10 +701,15 @@ def _stage_pass(priced: list[tuple[PhaseCost, PhaseCost, PhaseCost]], t, n, firs
     import numpy as np
 
     groups = list({g: None for p in priced for pc in p for g in (*pc.comm, *pc.comm_bytes)})
+    zeros = [0.0] * len(groups)
 
     def row(pc: PhaseCost) -> list[float]:  # a block's fields: compute, gemm, attention, per group time, bytes
-        return [pc.compute, pc.gemm, pc.attention, *(pc.comm.get(g, 0.0) for g in groups)] + [
-            pc.comm_bytes.get(g, 0.0) for g in groups
+        return [
+            pc.compute,
+            pc.gemm,
+            pc.attention,
+            *map(pc.comm.get, groups, zeros),
+            *map(pc.comm_bytes.get, groups, zeros),
         ]
 
     # every field at once: (template, block, field) -> per stage (stage, field); each column the formula above

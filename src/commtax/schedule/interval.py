@@ -41,6 +41,16 @@ class IntervalTable:
     # per validation source: the table fitted without that source's rows (validate reports those rows' intervals
     # from it, so that their coverage is out of sample)
     held_out: dict[str, IntervalTable] = field(default_factory=dict)
+    # ``job_bounds``' answers by (framework, GPU arch, GPU count, precision): read for every estimate
+    memo: dict[tuple, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
+
+    def job_bounds(self, framework: str, gpu_arch: str, num_gpus: int, precision: str) -> tuple[float, float]:
+        """``log_bounds`` of the regime of a job with these values (``regime_of``), kept per values."""
+        key = (framework, gpu_arch, num_gpus, precision)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = self.log_bounds(regime_of(*key))
+        return hit
 
     def log_bounds(self, regime: dict[str, str]) -> tuple[float, float]:
         """(lo, hi) of ln(measured / predicted throughput) for a job of this regime."""
@@ -104,7 +114,8 @@ def throughput_bounds(job: Job, tokens_per_s: float) -> tuple[float, float] | No
     table = load_table()
     if table is None:
         return None
-    lo, hi = table.log_bounds(job_regime(job))
+    c = job.cluster
+    lo, hi = table.job_bounds(job.plan.framework, c.gpu.arch, c.num_gpus, job.training.precision)  # ``job_regime``'s
     return tokens_per_s * math.exp(lo), tokens_per_s * math.exp(hi)
 
 

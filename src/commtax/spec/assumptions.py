@@ -16,10 +16,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from commtax.errors import SpecError
+from commtax.spec.base import plain_attribute_reads
 
 ASSUMPTIONS_FILE = Path(__file__).parents[1] / "catalog" / "assumptions.yaml"
 
 
+@plain_attribute_reads  # read per plan by the compute and memory model
 class Assumption(BaseModel):
     """One assumed number with its origin."""
 
@@ -30,6 +32,7 @@ class Assumption(BaseModel):
     prior: float | None = None  # the value before fitting: what a fit without its rows falls back to
 
 
+@plain_attribute_reads
 class Assumptions(BaseModel):
     """The compute and memory model's assumed constants (units in the names where not SI)."""
 

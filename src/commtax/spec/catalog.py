@@ -15,7 +15,7 @@ from pydantic import (
 )
 
 from commtax.errors import SpecError, excerpt
-from commtax.spec.base import CATALOG_DIR, replaced
+from commtax.spec.base import CATALOG_DIR, replaced, replaced_with
 from commtax.spec.files import read_catalog_yaml, read_yaml
 from commtax.spec.job import JOB_CHECKS, Job, _eager_attention
 from commtax.spec.plan import Plan
@@ -206,7 +206,8 @@ def _nothing(idx: tuple[int, ...]) -> tuple[()]:
 
 def _variant(valid: Job, names: tuple[str, ...], idx: tuple[int, ...], axes: dict[str, Sequence[Any]]) -> Job:
     """One combination of ``plan_variants``: ``valid`` with those values of the axes, not validated."""
-    return replaced(valid, plan=replaced(valid.plan, **{k: axes[k][i] for k, i in zip(names, idx)}))
+    plan = replaced_with(valid.plan, {k: axes[k][i] for k, i in zip(names, idx)})
+    return replaced_with(valid, {"plan": plan})
 
 
 _UNSEEN = object()

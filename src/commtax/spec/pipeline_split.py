@@ -148,7 +148,6 @@ def _split(
     return tuple(x // v for _ in range(v) for x in stages)
 
 
-@lru_cache(maxsize=4096)
 @lru_cache(maxsize=4096)  # a search reads a job's stage_layers ~3x per plan variant: a few hundred distinct splits
 def per_rank(chunks: tuple[int, ...], p: int, v: int) -> tuple[int, ...]:
     """Layers of each pipeline rank from the layers of each virtual stage k = chunk·p + stage."""

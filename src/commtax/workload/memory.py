@@ -295,9 +295,15 @@ def reserve_bytes(job: Job, activations: float) -> float:
     """What the framework holds besides weights, grads, optimizer and activations: the fixed part, plus the
     caching allocator's fragmentation, charged on the activations that churn every micro-batch. A 24 GiB card
     running a small job reserves ~1 GiB, an 8-way-parallel job with 40 GiB of activations ~5-6 GiB."""
+    fixed, fragmentation = reserve_terms(job)
+    return fixed + fragmentation * activations
+
+
+def reserve_terms(job: Job) -> tuple[float, float]:
+    """``reserve_bytes``' two terms: the fixed bytes and the share of the activations (the same for every stage)."""
     a = assumptions_for(job.cluster.profile)
     p = job.plan
-    return fixed_reserve_bytes(p.tp, p.pp, p.cp, job.dp, a) + a.v("allocator_fragmentation") * activations
+    return fixed_reserve_bytes(p.tp, p.pp, p.cp, job.dp, a), a.v("allocator_fragmentation")
 
 
 def stage_states(job: Job, stages: Iterable[int] | None = None) -> list[tuple[float, float, float]]:
@@ -339,8 +345,9 @@ def stage_states(job: Job, stages: Iterable[int] | None = None) -> list[tuple[fl
 def stage_memory(job: Job, stages: Iterable[int] | None = None) -> list[Memory]:
     """Memory of pipeline ranks ``stages`` (default: all, first to last)."""
     stages = None if stages is None else list(stages)
+    fixed, fragmentation = reserve_terms(job)  # ``reserve_bytes``, its terms read once
     return [
-        Memory(w, g, o, a, reserve_bytes(job, a))
+        Memory(w, g, o, a, fixed + fragmentation * a)
         for (w, g, o), a in zip(stage_states(job, stages), stage_activation_bytes(job, stages))
     ]
 

@@ -184,6 +184,24 @@ def with_fields(wl: Workload, **changes: Any) -> Workload:
 
 
 _WORKLOAD_FIELDS = frozenset(f.name for f in dataclasses.fields(Workload))
+# every field in order, those with a default holding it (``params_per_gpu``'s factory: a new dict per workload)
+_WORKLOAD_TEMPLATE = {f.name: f.default for f in dataclasses.fields(Workload)}
+_WORKLOAD_REQUIRED = frozenset(f.name for f in dataclasses.fields(Workload) if f.default is dataclasses.MISSING)
+_WORKLOAD_REQUIRED -= {f.name for f in dataclasses.fields(Workload) if f.default_factory is not dataclasses.MISSING}
+
+
+def new_workload(**values: Any) -> Workload:
+    """``Workload(**values)`` without ``__init__``'s frozen setattr per field (~20 of them; every estimate builds one,
+    a search ~2,000): the same fields, in the same order, each value given or its default."""
+    if not _WORKLOAD_REQUIRED <= values.keys() or not _WORKLOAD_FIELDS.issuperset(values):
+        return Workload(**values)  # its own TypeError
+    out = object.__new__(Workload)
+    fields = _WORKLOAD_TEMPLATE.copy()
+    if "params_per_gpu" not in values:
+        fields["params_per_gpu"] = {}
+    fields.update(values)
+    object.__setattr__(out, "__dict__", fields)
+    return out
 
 
 def activation_bytes_per_element(precision: str) -> float:
@@ -215,6 +233,9 @@ def _gemm(name: str, m: int, n: int, k: int, dtype_bytes: float, fp8: bool = Fal
 
 def _mem(name: str, nbytes: float, kernels: int = 1) -> Compute:
     return Compute(name, 0.0, nbytes, "memory", kernels=kernels)
+
+
+_NO_OPTIMIZER = _mem("adam", 0.0)  # ``pass_workload``'s: it prices no optimizer step
 
 
 # GPU generations whose fp8 GEMMs accept non-TN layouts: Transformer Engine keeps no transposed fp8 copy there
@@ -1197,7 +1218,7 @@ def pass_workload(job: Job) -> Workload:
     empty). A search prices the stages of many plans that differ in their DP from one of these
     (``schedule.analytical.stage_times``, ``pp_exposed``)."""
     layer, embed, head, moe_layer = _blocks(job)
-    return Workload(
+    return new_workload(
         layer=layer,
         embed=embed,
         head=head,
@@ -1205,7 +1226,7 @@ def pass_workload(job: Job) -> Workload:
         pp_send=pp_send(job),
         dp_step=(),
         dp_microbatch=(),
-        optimizer=_mem("adam", 0.0),
+        optimizer=_NO_OPTIMIZER,
         micro_batches=job.micro_batches,
         model_flop_per_step=0.0,
         chunk_layers=job.chunk_layers,
@@ -1239,7 +1260,7 @@ def build_workload(job: Job) -> Workload:
     # module's pre-forward hook); FSDP keeps the unit gathered through its backward, recompute included
     sync = p.zero3_gather == "per_parameter_sync"
     layer, embed, head, moe_layer = _blocks(job)
-    return Workload(
+    return new_workload(
         layer=layer,
         embed=embed,
         head=head,
