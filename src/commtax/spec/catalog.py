@@ -141,26 +141,11 @@ def plan_variants(
     # validator position of its first refusing check and that refusal) is filled once per value. A combination's
     # verdict is the first refusal in the validator's order: the sets are walked by their first check's position,
     # each read (and its checks run) only where no earlier refusal was met, as walking the checks one by one reads it
-    sets: dict[tuple[int, ...], tuple[list[Callable[[Job], None]], list[int]]] = {}  # axes -> its checks, positions
-    for check in JOB_CHECKS:
-        at = tuple(a for a, k in enumerate(names) if k in check.reads)
-        if at or not checked:
-            runs, places = sets.setdefault(at, ([], []))
-            places.append(sum(len(r) for r, _ in sets.values()))
-            runs.append(check.run)
-    tables = [
-        (places[0], operator.itemgetter(*at) if at else _nothing, runs, places, {})
-        for at, (runs, places) in sets.items()
-    ]
-    # the leading sets that do not read the last axis give every combination of the other axes' values one verdict:
-    # walked at its first combination (the last axis' first value, in product order), that walk's outcome kept for
-    # the others (there each of those sets' verdicts is already filled, so the walk would read them again only)
-    lead = len(tables)
-    if names:
-        last_axis = len(names) - 1
-        lead = next((x for x, (at, _) in enumerate(sets.items()) if last_axis in at), len(tables))
+    layout, lead = _check_sets(names, checked)
+    tables = [(places[0], get, runs, places, {}) for get, runs, places in layout]
     head, rest = tables[:lead], tables[lead:]
     led = (_PASSED, None)
+    make = _variants(valid, names, axes)
     for idx in index:
         variant = None
         if names and idx[-1]:  # the head's verdict of this combination's other values, walked at their first
@@ -175,8 +160,8 @@ def plan_variants(
                 verdict = seen.get(key)
                 if verdict is None:
                     if variant is None:
-                        variant = _variant(valid, names, idx, axes)
-                    verdict = seen[key] = _first_refusal(_refusals(runs, variant), places)
+                        variant = make(idx)
+                    verdict = seen[key] = _first_refusal(runs, places, variant)
                 if verdict[0] < first_refused:
                     first_refused, refusal = verdict
             if walk is head:
@@ -191,7 +176,33 @@ def plan_variants(
         elif variant is not None:
             yield idx, _eager_attention(variant)
         else:
-            yield idx, _eager_attention(_variant(valid, names, idx, axes)) if build else None
+            yield idx, _eager_attention(make(idx)) if build else None
+
+
+@lru_cache(maxsize=64)
+def _check_sets(names: tuple[str, ...], checked: bool) -> tuple[tuple[tuple[Callable, tuple, tuple], ...], int]:
+    """``plan_variants``' check sets for axes ``names``, in the order of their first check: (the key of a combination's
+    values that the set reads, its checks, their validator positions) each; and how many lead, reading no last axis
+    (the same for every search of the same axes: built once)."""
+    sets: dict[tuple[int, ...], tuple[list[Callable[[Job], None]], list[int]]] = {}  # axes -> its checks, positions
+    for check in JOB_CHECKS:
+        at = tuple(a for a, k in enumerate(names) if k in check.reads)
+        if at or not checked:
+            runs, places = sets.setdefault(at, ([], []))
+            places.append(sum(len(r) for r, _ in sets.values()))
+            runs.append(check.run)
+    layout = tuple(
+        (operator.itemgetter(*at) if at else _nothing, tuple(runs), tuple(places))
+        for at, (runs, places) in sets.items()
+    )
+    # the leading sets that do not read the last axis give every combination of the other axes' values one verdict:
+    # walked at its first combination (the last axis' first value, in product order), that walk's outcome kept for
+    # the others (there each of those sets' verdicts is already filled, so the walk would read them again only)
+    lead = len(layout)
+    if names:
+        last_axis = len(names) - 1
+        lead = next((x for x, at in enumerate(sets) if last_axis in at), len(layout))
+    return layout, lead
 
 
 def plan_variant_of(valid: Job, axes: dict[str, Sequence[Any]], idx: tuple[int, ...]) -> Job:
@@ -210,41 +221,64 @@ def _variant(valid: Job, names: tuple[str, ...], idx: tuple[int, ...], axes: dic
     return replaced_with(valid, {"plan": plan})
 
 
+def _variants(valid: Job, names: tuple[str, ...], axes: dict[str, Sequence[Any]]) -> Callable[[tuple[int, ...]], Job]:
+    """``_variant(valid, names, idx, axes)`` as a function of ``idx``: the same copies (``spec.replaced_with``'s, to
+    the fields set's order), what they read of ``valid`` and ``axes`` read once (``plan_variants`` builds ~5,000
+    variants of ~200 jobs a search)."""
+    plan = valid.plan
+    if any(x is not None for m in (valid, plan) for x in (m.__pydantic_extra__, m.__pydantic_private__)):
+        return lambda idx: _variant(valid, names, idx, axes)
+    job_cls, job_values, job_set = type(valid), valid.__dict__, valid.__pydantic_fields_set__
+    plan_cls, plan_values, plan_set = type(plan), plan.__dict__, plan.__pydantic_fields_set__
+    columns = tuple(zip(names, (axes[k] for k in names)))
+
+    def make(idx: tuple[int, ...]) -> Job:
+        values = plan_values.copy()
+        for (k, column), i in zip(columns, idx):
+            values[k] = column[i]
+        fields_set = plan_set.copy()
+        fields_set.update(names)
+        copied = _new(plan_cls)
+        _set(copied, "__dict__", values)
+        _set(copied, "__pydantic_extra__", None)
+        _set(copied, "__pydantic_fields_set__", fields_set)
+        _set(copied, "__pydantic_private__", None)
+        values = job_values.copy()
+        values["plan"] = copied
+        fields_set = job_set.copy()
+        fields_set.add("plan")
+        job = _new(job_cls)
+        _set(job, "__dict__", values)
+        _set(job, "__pydantic_extra__", None)
+        _set(job, "__pydantic_fields_set__", fields_set)
+        _set(job, "__pydantic_private__", None)
+        return job
+
+    return make
+
+
+_set = object.__setattr__
+_new = object.__new__
+
+
 _UNSEEN = object()
-_PROGRAMMER = "a programmer's check failed"  # ``_refusal`` of an AssertionError: the full validation reports it
+_PROGRAMMER = "a programmer's check failed"  # ``_first_refusal`` of an AssertionError: the full validation reports it
 
 
 _PASSED = 1 << 30  # ``plan_variants``: the position of "no check refuses"
 
 
-def _first_refusal(row: tuple[str | None, ...], places: list[int]) -> tuple[int, str | None]:
-    """A set's ``_refusals`` as (the validator position of its first refusal, the refusal); (``_PASSED``, None)."""
-    for place, refusal in zip(places, row):
-        if refusal is not None:
-            return place, refusal
+def _first_refusal(runs: Sequence[Callable[[Job], None]], places: Sequence[int], job: Job) -> tuple[int, str | None]:
+    """A set's checks run on ``job`` in turn, as the validator runs them, up to the first that refuses: (its
+    validator position, its refusal as ``job_with`` words it: ``plan_variant``); (``_PASSED``, None) where all pass."""
+    for place, run in zip(places, runs):
+        try:
+            run(job)
+        except ValueError as e:  # SpecError included: pydantic words a Job validator's refusal "plan: <it>"
+            return place, f"plan: {e}"
+        except AssertionError:
+            return place, _PROGRAMMER
     return _PASSED, None
-
-
-def _refusals(runs: list[Callable[[Job], None]], job: Job) -> tuple[str | None, ...]:
-    """Each check's refusal of ``job`` in turn up to the first that refuses, as the validator runs them (the checks
-    after it left None: a combination refused there never reaches them)."""
-    out = [None] * len(runs)
-    for i, run in enumerate(runs):
-        out[i] = _refusal(run, job)
-        if out[i] is not None:
-            break
-    return tuple(out)
-
-
-def _refusal(run: Callable[[Job], None], job: Job) -> str | None:
-    """A check's refusal of ``job`` as ``job_with`` words it (``plan_variant``), None if it passes."""
-    try:
-        run(job)
-    except ValueError as e:  # SpecError included: pydantic words a Job validator's refusal "plan: <it>"
-        return f"plan: {e}"
-    except AssertionError:
-        return _PROGRAMMER
-    return None
 
 
 @lru_cache(maxsize=1024)
