@@ -17,6 +17,7 @@ from conftest import REPO
 
 from commtax.cli import compiled
 from commtax.cli.compiled import compiled_once
+from commtax.spec import files
 
 WORKED = REPO / "examples" / "llama2-70b-h100.yaml"
 
@@ -156,7 +157,7 @@ def test_an_interrupt_while_the_cache_is_written_leaves_no_temporary(tmp_path, m
     def interrupted(*_):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(compiled.os, "replace", interrupted)
+    monkeypatch.setattr(files.os, "replace", interrupted)  # the one writer, spec.files.write_marshal_cache
     with pytest.raises(KeyboardInterrupt), compiled_once(tmp_path / "c.marshal"):
         build(f"t{uuid.uuid4().hex}")
     assert list(tmp_path.iterdir()) == []

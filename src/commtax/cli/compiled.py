@@ -26,7 +26,6 @@ is what they compile (tests/test_cli_compiled.py compares the code objects).
 
 import builtins
 import marshal
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,22 +64,9 @@ def _load(cache: Path) -> tuple[dict, dict]:
 
 
 def _write(cache: Path, codes: dict, patterns: dict) -> None:
-    try:
-        blob = marshal.dumps((STAMP, codes, patterns))
-    except ValueError:
-        return
-    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-    try:
-        cache.parent.mkdir(exist_ok=True)
-        tmp.write_bytes(blob)
-        os.replace(tmp, cache)  # another process may be reading it
-    except BaseException as e:  # an OSError, or a signal (Ctrl-C, SIGTERM) half-way: no temporary left behind
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:  # its folder is not one (a file named __pycache__)
-            pass
-        if not isinstance(e, OSError):
-            raise
+    from commtax.spec.files import write_marshal_cache  # here, not at the top: yaml's import is what is cached
+
+    write_marshal_cache(cache, (STAMP, codes, patterns))
 
 
 class _Compiler:

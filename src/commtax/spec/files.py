@@ -187,7 +187,7 @@ def read_catalog_yaml(path: Path) -> Any:
     with open(path, encoding="utf-8") as fh:
         data = yaml.load(fh, Loader=_Base)  # noqa: S506 - a safe loader (CSafeLoader or SafeLoader)
     if not sys.dont_write_bytecode:
-        _write_cache(cache, stamp, data)
+        write_marshal_cache(cache, (stamp, data))
     return data
 
 
@@ -195,11 +195,13 @@ def _catalog_cache(path: Path) -> Path:
     return path.parent / "__pycache__" / f"{path.name}.{sys.implementation.cache_tag}.marshal"
 
 
-def _write_cache(cache: Path, stamp: tuple[int, int], data: Any) -> None:
-    """Write the parsed file atomically (another process may read it meanwhile); skipped for a value marshal cannot
-    keep (a YAML date) or a folder the user cannot write (an installed package)."""
+def write_marshal_cache(cache: Path, value: Any) -> None:
+    """Write ``marshal.dumps(value)`` to ``cache`` atomically (another process may read it meanwhile), best
+    effort: skipped for a value marshal cannot keep (a YAML date) or a folder the user cannot write (an installed
+    package); an OSError or a signal half-way leaves no temporary file behind. The catalog's parsed files and the
+    estimate path's compiled code (``cli.compiled``) are kept this way."""
     try:
-        blob = marshal.dumps((stamp, data))
+        blob = marshal.dumps(value)
     except ValueError:
         return
     tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
@@ -207,8 +209,10 @@ def _write_cache(cache: Path, stamp: tuple[int, int], data: Any) -> None:
         cache.parent.mkdir(exist_ok=True)
         tmp.write_bytes(blob)
         os.replace(tmp, cache)
-    except OSError:
+    except BaseException as e:  # an OSError, or a signal (Ctrl-C, SIGTERM) half-way
         try:
             tmp.unlink(missing_ok=True)
         except OSError:  # its folder is not one (a file named __pycache__)
             pass
+        if not isinstance(e, OSError):
+            raise
