@@ -40,7 +40,7 @@ import os
 import signal
 import struct
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -445,9 +445,18 @@ class _Grid:
     stages: dict[tuple[int, int, int, int], tuple] = field(default_factory=dict)
     # ``_stage_parts``' slowest stages as a table: their (split, mb, sp, recompute) indices and SlowRow floats
     slow_table: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None
+    valid_jobs: np.ndarray | None = None  # ``valid_mask``'s, built once
 
     def axis(self, name: str) -> list[Any]:
         return self.base.axes[name]
+
+    def valid_mask(self) -> np.ndarray:
+        """The valid (vp, mb, sp): the indices of ``jobs`` as a mask (read by the stages and the activations)."""
+        if self.valid_jobs is None:
+            valid = np.zeros(tuple(len(self.axis(k)) for k in ("vp", "micro_batch", "sequence_parallel")), bool)
+            valid[tuple(_table(self.jobs, 3, np.intp).T)] = True
+            self.valid_jobs = valid
+        return self.valid_jobs
 
     def sample_of_split(self, si: int) -> Job:
         return next(x for (sj, _, _), x in self.sample.items() if sj == si)
@@ -475,6 +484,13 @@ def _grid(job: Job, base: Base, jobs: _ValidJobs, phase_cache: dict[Any, _Shared
         if at not in sample:
             sample[at] = jobs.job((i, j, k))
     return _Grid(base, jobs, _MemoCosts(any_job, shared), shared, n_micro, splits, split_of_vp, sample)
+
+
+def _table(rows: Iterable, width: int, dtype: Any) -> np.ndarray:
+    """``rows`` (each a tuple of ``width`` numbers) as an (n, width) array: ``np.array(list(rows))``'s values, read
+    with one ``np.fromiter`` (a list of small tuples is the slow case of ``np.array``)."""
+    rows = list(rows)
+    return np.fromiter(itertools.chain.from_iterable(rows), dtype, width * len(rows)).reshape(len(rows), width)
 
 
 def _split_key(job: Job) -> tuple:
@@ -571,8 +587,7 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
             v = np.array([vps[i] for i in here]) if len(here) > 1 else vps[here[0]]
             bubble[here, j, k, r] = pipeline_bubble(plan.schedule, int(g.n_micro[j]), v, stages)
             pp_exposed[here, j, k, r] = _est.pp_exposed(plan_job, wl, g.costs, stages, vp=v)[1]
-    valid = np.zeros((len(vps),) + dims[1:3], bool)  # the valid (vp, mb, sp)
-    valid[tuple(np.array(list(g.jobs)).T)] = True
+    valid = g.valid_mask()  # the valid (vp, mb, sp)
     for (si, schedule, overlap_pp), plans in prefilled_1f1b.items():
         at = on_arrays.setdefault((si, schedule, overlap_pp), [])
         priced, _, counts = plans[0][1]  # one pass (``PrefilledStages``) and one split: the same layers per rank
@@ -593,8 +608,8 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
         _pipeline_on_arrays(g, vps_of_split[si], schedule, overlap_pp, plans, valid, bubble, pp_exposed)
     fields = _SLOW_FIELDS[: len(slow_parts)]  # MoE: the exposed all-to-all fifth
     if slowest:  # every (split, mb, sp, recompute) at once; the table kept for ``_slow_passes``
-        at = tuple(np.array(list(slowest)).T)
-        table = np.array([s[:_SLOW_FLOATS] for s in slowest.values()])  # SlowRow: a NamedTuple, its floats first
+        at = tuple(_table(slowest, 4, np.intp).T)
+        table = _table((s[:_SLOW_FLOATS] for s in slowest.values()), _SLOW_FLOATS, float)  # SlowRow: its floats first
         g.slow_table = at, table
         slow_parts[(slice(None), *at)] = table[:, [SlowRow._fields.index(f) for f in fields]].T
     return slowest, slow_parts, bubble, pp_exposed
@@ -621,12 +636,13 @@ def _pipeline_on_arrays(
     totals (first to last) and its workload; valid: the grid's valid (vp, mb, sp)."""
     if not vis:
         return
-    jkr = np.array([x for x, _, _ in plans]).T
-    ok = valid[np.array(vis)[:, None], jkr[0], jkr[1]]
+    jkr = _table((x for x, _, _ in plans), 3, np.intp).T
+    vis_at = np.array(vis)[:, None]
+    ok = valid[vis_at, jkr[0], jkr[1]]
     p = len(plans[0][1])
     totals = list(np.array([totals for _, totals, _ in plans]).T)  # per stage, over the plans
     v = np.array([g.axis("vp")[i] for i in vis])[:, None]
-    at = (np.array(vis)[:, None], *jkr[:, None, :])
+    at = (vis_at, *jkr[:, None, :])
     bubble[at] = np.where(ok, _est.one_f_one_b_bubble(totals, v), np.nan)
     if p == 1:
         pp_exposed[at] = np.where(ok, 0.0, np.nan)
@@ -703,12 +719,13 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                 per_stage.setdefault((si, j), []).append((z, d))
     if per_stage:
         _dp_per_stage(g, slowest, per_stage, dp_jobs, with_count, ranks, dp_exposed)
-    if on_grid.any() or on_z3.any():
+    any_grid, any_z3 = on_grid.any(), on_z3.any()
+    if any_grid or any_z3:
         passes = _slow_passes(g)
-        if on_grid.any():
+        if any_grid:
             grid = _dp_grid(g, passes, traffic)
             dp_exposed = np.where(on_grid[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
-        if on_z3.any():
+        if any_z3:
             grid = _zero3_grid(g, passes, z3)
             dp_exposed = np.where(on_z3[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
     return states, optimizer, dp_exposed
@@ -825,8 +842,7 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
     in_flight, held = np.full((2, n_vp, n_mb, n_kinds), np.nan)  # per (vp, mb, stage kind): the pipeline's
     per_layer, full_layer = np.full((2, n_mb, n_sp, n_rc), np.nan)  # per (mb, sp, recompute): the layer's
     embedding, logits = np.full((2, n_mb, n_sp), np.nan)
-    valid = np.zeros((n_vp, n_mb, n_sp), bool)
-    valid[tuple(np.array(list(g.jobs)).T)] = True
+    valid = g.valid_mask()
     pipelines: dict[tuple[int, int], Job] = {}  # a job per (vp, mb): sp does not change its pipeline
     layer_jobs: dict[tuple[int, int], Job] = {}  # per (mb, sp): nor the pipeline (vp, pp) a layer's bytes
     for i, j, k in g.jobs:
