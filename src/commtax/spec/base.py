@@ -107,16 +107,22 @@ def replaced_with(spec: _M, changes: dict[str, Any]) -> _M:
     """``replaced(spec, **changes)`` from a dict of the changes (a caller that builds one: no keyword packing)."""
     if spec.__pydantic_extra__ is not None or spec.__pydantic_private__ is not None:
         return spec.model_copy(update=changes)
-    copied = _new(type(spec))  # a spec class has no __new__ of its own (nor has BaseModel)
     values = spec.__dict__.copy()
     values.update(changes)
     fields_set = spec.__pydantic_fields_set__.copy()  # a new set (``set | dict.keys()`` takes a slower path)
     fields_set.update(changes)
-    _set(copied, "__dict__", values)
-    _set(copied, "__pydantic_extra__", None)
-    _set(copied, "__pydantic_fields_set__", fields_set)
-    _set(copied, "__pydantic_private__", None)
-    return copied
+    return unvalidated(type(spec), values, fields_set)
+
+
+def unvalidated(cls: type[_M], values: dict[str, Any], fields_set: set[str]) -> _M:
+    """An instance of spec class ``cls`` holding ``values`` (its own dict, taken as is) with no validation, as
+    ``model_copy`` makes one: for a class with no extra fields and no private attributes."""
+    made = _new(cls)  # a spec class has no __new__ of its own (nor has BaseModel)
+    _set(made, "__dict__", values)
+    _set(made, "__pydantic_extra__", None)
+    _set(made, "__pydantic_fields_set__", fields_set)
+    _set(made, "__pydantic_private__", None)
+    return made
 
 
 _set = object.__setattr__

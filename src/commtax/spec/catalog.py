@@ -15,7 +15,7 @@ from pydantic import (
 )
 
 from commtax.errors import SpecError, excerpt
-from commtax.spec.base import CATALOG_DIR, replaced, replaced_with
+from commtax.spec.base import CATALOG_DIR, replaced, replaced_with, unvalidated
 from commtax.spec.files import read_catalog_yaml, read_yaml
 from commtax.spec.job import JOB_CHECKS, Job, _eager_attention
 from commtax.spec.plan import Plan
@@ -238,27 +238,13 @@ def _variants(valid: Job, names: tuple[str, ...], axes: dict[str, Sequence[Any]]
             values[k] = column[i]
         fields_set = plan_set.copy()
         fields_set.update(names)
-        copied = _new(plan_cls)
-        _set(copied, "__dict__", values)
-        _set(copied, "__pydantic_extra__", None)
-        _set(copied, "__pydantic_fields_set__", fields_set)
-        _set(copied, "__pydantic_private__", None)
-        values = job_values.copy()
-        values["plan"] = copied
+        job = job_values.copy()
+        job["plan"] = unvalidated(plan_cls, values, fields_set)
         fields_set = job_set.copy()
         fields_set.add("plan")
-        job = _new(job_cls)
-        _set(job, "__dict__", values)
-        _set(job, "__pydantic_extra__", None)
-        _set(job, "__pydantic_fields_set__", fields_set)
-        _set(job, "__pydantic_private__", None)
-        return job
+        return unvalidated(job_cls, job, fields_set)
 
     return make
-
-
-_set = object.__setattr__
-_new = object.__new__
 
 
 _UNSEEN = object()
