@@ -675,17 +675,20 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> _DpParts
     step; the exposed DP traffic under the slowest stage, or the overlapped traffic the grid formulas read."""
     zeros, grad_dtypes = g.axis("zero"), g.axis("grad_comm_dtype")
     n_kinds = max(len(x) for x in kinds)
-    states = np.full((len(g.splits), len(zeros), len(grad_dtypes), n_kinds), np.nan)
-    optimizer = np.full((len(g.splits), len(zeros), len(grad_dtypes)), np.nan)
     dp_jobs: dict[tuple[int, int, int], tuple[Job, Any]] = {}
     zds = list(itertools.product(range(len(zeros)), range(len(grad_dtypes))))
+    state_rows, optimizer_steps = [], []  # per (split, zero, gd) in C order: one array each, not a write per key
     for si in range(len(g.splits)):
         sample = g.sample_of_split(si)
         for z, d in zds:
             job_zd = _copy(sample, zero=zeros[z], grad_comm_dtype=grad_dtypes[d])
             dp_jobs[si, z, d] = (job_zd, _est.dualpipe_dp_workload(job_zd, build_workload(job_zd)))
-            states[si, z, d, : len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
-            optimizer[si, z, d] = g.costs.compute(_est.slowest_optimizer(job_zd, dp_jobs[si, z, d][1]))
+            row = [sum(x) for x in stage_states(job_zd, kinds[si])]
+            state_rows.append(row + [np.nan] * (n_kinds - len(row)))  # NaN past the split's kinds
+            optimizer_steps.append(g.costs.compute(_est.slowest_optimizer(job_zd, dp_jobs[si, z, d][1])))
+    by_key = (len(g.splits), len(zeros), len(grad_dtypes))
+    states = _table(state_rows, n_kinds, float).reshape(by_key + (n_kinds,))
+    optimizer = np.array(optimizer_steps, float).reshape(by_key)
     vps = g.axis("vp")
     dims = (len(vps), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
     dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
@@ -1000,13 +1003,10 @@ def _prepare(job: Job, base: Base, phase_cache: dict[Any, _Shared]) -> _Prepared
     prep = _Prepared(base, shape, _codes(job, base, grid), invalid, examples)
     if not jobs:
         return prep
-    valid = np.zeros(shape[:3], bool)
-    for idx in jobs:
-        valid[idx] = True
-    valid = np.broadcast_to(valid[:, :, :, None, None, None], shape)
+    prep.g = _grid(job, base, jobs, phase_cache)
+    valid = np.broadcast_to(prep.g.valid_mask()[:, :, :, None, None, None], shape)  # read-only: masks copy it
     valid = _framework_zero_mask(job, base, valid, invalid, examples)
     prep.valid = _recompute_mask(job, base, jobs, valid, invalid, examples)
-    prep.g = _grid(job, base, jobs, phase_cache)
     prep.g.stage_plans = _stage_plans(prep.g)
     return prep
 
