@@ -21,12 +21,13 @@ activations per stage         ``memory.stage_activation_bytes``      vp, micro_b
 layers do not divide evenly. Memory is the fullest stage's. Where a part is a formula over the grid it is estimate's
 own function given arrays (``costs.elementwise``: the builtins on floats, ufuncs on arrays): the dense stages of
 every base of a TP/CP placement in one pass (``analytical.prefill_stages``, after ``_prepare``: every rank's total,
-a StageTime for the slowest only), the exposed DP traffic on the whole grid (``dp_step_exposed_s``, ZeRO-3's
-``zero3_exposed_s``), the bubble and sends for every vp of a split (1F1B: of every plan of a split at once,
-``_pipeline_on_arrays``), a dense base's activations on its whole grid (``memory.stage_activations``)
-(docs/search.md). Phase prices and stage times are shared, by
-value, by the bases that place TP and CP alike (``_Shared``, ``costs.pricing``); the cyclic garbage collector is
-paused while the bases are evaluated (``_no_gc``). The table is checked, not trusted: every search re-estimates
+a StageTime for the slowest only), the bubble and sends for every vp of a split (1F1B: of every plan of a split at
+once, ``_pipeline_on_arrays``), a dense base's activations on its whole grid (``memory.stage_activations``), and the
+formulas on the plan grid, once for every plan of a placement's bases, one row per plan (``_finish_bases``): the
+exposed overlapped DP traffic (``dp_step_exposed_s``, ZeRO-3's ``zero3_exposed_s``), the step's parts and sum, the
+fullest stage's memory (docs/search.md). Phase prices and stage times are shared, by value, by the bases that place
+TP and CP alike (``_Shared``, ``costs.pricing``); the cyclic garbage collector is paused while the bases are
+evaluated (``_no_gc``). The table is checked, not trusted: every search re-estimates
 its top plans with ``estimate`` and reports the largest relative difference (``max_rel_diff``, a warning above
 1e-9); the tests and the benchmark check random samples.
 """
@@ -443,8 +444,6 @@ class _Grid:
     stage_keys: dict[tuple[int, int, int, int], tuple] = field(default_factory=dict)  # dense: ``_est.stage_key``
     # ``_prefill``'s dense stages: (``analytical.PrefilledStages``, the pipeline's base key, its layers per rank)
     stages: dict[tuple[int, int, int, int], tuple] = field(default_factory=dict)
-    # ``_stage_parts``' slowest stages as a table: their (split, mb, sp, recompute) indices and SlowRow floats
-    slow_table: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None
     valid_jobs: np.ndarray | None = None  # ``valid_mask``'s, built once
 
     def axis(self, name: str) -> list[Any]:
@@ -550,17 +549,17 @@ def _stage_plans(g: _Grid) -> dict[tuple[int, int, int, int], tuple[Job, Workloa
 
 
 def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
-    """Per (split, mb, sp, recompute): the slowest stage (its compute, recompute, exposed TP and CP); per
-    (vp, mb, sp, recompute): the bubble and the exposed pipeline sends. The layer, embedding and head blocks do
-    not depend on pp or dp: one workload per (mb, sp, recompute) serves every base of this TP/CP placement,
-    given this base's split and micro-batch count."""
+    """Per (split, mb, sp, recompute): the slowest stage (its compute, recompute, exposed TP and CP, and the passes DP
+    traffic hides under: ``_SLOW_COLUMNS``, last axis); per (vp, mb, sp, recompute): the bubble and the exposed
+    pipeline sends. The layer, embedding and head blocks do not depend on pp or dp: one workload per (mb, sp,
+    recompute) serves every base of this TP/CP placement, given this base's split and micro-batch count."""
     vps, micro_sizes = g.axis("vp"), g.axis("micro_batch")
     seq_pars, recomputes = g.axis("sequence_parallel"), g.axis("recompute")
     vps_of_split = [[i for i in range(len(vps)) if g.split_of_vp[i] == si] for si in range(len(g.splits))]
     dims = (len(g.splits), len(micro_sizes), len(seq_pars), len(recomputes))
     slowest: dict[tuple[int, int, int, int], Any] = {}
     moe = g.jobs.first().model.is_moe
-    slow_parts = np.full((5 if moe else 4,) + dims, np.nan)  # MoE: the exposed all-to-all fifth
+    slow_parts = np.full(dims + (len(_SLOW_COLUMNS[moe]),), np.nan)
     bubble = np.full((len(vps),) + dims[1:], np.nan)
     pp_exposed = np.full((len(vps),) + dims[1:], np.nan)
     on_arrays: dict[tuple, list] = {}  # (split, schedule, overlap.pp) -> its 1F1B plans, priced together
@@ -606,16 +605,19 @@ def _stage_parts(g: _Grid) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
             at.append(((j, k, r), totals, wl))
     for (si, schedule, overlap_pp), plans in on_arrays.items():
         _pipeline_on_arrays(g, vps_of_split[si], schedule, overlap_pp, plans, valid, bubble, pp_exposed)
-    fields = _SLOW_FIELDS[: len(slow_parts)]  # MoE: the exposed all-to-all fifth
-    if slowest:  # every (split, mb, sp, recompute) at once; the table kept for ``_slow_passes``
+    if slowest:  # every (split, mb, sp, recompute) at once
         at = tuple(_table(slowest, 4, np.intp).T)
         table = _table((s[:_SLOW_FLOATS] for s in slowest.values()), _SLOW_FLOATS, float)  # SlowRow: its floats first
-        g.slow_table = at, table
-        slow_parts[(slice(None), *at)] = table[:, [SlowRow._fields.index(f) for f in fields]].T
+        slow_parts[at] = table[:, _SLOW_COLUMNS[moe]]
     return slowest, slow_parts, bubble, pp_exposed
 
 
-_SLOW_FIELDS = ("compute", "recompute", "tp_exposed", "cp_exposed", "ep_exposed")  # ``_assemble``'s slow_parts
+_SLOW_FIELDS = ("compute", "recompute", "tp_exposed", "cp_exposed", "ep_exposed")  # ``_assemble``'s slow parts
+_PASS_FIELDS = ("fwd", "bwd", "share")  # the slowest stage's passes, what DP traffic hides under (``_dp_grid``)
+# the SlowRow columns ``_stage_parts`` keeps per (split, mb, sp, recompute), dense and MoE (ep_exposed fifth)
+_SLOW_COLUMNS = {
+    moe: [SlowRow._fields.index(f) for f in (*_SLOW_FIELDS[: 5 if moe else 4], *_PASS_FIELDS)] for moe in (False, True)
+}
 _SLOW_FLOATS = SlowRow._fields.index("ep_exposed") + 1  # SlowRow's numbers: the fields before ``source``
 _ONE_F_ONE_B = ("1f1b", "1f1b-flexible")  # schedules whose bubble and sends read the stages' totals only
 
@@ -652,22 +654,41 @@ def _pipeline_on_arrays(
     pp_exposed[at] = np.where(ok, _est.sends_exposed(schedule, p, v, m, t_send, totals, overlap_pp), np.nan)
 
 
-def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class _DpParts:
+    """A base's DP parts (``_dp_parts``). Per (split, zero, gd): the model states of its stage kinds (kinds last) and
+    the optimizer step. The exposed DP traffic: priced per slowest stage on (vp, mb, sp, recompute, zero, gd)
+    (``per_stage``, NaN elsewhere), or overlapped traffic left to the grid formulas (``_dp_grid``, ``_zero3_grid``),
+    per (split, mb, zero, gd) where ``on_grid`` (``_dp_fields``, last axis) and ``on_z3`` (``zero3_traffic``)."""
+
+    states: np.ndarray
+    optimizer: np.ndarray
+    per_stage: np.ndarray | None  # None: no plan of the base is priced per stage
+    on_grid: np.ndarray | None  # None: none is on the grid
+    traffic: np.ndarray
+    on_z3: np.ndarray | None
+    z3: np.ndarray
+
+
+def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> _DpParts:
     """Per (split, zero, grad dtype): the model states of the stages that can be the fullest and the optimizer
-    step; per (vp, mb, sp, recompute, zero, grad dtype): the exposed DP traffic under the slowest stage."""
+    step; the exposed DP traffic under the slowest stage, or the overlapped traffic the grid formulas read."""
     zeros, grad_dtypes = g.axis("zero"), g.axis("grad_comm_dtype")
     n_kinds = max(len(x) for x in kinds)
-    states = np.full((len(g.splits), len(zeros), len(grad_dtypes), n_kinds), np.nan)
-    optimizer = np.full((len(g.splits), len(zeros), len(grad_dtypes)), np.nan)
     dp_jobs: dict[tuple[int, int, int], tuple[Job, Any]] = {}
     zds = list(itertools.product(range(len(zeros)), range(len(grad_dtypes))))
+    state_rows, optimizer_steps = [], []  # per (split, zero, gd) in C order: one array each, not a write per key
     for si in range(len(g.splits)):
         sample = g.sample_of_split(si)
         for z, d in zds:
             job_zd = _copy(sample, zero=zeros[z], grad_comm_dtype=grad_dtypes[d])
             dp_jobs[si, z, d] = (job_zd, _est.dualpipe_dp_workload(job_zd, build_workload(job_zd)))
-            states[si, z, d, : len(kinds[si])] = [sum(x) for x in stage_states(job_zd, kinds[si])]
-            optimizer[si, z, d] = g.costs.compute(_est.slowest_optimizer(job_zd, dp_jobs[si, z, d][1]))
+            row = [sum(x) for x in stage_states(job_zd, kinds[si])]
+            state_rows.append(row + [np.nan] * (n_kinds - len(row)))  # NaN past the split's kinds
+            optimizer_steps.append(g.costs.compute(_est.slowest_optimizer(job_zd, dp_jobs[si, z, d][1])))
+    by_key = (len(g.splits), len(zeros), len(grad_dtypes))
+    states = _table(state_rows, n_kinds, float).reshape(by_key + (n_kinds,))
+    optimizer = np.array(optimizer_steps, float).reshape(by_key)
     vps = g.axis("vp")
     dims = (len(vps), len(g.axis("micro_batch")), len(g.axis("sequence_parallel")), len(g.axis("recompute")))
     dp_exposed = np.full(dims + (len(zeros), len(grad_dtypes)), np.nan)
@@ -677,10 +698,10 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
     # micro-batch count), whichever stage is the slowest: priced once per key (ZeRO 0-1: per (split, zero, grad
     # dtype)), its exposed part on the whole grid
     on_grid = np.zeros((len(g.splits), len(g.axis("micro_batch")), len(zeros), len(grad_dtypes)), bool)
-    traffic = np.full((9,) + on_grid.shape, np.nan)  # ``_dp_grid``'s fields
+    traffic = np.full(on_grid.shape + (9,), np.nan)  # ``_dp_grid``'s fields
     # so is overlapped ZeRO-3 traffic (``zero3_traffic``, one micro-batch's): per (split, zero, grad dtype)
     on_z3 = np.zeros_like(on_grid)
-    z3 = np.full((5,) + on_grid.shape, np.nan)  # ``_zero3_grid``'s fields
+    z3 = np.full(on_grid.shape + (5,), np.nan)  # ``_zero3_grid``'s fields
     per_stage: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (split, mb) -> the (zero, gd) priced per stage
     mbs_of: dict[int, dict[int, None]] = {}  # split -> the micro-batch sizes of its stages, in the order met
     for si, j, _, _ in slowest:
@@ -695,19 +716,19 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                 if not wl.grads_sharded:  # one reduction per step (``reduce_passes``): it reads no micro-batch count
                     counted = with_fields(wl, micro_batches=int(g.n_micro[js[0]]))
                     fields = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
-                    traffic[:, si, js, z, d] = np.array(fields)[:, None]
+                    traffic[si, js, z, d] = fields
                     continue
                 # ZeRO-2 reduces every micro-batch: priced for all the micro-batch counts at once (an array of them)
                 counted = with_fields(wl, micro_batches=g.n_micro[js].astype(np.int64))
                 fields = _dp_fields(_est.dp_step_parts(counted, g.costs), counted)
-                block = np.empty((len(fields), len(js)))  # each field a number or one per micro-batch count
+                block = np.empty((len(js), len(fields)))  # each field a number or one per micro-batch count
                 for x, f in enumerate(fields):
-                    block[x] = f
-                traffic[:, si, js, z, d] = block
+                    block[:, x] = f
+                traffic[si, js, z, d] = block
                 continue
             if not by_rank and wl.dp_microbatch and _est.zero3_prefetches(job_zd) and overlapped:
                 on_z3[si, js, z, d] = True  # one micro-batch's traffic (``zero3_traffic``) reads no micro-batch count
-                z3[:, si, js, z, d] = np.array(_est.zero3_traffic(wl, g.costs))[:, None]
+                z3[si, js, z, d] = _est.zero3_traffic(wl, g.costs)
                 continue
             for j in js:
                 m = int(g.n_micro[j])
@@ -719,16 +740,15 @@ def _dp_parts(g: _Grid, slowest: dict, kinds: list[tuple[int, ...]]) -> tuple[np
                 per_stage.setdefault((si, j), []).append((z, d))
     if per_stage:
         _dp_per_stage(g, slowest, per_stage, dp_jobs, with_count, ranks, dp_exposed)
-    any_grid, any_z3 = on_grid.any(), on_z3.any()
-    if any_grid or any_z3:
-        passes = _slow_passes(g)
-        if any_grid:
-            grid = _dp_grid(g, passes, traffic)
-            dp_exposed = np.where(on_grid[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
-        if any_z3:
-            grid = _zero3_grid(g, passes, z3)
-            dp_exposed = np.where(on_z3[g.split_of_vp][:, :, None, None, :, :], grid, dp_exposed)
-    return states, optimizer, dp_exposed
+    return _DpParts(
+        states,
+        optimizer,
+        dp_exposed if per_stage else None,
+        on_grid if on_grid.any() else None,
+        traffic,
+        on_z3 if on_z3.any() else None,
+        z3,
+    )
 
 
 def _dp_per_stage(
@@ -778,46 +798,28 @@ def _dp_fields(parts: Any, wl: Workload) -> tuple[float, ...]:
     )
 
 
-def _slow_passes(g: _Grid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The slowest stage's forward, backward and the memory-bound share of its passes (what DP traffic hides under)
-    on the (vp, mb, sp, recompute, zero, gd) grid."""
-    dims = (len(g.splits),) + tuple(len(g.axis(k)) for k in ("micro_batch", "sequence_parallel", "recompute"))
-    fwd, bwd, share = (np.full(dims, np.nan) for _ in range(3))
-    at, table = g.slow_table  # every (split, mb, sp, rc) at once (``_stage_parts``)
-    fwd[at], bwd[at], share[at] = table[:, [SlowRow._fields.index(f) for f in ("fwd", "bwd", "share")]].T
-    # (split, mb, sp, rc) -> (vp, mb, sp, rc, zero, gd)
-    return tuple(a[g.split_of_vp][:, :, :, :, None, None] for a in (fwd, bwd, share))
-
-
-def _zero3_grid(g: _Grid, passes: tuple[np.ndarray, ...], z3: np.ndarray) -> np.ndarray:
-    """Exposed overlapped ZeRO-3 traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
-    ``zero3_exposed_s`` and ``dp_contention_s``) on arrays. z3: ``zero3_traffic`` per (split, mb, zero, gd); passes:
-    ``_slow_passes``."""
+def _zero3_grid(cm: Any, rows: _PlanRows, passes: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Exposed overlapped ZeRO-3 traffic of every plan of ``rows``: ``estimate.dp_exposed`` (its ``zero3_exposed_s``
+    and ``dp_contention_s``) on arrays; passes: the slowest stage's forward, backward and memory-bound share."""
     fwd, bwd, share = passes
-    gf, gb, rs, units, mb_bytes = (t[g.split_of_vp][:, :, None, None, :, :] for t in z3)
-    m = g.n_micro[None, :, None, None, None, None]
+    gf, gb, rs, units, mb_bytes = rows.z3.T
+    m = rows.m
     link, nbytes = (gf + gb + rs) * m, mb_bytes * m
     with np.errstate(invalid="ignore"):  # nan where a plan is invalid
         exposed = _est.zero3_exposed_s(gf, gb, rs, units, fwd, bwd, m)
-        return exposed + _est.dp_contention_s(g.costs.cm, link, exposed, nbytes, share)
+        return exposed + _est.dp_contention_s(cm, link, exposed, nbytes, share)
 
 
-def _dp_grid(g: _Grid, slow_passes: tuple[np.ndarray, ...], traffic: np.ndarray) -> np.ndarray:
-    """Exposed overlapped DP traffic on the (vp, mb, sp, recompute, zero, gd) grid: ``estimate.dp_exposed`` (its
-    ``dp_step_exposed_s`` and ``dp_contention_s``) on arrays. traffic: ``_dp_fields`` per (split, mb, zero, gd);
-    slow_passes: ``_slow_passes``."""
-    fwd, bwd, share = slow_passes
-    by_vp = g.split_of_vp
-    reduce_s, gather_s, gathers, tail, first, codec, link, nbytes, passes = (
-        t[by_vp][:, :, None, None, :, :] for t in traffic
-    )
-    vp = np.asarray(g.axis("vp"))[:, None, None, None, None, None]
-    m = g.n_micro[None, :, None, None, None, None]
+def _dp_grid(cm: Any, rows: _PlanRows, passes: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Exposed overlapped DP traffic of every plan of ``rows``: ``estimate.dp_exposed`` (its ``dp_step_exposed_s`` and
+    ``dp_contention_s``) on arrays; passes: the slowest stage's forward, backward and memory-bound share."""
+    fwd, bwd, share = passes
+    reduce_s, gather_s, gathers, tail, first, codec, link, nbytes, n_passes = rows.traffic.T
     with np.errstate(invalid="ignore"):  # nan where a plan is invalid
         exposed = _est.dp_step_exposed_s(
-            reduce_s, gather_s, gathers > 0, tail, first, codec, fwd, bwd, g.base.pp, vp, m, passes
+            reduce_s, gather_s, gathers > 0, tail, first, codec, fwd, bwd, rows.pp, rows.vp, rows.m, n_passes
         )
-        return exposed + _est.dp_contention_s(g.costs.cm, link, exposed, nbytes, share)
+        return exposed + _est.dp_contention_s(cm, link, exposed, nbytes, share)
 
 
 def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
@@ -830,15 +832,16 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
     if sample.model.is_moe:
         return _moe_activations(g, kinds, shape + (n_kinds,))
     n_vp, n_mb, n_sp, n_rc = shape
-    # per (vp, stage kind): the rank's layers, whether it is the first or the last (NaN past a split's kinds)
-    layers = np.full((n_vp, n_kinds), np.nan)
-    first, last = np.zeros((n_vp, n_kinds), bool), np.zeros((n_vp, n_kinds), bool)
-    for i in range(n_vp):
-        si = g.split_of_vp[i]
-        stages, split = kinds[si], g.splits[si]  # a dense split is the layers of each rank (``_split_key``)
-        layers[i, : len(stages)] = [split[s] for s in stages]
-        first[i, : len(stages)] = [s == 0 for s in stages]
-        last[i, : len(stages)] = [s == g.base.pp - 1 for s in stages]
+
+    def padded(row: list, fill: Any) -> list:  # a split's row of stage kinds, to the base's most kinds
+        return row + [fill] * (n_kinds - len(row))
+
+    # per (vp, stage kind): the rank's layers, whether it is the first or the last (NaN past a split's kinds), read
+    # once per split (a dense split is the layers of each rank, ``_split_key``)
+    by_vp = g.split_of_vp
+    layers = np.array([padded([split[s] for s in x], np.nan) for x, split in zip(kinds, g.splits)], float)[by_vp]
+    first = np.array([padded([s == 0 for s in x], False) for x in kinds], bool)[by_vp]
+    last = np.array([padded([s == g.base.pp - 1 for s in x], False) for x in kinds], bool)[by_vp]
     in_flight, held = np.full((2, n_vp, n_mb, n_kinds), np.nan)  # per (vp, mb, stage kind): the pipeline's
     per_layer, full_layer = np.full((2, n_mb, n_sp, n_rc), np.nan)  # per (mb, sp, recompute): the layer's
     embedding, logits = np.full((2, n_mb, n_sp), np.nan)
@@ -850,17 +853,27 @@ def _activations(g: _Grid, kinds: list[tuple[int, ...]]) -> np.ndarray:
             pipelines[i, j] = g.jobs.job((i, j, k))
         if (j, k) not in layer_jobs:
             layer_jobs[j, k] = g.jobs.job((i, j, k))
-    for (i, j), valid_job in pipelines.items():
-        flights = in_flight_by_stage(valid_job, kinds[g.split_of_vp[i]])
-        in_flight[i, j, : len(flights)] = flights
-        held[i, j, : len(flights)] = [loss_micro_batches(valid_job, f) for f in flights]
-    for (j, k), valid_job in layer_jobs.items():  # a layer's bytes: the same in every base of this placement
+    # each job's numbers gathered in rows, then written with one index per array (not a NumPy call per job)
+    flights, holds = [], []
+    split_at = by_vp.tolist()
+    for (i, _), valid_job in pipelines.items():
+        flight = in_flight_by_stage(valid_job, kinds[split_at[i]])
+        flights.append(padded(flight, np.nan))
+        holds.append(padded([loss_micro_batches(valid_job, f) for f in flight], np.nan))
+    at = tuple(_table(pipelines, 2, np.intp).T)
+    in_flight[at], held[at] = _table(flights, n_kinds, float), _table(holds, n_kinds, float)
+    by_layers, ends = [], []
+    for valid_job in layer_jobs.values():  # a layer's bytes: the same in every base of this placement
         key = (valid_job.plan.micro_batch, valid_job.plan.sequence_parallel, tuple(recomputes))
         by_layer = g.shared.layer_bytes.get(key)
         if by_layer is None:
             by_layer = g.shared.layer_bytes[key] = np.array(layer_bytes_by_recompute(valid_job, recomputes)).T
-        per_layer[j, k], full_layer[j, k] = by_layer
-        embedding[j, k], logits[j, k] = end_activation_bytes(valid_job)
+        by_layers.append(by_layer)
+        ends.append(end_activation_bytes(valid_job))
+    at = tuple(_table(layer_jobs, 2, np.intp).T)
+    layer_table, end_table = np.array(by_layers), _table(ends, 2, float)  # (jobs, 2, recompute), (jobs, 2)
+    per_layer[at], full_layer[at] = layer_table[:, 0], layer_table[:, 1]
+    embedding[at], logits[at] = end_table[:, 0], end_table[:, 1]
     acts = stage_activations(
         layers=layers[:, None, None, None, :],
         in_flight=in_flight[:, :, None, None, :],
@@ -891,33 +904,21 @@ def _moe_activations(g: _Grid, kinds: list[tuple[int, ...]], shape: tuple[int, .
 
 
 def _fullest_memory(
-    states_by_vp: np.ndarray,
-    acts: np.ndarray,
-    valid: np.ndarray,
-    cap: float,
-    nofit: Counter,
-    fixed_reserve: float,
-    fragmentation: float,
-) -> np.ndarray:
-    """Memory of the fullest stage on the grid, computed once: states + activations + reserve (the fixed part
-    and the allocator's fragmentation of the activations, ``memory.reserve_bytes``) per stage kind, the largest;
-    plans over ``cap`` counted in ``nofit`` by what dominates."""
-    acts_grid = acts[:, :, :, None, :, None, :]
-    per_stage = states_by_vp[:, None, None, :, None, :, :] + acts_grid + (fixed_reserve + fragmentation * acts_grid)
+    rows: _PlanRows, fragmentation: float, cap: float
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Memory of the fullest stage of every plan of ``rows``: states + activations + reserve (the fixed part and the
+    allocator's fragmentation of the activations, ``memory.reserve_bytes``) per stage kind, the largest; (memory, the
+    plans over ``cap``, those of them that activations dominate), the last two None when every plan fits."""
+    acts = rows.acts
+    per_stage = rows.states + acts + (rows.fixed_reserve[:, None] + fragmentation * acts)
     fullest = np.argmax(np.where(np.isnan(per_stage), -np.inf, per_stage), axis=-1)[..., None]  # the first of equals
-    mem = np.where(valid, np.take_along_axis(per_stage, fullest, -1)[..., 0], np.nan)
-    over = valid & ~(mem <= cap)  # as estimate: fits = total <= gpu.mem_bytes
-    if over.any():
-        acts_fullest = np.take_along_axis(
-            np.broadcast_to(acts[:, :, :, None, :, None, :], per_stage.shape), fullest, -1
-        )[..., 0]
-        by_acts = over & (acts_fullest >= mem - fixed_reserve - (1 + fragmentation) * acts_fullest)
-        n_acts, n_states = int(by_acts.sum()), int((over & ~by_acts).sum())
-        if n_acts:
-            nofit["activations dominate"] += n_acts
-        if n_states:
-            nofit["weights+grads+optimizer dominate"] += n_states
-    return mem
+    mem = np.where(rows.valid, np.take_along_axis(per_stage, fullest, -1)[..., 0], np.nan)
+    over = rows.valid & ~(mem <= cap)  # as estimate: fits = total <= gpu.mem_bytes
+    if not over.any():
+        return mem, None, None
+    acts_fullest = np.take_along_axis(acts, fullest, -1)[..., 0]
+    by_acts = over & (acts_fullest >= mem - rows.fixed_reserve - (1 + fragmentation) * acts_fullest)
+    return mem, over, by_acts
 
 
 def _framework_zero_mask(
@@ -968,11 +969,12 @@ def _eval_base(job: Job, base: Base, phase_cache: dict[Any, _Shared] | None = No
 
 
 def _eval_bases(job: Job, todo: list[Base], phase_cache: dict[Any, _Shared] | None = None) -> list[_BaseResult]:
-    """``_eval_base`` of each base, the stages of all of them priced together first (``_prefill``)."""
+    """``_eval_base`` of each base, the stages of all of them priced together first (``_prefill``), the grid formulas
+    of all of them last (``_finish_bases``)."""
     cache: dict[Any, _Shared] = {} if phase_cache is None else phase_cache
     prepared = [_prepare(job, b, cache) for b in todo]
     _prefill(prepared)
-    return [_finish(job, p) for p in prepared]
+    return _finish_bases(job, prepared, [_base_parts(job, p) for p in prepared])
 
 
 def _prefill(prepared: list[_Prepared]) -> None:
@@ -1001,102 +1003,237 @@ def _prepare(job: Job, base: Base, phase_cache: dict[Any, _Shared]) -> _Prepared
     prep = _Prepared(base, shape, _codes(job, base, grid), invalid, examples)
     if not jobs:
         return prep
-    valid = np.zeros(shape[:3], bool)
-    for idx in jobs:
-        valid[idx] = True
-    valid = np.broadcast_to(valid[:, :, :, None, None, None], shape)
+    prep.g = _grid(job, base, jobs, phase_cache)
+    valid = np.broadcast_to(prep.g.valid_mask()[:, :, :, None, None, None], shape)  # read-only: masks copy it
     valid = _framework_zero_mask(job, base, valid, invalid, examples)
     prep.valid = _recompute_mask(job, base, jobs, valid, invalid, examples)
-    prep.g = _grid(job, base, jobs, phase_cache)
     prep.g.stage_plans = _stage_plans(prep.g)
     return prep
 
 
-def _finish(job: Job, prep: _Prepared) -> _BaseResult:
-    base, g, valid, invalid, examples = prep.base, prep.g, prep.valid, prep.invalid, prep.examples
-    nofit: Counter = Counter()
-    flat = len(prep.grid_codes)
+@dataclass(frozen=True)
+class _BaseParts:
+    """One base's parts before the grid formulas (``_finish_bases``): what ``estimate`` prices per slowest stage,
+    per split or per (vp, mb, sp), on the base's own axes."""
+
+    prep: _Prepared
+    slow: np.ndarray  # (split, mb, sp, recompute, column): ``_stage_parts``' slowest stages (``_SLOW_COLUMNS``)
+    bubble: np.ndarray  # (vp, mb, sp, recompute)
+    pp_exposed: np.ndarray  # (vp, mb, sp, recompute)
+    dp: _DpParts
+    acts: np.ndarray  # (vp, mb, sp, recompute, stage kind): the stages that can be the fullest
+    fixed_reserve: float
+
+
+def _base_parts(job: Job, prep: _Prepared) -> _BaseParts | None:
+    """A prepared base's parts, its stages priced (``_prefill``); None for a base without a valid plan."""
+    base, g = prep.base, prep.g
     if g is None:
-        nan = np.full(flat, np.nan)
-        return _BaseResult(
-            prep.grid_codes,
-            nan,
-            np.full((flat, len(part_keys(job))), np.nan),
-            nan,
-            nan,
-            np.zeros(flat, bool),
-            invalid,
-            nofit,
-            examples,
-        )
-    slowest, slow_parts, bubble, pp_exposed = _stage_parts(g)
+        return None
+    slowest, slow, bubble, pp_exposed = _stage_parts(g)
     # only the first stage of each kind can be the fullest (``memory.stage_kinds``), per split
     kinds = [stage_kinds(g.sample_of_split(si)) for si in range(len(g.splits))]
-    states, optimizer, dp_exposed = _dp_parts(g, slowest, kinds)
-    by_vp = g.split_of_vp  # the split-indexed parts, on the vp axis
-    step, parts, exposed = _assemble(g.n_micro, slow_parts[:, by_vp], bubble, pp_exposed, dp_exposed, optimizer[by_vp])
+    dp = _dp_parts(g, slowest, kinds)
     a = assumptions_for(job.cluster.profile)
     fixed_reserve = fixed_reserve_bytes(
         base.tp, base.pp, base.cp, job.cluster.num_gpus // (base.tp * base.pp * base.cp), a
     )
-    mem = _fullest_memory(
-        states[by_vp],
-        _activations(g, kinds),
-        valid,
-        job.cluster.gpu.mem_bytes,
-        nofit,
-        fixed_reserve,
-        a.v("allocator_fragmentation"),
+    return _BaseParts(prep, slow, bubble, pp_exposed, dp, _activations(g, kinds), fixed_reserve)
+
+
+@dataclass(frozen=True)
+class _PlanRows:
+    """The inputs of the grid formulas for every plan of some bases, one row per plan (each base's grid in C order,
+    the bases one after another; ``at``: each base's rows), so that the formulas run once for all of them: each
+    part as ``estimate`` reads it for that plan (split-indexed parts on their vp, stage kinds last, NaN past a
+    base's kinds)."""
+
+    at: list[slice]
+    valid: np.ndarray  # bool
+    m: np.ndarray  # micro-batches per replica
+    vp: np.ndarray
+    pp: np.ndarray
+    fixed_reserve: np.ndarray
+    slow: np.ndarray  # (plans, ``_SLOW_COLUMNS``)
+    bubble: np.ndarray
+    pp_exposed: np.ndarray
+    dp_exposed: np.ndarray  # priced per slowest stage (NaN where it is on the grid)
+    optimizer: np.ndarray
+    on_grid: np.ndarray  # bool: ``_dp_grid``'s plans, ``traffic`` its fields
+    traffic: np.ndarray
+    on_z3: np.ndarray  # bool: ``_zero3_grid``'s plans, ``z3`` its fields
+    z3: np.ndarray
+    states: np.ndarray  # (plans, stage kinds)
+    acts: np.ndarray  # (plans, stage kinds)
+
+
+def _plan_rows(done: list[_BaseParts]) -> _PlanRows:
+    """The bases' parts as rows of plans (``_PlanRows``): each part written once per base, broadcast to its grid."""
+    sizes = [len(x.prep.grid_codes) for x in done]
+    ends = list(itertools.accumulate(sizes))
+    at = [slice(e - n, e) for n, e in zip(sizes, ends)]
+    n, n_kinds, width = ends[-1], max(x.acts.shape[-1] for x in done), done[0].slow.shape[-1]
+    empty, nan = (lambda *shape: np.empty(shape)), (lambda *shape: np.full(shape, np.nan))
+    rows = _PlanRows(
+        at,
+        np.empty(n, bool),
+        empty(n),
+        np.empty(n, np.int64),
+        np.empty(n, np.int64),
+        empty(n),
+        empty(n, width),
+        empty(n),
+        empty(n),
+        nan(n),
+        empty(n),
+        np.zeros(n, bool),
+        nan(n, 9),
+        np.zeros(n, bool),
+        nan(n, 5),
+        nan(n, n_kinds),
+        nan(n, n_kinds),
     )
+    for x, rows_of in zip(done, at):
+        _put_base(rows, rows_of, x)
+    return rows
+
+
+def _put_base(rows: _PlanRows, at: slice, x: _BaseParts) -> None:
+    """One base's parts written into its rows of ``rows``: each part indexed by its axes of the base's grid (vp, mb,
+    sp, zero, recompute, gd), the split-indexed ones by each vp's split."""
+    g, shape = x.prep.g, x.prep.shape
+
+    def grid(a: np.ndarray) -> np.ndarray:  # the base's rows of ``a`` as its grid (a view: written in place)
+        return a[at].reshape(shape + a.shape[1:])
+
+    by_vp, dp = g.split_of_vp, x.dp
+    grid(rows.valid)[...] = x.prep.valid
+    grid(rows.m)[...] = g.n_micro[:, None, None, None, None]
+    grid(rows.vp)[...] = np.asarray(g.axis("vp"))[:, None, None, None, None, None]
+    rows.pp[at] = x.prep.base.pp
+    rows.fixed_reserve[at] = x.fixed_reserve
+    grid(rows.slow)[...] = x.slow[by_vp][:, :, :, None, :, None, :]
+    grid(rows.bubble)[...] = x.bubble[:, :, :, None, :, None]
+    grid(rows.pp_exposed)[...] = x.pp_exposed[:, :, :, None, :, None]
+    if dp.per_stage is not None:  # (vp, mb, sp, recompute, zero, gd): zero before recompute on the grid
+        grid(rows.dp_exposed)[...] = dp.per_stage.transpose(0, 1, 2, 4, 3, 5)
+    grid(rows.optimizer)[...] = dp.optimizer[by_vp][:, None, None, :, None, :]
+    if dp.on_grid is not None:
+        grid(rows.on_grid)[...] = dp.on_grid[by_vp][:, :, None, :, None, :]
+        grid(rows.traffic)[...] = dp.traffic[by_vp][:, :, None, :, None, :, :]
+    if dp.on_z3 is not None:
+        grid(rows.on_z3)[...] = dp.on_z3[by_vp][:, :, None, :, None, :]
+        grid(rows.z3)[...] = dp.z3[by_vp][:, :, None, :, None, :, :]
+    kinds = x.acts.shape[-1]
+    grid(rows.states)[..., :kinds] = dp.states[by_vp][:, None, None, :, None, :, :]
+    grid(rows.acts)[..., :kinds] = x.acts[:, :, :, None, :, None, :]
+
+
+def _finish_bases(job: Job, prepared: list[_Prepared], parts: list[_BaseParts | None]) -> list[_BaseResult]:
+    """The bases' results: the grid formulas (exposed overlapped DP traffic, the step, the fullest stage's memory) once
+    for every plan of all of them (``_PlanRows``: a formula's NumPy calls cost the same on a few plans as on
+    thousands), then each base's rows."""
+    done = [x for x in parts if x is not None]
+    if not done:
+        return [_empty_result(job, p) for p in prepared]
+    rows = _plan_rows(done)
+    moe = job.model.is_moe
+    width = len(_SLOW_COLUMNS[moe]) - len(_PASS_FIELDS)
+    passes = tuple(rows.slow[:, width + i] for i in range(len(_PASS_FIELDS)))
+    cm = done[0].prep.g.costs.cm  # the job's compute model: every base's
+    dp_exposed = rows.dp_exposed
+    if rows.on_grid.any():
+        dp_exposed = np.where(rows.on_grid, _dp_grid(cm, rows, passes), dp_exposed)
+    if rows.on_z3.any():
+        dp_exposed = np.where(rows.on_z3, _zero3_grid(cm, rows, passes), dp_exposed)
+    step, table, exposed = _assemble(rows, dp_exposed, moe)
+    step, exposed = np.where(rows.valid, step, np.nan), np.where(rows.valid, exposed, np.nan)
+    a = assumptions_for(job.cluster.profile)
+    mem, over, by_acts = _fullest_memory(rows, a.v("allocator_fragmentation"), job.cluster.gpu.mem_bytes)
+    n_acts = n_states = [0] * len(done)
+    if over is not None:
+        n_acts, n_states = _counts(by_acts, rows.at), _counts(over & ~by_acts, rows.at)
+    out: list[_BaseResult] = []
+    got = iter(zip(done, rows.at, n_acts, n_states))
+    for p, x in zip(prepared, parts):
+        if x is None:
+            out.append(_empty_result(job, p))
+            continue
+        _, at, acts_over, states_over = next(got)
+        nofit: Counter = Counter()
+        if acts_over:
+            nofit["activations dominate"] += acts_over
+        if states_over:
+            nofit["weights+grads+optimizer dominate"] += states_over
+        out.append(
+            _BaseResult(
+                plans=p.grid_codes,
+                step=step[at],
+                parts=table[at],
+                exposed=exposed[at],
+                mem=mem[at],
+                valid=rows.valid[at],
+                invalid_reasons=p.invalid,
+                nofit_reasons=nofit,
+                examples=p.examples,
+            )
+        )
+    return out
+
+
+def _counts(mask: np.ndarray, at: list[slice]) -> list[int]:
+    """How many rows of each base ``mask`` holds (``at``: the bases' rows, one after another)."""
+    seen = np.concatenate(([0], np.cumsum(mask)))
+    return (seen[[s.stop for s in at]] - seen[[s.start for s in at]]).tolist()
+
+
+def _empty_result(job: Job, prep: _Prepared) -> _BaseResult:
+    """A base without a valid plan: every plan invalid, counted by reason."""
+    flat = len(prep.grid_codes)
+    nan = np.full(flat, np.nan)
     return _BaseResult(
-        plans=prep.grid_codes,
-        step=np.where(valid, step, np.nan).reshape(flat),
-        parts=parts.reshape(flat, parts.shape[-1]),
-        exposed=np.where(valid, exposed, np.nan).reshape(flat),
-        mem=mem.reshape(flat),
-        valid=valid.reshape(flat).copy(),
-        invalid_reasons=invalid,
-        nofit_reasons=nofit,
-        examples=examples,
+        prep.grid_codes,
+        nan,
+        np.full((flat, len(part_keys(job))), np.nan),
+        nan,
+        nan,
+        np.zeros(flat, bool),
+        prep.invalid,
+        Counter(),
+        prep.examples,
     )
 
 
-def _assemble(n_micro, slow_parts, bubble, pp_exposed, dp_exposed, optimizer):
-    """Step time on the (vp, mb, sp, zero, recompute, gd) grid: ``estimate.step_parts`` on arrays, summed in its order.
-
-    Axes of the inputs: slow_parts (4, vp, mb, sp, recompute; MoE: 5, the exposed all-to-all last); bubble and
-    pp_exposed (vp, mb, sp, recompute); dp_exposed (vp, mb, sp, recompute, zero, gd); optimizer (vp, zero, gd);
-    n_micro (mb,). The parts come back stacked on the last axis in ``part_keys`` order (MoE: ep_exposed after
-    cp_exposed, as estimate).
-    """
-    slow = slow_parts[:, :, :, :, None, :, None]  # -> (4, vp, mb, sp, zero, recompute, gd)
+def _assemble(rows: _PlanRows, dp_exposed: np.ndarray, moe: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step time of every plan of ``rows``: ``estimate.step_parts`` on arrays, summed in its order; (step, the parts
+    one row per plan in ``part_keys`` order (MoE: ep_exposed after cp_exposed, as estimate), the exposed time)."""
+    slow, m = rows.slow, rows.m
     named = step_parts(
-        micro_batches=n_micro[None, :, None, None, None, None],
-        compute=slow[0],
-        recompute=slow[1],
-        tp_exposed=slow[2],
-        cp_exposed=slow[3],
-        bubble_s=bubble[:, :, :, None, :, None],
-        pp_exposed=pp_exposed[:, :, :, None, :, None],
-        dp_exposed=np.moveaxis(dp_exposed, 3, 4),
-        optimizer=optimizer[:, None, None, :, None, :],
+        micro_batches=m,
+        compute=slow[:, 0],
+        recompute=slow[:, 1],
+        tp_exposed=slow[:, 2],
+        cp_exposed=slow[:, 3],
+        bubble_s=rows.bubble,
+        pp_exposed=rows.pp_exposed,
+        dp_exposed=dp_exposed,
+        optimizer=rows.optimizer,
     )
     keys = BREAKDOWN_KEYS
-    if len(slow) == 5:  # MoE: m × the exposed all-to-all of the slowest stage, as estimate's ep_exposed
-        named["ep_exposed"] = n_micro[None, :, None, None, None, None] * slow[4]
+    if moe:  # MoE: m × the exposed all-to-all of the slowest stage, as estimate's ep_exposed
+        named["ep_exposed"] = m * slow[:, 4]
         keys = MOE_PART_KEYS
-    parts = [np.asarray(named[k], float) for k in keys]
-    shape = np.broadcast_shapes(*(p.shape for p in parts))
-    table = np.empty(shape + (len(parts),))  # parts last: a plan's parts are one row of the table
+    parts = [named[k] for k in keys]
+    table = np.empty((len(m), len(parts)))  # parts last: a plan's parts are one row of the table
     for i, p in enumerate(parts):
-        table[..., i] = p
+        table[:, i] = p
     step = parts[0]
     for p in parts[1:]:
         step = step + p
     exposed = parts[2] + parts[3] + parts[keys.index("pp_exposed")] + parts[keys.index("dp_exposed")]
-    if keys is MOE_PART_KEYS:
+    if moe:
         exposed = exposed + parts[4]
-    return np.broadcast_to(step, shape), table, np.broadcast_to(exposed, shape)
+    return step, table, exposed
 
 
 def _codes(job: Job, base: Base, grid: np.ndarray) -> np.ndarray:
@@ -1142,21 +1279,24 @@ def _eval_placement(
     job: Job, group: list[tuple[int, Base]], between: Callable[[], None] = lambda: None
 ) -> list[tuple[int, _BaseResult]]:
     """The bases of one TP/CP placement (``_by_placement``), with their positions: prepared, their dense stages priced
-    in one array pass (``_prefill``), finished; ``between`` runs after each of those steps (the search process reads
-    its workers' results there, ``_run_workers``). What the bases built (valid jobs, workloads, phase prices, stage
-    times: ``_Shared``) is theirs alone and freed on return, so the next placement reuses its memory instead of
+    in one array pass (``_prefill``), their parts priced base by base (``_base_parts``), the grid formulas evaluated
+    for all of their plans at once (``_finish_bases``); ``between`` runs after each of those steps (the search process
+    reads its workers' results there, ``_run_workers``). What the bases built (valid jobs, workloads, phase prices,
+    stage times: ``_Shared``) is theirs alone and freed on return, so the next placement reuses its memory instead of
     faulting in fresh pages (~5 µs a page on a VM; a forked worker starts with none of its own)."""
     cache: dict[Any, _Shared] = {}
-    prepared, done = [], []
-    for i, b in group:
-        prepared.append((i, _prepare(job, b, cache)))
+    prepared, parts = [], []
+    for _, b in group:
+        prepared.append(_prepare(job, b, cache))
         between()
-    _prefill([p for _, p in prepared])
+    _prefill(prepared)
     between()
-    for i, p in prepared:
-        done.append((i, _finish(job, p)))
+    for p in prepared:
+        parts.append(_base_parts(job, p))
         between()
-    return done
+    done = _finish_bases(job, prepared, parts)
+    between()
+    return [(i, r) for (i, _), r in zip(group, done)]
 
 
 def _worker(job: Job, groups: list[list[tuple[int, Base]]], conn: Any) -> None:
