@@ -20,6 +20,12 @@ from typing import Any
 from commtax import __version__, signals
 
 ESTIMATE_FILE_OPTIONS = {"--out": "out", "--plot": "plot", "--catalog": "catalog"}  # each takes a file name
+# the commands whose whole run (imports, then the command's own lazy imports) reads the code it compiles at run time
+# from a cache of its own (cli.compiled.cache_for); not the measuring commands (bench, cluster, calibrate, trace),
+# which import torch and launch ranks
+CACHED_COMMANDS = frozenset(
+    {"search", "simulate", "validate", "compare", "advise", "cost", "report", "demo", "collective"}
+)
 
 
 def main() -> None:
@@ -29,6 +35,21 @@ def main() -> None:
         print(f"commtax {__version__}")
         return
     plain = plain_estimate_args(sys.argv[2:]) if command == "estimate" else None
+    if plain is None and command in CACHED_COMMANDS:
+        from commtax.cli.compiled import cache_for, compiled_once
+        from commtax.cli.plugins import plugins_found_cheaply
+
+        # the whole run: a command imports what it needs as it goes
+        with compiled_once(cache_for(command)), plugins_found_cheaply():
+            rc = _run(command, plain)
+    else:
+        rc = _run(command, plain)
+    forget_caught_interrupt()
+    sys.exit(rc)
+
+
+def _run(command: str | None, plain: dict[str, Any] | None) -> int:
+    """The command's exit status: its modules imported (a signal meanwhile: one line, exit 130), then run."""
     try:  # from the handlers on, a signal is one line and exit 130, whatever is importing
         if plain is not None:
             # the cyclic GC paused while the estimate path imports: its ~30,000 objects (classes, schemas, tables)
@@ -37,8 +58,11 @@ def main() -> None:
             gc.disable()
             try:
                 from commtax.cli.compiled import compiled_once
+                from commtax.cli.plugins import plugins_found_cheaply
 
-                with compiled_once():  # the dataclasses' methods, forward references and patterns: cached
+                # the dataclasses' methods, forward references and patterns cached; pydantic's plugins (none
+                # declared) found without importlib.metadata
+                with compiled_once(), plugins_found_cheaply():
                     from commtax.cli.estimate import estimate_job
             finally:
                 gc.freeze()
@@ -53,9 +77,7 @@ def main() -> None:
         _interrupted(cause)
     except KeyboardInterrupt as e:  # a signal while the command's modules import: still one line, exit 130
         _interrupted(e)
-    rc = run_plain(estimate_job, plain) if plain is not None else run_app(command)
-    forget_caught_interrupt()
-    sys.exit(rc)
+    return run_plain(estimate_job, plain) if plain is not None else run_app(command)
 
 
 def _register(command: str | None) -> None:
