@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -35,22 +36,26 @@ def main() -> None:
         print(f"commtax {__version__}")
         return
     plain = plain_estimate_args(sys.argv[2:]) if command == "estimate" else None
-    if plain is None and command in CACHED_COMMANDS:
-        from commtax.cli.compiled import cache_for, compiled_once
-        from commtax.cli.plugins import plugins_found_cheaply
-
-        # the whole run: a command imports what it needs as it goes
-        with compiled_once(cache_for(command)), plugins_found_cheaply():
-            rc = _run(command, plain)
-    else:
-        rc = _run(command, plain)
+    try:
+        with ExitStack() as whole_run:
+            rc = _run(command, plain, whole_run)
+    except KeyboardInterrupt as e:  # as a cached command's file is written, after its run
+        _interrupted(e)
     forget_caught_interrupt()
     sys.exit(rc)
 
 
-def _run(command: str | None, plain: dict[str, Any] | None) -> int:
-    """The command's exit status: its modules imported (a signal meanwhile: one line, exit 130), then run."""
+def _run(command: str | None, plain: dict[str, Any] | None, whole_run: ExitStack) -> int:
+    """The command's exit status: its modules imported (a signal meanwhile: one line, exit 130), then run; the
+    compiled-code cache and pydantic's plugin stand-in, for a command of ``CACHED_COMMANDS``, kept to ``whole_run``'s
+    end (its command imports what it needs as it goes)."""
     try:  # from the handlers on, a signal is one line and exit 130, whatever is importing
+        if plain is None and command in CACHED_COMMANDS:
+            from commtax.cli.compiled import cache_for, compiled_once
+            from commtax.cli.plugins import plugins_found_cheaply
+
+            whole_run.enter_context(compiled_once(cache_for(command)))
+            whole_run.enter_context(plugins_found_cheaply())
         if plain is not None:
             # the cyclic GC paused while the estimate path imports: its ~30,000 objects (classes, schemas, tables)
             # live to the exit, and the ~70 collections their making set off (~20 ms) free a few hundred; frozen,
@@ -68,7 +73,12 @@ def _run(command: str | None, plain: dict[str, Any] | None) -> int:
                 gc.freeze()
                 gc.enable()
         else:
-            _register(command)
+            gc.disable()  # as above: typer, click and the command's module live to the exit
+            try:
+                _register(command)
+            finally:
+                gc.freeze()
+                gc.enable()
         if signals.RECEIVED:  # raised inside an import-lock callback, where Python ignores exceptions
             raise KeyboardInterrupt(signals.RECEIVED[0])
     except Exception as e:  # Python wraps an interrupt raised while a class is built ("Error calling __set_name__")
