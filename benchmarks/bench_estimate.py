@@ -10,7 +10,9 @@ Each command runs once untimed first, as a user's second run finds it: byte code
 catalog's parse and the code its import compiles at run time cached too (``commtax.cli.compiled``). Measured
 2026-12-07 on the 2-core development machine (1-min load 3-6, shared), median of 15, interleaved: the release 1,001
 ms wall (610 ms CPU), a7c9d57 (before the run-time compiled code was cached) 743 ms (0.74×), this revision 589 ms
-(341 ms CPU; 0.59×, CPU 0.56×); in instructions 1,038 M, 928 M and 606 M. Each goal line ends in
+(341 ms CPU; 0.59×, CPU 0.56×); in instructions 1,038 M, 928 M and 606 M; after pydantic's plugin loader was
+skipped where no distribution declares a plugin (cli20) 552 M, and this bench at load 6 on the 2 cores gave 422 ms
+wall (256 ms CPU) against the release's 732 ms (501 ms): 0.58× (CPU 0.51×). Each goal line ends in
 `met` or `MISSED` (`make bench` counts the misses); the exit status is 0 either way, since speed
 depends on the machine and its load.
 """

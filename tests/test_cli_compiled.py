@@ -161,3 +161,35 @@ def test_an_interrupt_while_the_cache_is_written_leaves_no_temporary(tmp_path, m
     with pytest.raises(KeyboardInterrupt), compiled_once(tmp_path / "c.marshal"):
         build(f"t{uuid.uuid4().hex}")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_another_command_keeps_a_cache_of_its_own(tmp_path):
+    """``cost`` (as every command in ``entry.CACHED_COMMANDS``) reads and writes its own file, its whole run under
+    the hooks: the first run writes it, the second reads it and writes nothing; the estimate's file is not touched."""
+    from commtax.cli.entry import CACHED_COMMANDS
+
+    assert {"search", "simulate", "validate", "compare", "advise", "cost", "report"} <= CACHED_COMMANDS
+    assert "estimate" not in CACHED_COMMANDS  # typer's estimate (--help, an error) would rewrite the plain one's
+    assert compiled.cache_for("estimate") == compiled.CACHE
+    assert compiled.cache_for("cost").parent == compiled.CACHE.parent
+    subprocess.run(["cp", "-r", str(REPO / "src"), str(tmp_path / "src")], check=True)
+    for pycache in (tmp_path / "src").rglob("__pycache__"):
+        subprocess.run(["rm", "-r", str(pycache)], check=True)
+    env = {"PYTHONPATH": str(tmp_path / "src"), "PATH": "/usr/bin:/bin"}
+    folder = tmp_path / "src" / "commtax" / "cli" / "__pycache__"
+    outputs = []
+    for _ in range(2):
+        run = subprocess.run(
+            [sys.executable, "-m", "commtax.cli", "cost", str(WORKED), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert run.returncode == 0, run.stderr
+        cache = folder / compiled.cache_for("cost").name
+        outputs.append((run.stdout, cache.stat().st_mtime_ns))
+    assert outputs[0] == outputs[1]
+    assert not (folder / compiled.CACHE.name).exists()
+    _, codes, patterns = marshal.loads(cache.read_bytes())
+    assert len(codes) > 300 and len(patterns) > 20

@@ -33,8 +33,15 @@ from pathlib import Path
 from types import CodeType
 
 _OPT = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""  # as byte code is named: -O runs keep their own
-CACHE = Path(__file__).parent / "__pycache__" / f"compiled.{sys.implementation.cache_tag}{_OPT}.marshal"
+_TAIL = f"{sys.implementation.cache_tag}{_OPT}.marshal"
+CACHE = Path(__file__).parent / "__pycache__" / f"compiled.{_TAIL}"  # the plain estimate's
 STAMP = (sys.version, sys.flags.optimize)  # code objects and regular-expression programs are the interpreter's own
+
+
+def cache_for(command: str) -> Path:
+    """``command``'s cache: the estimate's is :data:`CACHE`, another command's a file of its own beside it
+    (``compiled.search.TAG.marshal``), so that running one command does not rewrite another's."""
+    return CACHE if command == "estimate" else CACHE.with_name(f"compiled.{command}.{_TAIL}")
 
 
 @contextmanager

@@ -14,12 +14,19 @@ from __future__ import annotations
 
 import gc
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from commtax import __version__, signals
 
 ESTIMATE_FILE_OPTIONS = {"--out": "out", "--plot": "plot", "--catalog": "catalog"}  # each takes a file name
+# the commands whose whole run (imports, then the command's own lazy imports) reads the code it compiles at run time
+# from a cache of its own (cli.compiled.cache_for); not the measuring commands (bench, cluster, calibrate, trace),
+# which import torch and launch ranks
+CACHED_COMMANDS = frozenset(
+    {"search", "simulate", "validate", "compare", "advise", "cost", "report", "demo", "collective"}
+)
 
 
 def main() -> None:
@@ -29,7 +36,26 @@ def main() -> None:
         print(f"commtax {__version__}")
         return
     plain = plain_estimate_args(sys.argv[2:]) if command == "estimate" else None
+    try:
+        with ExitStack() as whole_run:
+            rc = _run(command, plain, whole_run)
+    except KeyboardInterrupt as e:  # as a cached command's file is written, after its run
+        _interrupted(e)
+    forget_caught_interrupt()
+    sys.exit(rc)
+
+
+def _run(command: str | None, plain: dict[str, Any] | None, whole_run: ExitStack) -> int:
+    """The command's exit status: its modules imported (a signal meanwhile: one line, exit 130), then run; the
+    compiled-code cache and pydantic's plugin stand-in, for a command of ``CACHED_COMMANDS``, kept to ``whole_run``'s
+    end (its command imports what it needs as it goes)."""
     try:  # from the handlers on, a signal is one line and exit 130, whatever is importing
+        if plain is None and command in CACHED_COMMANDS:
+            from commtax.cli.compiled import cache_for, compiled_once
+            from commtax.cli.plugins import plugins_found_cheaply
+
+            whole_run.enter_context(compiled_once(cache_for(command)))
+            whole_run.enter_context(plugins_found_cheaply())
         if plain is not None:
             # the cyclic GC paused while the estimate path imports: its ~30,000 objects (classes, schemas, tables)
             # live to the exit, and the ~70 collections their making set off (~20 ms) free a few hundred; frozen,
@@ -37,14 +63,22 @@ def main() -> None:
             gc.disable()
             try:
                 from commtax.cli.compiled import compiled_once
+                from commtax.cli.plugins import plugins_found_cheaply
 
-                with compiled_once():  # the dataclasses' methods, forward references and patterns: cached
+                # the dataclasses' methods, forward references and patterns cached; pydantic's plugins (none
+                # declared) found without importlib.metadata
+                with compiled_once(), plugins_found_cheaply():
                     from commtax.cli.estimate import estimate_job
             finally:
                 gc.freeze()
                 gc.enable()
         else:
-            _register(command)
+            gc.disable()  # as above: typer, click and the command's module live to the exit
+            try:
+                _register(command)
+            finally:
+                gc.freeze()
+                gc.enable()
         if signals.RECEIVED:  # raised inside an import-lock callback, where Python ignores exceptions
             raise KeyboardInterrupt(signals.RECEIVED[0])
     except Exception as e:  # Python wraps an interrupt raised while a class is built ("Error calling __set_name__")
@@ -53,9 +87,7 @@ def main() -> None:
         _interrupted(cause)
     except KeyboardInterrupt as e:  # a signal while the command's modules import: still one line, exit 130
         _interrupted(e)
-    rc = run_plain(estimate_job, plain) if plain is not None else run_app(command)
-    forget_caught_interrupt()
-    sys.exit(rc)
+    return run_plain(estimate_job, plain) if plain is not None else run_app(command)
 
 
 def _register(command: str | None) -> None:

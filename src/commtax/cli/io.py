@@ -206,9 +206,17 @@ def does_not_fit(b: Any, job: Any) -> NoReturn:
 
 
 # ----------------------------------------------------------------------------- progress
+def _no_progress(done: int, total: int) -> None:
+    """``progress``'s update where no bar is shown."""
+
+
 @contextmanager
 def progress(label: str, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
-    """A rich progress bar on stderr; yields ``update(done, total)``. Silent when stderr is not a terminal."""
+    """A rich progress bar on stderr; yields ``update(done, total)``. Silent when stderr is not a terminal, and
+    without rich when not ``enabled`` (``--json``: its import is ~100 M instructions of a command's start-up)."""
+    if not enabled:
+        yield _no_progress
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     prog = Progress(

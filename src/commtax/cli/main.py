@@ -97,7 +97,6 @@ def validate(
     """Predict published measurements and report the error per row, the MAPE and the 80% interval's coverage;
     several files: each file, then the runs files' rows together (by source)."""
     from commtax.decide.validate import max_mape_failure, read_rows, validate_files, validation_record
-    from commtax.report.text import print_validation
 
     if max_mape is not None and not (0 <= max_mape < float("inf")):
         raise SpecError(f"--max-mape: a percentage ≥ 0, got {max_mape}")
@@ -112,6 +111,8 @@ def validate(
     if json_out:
         emit(validation_record(multi), True)
     else:
+        from commtax.report.text import print_validation  # rich: only when a table is printed
+
         print_validation(multi, console, loso=loso, wide=wide)
     failure = max_mape_failure(multi, max_mape)
     if failure is not None:

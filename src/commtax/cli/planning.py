@@ -33,9 +33,6 @@ from commtax.cli.io import (
 from commtax.decide.cost import PowerBasis
 from commtax.decide.search import GRAD_DTYPES, RANK_BY, RECOMPUTE
 from commtax.errors import EXIT_INTERRUPTED
-from commtax.report.table import (
-    cost_table,
-)
 
 TokensOpt = Annotated[Optional[float], typer.Option("--tokens", min=1, help="training tokens (default: the job's)")]
 PowerOpt = Annotated[PowerBasis, typer.Option("--power", help="GPU power used for energy")]
@@ -133,7 +130,6 @@ def search_command(
 ) -> None:
     """Every valid plan for the job's model and cluster, ranked; the best ones with their breakdowns."""
     from commtax.decide.search_job import PoolJobSearch, search_job
-    from commtax.report.planning import print_pool_search, print_search
     from commtax.spec import load_job
 
     job = load_job(job_file, catalog)
@@ -155,12 +151,16 @@ def search_command(
     if isinstance(s, PoolJobSearch):  # the pool search: no --csv, no --verify (refused in search_job)
         emit(s.to_dict(), json_out, out)
         if not json_out:
+            from commtax.report.planning import print_pool_search  # rich: only when a table is printed
+
             print_pool_search(s, job, console, wide=wide)
         return
     if csv_out is not None:
         write_atomic(csv_out, s.result.to_csv())
     emit(s.to_dict(), json_out, out)
     if not json_out:
+        from commtax.report.planning import print_search
+
         print_search(s, job, console, err_console, top=top, verify=verify, wide=wide)
     _exit_if_interrupted(s.result.interrupted)
 
@@ -221,7 +221,6 @@ def compare_command(
     --search gives each cluster its own best plan instead; plan options (--tp, --pp, ...) restrict that search
     (e.g. to one fixed plan) and so imply --search."""
     from commtax.decide.compare import run_compare
-    from commtax.report.planning import comparison_plots, print_comparison
 
     with progress("searching clusters" if search else "pricing clusters", enabled=not json_out) as update:
         c = run_compare(
@@ -243,9 +242,15 @@ def compare_command(
             prices=prices,
             progress=update,
         )
-    written = comparison_plots(c, pareto, scaling_png)
+    written: dict[str, str] = {}
+    if pareto is not None or scaling_png is not None:  # report.planning (rich) only for a chart or a table
+        from commtax.report.planning import comparison_plots
+
+        written = comparison_plots(c, pareto, scaling_png)
     emit({**c.to_dict(), **written}, json_out, out)
     if not json_out:
+        from commtax.report.planning import print_comparison
+
         print_comparison(c, console, article=article, wide=wide, written=[Path(p) for p in written.values()])
 
 
@@ -265,7 +270,6 @@ def advise_command(
 
     --search adds one more change, the best plan a full search finds (the slow part)."""
     from commtax.decide.advise import advise
-    from commtax.report.planning import print_advice
     from commtax.spec import load_job
 
     job = load_job(job_file, catalog)
@@ -281,6 +285,8 @@ def advise_command(
         a = advise(job, search_best=search, workers=workers, progress=update)
     emit(a.to_dict(), json_out, out)
     if not json_out:
+        from commtax.report.planning import print_advice
+
         print_advice(a, console, top=top)
     _exit_if_interrupted(a.interrupted)
 
@@ -316,5 +322,7 @@ def cost_command(
     }
     emit(data, json_out, out)
     if not json_out:
+        from commtax.report.table import cost_table  # rich: only when a table is printed
+
         title = f"{job_file.name}: {c.tokens / 1e9:,.0f} B tokens on {job.cluster.num_gpus} × {job.cluster.gpu.name}"
         console.print(cost_table(c, mode, title))

@@ -40,13 +40,14 @@ def simulate_cmd(
     catalog: CatalogOpt = None,
 ) -> None:
     """Simulate one training step event by event: the same Breakdown as estimate, plus a timeline."""
-    from commtax.report.table import render_breakdown
     from commtax.schedule.sim.run import simulate_file
 
     sim = simulate_file(job_file, catalog, bucket_mb=bucket_mb, explain=explain_, trace=trace, gantt=gantt, out=out)
     bd = sim.breakdown
     emit(bd.to_dict(), json_out, out)
     if not json_out:
+        from commtax.report.table import render_breakdown  # rich: only when a table is printed
+
         render_breakdown(bd, console, sim.job.cluster.gpu.mem_GiB)
     if not bd.fits:
         if not json_out:
