@@ -23,7 +23,6 @@ import math
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -116,6 +115,8 @@ def _write_through(path: Path, real: Path, st: os.stat_result, write: Callable[[
             fd = os.open(real, os.O_WRONLY)
         except OSError as e:
             raise SpecError(os_error_line(e, "write")) from None
+    import tempfile  # here, not at the top: a plain `estimate --json` writes no file and skips its ~15 M instructions
+
     tmp_fd, tmp = tempfile.mkstemp(prefix="commtax-", suffix=real.suffix[:16])
     os.close(tmp_fd)
     try:
@@ -140,6 +141,8 @@ def write_atomic_with(path: Path | str, write: Callable[[Path], None]) -> Path:
     if st is not None and not stat.S_ISREG(st.st_mode):
         return _write_through(path, real, st, write)
     mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+    import tempfile  # here, not at the top: see _write_through
+
     with terminate_as_interrupt():
         try:
             fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name[:64]}.", suffix=real.suffix[:16])
