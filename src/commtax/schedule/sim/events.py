@@ -357,256 +357,335 @@ class Sim:
         if self._ran:
             raise SimError("a Sim runs once; build a new one")
         self._ran = True
+        run = _Run(self)
+        for s in self.streams:
+            run.try_stream(s, 0.0, None)
+        makespan, self.events = run.drain()
+        if self.events != len(self.tasks):
+            raise self._deadlock()
+        return makespan
+
+    def _deadlock(self) -> SimError:
+        """The error of a run that ended with tasks never started: how many, and the first stream stuck."""
         tasks, streams = self.tasks, self.streams
-        heap: list[tuple[float, int, int, int]] = []
-        chan_busy = [False] * len(self.channel_names)
-        chan_wait: list[list[tuple[float, int, int]]] = [[] for _ in self.channel_names]
-        chan_last: list[int | None] = [None] * len(self.channel_names)
-        started = self.start_order
-        seq = 0
-        net = self.network
-        flow_end: dict[int, float] = {}  # a transfer's current finish time: heap entries at other times are stale
+        stuck = next(tasks[s.tasks[s.head]] for s in streams if s.head < len(s.tasks))
+        return SimError(
+            f"deadlock: {len(tasks) - self.events} of {len(tasks)} tasks never ran; "
+            f"first stuck: {stuck.name!r} on stream {streams[stuck.stream].name!r} of device "
+            f"{streams[stuck.stream].device}"
+        )
+
+    def trace(self) -> list[tuple[str, int, float]]:
+        """(name, device, start_s) of every task in start order: for exact-trace tests."""
+        order = sorted(self.tasks, key=lambda t: (t.start_s, t.id))
+        return [(t.name, self.streams[t.stream].device, t.start_s) for t in order]
+
+
+class _Run:
+    """One ``Sim.run``'s state — the event heap, the channels' queues, who is alone on which link — and its handlers."""
+
+    __slots__ = (
+        "tasks",
+        "streams",
+        "heap",
+        "seq",
+        "chan_busy",
+        "chan_wait",
+        "chan_last",
+        "started",
+        "net",
+        "flow_end",
+        "on_link",
+        "solo",
+        "trains",
+    )
+
+    def __init__(self, sim: Sim) -> None:
+        self.tasks, self.streams = sim.tasks, sim.streams
+        self.heap: list[tuple[float, int, int, int]] = []  # finish events: (time_s, priority, sequence, task id)
+        self.seq = 0  # the last heap sequence number given out
+        self.chan_busy = [False] * len(sim.channel_names)
+        self.chan_wait: list[list[tuple[float, int, int]]] = [[] for _ in sim.channel_names]
+        self.chan_last: list[int | None] = [None] * len(sim.channel_names)
+        self.started = sim.start_order
+        net = self.net = sim.network
+        self.flow_end: dict[int, float] = {}  # a transfer's current finish time: heap entries at other times are stale
         # a transfer alone on its one link runs at its own rate, as a plain task (the common case, kept cheap);
         # it joins the network when another transfer comes onto its link
-        on_link = [0] * (len(net.capacity) if net is not None else 0)
-        solo: dict[int, int] = {}  # link -> the transfer (or train) alone on it, outside the network
-        trains = self.anchored
+        self.on_link = [0] * (len(net.capacity) if net is not None else 0)
+        self.solo: dict[int, int] = {}  # link -> the transfer (or train) alone on it, outside the network
+        self.trains = sim.anchored
 
-        def reschedule(ends: dict[int, float]) -> None:
-            nonlocal seq
-            for tid, end in ends.items():
-                flow_end[tid] = end
-                seq += 1
-                heapq.heappush(heap, (end, tasks[tid].priority, seq, tid))
-
-        def push(t: Task, at: float) -> int:
-            nonlocal seq
-            seq += 1
-            heapq.heappush(heap, (at, t.priority, seq, t.id))
-            return seq
-
-        def settle(o: Task, now: float) -> None:
-            """A train alone on its link (SOLO) when another transfer comes: bring it up to ``now``; between two of
-            its transfers (or done) it leaves the link and waits for its next launch."""
-            tr = o.train
-            j, free, a = tr.next, tr.free_s, tr.anchor_s
-            offsets, work = tr.shape.offsets_s, tr.shape.work_s
-            n = len(work)
-            b = 0.0
-            while j < n:  # the recurrence, up to the transfer on the wire at ``now`` (or the next to launch)
-                b = a + offsets[j]
-                if free > b:
-                    b = free
-                if b > now or b + work[j] > now:
-                    break
-                free = b + work[j]
-                j += 1
-            tr.next, tr.free_s = j, free
-            if j < n and b <= now:  # transfer j is on the wire: it will share (``into_network``)
-                tr.launch_s = b
-                return
-            lk = o.links[0]
-            del solo[lk]
-            on_link[lk] = 0
-            if j < n:  # between transfers: the next one launches onto the link as it is then
-                tr.state, tr.token = WAIT, push(o, b)
-            # else its projected end is now: that event (still live) finishes it
-
-        def claim(links: tuple[int, ...], now: float) -> bool:
-            """Whether a transfer starting on ``links`` now runs alone at its own rate (a train there settled first)."""
-            if trains:
-                for lk in links:
-                    o = solo.get(lk)
-                    if o is not None and tasks[o].train is not None:
-                        settle(tasks[o], now)
-            # a queued link's transfers go through the network, which adds the wait (``FlowNetwork._wait``)
-            return len(links) == 1 and not on_link[links[0]] and net.capacity[links[0]] >= 1 and not net.queue[links[0]]
-
-        def into_network(tid: int, work_s: float, links: tuple[int, ...], now: float) -> None:
-            for lk in links:
-                on_link[lk] += 1
-                other = solo.pop(lk, None)
-                if other is not None:  # it shares from now on: into the network with the work it has left
-                    o = tasks[other]
-                    tr = o.train
-                    if tr is None:
-                        left = o.start_s + o.duration_s - now
-                    else:  # the train's transfer on the wire (``settle``)
-                        left = tr.launch_s + tr.shape.work_s[tr.next] - now
-                        tr.state = NET
-                    if len(links) == 1 and not net.multi and not net.weighted(other) and not net.weighted(tid):
-                        # the two onto one link at once: their rates set once
-                        reschedule(net.start_two(other, left, tid, work_s, lk, now))
-                        return
-                    reschedule(net.start(other, left, o.links, now))
-            reschedule(net.start(tid, work_s, links, now))
-
-        def go_solo(t: Task) -> None:
-            """A train's transfers from ``next`` on at their own rate: one event at their end."""
-            tr = t.train
-            tr.state, tr.token = SOLO, push(t, tr.projected_end())
-            if t.links:
-                on_link[t.links[0]] = 1
-                solo[t.links[0]] = t.id
-
-        def launch(t: Task, now: float) -> None:
-            """A train's next transfer, once the one before it ended (``free_s``)."""
-            tr = t.train
-            if not t.links:
-                go_solo(t)
-                return
-            at = tr.start_of(tr.next, tr.free_s)
-            if claim(t.links, now):  # nothing else on its link: alone until another transfer comes (``settle``)
-                go_solo(t)
-            elif at <= now:  # launching now onto a link another transfer holds
-                tr.state, tr.launch_s = NET, now
-                into_network(t.id, tr.shape.work_s[tr.next], t.links, now)
-            else:  # launching later, onto a link that is busy now
-                tr.state, tr.token = WAIT, push(t, at)
-
-        def train_event(t: Task, now: float, sq: int) -> bool:
-            """A heap event of a train; True when its last transfer ended."""
-            tr = t.train
-            n = len(tr.shape.work_s)
-            if tr.state == NET:
-                if flow_end.get(t.id) != now:
-                    return False  # stale: its rate changed since
-                del flow_end[t.id]
-                took = now - tr.launch_s
-                if took != tr.shape.work_s[tr.next]:
-                    if tr.took is None:
-                        tr.took = {}
-                    tr.took[tr.next] = took
-                tr.next += 1
-                tr.free_s = now
-                lk = t.links[0]
-                if tr.next < n and on_link[lk] > 1 and not net.multi and tr.start_of(tr.next, now) <= now:
-                    # the next transfer takes this one's place on the shared link at once: no other rate changes
-                    tr.launch_s = now
-                    reschedule(net.renew(t.id, tr.shape.work_s[tr.next], now))
-                    return False
-                reschedule(net.finish(t.id, now))
-                on_link[lk] -= 1
-            elif sq != tr.token:
-                return False  # stale: settled or launched since
-            elif tr.state == WAIT:
-                launch(t, now)
-                return False
-            else:  # SOLO: its projected end
-                if t.links and solo.get(t.links[0]) == t.id:
-                    del solo[t.links[0]]
-                    on_link[t.links[0]] = 0
-                tr.next, tr.free_s = n, now
-            if tr.next < n:
-                launch(t, now)
-                return False
-            t.duration_s = t.work_s
-            if tr.took is not None:  # what sharing its link added
-                t.duration_s += sum(x - tr.shape.work_s[j] for j, x in tr.took.items())
-            return True
-
-        def activate(t: Task, now: float, cause: int | None) -> None:
-            """A train at the head of its stream, its anchor started: its first transfer launches."""
-            tr = t.train
-            t.ready_s = t.start_s = tr.start_of(0, now)
-            t.cause = tr.anchor if cause is None or t.start_s > now else cause
-            started.append(t.id)
-            tr.free_s = now
-            launch(t, now)
-
-        def start(t: Task, now: float, cause: int | None) -> None:
-            nonlocal seq
-            t.start_s, t.cause = now, cause
-            if t.channel is not None:
-                t.channel_prev, chan_last[t.channel] = chan_last[t.channel], t.id
-            started.append(t.id)
-            if trains and t.id in trains:  # the trains launched from its start
-                for x in trains[t.id]:
-                    u = tasks[x]
-                    u.train.anchor_s = now
-                    u.waiting -= 1
-                    if not u.waiting:
-                        try_stream(streams[u.stream], now, t.id)
-            if t.links and t.duration_s > 0:
-                links = t.links
-                if claim(links, now):
-                    on_link[links[0]] = 1
-                    solo[links[0]] = t.id
-                else:
-                    into_network(t.id, t.duration_s, links, now)
-                    return
-            seq += 1
-            heapq.heappush(heap, (now + t.duration_s, t.priority, seq, t.id))
-
-        def try_stream(s: Stream, now: float, cause: int | None) -> None:
-            if s.busy or s.head >= len(s.tasks):
-                return
-            t = tasks[s.tasks[s.head]]
-            if t.waiting:
-                return
-            s.busy = True
-            if t.train is not None:
-                activate(t, now, cause)
-                return
-            t.ready_s = now
-            if t.channel is not None:
-                if chan_busy[t.channel]:
-                    heapq.heappush(chan_wait[t.channel], (now, t.priority, t.id))
-                    return
-                chan_busy[t.channel] = True
-            start(t, now, cause)
-
-        for s in streams:
-            try_stream(s, 0.0, None)
+    # ------------------------------------------------------------------ the event loop
+    def drain(self) -> tuple[float, int]:
+        """Pop finish events in heap order until none is left; returns (makespan, tasks finished)."""
+        heap, tasks, streams = self.heap, self.tasks, self.streams
+        heappop, try_stream = heapq.heappop, self.try_stream
+        train_event, transfer_ended = self.train_event, self.transfer_ended
         now = makespan = 0.0
         events = 0
         while heap:
-            now, _, sq, tid = heapq.heappop(heap)
+            now, _, sq, tid = heappop(heap)
             t = tasks[tid]
             if t.train is not None:
                 if not train_event(t, now, sq):
                     continue
             elif t.links and t.duration_s > 0:
-                if solo.get(t.links[0]) == tid:  # alone all along: done at its own rate
-                    del solo[t.links[0]]
-                    on_link[t.links[0]] = 0
-                elif flow_end.get(tid) == now:
-                    del flow_end[tid]
-                    reschedule(net.finish(tid, now))
-                    for lk in t.links:
-                        on_link[lk] -= 1
-                    t.duration_s = now - t.start_s  # the time it took, sharing its links
-                else:
-                    continue  # its rate changed since this finish was pushed
+                if not transfer_ended(t, now):
+                    continue
             events += 1
             t.end_s = makespan = now  # the last task's end: a stale finish popped later is not the makespan
             s = streams[t.stream]
             s.busy = False
             s.head += 1
             if t.channel is not None:
-                waiters = chan_wait[t.channel]
-                if waiters:
-                    _, _, nxt = heapq.heappop(waiters)
-                    start(tasks[nxt], now, tid)
-                else:
-                    chan_busy[t.channel] = False
+                self.pass_channel(t.channel, now, tid)
             for x in t.succ:
                 u = tasks[x]
                 u.waiting -= 1
                 if not u.waiting:
                     try_stream(streams[u.stream], now, tid)
             try_stream(s, now, tid)
-        self.events = events
-        if events != len(tasks):
-            stuck = next(tasks[s.tasks[s.head]] for s in streams if s.head < len(s.tasks))
-            raise SimError(
-                f"deadlock: {len(tasks) - events} of {len(tasks)} tasks never ran; "
-                f"first stuck: {stuck.name!r} on stream {streams[stuck.stream].name!r} of device "
-                f"{streams[stuck.stream].device}"
-            )
-        return makespan
+        return makespan, events
 
-    def trace(self) -> list[tuple[str, int, float]]:
-        """(name, device, start_s) of every task in start order: for exact-trace tests."""
-        order = sorted(self.tasks, key=lambda t: (t.start_s, t.id))
-        return [(t.name, self.streams[t.stream].device, t.start_s) for t in order]
+    def try_stream(self, s: Stream, now: float, cause: int | None) -> None:
+        """Start the head task of stream ``s`` if the stream is idle and the task's dependencies have finished."""
+        if s.busy or s.head >= len(s.tasks):
+            return
+        t = self.tasks[s.tasks[s.head]]
+        if t.waiting:
+            return
+        s.busy = True
+        if t.train is not None:
+            self.activate(t, now, cause)
+            return
+        t.ready_s = now
+        if t.channel is not None:
+            if self.chan_busy[t.channel]:
+                heapq.heappush(self.chan_wait[t.channel], (now, t.priority, t.id))
+                return
+            self.chan_busy[t.channel] = True
+        self.start(t, now, cause)
+
+    def start(self, t: Task, now: float, cause: int | None) -> None:
+        """Start a plain task (not a train) now: its finish event, or its transfer onto its links."""
+        t.start_s, t.cause = now, cause
+        if t.channel is not None:
+            chan_last = self.chan_last
+            t.channel_prev, chan_last[t.channel] = chan_last[t.channel], t.id
+        self.started.append(t.id)
+        trains = self.trains
+        if trains and t.id in trains:
+            self.anchor_started(t.id, now)
+        if t.links and t.duration_s > 0 and not self.onto_links(t, now):
+            return
+        seq = self.seq = self.seq + 1
+        heapq.heappush(self.heap, (now + t.duration_s, t.priority, seq, t.id))
+
+    def pass_channel(self, channel: int, now: float, tid: int) -> None:
+        """Task ``tid`` let go of ``channel``: the first waiter in (ready, priority, sequence) order takes it."""
+        waiters = self.chan_wait[channel]
+        if waiters:
+            _, _, nxt = heapq.heappop(waiters)
+            self.start(self.tasks[nxt], now, tid)
+        else:
+            self.chan_busy[channel] = False
+
+    def anchor_started(self, anchor: int, now: float) -> None:
+        """The trains that launch from ``anchor``'s start learn when it started, and may start on their streams."""
+        tasks, streams = self.tasks, self.streams
+        for x in self.trains[anchor]:
+            u = tasks[x]
+            u.train.anchor_s = now
+            u.waiting -= 1
+            if not u.waiting:
+                self.try_stream(streams[u.stream], now, anchor)
+
+    # ------------------------------------------------------------------ transfers on the flow network's links
+    def push(self, t: Task, at: float) -> int:
+        """An event for ``t`` at ``at``; returns its sequence number (a train's token)."""
+        seq = self.seq = self.seq + 1
+        heapq.heappush(self.heap, (at, t.priority, seq, t.id))
+        return seq
+
+    def reschedule(self, ends: dict[int, float]) -> None:
+        """New finish times of transfers whose rates changed; their earlier events go stale."""
+        heap, tasks, flow_end, seq = self.heap, self.tasks, self.flow_end, self.seq
+        for tid, end in ends.items():
+            flow_end[tid] = end
+            seq += 1
+            heapq.heappush(heap, (end, tasks[tid].priority, seq, tid))
+        self.seq = seq
+
+    def onto_links(self, t: Task, now: float) -> bool:
+        """A transfer starting now: True if it runs alone at its own rate (a plain finish event), else it shares."""
+        links = t.links
+        if self.claim(links, now):
+            self.on_link[links[0]] = 1
+            self.solo[links[0]] = t.id
+            return True
+        self.into_network(t.id, t.duration_s, links, now)
+        return False
+
+    def transfer_ended(self, t: Task, now: float) -> bool:
+        """A finish event of a transfer on links (not a train): True if it is its end, False if stale."""
+        tid = t.id
+        if self.solo.get(t.links[0]) == tid:  # alone all along: done at its own rate
+            del self.solo[t.links[0]]
+            self.on_link[t.links[0]] = 0
+        elif self.flow_end.get(tid) == now:
+            del self.flow_end[tid]
+            self.reschedule(self.net.finish(tid, now))
+            for lk in t.links:
+                self.on_link[lk] -= 1
+            t.duration_s = now - t.start_s  # the time it took, sharing its links
+        else:
+            return False  # its rate changed since this finish was pushed
+        return True
+
+    def claim(self, links: tuple[int, ...], now: float) -> bool:
+        """Whether a transfer starting on ``links`` now runs alone at its own rate (a train there settled first)."""
+        if self.trains:
+            tasks = self.tasks
+            for lk in links:
+                o = self.solo.get(lk)
+                if o is not None and tasks[o].train is not None:
+                    self.settle(tasks[o], now)
+        # a queued link's transfers go through the network, which adds the wait (``FlowNetwork._wait``)
+        net = self.net
+        return (
+            len(links) == 1 and not self.on_link[links[0]] and net.capacity[links[0]] >= 1 and not net.queue[links[0]]
+        )
+
+    def into_network(self, tid: int, work_s: float, links: tuple[int, ...], now: float) -> None:
+        """Transfer ``tid`` shares ``links`` from now on; a transfer that was alone on one of them joins it there."""
+        net, on_link, solo = self.net, self.on_link, self.solo
+        for lk in links:
+            on_link[lk] += 1
+            other = solo.pop(lk, None)
+            if other is not None:  # it shares from now on: into the network with the work it has left
+                o = self.tasks[other]
+                tr = o.train
+                if tr is None:
+                    left = o.start_s + o.duration_s - now
+                else:  # the train's transfer on the wire (``settle``)
+                    left = tr.launch_s + tr.shape.work_s[tr.next] - now
+                    tr.state = NET
+                if len(links) == 1 and not net.multi and not net.weighted(other) and not net.weighted(tid):
+                    # the two onto one link at once: their rates set once
+                    self.reschedule(net.start_two(other, left, tid, work_s, lk, now))
+                    return
+                self.reschedule(net.start(other, left, o.links, now))
+        self.reschedule(net.start(tid, work_s, links, now))
+
+    # ------------------------------------------------------------------ trains
+    def activate(self, t: Task, now: float, cause: int | None) -> None:
+        """A train at the head of its stream, its anchor started: its first transfer launches."""
+        tr = t.train
+        t.ready_s = t.start_s = tr.start_of(0, now)
+        t.cause = tr.anchor if cause is None or t.start_s > now else cause
+        self.started.append(t.id)
+        tr.free_s = now
+        self.launch(t, now)
+
+    def launch(self, t: Task, now: float) -> None:
+        """A train's next transfer, once the one before it ended (``free_s``)."""
+        tr = t.train
+        if not t.links:
+            self.go_solo(t)
+            return
+        at = tr.start_of(tr.next, tr.free_s)
+        if self.claim(t.links, now):  # nothing else on its link: alone until another transfer comes (``settle``)
+            self.go_solo(t)
+        elif at <= now:  # launching now onto a link another transfer holds
+            tr.state, tr.launch_s = NET, now
+            self.into_network(t.id, tr.shape.work_s[tr.next], t.links, now)
+        else:  # launching later, onto a link that is busy now
+            tr.state, tr.token = WAIT, self.push(t, at)
+
+    def go_solo(self, t: Task) -> None:
+        """A train's transfers from ``next`` on at their own rate: one event at their end."""
+        tr = t.train
+        tr.state, tr.token = SOLO, self.push(t, tr.projected_end())
+        if t.links:
+            self.on_link[t.links[0]] = 1
+            self.solo[t.links[0]] = t.id
+
+    def settle(self, o: Task, now: float) -> None:
+        """A train alone on its link (SOLO) when another transfer comes: bring it up to ``now``; between two of
+        its transfers (or done) it leaves the link and waits for its next launch."""
+        tr = o.train
+        j, free, a = tr.next, tr.free_s, tr.anchor_s
+        offsets, work = tr.shape.offsets_s, tr.shape.work_s
+        n = len(work)
+        b = 0.0
+        while j < n:  # the recurrence, up to the transfer on the wire at ``now`` (or the next to launch)
+            b = a + offsets[j]
+            if free > b:
+                b = free
+            if b > now or b + work[j] > now:
+                break
+            free = b + work[j]
+            j += 1
+        tr.next, tr.free_s = j, free
+        if j < n and b <= now:  # transfer j is on the wire: it will share (``into_network``)
+            tr.launch_s = b
+            return
+        lk = o.links[0]
+        del self.solo[lk]
+        self.on_link[lk] = 0
+        if j < n:  # between transfers: the next one launches onto the link as it is then
+            tr.state, tr.token = WAIT, self.push(o, b)
+        # else its projected end is now: that event (still live) finishes it
+
+    def train_event(self, t: Task, now: float, sq: int) -> bool:
+        """A heap event of a train; True when its last transfer ended."""
+        tr = t.train
+        if tr.state == NET:
+            if self.flow_end.get(t.id) != now:
+                return False  # stale: its rate changed since
+            if self.shared_transfer_ended(t, now):
+                return False
+        elif sq != tr.token:
+            return False  # stale: settled or launched since
+        elif tr.state == WAIT:
+            self.launch(t, now)
+            return False
+        else:  # SOLO: its projected end
+            if t.links and self.solo.get(t.links[0]) == t.id:
+                del self.solo[t.links[0]]
+                self.on_link[t.links[0]] = 0
+            tr.next, tr.free_s = len(tr.shape.work_s), now
+        if tr.next < len(tr.shape.work_s):
+            self.launch(t, now)
+            return False
+        t.duration_s = t.work_s
+        if tr.took is not None:  # what sharing its link added
+            t.duration_s += sum(x - tr.shape.work_s[j] for j, x in tr.took.items())
+        return True
+
+    def shared_transfer_ended(self, t: Task, now: float) -> bool:
+        """A train's transfer in the flow network ended: noted if it took longer than alone; True when the next
+        transfer took its place on the shared link at once (no other rate changes), else it left the network."""
+        tr, net = t.train, self.net
+        del self.flow_end[t.id]
+        took = now - tr.launch_s
+        if took != tr.shape.work_s[tr.next]:
+            if tr.took is None:
+                tr.took = {}
+            tr.took[tr.next] = took
+        tr.next += 1
+        tr.free_s = now
+        lk = t.links[0]
+        if (
+            tr.next < len(tr.shape.work_s)
+            and self.on_link[lk] > 1
+            and not net.multi
+            and tr.start_of(tr.next, now) <= now
+        ):
+            tr.launch_s = now
+            self.reschedule(net.renew(t.id, tr.shape.work_s[tr.next], now))
+            return True
+        self.reschedule(net.finish(t.id, now))
+        self.on_link[lk] -= 1
+        return False

@@ -186,11 +186,13 @@ def simulate(
         return _result(job, builder, sim, step, compare)
 
 
-def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool) -> SimResult:
+def _device_totals(
+    sim: Sim, builder: StepBuilder
+) -> tuple[list[float], list[float], list[dict[str, float]], dict[str, float]]:
+    """One pass over the timeline: each device's last end, its own work and its wire time per group, and the time
+    DP / PP traffic waited for (or lost sharing) a NIC."""
     tasks, streams = sim.tasks, sim.streams
     p = builder.p
-    ov = job.plan.overlap
-    hidden = tuple(g for g, overlapped in (("tp", ov.tp), ("cp", ov.cp)) if overlapped)
     stage_end = [0.0] * p
     work = [0.0] * p
     link = [{"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0} for _ in range(p)]
@@ -224,13 +226,90 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
         # rank's passes carried, as its EP bytes (DualPipe: m/2 micro-batches through each of its two model stages)
         for d in range(p):
             link[d]["ep"] = builder.devices[d].ep_s
-    # the busiest stage sets the pace: the most time per step in its own passes (work and the TP/CP it waits for,
-    # as the estimate's slowest stage; not the once-a-step optimizer); among equals, the one that finishes last
+    return stage_end, work, link, waited
+
+
+def _busiest_stage(sim: Sim, p: int, hidden: tuple[str, ...], step: float, stage_end: list[float]) -> int:
+    """The stage that sets the pace, whose view the breakdown is: the most time per step in its own passes (work and
+    the TP/CP it waits for, as the estimate's slowest stage; not the once-a-step optimizer); among equals, the one
+    that finishes last."""
     pace = []
     for d in range(p):
         own = _own_parts(sim, d, hidden)
         pace.append(sum(own.values()) - own["optimizer"])
-    busiest = max(range(p), key=lambda d: (round(pace[d] / step, 12) if step else 0.0, stage_end[d]))
+    return max(range(p), key=lambda d: (round(pace[d] / step, 12) if step else 0.0, stage_end[d]))
+
+
+def _schedule_note(job: Job, builder: StepBuilder) -> list[str]:
+    """A DualPipe schedule the builder played in 1F1B order, and why (none when it played DualPipe or the plan is
+    another schedule)."""
+    if job.plan.schedule not in ("dualpipe", "dualpipev") or builder.dual:
+        return []
+    return [
+        f"{job.plan.schedule} simulated in 1F1B order: the bubble is 1F1B's, estimate prices DualPipe's"
+        + (
+            f" ({builder.m} micro-batches: DualPipe feeds an even number, half from each end)"
+            if job.plan.schedule == "dualpipe" and builder.m % 2
+            else (
+                " (ZeRO-3: the per-layer gathers around split backwards are not simulated)"
+                if job.plan.schedule == "dualpipe" and builder.wl.dp_microbatch
+                else ""
+            )
+        )
+    ]
+
+
+def _replica_note(builder: StepBuilder, sim: Sim, busiest: int) -> str:
+    """What was simulated (events, one replica's stages or DualPipe ranks) and whose breakdown this is."""
+    p = builder.p
+    if builder.dual == "dualpipe":  # a rank holds two model stages: name the rank and its stages, as explain does
+        return (
+            f"simulated {sim.events:,} events on the {p} pipeline ranks of one data-parallel replica (DualPipe: rank r "
+            f"holds model stages r and {p - 1}−r); breakdown of the busiest rank, {busiest} (model stages {busiest} "
+            f"and {p - 1 - busiest}), where estimate reports its slowest stage"
+        )
+    return (
+        f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
+        f"breakdown of the busiest stage, {busiest}"
+    )
+
+
+def _dp_rank_note(
+    job: Job, builder: StepBuilder, busiest: int, dp_rank: int, busiest_link: dict[str, float], comm_time: dict
+) -> list[str]:
+    """Both ranks' DP traffic when the DP reported (the slowest DP rank's) is not the busiest rank's, as the
+    estimate's notes name them."""
+    if dp_rank == busiest:
+        return []
+    own_t = busiest_link
+    if builder.wl.moe_layer is not None:
+        own_t, _ = _with_edp(job, builder, busiest, own_t, builder.devices[busiest].bytes)
+    edp = lambda t: f", edp {t['edp']:.3g} s" if "edp" in t else ""  # noqa: E731
+    return [
+        f"comm_time_s dp{', edp' if 'edp' in comm_time else ''} of rank {dp_rank}, the slowest DP rank (the one "
+        f"estimate prices: dp {comm_time['dp']:.3g} s{edp(comm_time)}); the busiest rank {busiest}'s: dp "
+        f"{own_t['dp']:.3g} s{edp(own_t)}"
+    ]
+
+
+def _pools_as_simulated(est: Breakdown, builder: StepBuilder, work: list[float], busiest: int) -> list[dict]:
+    """The estimate's GPU pools with their stages' busy seconds per micro-batch as simulated, and the straggler."""
+    return [
+        {
+            **x,
+            "stage_s": [work[s] / builder.m for s in x["stages"]],  # busy seconds per micro-batch, simulated
+            "straggler": busiest in x["stages"],
+        }
+        for x in est.pools
+    ]
+
+
+def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool) -> SimResult:
+    """The Breakdown of the run, read from the busiest stage's view, with its notes and what explain needs."""
+    ov = job.plan.overlap
+    hidden = tuple(g for g, overlapped in (("tp", ov.tp), ("cp", ov.cp)) if overlapped)
+    stage_end, work, link, waited = _device_totals(sim, builder)
+    busiest = _busiest_stage(sim, builder.p, hidden, step, stage_end)
     parts = _attribute(sim, busiest, step, hidden)
     est = estimate(job) if compare else None
     # DP traffic (dp, edp) of the rank whose DP the estimate prices (``analytical.slowest_dp_rank``: the step waits
@@ -241,49 +320,11 @@ def _result(job: Job, builder: StepBuilder, sim: Sim, step: float, compare: bool
     if builder.wl.moe_layer is not None:  # expert gradients as their own edp group, as estimate reports them
         comm_time, comm_bytes = _with_edp(job, builder, dp_rank, comm_time, comm_bytes)
     bd = _breakdown(job, builder.wl, step, parts, comm_time, comm_bytes, est)
-    if job.plan.schedule in ("dualpipe", "dualpipev") and not builder.dual:
-        bd.notes.append(
-            f"{job.plan.schedule} simulated in 1F1B order: the bubble is 1F1B's, estimate prices DualPipe's"
-            + (
-                f" ({builder.m} micro-batches: DualPipe feeds an even number, half from each end)"
-                if job.plan.schedule == "dualpipe" and builder.m % 2
-                else (
-                    " (ZeRO-3: the per-layer gathers around split backwards are not simulated)"
-                    if job.plan.schedule == "dualpipe" and builder.wl.dp_microbatch
-                    else ""
-                )
-            )
-        )
-    if builder.dual == "dualpipe":  # a rank holds two model stages: name the rank and its stages, as explain does
-        bd.notes.append(
-            f"simulated {sim.events:,} events on the {p} pipeline ranks of one data-parallel replica (DualPipe: rank r "
-            f"holds model stages r and {p - 1}−r); breakdown of the busiest rank, {busiest} (model stages {busiest} "
-            f"and {p - 1 - busiest}), where estimate reports its slowest stage"
-        )
-    else:
-        bd.notes.append(
-            f"simulated {sim.events:,} events on the {p} stage(s) of one data-parallel replica; "
-            f"breakdown of the busiest stage, {busiest}"
-        )
-    if dp_rank != busiest:  # name both ranks' DP traffic, as the estimate's notes do
-        own_t = link[busiest]
-        if builder.wl.moe_layer is not None:
-            own_t, _ = _with_edp(job, builder, busiest, own_t, builder.devices[busiest].bytes)
-        edp = lambda t: f", edp {t['edp']:.3g} s" if "edp" in t else ""  # noqa: E731
-        bd.notes.append(
-            f"comm_time_s dp{', edp' if 'edp' in comm_time else ''} of rank {dp_rank}, the slowest DP rank (the one "
-            f"estimate prices: dp {comm_time['dp']:.3g} s{edp(comm_time)}); the busiest rank {busiest}'s: dp "
-            f"{own_t['dp']:.3g} s{edp(own_t)}"
-        )
+    bd.notes.extend(_schedule_note(job, builder))
+    bd.notes.append(_replica_note(builder, sim, busiest))
+    bd.notes.extend(_dp_rank_note(job, builder, busiest, dp_rank, link[busiest], comm_time))
     if est is not None and est.pools and getattr(builder, "where", None):  # stages on pools: as simulated
-        bd.pools = [
-            {
-                **x,
-                "stage_s": [work[s] / builder.m for s in x["stages"]],  # busy seconds per micro-batch, simulated
-                "straggler": busiest in x["stages"],
-            }
-            for x in est.pools
-        ]
+        bd.pools = _pools_as_simulated(est, builder, work, busiest)
     return SimResult(bd, builder, busiest, stage_end, work, waited, est)
 
 
