@@ -71,19 +71,20 @@ class _Recorder:
 
     def __init__(self, spec: BaseModel, prefix: str, trace: _Trace):
         object.__setattr__(self, "_recorder", (spec, prefix, trace))
+        if not prefix:  # the job's untraced specs, read as they are
+            self.__dict__.update((name, getattr(spec, name)) for name in trace.untraced)
 
     def __getattr__(self, name: str) -> Any:
         spec, prefix, trace = object.__getattribute__(self, "_recorder")
         value = getattr(spec, name)
-        if prefix or name not in trace.untraced:
-            path = prefix + name
-            # pydantic's isinstance runs hasattr, an AttributeError raised for each plain value: types checked first
-            if type(value) not in _VALUE_TYPES and isinstance(value, BaseModel):
-                value = _Recorder(value, path + ".", trace)
-            elif callable(value):
-                raise TypeError(f"a ReadsCache builder called {path}: only values read can key its result")
-            elif path not in trace.reads:
-                trace.reads[path] = value
+        path = prefix + name
+        # pydantic's isinstance runs hasattr, an AttributeError raised for each plain value: types checked first
+        if type(value) not in _VALUE_TYPES and isinstance(value, BaseModel):
+            value = _Recorder(value, path + ".", trace)
+        elif callable(value):
+            raise TypeError(f"a ReadsCache builder called {path}: only values read can key its result")
+        elif path not in trace.reads:
+            trace.reads[path] = value
         self.__dict__[name] = value
         return value
 
@@ -109,6 +110,11 @@ def _note(reads: dict[str, Hashable], read: Iterable[tuple[str, Hashable]]) -> N
     for path, value in read:
         if path not in reads:
             reads[path] = value
+
+
+def _common_length(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    """How many leading paths ``a`` and ``b`` share."""
+    return next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 class ReadsCache(Generic[T]):
@@ -184,7 +190,7 @@ class ReadsCache(Generic[T]):
             elif type(node) is not _Read:
                 raise RuntimeError(f"ReadsCache: the builder read {paths[i]} where an earlier walk read no more")
             n = len(node.paths)
-            k = next((j for j, p in enumerate(node.paths) if i + j >= len(paths) or paths[i + j] != p), n)
+            k = n if paths[i : i + n] == node.paths else _common_length(paths[i : i + n], node.paths)
             if k == 0:
                 raise RuntimeError(f"ReadsCache: the builder read {paths[i]} where an earlier walk read otherwise")
             if k < n:
