@@ -205,19 +205,31 @@ def test_blocks_follow_the_assumptions_in_force():
 
 
 @pytest.mark.parametrize("grad_dtype", ["bf16", "int8", "powersgd_r4"])
-def test_the_fields_blocks_are_shared_across_are_fields_they_do_not_read(grad_dtype):
-    """``BLOCK_IRRELEVANT`` must hold only plan fields the blocks never read: blocks built from scratch for plans
-    that differ in each of them (dp/pp layout, ZeRO stage, schedule, overlap, stage split, ZeRO-3 gathering) are
-    equal. A block that starts to read one of them fails here, not silently in a sweep."""
+def test_blocks_kept_by_their_reads_are_the_blocks_built_from_scratch(grad_dtype):
+    """The blocks a job gets from the caches (kept by the values each builder read, ``spec.reads``) equal those its
+    builders make from scratch, for plans that differ in fields the blocks do not read (dp/pp layout, ZeRO stage,
+    schedule, overlap, stage split, ZeRO-3 gathering) and in fields they do; the former share the base's blocks."""
     from commtax.spec import job_with
-    from commtax.workload.step import BLOCK_IRRELEVANT, _embed_block, _head_block, _layer_block
+    from commtax.workload.step import (
+        Block,
+        _blocks,
+        _build_embed_block,
+        _build_head_block,
+        _build_layer_passes,
+        _layer_recompute,
+    )
 
     def fresh(j):
-        return _layer_block(j), _embed_block(j), _head_block(j)
+        passes = _build_layer_passes(j, False)
+        return Block("layer", passes.fwd, passes.bwd, _layer_recompute(j, passes, False)), *(
+            _build_embed_block(j),
+            _build_head_block(j),
+        )
 
     base = load_job(job_dict(tp=8, pp=4, dp=8, zero=1, micro_batch=1, grad_comm_dtype=grad_dtype))
-    ref = fresh(base)
-    variants = [
+    ref = _blocks(base)
+    assert ref[:3] == fresh(base)
+    unread = [
         dict(pp=2, dp=16),
         dict(pp=8, dp=4, vp=2),
         dict(zero=3, zero3_gather="per_parameter_sync"),
@@ -230,12 +242,26 @@ def test_the_fields_blocks_are_shared_across_are_fields_they_do_not_read(grad_dt
         dict(pp=2, dp=16, account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True),
     ]
     if grad_dtype != "bf16":  # error feedback exists only for quantized formats
-        variants.append(dict(grad_error_feedback=True))
-    covered = set() if grad_dtype != "bf16" else {"grad_error_feedback"}
-    for changes in variants:
-        covered |= set(changes)
-        assert fresh(job_with(base, **changes)) == ref, changes
-    assert covered == BLOCK_IRRELEVANT
+        unread.append(dict(grad_error_feedback=True))
+    for changes in unread:
+        assert _blocks(job_with(base, **changes)) is ref, changes
+    for changes in (dict(micro_batch=2), dict(recompute="full"), dict(sequence_parallel=False), dict(tp=4, dp=16)):
+        other = job_with(base, **changes)
+        assert _blocks(other)[:3] == fresh(other) != ref[:3], changes
+
+
+def test_recompute_settings_share_the_layers_forward_and_backward_passes():
+    """The layer's forward and backward passes are built once for plans that differ only in their recompute (the
+    passes' builder never reads it): one ``_LayerPasses`` object, each recompute pass of its own."""
+    from commtax.spec import job_with
+    from commtax.workload.step import _layer_block, _layer_passes
+
+    none = gpt_job(tp=2, sequence_parallel=False, recompute="none")
+    others = [job_with(none, recompute="full"), job_with(none, recompute="selective", selective_policy="per_op")]
+    assert all(_layer_passes(o) is _layer_passes(none) for o in others)
+    recomputes = [_layer_block(j).recompute for j in (none, *others)]
+    # per-op SAC: the 2 odd GEMMs of 4 and the 3 elementwise ops (norms, residual adds, activation)
+    assert [len(r.ops) for r in recomputes] == [0, len(_layer_block(none).fwd.ops), 2 + 3]
 
 
 def test_deepspeeds_bf16_optimizer_accumulates_fp32_gradients_every_micro_batch():
@@ -252,7 +278,8 @@ def test_deepspeeds_bf16_optimizer_accumulates_fp32_gradients_every_micro_batch(
     for other in (job_with(job, zero=2), job_with(job, framework="megatron-lm")):
         assert all(o.name != "bf16_optimizer_grad_accum" for o in _layer_block(other).bwd.ops)
         assert all(o.name != "bf16_optimizer_grad_accum" for o in build_workload(other).layer.bwd.ops)
-    assert build_workload(job_with(job, zero=0)).layer is build_workload(job).layer
+    zero0, zero1 = build_workload(job_with(job, zero=0)).layer, build_workload(job).layer
+    assert zero0 == zero1 and zero0.bwd is zero1.bwd  # keyed by the stage read, one interned pass to price
 
 
 @pytest.mark.parametrize(

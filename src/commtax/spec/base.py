@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -164,7 +165,7 @@ _LAST_KEYS: dict[str, tuple[tuple, Any]] = {}
 def held_key(kind: str, specs: tuple, make: Callable[..., Any]) -> Any:
     """``make(*specs)``, made again only when ``specs`` are not the very objects met last for ``kind``."""
     last = _LAST_KEYS.get(kind)
-    if last is not None and len(last[0]) == len(specs) and all(x is y for x, y in zip(last[0], specs)):
+    if last is not None and len(last[0]) == len(specs) and all(map(operator.is_, last[0], specs)):
         return last[1]
     key = make(*specs)
     _LAST_KEYS[kind] = (specs, key)

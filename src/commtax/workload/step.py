@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
-from collections.abc import Callable
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Any, Literal
 
 from commtax.spec import Job
 from commtax.spec.assumptions import default_assumptions
 from commtax.spec.base import HashedOnce, held_key
+from commtax.spec.reads import ReadsCache
 from commtax.spec.wire_dtypes import (
     CONVERT_BYTES,
     POWERSGD_ERROR_FEEDBACK_BYTES,
@@ -490,9 +489,9 @@ def _windowed_share(job: Job) -> float:
     return m.windowed_share
 
 
-def _attention_ops(job: Job) -> tuple[Compute, Compute, float, list[Compute], list[Compute]]:
-    """Forward and backward attention kernels of one layer, the forward's executed FLOPs, and the sliding-window
-    share of them ([] unless the model has windowed layers).
+def _attention_ops(job: Job) -> tuple[Compute, Compute, list[Compute], list[Compute]]:
+    """Forward and backward attention kernels of one layer, and the sliding-window share of them ([] unless the
+    model has windowed layers; MXFP8 attention's casts with them).
 
     Fused kernels skip the masked half of causal attention; eager attention computes the full s×S scores
     (then masks them), so it executes the non-causal FLOPs. FlashAttention-2 backward runs 5 matmuls to the
@@ -528,7 +527,7 @@ def _attention_ops(job: Job) -> tuple[Compute, Compute, float, list[Compute], li
     )
     extra_f, extra_b = _fp8_attention_casts(job) if fp8 else ([], [])
     if not share:
-        return fwd, bwd, flop, extra_f, extra_b
+        return fwd, bwd, extra_f, extra_b
     wf, w = share * window_attention_flop(job), m.sliding_window
     # the MXFP8 window forward keeps the BF16 one's time (cuDNN 9.22, catalog/attention.yaml): priced as BF16
     win_f = Compute("attention_window", wf, 0.0, "attention", rows, w, m.head_dim, kernel=kernel)
@@ -539,7 +538,7 @@ def _attention_ops(job: Job) -> tuple[Compute, Compute, float, list[Compute], li
         # causal attention: catalog/attention.yaml mxfp8_time_ratio): the windowed layers' share of a causal backward
         causal = 2.5 * attention_flop(job, causal=True) * share
         win_b = replace(bwd, name="attention_window_bwd", flop=causal)
-    return fwd, bwd, flop, [win_f, *extra_f], [win_b, *extra_b]
+    return fwd, bwd, [win_f, *extra_f], [win_b, *extra_b]
 
 
 def _fp8_attention_casts(job: Job) -> tuple[list[Compute], list[Compute]]:
@@ -609,7 +608,44 @@ def _module_recompute(mods: frozenset[str], dense_fwd: list[Op], moe_fwd: list[O
     return [replace(o, name=f"{o.name}_recompute") for o in picked]
 
 
+@dataclass(frozen=True)
+class _LayerPasses:
+    """A layer's forward and backward passes, and the forward's pieces its recompute pass re-runs."""
+
+    fwd: Phase
+    bwd: Phase
+    gemms: tuple[Compute, ...]
+    attention: Compute
+    window: tuple[Compute, ...]  # the sliding-window attention's forward, MXFP8 attention's casts
+    elementwise: tuple[Compute, ...]
+    scores_bytes: float | None  # unfused attention's softmax over the scores (``_elementwise_ops`` attn_scores)
+    casts: tuple[Compute, ...]
+    tp: tuple[Collective, ...]
+    ring: tuple[Op, ...]  # ring attention's per-step merges and K/V exchange, forward
+    moe: tuple[Op, ...]
+
+
 def _layer_block(job: Job, moe: bool = False) -> Block:
+    """One transformer layer (MoE: a layer with experts), its phases interned (``_PHASES``)."""
+    passes = _layer_passes(job, moe)
+    return Block("layer", passes.fwd, passes.bwd, _intern(_layer_recompute(job, passes, moe)))
+
+
+def _layer_passes(job: Job, moe: bool = False) -> _LayerPasses:
+    """``_build_layer_passes``, built once per values it reads: plans differing in their recompute (or anything
+    else the passes do not read) share one."""
+    return _LAYER_PASSES.get(_specs_root(job, moe), job, _build_moe_passes if moe else _build_dense_passes)
+
+
+def _build_dense_passes(job: Job) -> _LayerPasses:
+    return _build_layer_passes(job, False)
+
+
+def _build_moe_passes(job: Job) -> _LayerPasses:
+    return _build_layer_passes(job, True)
+
+
+def _build_layer_passes(job: Job, moe: bool) -> _LayerPasses:
     p, tr = job.plan, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
     fp8 = tr.precision == "fp8"
@@ -621,7 +657,7 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
     for n, mm, nn, kk in gemms:
         bwd_gemm.append(_gemm(f"{n}_dgrad", mm, kk, nn, act_bytes, fp8))
         bwd_gemm.append(_gemm(f"{n}_wgrad", kk, nn, mm, act_bytes, fp8))
-    attn_fwd, attn_bwd, attn_f, win_fwd, win_bwd = _attention_ops(job)
+    attn_fwd, attn_bwd, win_fwd, win_bwd = _attention_ops(job)
     ew = _elementwise_ops(job, act_bytes, mlp=not moe)
     ew_fwd = [_mem(k, v, n) for k, (v, n) in ew.items()]
     # backward reads saved input and grad, writes grad
@@ -643,19 +679,8 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
         from commtax.workload.moe import moe_mlp_ops  # the MoE module builds on this one's op helpers
 
         moe_fwd, moe_bwd = moe_mlp_ops(job, act_bytes, fp8)
-    fwd = Phase(
-        tuple(
-            fwd_gemm
-            + [attn_fwd]
-            + win_fwd
-            + _cp_merge_ops(job, False)
-            + ew_fwd
-            + casts_fwd
-            + tp_fwd
-            + _cp_comm(job, act_bytes, False)
-            + moe_fwd
-        )
-    )
+    merge_fwd, kv_fwd = _cp_merge_ops(job, False), _cp_comm(job, act_bytes, False)
+    fwd = Phase(tuple(fwd_gemm + [attn_fwd] + win_fwd + merge_fwd + ew_fwd + casts_fwd + tp_fwd + kv_fwd + moe_fwd))
     bwd = Phase(
         tuple(
             bwd_gemm
@@ -669,44 +694,56 @@ def _layer_block(job: Job, moe: bool = False) -> Block:
             + moe_bwd
         )
     )
+    fwd, bwd = _intern(fwd), _intern(bwd)
+    scores = ew["attn_scores"][0] if "attn_scores" in ew else None
+    return _LayerPasses(
+        fwd,
+        bwd,
+        tuple(fwd_gemm),
+        attn_fwd,
+        tuple(win_fwd),
+        tuple(ew_fwd),
+        scores,
+        tuple(casts_fwd),
+        tuple(tp_fwd),
+        tuple(merge_fwd + kv_fwd),
+        tuple(moe_fwd),
+    )
+
+
+_NO_PASS = Phase(())
+
+
+def _layer_recompute(job: Job, passes: _LayerPasses, moe: bool) -> Phase:
+    """The pass the plan's recompute re-runs in backward, of the layer's forward ``passes``."""
+    p = job.plan
     if p.recompute == "full":
-        recompute = Phase(fwd.ops)
-    elif p.recompute == "selective" and p.selective_policy == "per_op":
+        return passes.fwd
+    if p.recompute == "selective" and p.selective_policy == "per_op":
         # torchtitan op-level SAC keeps matmul and attention outputs except every other mm: the odd GEMMs,
         # the pointwise ops and their TP collectives run again; attention does not
-        ops = [g for i, g in enumerate(fwd_gemm) if i % 2 == 1] + ew_fwd + casts_fwd
-        recompute = Phase(tuple(ops))
-    elif p.recompute == "selective":
-        mods = p.recomputed
-        ops: list[Op] = []
-        if "core_attn" in mods:
-            # the core attention re-runs (Korthikanti §5); without flash it also rebuilds the scores
-            ops.append(
-                Compute(
-                    "attention_recompute",
-                    attn_f,
-                    attn_fwd.bytes,
-                    "attention",
-                    attn_fwd.m,
-                    attn_fwd.n,
-                    attn_fwd.k,
-                    kernel=attn_fwd.kernel,
-                    fp8=attn_fwd.fp8,
-                )
-            )
-            ops += [replace(w, name=f"{w.name}_recompute") for w in win_fwd]
-            if "attn_scores" in ew:
-                ops.append(_mem("attn_scores_recompute", ew["attn_scores"][0]))
-            # with CP the recomputed core is ring attention: its K/V exchange and per-step merges run again
-            ops += _cp_merge_ops(job, False) + _cp_comm(job, act_bytes, False)
-        ops += _module_recompute(mods, fwd_gemm + ew_fwd + casts_fwd + tp_fwd, moe_fwd, moe)
-        recompute = Phase(tuple(ops))
-    else:
-        recompute = Phase(())
-    return Block("layer", fwd, bwd, recompute)
+        return Phase(passes.gemms[1::2] + passes.elementwise + passes.casts)
+    if p.recompute != "selective":
+        return _NO_PASS
+    mods = p.recomputed
+    ops: list[Op] = []
+    if "core_attn" in mods:
+        # the core attention re-runs (Korthikanti §5); without flash it also rebuilds the scores
+        a = passes.attention
+        ops.append(
+            Compute("attention_recompute", a.flop, a.bytes, "attention", a.m, a.n, a.k, kernel=a.kernel, fp8=a.fp8)
+        )
+        ops += [replace(w, name=f"{w.name}_recompute") for w in passes.window]
+        if passes.scores_bytes is not None:
+            ops.append(_mem("attn_scores_recompute", passes.scores_bytes))
+        # with CP the recomputed core is ring attention: its K/V exchange and per-step merges run again
+        ops += passes.ring
+    dense_fwd = [*passes.gemms, *passes.elementwise, *passes.casts, *passes.tp]
+    ops += _module_recompute(mods, dense_fwd, list(passes.moe), moe)
+    return Phase(tuple(ops))
 
 
-def _head_block(job: Job) -> Block:
+def _build_head_block(job: Job) -> Block:
     """Final norm, vocab-parallel logits and cross-entropy (fp32 softmax over V/t per token)."""
     m, p, tr = job.model, job.plan, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
@@ -777,7 +814,7 @@ def _with_mtp(job: Job, head: Block) -> Block:
     )
 
 
-def _embed_block(job: Job) -> Block:
+def _build_embed_block(job: Job) -> Block:
     m, p, tr = job.model, job.plan, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
     tokens = p.micro_batch * tr.seq_len // p.cp
@@ -1094,81 +1131,71 @@ def _zero3_tensors(job: Job, params: dict[str, float]) -> tuple[tuple[float, ...
     return layer_param_tensors(job), tuple(others)
 
 
-# Plan fields the layer, embedding and head blocks never read: plans differing only in these share their blocks
-# (``_blocks``), and with them the phase prices ``costs.pricing`` keeps. Every other plan field is part
-# of the key, so a field a block starts to read later is covered unless it is listed here.
-BLOCK_IRRELEVANT = frozenset(
-    {
-        "dp",
-        "pp",
-        "vp",
-        "zero",
-        "schedule",
-        "overlap",
-        "zero3_gather",
-        "grad_error_feedback",
-        "stage_layers",
-        "first_stage_layers",
-        "last_stage_layers",
-        "account_for_embedding_in_pipeline_split",
-        "account_for_loss_in_pipeline_split",
-    }
-)
-# (model, training, assumptions, dropout, the fields they read[, NVLink domain]) -> (layer, embed, head, MoE layer)
-_BLOCKS: dict[tuple, tuple[Block, Block, Block, Block | None]] = {}
-# each distinct phase of those blocks, by value: equal phases of different blocks (a forward is the same whatever the
-# recompute) are one object, so that the price caches (``costs.pricing``) find a phase by identity instead of
+# The builders' results, each kept by the values it read of the job (``spec.reads``): the blocks of plans that differ
+# only in fields a builder never read (dp, pp, ZeRO stage, schedule; recompute for the layer's forward and backward)
+# are one object. Model, training and the assumptions in force are the root key (``_specs_root``), not traced.
+_UNTRACED = frozenset({"model", "training"})
+# (layer, embed, head, MoE layer) of a job
+_BLOCKS: ReadsCache[tuple[Block, Block, Block, Block | None]] = ReadsCache(_UNTRACED)
+_LAYER_PASSES: ReadsCache[_LayerPasses] = ReadsCache(_UNTRACED)
+_HEADS: ReadsCache[Block] = ReadsCache(_UNTRACED)
+_EMBEDS: ReadsCache[Block] = ReadsCache(_UNTRACED)
+# each distinct phase of those blocks, by value: equal phases of different blocks (a head's forward for equal token
+# counts) are one object, so that the price caches (``costs.pricing``) find a phase by identity instead of
 # comparing its ~30 ops each time. Equal values: the same prices.
 _PHASES: dict[Phase, Phase] = {}
+_PHASES_LIMIT = 16384
 
 
-@lru_cache(maxsize=8)
-def _block_fields(plan_type: type) -> tuple[str, ...]:
-    return tuple(f for f in plan_type.model_fields if f not in BLOCK_IRRELEVANT)
-
-
-@lru_cache(maxsize=8)
-def _block_values(plan_type: type) -> Callable[[Any], tuple]:
-    """A plan's values of ``_block_fields``, as a tuple, read in one C call (``operator.attrgetter``: a search keys
-    ~2,000 workloads' blocks, each ~20 fields)."""
-    names = _block_fields(plan_type)
-    if len(names) > 1:
-        return operator.attrgetter(*names)
-    return lambda plan: tuple(getattr(plan, f) for f in names)  # attrgetter of one field returns it bare
+def _specs_root(job: Job, *extra: Hashable) -> tuple:
+    """The root key of the builders' caches: the model, training and assumptions in force (the fp8 casts read
+    them), hashed once for the specs met last."""
+    return (_specs_key(job.model, job.training, default_assumptions()), *extra)
 
 
 def _blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
-    """(layer, embed, head) of the job, built once per (model, training, the plan fields they read, dropout)."""
-    p, a = job.plan, default_assumptions()  # the fp8 casts read the assumptions in force
-    # the ZeRO stage is not part of the key, only whether it selects DeepSpeed's BF16_Optimizer (ZeRO 0/1)
-    key = (_specs_key(job.model, job.training, a), job.dropout, uses_bf16_optimizer(job)) + _block_values(type(p))(p)
-    if job.model.is_moe:  # the MoE layer's node deduplication reads the NVLink domain's size
-        key += (job.cluster.gpus_per_node,)
-    if p.fp8_recipe == "current":  # current scaling's casts write a transpose or not by GPU generation
-        key += (job.cluster.gpu.arch,)
-    blocks = _BLOCKS.get(key)
-    if blocks is None:
-        if len(_BLOCKS) >= 4096:
-            _BLOCKS.clear()
-            _PHASES.clear()
-        moe = _interned(_layer_block(job, moe=True)) if job.model.is_moe else None
-        blocks = _BLOCKS[key] = (
-            _interned(_layer_block(job)),
-            _interned(_embed_block(job)),
-            _interned(_head_block(job)),
-            moe,
-        )
-    return blocks
+    """(layer, embed, head, MoE layer) of the job, made once per values they read, their phases interned."""
+    return _BLOCKS.get(_specs_root(job), job, _build_blocks)
+
+
+def _build_blocks(job: Job) -> tuple[Block, Block, Block, Block | None]:
+    moe = _layer_block(job, moe=True) if job.model.is_moe else None
+    return _layer_block(job), _embed_block(job), _head_block(job), moe
+
+
+def _head_block(job: Job) -> Block:
+    """The last stage's final norm, logits and loss (and MTP modules), built once per values it reads."""
+    return _HEADS.get(_specs_root(job), job, _interned_head)
+
+
+def _interned_head(job: Job) -> Block:
+    return _interned(_build_head_block(job))
+
+
+def _embed_block(job: Job) -> Block:
+    """The first stage's embedding, built once per values it reads."""
+    return _EMBEDS.get(_specs_root(job), job, _interned_embed)
+
+
+def _interned_embed(job: Job) -> Block:
+    return _interned(_build_embed_block(job))
 
 
 def _specs_key(model: Any, training: Any, assumptions: Any) -> HashedOnce:
-    """The ``_BLOCKS`` key's specs part, hashed once (a search builds ~2,000 workloads of one job's specs)."""
+    """The builders' root key's specs part, hashed once (a search builds ~2,000 workloads of one job's specs)."""
     return held_key("blocks specs", (model, training, assumptions), lambda *v: HashedOnce(v, hash(v)))
+
+
+def _intern(ph: Phase) -> Phase:
+    """``ph``, or the equal phase met before (``_PHASES``)."""
+    if len(_PHASES) >= _PHASES_LIMIT:
+        _PHASES.clear()
+    return _PHASES.setdefault(ph, ph)
 
 
 def _interned(b: Block) -> Block:
     """``b`` with each phase replaced by an equal one met before (``_PHASES``)."""
-    f, bw, r = (_PHASES.setdefault(x, x) for x in (b.fwd, b.bwd, b.recompute))
+    f, bw, r = _intern(b.fwd), _intern(b.bwd), _intern(b.recompute)
     return b if f is b.fwd and bw is b.bwd and r is b.recompute else Block(b.name, f, bw, r)
 
 
