@@ -1140,30 +1140,78 @@ def sends_exposed(
     interleaved = 2 * (p * v - 1) * t_send + (0.0 if overlap_pp else 2 * m * t_send)
     if chunked is True:
         return interleaved
-    plain = maximum(fill, m * (steady_cycle(totals, t_send) - largest(totals)) + 2 * (p - 2) * t_send)
+    slowest = largest(totals)
+    plain = maximum(fill, m * (steady_cycle(totals, t_send, slowest) - slowest) + 2 * (p - 2) * t_send)
     return where(chunked, interleaved, plain)
 
 
-def steady_cycle(totals: list, t_send):
+def steady_cycle(totals: list, t_send, slowest=None):
     """1F1B's time per micro-batch in the steady state: the slowest stage, or a round trip over k stage
     boundaries (k + 1 stages' passes and 2k sends per k + 1 micro-batches), whichever is longer (max-plus).
 
     Over a run of equal stages the mean of a range moves monotonically as an end moves, so only ranges
     that start and end at the first or last stage of a run need trying (stages come in a few runs).
     ``totals``: per stage a float, or an array of many plans' (``t_send`` too): elementwise, each plan's runs its own
-    (a range is tried where both its ends end a run of that plan), so each element is the scalar result."""
+    (a range is tried where both its ends end a run of that plan), so each element is the scalar result.
+    ``slowest``: ``largest(totals)``, where the caller has it."""
+    best = largest(totals) if slowest is None else slowest
+    if all(type(t) in (float, int) for t in totals):  # one plan (estimate, simulate): plain Python, no NumPy
+        return _cycle_of_floats(totals, t_send, best)
+    return _cycle_of_arrays(totals, t_send, best)
+
+
+def _round_trip(span, k, t_send):
+    """A round trip over k boundaries per micro-batch: its k + 1 stages' passes (``span``) and 2k sends, over k + 1."""
+    return (span + 2 * k * t_send) / (k + 1)
+
+
+def _cycle_of_floats(totals: list, t_send, best):
+    """``steady_cycle`` of one plan's stages, range by range, from the slowest stage's ``best``."""
     prefix = [0.0]
     for t in totals:
         prefix.append(prefix[-1] + t)
     n = len(totals)
-    end = [i in (0, n - 1) or (totals[i] != totals[i - 1]) | (totals[i] != totals[i + 1]) for i in range(n)]
-    ends = [i for i in range(n) if any_true(end[i])]
-    best = largest(totals)
+    ends = [i for i in range(n) if i in (0, n - 1) or totals[i] != totals[i - 1] or totals[i] != totals[i + 1]]
     for x, a in enumerate(ends):
         for b in ends[x + 1 :]:
-            k = b - a
-            best = where(end[a] & end[b], maximum(best, (prefix[b + 1] - prefix[a] + 2 * k * t_send) / (k + 1)), best)
+            best = maximum(best, _round_trip(prefix[b + 1] - prefix[a], b - a, t_send))
     return best
+
+
+def _cycle_of_arrays(totals: list, t_send, best):
+    """``steady_cycle`` of many plans, the stages stacked on a first axis and every range between stages that end a
+    run in some plan priced at once (~20 NumPy calls, not ~10 a stage): the same IEEE operations, element by element
+    (each prefix sum left to right from 0.0; a maximum rounds nothing, so the order of the ranges does not matter),
+    from the slowest stage's ``best``."""
+    import numpy as np
+
+    stacked = _stacked(totals, t_send)  # (stage, *plans)
+    prefix = np.add.accumulate(np.concatenate((np.zeros((1, *stacked.shape[1:])), stacked)))
+    change = stacked[1:] != stacked[:-1]  # stage i + 1's total is not stage i's
+    end = np.ones(stacked.shape, bool)  # the first and last stages end a run in every plan
+    end[1:-1] = change[:-1] | change[1:]
+    ends = np.flatnonzero(end.reshape(len(end), -1).any(axis=1)).tolist()
+    pairs = [(a, b) for x, a in enumerate(ends) for b in ends[x + 1 :]]  # every range a < b
+    if not pairs:
+        return best
+    first, last = np.array(pairs).T
+    k = (last - first).reshape(-1, *(1,) * (stacked.ndim - 1))
+    cycle = _round_trip(prefix[last + 1] - prefix[first], k, t_send)
+    return maximum(best, np.where(end[first] & end[last], cycle, -np.inf).max(axis=0))
+
+
+def _stacked(totals: list, t_send):
+    """The stages' totals as one array, stage first; broadcast with ``t_send`` where they differ in shape or it has
+    axes beyond theirs (as the stage-by-stage arithmetic broadcasts them)."""
+    import numpy as np
+
+    try:
+        stacked = np.array(totals)
+    except ValueError:  # NumPy refuses a ragged list: floats beside arrays, or arrays of other shapes
+        stacked = None
+    if stacked is None or np.ndim(t_send) >= stacked.ndim:
+        stacked = np.array(np.broadcast_arrays(*totals, t_send)[:-1])
+    return stacked
 
 
 def step_parts(
