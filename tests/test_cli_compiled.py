@@ -11,6 +11,7 @@ import subprocess
 import sys
 import typing
 import uuid
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -129,17 +130,18 @@ def test_the_hooks_are_gone_after_the_block_even_on_an_error(tmp_path):
     assert not (tmp_path / "c.marshal").exists()  # an interrupted import writes nothing
 
 
-def test_the_estimate_reads_the_cache_a_first_run_wrote(tmp_path):
-    """The CLI in a copy of the package: the first run writes the cache, the second reads it and writes nothing."""
+def _two_runs(tmp_path, command: str) -> tuple[list[tuple[str, int]], Path]:
+    """``commtax COMMAND WORKED --json`` twice in a copy of the package without byte code: each run's output and
+    the command's cache file's mtime after it, and that file."""
     subprocess.run(["cp", "-r", str(REPO / "src"), str(tmp_path / "src")], check=True)
     for pycache in (tmp_path / "src").rglob("__pycache__"):
         subprocess.run(["rm", "-r", str(pycache)], check=True)
     env = {"PYTHONPATH": str(tmp_path / "src"), "PATH": "/usr/bin:/bin"}
-    cache = tmp_path / "src" / "commtax" / "cli" / "__pycache__" / compiled.CACHE.name
+    cache = tmp_path / "src" / "commtax" / "cli" / "__pycache__" / compiled.cache_for(command).name
     outputs = []
     for _ in range(2):
         run = subprocess.run(
-            [sys.executable, "-m", "commtax.cli", "estimate", str(WORKED), "--json"],
+            [sys.executable, "-m", "commtax.cli", command, str(WORKED), "--json"],
             capture_output=True,
             text=True,
             timeout=120,
@@ -147,6 +149,13 @@ def test_the_estimate_reads_the_cache_a_first_run_wrote(tmp_path):
         )
         assert run.returncode == 0, run.stderr
         outputs.append((run.stdout, cache.stat().st_mtime_ns))
+    return outputs, cache
+
+
+def test_the_estimate_reads_the_cache_a_first_run_wrote(tmp_path):
+    """The CLI in a copy of the package: the first run writes the cache, the second reads it and writes nothing."""
+    outputs, cache = _two_runs(tmp_path, "estimate")
+    assert cache.name == compiled.CACHE.name
     assert outputs[0][0] == outputs[1][0]
     assert outputs[0][1] == outputs[1][1]  # the second run found every source it compiled
     _, codes, patterns = marshal.loads(cache.read_bytes())
@@ -172,23 +181,8 @@ def test_another_command_keeps_a_cache_of_its_own(tmp_path):
     assert "estimate" not in CACHED_COMMANDS  # typer's estimate (--help, an error) would rewrite the plain one's
     assert compiled.cache_for("estimate") == compiled.CACHE
     assert compiled.cache_for("cost").parent == compiled.CACHE.parent
-    subprocess.run(["cp", "-r", str(REPO / "src"), str(tmp_path / "src")], check=True)
-    for pycache in (tmp_path / "src").rglob("__pycache__"):
-        subprocess.run(["rm", "-r", str(pycache)], check=True)
-    env = {"PYTHONPATH": str(tmp_path / "src"), "PATH": "/usr/bin:/bin"}
-    folder = tmp_path / "src" / "commtax" / "cli" / "__pycache__"
-    outputs = []
-    for _ in range(2):
-        run = subprocess.run(
-            [sys.executable, "-m", "commtax.cli", "cost", str(WORKED), "--json"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-        assert run.returncode == 0, run.stderr
-        cache = folder / compiled.cache_for("cost").name
-        outputs.append((run.stdout, cache.stat().st_mtime_ns))
+    outputs, cache = _two_runs(tmp_path, "cost")
+    folder = cache.parent
     assert outputs[0] == outputs[1]
     assert not (folder / compiled.CACHE.name).exists()
     _, codes, patterns = marshal.loads(cache.read_bytes())
