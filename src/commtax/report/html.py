@@ -695,35 +695,67 @@ def job_description(job: Job) -> str:
 
 
 def summary_section(data: ReportData) -> str:
+    b, cap = data.breakdown, data.job.cluster.gpu.mem_GiB
+    html = [
+        _cards_html(_summary_cards(data)),
+        _fit_line(data),
+        _definitions_html(),
+        '<div class="tables">',
+        _parts_table(b),
+        _comm_table(b),
+        _memory_table(b, cap),
+        "</div>",
+    ]
+    if data.cost is not None:
+        html.append(_cost_table(data.cost))
+    elif data.cost_note:
+        html.append(f'<p class="note">Cost not computed: {escape(data.cost_note)}</p>')
+    if b.notes:
+        html.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in b.notes) + "</ul>")
+    return section("summary", "Summary", "".join(html))
+
+
+def _fit_line(data: ReportData) -> str:
+    """Whether the plan fits memory, and what to try when it does not: the first thing a reader must not miss."""
     b, job = data.breakdown, data.job
     cap = job.cluster.gpu.mem_GiB
     mem = b.memory_gib_per_gpu["total"]
-    fit = (
-        f'<p class="fit ok">✓ {num("fits", b.fits, "Fits in memory")}: '
-        f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} of {cap:.1f} GiB per GPU.</p>"
-        if b.fits
-        else f'<p class="fit bad" role="alert">✗ {num("fits", b.fits, "Does NOT fit in memory")}: '
+    if b.fits:
+        return (
+            f'<p class="fit ok">✓ {num("fits", b.fits, "Fits in memory")}: '
+            f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} of {cap:.1f} GiB per GPU.</p>"
+        )
+    return (
+        f'<p class="fit bad" role="alert">✗ {num("fits", b.fits, "Does NOT fit in memory")}: '
         f"{num('memory_gib_per_gpu.total', mem, f'{mem:.1f} GiB')} needed per GPU ({memory_excess(mem, cap)} on "
         f"{escape(job.cluster.gpu.name)}). Try a higher plan.zero, recompute: full, a smaller micro-batch or larger "
         "tp/pp — the plans below fit.</p>"
     )
+
+
+def _tokens_per_gpu_text(b) -> str:
+    """Tokens/s per GPU, with its 80% interval where the breakdown carries one."""
+    text = num("tokens_per_s_per_gpu", b.tokens_per_s_per_gpu, f"{b.tokens_per_s_per_gpu:,.1f}") + " per GPU"
+    if b.tokens_per_s_per_gpu_p10 is None:
+        return text
+    return (
+        text
+        + " (80%: "
+        + num("tokens_per_s_per_gpu_p10", b.tokens_per_s_per_gpu_p10, f"{b.tokens_per_s_per_gpu_p10:,.1f}")
+        + "–"
+        + num("tokens_per_s_per_gpu_p90", b.tokens_per_s_per_gpu_p90, f"{b.tokens_per_s_per_gpu_p90:,.1f}")
+        + ")"
+    )
+
+
+def _summary_cards(data: ReportData) -> list[tuple[str, str, str]]:
+    """The headline figures as (title, value, subtitle) cards; days and $ only where the job gives them."""
+    b, job = data.breakdown, data.job
+    cap = job.cluster.gpu.mem_GiB
+    mem = b.memory_gib_per_gpu["total"]
     cards = [
         ("step time", num("step_time_s", b.step_time_s, secs(b.step_time_s)), "one optimizer step" + step_band(b)),
-        (
-            "tokens/s",
-            num("tokens_per_s", b.tokens_per_s, f"{b.tokens_per_s:,.0f}"),
-            num("tokens_per_s_per_gpu", b.tokens_per_s_per_gpu, f"{b.tokens_per_s_per_gpu:,.1f}")
-            + " per GPU"
-            + (
-                " (80%: "
-                + num("tokens_per_s_per_gpu_p10", b.tokens_per_s_per_gpu_p10, f"{b.tokens_per_s_per_gpu_p10:,.1f}")
-                + "–"
-                + num("tokens_per_s_per_gpu_p90", b.tokens_per_s_per_gpu_p90, f"{b.tokens_per_s_per_gpu_p90:,.1f}")
-                + ")"
-                if b.tokens_per_s_per_gpu_p10 is not None
-                else ""
-            ),
-        ),
+        ("tokens/s", num("tokens_per_s", b.tokens_per_s, f"{b.tokens_per_s:,.0f}"), _tokens_per_gpu_text(b)),
         (
             "MFU",
             num("mfu", b.mfu, pct(b.mfu)),
@@ -763,20 +795,30 @@ def summary_section(data: ReportData) -> str:
                 + ("" if b.fits else "; if it fit"),
             )
         )
-    html = ['<div class="cards">']
-    for title, value, sub in cards:
-        html.append(
-            f'<div class="card"><div class="label">{escape(title)}</div><div class="value">{value}</div>'
-            f'<div class="sub">{sub}</div></div>'
-        )
-    html.append("</div>")
-    html.append(fit)
-    html.append(
+    return cards
+
+
+def _cards_html(cards: list[tuple[str, str, str]]) -> str:
+    """The cards as one row of boxes (values are HTML already: they carry their JSON key for the page's tests)."""
+    boxes = "".join(
+        f'<div class="card"><div class="label">{escape(title)}</div><div class="value">{value}</div>'
+        f'<div class="sub">{sub}</div></div>'
+        for title, value, sub in cards
+    )
+    return f'<div class="cards">{boxes}</div>'
+
+
+def _definitions_html() -> str:
+    """comm tax, comm share, MFU and busbw as DESIGN.md defines them, beside the figures that use them."""
+    return (
         '<dl class="defs">'
         + "".join(f"<dt>{escape(DEFINITION_NAMES[k])}</dt><dd>{escape(v)}</dd>" for k, v in DEFINITIONS.items())
         + "</dl>"
     )
-    html.append('<div class="tables">')
+
+
+def _parts_table(b) -> str:
+    """The step part by part, each with its share of the step."""
     rows = [
         [
             PART_LABELS[k],
@@ -786,8 +828,12 @@ def summary_section(data: ReportData) -> str:
         for k in part_keys(b)
     ]
     rows.append(["step time", num("step_time_s", b.step_time_s, f"{b.step_time_s:.4f}"), "100.0%"])
-    html.append(table(["component", "seconds", "share of step"], rows, "The step, part by part", raw=True))
-    comm_rows = [
+    return table(["component", "seconds", "share of step"], rows, "The step, part by part", raw=True)
+
+
+def _comm_table(b) -> str:
+    """Bytes, link time and exposed time per communication group (DP's exposed time is one figure for its ops)."""
+    rows = [
         [
             GROUP_LABELS[g],
             num(f"comm_bytes_per_gpu.{g}", b.comm_bytes_per_gpu[g], f"{b.comm_bytes_per_gpu[g] / GB:,.2f} GB"),
@@ -796,44 +842,40 @@ def summary_section(data: ReportData) -> str:
         ]
         for g in comm_groups(b)
     ]
-    html.append(
-        table(
-            ["group", "bytes sent per GPU", "link time (s)", "exposed (s)"],
-            comm_rows,
-            "Communication per GPU per step",
-            raw=True,
-        )
+    return table(
+        ["group", "bytes sent per GPU", "link time (s)", "exposed (s)"],
+        rows,
+        "Communication per GPU per step",
+        raw=True,
     )
-    mem_rows = [[k, num(f"memory_gib_per_gpu.{k}", v, f"{v:.2f}")] for k, v in b.memory_gib_per_gpu.items()]
-    mem_rows.append(["GPU memory", f"{cap:.2f}"])
-    html.append(table(["part", "GiB"], mem_rows, "Memory per GPU", raw=True))
-    html.append("</div>")
-    if data.cost is not None:
-        c = data.cost
-        crows = [
-            ["tokens", tokens_text(c.tokens)],
-            ["days", f"{c.days:,.1f}"],
-            ["GPU-hours", f"{c.gpu_hours:,.0f}"],
-            ["energy (MWh, facility)", f"{c.energy_MWh:,.1f}"],
-            ["$ owned", f"{c.owned_usd:,.0f}"],
-            ["$ rented", f"{c.rented_usd:,.0f}"],
-            ["$ per B tokens, owned", f"{c.owned_usd_per_B_tokens:,.2f}"],
-            ["$ per B tokens, rented", f"{c.rented_usd_per_B_tokens:,.2f}"],
-            ["cluster capex ($)", f"{c.capex_usd:,.0f}"],
-            ["racks", f"{c.racks}"],
-        ]
-        html.append(
-            table(
-                ["cost of the run", "value"],
-                crows,
-                "Cost (commtax.decide.cost, prices from catalog/prices.yaml with sources)",
-            )
-        )
-    elif data.cost_note:
-        html.append(f'<p class="note">Cost not computed: {escape(data.cost_note)}</p>')
-    if b.notes:
-        html.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in b.notes) + "</ul>")
-    return section("summary", "Summary", "".join(html))
+
+
+def _memory_table(b, cap_GiB: float) -> str:
+    """Memory per GPU part by part, against the GPU's capacity."""
+    rows = [[k, num(f"memory_gib_per_gpu.{k}", v, f"{v:.2f}")] for k, v in b.memory_gib_per_gpu.items()]
+    rows.append(["GPU memory", f"{cap_GiB:.2f}"])
+    return table(["part", "GiB"], rows, "Memory per GPU", raw=True)
+
+
+def _cost_table(c) -> str:
+    """The run's days, energy and dollars (commtax.decide.cost)."""
+    rows = [
+        ["tokens", tokens_text(c.tokens)],
+        ["days", f"{c.days:,.1f}"],
+        ["GPU-hours", f"{c.gpu_hours:,.0f}"],
+        ["energy (MWh, facility)", f"{c.energy_MWh:,.1f}"],
+        ["$ owned", f"{c.owned_usd:,.0f}"],
+        ["$ rented", f"{c.rented_usd:,.0f}"],
+        ["$ per B tokens, owned", f"{c.owned_usd_per_B_tokens:,.2f}"],
+        ["$ per B tokens, rented", f"{c.rented_usd_per_B_tokens:,.2f}"],
+        ["cluster capex ($)", f"{c.capex_usd:,.0f}"],
+        ["racks", f"{c.racks}"],
+    ]
+    return table(
+        ["cost of the run", "value"],
+        rows,
+        "Cost (commtax.decide.cost, prices from catalog/prices.yaml with sources)",
+    )
 
 
 def wall_table(data: ReportData) -> str:
