@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, NoReturn, Optional
 
 import typer
 
@@ -71,19 +71,10 @@ def _check_out(out: Path) -> None:
 
 def _refuse_live_record(out: Path) -> None:
     """`up --out F` must not overwrite the only record of a cluster that still exists."""
-    from commtax.measure.cluster import (
-        EmulatedCluster,
-        existing_namespaces,
-        load_cluster_file,
-    )
+    from commtax.measure.cluster import live_cluster_recorded_in
 
-    if not out.is_file():
-        return
-    try:
-        old = EmulatedCluster.from_spec(load_cluster_file(out))
-    except Exception:  # not a cluster record: an ordinary file the user chose to replace
-        return
-    if set(old.namespaces) & set(existing_namespaces()):
+    old = live_cluster_recorded_in(out)
+    if old is not None:
         fail(
             f"--out: {out} records cluster {old.name}, which still exists; `commtax cluster down --cluster {out}` "
             "first, or choose another --out"
@@ -91,70 +82,82 @@ def _refuse_live_record(out: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- cluster
+# `cluster up`'s options: what each node is, its link, the fabric above the nodes, the shaped queue, TCP
+NodesOpt = Annotated[int, typer.Option("--nodes", min=1, max=200, help="network namespaces, one per node")]
+RanksPerNodeOpt = Annotated[int, typer.Option("--ranks-per-node", min=1, max=64, help="torchrun processes per node")]
+LinkOpt = Annotated[
+    str,
+    typer.Option(
+        "--link",
+        help="each node's link rate per direction, tc units: 300mbit, 1gbit; or one per node: 1gbit,500mbit",
+    ),
+]
+NodeSpeedOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--node-speed",
+        metavar="X,...",
+        help="CPUs per rank of each node, e.g. 1,0.5 (a cgroup CPU quota per node; priced as one pool per node)",
+    ),
+]
+UplinkOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--uplink",
+        help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit (the legacy form of "
+        "--leaves 2 --spine RATE, written as uplink_Gbps)",
+    ),
+]
+LeavesOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--leaves",
+        min=1,
+        max=200,
+        help="leaf bridges, nodes/leaves consecutive nodes under each; written as a fabric: section",
+    ),
+]
+SpineOpt = Annotated[
+    Optional[str],
+    typer.Option("--spine", help="rate of each leaf's shaped link to the spine, per direction, e.g. 200mbit"),
+]
+MtuOpt = Annotated[int, typer.Option("--mtu", min=576, max=65000, help="MTU of every veth")]
+QueueMsOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--queue-ms",
+        help="queue each shaped link holds, in ms of traffic at its rate (tc tbf latency), written as the fabric's "
+        "standing queue; default: a deep 100 ms that TCP does not fill, no queue priced",
+    ),
+]
+TcpOpt = Annotated[
+    Optional[str],
+    typer.Option("--tcp", help="TCP congestion control in every node: reno, cubic or bbr (default: the host's)"),
+]
+DuplexProbeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--duplex-probe/--no-duplex-probe",
+        help="measure gloo all_to_all's duplex κ between nodes 0 and 1 (a few seconds; inter_node.gloo_a2a_duplex)",
+    ),
+]
+
+
 @cluster_app.command("up")
 @user_errors
 def cluster_up(
-    nodes: Annotated[int, typer.Option("--nodes", min=1, max=200, help="network namespaces, one per node")] = 2,
-    ranks_per_node: Annotated[
-        int, typer.Option("--ranks-per-node", min=1, max=64, help="torchrun processes per node")
-    ] = 1,
-    link: Annotated[
-        str,
-        typer.Option(
-            "--link",
-            help="each node's link rate per direction, tc units: 300mbit, 1gbit; or one per node: 1gbit,500mbit",
-        ),
-    ] = "1gbit",
-    node_speed: Annotated[
-        Optional[str],
-        typer.Option(
-            "--node-speed",
-            metavar="X,...",
-            help="CPUs per rank of each node, e.g. 1,0.5 (a cgroup CPU quota per node; priced as one pool per node)",
-        ),
-    ] = None,
-    uplink: Annotated[
-        Optional[str],
-        typer.Option(
-            "--uplink",
-            help="oversubscribed uplink between two halves of the nodes, e.g. 200mbit (the legacy form of "
-            "--leaves 2 --spine RATE, written as uplink_Gbps)",
-        ),
-    ] = None,
-    leaves: Annotated[
-        Optional[int],
-        typer.Option(
-            "--leaves",
-            min=1,
-            max=200,
-            help="leaf bridges, nodes/leaves consecutive nodes under each; written as a fabric: section",
-        ),
-    ] = None,
-    spine: Annotated[
-        Optional[str],
-        typer.Option("--spine", help="rate of each leaf's shaped link to the spine, per direction, e.g. 200mbit"),
-    ] = None,
-    mtu: Annotated[int, typer.Option("--mtu", min=576, max=65000, help="MTU of every veth")] = 9000,
-    queue_ms: Annotated[
-        Optional[float],
-        typer.Option(
-            "--queue-ms",
-            help="queue each shaped link holds, in ms of traffic at its rate (tc tbf latency), written as the fabric's "
-            "standing queue; default: a deep 100 ms that TCP does not fill, no queue priced",
-        ),
-    ] = None,
-    tcp: Annotated[
-        Optional[str],
-        typer.Option("--tcp", help="TCP congestion control in every node: reno, cubic or bbr (default: the host's)"),
-    ] = None,
+    nodes: NodesOpt = 2,
+    ranks_per_node: RanksPerNodeOpt = 1,
+    link: LinkOpt = "1gbit",
+    node_speed: NodeSpeedOpt = None,
+    uplink: UplinkOpt = None,
+    leaves: LeavesOpt = None,
+    spine: SpineOpt = None,
+    mtu: MtuOpt = 9000,
+    queue_ms: QueueMsOpt = None,
+    tcp: TcpOpt = None,
     out: Annotated[Path, typer.Option("--out", help="cluster YAML to write")] = DEFAULT_CLUSTER_FILE,
-    duplex_probe: Annotated[
-        bool,
-        typer.Option(
-            "--duplex-probe/--no-duplex-probe",
-            help="measure gloo all_to_all's duplex κ between nodes 0 and 1 (a few seconds; inter_node.gloo_a2a_duplex)",
-        ),
-    ] = True,
+    duplex_probe: DuplexProbeOpt = True,
 ) -> None:
     """Build the cluster, measure it, write the cluster YAML that `estimate`, `collective` and `bench` share."""
     import yaml
@@ -373,6 +376,17 @@ def _mine_to_remove() -> list[str]:
 
 
 # ---------------------------------------------------------------------------- bench
+# the options several benches share: the small GPT's shape, the loop, the records file, the local ranks
+HiddenOpt = Annotated[int, typer.Option("--hidden", min=8)]
+HeadsOpt = Annotated[int, typer.Option("--heads", min=1)]
+VocabOpt = Annotated[int, typer.Option("--vocab", min=8)]
+SeqLenOpt = Annotated[int, typer.Option("--seq-len", min=2)]
+WarmupStepsOpt = Annotated[int, typer.Option("--warmup", min=0, help="untimed steps first")]
+SeedOpt = Annotated[int, typer.Option("--seed")]
+AppendOpt = Annotated[bool, typer.Option("--append", help="add to the records already in --out")]
+NprocOpt = Annotated[int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")]
+
+
 @bench_app.command("collective")
 @user_errors
 def bench_collective(
@@ -414,9 +428,7 @@ def bench_collective(
         Optional[Path], typer.Option("--out", metavar="FILE", help="JSON list of records (a .csv is written beside it)")
     ] = None,
     append: Annotated[bool, typer.Option("--append", metavar="", help="add to the records already in --out")] = False,
-    nproc: Annotated[
-        int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")
-    ] = 2,
+    nproc: NprocOpt = 2,
     fault: Annotated[str, typer.Option("--fault", hidden=True, help="test hook: RANK:INDEX:kill|stop")] = "",
 ) -> None:
     """nccl-tests-style sweep: time, algbw, busbw per size, from rank 0."""
@@ -437,15 +449,13 @@ def bench_collective(
             _check_out(out.with_suffix(".csv"))
             if append and out.exists():
                 _check_records(out, "--append")
-        from commtax.measure.bench import run_local
-
-        raise typer.Exit(run_local(nproc, ["bench", "collective", *_argv_tail()]))
+        _relaunch_locally(nproc, "collective")
     from commtax.measure.bench import SweepConfig, collective_sweep
-    from commtax.measure.results import ResultFile
+    from commtax.measure.results import rank_sink
 
     cfg = SweepConfig(ops, lo, hi, factor, warmup, iters, impl, dtype, timeout, backend, rounds)
     crash = _fault(fault)
-    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
+    sink = rank_sink(out, append)
     collective_sweep(cfg, sink, crash)
 
 
@@ -635,49 +645,55 @@ def bench_gpu_entries(
         typer.echo(yaml.safe_dump(fragment, sort_keys=False, allow_unicode=True, width=110))
 
 
+# `bench ddp`'s options: the comm hooks and how they quantize, DDP's buckets, what calibrates the prediction
+HookOpt = Annotated[
+    str, typer.Option("--hook", help="comma list: none, fp16, bf16, fp8, fp8_e5m2, int8, int4, powersgd")
+]
+ErrorFeedbackOpt = Annotated[
+    bool,
+    typer.Option("--error-feedback", help="carry the quantization residual to the next step (fp8/int8/int4/powersgd)"),
+]
+StochasticOpt = Annotated[bool, typer.Option("--stochastic", help="stochastic rounding (int8/int4)")]
+AccumulateOpt = Annotated[
+    int, typer.Option("--accumulate", min=1, help="micro-batches per step (all but the last under no_sync)")
+]
+PowerSGDRankOpt = Annotated[
+    int, typer.Option("--powersgd-rank", help="PowerSGD matrix approximation rank: 1, 2, 4 or 8")
+]
+DDPClusterOpt = Annotated[
+    Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_step_time_s from estimate")
+]
+GemmRecordsOpt = Annotated[
+    Optional[Path],
+    typer.Option("--gemm", help="`commtax bench gemm --out` records: calibrates the predicted compute"),
+]
+
+
 @bench_app.command("ddp")
 def bench_ddp(
-    hook: Annotated[
-        str, typer.Option("--hook", help="comma list: none, fp16, bf16, fp8, fp8_e5m2, int8, int4, powersgd")
-    ] = "none",
-    error_feedback: Annotated[
-        bool,
-        typer.Option(
-            "--error-feedback", help="carry the quantization residual to the next step (fp8/int8/int4/powersgd)"
-        ),
-    ] = False,
-    stochastic: Annotated[bool, typer.Option("--stochastic", help="stochastic rounding (int8/int4)")] = False,
+    hook: HookOpt = "none",
+    error_feedback: ErrorFeedbackOpt = False,
+    stochastic: StochasticOpt = False,
     bucket_mb: Annotated[float, typer.Option("--bucket-mb", min=0.01, help="DDP bucket_cap_mb")] = 25.0,
-    accumulate: Annotated[
-        int, typer.Option("--accumulate", min=1, help="micro-batches per step (all but the last under no_sync)")
-    ] = 1,
+    accumulate: AccumulateOpt = 1,
     steps: Annotated[int, typer.Option("--steps", min=1, help="timed steps per hook")] = 20,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="untimed steps first")] = 3,
+    warmup: WarmupStepsOpt = 3,
     micro_batch: Annotated[int, typer.Option("--micro-batch", min=1, help="sequences per micro-batch per rank")] = 8,
-    hidden: Annotated[int, typer.Option("--hidden", min=8)] = 256,
+    hidden: HiddenOpt = 256,
     layers: Annotated[int, typer.Option("--layers", min=1)] = 2,
-    heads: Annotated[int, typer.Option("--heads", min=1)] = 4,
-    vocab: Annotated[int, typer.Option("--vocab", min=8)] = 512,
-    seq_len: Annotated[int, typer.Option("--seq-len", min=2)] = 64,
-    powersgd_rank: Annotated[
-        int, typer.Option("--powersgd-rank", help="PowerSGD matrix approximation rank: 1, 2, 4 or 8")
-    ] = 4,
+    heads: HeadsOpt = 4,
+    vocab: VocabOpt = 512,
+    seq_len: SeqLenOpt = 64,
+    powersgd_rank: PowerSGDRankOpt = 4,
     lr: Annotated[float, typer.Option("--lr", min=0)] = 3e-3,
     optimizer: Annotated[str, typer.Option("--optimizer", help="adamw or sgd (momentum 0.9)")] = "adamw",
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    cluster_file: Annotated[
-        Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_step_time_s from estimate")
-    ] = None,
-    gemm_json: Annotated[
-        Optional[Path],
-        typer.Option("--gemm", help="`commtax bench gemm --out` records: calibrates the predicted compute"),
-    ] = None,
+    seed: SeedOpt = 0,
+    cluster_file: DDPClusterOpt = None,
+    gemm_json: GemmRecordsOpt = None,
     timeout: StepTimeoutOpt = 300.0,
     out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records, one per hook")] = None,
-    append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
-    nproc: Annotated[
-        int, typer.Option("--nproc", min=1, help="local ranks to launch when not already under torchrun")
-    ] = 2,
+    append: AppendOpt = False,
+    nproc: NprocOpt = 2,
 ) -> None:
     """Train a small GPT with DDP under each comm hook: step time, exposed comm, bytes on the wire, loss, prediction."""
     from commtax.errors import SpecError
@@ -706,11 +722,9 @@ def bench_ddp(
             _check_out(out)
             if append and out.exists():
                 _check_records(out, "--append")
-        from commtax.measure.bench import run_local
-
-        raise typer.Exit(run_local(nproc, ["bench", "ddp", *_argv_tail("ddp")]))
+        _relaunch_locally(nproc, "ddp")
     from commtax.measure.ddp_bench import DDPBenchConfig, GPTConfig, run
-    from commtax.measure.results import ResultFile
+    from commtax.measure.results import rank_sink
 
     cfg = DDPBenchConfig(
         hooks,
@@ -728,8 +742,7 @@ def bench_ddp(
         timeout_s=timeout,
         model=GPTConfig(vocab, hidden, layers, heads, seq_len),
     )
-    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None, append)
-    run(cfg, sink, cluster, gemm, log=lambda s: typer.echo(s, err=True))
+    run(cfg, rank_sink(out, append), cluster, gemm, log=lambda s: typer.echo(s, err=True))
 
 
 @bench_app.command("pipeline")
@@ -741,19 +754,19 @@ def bench_pipeline(
     schedule: Annotated[Literal["gpipe", "1f1b"], typer.Option("--schedule", help="pipeline schedule")] = "1f1b",
     micro_batches: Annotated[int, typer.Option("--micro-batches", min=1, max=256, help="per step")] = 4,
     micro_batch: Annotated[int, typer.Option("--micro-batch", min=1, help="sequences per micro-batch")] = 8,
-    hidden: Annotated[int, typer.Option("--hidden", min=8)] = 256,
-    heads: Annotated[int, typer.Option("--heads", min=1)] = 4,
-    vocab: Annotated[int, typer.Option("--vocab", min=8)] = 512,
-    seq_len: Annotated[int, typer.Option("--seq-len", min=2)] = 64,
+    hidden: HiddenOpt = 256,
+    heads: HeadsOpt = 4,
+    vocab: VocabOpt = 512,
+    seq_len: SeqLenOpt = 64,
     steps: Annotated[int, typer.Option("--steps", min=1, help="timed steps")] = 6,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="untimed steps first")] = 2,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    warmup: WarmupStepsOpt = 2,
+    seed: SeedOpt = 0,
     cluster_file: Annotated[
         Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_step_time_s")
     ] = None,
     timeout: StepTimeoutOpt = 300.0,
     out: Annotated[Optional[Path], typer.Option("--out", help="JSON list of records, one per run")] = None,
-    append: Annotated[bool, typer.Option("--append", help="add to the records already in --out")] = False,
+    append: AppendOpt = False,
 ) -> None:
     """A small GPT split into pipeline stages over p2p: per-stage compute, send/recv, bubble, step, prediction."""
     from commtax.errors import SpecError
@@ -766,16 +779,14 @@ def bench_pipeline(
     if "RANK" not in os.environ:  # not under torchrun: become it, locally, one rank per stage
         if out is not None:
             _check_out(out)
-        from commtax.measure.bench import run_local
-
-        raise typer.Exit(run_local(len(split), ["bench", "pipeline", *_argv_tail("pipeline")]))
+        _relaunch_locally(len(split), "pipeline")
     if int(os.environ.get("WORLD_SIZE", "0")) != len(split):
         fail(
             f"--stage-layers: {len(split)} stages need {len(split)} ranks, torchrun started {os.environ['WORLD_SIZE']}"
         )
     from commtax.measure.ddp_bench import GPTConfig
     from commtax.measure.pipeline_bench import PipelineBenchConfig, run
-    from commtax.measure.results import ResultFile
+    from commtax.measure.results import rank_sink
 
     cfg = PipelineBenchConfig(
         split,
@@ -788,7 +799,7 @@ def bench_pipeline(
         timeout_s=timeout,
         model=GPTConfig(vocab, hidden, layers, heads, seq_len),
     )
-    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None)
+    sink = rank_sink(out)
     if append and out is not None and out.exists() and int(os.environ["RANK"]) == 0:
         try:
             sink.records = pipeline_records(out)
@@ -810,7 +821,7 @@ def bench_moe(
     ] = 1.0,
     steps: Annotated[int, typer.Option("--steps", help="timed steps")] = 10,
     warmup: Annotated[int, typer.Option("--warmup", help="untimed steps first")] = 2,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: SeedOpt = 0,
     cluster_file: Annotated[
         Optional[Path], typer.Option("--cluster", help="cluster YAML: adds predicted_* per phase from the cost model")
     ] = None,
@@ -836,15 +847,12 @@ def bench_moe(
         if out is not None:
             _check_out(out)
             _check_out(out.with_suffix(".csv"))
-        from commtax.measure.bench import run_local
-
-        raise typer.Exit(run_local(nproc, ["bench", "moe", *_argv_tail("moe")]))
+        _relaunch_locally(nproc, "moe")
     from commtax.measure.moe_bench import MoEBenchConfig, run
-    from commtax.measure.results import ResultFile
+    from commtax.measure.results import rank_sink
 
     cfg = MoEBenchConfig(experts, top_k, hidden, ffn, tokens, imbalance, steps, warmup, seed, timeout)
-    sink = ResultFile(out if int(os.environ["RANK"]) == 0 else None)
-    run(cfg, sink, cluster, log=lambda s: typer.echo(s, err=True))
+    run(cfg, rank_sink(out), cluster, log=lambda s: typer.echo(s, err=True))
 
 
 # ---------------------------------------------------------------------------- calibrate
@@ -896,6 +904,13 @@ def calibrate_command(
         lines = calibration_lines(c, out, cluster_out)
     for line in lines:
         typer.echo(line)
+
+
+def _relaunch_locally(nproc: int, sub: str) -> NoReturn:
+    """Not under torchrun: run `bench SUB` again under it, ``nproc`` local ranks, and exit with its status."""
+    from commtax.measure.bench import run_local
+
+    raise typer.Exit(run_local(nproc, ["bench", sub, *_argv_tail(sub)]))
 
 
 def _argv_tail(sub: str = "collective") -> list[str]:

@@ -242,11 +242,9 @@ def compare_command(
             prices=prices,
             progress=update,
         )
-    written: dict[str, str] = {}
-    if pareto is not None or scaling_png is not None:  # report.planning (rich) only for a chart or a table
-        from commtax.report.planning import comparison_plots
+    from commtax.report.plots import comparison_plots
 
-        written = comparison_plots(c, pareto, scaling_png)
+    written = comparison_plots(c, pareto, scaling_png)
     emit({**c.to_dict(), **written}, json_out, out)
     if not json_out:
         from commtax.report.planning import print_comparison

@@ -9,56 +9,61 @@ import typer
 
 from commtax.cli.io import CatalogOpt, JobArg, TraceJobOpt, search_flag
 
+# the page's options: where it goes, the measurements it analyses, the jobs beside it, its charts and search
+PageOutOpt = Annotated[Path, typer.Option("--out", "-o", metavar="HTML", help="page to write (atomically)")]
+BenchOpt = Annotated[
+    Optional[list[Path]],
+    typer.Option(
+        "--bench", metavar="FILE", help="bench JSON from `commtax bench collective --out` (repeat for several)"
+    ),
+]
+BenchClusterOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--bench-cluster",
+        metavar="FILE",
+        help="cluster YAML the bench ran on, for the model curve (default: the job's cluster)",
+    ),
+]
+TraceOpt = Annotated[
+    Optional[list[Path]],
+    typer.Option(
+        "--trace", metavar="FILE", help="profiler trace of one rank (repeat for each rank); needs commtax.trace"
+    ),
+]
+CompareOpt = Annotated[
+    Optional[list[Path]],
+    typer.Option("--compare", metavar="JOB.yaml", help="another job to show side by side (repeat for several)"),
+]
+PlotsOpt = Annotated[
+    Optional[Path],
+    typer.Option("--plots", metavar="DIR", help="also write every figure as SVG and PNG (matplotlib) into this folder"),
+]
+TopOpt = Annotated[int, typer.Option("--top", min=1, max=50, metavar="N", help="plans from search to show")]
+ScaleOpt = Annotated[
+    Optional[str],
+    typer.Option("--scale", metavar="N,N,...", help="GPU counts for the scaling chart (default: ¼× to 4× the job's)"),
+]
+PageSearchOpt = Annotated[
+    bool,
+    search_flag(
+        "a plans chart, the best plan at each scale and among the changes (about 10-30 s; the page alone ~1 s)"
+    ),
+]
+
 
 def report(
     job_file: JobArg,
-    out: Annotated[Path, typer.Option("--out", "-o", metavar="HTML", help="page to write (atomically)")] = Path(
-        "report.html"
-    ),
-    bench: Annotated[
-        Optional[list[Path]],
-        typer.Option(
-            "--bench", metavar="FILE", help="bench JSON from `commtax bench collective --out` (repeat for several)"
-        ),
-    ] = None,
-    bench_cluster: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--bench-cluster",
-            metavar="FILE",
-            help="cluster YAML the bench ran on, for the model curve (default: the job's cluster)",
-        ),
-    ] = None,
-    trace: Annotated[
-        Optional[list[Path]],
-        typer.Option(
-            "--trace", metavar="FILE", help="profiler trace of one rank (repeat for each rank); needs commtax.trace"
-        ),
-    ] = None,
+    out: PageOutOpt = Path("report.html"),
+    bench: BenchOpt = None,
+    bench_cluster: BenchClusterOpt = None,
+    trace: TraceOpt = None,
     trace_job: TraceJobOpt = None,
-    compare: Annotated[
-        Optional[list[Path]],
-        typer.Option("--compare", metavar="JOB.yaml", help="another job to show side by side (repeat for several)"),
-    ] = None,
-    plots: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--plots", metavar="DIR", help="also write every figure as SVG and PNG (matplotlib) into this folder"
-        ),
-    ] = None,
-    top: Annotated[int, typer.Option("--top", min=1, max=50, metavar="N", help="plans from search to show")] = 5,
-    scale: Annotated[
-        Optional[str],
-        typer.Option(
-            "--scale", metavar="N,N,...", help="GPU counts for the scaling chart (default: ¼× to 4× the job's)"
-        ),
-    ] = None,
-    search: Annotated[
-        bool,
-        search_flag(
-            "a plans chart, the best plan at each scale and among the changes (about 10-30 s; the page alone ~1 s)"
-        ),
-    ] = False,
+    compare: CompareOpt = None,
+    plots: PlotsOpt = None,
+    top: TopOpt = 5,
+    scale: ScaleOpt = None,
+    search: PageSearchOpt = False,
     catalog: CatalogOpt = None,
 ) -> None:
     """One self-contained HTML page for a job's plan: summary, step, timeline, scaling, changes (works offline).

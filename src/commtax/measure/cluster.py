@@ -989,6 +989,18 @@ def cluster_from_options(
     )
 
 
+def live_cluster_recorded_in(path: Path) -> EmulatedCluster | None:
+    """The cluster the `cluster up` record at ``path`` names while any of its namespaces exists; None for no file,
+    a file that is no cluster record (an ordinary file the user chose to replace) or a cluster that is gone."""
+    if not path.is_file():
+        return None
+    try:
+        old = EmulatedCluster.from_spec(load_cluster_file(path))
+    except Exception:  # not a cluster record
+        return None
+    return old if set(old.namespaces) & set(existing_namespaces()) else None
+
+
 def up_recorded(cluster: EmulatedCluster, out: Path, dump: Callable[[dict], str]) -> EmulatedCluster:
     """Build ``cluster`` with its record in ``out`` (``dump``: spec → file text) from before the first namespace, so
     even a SIGKILL leaves something `cluster down` acts on; an interrupted or failed build puts ``out`` back as it

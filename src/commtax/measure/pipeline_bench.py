@@ -275,15 +275,47 @@ def run(cfg: PipelineBenchConfig, sink, cluster: dict | None = None, log=print) 
     rank, p = dist.get_rank(), dist.get_world_size()
     assert p == len(cfg.stage_layers), (p, cfg.stage_layers)
     load_before = host_load()
+    per_stage: list = [None] * p
+    dist.all_gather_object(per_stage, _measure_stage(cfg, rank, p))
+    record = _record(cfg, per_stage, load_before)
+    for st in record["stages"]:  # what the stage waited for beyond the transfers themselves: the bubble
+        st["bubble_s"] = _bubble(cfg, st, p, cluster) if cluster else None
+    if cluster is not None:
+        record.update(_prediction(cfg, per_stage, record["step_times_s"], cluster))
+    if rank == 0:
+        sink.append(record)
+        log(_summary_line(cfg, record, cluster))
+    dist.barrier()
+    dist.destroy_process_group()
+    return record
+
+
+def _measure_stage(cfg: PipelineBenchConfig, rank: int, p: int) -> dict:
+    """This rank's stage trained for the warm-up and timed steps, its compute calibrated before and after."""
     first = sum(cfg.stage_layers[:rank])
     stage = Stage(cfg.model, first, cfg.stage_layers[rank], rank == 0, rank == p - 1, cfg.seed)
     opt = torch.optim.SGD(stage.parameters(), lr=cfg.lr)
     table = transition_table(cfg.model.vocab, cfg.seed)
     g = torch.Generator().manual_seed(cfg.seed)
     data = [batch(table, cfg.micro_batch, cfg.model.seq_len, g) for _ in range(cfg.micro_batches)]
+    before = calibrate(cfg, cfg.calibration_iters)
+    times, throttled = _timed_steps(cfg, stage, opt, rank, p, data)
+    after = calibrate(cfg, cfg.calibration_iters)
+    return {
+        "calibration": {key: (before[key] + after[key]) / 2 for key in before},
+        "before": before,
+        "after": after,
+        "times": [asdict(t) for t in times],
+        "throttled_s": throttled,
+    }
+
+
+def _timed_steps(
+    cfg: PipelineBenchConfig, stage: Stage, opt, rank: int, p: int, data: list[torch.Tensor]
+) -> tuple[list[StageTimes], float | None]:
+    """The warm-up steps, then the timed ones' times and the rank's run-queue wait per timed step."""
     from commtax.measure.cgroups import runqueue_wait_s
 
-    before = calibrate(cfg, cfg.calibration_iters)
     times = []
     throttled = None
     for k in range(cfg.warmup + cfg.steps):
@@ -294,22 +326,15 @@ def run(cfg: PipelineBenchConfig, sink, cluster: dict | None = None, log=print) 
             times.append(t)
     end = runqueue_wait_s()
     # time the rank's main thread waited runnable but not running (its CPU share, the host's load), per timed step
-    throttled = (end - throttled) / cfg.steps if throttled is not None and end is not None else None
-    after = calibrate(cfg, cfg.calibration_iters)
-    mine = {key: (before[key] + after[key]) / 2 for key in before}
-    per_stage = [None] * p
-    dist.all_gather_object(
-        per_stage,
-        {
-            "calibration": mine,
-            "before": before,
-            "after": after,
-            "times": [asdict(t) for t in times],
-            "throttled_s": throttled,
-        },
-    )
+    return times, (end - throttled) / cfg.steps if throttled is not None and end is not None else None
+
+
+def _record(cfg: PipelineBenchConfig, per_stage: list[dict], load_before: list[float]) -> dict:
+    """The run as measured: the step time (the slowest stage's wall, median over the timed steps) and each
+    stage's medians, calibration and speed."""
+    p = len(per_stage)
     walls = [max(per_stage[s]["times"][k]["wall_s"] for s in range(p)) for k in range(cfg.steps)]
-    record = {
+    return {
         "bench": "pipeline",
         "schedule": cfg.schedule,
         "stage_layers": list(cfg.stage_layers),
@@ -323,64 +348,72 @@ def run(cfg: PipelineBenchConfig, sink, cluster: dict | None = None, log=print) 
         "steps": cfg.steps,
         "step_time_s": _median(walls),
         "step_times_s": walls,
-        "stages": [
-            {
-                "stage": s,
-                "layers": cfg.stage_layers[s],
-                **{key: _median([t[key] for t in per_stage[s]["times"]]) for key in asdict(StageTimes())},
-                "calibration": per_stage[s]["calibration"],
-                "runqueue_wait_s_per_step": per_stage[s]["throttled_s"],
-                "speed_vs_stage0": per_stage[0]["calibration"]["block_fwd_s"]
-                / per_stage[s]["calibration"]["block_fwd_s"],
-            }
-            for s in range(p)
-        ],
+        "stages": [_stage_row(cfg, per_stage, s) for s in range(p)],
         "calibration_drift": [
             per_stage[s]["after"]["block_fwd_s"] / per_stage[s]["before"]["block_fwd_s"] for s in range(p)
         ],
         "host_load": {"before": load_before, "after": host_load(), "cpus": os.cpu_count()},
     }
-    for st in record["stages"]:  # what the stage waited for beyond the transfers themselves: the bubble
-        n_recv = cfg.micro_batches * ((st["stage"] > 0) + (st["stage"] < p - 1))
-        st["bubble_s"] = max(0.0, st["recv_s"] - n_recv * send_time(cfg, cluster)) if cluster else None
-    if cluster is not None:
-        m = cfg.micro_batches
-        # per timed step, the schedule on that step's own measured passes (each node's speed under its CPU share
-        # and the host's load at that moment): what the step would take if only the schedule and the links added
-        # to the compute
-        per_step = []
-        for k in range(cfg.steps):
-            ts = [per_stage[s]["times"][k] for s in range(p)]
-            passes = [(t["fwd_s"] / m, t["bwd_s"] / m) for t in ts]
-            per_step.append(predict(cfg, passes, cluster, max(t["optimizer_s"] for t in ts)))
-        mid = sorted(range(cfg.steps), key=lambda k: per_step[k]["step_time_s"])[cfg.steps // 2]
-        record["predicted_step_time_s"] = per_step[mid]["step_time_s"]
-        record["predicted_step_times_s"] = [x["step_time_s"] for x in per_step]
-        record["predicted_breakdown_s"] = per_step[mid]["breakdown_s"]
-        record["predicted_stage_s"] = per_step[mid]["stage_s"]
-        record["predicted_send_s"] = per_step[mid]["send_s"]
-        record["error"] = record["predicted_step_time_s"] / record["step_time_s"] - 1
-        record["step_errors"] = [x["step_time_s"] / w - 1 for x, w in zip(per_step, walls)]
-        # from the per-block calibration alone (before and after the steps): any split, from the node speeds
-        calib = [per_stage[s]["calibration"] for s in range(p)]
-        opt = max(stage_params(cfg, s) * k["sgd_s_per_param"] for s, k in enumerate(calib))
-        record["predicted_from_blocks_s"] = predict(cfg, stage_pass_times(cfg, calib), cluster, opt)["step_time_s"]
-        emulated = cluster.get("emulated") or {}
-        record["node_speed"] = emulated.get("node_speed")
-        record["node_link_Gbps"] = emulated.get("node_link_Gbps")
-    if rank == 0:
-        sink.append(record)
-        pred = (
-            f", predicted {record['predicted_step_time_s'] * 1e3:.1f} ms ({record['error']:+.1%})"
-            if cluster is not None
-            else ""
-        )
-        log(
-            f"pipeline {cfg.schedule} {','.join(map(str, cfg.stage_layers))}: step {record['step_time_s'] * 1e3:.1f} ms"
-            f"{pred}; stage compute "
-            + ", ".join(f"{st['compute_s'] * 1e3:.1f}" for st in record["stages"])
-            + f" ms; load {record['host_load']['before']}"
-        )
-    dist.barrier()
-    dist.destroy_process_group()
-    return record
+
+
+def _stage_row(cfg: PipelineBenchConfig, per_stage: list[dict], s: int) -> dict:
+    """Stage s: its medians over the timed steps, its calibration, run-queue wait and speed against stage 0."""
+    return {
+        "stage": s,
+        "layers": cfg.stage_layers[s],
+        **{key: _median([t[key] for t in per_stage[s]["times"]]) for key in asdict(StageTimes())},
+        "calibration": per_stage[s]["calibration"],
+        "runqueue_wait_s_per_step": per_stage[s]["throttled_s"],
+        "speed_vs_stage0": per_stage[0]["calibration"]["block_fwd_s"] / per_stage[s]["calibration"]["block_fwd_s"],
+    }
+
+
+def _bubble(cfg: PipelineBenchConfig, st: dict, p: int, cluster: dict) -> float:
+    """The stage's time blocked in ``recv`` less its transfers: a middle stage receives twice per micro-batch."""
+    n_recv = cfg.micro_batches * ((st["stage"] > 0) + (st["stage"] < p - 1))
+    return max(0.0, st["recv_s"] - n_recv * send_time(cfg, cluster))
+
+
+def _prediction(cfg: PipelineBenchConfig, per_stage: list[dict], walls: list[float], cluster: dict) -> dict:
+    """The analytical schedule's step against the measured one, per timed step and from the block calibration."""
+    p, m = len(per_stage), cfg.micro_batches
+    # per timed step, the schedule on that step's own measured passes (each node's speed under its CPU share
+    # and the host's load at that moment): what the step would take if only the schedule and the links added
+    # to the compute
+    per_step = []
+    for k in range(cfg.steps):
+        ts = [per_stage[s]["times"][k] for s in range(p)]
+        passes = [(t["fwd_s"] / m, t["bwd_s"] / m) for t in ts]
+        per_step.append(predict(cfg, passes, cluster, max(t["optimizer_s"] for t in ts)))
+    mid = per_step[sorted(range(cfg.steps), key=lambda k: per_step[k]["step_time_s"])[cfg.steps // 2]]
+    # from the per-block calibration alone (before and after the steps): any split, from the node speeds
+    calib = [per_stage[s]["calibration"] for s in range(p)]
+    opt = max(stage_params(cfg, s) * k["sgd_s_per_param"] for s, k in enumerate(calib))
+    emulated = cluster.get("emulated") or {}
+    return {
+        "predicted_step_time_s": mid["step_time_s"],
+        "predicted_step_times_s": [x["step_time_s"] for x in per_step],
+        "predicted_breakdown_s": mid["breakdown_s"],
+        "predicted_stage_s": mid["stage_s"],
+        "predicted_send_s": mid["send_s"],
+        "error": mid["step_time_s"] / _median(walls) - 1,
+        "step_errors": [x["step_time_s"] / w - 1 for x, w in zip(per_step, walls)],
+        "predicted_from_blocks_s": predict(cfg, stage_pass_times(cfg, calib), cluster, opt)["step_time_s"],
+        "node_speed": emulated.get("node_speed"),
+        "node_link_Gbps": emulated.get("node_link_Gbps"),
+    }
+
+
+def _summary_line(cfg: PipelineBenchConfig, record: dict, cluster: dict | None) -> str:
+    """Rank 0's line on stderr: the step, the prediction and its error, each stage's compute, the host's load."""
+    pred = (
+        f", predicted {record['predicted_step_time_s'] * 1e3:.1f} ms ({record['error']:+.1%})"
+        if cluster is not None
+        else ""
+    )
+    return (
+        f"pipeline {cfg.schedule} {','.join(map(str, cfg.stage_layers))}: step {record['step_time_s'] * 1e3:.1f} ms"
+        f"{pred}; stage compute "
+        + ", ".join(f"{st['compute_s'] * 1e3:.1f}" for st in record["stages"])
+        + f" ms; load {record['host_load']['before']}"
+    )

@@ -44,6 +44,14 @@ class ResultFile:
         write_atomic(self.csv_path, to_csv(self.records))
 
 
+def rank_sink(json_path: Path | str | None, append: bool = False) -> ResultFile:
+    """Where a rank of a bench under torchrun puts its records: rank 0 writes them to ``json_path``, the other ranks
+    keep them in memory (one writer per file)."""
+    import os
+
+    return ResultFile(json_path if int(os.environ["RANK"]) == 0 else None, append)
+
+
 def load_records(path: Path | str) -> list[dict]:
     """Records from a bench JSON file; a missing required field names the record and the field."""
     from commtax.measure.calibrate import check_records

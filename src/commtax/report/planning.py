@@ -150,22 +150,6 @@ def within_interval_lines(named: list) -> list[str]:
     ]
 
 
-def comparison_plots(c: Any, pareto: Path | None, scaling: Path | None) -> dict[str, str]:
-    """``compare --pareto PNG --scaling PNG``: each chart asked for, drawn; the record's keys naming them."""
-    written = {}
-    if pareto is not None:
-        from commtax.report.plots import pareto_plot
-
-        pareto_plot(c.pareto, pareto, mode=c.mode)
-        written["pareto_png"] = str(pareto)
-    if scaling is not None:
-        from commtax.report.plots import scaling_plot
-
-        scaling_plot(c.scaling, scaling, "" if c.searched else "The job's plan at each scale")
-        written["scaling_png"] = str(scaling)
-    return written
-
-
 def print_comparison(c: Any, console: Console, *, article: bool, wide: bool, written: list[Path]) -> None:
     """``commtax compare``: the clusters side by side, the plans, what the model cannot rank, the fabric
     trade-offs and the deadline's choice. ``c``: a ``decide.compare`` result."""

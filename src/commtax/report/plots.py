@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from commtax.atomic import write_atomic_with
 
 if TYPE_CHECKING:  # pragma: no cover
-    from commtax.decide.compare import Point, ScalePoint
+    from commtax.decide.compare import Comparison, Point, ScalePoint
     from commtax.decide.validate import Report
     from commtax.schedule.breakdown import Breakdown
 
@@ -87,6 +87,20 @@ BREAKDOWN_COLORS = {
     "dp_exposed": "#8172b3",
     "optimizer": "#55a868",
 }
+
+
+def comparison_plots(c: Comparison, pareto: Path | None, scaling: Path | None) -> dict[str, str]:
+    """``compare --pareto PNG --scaling PNG``: each chart asked for, drawn; the record's keys naming them. With no
+    chart asked for, an empty record and nothing imported: this module, unlike report.planning, loads neither rich
+    nor matplotlib, so ``compare --json`` calls it as it is."""
+    written = {}
+    if pareto is not None:
+        pareto_plot(c.pareto, pareto, mode=c.mode)
+        written["pareto_png"] = str(pareto)
+    if scaling is not None:
+        scaling_plot(c.scaling, scaling, "" if c.searched else "The job's plan at each scale")
+        written["scaling_png"] = str(scaling)
+    return written
 
 
 def breakdown_plot(rows: list[tuple[str, Breakdown]], path: Path | str, title: str = "") -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 from commtax.spec.plan import Plan
@@ -70,14 +71,32 @@ def _split(
     embedding: bool,
     loss: bool,
 ) -> tuple[int, ...]:
-    n = p * v
+    _check_split_fields(p, stage_layers, first_stage_layers, last_stage_layers, embedding or loss)
+    if stage_layers is not None:
+        stages = _given_stages(layers, p, stage_layers)
+    elif first_stage_layers is not None or last_stage_layers is not None:
+        stages = _ends_given(layers, p, first_stage_layers, last_stage_layers)
+    elif embedding or loss:  # the virtual stages come out of the counting whole: no per-stage split to check
+        return _accounted_chunks(layers, p, v, embedding, loss)
+    else:
+        stages = _balanced_stages(layers, p, v)
+    return _chunks_of(stages, v)
+
+
+def _check_split_fields(
+    p: int,
+    stage_layers: tuple[int, ...] | None,
+    first_stage_layers: int | None,
+    last_stage_layers: int | None,
+    accounted: bool,
+) -> None:
+    """The split fields given together only where Megatron-Core takes them together."""
     given = {
         "stage_layers": stage_layers,
         "first_stage_layers": first_stage_layers,
         "last_stage_layers": last_stage_layers,
     }
     explicit = [f for f, x in given.items() if x is not None]
-    accounted = embedding or loss
     if explicit and p == 1:
         raise ValueError(f"{explicit[0]} needs pp > 1; remove it or raise pp")
     if stage_layers is not None and len(explicit) > 1:
@@ -87,59 +106,73 @@ def _split(
             f"{explicit[0]}: Megatron-Core does not combine explicit stage layers with "
             "account_for_embedding/loss_in_pipeline_split; drop one of them"
         )
-    if stage_layers is not None:
-        stages = stage_layers
-        if len(stages) != p:
-            raise ValueError(f"stage_layers has {len(stages)} entries; give one per pipeline stage, pp({p})")
-        if any(x < 0 for x in stages) or sum(stages) != layers:
-            raise ValueError(
-                f"stage_layers {list(stages)} must be ≥ 0 each and sum to layers({layers}), got {sum(stages)}"
-            )
-    elif first_stage_layers is not None or last_stage_layers is not None:
-        first, last = first_stage_layers, last_stage_layers
-        ends = [x for x in (first, last) if x is not None]
-        rest, between = layers - sum(ends), p - len(ends)
-        if rest < 0 or (between == 0 and rest) or (between and rest % between):
-            raise ValueError(
-                f"first_stage_layers/last_stage_layers ({first}, {last}) leave {rest} layers for the {between} other "
-                f"stage(s); they must share them evenly (Megatron-Core): pick counts so that layers({layers}) minus "
-                "them divides by the other stages"
-            )
-        middle = rest // between if between else 0
-        stages = tuple(
-            [first if first is not None else middle] + [middle] * (p - 2) + [last if last is not None else middle]
+
+
+def _given_stages(layers: int, p: int, stages: tuple[int, ...]) -> tuple[int, ...]:
+    """``stage_layers`` as given: one non-negative count per stage, summing to the layers."""
+    if len(stages) != p:
+        raise ValueError(f"stage_layers has {len(stages)} entries; give one per pipeline stage, pp({p})")
+    if any(x < 0 for x in stages) or sum(stages) != layers:
+        raise ValueError(f"stage_layers {list(stages)} must be ≥ 0 each and sum to layers({layers}), got {sum(stages)}")
+    return stages
+
+
+def _ends_given(layers: int, p: int, first: int | None, last: int | None) -> tuple[int, ...]:
+    """``first_stage_layers`` / ``last_stage_layers``, the other stages sharing the rest evenly."""
+    ends = [x for x in (first, last) if x is not None]
+    rest, between = layers - sum(ends), p - len(ends)
+    if rest < 0 or (between == 0 and rest) or (between and rest % between):
+        raise ValueError(
+            f"first_stage_layers/last_stage_layers ({first}, {last}) leave {rest} layers for the {between} other "
+            f"stage(s); they must share them evenly (Megatron-Core): pick counts so that layers({layers}) minus "
+            "them divides by the other stages"
         )
-    elif accounted:
-        extra_first, extra_last = int(embedding), int(loss)
-        total = layers + extra_first + extra_last
-        if total % n:
-            raise ValueError(
-                f"account_for_embedding/loss_in_pipeline_split: layers({layers}) + {extra_first + extra_last} = "
-                f"{total} must divide by pp({p}) * vp({v}) = {n} (Megatron-Core); change pp/vp or drop the flags"
-            )
-        chunks = [total // n] * n
-        chunks[0] -= extra_first
-        chunks[-1] -= extra_last
-        if min(chunks) < 0:
-            raise ValueError(f"account_for_*_in_pipeline_split: too few layers({layers}) for pp({p}) * vp({v})")
-        return tuple(chunks)
-    else:
-        if layers < n:
-            raise ValueError(
-                f"pp({p}) * vp({v}) = {n} virtual stages exceed layers({layers}): each needs a layer; lower pp or vp"
-            )
-        if layers % v:
-            # interleaving runs a stage's chunks in turn: Megatron-Core needs each stage's layers to split evenly
-            raise ValueError(
-                f"vp({v}) must divide layers({layers}) so that each stage's chunks are equal "
-                "(Megatron-Core); change vp or give stage_layers"
-            )
-        units = layers // v  # one unit = one layer on each of a stage's v chunks
-        stages = [units // p] * p
-        order = list(range(1, p - 1)) + [0, p - 1]
-        for s in order[: units % p]:
-            stages[s] += 1
-        stages = [x * v for x in stages]
+    middle = rest // between if between else 0
+    return tuple([first if first is not None else middle] + [middle] * (p - 2) + [last if last is not None else middle])
+
+
+def _accounted_chunks(layers: int, p: int, v: int, embedding: bool, loss: bool) -> tuple[int, ...]:
+    """The embedding and the loss counted as a layer each, every virtual stage the same count."""
+    n = p * v
+    extra_first, extra_last = int(embedding), int(loss)
+    total = layers + extra_first + extra_last
+    if total % n:
+        raise ValueError(
+            f"account_for_embedding/loss_in_pipeline_split: layers({layers}) + {extra_first + extra_last} = "
+            f"{total} must divide by pp({p}) * vp({v}) = {n} (Megatron-Core); change pp/vp or drop the flags"
+        )
+    chunks = [total // n] * n
+    chunks[0] -= extra_first
+    chunks[-1] -= extra_last
+    if min(chunks) < 0:
+        raise ValueError(f"account_for_*_in_pipeline_split: too few layers({layers}) for pp({p}) * vp({v})")
+    return tuple(chunks)
+
+
+def _balanced_stages(layers: int, p: int, v: int) -> list[int]:
+    """The most balanced split in units of vp layers (a stage's chunks equal): the remainder one unit each to the
+    middle stages first, then the first, then the last."""
+    n = p * v
+    if layers < n:
+        raise ValueError(
+            f"pp({p}) * vp({v}) = {n} virtual stages exceed layers({layers}): each needs a layer; lower pp or vp"
+        )
+    if layers % v:
+        # interleaving runs a stage's chunks in turn: Megatron-Core needs each stage's layers to split evenly
+        raise ValueError(
+            f"vp({v}) must divide layers({layers}) so that each stage's chunks are equal "
+            "(Megatron-Core); change vp or give stage_layers"
+        )
+    units = layers // v  # one unit = one layer on each of a stage's v chunks
+    stages = [units // p] * p
+    order = list(range(1, p - 1)) + [0, p - 1]
+    for s in order[: units % p]:
+        stages[s] += 1
+    return [x * v for x in stages]
+
+
+def _chunks_of(stages: Sequence[int], v: int) -> tuple[int, ...]:
+    """Each stage's layers split evenly over its vp chunks, as virtual stages k = chunk·pp + stage."""
     if v > 1 and any(x % v for x in stages):
         raise ValueError(
             f"stage layers {list(stages)}: with vp({v}) each stage's layers must divide evenly over its "
