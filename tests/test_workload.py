@@ -332,3 +332,15 @@ def test_blocks_are_keyed_by_the_specs_values_not_their_objects():
     other = replaced(job, model=job.model.model_copy(update={"ffn_hidden": 2 * job.model.ffn}))
     assert build_workload(other).layer != build_workload(job).layer
     assert build_workload(job).layer is build_workload(copy).layer  # the first specs again, after others
+
+
+def test_op_records_are_one_instance_per_typed_value():
+    """``_gemm``, ``_mem`` and ``collective_op`` hand out one frozen record per value; an int and a float of equal
+    value stay apart, so a record holds what its call gave."""
+    from commtax.workload.step import Collective, _gemm, _mem, collective_op
+
+    assert _gemm("qkv", 8, 16, 32, 2.0) is _gemm("qkv", 8, 16, 32, 2.0)
+    assert _mem("loss", 1.0) is _mem("loss", 1.0) and type(_mem("loss", 1).bytes) is int
+    assert collective_op("tp_loss", "all_reduce", 4.0, "tp") == Collective("tp_loss", "all_reduce", 4.0, "tp")
+    assert collective_op("tp_loss", "all_reduce", 4.0, "tp") is collective_op("tp_loss", "all_reduce", 4.0, "tp")
+    assert type(collective_op("tp_loss", "all_reduce", 4, "tp").bytes) is int
