@@ -761,7 +761,7 @@ def _build_head_block(job: Job) -> Block:
     """Final norm, vocab-parallel logits and cross-entropy (fp32 softmax over V/t per token)."""
     m, p, tr = job.model, job.plan, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
-    tokens = p.micro_batch * tr.seq_len // p.cp
+    tokens = job.micro_batch_tokens
     v_local = m.vocab // p.tp
     # Megatron-Core fp8_output_proj: the head as Transformer Engine's MXFP8 linear (TELMHeadColumnParallelLinear,
     # core_v0.18.0), its GEMMs at the fp8 rate, its input quantized in forward and the logits' gradient in backward
@@ -831,7 +831,7 @@ def _with_mtp(job: Job, head: Block) -> Block:
 def _build_embed_block(job: Job) -> Block:
     m, p, tr = job.model, job.plan, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
-    tokens = p.micro_batch * tr.seq_len // p.cp
+    tokens = job.micro_batch_tokens
     buf = tokens * m.hidden * act_bytes
     fwd: list[Op] = [_mem("embedding_lookup", 2 * buf)]
     bwd: list[Op] = [_mem("embedding_grad", 2 * buf)]
