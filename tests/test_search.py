@@ -526,3 +526,27 @@ def test_the_python_example_of_docs_search_runs_on_the_typed_plans(monkeypatch):
     exec(compile(block, "docs/search.md", "exec"), scope)  # noqa: S102 - the project's own documentation
     assert isinstance(scope["best"], Row) and scope["again"].plan.tp == scope["best"].tp
     assert list(scope["res"].to_dict()["top"][0]["plan"]) == list(scope["best"].columns)
+
+
+def test_a_second_search_in_one_process_gives_what_the_first_gave_and_leaves_no_cyclic_garbage():
+    """A search reuses the blocks and prices an earlier one kept: the same table again. It makes no reference
+    cycles, so that ``commtax search`` may freeze what it leaves for the cyclic GC (``cli.planning``), and a
+    long-running caller (advise, compare, tests) collects nothing after it."""
+    import gc
+
+    job = load_job(small_job())
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        first = search(job, SMALL_SPACE, top=3, workers=1)
+        garbage = gc.collect()
+        second = search(job, SMALL_SPACE, top=3, workers=1)
+        garbage += gc.collect()
+    finally:
+        if enabled:
+            gc.enable()
+    assert garbage == 0
+    for f in ("plans", "step_s", "parts_s", "exposed_s", "mem_bytes", "valid", "fits", "order"):
+        np.testing.assert_array_equal(getattr(first, f), getattr(second, f), err_msg=f)
+    assert [b.step_time_s for _, b in first.top] == [b.step_time_s for _, b in second.top]

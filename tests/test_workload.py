@@ -332,3 +332,30 @@ def test_blocks_are_keyed_by_the_specs_values_not_their_objects():
     other = replaced(job, model=job.model.model_copy(update={"ffn_hidden": 2 * job.model.ffn}))
     assert build_workload(other).layer != build_workload(job).layer
     assert build_workload(job).layer is build_workload(copy).layer  # the first specs again, after others
+
+
+def test_the_head_and_embedding_are_kept_by_their_token_count():
+    """The head and embedding read the tokens of a micro-batch (``Job.micro_batch_tokens``), not micro_batch and cp
+    apart: plans of equal token counts share one block, equal to the one built from scratch."""
+    from commtax.spec import job_with
+    from commtax.workload.step import _build_embed_block, _build_head_block, _embed_block, _head_block
+
+    base = load_job(job_dict(tp=8, pp=4, dp=None, zero=1, micro_batch=2, cp=1))
+    same = job_with(base, micro_batch=4, cp=2)
+    assert same.micro_batch_tokens == base.micro_batch_tokens == 2 * base.training.seq_len
+    assert _head_block(same) is _head_block(base) and _embed_block(same) is _embed_block(base)
+    assert _head_block(same) == _build_head_block(same) and _embed_block(same) == _build_embed_block(same)
+    other = job_with(base, micro_batch=1)
+    assert _head_block(other) == _build_head_block(other) != _head_block(base)
+
+
+def test_op_records_are_one_instance_per_typed_value():
+    """``_gemm``, ``_mem`` and ``collective_op`` hand out one frozen record per value; an int and a float of equal
+    value stay apart, so a record holds what its call gave."""
+    from commtax.workload.step import Collective, _gemm, _mem, collective_op
+
+    assert _gemm("qkv", 8, 16, 32, 2.0) is _gemm("qkv", 8, 16, 32, 2.0)
+    assert _mem("loss", 1.0) is _mem("loss", 1.0) and type(_mem("loss", 1).bytes) is int
+    assert collective_op("tp_loss", "all_reduce", 4.0, "tp") == Collective("tp_loss", "all_reduce", 4.0, "tp")
+    assert collective_op("tp_loss", "all_reduce", 4.0, "tp") is collective_op("tp_loss", "all_reduce", 4.0, "tp")
+    assert type(collective_op("tp_loss", "all_reduce", 4, "tp").bytes) is int

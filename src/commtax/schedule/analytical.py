@@ -31,6 +31,7 @@ from commtax.workload.step import (
     Compute,
     Workload,
     build_workload,
+    collective_op,
     grad_bytes_per_param,
     grad_codec_ops,
     stage_param_split,
@@ -976,7 +977,7 @@ def dp_step_parts(wl: Workload, costs: Costs) -> DPStepParts:
         for i, c in enumerate(wl.edp_step):
             times[min(i, len(times) - 1)] += bucketed_time(costs, c, wl.bucket_bytes) * (n if i == 0 else 1)
     reduce_op = wl.dp_step[0]
-    tail = costs.collective(Collective("bucket", reduce_op.op, min(wl.bucket_bytes, reduce_op.bytes), "dp"))
+    tail = costs.collective(collective_op("bucket", reduce_op.op, min(wl.bucket_bytes, reduce_op.bytes), "dp"))
     ratio = min(1.0, wl.bucket_bytes / max(1.0, reduce_op.bytes))
     codec = sum(costs.compute(op) for op in wl.dp_codec)
     first = times[1] * ratio if len(times) > 1 else 0.0

@@ -65,6 +65,13 @@ class Job(_Spec):
         return per_rank(self.chunk_layers, self.plan.pp, self.plan.vp)
 
     @property
+    def micro_batch_tokens(self) -> int:
+        """Tokens of one micro-batch on one CP rank (micro_batch × seq_len / cp). A block whose ops scale with the
+        tokens alone (the head, the embedding) reads this, not the micro-batch and cp apart: its builder's cache
+        (``workload.step``, kept by the values read) then holds one block for the plans of equal token counts."""
+        return self.plan.micro_batch * self.training.seq_len // self.plan.cp
+
+    @property
     def micro_batches(self) -> int:
         """Micro-batches per pipeline per step (gradient accumulation steps)."""
         return self.training.global_batch // (self.dp * self.plan.micro_batch)
