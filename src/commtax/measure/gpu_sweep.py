@@ -154,7 +154,7 @@ def job_shapes(job_file: Path | None) -> dict[str, tuple[int, int, int]]:
         from commtax.spec import load_job
 
         job = load_job(job_file)
-        tokens = job.plan.micro_batch * job.training.seq_len // job.plan.cp
+        tokens = job.micro_batch_tokens
         for name, (m, n, k) in gemm_shapes(job.model.hidden, tokens).items():
             # the TP shard: column-parallel layers split n, row-parallel ones split k
             shard = (m, n // job.plan.tp, k) if name in ("qkv", "mlp_up") else (m, n, k // job.plan.tp)

@@ -248,7 +248,7 @@ def end_activation_bytes(job: Job) -> tuple[float, float]:
     """(embedding output, fp32 logits) bytes of one micro-batch on one GPU: what the first and the last pipeline
     rank keep beside their layers (``stage_activations``)."""
     m, p, tr = job.model, job.plan, job.training
-    tokens = p.micro_batch * tr.seq_len // p.cp
+    tokens = job.micro_batch_tokens
     embedding = activation_bytes_per_element(tr.precision) * tokens * m.hidden / (p.tp if p.sequence_parallel else 1)
     return embedding, 4.0 * tokens * m.vocab / p.tp
 

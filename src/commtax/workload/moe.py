@@ -28,8 +28,8 @@ TE_GEMM_STREAMS = 4
 
 def router_tokens(job: Job) -> int:
     """T: tokens one GPU routes per micro-batch (sequence-sharded over tp: Megatron-Core MoE needs SP with TP)."""
-    p, tr = job.plan, job.training
-    return max(1, p.micro_batch * tr.seq_len // p.cp // p.tp)
+    p = job.plan
+    return max(1, job.micro_batch_tokens // p.tp)
 
 
 def routing_stretch(job: Job) -> float:
@@ -133,7 +133,7 @@ def token_exchange(job: Job, act_bytes: float, backward: bool) -> list[Collectiv
 def expert_gemms(job: Job) -> list[tuple[str, int, int, int, int]]:
     """Forward GEMMs of the MoE MLP on one GPU: (name, m, n, k, groups); router, routed experts (grouped),
     shared experts (a TP-sharded dense MLP over the local sequence)."""
-    m, p, tr = job.model, job.plan, job.training
+    m, p = job.model, job.plan
     h, fe, e_loc = m.hidden, m.moe_ffn_hidden, local_experts(job)
     up = 2 if m.gated_mlp else 1
     rows = expert_rows(job)
@@ -143,7 +143,7 @@ def expert_gemms(job: Job) -> list[tuple[str, int, int, int, int]]:
         ("expert_down", rows, h, fe // p.etp, e_loc),
     ]
     if m.shared_experts:
-        tokens = p.micro_batch * tr.seq_len // p.cp
+        tokens = job.micro_batch_tokens
         fs = m.shared_experts * m.shared_ffn
         out += [("shared_up", tokens, up * fs // p.tp, h, 1), ("shared_down", tokens, h, fs // p.tp, 1)]
     return out
@@ -309,7 +309,7 @@ def host_sync_op(job: Job, fp8: bool) -> list[Compute]:
 
 def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[Op]]:
     """(forward, backward) ops of one MoE layer's MLP on one GPU (the attention half is the dense layer's)."""
-    m, p, tr = job.model, job.plan, job.training
+    m, p = job.model, job.plan
     gemms = expert_gemms(job)
     fwd: list[Op] = [_grouped(n, a, b, c, g, act_bytes, fp8 and n != "router") for n, a, b, c, g in gemms]
     bwd: list[Op] = []
@@ -327,7 +327,7 @@ def moe_mlp_ops(job: Job, act_bytes: float, fp8: bool) -> tuple[list[Op], list[O
     act_x = 3 if m.gated_mlp else 2  # SwiGLU reads 2 writes 1, GeLU reads 1 writes 1
     act = _mem("expert_activation", act_x * rows_all * fe * act_bytes)
     mem_ops = [route, permute, act, unpermute]
-    tokens = p.micro_batch * tr.seq_len // p.cp
+    tokens = job.micro_batch_tokens
     if m.shared_experts:
         mem_ops.append(_mem("shared_activation", act_x * tokens * m.shared_experts * m.shared_ffn / p.tp * act_bytes))
     clamps = [glu_clamp_ops("expert_activation", rows_all * fe, act_bytes)] if m.swiglu_limit is not None else []
@@ -381,7 +381,7 @@ def dispatched_activation_bytes(job: Job, act_bytes: float, recomputed: frozense
     probs = 4.0 * router_tokens(job) * m.num_experts
     shared = 0.0
     if m.shared_experts and "shared_experts" not in recomputed:
-        tokens = p.micro_batch * tr.seq_len // p.cp
+        tokens = job.micro_batch_tokens
         fs = m.shared_experts * m.shared_ffn
         shared = tokens * (gemm_in * m.hidden / p.tp + (act_bytes * up * fs + gemm_in * fs) / p.tp)
     return routed + probs + shared

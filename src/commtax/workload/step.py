@@ -561,8 +561,8 @@ def _fp8_attention_casts(job: Job) -> tuple[list[Compute], list[Compute]]:
     layouts, the backward's transposed GEMMs read the columnwise copy) and the output gradient before the backward
     (``mxfp8_quantize_fast_path``), at the MXFP8 cast's bytes per element (catalog/assumptions.yaml
     fp8_cast_bytes_mxfp8); one kernel each. The output and dq, dk, dv stay BF16."""
-    m, p, tr = job.model, job.plan, job.training
-    tokens = p.micro_batch * tr.seq_len // p.cp
+    m, p = job.model, job.plan
+    tokens = job.micro_batch_tokens
     heads, kv = m.heads // p.tp, max(1, m.kv_heads_ // p.tp)
     qkv = tokens * (heads * m.head_dim + kv * (m.head_dim + m.value_head_dim))
     per_elem = default_assumptions().v("fp8_cast_bytes_mxfp8")
@@ -663,7 +663,7 @@ def _build_layer_passes(job: Job, moe: bool) -> _LayerPasses:
     p, tr = job.plan, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
     fp8 = tr.precision == "fp8"
-    tokens = p.micro_batch * tr.seq_len // p.cp
+    tokens = job.micro_batch_tokens
     gemms = _layer_gemms(job, tokens, mlp=not moe)
     fwd_gemm = [_gemm(n, mm, nn, kk, act_bytes, fp8) for n, mm, nn, kk in gemms]
     # backward: dgrad (m×n)·(n×k) and wgrad (k×m)·(m×n), each as many FLOPs as forward
@@ -684,7 +684,7 @@ def _build_layer_passes(job: Job, moe: bool) -> _LayerPasses:
         weights = p.fp8_recipe == "dynamic"
         casts_fwd = [_fp8_casts(job, f"{n}_cast", mm * kk + (kk * nn if weights else 0)) for n, mm, nn, kk in gemms]
         casts_bwd = [_fp8_casts(job, f"{n}_grad_cast", mm * nn) for n, mm, nn, kk in gemms]
-    tokens_full = p.micro_batch * tr.seq_len // p.cp
+    tokens_full = job.micro_batch_tokens
     tp_fwd = _tp_comm(job, act_bytes, tokens_full)
     tp_bwd = _tp_comm(job, act_bytes, tokens_full) + bf16_optimizer_grad_accum(job, gemms)
     moe_fwd: list[Op] = []
@@ -797,9 +797,9 @@ def _with_mtp(job: Job, head: Block) -> Block:
     places MTP with the loss; Megatron-Bridge layouts "...|tmL"). Each depth (DeepSeek-V3 §2.2): the next tokens'
     embedding, RMSNorm of it and of the hidden state, their concatenation projected 2h → h (replicated over TP), a
     transformer layer (the MoE layer in an MoE model), and the shared output head and loss again."""
-    m, p, tr = job.model, job.plan, job.training
+    m, tr = job.model, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
-    tokens = p.micro_batch * tr.seq_len // p.cp
+    tokens = job.micro_batch_tokens
     buf = tokens * m.hidden * act_bytes
     layer = _layer_block(job, moe=m.is_moe)
     # the projection is a TE column-parallel linear run inside the MTP layer's fp8 context (Megatron-Core
@@ -1249,7 +1249,7 @@ def pp_send(job: Job) -> Collective:
     sends the sequence-sharded activation per TP rank (Narayanan 2021 §4.1 scatter/gather)."""
     p, tr = job.plan, job.training
     act_bytes = activation_bytes_per_element(tr.precision)
-    send_bytes = p.micro_batch * tr.seq_len // p.cp * job.model.hidden * act_bytes / p.tp
+    send_bytes = job.micro_batch_tokens * job.model.hidden * act_bytes / p.tp
     return collective_op("pp_send", "send_recv", send_bytes, "pp")
 
 
